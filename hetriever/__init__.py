@@ -1,0 +1,8 @@
+"""hetriever: hybrid search indexes of Hugo documentation sites, kept in step with git.
+
+The pipeline's stages each live in the module named after them:
+discover -> parse -> clean -> chunk -> embed -> store (bm25, chroma) -> search,
+with `indexing` owning the incremental algorithm that ties them together.
+"""
+
+__version__ = "0.1.0"

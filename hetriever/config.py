@@ -1,0 +1,236 @@
+"""Settings: defaults < config file (TOML) < environment variables, validated once.
+
+Environment variables are `HETRIEVER_<FIELD>` (upper case), e.g. `HETRIEVER_CHROMA_PATH`.
+`USE_HYBRID_SEARCH` is also read, unprefixed, as the knowledge-store contract names it.
+The config file is `$HETRIEVER_CONFIG`, else `./hetriever.toml` when present; its keys are the
+field names below, at the top level or under a `[hetriever]` table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from hetriever.errors import ConfigurationError
+
+ENV_PREFIX = "HETRIEVER_"
+TRUE_WORDS = {"1", "true", "yes", "on"}
+FALSE_WORDS = {"0", "false", "no", "off", ""}
+
+# MiniLM reads 256 word-pieces including [CLS] and [SEP]: 254 are left for the chunk text.
+MODEL_MAX_TOKENS = 256
+
+
+@dataclass(frozen=True)
+class Settings:
+    # sources
+    docs_root: Path = Path("docs")  # parent repo with .gitmodules, or a directory of git repos
+    content_dir: str = "content"  # Hugo content dir inside each documentation repository
+    include_drafts: bool = False
+    max_file_bytes: int = 2_000_000
+    repository_urls: dict[str, str] = field(default_factory=dict)  # name -> URL override
+    access_levels: dict[str, str] = field(default_factory=dict)  # name -> PUBLIC|TEAM|...
+
+    # backend
+    chroma_path: Path = Path("chroma_data")  # embedded PersistentClient directory
+    chroma_host: str = ""  # set -> HttpClient server mode
+    chroma_port: int = 8000
+    state_dir: Path | None = None  # BM25 index, locks, metrics; default: <chroma_path>/../.hetriever
+    hnsw_space: str = "cosine"
+    hnsw_construction_ef: int = 100
+    hnsw_search_ef: int = 100
+    hnsw_m: int = 16
+
+    # embedding and chunking
+    embedding_model: str = "all-MiniLM-L6-v2"  # or "sentence-transformers:<name>", "ollama:<name>"
+    model_dir: Path | None = None  # where the offline ONNX model lives; default under ~/.cache
+    ollama_url: str = "http://127.0.0.1:11434"
+    embed_batch_size: int = 64
+    chunk_tokens: int = MODEL_MAX_TOKENS - 2  # budget for a chunk's whole text, prefix included
+    min_chunk_tokens: int = 24  # shorter fragments merge into a neighbour
+
+    # writes and search
+    batch_size: int = 100  # chunks per Chroma write (capped by client.get_max_batch_size())
+    use_hybrid_search: bool = True
+    rrf_k: int = 60
+    default_top_k: int = 5
+    max_top_k: int = 100
+    similarity_threshold: float = 0.0
+
+    # logging
+    log_format: str = "console"  # "console" or "json"
+    log_level: str = "INFO"
+
+    @property
+    def server_mode(self) -> bool:
+        return bool(self.chroma_host)
+
+    @property
+    def resolved_state_dir(self) -> Path:
+        if self.state_dir is not None:
+            return self.state_dir
+        if self.server_mode:
+            return Path(".hetriever")
+        return self.chroma_path.parent / ".hetriever" if self.chroma_path.name else Path(".hetriever")
+
+    @property
+    def resolved_model_dir(self) -> Path:
+        if self.model_dir is not None:
+            return self.model_dir
+        cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+        return cache / "hetriever" / "models" / self.embedding_model.replace("/", "--")
+
+    def replace(self, **changes: Any) -> Settings:
+        """A copy with some fields changed, validated again."""
+        return validate(dataclasses.replace(self, **changes))
+
+
+def _fields() -> dict[str, dataclasses.Field]:
+    return {f.name: f for f in dataclasses.fields(Settings)}
+
+
+def _coerce(name: str, raw: Any, default: Any) -> Any:
+    """Turn a raw value (a string from the environment, or a TOML value) into the field's type."""
+    try:
+        if isinstance(default, bool) or name in {"include_drafts", "use_hybrid_search"}:
+            if isinstance(raw, bool):
+                return raw
+            word = str(raw).strip().lower()
+            if word in TRUE_WORDS:
+                return True
+            if word in FALSE_WORDS:
+                return False
+            raise ValueError(f"expected one of {sorted(TRUE_WORDS | FALSE_WORDS - {''})}")
+        if isinstance(default, int):
+            if isinstance(raw, bool):
+                raise ValueError("expected an integer")
+            return int(raw)
+        if isinstance(default, float):
+            return float(raw)
+        if isinstance(default, dict):
+            if isinstance(raw, Mapping):
+                return {str(k): str(v) for k, v in raw.items()}
+            # "name=value,name=value" from the environment
+            pairs = [p for p in str(raw).split(",") if p.strip()]
+            out = {}
+            for pair in pairs:
+                key, sep, value = pair.partition("=")
+                if not sep:
+                    raise ValueError(f"expected name=value pairs, got {pair!r}")
+                out[key.strip()] = value.strip()
+            return out
+        if name in {"docs_root", "chroma_path", "state_dir", "model_dir"}:
+            return Path(str(raw)).expanduser()
+        return str(raw)
+    except (TypeError, ValueError) as exc:
+        raise ConfigurationError(
+            f"setting {name!r} has an invalid value {raw!r}: {exc}",
+            hint=f"set {ENV_PREFIX}{name.upper()} or `{name}` in the config file to a valid value",
+        ) from None
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            data = tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigurationError(
+            f"config file {path} does not exist", hint="fix HETRIEVER_CONFIG or create the file"
+        ) from None
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigurationError(f"config file {path} cannot be read: {exc}",
+                                 hint="fix the TOML syntax") from None
+    data = data.get("hetriever", data)
+    unknown = sorted(set(data) - set(_fields()))
+    if unknown:
+        raise ConfigurationError(
+            f"config file {path} has unknown settings: {', '.join(unknown)}",
+            hint=f"known settings are: {', '.join(sorted(_fields()))}",
+        )
+    return data
+
+
+def load_settings(env: Mapping[str, str] | None = None, config_file: Path | None = None,
+                  **overrides: Any) -> Settings:
+    """Build validated settings from defaults, the config file, the environment and overrides."""
+    env = os.environ if env is None else env
+    fields = _fields()
+    defaults = Settings()
+    values: dict[str, Any] = {}
+
+    path = config_file or (Path(env["HETRIEVER_CONFIG"]) if env.get("HETRIEVER_CONFIG") else None)
+    if path is None and Path("hetriever.toml").is_file():
+        path = Path("hetriever.toml")
+    if path is not None:
+        for name, raw in _read_file(path).items():
+            values[name] = _coerce(name, raw, getattr(defaults, name))
+
+    if "USE_HYBRID_SEARCH" in env:
+        values["use_hybrid_search"] = _coerce("use_hybrid_search", env["USE_HYBRID_SEARCH"], True)
+    for name in fields:
+        key = ENV_PREFIX + name.upper()
+        if key in env:
+            values[name] = _coerce(name, env[key], getattr(defaults, name))
+    for name, raw in overrides.items():
+        if name not in fields:
+            raise ConfigurationError(f"unknown setting {name!r}")
+        if raw is not None:
+            values[name] = _coerce(name, raw, getattr(defaults, name))
+    return validate(Settings(**values))
+
+
+ACCESS_LEVELS = ("PUBLIC", "TEAM", "PRIVATE", "SYSTEM")
+
+
+def validate(settings: Settings) -> Settings:
+    """Check ranges and combinations; raise ConfigurationError naming the setting."""
+
+    def bad(name: str, why: str) -> ConfigurationError:
+        return ConfigurationError(
+            f"setting {name!r} = {getattr(settings, name)!r} is invalid: {why}",
+            hint=f"fix {ENV_PREFIX}{name.upper()} or `{name}` in the config file",
+        )
+
+    if not 1 <= settings.batch_size <= 100_000:
+        raise bad("batch_size", "must be between 1 and 100000")
+    if not 1 <= settings.embed_batch_size <= 4096:
+        raise bad("embed_batch_size", "must be between 1 and 4096")
+    if not 32 <= settings.chunk_tokens <= 8192:
+        raise bad("chunk_tokens", "must be between 32 and 8192")
+    if not 0 <= settings.min_chunk_tokens < settings.chunk_tokens:
+        raise bad("min_chunk_tokens", "must be at least 0 and below chunk_tokens")
+    if settings.embedding_model == "all-MiniLM-L6-v2" and settings.chunk_tokens > MODEL_MAX_TOKENS - 2:
+        raise bad("chunk_tokens", f"all-MiniLM-L6-v2 reads at most {MODEL_MAX_TOKENS - 2} "
+                                  "word-pieces per chunk; longer text would be silently truncated")
+    if settings.max_file_bytes < 1:
+        raise bad("max_file_bytes", "must be positive")
+    if not 1 <= settings.chroma_port <= 65535:
+        raise bad("chroma_port", "must be a TCP port (1..65535)")
+    if settings.hnsw_space not in {"cosine", "l2", "ip"}:
+        raise bad("hnsw_space", "must be cosine, l2 or ip")
+    for name in ("hnsw_construction_ef", "hnsw_search_ef", "hnsw_m"):
+        if getattr(settings, name) < 1:
+            raise bad(name, "must be positive")
+    if settings.rrf_k < 1:
+        raise bad("rrf_k", "must be positive")
+    if not 1 <= settings.default_top_k <= settings.max_top_k:
+        raise bad("default_top_k", "must be between 1 and max_top_k")
+    if not 0.0 <= settings.similarity_threshold <= 1.0:
+        raise bad("similarity_threshold", "must be between 0 and 1")
+    if settings.log_format not in {"console", "json"}:
+        raise bad("log_format", "must be console or json")
+    if settings.log_level.upper() not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
+        raise bad("log_level", "must be DEBUG, INFO, WARNING or ERROR")
+    if not settings.content_dir or Path(settings.content_dir).is_absolute() or ".." in Path(
+            settings.content_dir).parts:
+        raise bad("content_dir", "must be a relative path inside the repository")
+    for repo, level in settings.access_levels.items():
+        if level.upper() not in ACCESS_LEVELS:
+            raise bad("access_levels", f"{repo}: {level!r} is not one of {', '.join(ACCESS_LEVELS)}")
+    if not settings.embedding_model.strip():
+        raise bad("embedding_model", "must not be empty")
+    return settings
