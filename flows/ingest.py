@@ -11,5 +11,7 @@ def ingest(
     force_full: bool = False,
     batch_size: int | None = None,
     task_runner: str = "threads",
+    fetch: bool = False,
+    ref: str | None = None,
 ) -> dict:
     raise NotImplementedError("the ingest flow is being built")

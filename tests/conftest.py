@@ -4,6 +4,8 @@ import pytest
 
 from tests.helpers import corpus_version
 
+pytest_plugins = ["tests.prefect_fixtures", "tests.chroma_fixtures"]
+
 
 @pytest.fixture
 def hugo_docs_v1():

@@ -1,0 +1,1 @@
+"""Session-scoped Prefect test harness (shared by flow and webhook tests)."""
