@@ -1,0 +1,111 @@
+"""Query metrics kept beside the index (SQLite), so p50/p95 over recent queries can be reported."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from hetriever.models import RetrievalResult, _Serialisable
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS queries (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    at REAL NOT NULL,
+    query TEXT NOT NULL,
+    mode TEXT NOT NULL,
+    latency_ms REAL NOT NULL,
+    results INTEGER NOT NULL,
+    top_score REAL,
+    retriever_counts TEXT NOT NULL,
+    repositories TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS queries_at ON queries(at);
+"""
+
+
+@dataclass
+class QueryMetric(_Serialisable):
+    query: str
+    mode: str
+    latency_ms: float
+    results: int
+    top_score: float | None
+    retriever_counts: dict[str, int] = field(default_factory=dict)
+    repositories: list[str] = field(default_factory=list)
+    at: float = field(default_factory=time.time)
+
+    @classmethod
+    def from_result(cls, result: RetrievalResult, repositories: list[str] | None = None) -> QueryMetric:
+        return cls(
+            query=result.query[:500],
+            mode=result.mode,
+            latency_ms=result.search_time_ms,
+            results=result.total_results,
+            top_score=result.matches[0].score if result.matches else None,
+            retriever_counts=dict(result.retriever_counts),
+            repositories=list(repositories or []),
+        )
+
+
+@dataclass
+class MetricsSummary(_Serialisable):
+    count: int
+    p50_ms: float | None
+    p95_ms: float | None
+    p99_ms: float | None
+    mean_results: float | None
+    empty_rate: float | None
+    by_mode: dict[str, int]
+
+
+class MetricsStore:
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._db = sqlite3.connect(path, timeout=30, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.executescript(SCHEMA)
+
+    def record(self, metric: QueryMetric) -> None:
+        with self._db:
+            self._db.execute(
+                "INSERT INTO queries (at, query, mode, latency_ms, results, top_score,"
+                " retriever_counts, repositories) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (metric.at, metric.query, metric.mode, metric.latency_ms, metric.results,
+                 metric.top_score, json.dumps(metric.retriever_counts),
+                 json.dumps(metric.repositories)),
+            )
+
+    def summary(self, last: int = 1000) -> MetricsSummary:
+        rows = self._db.execute(
+            "SELECT latency_ms, results, mode FROM queries ORDER BY id DESC LIMIT ?", (last,)
+        ).fetchall()
+        if not rows:
+            return MetricsSummary(0, None, None, None, None, None, {})
+        latencies = np.array([r[0] for r in rows])
+        results = np.array([r[1] for r in rows])
+        by_mode: dict[str, int] = {}
+        for _, _, mode in rows:
+            by_mode[mode] = by_mode.get(mode, 0) + 1
+        p50, p95, p99 = (float(np.percentile(latencies, q)) for q in (50, 95, 99))
+        return MetricsSummary(
+            count=len(rows),
+            p50_ms=round(p50, 2),
+            p95_ms=round(p95, 2),
+            p99_ms=round(p99, 2),
+            mean_results=round(float(results.mean()), 2),
+            empty_rate=round(float((results == 0).mean()), 4),
+            by_mode=by_mode,
+        )
+
+    def close(self) -> None:
+        self._db.close()
+
+
+def metrics_store(state_dir: Path) -> MetricsStore:
+    return MetricsStore(state_dir / "metrics.sqlite")
