@@ -1,0 +1,85 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hetriever.config import MODEL_MAX_TOKENS, Settings, load_settings
+from hetriever.errors import ConfigurationError
+
+
+def test_defaults_fit_the_embedding_window():
+    settings = load_settings(env={})
+    assert settings == Settings()
+    assert settings.chunk_tokens <= MODEL_MAX_TOKENS - 2
+    assert settings.use_hybrid_search is True
+    assert not settings.server_mode
+
+
+def test_environment_overrides_and_types():
+    settings = load_settings(env={
+        "HETRIEVER_BATCH_SIZE": "250",
+        "HETRIEVER_CHROMA_HOST": "127.0.0.1",
+        "HETRIEVER_CHROMA_PORT": "9000",
+        "HETRIEVER_INCLUDE_DRAFTS": "yes",
+        "HETRIEVER_DOCS_ROOT": "~/docs",
+        "HETRIEVER_ACCESS_LEVELS": "internal-docs=PRIVATE, hugo-docs=public",
+    })
+    assert settings.batch_size == 250
+    assert settings.server_mode and settings.chroma_port == 9000
+    assert settings.include_drafts is True
+    assert settings.docs_root == Path("~/docs").expanduser()
+    assert settings.access_levels == {"internal-docs": "PRIVATE", "hugo-docs": "public"}
+
+
+@pytest.mark.parametrize("word,expected", [("true", True), ("1", True), ("yes", True),
+                                           ("false", False), ("0", False), ("no", False)])
+def test_use_hybrid_search_env(word, expected):
+    assert load_settings(env={"USE_HYBRID_SEARCH": word}).use_hybrid_search is expected
+
+
+@pytest.mark.parametrize("env,name", [
+    ({"HETRIEVER_BATCH_SIZE": "many"}, "batch_size"),
+    ({"HETRIEVER_BATCH_SIZE": "0"}, "batch_size"),
+    ({"HETRIEVER_CHROMA_PORT": "70000"}, "chroma_port"),
+    ({"HETRIEVER_CHUNK_TOKENS": "400"}, "chunk_tokens"),
+    ({"USE_HYBRID_SEARCH": "maybe"}, "use_hybrid_search"),
+    ({"HETRIEVER_LOG_FORMAT": "xml"}, "log_format"),
+    ({"HETRIEVER_CONTENT_DIR": "../outside"}, "content_dir"),
+    ({"HETRIEVER_ACCESS_LEVELS": "a-repo=SECRET"}, "access_levels"),
+])
+def test_invalid_values_name_the_setting(env, name):
+    with pytest.raises(ConfigurationError) as info:
+        load_settings(env=env)
+    assert name in str(info.value)
+    assert "HETRIEVER_" in str(info.value) or name == "use_hybrid_search"
+
+
+def test_config_file_then_environment(tmp_path):
+    config = tmp_path / "hetriever.toml"
+    config.write_text('[hetriever]\nbatch_size = 42\nchroma_path = "data/chroma"\n'
+                      'repository_urls = { hugo-docs = "https://example.org/hugo.git" }\n')
+    settings = load_settings(env={"HETRIEVER_CONFIG": str(config)})
+    assert settings.batch_size == 42
+    assert settings.chroma_path == Path("data/chroma")
+    assert settings.repository_urls == {"hugo-docs": "https://example.org/hugo.git"}
+    assert load_settings(env={"HETRIEVER_CONFIG": str(config),
+                              "HETRIEVER_BATCH_SIZE": "7"}).batch_size == 7
+
+
+def test_config_file_errors_are_clear(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("batch_size = = 3")
+    with pytest.raises(ConfigurationError, match="cannot be read"):
+        load_settings(env={}, config_file=bad)
+    unknown = tmp_path / "unknown.toml"
+    unknown.write_text("bach_size = 3")
+    with pytest.raises(ConfigurationError, match="unknown settings: bach_size"):
+        load_settings(env={}, config_file=unknown)
+    with pytest.raises(ConfigurationError, match="does not exist"):
+        load_settings(env={}, config_file=tmp_path / "missing.toml")
+
+
+def test_state_dir_sits_beside_the_chroma_data(tmp_path):
+    settings = load_settings(env={"HETRIEVER_CHROMA_PATH": str(tmp_path / "chroma")})
+    assert settings.resolved_state_dir == tmp_path / ".hetriever"

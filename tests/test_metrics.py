@@ -1,0 +1,38 @@
+from __future__ import annotations
+
+from hetriever.metrics import MetricsStore, QueryMetric
+from hetriever.models import RetrievalResult, SearchResult
+
+
+def test_percentiles_over_recorded_queries(tmp_path):
+    store = MetricsStore(tmp_path / "m.sqlite")
+    for i in range(1, 101):
+        store.record(QueryMetric(query=f"q{i}", mode="hybrid" if i % 2 else "dense",
+                                 latency_ms=float(i), results=0 if i <= 10 else 5,
+                                 top_score=0.5))
+    summary = store.summary()
+    assert summary.count == 100
+    assert 49 <= summary.p50_ms <= 52
+    assert 94 <= summary.p95_ms <= 96
+    assert summary.empty_rate == 0.1
+    assert summary.by_mode == {"hybrid": 50, "dense": 50}
+    # only the most recent N
+    assert store.summary(last=10).p50_ms > 90
+    store.close()
+    # persisted
+    again = MetricsStore(tmp_path / "m.sqlite")
+    assert again.summary().count == 100
+
+
+def test_metric_from_retrieval_result(tmp_path):
+    result = RetrievalResult(
+        query="where", total_results=1, search_time_ms=3.5, mode="hybrid",
+        retriever_counts={"dense": 4, "bm25": 3, "merged": 5},
+        matches=[SearchResult("a", "text", {}, 0.8, "hybrid")])
+    metric = QueryMetric.from_result(result, ["hugo-docs"])
+    assert metric.top_score == 0.8 and metric.results == 1
+    store = MetricsStore(tmp_path / "m.sqlite")
+    store.record(metric)
+    assert store.summary().p50_ms == 3.5
+    empty = MetricsStore(tmp_path / "e.sqlite").summary()
+    assert empty.count == 0 and empty.p50_ms is None
