@@ -71,7 +71,9 @@ def replace_tree(repo: Path, source: Path) -> None:
             shutil.rmtree(child)
         else:
             child.unlink()
-    shutil.copytree(source, repo, dirs_exist_ok=True, symlinks=True)
+    # Plain copy, not copy2: keeping the source's mtimes lets two same-size versions of a file
+    # look stat-identical to git, which then skips re-hashing and commits the old blob.
+    shutil.copytree(source, repo, dirs_exist_ok=True, symlinks=True, copy_function=shutil.copy)
 
 
 def make_parent_with_submodule(tmp: Path, doc_repo: Path, name: str) -> Path:
@@ -89,3 +91,21 @@ def update_submodule(parent: Path, name: str, commit: str) -> None:
     git(sub, "fetch", "-q", "origin")
     git(sub, "checkout", "-q", commit)
     commit_all(parent, f"bump {name}")
+
+
+def build_corpus_parent(tmp: Path, corpus: str) -> tuple[Path, str, str]:
+    """A parent repo at tmp/parent with corpus `<corpus>` (v1 then v2) as submodule docs/<corpus>.
+
+    Returns (parent, v1_sha, v2_sha). The submodule is left checked out at v1, so callers can
+    index v1 and then bump it with `update_submodule(parent, corpus, v2_sha)`. Skips cleanly
+    when the shared corpora are absent.
+    """
+    v1, v2 = corpus_version(corpus, "v1"), corpus_version(corpus, "v2")
+    source = init_repo(tmp / f"{corpus}-source")
+    replace_tree(source, v1)
+    v1_sha = commit_all(source, f"{corpus} v1")
+    replace_tree(source, v2)
+    v2_sha = commit_all(source, f"{corpus} v2")
+    parent = make_parent_with_submodule(tmp, source, corpus)
+    update_submodule(parent, corpus, v1_sha)
+    return parent, v1_sha, v2_sha
