@@ -1,0 +1,378 @@
+"""The webhook service over real HTTP: uvicorn on 127.0.0.1, requests with httpx.
+
+Bad input is checked against an app whose Prefect API is a closed port (none of those paths may
+reach Prefect). Starting runs uses the session's Prefect harness and a deployment of the real
+ingest flow; nothing runs the flow (no worker), so its runs stay Scheduled.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+
+from hetriever.errors import ConfigurationError
+from hetriever.webhook import (
+    DeliveryStore,
+    RepoRoute,
+    WebhookConfig,
+    create_app,
+    normalise_github_repo,
+    parse_repo_routes,
+    signature_for,
+)
+from tests.helpers import REPO_ROOT
+
+SECRET = "s3cret-for-tests-0123456789"
+REPOS = "gohugoio/hugoDocs=hugo-docs,open-telemetry/opentelemetry.io=opentelemetry-io@release"
+SHA = "0123456789abcdef0123456789abcdef01234567"
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # closed again on exit: nothing listens there
+
+
+def _config(state_dir: Path, api_url: str, **changes) -> WebhookConfig:
+    base = dict(secret=SECRET, prefect_api_url=api_url, repos=parse_repo_routes(REPOS),
+                state_dir=state_dir, max_body=64 * 1024, prefect_timeout=20.0)
+    return WebhookConfig(**{**base, **changes})
+
+
+@contextmanager
+def running(config: WebhookConfig) -> Iterator[str]:
+    """The app under uvicorn in a thread, on a socket bound here (no port race)."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(create_app(config), log_level="warning",
+                                           lifespan="on"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    while not server.started:
+        if not thread.is_alive():
+            raise RuntimeError("webhook server thread died on start")
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+
+
+def push_payload(full_name: str = "gohugoio/hugoDocs", branch: str = "master",
+                 default_branch: str = "master", after: str = SHA) -> dict:
+    return {
+        "ref": f"refs/heads/{branch}",
+        "before": "f" * 40,
+        "after": after,
+        "deleted": False,
+        "repository": {
+            "full_name": full_name,
+            "clone_url": f"https://github.com/{full_name}.git",
+            "default_branch": default_branch,
+        },
+        "head_commit": {"id": after, "message": "docs: edit"},
+    }
+
+
+def send(base: str, payload: object = None, *, event: str = "push", delivery: str | None = None,
+         secret: str | None = SECRET, raw: bytes | None = None, signature: str | None = None,
+         content_type: str = "application/json", headers: dict | None = None) -> httpx.Response:
+    body = raw if raw is not None else json.dumps(payload).encode()
+    hdrs = {"Content-Type": content_type, "X-GitHub-Event": event,
+            "X-GitHub-Delivery": delivery or str(uuid.uuid4())}
+    if signature is not None:
+        hdrs["X-Hub-Signature-256"] = signature
+    elif secret is not None:
+        hdrs["X-Hub-Signature-256"] = signature_for(secret, body)
+    hdrs.update(headers or {})
+    return httpx.post(f"{base}/webhook", content=body, headers=hdrs, timeout=30)
+
+
+# --- without Prefect ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def offline_app(tmp_path_factory) -> Iterator[str]:
+    """An app whose Prefect API is a closed port: every test here must stop before Prefect."""
+    state = tmp_path_factory.mktemp("webhook-offline")
+    with running(_config(state, f"http://127.0.0.1:{_closed_port()}/api")) as base:
+        yield base
+
+
+def test_healthz(offline_app):
+    resp = httpx.get(f"{offline_app}/healthz")
+    assert resp.status_code == 200 and resp.json() == {"status": "ok"}
+
+
+def test_missing_signature_is_401(offline_app):
+    resp = send(offline_app, push_payload(), secret=None)
+    assert resp.status_code == 401
+    assert "missing" in resp.json()["error"]
+
+
+def test_forged_signature_is_401(offline_app):
+    body = json.dumps(push_payload()).encode()
+    # Signed over another body, and a malformed value: both rejected.
+    other = signature_for(SECRET, body + b" ")
+    assert send(offline_app, raw=body, signature=other).status_code == 401
+    assert send(offline_app, raw=body, signature="sha256=nothex").status_code == 401
+    assert send(offline_app, raw=body, signature=other.replace("sha256=", "sha1=")
+                ).status_code == 401
+
+
+def test_wrong_secret_is_401(offline_app):
+    resp = send(offline_app, push_payload(), secret="another-secret-of-enough-length")
+    assert resp.status_code == 401
+    assert "does not match" in resp.json()["error"]
+
+
+def test_oversized_by_content_length_is_413(offline_app):
+    # Declared too large: refused before the body is read (the server answers early).
+    body = b"{}" * (40 * 1024)
+    resp = send(offline_app, raw=body)
+    assert resp.status_code == 413
+    assert resp.json()["error"] == f"body of {len(body)} bytes is over the 65536-byte limit"
+
+
+def test_oversized_by_streamed_size_is_413(offline_app):
+    # No Content-Length (chunked): the limit holds on the bytes that actually arrive.
+    def chunks():
+        for _ in range(80):
+            yield b" " * 1024
+
+    resp = httpx.post(f"{offline_app}/webhook", content=chunks(), timeout=30,
+                      headers={"Content-Type": "application/json", "X-GitHub-Event": "push",
+                               "X-GitHub-Delivery": str(uuid.uuid4()),
+                               "X-Hub-Signature-256": "sha256=" + "0" * 64})
+    assert resp.status_code == 413
+    assert "over the 65536-byte limit" in resp.json()["error"]
+
+
+def test_wrong_content_type_is_415(offline_app):
+    body = b"payload=" + json.dumps(push_payload()).encode()
+    resp = send(offline_app, raw=body, content_type="application/x-www-form-urlencoded")
+    assert resp.status_code == 415
+    assert "application/json" in resp.json()["error"]
+
+
+def test_malformed_json_is_400(offline_app):
+    resp = send(offline_app, raw=b'{"ref": "refs/heads/master", ')
+    assert resp.status_code == 400
+    assert "not valid JSON" in resp.json()["error"]
+    assert send(offline_app, raw=b"[1, 2]").status_code == 400
+
+
+def test_ping_is_200(offline_app):
+    resp = send(offline_app, {"zen": "Keep it logically awesome.", "hook_id": 7}, event="ping")
+    assert resp.status_code == 200
+    assert resp.json() == {"status": "pong", "hook_id": 7}
+
+
+def test_non_push_event_is_ignored(offline_app):
+    resp = send(offline_app, {"action": "opened", "repository": {}}, event="pull_request")
+    assert resp.status_code == 202
+    assert resp.json()["status"] == "ignored"
+    assert "pull_request" in resp.json()["reason"]
+
+
+def test_unknown_repository_is_ignored(offline_app):
+    resp = send(offline_app, push_payload(full_name="someone/elsewhere"))
+    assert resp.status_code == 202
+    body = resp.json()
+    assert body["status"] == "ignored" and "someone/elsewhere" in body["reason"]
+
+
+def test_other_branch_is_ignored(offline_app):
+    resp = send(offline_app, push_payload(branch="feature/x"))
+    assert resp.status_code == 202
+    assert resp.json() == {"status": "ignored",
+                           "reason": "push to branch 'feature/x', not 'master'"}
+    # A configured branch wins over the default branch.
+    resp = send(offline_app, push_payload(full_name="open-telemetry/opentelemetry.io",
+                                          branch="main", default_branch="main"))
+    assert resp.status_code == 202 and "not 'release'" in resp.json()["reason"]
+
+
+def test_tags_and_branch_deletions_are_ignored(offline_app):
+    tag = {**push_payload(), "ref": "refs/tags/v1.0"}
+    assert send(offline_app, tag).json()["reason"] == "ref 'refs/tags/v1.0' is not a branch"
+    deleted = {**push_payload(after="0" * 40), "deleted": True}
+    assert "deleted" in send(offline_app, deleted).json()["reason"]
+
+
+# --- config --------------------------------------------------------------------------------
+
+
+def test_config_from_env(tmp_path):
+    env = {"HETRIEVER_WEBHOOK_SECRET": SECRET, "HETRIEVER_WEBHOOK_REPOS": REPOS,
+           "HETRIEVER_WEBHOOK_MAX_BODY": "2048", "HETRIEVER_STATE_DIR": str(tmp_path),
+           "PREFECT_API_URL": "http://127.0.0.1:4200/api"}
+    config = WebhookConfig.from_env(env)
+    assert config.repos == {"gohugoio/hugodocs": RepoRoute("hugo-docs"),
+                            "open-telemetry/opentelemetry.io":
+                                RepoRoute("opentelemetry-io", branch="release")}
+    assert (config.max_body, config.deployment, config.state_dir) == (
+        2048, "ingest/scheduled", tmp_path)
+    assert SECRET not in repr(config)
+
+
+@pytest.mark.parametrize("secret", ["", "too-short"])
+def test_config_needs_a_long_secret(secret):
+    env = {"HETRIEVER_WEBHOOK_SECRET": secret, "PREFECT_API_URL": "http://127.0.0.1:4200/api"}
+    with pytest.raises(ConfigurationError, match="HETRIEVER_WEBHOOK_SECRET|shorter"):
+        WebhookConfig.from_env(env)
+
+
+@pytest.mark.parametrize("raw", ["hugo-docs", "gohugoio/hugoDocs=Hugo_Docs", "justname=abc"])
+def test_config_rejects_bad_repo_maps(raw):
+    with pytest.raises(ConfigurationError, match="owner/name=docs-repo-name"):
+        parse_repo_routes(raw)
+
+
+def test_github_repo_names_normalise():
+    for form in ("Owner/Name", "https://github.com/Owner/Name.git", "git@github.com:owner/name",
+                 "ssh://git@github.com/owner/Name.git", "https://github.com/owner/name/"):
+        assert normalise_github_repo(form) == "owner/name"
+
+
+def test_delivery_store_survives_reopen_and_prunes(tmp_path):
+    path = tmp_path / "d.sqlite3"
+    store = DeliveryStore(path)
+    assert store.claim("a", "hugo-docs") and not store.claim("a", "hugo-docs")
+    store.complete("a", "run-1")
+    store.close()
+    reopened = DeliveryStore(path)
+    assert not reopened.claim("a", "hugo-docs")
+    assert reopened.get("a")["flow_run_id"] == "run-1"
+    reopened.release("a")
+    assert reopened.claim("a", "hugo-docs")
+    reopened.close()
+    # With no retention left, the next claim prunes every older id.
+    pruning = DeliveryStore(path, retention_seconds=-1)
+    assert pruning.claim("b", "hugo-docs")
+    assert pruning.get("a") is None
+    pruning.close()
+
+
+# --- with Prefect ----------------------------------------------------------------------------
+
+
+def _flow_run(flow_run_id: str):
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        return client.read_flow_run(uuid.UUID(flow_run_id))
+
+
+@pytest.mark.prefect
+def test_good_push_starts_an_ingest_run_once(prefect_harness, ingest_deployment, tmp_path):
+    config = _config(tmp_path / "state", prefect_harness.api_url, deployment=ingest_deployment)
+    delivery = str(uuid.uuid4())
+    with running(config) as base:
+        resp = send(base, push_payload(), delivery=delivery)
+        assert resp.status_code == 202, resp.text
+        body = resp.json()
+        assert body["status"] == "started" and body["repository"] == "hugo-docs"
+
+        run = _flow_run(body["flow_run_id"])
+        assert run.parameters["repositories"] == ["hugo-docs"]
+        assert run.parameters["fetch"] is True and run.parameters["ref"] == SHA
+        assert run.state is not None and run.state.type.value in {"SCHEDULED", "PENDING"}
+        assert "webhook" in run.tags
+
+        replay = send(base, push_payload(), delivery=delivery)
+        assert replay.status_code == 200
+        assert replay.json()["status"] == "duplicate"
+        assert replay.json()["flow_run_id"] == body["flow_run_id"]
+
+    # After a restart (a new app on the same state dir) the id is still known.
+    with running(config) as base:
+        again = send(base, push_payload(), delivery=delivery)
+        assert again.json()["status"] == "duplicate"
+    _assert_one_run_for(ingest_deployment, SHA)
+
+
+def _assert_one_run_for(deployment: str, sha: str) -> None:
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        dep = client.read_deployment_by_name(deployment)
+        runs = [r for r in client.read_flow_runs(limit=200)
+                if r.deployment_id == dep.id and r.parameters.get("ref") == sha]
+    assert len(runs) == 1
+
+
+@pytest.mark.prefect
+def test_missing_deployment_is_503_and_not_recorded(prefect_harness, tmp_path):
+    config = _config(tmp_path, prefect_harness.api_url, deployment="ingest/does-not-exist")
+    with running(config) as base:
+        resp = send(base, push_payload(), delivery="d-missing")
+    assert resp.status_code == 503
+    assert "does not exist" in resp.json()["error"]
+    store = DeliveryStore(tmp_path / "webhook_deliveries.sqlite3")
+    assert store.get("d-missing") is None
+    store.close()
+
+
+def _start_service(port: int, env: dict[str, str]) -> subprocess.Popen:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hetriever.webhook", "--host", "127.0.0.1", "--port", str(port)],
+        cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"webhook service exited: {proc.stdout.read()}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                return proc
+        except httpx.TransportError:
+            time.sleep(0.2)
+    proc.kill()
+    raise AssertionError("webhook service did not become healthy within 60 s")
+
+
+@pytest.mark.prefect
+def test_prefect_down_is_503_and_redelivery_works(prefect_harness, ingest_deployment, tmp_path):
+    state = tmp_path / "state"
+    port = _closed_port()
+    env = {**os.environ, "HETRIEVER_WEBHOOK_SECRET": SECRET, "HETRIEVER_WEBHOOK_REPOS": REPOS,
+           "HETRIEVER_WEBHOOK_DEPLOYMENT": ingest_deployment, "HETRIEVER_STATE_DIR": str(state),
+           "PREFECT_API_URL": f"http://127.0.0.1:{_closed_port()}/api",
+           "HETRIEVER_LOG_FORMAT": "json"}
+    proc = _start_service(port, env)
+    delivery = str(uuid.uuid4())
+    after = "89abcdef" * 5
+    try:
+        resp = send(f"http://127.0.0.1:{port}", push_payload(after=after), delivery=delivery)
+        assert resp.status_code == 503
+        assert "unreachable" in resp.json()["error"]
+        # Still 503, not "duplicate": the failed delivery was not recorded.
+        assert send(f"http://127.0.0.1:{port}", push_payload(after=after),
+                    delivery=delivery).status_code == 503
+    finally:
+        proc.terminate()
+        output, _ = proc.communicate(timeout=20)
+    assert SECRET not in output
+    assert delivery in output  # the outcome was logged, by delivery id
+
+    # GitHub's redelivery, once Prefect is back, starts the run.
+    with running(_config(state, prefect_harness.api_url, deployment=ingest_deployment)) as base:
+        resp = send(base, push_payload(after=after), delivery=delivery)
+    assert resp.status_code == 202, resp.text
+    assert _flow_run(resp.json()["flow_run_id"]).parameters["ref"] == after
