@@ -11,6 +11,7 @@ from __future__ import annotations
 import posixpath
 import re
 import subprocess
+import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path, PurePosixPath
 
@@ -34,6 +35,8 @@ CONTENT_SUFFIXES = (".md", ".markdown")
 BINARY_SNIFF_BYTES = 8192
 UTF8_BOM = b"\xef\xbb\xbf"
 _GITLINK_MODE = "160000"
+_REGULAR_MODES = ("100644", "100755")
+_BLOB_MAP_MIN_PATHS = 32
 _SHA_HEADER = re.compile(rb"^([0-9a-f]{40,64}) (\w+) (\d+)$")
 # Headers `git cat-file --batch --follow-symlinks` prints instead of an object; each is
 # followed by <size> bytes (the object name or the link target) and a newline.
@@ -250,23 +253,26 @@ def _pathspec(repo: Repository) -> list[str]:
     return [] if repo.content_dir in ("", ".") else ["--", repo.content_dir]
 
 
+def _tree_entries(repo: Repository, sha: str) -> dict[str, tuple[str, str, str]]:
+    """path -> (mode, type, object sha) for everything under content_dir at commit `sha`."""
+    raw = _git(repo, "ls-tree", "-r", "-z", "--full-tree", sha, *_pathspec(repo))
+    entries = {}
+    for record in raw.split(b"\0"):
+        if record:
+            meta, _, path_b = record.partition(b"\t")
+            mode, kind, obj = meta.decode().split(" ")
+            entries[path_b.decode("utf-8", "surrogateescape")] = (mode, kind, obj)
+    return entries
+
+
 def list_content_files(repo: Repository, commit: str) -> list[str]:
     """Sorted repo-relative paths of the content files in the tree at `commit`."""
     sha = _resolve_commit(repo, commit)
     if sha is None:
         raise SourceError(f"commit {commit} is not in repository {repo.name}",
                           hint="fetch the repository or pass a commit it has")
-    raw = _git(repo, "ls-tree", "-r", "-z", "--full-tree", sha, *_pathspec(repo))
-    paths = []
-    for record in raw.split(b"\0"):
-        if not record:
-            continue
-        meta, _, path_b = record.partition(b"\t")
-        mode, kind, _ = meta.decode().split(" ")
-        path = path_b.decode("utf-8", "surrogateescape")
-        if kind == "blob" and is_content_file(path, repo.content_dir):
-            paths.append(path)
-    return sorted(paths)
+    return sorted(path for path, (_, kind, _) in _tree_entries(repo, sha).items()
+                  if kind == "blob" and is_content_file(path, repo.content_dir))
 
 
 def is_dirty(repo: Repository) -> bool:
@@ -399,45 +405,99 @@ def decode_blob(data: bytes) -> str:
 
 
 class _BlobReader:
-    """One `git cat-file --batch --follow-symlinks` process for a repository.
+    """One `git cat-file --batch --follow-symlinks` process reading many paths at one commit.
 
-    git follows in-repository symlinks itself (relative to the link, at the same commit, with a
-    bounded number of hops) and reports links that leave the tree instead of following them.
+    Requests are written by a thread while responses are read here, so the pipe never waits on
+    a round trip per file. git follows in-repository symlinks itself (relative to the link, at
+    the same commit, with a bounded number of hops) and reports links that leave the tree
+    instead of following them.
     """
 
-    def __init__(self, repo: Repository) -> None:
+    def __init__(self, repo: Repository, commit: str) -> None:
         self.repo = repo
+        if not commit or "\n" in commit:
+            raise SourceError(f"invalid commit {commit!r} for repository {repo.name}",
+                              hint="pass a commit sha")
         self.proc = subprocess.Popen(
             ["git", "cat-file", "--batch", "--follow-symlinks"],
             cwd=repo.path, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
         )
+        self.writer: threading.Thread | None = None
+        # Resolve the commit first, in the same process, so every path is read at one sha.
+        self._send(f"{commit}^{{commit}}\n".encode("utf-8", "surrogateescape"))
+        try:
+            header = self._header()
+        except SourceError:
+            self.close()
+            raise
+        match = _SHA_HEADER.match(header)
+        if match is None or match.group(2) != b"commit":
+            self.close()
+            raise SourceError(f"commit {commit} is not in repository {repo.name}",
+                              hint="fetch the repository or pass a commit it has")
+        self._discard(int(match.group(3)) + 1)
+        self.sha = match.group(1).decode()
 
-    def read(self, sha: str, path: str, max_bytes: int) -> str:
-        check_path(path)
-        assert self.proc.stdin and self.proc.stdout
-        self.proc.stdin.write(f"{sha}:{path}\n".encode("utf-8", "surrogateescape"))
-        self.proc.stdin.flush()
-        out = self.proc.stdout
-        header = out.readline().rstrip(b"\n")
+    def _send(self, data: bytes) -> None:
+        assert self.proc.stdin
+        try:
+            self.proc.stdin.write(data)
+            self.proc.stdin.flush()
+        except (BrokenPipeError, ValueError):  # git exited, or the reader was closed early
+            pass
+
+    def request(self, paths: list[str], blobs: dict[str, str] | None = None) -> None:
+        """Queue `paths` (already checked) and close git's input when all are written.
+
+        `blobs` maps paths known to be regular files to their blob ids: asking for a blob id
+        skips git's tree walk per path, about three times faster than `<commit>:<path>`.
+        Symlinks and unknown paths still go by path, so git resolves (or rejects) them.
+        """
+        blobs = blobs or {}
+        payload = b"".join(
+            (blobs[p] + "\n").encode() if p in blobs
+            else f"{self.sha}:{p}\n".encode("utf-8", "surrogateescape")
+            for p in paths
+        )
+
+        def feed() -> None:
+            self._send(payload)
+            try:
+                self.proc.stdin.close()  # type: ignore[union-attr]
+            except (BrokenPipeError, ValueError):
+                pass
+
+        self.writer = threading.Thread(target=feed, name="cat-file-feed", daemon=True)
+        self.writer.start()
+
+    def _header(self) -> bytes:
+        assert self.proc.stdout
+        header = self.proc.stdout.readline().rstrip(b"\n")
         if not header:
             raise SourceError(f"git cat-file stopped while reading {self.repo.name}",
                               hint="check that the repository is intact (`git fsck`)")
+        return header
+
+    def next_text(self, max_bytes: int) -> str:
+        """The next queued path's text, or SkipFile."""
+        assert self.proc.stdout
+        header = self._header()
         match = _SHA_HEADER.match(header)
         if match is None:
             word, _, rest = header.partition(b" ")
             if word in _SYMLINK_FAILURES and rest.isdigit():
-                detail = out.read(int(rest) + 1)[:-1].decode("utf-8", "replace")
+                detail = self.proc.stdout.read(int(rest) + 1)[:-1].decode("utf-8", "replace")
                 raise SkipFile(f"{_SYMLINK_FAILURES[word]}: {detail}")
-            raise SkipFile(f"missing at commit {sha[:12]}")
+            raise SkipFile(f"missing at commit {self.sha[:12]}")
         kind, size = match.group(2).decode(), int(match.group(3))
         if kind != "blob" or size > max_bytes:
-            self._discard(size + 1)
+            self._discard(size + 1)  # keep the stream in step without holding the bytes
             if kind != "blob":
                 raise SkipFile(f"not a file (a {kind})")
             raise SkipFile(f"too large ({size} bytes > max {max_bytes})")
-        data = out.read(size)
-        out.read(1)  # the newline after the contents
+        data = self.proc.stdout.read(size)
+        self.proc.stdout.read(1)  # the newline after the contents
         return decode_blob(data)
 
     def _discard(self, n: int) -> None:
@@ -449,26 +509,49 @@ class _BlobReader:
             n -= len(piece)
 
     def close(self) -> None:
-        if self.proc.stdin:
-            self.proc.stdin.close()
-        if self.proc.stdout:
-            self.proc.stdout.close()
-        self.proc.wait()
+        # Closing stdout first makes git stop even when the caller left responses unread.
+        for pipe in (self.proc.stdout, self.proc.stdin):
+            try:
+                if pipe:
+                    pipe.close()
+            except (BrokenPipeError, ValueError):
+                pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        if self.writer is not None:
+            self.writer.join()
+
+
+def _path_problem(path: str) -> SkipFile | None:
+    try:
+        check_path(path)
+    except SkipFile as skip:
+        return skip
+    return None
 
 
 def read_content_files(
     repo: Repository, paths: Iterable[str], commit: str, max_bytes: int
 ) -> Iterator[tuple[str, str | SkipFile]]:
     """(path, text or SkipFile) for each path, in order, read at `commit` through one process."""
-    sha = _resolve_commit(repo, commit)
-    if sha is None:
-        raise SourceError(f"commit {commit} is not in repository {repo.name}",
-                          hint="fetch the repository or pass a commit it has")
-    reader = _BlobReader(repo)
+    paths = list(paths)
+    problems = [_path_problem(p) for p in paths]
+    reader = _BlobReader(repo, commit)
     try:
-        for path in paths:
+        blobs: dict[str, str] = {}
+        if len(paths) >= _BLOB_MAP_MIN_PATHS:  # one ls-tree pays off only for many reads
+            blobs = {path: obj for path, (mode, kind, obj) in _tree_entries(repo, reader.sha).items()
+                     if kind == "blob" and mode in _REGULAR_MODES}
+        reader.request([p for p, problem in zip(paths, problems) if problem is None], blobs)
+        for path, problem in zip(paths, problems):
+            if problem is not None:
+                yield path, problem
+                continue
             try:
-                yield path, reader.read(sha, path, max_bytes)
+                yield path, reader.next_text(max_bytes)
             except SkipFile as skip:
                 yield path, skip
     finally:

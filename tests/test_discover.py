@@ -447,15 +447,32 @@ def test_reads_git_objects_not_the_working_tree(blob_repo):
     assert read(blob_repo, "content/plain.md") == "plain\n"  # still the old commit's blob
 
 
-def test_batch_reader_keeps_order_and_stays_in_sync(blob_repo):
+@pytest.mark.parametrize("repeat", [1, 6])  # 6x crosses the threshold for reading by blob id
+def test_batch_reader_keeps_order_and_stays_in_sync(blob_repo, repeat):
     repo, commit = blob_repo
     paths = ["content/big.md", "content/plain.md", "../bad", "content/binary.md",
-             "content/nope.md", "content/link-out-relative.md", "content", "content/bom.md"]
+             "content/nope.md", "content/link-out-relative.md", "content", "content/bom.md",
+             "content/link-chain.md", "content/latin1.md", "shared/snippet.md"] * repeat
     results = list(read_content_files(repo, paths, commit, max_bytes=1000))
     assert [p for p, _ in results] == paths
     texts = {p: r for p, r in results if isinstance(r, str)}
-    assert texts == {"content/plain.md": "plain\n", "content/bom.md": "---\ntitle: BOM\n---\nbody\n"}
-    assert all(isinstance(r, SkipFile) for p, r in results if p not in texts)
+    assert texts == {"content/plain.md": "plain\n", "content/bom.md": "---\ntitle: BOM\n---\nbody\n",
+                     "content/link-chain.md": "plain\n", "shared/snippet.md": "shared snippet\n"}
+    reasons = {p: r.reason for p, r in results if isinstance(r, SkipFile)}
+    assert set(reasons) == set(paths) - set(texts)
+    for path, word in [("content/big.md", "too large"), ("content/binary.md", "binary"),
+                       ("content/nope.md", "missing"), ("content", "not a file"),
+                       ("content/link-out-relative.md", "outside"), ("content/latin1.md", "UTF-8")]:
+        assert word in reasons[path]
+
+
+def test_stopping_early_releases_the_reader(blob_repo):
+    repo, commit = blob_repo
+    paths = ["content/big.md", "content/plain.md"] * 2000  # more than the pipes buffer
+    stream = read_content_files(repo, paths, commit, max_bytes=10_000)
+    assert next(stream) == ("content/big.md", "x" * 5000)
+    stream.close()  # must not hang on git's unread output
+    assert read(blob_repo, "content/plain.md") == "plain\n"
 
 
 def test_unknown_commit_is_an_error(blob_repo):
