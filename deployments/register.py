@@ -1,0 +1,74 @@
+"""Create the work pool and register every deployment of prefect.yaml (idempotent).
+
+    python -m deployments.register [--pool hetriever-pool] [--prefect-file prefect.yaml]
+
+The same as `prefect work-pool create hetriever-pool --type process` followed by
+`prefect --no-prompt deploy --all`, except that an existing pool is kept as it is and the
+Prefect API is checked first, with a clear message when it cannot be reached.
+PREFECT_API_URL must point at the server; HETRIEVER_INGEST_CRON sets the ingest schedule.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from hetriever.logs import get_logger
+
+log = get_logger(__name__)
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_POOL = "hetriever-pool"
+
+
+def ensure_work_pool(name: str = DEFAULT_POOL, pool_type: str = "process") -> bool:
+    """Create the work pool unless it exists; True if it was created."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import WorkPoolCreate
+    from prefect.exceptions import ObjectAlreadyExists
+
+    with get_client(sync_client=True) as client:
+        try:
+            client.create_work_pool(WorkPoolCreate(name=name, type=pool_type))
+        except ObjectAlreadyExists:
+            return False
+    return True
+
+
+def deploy_all(prefect_file: Path = PROJECT_ROOT / "prefect.yaml") -> int:
+    """`prefect --no-prompt deploy --all` from the project root; returns its exit code."""
+    cmd = [sys.executable, "-m", "prefect", "--no-prompt", "deploy", "--all",
+           "--prefect-file", str(prefect_file)]
+    return subprocess.run(cmd, cwd=prefect_file.parent, env=os.environ.copy()).returncode
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m deployments.register", description=__doc__)
+    parser.add_argument("--pool", default=DEFAULT_POOL)
+    parser.add_argument("--prefect-file", type=Path, default=PROJECT_ROOT / "prefect.yaml")
+    args = parser.parse_args(argv)
+
+    from prefect.settings import PREFECT_API_URL
+
+    if not PREFECT_API_URL.value():
+        log.error("prefect_api_url_missing",
+                  hint="export PREFECT_API_URL=http://127.0.0.1:4200/api (the server's API)")
+        return 2
+    try:
+        created = ensure_work_pool(args.pool)
+    except Exception as exc:  # connection errors come in several types; all mean the same
+        log.error("prefect_unreachable", api_url=PREFECT_API_URL.value(), error=str(exc),
+                  hint="start `prefect server start` or fix PREFECT_API_URL")
+        return 1
+    log.info("work_pool_ready", pool=args.pool, created=created)
+    code = deploy_all(args.prefect_file.resolve())
+    log.info("deployments_registered" if code == 0 else "deploy_failed", exit_code=code)
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,103 @@
+"""prefect.yaml registers for real (the prefect CLI against the harness server), and
+deployments/register.py does the same idempotently. Docker files: see test_docker.py."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers import REPO_ROOT
+
+pytestmark = pytest.mark.prefect
+
+PREFECT = [sys.executable, "-m", "prefect"]
+
+
+def _run(cmd: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def _deployments() -> dict:
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        return {name: client.read_deployment_by_name(name)
+                for name in ("ingest/scheduled", "ingest/full-reindex", "query/query")}
+
+
+@pytest.fixture(scope="module")
+def deployed(prefect_harness, tmp_path_factory):
+    project_dir = str(tmp_path_factory.mktemp("project"))
+    env = prefect_harness.env(HETRIEVER_INGEST_CRON="*/15 * * * *",
+                              HETRIEVER_PROJECT_DIR=project_dir)
+    env.pop("PREFECT_API_KEY", None)
+    pool = _run([*PREFECT, "work-pool", "create", "hetriever-pool", "--type", "process"], env)
+    assert pool.returncode == 0, pool.stdout + pool.stderr
+    deploy = _run([*PREFECT, "--no-prompt", "deploy", "--all"], env)
+    assert deploy.returncode == 0, deploy.stdout + deploy.stderr
+    return {"project_dir": project_dir, "env": env}
+
+
+def test_three_deployments_on_the_pool(deployed):
+    deps = _deployments()
+    for name, dep in deps.items():
+        assert dep.work_pool_name == "hetriever-pool", name
+        assert dep.description and "hetriever" in dep.tags, name
+        # The pull step puts the worker in the project checkout (resolved at deploy time here).
+        assert dep.pull_steps == [{"prefect.deployments.steps.set_working_directory": {
+            "directory": deployed["project_dir"]}}], name
+    assert deps["ingest/scheduled"].entrypoint == "flows/ingest.py:ingest"
+    assert deps["query/query"].entrypoint == "flows/query.py:query"
+
+
+def test_scheduled_ingest_cron_from_env(deployed):
+    dep = _deployments()["ingest/scheduled"]
+    assert len(dep.schedules) == 1
+    schedule = dep.schedules[0]
+    assert schedule.active
+    assert schedule.schedule.cron == "*/15 * * * *"
+    assert schedule.schedule.timezone == "UTC"
+    assert dep.parameters == {}
+
+
+def test_manual_deployments(deployed):
+    deps = _deployments()
+    assert deps["ingest/full-reindex"].schedules == []
+    assert deps["ingest/full-reindex"].parameters == {"force_full": True}
+    assert deps["query/query"].schedules == []
+    # The parameter schema comes from the real flow signatures.
+    props = deps["query/query"].parameter_openapi_schema["properties"]
+    assert {"query", "repositories", "top_k", "filters", "hybrid"} <= set(props)
+    ingest_props = deps["ingest/scheduled"].parameter_openapi_schema["properties"]
+    assert {"repositories", "force_full", "fetch", "ref"} <= set(ingest_props)
+
+
+def test_ingest_runs_one_at_a_time(deployed):
+    deps = _deployments()
+    for name in ("ingest/scheduled", "ingest/full-reindex"):
+        dep = deps[name]
+        assert dep.global_concurrency_limit is not None, name
+        assert dep.global_concurrency_limit.limit == 1, name
+        assert dep.concurrency_options is not None
+        assert dep.concurrency_options.collision_strategy.value == "ENQUEUE", name
+    assert deps["query/query"].global_concurrency_limit is None
+
+
+def test_register_helper_is_idempotent_and_defaults_the_cron(deployed):
+    env = {**deployed["env"]}
+    env.pop("HETRIEVER_INGEST_CRON")
+    # The pool exists already: the helper keeps it and re-registers everything.
+    result = _run([sys.executable, "-m", "deployments.register"], env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    dep = _deployments()["ingest/scheduled"]
+    assert [s.schedule.cron for s in dep.schedules] == ["*/30 * * * *"]
+
+
+def test_register_helper_without_api_url_says_what_to_do(deployed):
+    env = {**deployed["env"], "PREFECT_API_URL": ""}
+    result = _run([sys.executable, "-m", "deployments.register"], env)
+    assert result.returncode == 2
+    assert "PREFECT_API_URL" in result.stderr
