@@ -279,10 +279,16 @@ def is_dirty(repo: Repository) -> bool:
     """Whether content files have uncommitted changes (staged, unstaged or untracked)."""
     raw = _git(repo, "status", "--porcelain=v1", "-z", "--untracked-files=all",
                "--ignore-submodules=all", *_pathspec(repo))
-    # Records are "XY path"; renames/copies add the original path as a separate record.
-    for record in raw.split(b"\0"):
-        path = record[3:] if len(record) > 3 and record[2:3] == b" " else record
-        if path and is_content_file(path.decode("utf-8", "surrogateescape"), repo.content_dir):
+    # Records are "XY path"; a rename or copy is followed by a bare record with the old path.
+    records = iter(raw.split(b"\0"))
+    for record in records:
+        if len(record) < 4:
+            continue
+        paths = [record[3:]]
+        if b"R" in record[:2] or b"C" in record[:2]:
+            paths.append(next(records, b""))
+        if any(is_content_file(p.decode("utf-8", "surrogateescape"), repo.content_dir)
+               for p in paths):
             return True
     return False
 
@@ -334,7 +340,10 @@ def _diff(repo: Repository, old: str, new: str) -> list[FileChange]:
                *_pathspec(repo))
     fields = raw.split(b"\0")
     changes: list[FileChange] = []
-    is_content = lambda p: is_content_file(p, repo.content_dir)  # noqa: E731
+
+    def is_content(path: str) -> bool:
+        return is_content_file(path, repo.content_dir)
+
     i = 0
     while i < len(fields):
         meta = fields[i].decode()

@@ -220,6 +220,9 @@ def test_is_dirty_only_for_content_files(tmp_path):
     assert is_dirty(repo)
     git(path, "add", "content/guide/usage.md")  # staged counts too
     assert is_dirty(repo)
+    git(path, "reset", "-q", "--hard")
+    git(path, "mv", "content/guide/usage.md", "content/guide/usage.txt")  # staged rename
+    assert is_dirty(repo)
 
 
 # --- change sets ------------------------------------------------------------------------------
