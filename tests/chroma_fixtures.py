@@ -1,1 +1,168 @@
-"""Shared ChromaDB fixtures: embedded stores and a `chroma run` server on 127.0.0.1."""
+"""Shared ChromaDB fixtures: embedded stores and a `chroma run` server on 127.0.0.1.
+
+Registered as a plugin by tests/conftest.py, so every test module sees these fixtures.
+
+- `minilm_embedder`: the real offline all-MiniLM-L6-v2, built once per session.
+- `chroma_server`: a real `chroma run` process (the venv's `chroma` executable) per module,
+  waited for with a heartbeat and killed at teardown. Tests using it carry `@pytest.mark.server`.
+- `chroma_backend` + `make_store`: build `ChromaKnowledgeStore`s on the backend a test is
+  parametrised with ("embedded" in tmp_path, or "server"); server collections are deleted
+  after each test so tests stay independent.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from hetriever.config import Settings, load_settings
+
+SERVER_START_TIMEOUT = 60.0
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def chroma_executable() -> Path:
+    return Path(sys.executable).parent / "chroma"
+
+
+@dataclass(frozen=True)
+class ChromaServer:
+    host: str
+    port: int
+    path: Path
+    process: subprocess.Popen
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+
+@pytest.fixture(scope="session")
+def minilm_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("minilm-model")
+
+
+@pytest.fixture(scope="session")
+def minilm_embedder(minilm_model_dir: Path) -> Any:
+    from hetriever.embed import MiniLMEmbedder
+
+    return MiniLMEmbedder(minilm_model_dir, batch_size=32, threads=1)
+
+
+@pytest.fixture(scope="module")
+def chroma_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChromaServer]:
+    exe = chroma_executable()
+    if not exe.exists():
+        pytest.skip(f"no `chroma` executable beside {sys.executable}")
+    path = tmp_path_factory.mktemp("chroma-server")
+    port = free_port()
+    log_path = path.parent / f"{path.name}.log"
+    with log_path.open("wb") as log_file:
+        proc = subprocess.Popen([str(exe), "run", "--path", str(path), "--host", "127.0.0.1",
+                                 "--port", str(port)], stdout=log_file, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL)
+    server = ChromaServer("127.0.0.1", port, path, proc)
+    try:
+        deadline = time.monotonic() + SERVER_START_TIMEOUT
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"chroma run exited with {proc.returncode}:\n"
+                            f"{log_path.read_text(errors='replace')[-2000:]}")
+            try:
+                if httpx.get(f"{server.url}/api/v2/heartbeat", timeout=1.0).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"chroma run did not answer within {SERVER_START_TIMEOUT}s")
+            time.sleep(0.1)
+        yield server
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+def store_settings(tmp_path: Path, server: ChromaServer | None = None, **overrides: Any) -> Settings:
+    """Settings for a store whose data (embedded) and state (BM25, locks) live in tmp_path."""
+    base: dict[str, Any] = {"chroma_path": tmp_path / "chroma", "state_dir": tmp_path / "state"}
+    if server is not None:
+        base.update(chroma_host=server.host, chroma_port=server.port)
+    base.update(overrides)
+    return load_settings(env={}, config_file=None, **base)
+
+
+@pytest.fixture(params=["embedded", pytest.param("server", marks=pytest.mark.server)])
+def chroma_backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def make_store(request: pytest.FixtureRequest, chroma_backend: str, tmp_path: Path,
+               minilm_embedder: Any) -> Iterator[Callable[..., Any]]:
+    """Factory: `make_store(embedder=None, **setting_overrides) -> ChromaKnowledgeStore`."""
+    from hetriever.store import ChromaKnowledgeStore
+
+    server = request.getfixturevalue("chroma_server") if chroma_backend == "server" else None
+    made: list[Any] = []
+
+    def make(embedder: Any = None, lock_timeout: float = 2.0, **overrides: Any) -> Any:
+        settings = store_settings(tmp_path, server, **overrides)
+        store = ChromaKnowledgeStore(settings, embedder=embedder or minilm_embedder,
+                                     lock_timeout=lock_timeout)
+        made.append(store)
+        return store
+
+    yield make
+    for store in made:
+        if server is not None:  # the server outlives the test: leave it empty
+            for col in store.client.list_collections():
+                store.client.delete_collection(col.name)
+        store.close_sync()
+
+
+# --- small fixture documents ---------------------------------------------------------
+
+
+def make_chunk(repository: str, file_path: str, text: str, index: int = 0,
+               occurrence: int = 0, **extra: Any) -> Any:
+    """A Chunk with every required metadata key, its id and content_hash derived as the
+    chunker derives them."""
+    import hashlib
+
+    from hetriever.chunk import chunk_id
+    from hetriever.models import Chunk
+
+    parts = file_path.split("/")
+    metadata: dict[str, Any] = {
+        "repository": repository,
+        "file_path": file_path,
+        "url": "/" + "/".join(parts[1:]).removesuffix(".md") + "/",
+        "title": parts[-1].removesuffix(".md").replace("-", " ").title(),
+        "section": parts[1] if len(parts) > 2 else "",
+        "heading_context": "",
+        "chunk_index": index,
+        "has_code": "```" in text,
+        "content_hash": hashlib.sha256(text.encode("utf-8")).hexdigest(),
+        "processed_at": "2026-01-01T00:00:00+00:00",
+    }
+    metadata.update(extra)
+    return Chunk(id=chunk_id(repository, file_path, text, occurrence), text=text,
+                 metadata=metadata)

@@ -1,0 +1,790 @@
+"""The knowledge store: chunks in ChromaDB (dense vectors) kept in step with a BM25 index.
+
+One Chroma collection per repository, named after it. Chroma is the source of truth; each
+collection's BM25 index (`<state_dir>/bm25/<collection>.sqlite`) is written right after Chroma,
+and `repair()` brings it back in line after a crash between the two.
+
+Vectors are always computed by our embedder and passed explicitly: collections are created
+with `embedding_function=None`, so Chroma never loads (or tries to download) its default model.
+
+Writes take a writer lock (`fcntl.flock` on `<state_dir>/locks/<collection>.lock`, plus the
+persistent directory itself in embedded mode) so two processes never write one index at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import errno
+import fcntl
+import hashlib
+import os
+import random
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, TypeVar, runtime_checkable
+
+import chromadb
+import httpx
+from chromadb.api.segment import check_index_name
+from chromadb.api.types import validate_metadata
+from chromadb.config import Settings as ChromaSettings
+from chromadb.errors import InternalError, NotFoundError, RateLimitError
+
+from hetriever import faults
+from hetriever.bm25 import BM25Index
+from hetriever.config import Settings, load_settings
+from hetriever.errors import (
+    BackendConnectionError,
+    CollectionNotFoundError,
+    ConfigurationError,
+    EmbeddingError,
+    HetrieverError,
+    IndexingError,
+    InvalidCollectionNameError,
+    KnowledgeStoreError,
+    WriterLockedError,
+)
+from hetriever.logs import get_logger
+from hetriever.models import Chunk, Document, Metadata, SearchResult
+
+log = get_logger(__name__)
+
+SCHEMA_VERSION = 1
+# Our names are repository names (^[a-z0-9-]+$, 3..63); Chroma adds: start and end alphanumeric.
+COLLECTION_NAME_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{1,61})[a-z0-9]$")
+WRITE_ATTEMPTS = 4
+RETRY_BASE_SECONDS = 0.2
+RETRY_MAX_SECONDS = 3.0
+# Network hiccups, a busy server, and faults injected on purpose are worth another try.
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
+    httpx.TimeoutException, httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError,
+    ConnectionResetError, BrokenPipeError, TimeoutError, InternalError, RateLimitError,
+    faults.InjectedFault,
+)
+# An unreachable server is not: retrying only delays the same answer.
+UNREACHABLE_ERRORS: tuple[type[BaseException], ...] = (httpx.ConnectError, ConnectionRefusedError)
+
+T = TypeVar("T")
+
+
+def content_hash(text: str) -> str:
+    """The integrity hash stored with every chunk (sha256 hex of its text)."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+# --- results -------------------------------------------------------------------------
+
+
+@dataclass
+class FileWriteResult:
+    written: int = 0  # new or changed chunks, embedded and written
+    reused: int = 0  # unchanged chunks kept without re-embedding
+    deleted: int = 0  # the file's old chunks that are gone from the new version
+    embedding_seconds: float = 0.0
+
+
+@dataclass
+class CollectionInfo:
+    name: str
+    count: int
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RepairResult:
+    collection: str
+    added: int = 0  # chunks in Chroma that BM25 lacked
+    removed: int = 0  # BM25 rows with no chunk in Chroma
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.added or self.removed)
+
+
+# --- protocol ----------------------------------------------------------------------
+
+
+@runtime_checkable
+class KnowledgeStore(Protocol):
+    async def index_document(self, doc_id: str, content: str, metadata: Metadata) -> bool: ...
+
+    async def search(self, query: str, top_k: int | None = None,
+                     filters: dict[str, Any] | None = None, *,
+                     namespaces: Sequence[str] | None = None,
+                     hybrid: bool | None = None) -> list[SearchResult]: ...
+
+    async def get_by_id(self, doc_id: str) -> Document | None: ...
+
+    async def delete(self, doc_id: str) -> bool: ...
+
+    async def health_check(self) -> bool: ...
+
+    async def ensure_collection(self, name: str) -> CollectionInfo: ...
+
+    async def upsert_file_chunks(self, collection: str, file_path: str,
+                                 chunks: list[Chunk]) -> FileWriteResult: ...
+
+    async def delete_file(self, collection: str, file_path: str) -> int: ...
+
+    async def list_files(self, collection: str) -> list[str]: ...
+
+    async def list_collections(self) -> list[CollectionInfo]: ...
+
+    async def get_collection_info(self, name: str) -> CollectionInfo | None: ...
+
+    async def delete_collection(self, name: str) -> int: ...
+
+    async def update_collection_metadata(self, name: str, **fields: Any) -> dict[str, Any]: ...
+
+    async def get_collection_metadata(self, name: str) -> dict[str, Any]: ...
+
+    async def count(self, collection: str) -> int: ...
+
+    async def repair(self, collection: str) -> RepairResult: ...
+
+    async def close(self) -> None: ...
+
+
+# --- writer lock -------------------------------------------------------------------
+
+# flock does not exclude threads of one process that share an open file; this does.
+_thread_locks: dict[str, threading.Lock] = {}
+_thread_locks_guard = threading.Lock()
+
+
+def _thread_lock(key: str) -> threading.Lock:
+    with _thread_locks_guard:
+        return _thread_locks.setdefault(key, threading.Lock())
+
+
+@contextlib.contextmanager
+def file_lock(path: Path, *, timeout: float, what: str) -> Iterator[None]:
+    """Hold an exclusive flock on `path` (a file, created if needed, or a directory).
+
+    Non-blocking attempts until `timeout`, then WriterLockedError naming the path.
+    """
+    key = str(path.resolve())
+    tlock = _thread_lock(key)
+    deadline = time.monotonic() + timeout
+    if not tlock.acquire(timeout=max(timeout, 0.0)):
+        raise _locked(path, what)
+    fd = -1
+    try:
+        if path.is_dir():
+            fd = os.open(path, os.O_RDONLY)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                    raise
+                if time.monotonic() >= deadline:
+                    raise _locked(path, what) from None
+                time.sleep(0.05)
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        if fd >= 0:
+            os.close(fd)
+        tlock.release()
+
+
+def _locked(path: Path, what: str) -> WriterLockedError:
+    return WriterLockedError(
+        f"another process is writing {what} (lock {path} is held)",
+        hint="wait for the other ingest to finish, or stop it; a lock held by a dead process "
+             "is released by the OS automatically")
+
+
+# --- the Chroma implementation --------------------------------------------------------
+
+
+def validate_collection_name(name: str) -> str:
+    """Our rule (a repository name) and Chroma's; InvalidCollectionNameError otherwise."""
+    ok = isinstance(name, str) and bool(COLLECTION_NAME_RE.match(name))
+    if ok:
+        try:
+            check_index_name(name)
+        except ValueError:
+            ok = False
+    if not ok:
+        raise InvalidCollectionNameError(
+            f"invalid collection name {name!r}",
+            hint="use 3..63 lower-case letters, digits and hyphens, starting and ending with a "
+                 "letter or digit (the repository's name)")
+    return name
+
+
+def _location(settings: Settings) -> str:
+    if settings.server_mode:
+        return f"http://{settings.chroma_host}:{settings.chroma_port}"
+    return str(settings.chroma_path)
+
+
+class ChromaKnowledgeStore:
+    """KnowledgeStore on ChromaDB (embedded PersistentClient, or HttpClient in server mode)."""
+
+    def __init__(self, settings: Settings, *, embedder: Any | None = None,
+                 lock_timeout: float = 10.0, client: Any | None = None) -> None:
+        self.settings = settings
+        self.lock_timeout = lock_timeout
+        self.location = _location(settings)
+        self._embedder = embedder
+        self._bm25: dict[str, BM25Index] = {}
+        self._collections: dict[str, Any] = {}
+        self._guard = threading.RLock()
+        self._max_batch: int | None = None
+        self.client = client if client is not None else self._connect()
+
+    # -- connection ------------------------------------------------------------------
+
+    def _connect(self) -> Any:
+        s = self.settings
+        chroma_settings = ChromaSettings(anonymized_telemetry=False)
+        try:
+            if s.server_mode:
+                return chromadb.HttpClient(host=s.chroma_host, port=s.chroma_port,
+                                           settings=chroma_settings)
+            s.chroma_path.mkdir(parents=True, exist_ok=True)
+            return chromadb.PersistentClient(path=str(s.chroma_path), settings=chroma_settings)
+        except HetrieverError:
+            raise
+        except Exception as exc:
+            if s.server_mode:
+                hint = ("start the server (`chroma run --path <dir> --port "
+                        f"{s.chroma_port}`) or unset HETRIEVER_CHROMA_HOST for embedded mode")
+            else:
+                hint = "check that HETRIEVER_CHROMA_PATH is a writable directory"
+            raise BackendConnectionError(f"cannot open the Chroma backend: {exc}",
+                                         location=self.location, hint=hint) from exc
+
+    def _unreachable(self, exc: BaseException) -> BackendConnectionError:
+        return BackendConnectionError(
+            f"the Chroma server stopped answering: {exc}", location=self.location,
+            hint="check that `chroma run` is up and reachable, then re-run")
+
+    def _call(self, what: str, fn: Callable[[], T], *, retry: bool = True) -> T:
+        """Run one backend call; transient errors are retried with backoff and jitter."""
+        attempts = WRITE_ATTEMPTS if retry else 1
+        for attempt in range(1, attempts + 1):
+            try:
+                faults.check("chroma_" + what, self.location)
+                return fn()
+            except UNREACHABLE_ERRORS as exc:
+                raise self._unreachable(exc) from exc
+            except TRANSIENT_ERRORS as exc:
+                if attempt == attempts:
+                    raise KnowledgeStoreError(
+                        f"Chroma {what} failed after {attempts} attempts: {exc}",
+                        hint="the backend kept failing; check its log and re-run") from exc
+                delay = min(RETRY_MAX_SECONDS, RETRY_BASE_SECONDS * 2 ** (attempt - 1))
+                delay *= random.uniform(0.5, 1.0)
+                log.warning("chroma_retry", op=what, attempt=attempt, delay=round(delay, 3),
+                            error=str(exc))
+                time.sleep(delay)
+        raise AssertionError("unreachable")
+
+    @property
+    def embedder(self) -> Any:
+        if self._embedder is None:
+            from hetriever.embed import get_embedder
+
+            self._embedder = get_embedder(self.settings)
+        return self._embedder
+
+    def search_mode(self) -> str:
+        return "hybrid" if self.settings.use_hybrid_search else "dense"
+
+    def max_batch_size(self) -> int:
+        if self._max_batch is None:
+            limit = self._call("max_batch_size", self.client.get_max_batch_size)
+            self._max_batch = max(1, min(self.settings.batch_size, int(limit)))
+        return self._max_batch
+
+    # -- collections -----------------------------------------------------------------
+
+    def _hnsw(self) -> dict[str, Any]:
+        s = self.settings
+        return {"hnsw": {"space": s.hnsw_space, "ef_construction": s.hnsw_construction_ef,
+                         "ef_search": s.hnsw_search_ef, "max_neighbors": s.hnsw_m}}
+
+    def _chroma(self, name: str, *, create: bool = False) -> Any | None:
+        """The Chroma collection, or None when absent (created first when `create`)."""
+        with self._guard:
+            cached = self._collections.get(name)
+            if cached is not None:
+                return cached
+        validate_collection_name(name)
+        try:
+            col = self._call("get_collection", lambda: self.client.get_collection(
+                name, embedding_function=None))
+        except NotFoundError:
+            if not create:
+                return None
+            embedder = self.embedder
+            metadata = {"schema_version": SCHEMA_VERSION, "embedding_model": embedder.name,
+                        "embedding_dimensions": int(embedder.dimensions), "repository_url": "",
+                        "commit_hash": "", "last_updated": "", "total_documents": 0,
+                        "total_chunks": 0}
+            col = self._call("create_collection", lambda: self.client.get_or_create_collection(
+                name, configuration=self._hnsw(), metadata=metadata, embedding_function=None))
+            log.info("collection_created", collection=name, model=embedder.name,
+                     dimensions=embedder.dimensions)
+        with self._guard:
+            self._collections[name] = col
+        return col
+
+    def _forget(self, name: str, *, bm25: bool = False) -> None:
+        """Drop cached handles (the collection object; its BM25 index too when `bm25`)."""
+        with self._guard:
+            self._collections.pop(name, None)
+            index = self._bm25.pop(name, None) if bm25 else None
+        if index is not None:
+            index.close()
+
+    def check_embedding_model(self, name: str, col: Any) -> None:
+        """Refuse to mix vectors of another model or size into (or query) a collection."""
+        meta = col.metadata or {}
+        stored_dims = meta.get("embedding_dimensions")
+        embedder = self.embedder
+        if stored_dims is not None and int(stored_dims) != int(embedder.dimensions):
+            raise EmbeddingError(
+                f"collection {name!r} holds {stored_dims}-dimensional vectors of model "
+                f"{meta.get('embedding_model', '?')!r}, but the configured model "
+                f"{embedder.name!r} produces {embedder.dimensions}",
+                hint=f"re-index: delete the collection (`delete_collection({name!r})`) and ingest "
+                     "again, or set HETRIEVER_EMBEDDING_MODEL back to the collection's model")
+        stored_model = meta.get("embedding_model")
+        if stored_model and stored_model != embedder.name:
+            log.warning("embedding_model_differs", collection=name, stored=stored_model,
+                        configured=embedder.name)
+
+    def bm25(self, name: str) -> BM25Index:
+        with self._guard:
+            index = self._bm25.get(name)
+            if index is None:
+                index = BM25Index(self.bm25_path(name))
+                self._bm25[name] = index
+            return index
+
+    def bm25_path(self, name: str) -> Path:
+        return self.settings.resolved_state_dir / "bm25" / f"{name}.sqlite"
+
+    def collection_names(self) -> list[str]:
+        cols = self._call("list_collections", self.client.list_collections)
+        return sorted(c.name if hasattr(c, "name") else str(c) for c in cols)
+
+    @contextlib.contextmanager
+    def writer_lock(self, collection: str) -> Iterator[None]:
+        """Exclusive write access: the persistent directory (embedded) and the collection."""
+        with contextlib.ExitStack() as stack:
+            if not self.settings.server_mode:
+                self.settings.chroma_path.mkdir(parents=True, exist_ok=True)
+                stack.enter_context(file_lock(self.settings.chroma_path, timeout=self.lock_timeout,
+                                              what=f"the Chroma directory {self.location}"))
+            lock_path = self.settings.resolved_state_dir / "locks" / f"{collection}.lock"
+            stack.enter_context(file_lock(lock_path, timeout=self.lock_timeout,
+                                          what=f"collection {collection!r}"))
+            yield
+
+    # -- validation --------------------------------------------------------------------
+
+    def _prepare(self, collection: str, ids: list[str], texts: list[str],
+                 metadatas: list[dict[str, Any]]) -> None:
+        """Validate a batch in place (fills repository and content_hash); IndexingError."""
+        seen: set[str] = set()
+        for i, (doc_id, text, meta) in enumerate(zip(ids, texts, metadatas)):
+            if not isinstance(doc_id, str) or not doc_id:
+                raise IndexingError(f"chunk #{i} of {collection!r} has an empty id")
+            if doc_id in seen:
+                raise IndexingError(f"duplicate id {doc_id!r} in one write to {collection!r}",
+                                    hint="chunk ids must be unique; check the chunker's ids")
+            seen.add(doc_id)
+            if not isinstance(text, str) or not text.strip():
+                raise IndexingError(f"chunk {doc_id!r} of {collection!r} has empty content",
+                                    hint="drop empty chunks before writing")
+            repo = meta.setdefault("repository", collection)
+            if repo != collection:
+                raise IndexingError(
+                    f"chunk {doc_id!r} says repository {repo!r} but is written to {collection!r}",
+                    hint="a chunk's `repository` metadata must name its collection")
+            digest = content_hash(text)
+            if meta.setdefault("content_hash", digest) != digest:
+                raise IndexingError(f"chunk {doc_id!r}: content_hash does not match its text",
+                                    hint="compute content_hash as sha256 of the chunk text")
+            try:
+                validate_metadata(meta)
+            except (ValueError, TypeError) as exc:
+                raise IndexingError(f"chunk {doc_id!r} has metadata Chroma rejects: {exc}",
+                                    hint="use str/int/float/bool values or non-empty lists "
+                                         "of one of those; no None") from None
+
+    # -- sync core (the async API runs these in a worker thread) ---------------------
+
+    def _existing(self, col: Any, ids: list[str]) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        step = self.max_batch_size()
+        for start in range(0, len(ids), step):
+            part = ids[start:start + step]
+            got = self._call("get", lambda: col.get(ids=part, include=["metadatas"]))
+            for doc_id, meta in zip(got["ids"], got["metadatas"] or []):
+                out[doc_id] = dict(meta or {})
+        return out
+
+    def _ids_where(self, col: Any, where: dict[str, Any]) -> list[str]:
+        got = self._call("get", lambda: col.get(where=where, include=[]))
+        return list(got["ids"])
+
+    @staticmethod
+    def _replacing(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+        """Chroma merges metadata on update/upsert: None removes keys the new version lacks."""
+        return {**{k: None for k in old if k not in new}, **new}
+
+    def _write(self, collection: str, col: Any, ids: list[str], texts: list[str],
+               metadatas: list[dict[str, Any]]) -> FileWriteResult:
+        """Upsert chunks: unchanged content is not re-embedded, only its metadata refreshed."""
+        self._prepare(collection, ids, texts, metadatas)
+        self.check_embedding_model(collection, col)
+        result = FileWriteResult()
+        existing = self._existing(col, ids)
+        to_embed: list[int] = []
+        meta_only: list[int] = []
+        for i, doc_id in enumerate(ids):
+            old = existing.get(doc_id)
+            if old is not None and old.get("content_hash") == metadatas[i]["content_hash"]:
+                result.reused += 1
+                if old != metadatas[i]:
+                    meta_only.append(i)
+            else:
+                to_embed.append(i)
+        step = self.max_batch_size()
+        index = self.bm25(collection)
+        for start in range(0, len(meta_only), step):
+            part = meta_only[start:start + step]
+            p_ids = [ids[i] for i in part]
+            p_meta = [self._replacing(existing[ids[i]], metadatas[i]) for i in part]
+            self._call("update", lambda: col.update(ids=p_ids, metadatas=p_meta))
+            index.upsert(p_ids, [texts[i] for i in part], [metadatas[i] for i in part])
+        for start in range(0, len(to_embed), step):
+            part = to_embed[start:start + step]
+            p_ids = [ids[i] for i in part]
+            p_texts = [texts[i] for i in part]
+            p_meta = [self._replacing(existing.get(ids[i], {}), metadatas[i]) for i in part]
+            began = time.perf_counter()
+            vectors = self.embedder.embed(p_texts)
+            result.embedding_seconds += time.perf_counter() - began
+            if vectors.shape != (len(part), int(self.embedder.dimensions)):
+                raise EmbeddingError(f"the embedder returned shape {vectors.shape} for "
+                                     f"{len(part)} texts")
+            self._call("upsert", lambda: col.upsert(ids=p_ids, embeddings=vectors,
+                                                    documents=p_texts, metadatas=p_meta))
+            index.upsert(p_ids, p_texts, [metadatas[i] for i in part])
+            result.written += len(part)
+        return result
+
+    def _delete_ids(self, collection: str, col: Any, ids: list[str]) -> int:
+        step = self.max_batch_size()
+        for start in range(0, len(ids), step):
+            part = ids[start:start + step]
+            self._call("delete", lambda: col.delete(ids=part))
+        if ids:
+            self.bm25(collection).delete(ids)
+        return len(ids)
+
+    def upsert_file_chunks_sync(self, collection: str, file_path: str,
+                                chunks: list[Chunk]) -> FileWriteResult:
+        ids = [c.id for c in chunks]
+        texts = [c.text for c in chunks]
+        metadatas = [dict(c.metadata) for c in chunks]
+        for c, meta in zip(chunks, metadatas):
+            if meta.get("file_path", file_path) != file_path:
+                raise IndexingError(f"chunk {c.id!r} belongs to {meta['file_path']!r}, "
+                                    f"not {file_path!r}")
+            meta["file_path"] = file_path
+        with self.writer_lock(collection):
+            col = self._chroma(collection, create=True)
+            old_ids = set(self._ids_where(col, {"file_path": file_path}))
+            # One BM25 commit per file; Chroma is written first, so a crash leaves BM25 behind
+            # (never ahead), which repair() fixes.
+            with self.bm25(collection).transaction():
+                result = self._write(collection, col, ids, texts, metadatas) if chunks \
+                    else FileWriteResult()
+                vanished = sorted(old_ids - set(ids))
+                result.deleted = self._delete_ids(collection, col, vanished)
+        log.debug("file_written", collection=collection, path=file_path, written=result.written,
+                  reused=result.reused, deleted=result.deleted)
+        return result
+
+    def delete_file_sync(self, collection: str, file_path: str) -> int:
+        col = self._chroma(collection)
+        if col is None:
+            return 0
+        with self.writer_lock(collection):
+            ids = self._ids_where(col, {"file_path": file_path})
+            removed = self._delete_ids(collection, col, ids)
+            # BM25 rows Chroma never had (a crash between the two writes) go too.
+            self.bm25(collection).delete_where({"file_path": file_path})
+        return removed
+
+    def index_document_sync(self, doc_id: str, content: str, metadata: Metadata) -> bool:
+        meta = dict(metadata or {})
+        collection = meta.get("repository")
+        if not isinstance(collection, str) or not collection:
+            raise IndexingError(f"document {doc_id!r} has no `repository` metadata",
+                                hint="set metadata['repository'] to the collection's name")
+        with self.writer_lock(collection):
+            col = self._chroma(collection, create=True)
+            self._write(collection, col, [doc_id], [content], [meta])
+        return True
+
+    def _all(self, col: Any, include: list[str]) -> dict[str, list[Any]]:
+        """Every record of a collection, paged."""
+        out: dict[str, list[Any]] = {"ids": [], **{k: [] for k in include}}
+        step = self.max_batch_size()
+        offset = 0
+        while True:
+            got = self._call("get", lambda: col.get(include=include, limit=step, offset=offset))
+            out["ids"].extend(got["ids"])
+            for key in include:
+                out[key].extend(got[key] or [])
+            if len(got["ids"]) < step:
+                return out
+            offset += step
+
+    def list_files_sync(self, collection: str) -> list[str]:
+        col = self._chroma(collection)
+        if col is None:
+            return []
+        metas = self._all(col, ["metadatas"])["metadatas"]
+        return sorted({str(m["file_path"]) for m in metas if m and "file_path" in m})
+
+    def get_by_id_sync(self, doc_id: str) -> Document | None:
+        for name in self.collection_names():
+            col = self._chroma(name)
+            if col is None:
+                continue
+            got = self._call("get", lambda: col.get(ids=[doc_id],
+                                                    include=["documents", "metadatas"]))
+            if got["ids"]:
+                return Document(doc_id=doc_id, content=got["documents"][0],
+                                metadata=dict(got["metadatas"][0] or {}))
+        return None
+
+    def delete_sync(self, doc_id: str) -> bool:
+        for name in self.collection_names():
+            col = self._chroma(name)
+            if col is None:
+                continue
+            got = self._call("get", lambda: col.get(ids=[doc_id], include=[]))
+            if got["ids"]:
+                with self.writer_lock(name):
+                    self._delete_ids(name, col, [doc_id])
+                return True
+        return False
+
+    def info_sync(self, name: str) -> CollectionInfo | None:
+        col = self._chroma(name)
+        if col is None:
+            return None
+        # Fetched fresh: the cached object's metadata is a snapshot from when it was opened.
+        fresh = self._call("get_collection", lambda: self.client.get_collection(
+            name, embedding_function=None))
+        with self._guard:
+            self._collections[name] = fresh
+        return CollectionInfo(name=name, count=int(self._call("count", fresh.count)),
+                              metadata=dict(fresh.metadata or {}))
+
+    def ensure_collection_sync(self, name: str) -> CollectionInfo:
+        col = self._chroma(name, create=True)
+        self.check_embedding_model(name, col)
+        info = self.info_sync(name)
+        assert info is not None
+        return info
+
+    def delete_collection_sync(self, name: str) -> int:
+        validate_collection_name(name)
+        with self.writer_lock(name):
+            col = self._chroma(name)
+            removed = int(self._call("count", col.count)) if col is not None else 0
+            if col is not None:
+                self._call("delete_collection", lambda: self.client.delete_collection(name))
+            self.bm25(name).drop()
+            self._forget(name, bm25=True)
+        log.info("collection_deleted", collection=name, chunks=removed)
+        return removed
+
+    def update_collection_metadata_sync(self, name: str, **fields: Any) -> dict[str, Any]:
+        info = self.info_sync(name)
+        if info is None:
+            raise CollectionNotFoundError(f"collection {name!r} does not exist",
+                                          hint="index the repository first")
+        merged = {**info.metadata, **{k: v for k, v in fields.items() if v is not None}}
+        for key in (k for k, v in fields.items() if v is None):
+            merged.pop(key, None)
+        try:
+            validate_metadata(merged)
+        except (ValueError, TypeError) as exc:
+            raise IndexingError(f"collection metadata for {name!r} is invalid: {exc}") from None
+        col = self._collections[name]
+        with self.writer_lock(name):
+            # Chroma replaces collection metadata as a whole, hence the merge above.
+            self._call("modify", lambda: col.modify(metadata=merged))
+        self._forget(name)
+        return merged
+
+    def count_sync(self, collection: str) -> int:
+        col = self._chroma(collection)
+        return int(self._call("count", col.count)) if col is not None else 0
+
+    def repair_sync(self, collection: str) -> RepairResult:
+        result = RepairResult(collection=collection)
+        col = self._chroma(collection)
+        if col is None:
+            raise CollectionNotFoundError(f"collection {collection!r} does not exist")
+        with self.writer_lock(collection):
+            records = self._all(col, ["documents", "metadatas"])
+            index = self.bm25(collection)
+            in_bm25 = set(index.ids())
+            in_chroma = set(records["ids"])
+            missing = [i for i, doc_id in enumerate(records["ids"]) if doc_id not in in_bm25]
+            extra = sorted(in_bm25 - in_chroma)
+            if missing:
+                index.upsert([records["ids"][i] for i in missing],
+                             [records["documents"][i] for i in missing],
+                             [dict(records["metadatas"][i] or {}) for i in missing])
+            if extra:
+                index.delete(extra)
+            result.added, result.removed = len(missing), len(extra)
+        log.info("collection_repaired", collection=collection, added=result.added,
+                 removed=result.removed)
+        return result
+
+    def health_check_sync(self) -> bool:
+        try:
+            self._call("heartbeat", self.client.heartbeat, retry=False)
+            return True
+        except Exception as exc:  # a health check reports; it never raises
+            log.warning("health_check_failed", location=self.location, error=str(exc))
+            return False
+
+    # -- async API --------------------------------------------------------------------
+
+    async def index_document(self, doc_id: str, content: str, metadata: Metadata) -> bool:
+        return await asyncio.to_thread(self.index_document_sync, doc_id, content, metadata)
+
+    async def search(self, query: str, top_k: int | None = None,
+                     filters: dict[str, Any] | None = None, *,
+                     namespaces: Sequence[str] | None = None,
+                     hybrid: bool | None = None) -> list[SearchResult]:
+        from hetriever.search import retrieve
+
+        result = await retrieve(self, query, top_k=top_k, filters=filters,
+                                namespaces=namespaces, hybrid=hybrid)
+        return result.matches
+
+    async def get_by_id(self, doc_id: str) -> Document | None:
+        return await asyncio.to_thread(self.get_by_id_sync, doc_id)
+
+    async def delete(self, doc_id: str) -> bool:
+        return await asyncio.to_thread(self.delete_sync, doc_id)
+
+    async def health_check(self) -> bool:
+        return await asyncio.to_thread(self.health_check_sync)
+
+    async def ensure_collection(self, name: str) -> CollectionInfo:
+        return await asyncio.to_thread(self.ensure_collection_sync, name)
+
+    async def upsert_file_chunks(self, collection: str, file_path: str,
+                                 chunks: list[Chunk]) -> FileWriteResult:
+        return await asyncio.to_thread(self.upsert_file_chunks_sync, collection, file_path,
+                                       list(chunks))
+
+    async def delete_file(self, collection: str, file_path: str) -> int:
+        return await asyncio.to_thread(self.delete_file_sync, collection, file_path)
+
+    async def list_files(self, collection: str) -> list[str]:
+        return await asyncio.to_thread(self.list_files_sync, collection)
+
+    async def list_collections(self) -> list[CollectionInfo]:
+        def run() -> list[CollectionInfo]:
+            infos = (self.info_sync(n) for n in self.collection_names())
+            return [i for i in infos if i is not None]
+
+        return await asyncio.to_thread(run)
+
+    async def get_collection_info(self, name: str) -> CollectionInfo | None:
+        return await asyncio.to_thread(self.info_sync, name)
+
+    async def delete_collection(self, name: str) -> int:
+        return await asyncio.to_thread(self.delete_collection_sync, name)
+
+    async def update_collection_metadata(self, name: str, **fields: Any) -> dict[str, Any]:
+        return await asyncio.to_thread(self.update_collection_metadata_sync, name, **fields)
+
+    async def get_collection_metadata(self, name: str) -> dict[str, Any]:
+        info = await asyncio.to_thread(self.info_sync, name)
+        return info.metadata if info is not None else {}
+
+    async def count(self, collection: str) -> int:
+        return await asyncio.to_thread(self.count_sync, collection)
+
+    async def repair(self, collection: str) -> RepairResult:
+        return await asyncio.to_thread(self.repair_sync, collection)
+
+    def close_sync(self) -> None:
+        with self._guard:
+            names = list(self._bm25)
+        for name in names:
+            self._forget(name, bm25=True)
+        with self._guard:
+            self._collections.clear()
+
+    async def close(self) -> None:
+        self.close_sync()
+
+    async def __aenter__(self) -> ChromaKnowledgeStore:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+# --- shared instances ----------------------------------------------------------------
+
+_stores: dict[str, ChromaKnowledgeStore] = {}
+_stores_guard = threading.Lock()
+
+
+def get_knowledge_store(settings: Settings | None = None) -> ChromaKnowledgeStore:
+    """One shared store per settings (from the environment when not given)."""
+    if settings is None:
+        settings = load_settings()
+    if not isinstance(settings, Settings):
+        raise ConfigurationError(f"expected Settings, got {type(settings).__name__}")
+    key = repr(settings)  # Settings holds dicts, so it is not hashable itself
+    with _stores_guard:
+        store = _stores.get(key)
+        if store is None:
+            store = ChromaKnowledgeStore(settings)
+            _stores[key] = store
+        return store
+
+
+def clear_store_cache() -> None:
+    with _stores_guard:
+        stores = list(_stores.values())
+        _stores.clear()
+    for store in stores:
+        store.close_sync()
