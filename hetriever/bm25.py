@@ -1,0 +1,721 @@
+"""Persistent, incremental BM25 (Okapi) per collection, kept in SQLite beside the Chroma data.
+
+Local Chroma has no sparse index, so this module keeps one:
+
+- SQLite (WAL) is the durable copy: `docs(id, length, metadata, term_ids, tfs, text)`, a
+  `terms` vocabulary with dense integer ids, a `meta` table holding a generation counter, and a
+  short `changelog` of the ids each committed write touched.
+- Queries run on an in-memory inverted index (CSR arrays per segment: a large main segment
+  plus a small delta segment for recent writes; deleted/replaced docs are tombstoned and
+  compacted away once they pile up). It is loaded lazily on the first read.
+- Every committed write bumps the generation. Before each read an index compares its in-memory
+  generation with the file's and catches up by replaying the changelog (or reloads when it is
+  too far behind), so several `BM25Index` objects, in any process, see each other's commits.
+
+Scores are raw Okapi BM25 with idf = ln(1 + (N - df + 0.5) / (df + 0.5)).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import sqlite3
+import threading
+from collections import Counter
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+import numpy as np
+
+from hetriever.errors import IndexingError, InvalidLimitError, KnowledgeStoreError
+from hetriever.filters import equality_terms, matches, validate_filter
+from hetriever.logs import get_logger
+
+log = get_logger(__name__)
+
+# --- tokenizer ---------------------------------------------------------------------
+
+# A word: letters/digits, optionally joined by '.', '_' or '-' (identifiers, file names,
+# versions). `[^\W_]` is a Unicode letter or digit.
+_WORD = re.compile(r"[^\W_]+(?:[._-][^\W_]+)*")
+_JOINERS = re.compile(r"[._-]")
+
+STOPWORDS = frozenset("""
+a about above after again against all am an and any are as at be because been before being
+below between both but by can could did do does doing don down during each either etc few for
+from further had has have having he her here hers herself him himself his how i if in into is
+it its itself just let may me might more most must my myself no nor not now of off on once only
+or other our ours ourselves out over own same shall she should so some such than that the their
+theirs them themselves then there these they this those through to too under until up very was
+we were what when where which while who whom why will with would you your yours yourself
+yourselves e.g i.e also via
+""".split())
+
+# Light stemming: measured on the hugo-docs corpus (bench/bench_bm25.py --stem-eval); see
+# the report in that script's output. Off by default.
+STEM_DEFAULT = False
+TOKENIZER_VERSION = "1"
+
+
+def _stem(word: str) -> str:
+    """Strip a few English inflections; leaves short words, numbers and identifiers alone."""
+    if len(word) <= 4 or not word.isalpha():
+        return word
+    if word.endswith("ies") and len(word) > 5:
+        return word[:-3] + "y"
+    if word.endswith("sses"):
+        return word[:-2]
+    if word.endswith("ing") and len(word) > 6:
+        return word[:-3]
+    if word.endswith("ed") and len(word) > 5 and not word.endswith("eed"):
+        return word[:-2]
+    if word.endswith("s") and not word.endswith(("ss", "us", "is")):
+        return word[:-1]
+    return word
+
+
+def tokenize(text: str, *, stem: bool = STEM_DEFAULT) -> list[str]:
+    """Lowercase terms for BM25; the same function serves documents and queries.
+
+    `.Site.Params` -> ["site.params", "site", "params"]; `v0.123.0` -> ["v0.123.0", "v0", "123"];
+    stopwords and one-character tokens are dropped.
+    """
+    out: list[str] = []
+    append = out.append
+    for word in _WORD.findall(text.lower()):
+        if "." in word or "_" in word or "-" in word:
+            if word not in STOPWORDS:  # "e.g", "i.e"
+                append(word)
+            for part in _JOINERS.split(word):
+                if len(part) > 1 and part not in STOPWORDS:
+                    append(_stem(part) if stem else part)
+        elif len(word) > 1 and word not in STOPWORDS:
+            append(_stem(word) if stem else word)
+    return out
+
+
+# --- in-memory index ---------------------------------------------------------------
+
+_EMPTY_I = np.zeros(0, dtype=np.int32)
+_EMPTY_F = np.zeros(0, dtype=np.float32)
+
+
+class _Segment:
+    """Postings in CSR form: term id t -> docs[offsets[t]:offsets[t+1]] with their tfs."""
+
+    def __init__(self, term_ids: np.ndarray, docs: np.ndarray, tfs: np.ndarray, n_terms: int):
+        order = np.argsort(term_ids, kind="stable")
+        counts = np.bincount(term_ids, minlength=n_terms) if len(term_ids) else np.zeros(
+            n_terms, dtype=np.int64)
+        self.offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+        np.cumsum(counts, out=self.offsets[1:])
+        self.docs = docs[order].astype(np.int32, copy=False)
+        self.tfs = tfs[order].astype(np.float32, copy=False)
+
+    def __len__(self) -> int:
+        return len(self.docs)
+
+    def postings(self, term: int) -> tuple[np.ndarray, np.ndarray]:
+        if term + 1 >= len(self.offsets):
+            return _EMPTY_I, _EMPTY_F
+        start, end = self.offsets[term], self.offsets[term + 1]
+        return self.docs[start:end], self.tfs[start:end]
+
+    def triples(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        terms = np.repeat(np.arange(len(self.offsets) - 1, dtype=np.int32), np.diff(self.offsets))
+        return terms, self.docs, self.tfs
+
+
+def _value_key(value: Any) -> tuple | None:
+    """Key for the equality index, following filters' equality (2 == 2.0, bools apart)."""
+    if isinstance(value, bool):
+        return ("b", value)
+    if isinstance(value, (int, float)):
+        return ("n", float(value))
+    if isinstance(value, str):
+        return ("s", value)
+    return None  # lists never equal a scalar
+
+
+class _State:
+    """The committed index of one generation, in memory. Doc slots are append-only until
+    compaction; a replaced or deleted doc's slot is tombstoned."""
+
+    def __init__(self, generation: int, doc_ids: list[str], lengths: np.ndarray,
+                 metas: list[dict], term_ids: np.ndarray, docs: np.ndarray, tfs: np.ndarray,
+                 n_terms: int):
+        self.generation = generation
+        self.doc_ids = doc_ids
+        self.metas = metas
+        self.id_to_slot = {doc_id: i for i, doc_id in enumerate(doc_ids)}
+        self.lengths = np.array(lengths, dtype=np.float64)
+        self.alive = np.ones(len(doc_ids), dtype=bool)
+        self.dead = 0
+        self.total_len = float(self.lengths.sum())
+        self.main = _Segment(term_ids, docs, tfs, n_terms)
+        self.delta_parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self.delta_postings = 0
+        self._delta: _Segment | None = None
+        self._norm: np.ndarray | None = None
+        self._norm_params: tuple[float, float] | None = None
+        self.eq_index: dict[str, dict[tuple, set[int]]] = {}
+        self._new_lengths: list[float] = []
+
+    @property
+    def n_live(self) -> int:
+        return len(self.doc_ids) - self.dead
+
+    def delta(self, n_terms: int) -> _Segment | None:
+        if not self.delta_parts:
+            return None
+        if self._delta is None:
+            terms, docs, tfs = (np.concatenate(x) for x in zip(*self.delta_parts))
+            self._delta = _Segment(terms, docs, tfs, n_terms)
+        return self._delta
+
+    def norm(self, k1: float, b: float) -> np.ndarray:
+        """k1 * (1 - b + b * len / avgdl) per slot, cached until the next change."""
+        if self._norm is None or self._norm_params != (k1, b):
+            avgdl = self.total_len / self.n_live if self.n_live and self.total_len else 1.0
+            self._norm = k1 * (1.0 - b + b * self.lengths / avgdl)
+            self._norm_params = (k1, b)
+        return self._norm
+
+    def remove(self, doc_id: str) -> None:
+        slot = self.id_to_slot.pop(doc_id, None)
+        if slot is None:
+            return
+        self.alive[slot] = False
+        self.dead += 1
+        self.total_len -= self.lengths[slot]
+        for key, values in self.eq_index.items():
+            vkey = _value_key(self.metas[slot].get(key))
+            if vkey is not None and vkey in values:
+                values[vkey].discard(slot)
+
+    def add(self, doc_id: str, length: int, meta: dict, terms: np.ndarray, tfs: np.ndarray) -> None:
+        self.remove(doc_id)
+        slot = len(self.doc_ids)
+        self.doc_ids.append(doc_id)
+        self.metas.append(meta)
+        self.id_to_slot[doc_id] = slot
+        self._new_lengths.append(float(length))  # arrays grow once per batch, in changed()
+        self.total_len += length
+        self.delta_parts.append((terms, np.full(len(terms), slot, dtype=np.int32), tfs))
+        self.delta_postings += len(terms)
+        for key, values in self.eq_index.items():
+            vkey = _value_key(meta.get(key))
+            if vkey is not None:
+                values.setdefault(vkey, set()).add(slot)
+
+    def changed(self, n_terms: int) -> None:
+        """Invalidate caches after adds/removes; compact when garbage or the delta grows."""
+        if self._new_lengths:
+            self.lengths = np.concatenate([self.lengths, self._new_lengths])
+            self.alive = np.concatenate([self.alive, np.ones(len(self._new_lengths), dtype=bool)])
+            self._new_lengths = []
+        self._delta = None
+        self._norm = None
+        if (self.dead > max(1000, len(self.doc_ids) // 4)
+                or self.delta_postings > max(50_000, len(self.main) // 4)):
+            self.compact(n_terms)
+
+    def compact(self, n_terms: int) -> None:
+        parts = [self.main.triples(), *self.delta_parts]
+        terms, docs, tfs = (np.concatenate(x) for x in zip(*parts))
+        keep = self.alive[docs]
+        remap = np.cumsum(self.alive) - 1
+        self.main = _Segment(terms[keep], remap[docs[keep]].astype(np.int32), tfs[keep], n_terms)
+        live = np.flatnonzero(self.alive)
+        self.doc_ids = [self.doc_ids[i] for i in live]
+        self.metas = [self.metas[i] for i in live]
+        self.lengths = self.lengths[live]
+        self.alive = np.ones(len(live), dtype=bool)
+        self.id_to_slot = {doc_id: i for i, doc_id in enumerate(self.doc_ids)}
+        self.dead = 0
+        self.delta_parts, self.delta_postings, self._delta, self._norm = [], 0, None, None
+        self.eq_index = {}
+
+    def slots_for(self, where: dict | None) -> set[int] | None:
+        """Slots that can match `where` by its equality constraints (None: no narrowing)."""
+        terms = equality_terms(where)
+        if not terms:
+            return None
+        result: set[int] | None = None
+        for key, values in terms:
+            index = self.eq_index.get(key)
+            if index is None:
+                index = self.eq_index[key] = {}
+                for slot in np.flatnonzero(self.alive):
+                    vkey = _value_key(self.metas[slot].get(key))
+                    if vkey is not None:
+                        index.setdefault(vkey, set()).add(int(slot))
+            found: set[int] = set()
+            for value in values:
+                found |= index.get(_value_key(value), set())
+            result = found if result is None else result & found
+        return result
+
+
+# --- persistent index --------------------------------------------------------------
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS terms(id INTEGER PRIMARY KEY, term TEXT NOT NULL UNIQUE);
+CREATE TABLE IF NOT EXISTS docs(
+    id TEXT PRIMARY KEY,
+    length INTEGER NOT NULL,
+    metadata TEXT NOT NULL,
+    term_ids BLOB NOT NULL,
+    tfs BLOB NOT NULL,
+    text TEXT NOT NULL  -- last, so loads that skip it need not read it
+);
+CREATE TABLE IF NOT EXISTS changelog(gen INTEGER NOT NULL, doc_id TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS changelog_gen ON changelog(gen);
+"""
+SCHEMA_VERSION = "1"
+# A write touching more ids than this is not logged; readers reload instead of replaying.
+_LOG_MAX_IDS = 5000
+# Changelog rows older than this many generations are trimmed.
+_LOG_KEEP_GENERATIONS = 2000
+_SQL_CHUNK = 500
+
+
+def _chunks(seq: Sequence, size: int = _SQL_CHUNK) -> Iterator[Sequence]:
+    for i in range(0, len(seq), size):
+        yield seq[i:i + size]
+
+
+class BM25Index:
+    """One collection's BM25 index, persisted in the SQLite file at `path`.
+
+    Thread-safe (one lock per object). Writes are transactional; group several with
+    `with index.transaction(): ...`. Inside a transaction, `ids()`, `count()`, `get()`,
+    `ids_where()` and `delete_where()` see its uncommitted writes; `search()` sees committed
+    state only.
+    """
+
+    def __init__(self, path: Path, *, k1: float = 1.2, b: float = 0.75):
+        if k1 < 0 or not 0.0 <= b <= 1.0:
+            raise KnowledgeStoreError(f"invalid BM25 parameters k1={k1}, b={b}",
+                                      hint="use k1 >= 0 and 0 <= b <= 1 (defaults 1.2, 0.75)")
+        self.path = Path(path)
+        self.k1 = float(k1)
+        self.b = float(b)
+        self._lock = threading.RLock()
+        self._state: _State | None = None
+        self._vocab: dict[str, int] | None = None
+        self._depth = 0
+        self._txn_ids: set[str] = set()
+        self._pending: dict[str, dict | None] = {}
+        self._force_reload = False  # the next commit makes every reader reload
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._wconn = self._connect()
+            self._rconn = self._connect()
+        except sqlite3.Error as exc:
+            raise KnowledgeStoreError(f"cannot open BM25 index {self.path}: {exc}",
+                                      hint="check the state directory is writable") from None
+        self._closed = False
+        self._init_schema()
+
+    # -- connection and schema --
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
+                               timeout=60.0)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        return conn
+
+    def _init_schema(self) -> None:
+        with self._lock:
+            self._wconn.execute("BEGIN IMMEDIATE")
+            try:
+                for statement in _SCHEMA.split(";"):
+                    if statement.strip():
+                        self._wconn.execute(statement)
+                defaults = {"generation": "0", "log_floor": "0", "schema": SCHEMA_VERSION,
+                            "tokenizer": self._tokenizer_id()}
+                self._wconn.executemany("INSERT OR IGNORE INTO meta(key, value) VALUES (?, ?)",
+                                        defaults.items())
+                stored = self._meta(self._wconn, "tokenizer")
+                self._wconn.execute("COMMIT")
+            except BaseException:
+                self._wconn.execute("ROLLBACK")
+                raise
+        if stored != self._tokenizer_id():
+            self._retokenize(stored)
+
+    @staticmethod
+    def _tokenizer_id() -> str:
+        return f"{TOKENIZER_VERSION}{'s' if STEM_DEFAULT else ''}"
+
+    @staticmethod
+    def _meta(conn: sqlite3.Connection, key: str) -> str:
+        row = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else ""
+
+    def _retokenize(self, old: str) -> None:
+        """The tokenizer changed since this file was written: rebuild postings from texts."""
+        log.warning("bm25_retokenize", path=str(self.path), old=old, new=self._tokenizer_id())
+        with self.transaction():
+            rows = self._wconn.execute("SELECT id, text, metadata FROM docs").fetchall()
+            self._wconn.execute("DELETE FROM docs")
+            self._wconn.execute("DELETE FROM terms")
+            self._vocab = {}
+            self._write_docs([r[0] for r in rows], [r[1] for r in rows],
+                             [json.loads(r[2]) for r in rows])
+            self._wconn.execute("UPDATE meta SET value = ? WHERE key = 'tokenizer'",
+                                (self._tokenizer_id(),))
+            self._force_reload = True
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise KnowledgeStoreError(f"BM25 index {self.path} is closed",
+                                      hint="open a new BM25Index")
+
+    def _sync_vocab(self, conn: sqlite3.Connection) -> None:
+        if self._vocab is None:
+            self._vocab = {}
+        rows = conn.execute("SELECT id, term FROM terms WHERE id >= ? ORDER BY id",
+                            (len(self._vocab),)).fetchall()
+        for term_id, term in rows:
+            self._vocab[term] = term_id
+
+    # -- transactions --
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """Group writes into one atomic commit; an exception rolls all of them back."""
+        with self._lock:
+            self._check_open()
+            if self._depth:
+                self._depth += 1
+                try:
+                    yield
+                finally:
+                    self._depth -= 1
+                return
+            self._wconn.execute("BEGIN IMMEDIATE")  # waits for other writers (timeout)
+            self._depth = 1
+            try:
+                self._sync_vocab(self._wconn)
+                yield
+                self._commit()
+            except BaseException:
+                self._wconn.execute("ROLLBACK")
+                self._vocab = None  # it may hold ids of terms that were never committed
+                raise
+            finally:
+                self._depth = 0
+                self._force_reload = False
+                self._txn_ids = set()
+                self._pending = {}
+            if self._state is not None:
+                self._refresh()
+
+    def _commit(self) -> None:
+        conn = self._wconn
+        if self._txn_ids:
+            gen = int(self._meta(conn, "generation")) + 1
+            floor = int(self._meta(conn, "log_floor"))
+            if len(self._txn_ids) > _LOG_MAX_IDS or self._force_reload:
+                conn.execute("DELETE FROM changelog")
+                floor = gen
+            else:
+                conn.executemany("INSERT INTO changelog(gen, doc_id) VALUES (?, ?)",
+                                 ((gen, doc_id) for doc_id in self._txn_ids))
+                cutoff = gen - _LOG_KEEP_GENERATIONS
+                if cutoff > floor:
+                    conn.execute("DELETE FROM changelog WHERE gen <= ?", (cutoff,))
+                    floor = cutoff
+            conn.executemany("UPDATE meta SET value = ? WHERE key = ?",
+                             ((str(gen), "generation"), (str(floor), "log_floor")))
+        conn.execute("COMMIT")
+
+    # -- writes --
+
+    def upsert(self, ids: Sequence[str], texts: Sequence[str],
+               metadatas: Sequence[Mapping[str, Any] | None] | None = None) -> None:
+        """Insert or replace documents (an existing id's text and metadata are replaced)."""
+        ids = list(ids)
+        texts = list(texts)
+        metas = [dict(m or {}) for m in (metadatas if metadatas is not None else [None] * len(ids))]
+        if not len(ids) == len(texts) == len(metas):
+            raise IndexingError(f"upsert got {len(ids)} ids, {len(texts)} texts and "
+                                f"{len(metas)} metadatas", hint="pass one of each per document")
+        if len(set(ids)) != len(ids):
+            raise IndexingError("upsert got duplicate ids", hint="pass each id once per call")
+        for doc_id, text in zip(ids, texts):
+            if not isinstance(doc_id, str) or not doc_id:
+                raise IndexingError(f"invalid document id {doc_id!r}", hint="use non-empty strings")
+            if not isinstance(text, str):
+                raise IndexingError(f"text of {doc_id!r} is {type(text).__name__}, not str")
+        if not ids:
+            return
+        with self.transaction():
+            self._write_docs(ids, texts, metas)
+
+    def _write_docs(self, ids: list[str], texts: list[str], metas: list[dict]) -> None:
+        assert self._vocab is not None
+        vocab = self._vocab
+        rows = []
+        new_terms: list[tuple[int, str]] = []
+        for doc_id, text, meta in zip(ids, texts, metas):
+            tokens = tokenize(text)
+            counts = Counter(tokens)
+            term_ids = np.empty(len(counts), dtype="<i4")
+            tfs = np.empty(len(counts), dtype="<u2")
+            for i, (term, tf) in enumerate(counts.items()):
+                term_id = vocab.get(term)
+                if term_id is None:
+                    term_id = vocab[term] = len(vocab)
+                    new_terms.append((term_id, term))
+                term_ids[i] = term_id
+                tfs[i] = min(tf, 65535)
+            try:
+                meta_json = json.dumps(meta, sort_keys=True, separators=(",", ":"),
+                                       allow_nan=False)
+            except (TypeError, ValueError) as exc:
+                raise IndexingError(f"metadata of {doc_id!r} is not storable: {exc}",
+                                    hint="use str/int/float/bool values or lists of them") from None
+            rows.append((doc_id, len(tokens), meta_json, term_ids.tobytes(), tfs.tobytes(), text))
+            self._pending[doc_id] = meta
+        self._wconn.executemany("INSERT INTO terms(id, term) VALUES (?, ?)", new_terms)
+        self._wconn.executemany(
+            "INSERT INTO docs(id, length, metadata, term_ids, tfs, text) VALUES (?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT(id) DO UPDATE SET length = excluded.length,"
+            " metadata = excluded.metadata, term_ids = excluded.term_ids, tfs = excluded.tfs,"
+            " text = excluded.text", rows)
+        self._txn_ids.update(ids)
+
+    def delete(self, ids: Iterable[str]) -> int:
+        """Delete documents by id; returns how many existed."""
+        ids = list(dict.fromkeys(ids))
+        if not ids:
+            return 0
+        removed = 0
+        with self.transaction():
+            for part in _chunks(ids):
+                marks = ",".join("?" * len(part))
+                found = [r[0] for r in self._wconn.execute(
+                    f"SELECT id FROM docs WHERE id IN ({marks})", part)]
+                if found:
+                    self._wconn.execute(f"DELETE FROM docs WHERE id IN ({marks})", part)
+                removed += len(found)
+                for doc_id in found:
+                    self._pending[doc_id] = None
+                self._txn_ids.update(found)
+        return removed
+
+    def delete_where(self, where: Mapping | None) -> list[str]:
+        """Delete every document matching `where` (e.g. {"file_path": p}); returns their ids."""
+        normalised = validate_filter(where)
+        if normalised is None:
+            raise IndexingError("delete_where needs a filter",
+                                hint="to empty the index, use drop() or delete(ids())")
+        with self.transaction():
+            doomed = sorted(self.ids_where(normalised))
+            self.delete(doomed)
+        return doomed
+
+    # -- reads --
+
+    def ids(self) -> set[str]:
+        with self._lock:
+            self._check_open()
+            return {r[0] for r in self._wconn.execute("SELECT id FROM docs")}
+
+    def count(self) -> int:
+        with self._lock:
+            self._check_open()
+            return int(self._wconn.execute("SELECT COUNT(*) FROM docs").fetchone()[0])
+
+    def get(self, doc_id: str) -> tuple[str, dict] | None:
+        with self._lock:
+            self._check_open()
+            row = self._wconn.execute("SELECT text, metadata FROM docs WHERE id = ?",
+                                      (doc_id,)).fetchone()
+        return (row[0], json.loads(row[1])) if row else None
+
+    def ids_where(self, where: Mapping | None) -> set[str]:
+        normalised = validate_filter(where)
+        with self._lock:
+            state = self._current()
+            slots = state.slots_for(normalised)
+            if slots is None:
+                slots = np.flatnonzero(state.alive)
+            found = {state.doc_ids[s] for s in slots
+                     if state.alive[s] and matches(normalised, state.metas[s])}
+            if self._pending:  # this object's own uncommitted writes
+                found -= self._pending.keys()
+                found |= {doc_id for doc_id, meta in self._pending.items()
+                          if meta is not None and matches(normalised, meta)}
+            return found
+
+    def search(self, query: str, k: int, where: Mapping | None = None) -> list[tuple[str, float]]:
+        """Top `k` (id, raw BM25 score) among documents matching `where`; only scores > 0."""
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise InvalidLimitError(f"k must be a positive integer, got {k!r}")
+        normalised = validate_filter(where)
+        with self._lock:
+            state = self._current()
+            assert self._vocab is not None
+            term_ids = sorted({self._vocab[t] for t in tokenize(query) if t in self._vocab})
+            if not term_ids or not state.n_live:
+                return []
+            scores = self._score(state, term_ids)
+            candidates = np.flatnonzero(scores > 0)
+            if normalised is not None:
+                allowed = state.slots_for(normalised)
+                if allowed is not None:
+                    candidates = candidates[np.isin(candidates, np.fromiter(
+                        allowed, dtype=np.int64, count=len(allowed)))]
+            top = self._top(state, scores, candidates, k, normalised)
+            hits = [(state.doc_ids[s], float(scores[s])) for s in top]
+        hits.sort(key=lambda h: (-h[1], h[0]))
+        return hits
+
+    def _score(self, state: _State, term_ids: list[int]) -> np.ndarray:
+        assert self._vocab is not None
+        n_terms = len(self._vocab)
+        scores = np.zeros(len(state.doc_ids), dtype=np.float64)
+        norm = state.norm(self.k1, self.b)
+        delta = state.delta(n_terms)
+        n = state.n_live
+        for term in term_ids:
+            docs, tfs = state.main.postings(term)
+            if delta is not None:
+                more_docs, more_tfs = delta.postings(term)
+                if len(more_docs):
+                    docs = np.concatenate([docs, more_docs])
+                    tfs = np.concatenate([tfs, more_tfs])
+            if state.dead and len(docs):
+                keep = state.alive[docs]
+                docs, tfs = docs[keep], tfs[keep]
+            df = len(docs)
+            if not df:
+                continue
+            idf = math.log(1.0 + (n - df + 0.5) / (df + 0.5))
+            # A live doc appears at most once per term, so plain fancy-index += is exact.
+            scores[docs] += idf * tfs * (self.k1 + 1.0) / (tfs + norm[docs])
+        return scores
+
+    @staticmethod
+    def _top(state: _State, scores: np.ndarray, candidates: np.ndarray, k: int,
+             where: dict | None) -> list[int]:
+        """Best-first slots: partial sort, then run the filter only as far as needed."""
+        if not len(candidates):
+            return []
+        first = k if where is None else 4 * k + 64
+        if len(candidates) > first:
+            part = np.argpartition(-scores[candidates], first - 1)
+            head, rest = candidates[part[:first]], candidates[part[first:]]
+        else:
+            head, rest = candidates, candidates[:0]
+        head = head[np.argsort(-scores[head], kind="stable")]
+        if where is None:
+            return [int(s) for s in head[:k]]
+        out = [int(s) for s in head if matches(where, state.metas[s])][:k]
+        if len(out) < k and len(rest):
+            rest = rest[np.argsort(-scores[rest], kind="stable")]
+            for s in rest:
+                if matches(where, state.metas[s]):
+                    out.append(int(s))
+                    if len(out) == k:
+                        break
+        return out
+
+    # -- keeping the in-memory index current --
+
+    def _current(self) -> _State:
+        self._check_open()
+        self._refresh()
+        assert self._state is not None
+        return self._state
+
+    def _refresh(self) -> None:
+        """Bring the in-memory index to the file's committed generation."""
+        conn = self._rconn
+        conn.execute("BEGIN")  # one consistent snapshot for everything read below
+        try:
+            gen = int(self._meta(conn, "generation"))
+            state = self._state
+            if state is not None and state.generation == gen and self._vocab is not None:
+                return
+            self._sync_vocab(conn)
+            if state is None or state.generation < int(self._meta(conn, "log_floor")):
+                self._state = self._load(conn, gen)
+                return
+            changed = [r[0] for r in conn.execute(
+                "SELECT DISTINCT doc_id FROM changelog WHERE gen > ?", (state.generation,))]
+            if len(changed) > max(2000, state.n_live // 3):
+                self._state = self._load(conn, gen)
+                return
+            for part in _chunks(changed):
+                rows = {r[0]: r for r in conn.execute(
+                    "SELECT id, length, metadata, term_ids, tfs FROM docs WHERE id IN "
+                    f"({','.join('?' * len(part))})", part)}
+                for doc_id in part:
+                    row = rows.get(doc_id)
+                    if row is None:
+                        state.remove(doc_id)
+                    else:
+                        state.add(doc_id, row[1], json.loads(row[2]),
+                                  np.frombuffer(row[3], dtype="<i4"),
+                                  np.frombuffer(row[4], dtype="<u2").astype(np.float32))
+            state.generation = gen
+            state.changed(len(self._vocab or {}))
+        finally:
+            conn.execute("COMMIT")
+
+    def _load(self, conn: sqlite3.Connection, gen: int) -> _State:
+        rows = conn.execute(
+            "SELECT id, length, metadata, term_ids, tfs FROM docs ORDER BY rowid").fetchall()
+        doc_ids = [r[0] for r in rows]
+        lengths = np.fromiter((r[1] for r in rows), dtype=np.float64, count=len(rows))
+        metas = [json.loads(r[2]) for r in rows]
+        term_ids = np.frombuffer(b"".join(r[3] for r in rows), dtype="<i4")
+        tfs = np.frombuffer(b"".join(r[4] for r in rows), dtype="<u2").astype(np.float32)
+        per_doc = np.fromiter((len(r[4]) // 2 for r in rows), dtype=np.int64, count=len(rows))
+        docs = np.repeat(np.arange(len(rows), dtype=np.int32), per_doc)
+        state = _State(gen, doc_ids, lengths, metas, term_ids, docs, tfs, len(self._vocab or {}))
+        log.debug("bm25_loaded", path=str(self.path), docs=len(rows), postings=len(term_ids))
+        return state
+
+    # -- lifecycle --
+
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            state = self._current()
+            return {"docs": state.n_live, "terms": len(self._vocab or {}),
+                    "generation": state.generation, "postings": len(state.main)
+                    + state.delta_postings, "tombstones": state.dead}
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._state = None
+            self._vocab = None
+            for conn in (self._rconn, self._wconn):
+                conn.close()
+
+    def drop(self) -> None:
+        """Close the index and delete its files."""
+        self.close()
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+
+    def __enter__(self) -> BM25Index:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"BM25Index({str(self.path)!r}, k1={self.k1}, b={self.b})"

@@ -1,0 +1,386 @@
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from hetriever import bm25 as bm25_module
+from hetriever.bm25 import BM25Index, tokenize
+from hetriever.errors import IndexingError, InvalidFilterError, InvalidLimitError
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def assert_same_hits(got, expected):
+    assert [h[0] for h in got] == [h[0] for h in expected]
+    assert [h[1] for h in got] == pytest.approx([h[1] for h in expected])
+
+
+def idf(n: int, df: int) -> float:
+    return math.log(1 + (n - df + 0.5) / (df + 0.5))
+
+
+def okapi(tf: float, length: float, avgdl: float, n: int, df: int,
+          k1: float = 1.2, b: float = 0.75) -> float:
+    return idf(n, df) * tf * (k1 + 1) / (tf + k1 * (1 - b + b * length / avgdl))
+
+
+@pytest.fixture
+def index(tmp_path):
+    with BM25Index(tmp_path / "bm25.sqlite") as ix:
+        yield ix
+
+
+# --- tokenizer ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("Use .Site.Params here", ["use", "site.params", "site", "params"]),
+    ("edit hugo.toml", ["edit", "hugo.toml", "hugo", "toml"]),
+    ("snake_case and kebab-case", ["snake_case", "snake", "case", "kebab-case", "kebab", "case"]),
+    ("Hugo v0.123.0 or 0.124", ["hugo", "v0.123.0", "v0", "123", "0.124", "124"]),
+    ("The QUICK, brown fox!", ["quick", "brown", "fox"]),
+    ("e.g. a x y", []),
+    ("{{ .Title }} -> $.Page", ["title", "page"]),
+    ("café 日本語", ["café", "日本語"]),
+    ("", []),
+])
+def test_tokenize(text, expected):
+    assert tokenize(text) == expected
+
+
+def test_tokenize_stemming_is_optional():
+    assert tokenize("templates taxonomies rendering") == ["templates", "taxonomies", "rendering"]
+    assert tokenize("templates taxonomies rendering", stem=True) == ["template", "taxonomy",
+                                                                    "render"]
+    # Identifiers and short words are left alone by the stemmer.
+    assert tokenize("hugo.toml class is", stem=True) == ["hugo.toml", "hugo", "toml", "class"]
+
+
+# --- scoring -----------------------------------------------------------------------
+
+DOCS = {
+    "d1": "apple apple banana",  # 3 tokens
+    "d2": "apple cherry",  # 2 tokens
+    "d3": "cherry date elderberry fig",  # 4 tokens
+}
+
+
+def test_scores_match_hand_computed_okapi(index):
+    index.upsert(list(DOCS), list(DOCS.values()), [{} for _ in DOCS])
+    avgdl = 3.0
+    hits = dict(index.search("apple", 10))
+    assert hits == {
+        "d1": pytest.approx(okapi(2, 3, avgdl, 3, 2)),
+        "d2": pytest.approx(okapi(1, 2, avgdl, 3, 2)),
+    }
+    # Two terms add up; d3 has only "fig" (df=1).
+    hits = dict(index.search("apple fig", 10))
+    assert hits["d3"] == pytest.approx(okapi(1, 4, avgdl, 3, 1))
+    assert hits["d2"] == pytest.approx(okapi(1, 2, avgdl, 3, 2))
+
+
+def test_custom_k1_b(tmp_path):
+    with BM25Index(tmp_path / "x.sqlite", k1=2.0, b=0.0) as ix:
+        ix.upsert(list(DOCS), list(DOCS.values()))
+        assert dict(ix.search("apple", 10))["d1"] == pytest.approx(
+            okapi(2, 3, 3.0, 3, 2, k1=2.0, b=0.0))
+
+
+def test_saturation_and_length_normalisation(index):
+    filler = " ".join(f"w{i}" for i in range(30))
+    index.upsert(
+        ["tf1", "tf2", "tf8", "long", "other1", "other2"],
+        ["zebra " + filler[:20], "zebra zebra " + filler[:14], "zebra " * 8, "zebra " + filler,
+         "lion tiger", "lion bear"],
+    )
+    s = dict(index.search("zebra", 10))
+    # More occurrences score higher, with diminishing returns...
+    assert s["tf8"] > s["tf2"] > s["tf1"]
+    assert (s["tf2"] - s["tf1"]) > (s["tf8"] - s["tf2"]) / 6
+    # ...bounded by idf * (k1 + 1).
+    assert s["tf8"] < idf(6, 4) * 2.2
+    # The same single occurrence weighs less in a longer document.
+    assert s["tf1"] > s["long"]
+
+
+def test_rare_term_ranks_first(index):
+    index.upsert(
+        [f"d{i}" for i in range(20)],
+        [f"hugo templates page {i}" for i in range(19)] + ["hugo templates page with shortcodes"],
+    )
+    hits = index.search("hugo shortcodes", 5)
+    assert hits[0][0] == "d19"
+    assert len(hits) == 5
+    assert [h[1] for h in hits] == sorted((h[1] for h in hits), reverse=True)
+
+
+def test_empty_and_unknown_queries(index):
+    index.upsert(["a"], ["some text"])
+    assert index.search("", 5) == []
+    assert index.search("the and of", 5) == []  # stopwords only
+    assert index.search("unseen", 5) == []
+    with pytest.raises(InvalidLimitError):
+        index.search("text", 0)
+    assert BM25Index(index.path.parent / "empty.sqlite").search("text", 3) == []
+
+
+def test_identifier_queries_find_docs(index):
+    index.upsert(["cfg", "params", "other"],
+                 ["Put settings in hugo.toml at the project root.",
+                  "Read site parameters with .Site.Params in templates.",
+                  "Something about content and pages."])
+    assert index.search("hugo.toml", 3)[0][0] == "cfg"
+    assert index.search("site.params", 3)[0][0] == "params"
+    assert index.search("params", 3)[0][0] == "params"
+
+
+# --- writes ------------------------------------------------------------------------
+
+
+def test_upsert_replace_delete_and_get(index):
+    index.upsert(["a", "b"], ["red apple", "green pear"], [{"n": 1}, {"n": 2}])
+    assert index.count() == 2 and index.ids() == {"a", "b"}
+    assert index.get("a") == ("red apple", {"n": 1})
+    assert index.get("zzz") is None
+
+    index.upsert(["a"], ["yellow banana"], [{"n": 3, "tags": ["fruit"]}])
+    assert index.count() == 2
+    assert index.get("a") == ("yellow banana", {"n": 3, "tags": ["fruit"]})
+    assert index.search("apple", 5) == []
+    assert [h[0] for h in index.search("banana", 5)] == ["a"]
+
+    assert index.delete(["a", "missing"]) == 1
+    assert index.delete([]) == 0
+    assert index.ids() == {"b"}
+    assert index.search("banana", 5) == []
+
+
+def test_delete_where_removes_a_files_chunks(index):
+    index.upsert(
+        ["a1", "a2", "b1"],
+        ["alpha one", "alpha two", "alpha three"],
+        [{"file_path": "a.md"}, {"file_path": "a.md"}, {"file_path": "b.md"}],
+    )
+    assert index.delete_where({"file_path": "a.md"}) == ["a1", "a2"]
+    assert index.ids() == {"b1"}
+    assert [h[0] for h in index.search("alpha", 5)] == ["b1"]
+    assert index.delete_where({"file_path": "a.md"}) == []
+    with pytest.raises(IndexingError):
+        index.delete_where(None)
+
+
+def test_upsert_rejects_bad_input(index):
+    with pytest.raises(IndexingError, match="2 ids, 1 texts"):
+        index.upsert(["a", "b"], ["x"])
+    with pytest.raises(IndexingError, match="duplicate"):
+        index.upsert(["a", "a"], ["x", "y"])
+    with pytest.raises(IndexingError, match="not storable"):
+        index.upsert(["a"], ["x"], [{"bad": float("nan")}])
+    assert index.count() == 0  # the failed write left nothing behind
+
+
+# --- filters -----------------------------------------------------------------------
+
+
+def test_search_applies_filters(index):
+    metas = [{"repository": "hugo", "section": "functions", "chunk_index": i % 3,
+              "tags": ["go"] if i % 2 else ["yaml"]} for i in range(12)]
+    metas += [{"repository": "otel", "section": "docs", "chunk_index": 0} for _ in range(4)]
+    ids = [f"d{i}" for i in range(16)]
+    index.upsert(ids, [f"collector config item {i}" for i in range(16)], metas)
+
+    def hits(where):
+        return {h[0] for h in index.search("collector config", 50, where)}
+
+    assert hits(None) == set(ids)
+    assert hits({"repository": "otel"}) == {"d12", "d13", "d14", "d15"}
+    assert hits({"repository": "hugo", "chunk_index": {"$gte": 2}}) == {"d2", "d5", "d8", "d11"}
+    assert hits({"tags": {"$contains": "go"}}) == {"d1", "d3", "d5", "d7", "d9", "d11"}
+    assert hits({"$or": [{"section": "docs"}, {"chunk_index": 1}]}) == {
+        "d1", "d4", "d7", "d10", "d12", "d13", "d14", "d15"}
+    assert hits({"repository": "nope"}) == set()
+    # Only k results, the best ones, even when the filter is selective.
+    assert len(index.search("collector", 2, {"repository": "otel"})) == 2
+    assert index.ids_where({"repository": "otel", "chunk_index": 0}) == {
+        "d12", "d13", "d14", "d15"}
+    assert index.ids_where({"chunk_index": {"$ne": 0}}) == {
+        f"d{i}" for i in range(12) if i % 3}
+    with pytest.raises(InvalidFilterError):
+        index.search("collector", 3, {"repository": {"$like": "o%"}})
+
+
+def test_filters_follow_updates_and_deletes(index):
+    index.upsert(["a", "b"], ["shared words", "shared words"], [{"v": "x"}, {"v": "x"}])
+    assert {h[0] for h in index.search("shared", 5, {"v": "x"})} == {"a", "b"}
+    index.upsert(["a"], ["shared words"], [{"v": "y"}])
+    assert {h[0] for h in index.search("shared", 5, {"v": "x"})} == {"b"}
+    assert index.ids_where({"v": "y"}) == {"a"}
+    index.delete(["b"])
+    assert index.search("shared", 5, {"v": "x"}) == []
+
+
+# --- transactions, persistence, concurrency -----------------------------------------
+
+
+def test_persistence_across_reopen(tmp_path):
+    path = tmp_path / "bm25.sqlite"
+    with BM25Index(path) as ix:
+        ix.upsert(["a", "b"], ["persistent apple", "volatile pear"], [{"k": 1}, {"k": 2}])
+        before = ix.search("apple pear", 5)
+        ix.delete(["b"])
+        ix.upsert(["c"], ["another pear"], [{"k": 3}])
+        after = ix.search("apple pear", 5)
+    assert before
+    with BM25Index(path) as ix:
+        assert ix.ids() == {"a", "c"}
+        assert ix.get("c") == ("another pear", {"k": 3})
+        assert_same_hits(ix.search("apple pear", 5), after)
+
+
+def test_second_index_sees_committed_writes(tmp_path):
+    path = tmp_path / "bm25.sqlite"
+    with BM25Index(path) as writer, BM25Index(path) as reader:
+        writer.upsert(["a"], ["first document"], [{"f": "a.md"}])
+        assert [h[0] for h in reader.search("document", 5)] == ["a"]  # loaded
+        writer.upsert(["b"], ["second document"], [{"f": "b.md"}])
+        writer.delete(["a"])
+        assert [h[0] for h in reader.search("document", 5)] == ["b"]  # caught up
+        assert reader.ids_where({"f": "b.md"}) == {"b"}
+        with writer.transaction():
+            writer.upsert(["c"], ["third document"], [{"f": "c.md"}])
+            # Uncommitted: the writer's own reads see it, the other index does not.
+            assert writer.ids_where({"f": "c.md"}) == {"c"}
+            assert reader.ids() == {"b"}
+            assert [h[0] for h in reader.search("document", 5)] == ["b"]
+        assert {h[0] for h in reader.search("document", 5)} == {"b", "c"}
+
+
+def test_reader_reloads_when_changelog_was_trimmed(tmp_path, monkeypatch):
+    path = tmp_path / "bm25.sqlite"
+    monkeypatch.setattr(bm25_module, "_LOG_KEEP_GENERATIONS", 2)
+    with BM25Index(path) as writer, BM25Index(path) as reader:
+        writer.upsert(["a"], ["alpha"])
+        assert reader.search("alpha", 1)[0][0] == "a"
+        for i in range(5):
+            writer.upsert([f"b{i}"], [f"beta {i}"])
+        writer.delete(["a"])
+        assert reader.search("alpha", 1) == []
+        assert reader.stats()["docs"] == 5
+
+
+def test_transaction_rollback_keeps_previous_state(tmp_path):
+    path = tmp_path / "bm25.sqlite"
+    with BM25Index(path) as ix:
+        ix.upsert(["a", "b"], ["kept apple", "kept pear"], [{"f": "x"}, {"f": "y"}])
+        before = ix.search("apple pear kept", 5)
+        with pytest.raises(RuntimeError):
+            with ix.transaction():
+                ix.delete_where({"f": "x"})
+                ix.upsert(["c", "b"], ["new melon", "changed pear"], [{"f": "z"}, {"f": "z"}])
+                assert ix.ids() == {"b", "c"}
+                raise RuntimeError("boom")
+        assert ix.ids() == {"a", "b"}
+        assert ix.get("b") == ("kept pear", {"f": "y"})
+        assert ix.search("apple pear kept", 5) == before
+        assert ix.search("melon", 5) == []
+        # The index still works after a rollback (new terms get consistent ids).
+        ix.upsert(["d"], ["fresh melon"])
+        assert ix.search("melon", 5)[0][0] == "d"
+    with BM25Index(path) as ix:
+        assert ix.ids() == {"a", "b", "d"}
+        assert ix.search("melon", 5)[0][0] == "d"
+
+
+def test_crash_mid_transaction_leaves_previous_state(tmp_path):
+    path = tmp_path / "bm25.sqlite"
+    with BM25Index(path) as ix:
+        ix.upsert(["a"], ["before the crash"])
+    script = (
+        "import os, sys\n"
+        "from pathlib import Path\n"
+        "from hetriever.bm25 import BM25Index\n"
+        "ix = BM25Index(Path(sys.argv[1]))\n"
+        "with ix.transaction():\n"
+        "    ix.upsert(['b'], ['half written'])\n"
+        "    ix.delete(['a'])\n"
+        "    os._exit(3)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script, str(path)], cwd=REPO_ROOT)
+    assert proc.returncode == 3
+    with BM25Index(path) as ix:
+        assert ix.ids() == {"a"}
+        assert ix.search("crash", 5)[0][0] == "a"
+        assert ix.search("half", 5) == []
+
+
+def test_other_process_writes_are_seen(tmp_path):
+    path = tmp_path / "bm25.sqlite"
+    with BM25Index(path) as ix:
+        ix.upsert(["a"], ["local doc"])
+        assert ix.search("remote", 5) == []
+        script = ("import sys\nfrom pathlib import Path\nfrom hetriever.bm25 import BM25Index\n"
+                  "with BM25Index(Path(sys.argv[1])) as ix:\n"
+                  "    ix.upsert(['r'], ['remote doc'], [{'by': 'other'}])\n")
+        subprocess.run([sys.executable, "-c", script, str(path)], cwd=REPO_ROOT, check=True)
+        assert [h[0] for h in ix.search("remote", 5)] == ["r"]
+        assert ix.ids_where({"by": "other"}) == {"r"}
+
+
+def test_threads_read_consistent_state_while_writing(tmp_path):
+    path = tmp_path / "bm25.sqlite"
+    errors: list[str] = []
+    with BM25Index(path) as ix:
+        ix.upsert(["base"], ["shared word"])
+        stop = threading.Event()
+
+        def reader():
+            while not stop.is_set():
+                # Each write replaces one group atomically: a group is all-or-nothing.
+                found = {h[0] for h in ix.search("group", 100)}
+                groups = {doc_id.split(":")[0] for doc_id in found}
+                for g in groups:
+                    if {f"{g}:{j}" for j in range(3)} - found:
+                        errors.append(f"partial group {g}: {sorted(found)}")
+
+        threads = [threading.Thread(target=reader) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for i in range(30):
+            with ix.transaction():
+                ix.upsert([f"g{i}:{j}" for j in range(3)], [f"group item {j}" for j in range(3)])
+        stop.set()
+        for t in threads:
+            t.join()
+    assert errors == []
+
+
+def test_compaction_keeps_results(tmp_path, monkeypatch):
+    path = tmp_path / "bm25.sqlite"
+    with BM25Index(path) as ix:
+        ix.upsert([f"d{i}" for i in range(50)], [f"word{i % 7} common" for i in range(50)])
+        ix.search("common", 1)  # load
+        state = ix._state
+        for i in range(0, 50, 2):
+            ix.upsert([f"d{i}"], [f"word{i % 5} common changed"])
+        ix.delete([f"d{i}" for i in range(1, 20, 2)])
+        before = ix.search("common changed word3", 60)
+        assert state is ix._state and state.dead > 0 and state.delta_parts
+        state.compact(len(ix._vocab))
+        assert state.dead == 0 and not state.delta_parts
+        assert_same_hits(ix.search("common changed word3", 60), before)
+        assert ix.ids_where({}) == ix.ids()
+    with BM25Index(path) as fresh:
+        assert_same_hits(fresh.search("common changed word3", 60), before)
+
+
+def test_drop_deletes_files(tmp_path):
+    path = tmp_path / "sub" / "bm25.sqlite"
+    ix = BM25Index(path)
+    ix.upsert(["a"], ["x y"])
+    ix.drop()
+    assert not any(path.parent.iterdir())
