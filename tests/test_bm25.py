@@ -50,15 +50,18 @@ def index(tmp_path):
     ("", []),
 ])
 def test_tokenize(text, expected):
-    assert tokenize(text) == expected
+    assert tokenize(text, stem=False) == expected
 
 
-def test_tokenize_stemming_is_optional():
-    assert tokenize("templates taxonomies rendering") == ["templates", "taxonomies", "rendering"]
-    assert tokenize("templates taxonomies rendering", stem=True) == ["template", "taxonomy",
-                                                                    "render"]
-    # Identifiers and short words are left alone by the stemmer.
-    assert tokenize("hugo.toml class is", stem=True) == ["hugo.toml", "hugo", "toml", "class"]
+def test_tokenize_stems_by_default():
+    assert tokenize("templates taxonomies rendering", stem=False) == [
+        "templates", "taxonomies", "rendering"]
+    assert tokenize("templates taxonomies rendering") == ["template", "taxonomy", "render"]
+    assert tokenize("Template taxonomy render") == ["template", "taxonomy", "render"]
+    # Whole identifiers, numbers and short words are left alone; parts are stemmed.
+    assert tokenize("hugo.toml class is .Site.Params v1.2.3s") == [
+        "hugo.toml", "hugo", "toml", "class", "site.params", "site", "param", "v1.2.3s", "v1",
+        "3s"]
 
 
 # --- scoring -----------------------------------------------------------------------
@@ -384,3 +387,16 @@ def test_drop_deletes_files(tmp_path):
     ix.upsert(["a"], ["x y"])
     ix.drop()
     assert not any(path.parent.iterdir())
+
+
+def test_index_written_with_another_tokenizer_is_retokenized(tmp_path, monkeypatch):
+    path = tmp_path / "bm25.sqlite"
+    monkeypatch.setattr(bm25_module, "STEM_DEFAULT", False)
+    with BM25Index(path) as ix:
+        ix.upsert(["a"], ["Partial templates"], [{"f": "a.md"}])
+        assert ix.search("templates", 3)[0][0] == "a"
+    monkeypatch.setattr(bm25_module, "STEM_DEFAULT", True)
+    with BM25Index(path) as ix:
+        # "template" only matches "templates" if the stored postings were rebuilt stemmed.
+        assert [h[0] for h in ix.search("template", 3)] == ["a"]
+        assert ix.get("a") == ("Partial templates", {"f": "a.md"})
