@@ -166,3 +166,17 @@ def make_chunk(repository: str, file_path: str, text: str, index: int = 0,
     metadata.update(extra)
     return Chunk(id=chunk_id(repository, file_path, text, occurrence), text=text,
                  metadata=metadata)
+
+
+def server_database_client(server: ChromaServer, database: str) -> Any:
+    """An HttpClient on a fresh database of `server`, so module-scoped data stays apart from
+    the default database that `make_store` empties after each test."""
+    import chromadb
+    from chromadb.config import Settings as ChromaSettings
+
+    admin = chromadb.AdminClient(ChromaSettings(
+        anonymized_telemetry=False, chroma_api_impl="chromadb.api.fastapi.FastAPI",
+        chroma_server_host=server.host, chroma_server_http_port=server.port))
+    admin.create_database(database)
+    return chromadb.HttpClient(host=server.host, port=server.port, database=database,
+                               settings=ChromaSettings(anonymized_telemetry=False))

@@ -1,0 +1,295 @@
+"""Hybrid retrieval: dense kNN (Chroma) + BM25, fused by reciprocal rank fusion.
+
+For each collection in scope, both retrievers fetch `2 * top_k` candidates under the same
+normalised filter (AND-ed with the collection's own `repository`, so a caller's filter can only
+narrow the scope). The two ranked lists are fused with RRF, `sum 1 / (k + rank)`, and the
+fused score is divided by its maximum possible value `2 / (k + 1)` so it lies in [0, 1].
+
+Scores:
+- dense_score: cosine distance `d` (in [0, 2]) mapped to `1 - d / 2`, so 1.0 is identical,
+  0.5 orthogonal, 0.0 opposite. Linear and never clamped for the cosine space.
+- bm25_score: the raw BM25 score divided by the best raw score among the candidates.
+- score: the normalised RRF score in hybrid mode; the dense or BM25 score when only one
+  retriever ran (hybrid off, or the other failed). `similarity_threshold` applies to it.
+
+Every result is checked twice before it is returned: its `repository` must be in scope and its
+text must hash to its `content_hash`; anything else is dropped and logged.
+
+Chroma Cloud has a native sparse index and a Search API with RRF built in; local Chroma
+(embedded or `chroma run`) does not. `native_sparse_available()` is the switch: when it is True
+the Cloud path would be used. That path is not implemented, so the local one always runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from hetriever.errors import BackendConnectionError, HetrieverError, InvalidLimitError, SearchError
+from hetriever.filters import and_filters, validate_filter
+from hetriever.logs import get_logger
+from hetriever.models import RetrievalResult, SearchResult
+
+log = get_logger(__name__)
+
+MAX_QUERY_CHARS = 10_000  # longer queries are truncated for embedding (not an error)
+CANDIDATE_FACTOR = 2  # each retriever fetches this many times top_k
+CLOUD_HOST_SUFFIX = "trychroma.com"
+
+
+def native_sparse_available(client: Any) -> bool:
+    """True only for Chroma Cloud, which has sparse indexes and the Search/Rrf API.
+
+    Embedded (PersistentClient) and `chroma run` servers (HttpClient) have neither.
+    """
+    try:
+        settings = client.get_settings()
+    except Exception:
+        return False
+    host = str(getattr(settings, "chroma_server_host", "") or "")
+    return host.endswith(CLOUD_HOST_SUFFIX)
+
+
+def similarity(distance: float, space: str = "cosine") -> float:
+    """Chroma distance -> similarity in [0, 1] for L2-normalised vectors."""
+    if space == "l2":  # squared L2 of unit vectors = 2 - 2cos, in [0, 4]
+        value = 1.0 - distance / 4.0
+    else:  # cosine and ip: 1 - cos, in [0, 2]
+        value = 1.0 - distance / 2.0
+    return min(1.0, max(0.0, value))
+
+
+def rrf_fuse(rankings: Mapping[str, Sequence[str]], k: int) -> dict[str, float]:
+    """Reciprocal rank fusion: doc -> sum over rankings of 1 / (k + rank), rank from 1."""
+    fused: dict[str, float] = {}
+    for ranking in rankings.values():
+        for rank, doc_id in enumerate(ranking, start=1):
+            fused[doc_id] = fused.get(doc_id, 0.0) + 1.0 / (k + rank)
+    return fused
+
+
+def resolve_top_k(top_k: Any, default: int, maximum: int) -> int:
+    if top_k is None:
+        return default
+    if isinstance(top_k, bool) or not isinstance(top_k, int):
+        raise InvalidLimitError(f"top_k must be an integer, got {top_k!r}")
+    if top_k < 1:
+        return default
+    if top_k > maximum:
+        raise InvalidLimitError(f"top_k {top_k} is above the maximum of {maximum}",
+                                hint=f"ask for at most {maximum} results")
+    return top_k
+
+
+@dataclass
+class _Hit:
+    doc_id: str
+    collection: str
+    content: str | None = None
+    metadata: dict[str, Any] | None = None
+    dense_score: float | None = None
+    bm25_raw: float | None = None
+
+
+def _scope(store: Any, namespaces: Sequence[str] | None) -> list[str]:
+    from hetriever.store import validate_collection_name
+
+    existing = store.collection_names()
+    if namespaces is None:
+        return existing
+    if isinstance(namespaces, str):
+        namespaces = [namespaces]
+    wanted = list(dict.fromkeys(validate_collection_name(n) for n in namespaces))
+    missing = [n for n in wanted if n not in existing]
+    if missing:
+        log.info("search_namespace_missing", namespaces=missing)
+    return [n for n in wanted if n in existing]
+
+
+def _dense(store: Any, names: list[str], vector: Any, n: int,
+           user_filter: dict | None, hits: dict[str, _Hit]) -> list[str]:
+    found: list[tuple[float, str]] = []
+    for name in names:
+        col = store._chroma(name)
+        if col is None:
+            continue
+        store.check_embedding_model(name, col)
+        where = and_filters({"repository": name}, user_filter)
+        got = store._call("query", lambda: col.query(
+            query_embeddings=[vector], n_results=n, where=where,
+            include=["documents", "metadatas", "distances"]), retry=False)
+        for doc_id, doc, meta, dist in zip(got["ids"][0], got["documents"][0],
+                                           got["metadatas"][0], got["distances"][0]):
+            hit = hits.setdefault(doc_id, _Hit(doc_id, name))
+            hit.content, hit.metadata = doc, dict(meta or {})
+            hit.dense_score = similarity(float(dist), store.settings.hnsw_space)
+            found.append((hit.dense_score, doc_id))
+    found.sort(key=lambda t: (-t[0], t[1]))
+    return [doc_id for _, doc_id in found[:n]]
+
+
+def _bm25(store: Any, names: list[str], query: str, n: int,
+          user_filter: dict | None, hits: dict[str, _Hit]) -> list[str]:
+    found: list[tuple[float, str]] = []
+    for name in names:
+        where = and_filters({"repository": name}, user_filter)
+        for doc_id, raw in store.bm25(name).search(query, n, where):
+            hit = hits.setdefault(doc_id, _Hit(doc_id, name))
+            hit.bm25_raw = float(raw)
+            found.append((hit.bm25_raw, doc_id))
+    # Raw BM25 of different collections share a scale well enough to interleave.
+    found.sort(key=lambda t: (-t[0], t[1]))
+    return [doc_id for _, doc_id in found[:n]]
+
+
+def _fill_documents(store: Any, hits: list[_Hit]) -> None:
+    """BM25-only hits get their text and metadata from Chroma, else from BM25's copy."""
+    by_collection: dict[str, list[_Hit]] = {}
+    for hit in hits:
+        if hit.content is None or hit.metadata is None:
+            by_collection.setdefault(hit.collection, []).append(hit)
+    for name, group in by_collection.items():
+        ids = [h.doc_id for h in group]
+        try:
+            col = store._chroma(name)
+            got = store._call("get", lambda: col.get(ids=ids, include=["documents", "metadatas"]),
+                              retry=False) if col is not None else {"ids": []}
+            fetched = {i: (d, m) for i, d, m in zip(got["ids"], got.get("documents") or [],
+                                                     got.get("metadatas") or [])}
+        except Exception as exc:
+            log.warning("search_fetch_failed", collection=name, error=str(exc))
+            fetched = {}
+        for hit in group:
+            if hit.doc_id in fetched:
+                hit.content, meta = fetched[hit.doc_id]
+                hit.metadata = dict(meta or {})
+                continue
+            stored = store.bm25(name).get(hit.doc_id)
+            if stored is not None:
+                hit.content, hit.metadata = _bm25_record(stored)
+
+
+def _bm25_record(stored: Any) -> tuple[str | None, dict[str, Any] | None]:
+    """(text, metadata) from whatever `BM25Index.get` returns (a tuple, dict or object)."""
+    if isinstance(stored, tuple):
+        text, meta = stored[0], stored[1]
+    elif isinstance(stored, Mapping):
+        text, meta = stored.get("text"), stored.get("metadata")
+    else:
+        text, meta = getattr(stored, "text", None), getattr(stored, "metadata", None)
+    return text, dict(meta or {})
+
+
+def _trusted(hit: _Hit, allowed: set[str]) -> bool:
+    from hetriever.store import content_hash
+
+    meta = hit.metadata or {}
+    if hit.content is None:
+        log.warning("result_without_content", doc_id=hit.doc_id, collection=hit.collection)
+        return False
+    if meta.get("repository") not in allowed or meta.get("repository") != hit.collection:
+        log.warning("result_out_of_scope", doc_id=hit.doc_id, collection=hit.collection,
+                    repository=meta.get("repository"))
+        return False
+    if meta.get("content_hash") != content_hash(hit.content):
+        log.warning("result_hash_mismatch", doc_id=hit.doc_id, collection=hit.collection)
+        return False
+    return True
+
+
+def hybrid_search(store: Any, query: str, top_k: int | None = None,
+                  filters: dict[str, Any] | None = None, *,
+                  namespaces: Sequence[str] | None = None,
+                  hybrid: bool | None = None) -> RetrievalResult:
+    """Run one search against `store` (a ChromaKnowledgeStore). See the module docstring."""
+    started = time.perf_counter()
+    settings = store.settings
+    k = resolve_top_k(top_k, settings.default_top_k, settings.max_top_k)
+    user_filter = validate_filter(filters)
+    use_hybrid = settings.use_hybrid_search if hybrid is None else bool(hybrid)
+    text = query if isinstance(query, str) else ""
+
+    def done(matches: list[SearchResult], mode: str, counts: dict[str, int]) -> RetrievalResult:
+        ms = (time.perf_counter() - started) * 1000.0
+        return RetrievalResult(query=text, matches=matches, total_results=len(matches),
+                               search_time_ms=ms, mode=mode, retriever_counts=counts)
+
+    names = _scope(store, namespaces)
+    if not text.strip() or not names:
+        return done([], "hybrid" if use_hybrid else "dense", {"dense": 0, "bm25": 0, "merged": 0})
+    if native_sparse_available(store.client):
+        log.info("native_sparse_not_used", reason="Cloud search path not implemented")
+
+    n = k * CANDIDATE_FACTOR
+    hits: dict[str, _Hit] = {}
+    dense_ids: list[str] | None = None
+    bm25_ids: list[str] | None = None
+    try:
+        vector = store.embedder.embed([text[:MAX_QUERY_CHARS]])[0]
+        dense_ids = _dense(store, names, vector, n, user_filter, hits)
+    except BackendConnectionError:
+        if not use_hybrid:  # dense was asked for and its backend is down: say so
+            raise
+        log.error("dense_retrieval_failed", error="backend unreachable")
+    except HetrieverError as exc:
+        log.error("dense_retrieval_failed", error=str(exc))
+    except Exception as exc:  # a retriever failing must not take the other down
+        log.error("dense_retrieval_failed", error=f"{type(exc).__name__}: {exc}")
+    if use_hybrid or dense_ids is None:
+        try:
+            bm25_ids = _bm25(store, names, text, n, user_filter, hits)
+        except Exception as exc:
+            log.error("bm25_retrieval_failed", error=f"{type(exc).__name__}: {exc}")
+    if dense_ids is None and bm25_ids is None:
+        raise SearchError(f"both retrievers failed for query {text[:80]!r}",
+                          hint="see the log for each retriever's error")
+    if dense_ids is not None and bm25_ids is not None:
+        mode = "hybrid"
+    else:
+        mode = "dense" if dense_ids is not None else "bm25"
+
+    rankings = {"dense": dense_ids or [], "bm25": bm25_ids or []}
+    fused = rrf_fuse(rankings, settings.rrf_k)
+    candidates = [hits[d] for d in fused]
+    _fill_documents(store, candidates)
+    allowed = set(names)
+    candidates = [h for h in candidates if _trusted(h, allowed)]
+
+    best_bm25 = max((h.bm25_raw for h in candidates if h.bm25_raw is not None), default=0.0)
+    dense_set, bm25_set = set(rankings["dense"]), set(rankings["bm25"])
+    max_rrf = 2.0 / (settings.rrf_k + 1)
+    results: list[SearchResult] = []
+    for hit in candidates:
+        bm25_score = (hit.bm25_raw / best_bm25 if best_bm25 > 0 else 0.0) \
+            if hit.doc_id in bm25_set else None
+        dense_score = hit.dense_score if hit.doc_id in dense_set else None
+        in_both = dense_score is not None and bm25_score is not None
+        source = "hybrid" if in_both else ("dense" if dense_score is not None else "bm25")
+        if mode == "hybrid":
+            score, rrf = min(1.0, fused[hit.doc_id] / max_rrf), fused[hit.doc_id]
+        else:
+            score, rrf = (dense_score if mode == "dense" else bm25_score) or 0.0, None
+        results.append(SearchResult(doc_id=hit.doc_id, content=hit.content or "",
+                                    metadata=hit.metadata or {}, score=score, source=source,
+                                    dense_score=dense_score, bm25_score=bm25_score,
+                                    rrf_score=rrf))
+    results.sort(key=lambda r: (-r.score, r.doc_id))
+    results = [r for r in results[:k] if r.score >= settings.similarity_threshold]
+    counts = {"dense": len(dense_set), "bm25": len(bm25_set), "merged": len(fused)}
+    out = done(results, mode, counts)
+    log.info("search_done", mode=mode, dense=counts["dense"], bm25=counts["bm25"],
+             merged=counts["merged"], results=len(results), collections=len(names),
+             ms=round(out.search_time_ms, 1))
+    return out
+
+
+async def retrieve(store: Any, query: str, top_k: int | None = None,
+                   filters: dict[str, Any] | None = None, *,
+                   namespaces: Sequence[str] | None = None,
+                   hybrid: bool | None = None) -> RetrievalResult:
+    """`hybrid_search` off the event loop (embedding and Chroma calls block)."""
+    return await asyncio.to_thread(hybrid_search, store, query, top_k, filters,
+                                   namespaces=namespaces, hybrid=hybrid)

@@ -1,0 +1,298 @@
+"""Hybrid search against real Chroma (embedded and server), real BM25 and the real embedder."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from structlog.testing import capture_logs
+
+from hetriever.embed import MiniLMEmbedder
+from hetriever.errors import EmbeddingError, InvalidFilterError, InvalidLimitError
+from hetriever.filters import matches, validate_filter
+from hetriever.search import (
+    MAX_QUERY_CHARS,
+    native_sparse_available,
+    retrieve,
+    rrf_fuse,
+    similarity,
+)
+from hetriever.store import ChromaKnowledgeStore
+from tests.chroma_fixtures import make_chunk, server_database_client, store_settings
+
+A, B = "alpha-docs", "beta-docs"
+
+# (repository, file, text, extra metadata): small, with distinctive words per document.
+DOCS = [
+    (A, "content/functions/where.md",
+     "The where function filters a collection of pages by a parameter value, like a SQL "
+     "WHERE clause.", {"tags": ["functions", "filtering"]}),
+    (A, "content/functions/first.md",
+     "The first function returns the first N items of a slice or a map.",
+     {"tags": ["functions"]}),
+    (A, "content/install/linux.md",
+     "Install Hugo on Linux with the snap package or download the extended binary.",
+     {"tags": ["install", "linux"]}),
+    (A, "content/install/macos.md",
+     "Install Hugo on macOS with Homebrew: brew install hugo.", {"tags": ["install"]}),
+    (A, "content/templates/partials.md",
+     "Partials are small reusable template fragments called with the partial function.",
+     {"tags": ["templates"]}),
+    (A, "content/hosting/netlify.md",
+     "Deploy your site to Netlify by connecting the git repository and a build command.", {}),
+    (B, "content/collector/receivers.md",
+     "The OpenTelemetry Collector receives traces, metrics and logs through receivers.",
+     {"tags": ["collector"]}),
+    (B, "content/collector/exporters.md",
+     "Exporters send telemetry from the Collector to backends such as Jaeger or Prometheus.",
+     {"tags": ["collector"]}),
+    (B, "content/install/kubernetes.md",
+     "Install the Collector on Kubernetes with the Helm chart or the operator.",
+     {"tags": ["install"]}),
+]
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def chunks_of(repo: str | None = None) -> list:
+    return [make_chunk(r, f, t, **x) for r, f, t, x in DOCS if repo in (None, r)]
+
+
+class BrokenEmbedder(MiniLMEmbedder):
+    """The real model, with embedding failing (fault injection for the fallback path)."""
+
+    def embed(self, texts):  # type: ignore[override]
+        raise EmbeddingError("injected: the embedding model is unavailable")
+
+
+def populate(store: Any) -> Any:
+    for chunk in chunks_of():
+        run(store.upsert_file_chunks(chunk.repository, chunk.file_path, [chunk]))
+    return store
+
+
+@pytest.fixture(scope="module",
+                params=["embedded", pytest.param("server", marks=pytest.mark.server)])
+def stores(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+           minilm_embedder, minilm_model_dir) -> Iterator[tuple[Any, Any]]:
+    """(store, broken_store) over one populated index, shared by the read-only tests of a
+    module; broken_store's embedder fails. Tests that tamper with data use `make_store`."""
+    server = request.getfixturevalue("chroma_server") if request.param == "server" else None
+    settings = store_settings(tmp_path_factory.mktemp("search"), server)
+    client = server_database_client(server, "search-tests") if server else None
+    store = populate(ChromaKnowledgeStore(settings, embedder=minilm_embedder, client=client))
+    broken = ChromaKnowledgeStore(settings, embedder=BrokenEmbedder(minilm_model_dir, threads=1),
+                                  client=client)
+    yield store, broken
+    broken.close_sync()
+    store.close_sync()
+
+
+@pytest.fixture
+def store(stores) -> Any:
+    return stores[0]
+
+
+@pytest.fixture
+def broken_store(stores) -> Any:
+    return stores[1]
+
+
+def ids_for(query_filter: dict, repo: str | None = None) -> set[str]:
+    normalised = validate_filter(query_filter)
+    return {c.id for c in chunks_of(repo) if matches(normalised, c.metadata)}
+
+
+# --- pure parts ----------------------------------------------------------------------
+
+
+def test_rrf_fuse_and_similarity() -> None:
+    fused = rrf_fuse({"dense": ["a", "b", "c"], "bm25": ["b", "d"]}, k=60)
+    assert fused["b"] == pytest.approx(1 / 62 + 1 / 61)
+    assert fused["a"] == pytest.approx(1 / 61) and fused["d"] == pytest.approx(1 / 62)
+    assert max(fused, key=fused.get) == "b"
+    assert similarity(0.0) == 1.0 and similarity(1.0) == 0.5 and similarity(2.0) == 0.0
+    assert similarity(2.5) == 0.0 and similarity(2.0, "l2") == 0.5
+
+
+# --- ranking and scores ----------------------------------------------------------------
+
+
+def test_distinctive_query_ranks_its_document_first(store) -> None:
+    where_id = chunks_of(A)[0].id
+    result = run(retrieve(store, "filter pages by parameter value like a SQL where clause"))
+    assert result.mode == "hybrid" and result.matches
+    top = result.matches[0]
+    assert top.doc_id == where_id and top.source == "hybrid"
+    assert top.score == pytest.approx(1.0)  # rank 1 in both lists: the maximum
+    assert top.rrf_score == pytest.approx(2 / 61)
+    assert top.bm25_score == pytest.approx(1.0)
+    assert result.total_results == len(result.matches) <= 5
+    assert result.retriever_counts["dense"] >= 1 and result.retriever_counts["bm25"] >= 1
+    assert result.retriever_counts["merged"] >= len(result.matches)
+    assert result.search_time_ms > 0
+    scores = [m.score for m in result.matches]
+    assert scores == sorted(scores, reverse=True)
+    for m in result.matches:
+        assert 0.0 <= m.score <= 1.0
+        assert m.content and m.metadata["content_hash"]
+        assert m.source == {(True, True): "hybrid", (True, False): "dense",
+                            (False, True): "bm25"}[(m.dense_score is not None,
+                                                     m.bm25_score is not None)]
+        for s in (m.dense_score, m.bm25_score):
+            assert s is None or 0.0 <= s <= 1.0
+    # store.search is the same search, returning the matches.
+    assert [m.doc_id for m in run(store.search("SQL where clause parameter"))][0] == where_id
+
+
+def test_dense_only_when_hybrid_is_off(store) -> None:
+    result = run(retrieve(store, "How do I install on a Mac?", top_k=3, hybrid=False))
+    assert result.mode == "dense" and len(result.matches) == 3
+    assert result.retriever_counts["bm25"] == 0
+    for m in result.matches:
+        assert m.source == "dense" and m.bm25_score is None and m.rrf_score is None
+        assert m.score == m.dense_score
+    assert result.matches[0].metadata["file_path"] == "content/install/macos.md"
+    off = ChromaKnowledgeStore(store.settings.replace(use_hybrid_search=False),
+                               embedder=store.embedder, client=store.client)
+    assert off.search_mode() == "dense" and store.search_mode() == "hybrid"
+    assert run(retrieve(off, "install hugo")).mode == "dense"
+
+
+def test_bm25_only_when_embedding_fails(broken_store) -> None:
+    with capture_logs() as logs:
+        result = run(retrieve(broken_store, "Homebrew brew install", top_k=3))
+    assert result.mode == "bm25"
+    assert any(e["event"] == "dense_retrieval_failed" for e in logs)
+    assert result.matches[0].metadata["file_path"] == "content/install/macos.md"
+    for m in result.matches:
+        assert m.source == "bm25" and m.dense_score is None
+        assert m.content and m.metadata["repository"] in (A, B)  # fetched for BM25-only hits
+        assert m.score == m.bm25_score
+    assert run(retrieve(broken_store, "Homebrew", hybrid=False)).mode == "bm25"
+
+
+def test_similarity_threshold_applies_to_the_final_score(store) -> None:
+    strict = ChromaKnowledgeStore(store.settings.replace(similarity_threshold=0.75),
+                                  embedder=store.embedder, client=store.client)
+    result = run(retrieve(strict, "install hugo on linux snap", top_k=10, hybrid=False))
+    assert result.matches and all(m.score >= 0.75 for m in result.matches)
+    loose = run(retrieve(store, "install hugo on linux snap", top_k=10, hybrid=False))
+    assert len(loose.matches) > len(result.matches)
+
+
+# --- filters -----------------------------------------------------------------------------
+
+FILTERS = [
+    {"section": "install"},
+    {"section": {"$in": ["functions", "templates"]}},
+    {"tags": {"$contains": "install"}},
+    {"$and": [{"tags": {"$contains": "functions"}}, {"chunk_index": 0}]},
+    {"$or": [{"section": "hosting"}, {"tags": {"$contains": "linux"}}]},
+]
+
+
+@pytest.mark.parametrize("where", FILTERS, ids=["eq", "in", "contains", "and", "or"])
+def test_filters_apply_to_both_retrievers_identically(store, broken_store, where) -> None:
+    expected = ids_for(where)
+    assert expected
+    # Dense sees every matching chunk (2 * top_k candidates > fixture size).
+    dense = run(retrieve(store, "hugo", top_k=10, filters=where, hybrid=False))
+    assert {m.doc_id for m in dense.matches} == expected
+    # BM25 sees the matching chunks that contain a query term ("the", "install", "hugo").
+    words = "the install hugo collector function"
+    bm25 = run(retrieve(broken_store, words, top_k=10, filters=where))
+    assert bm25.mode == "bm25" and bm25.matches
+    assert {m.doc_id for m in bm25.matches} <= expected
+    hybrid = run(retrieve(store, words, top_k=10, filters=where))
+    assert {m.doc_id for m in hybrid.matches} == expected
+    assert {m.doc_id for m in bm25.matches} == {m.doc_id for m in hybrid.matches
+                                               if m.bm25_score is not None}
+
+
+def test_invalid_filter(store) -> None:
+    for bad in ({"section": {"$regex": "x"}}, {"$or": []}, {"tags": {"$in": []}}, ["section"]):
+        with pytest.raises(InvalidFilterError):
+            run(retrieve(store, "install", filters=bad))
+
+
+# --- limits and queries -------------------------------------------------------------------
+
+
+def test_limits(store) -> None:
+    assert len(run(retrieve(store, "install", top_k=None)).matches) == 5
+    assert len(run(retrieve(store, "install", top_k=0)).matches) == 5
+    assert len(run(retrieve(store, "install", top_k=-3)).matches) == 5
+    assert len(run(retrieve(store, "install", top_k=2)).matches) == 2
+    assert len(run(retrieve(store, "install", top_k=100)).matches) == len(DOCS)
+    with pytest.raises(InvalidLimitError):
+        run(retrieve(store, "install", top_k=101))
+
+
+@pytest.mark.parametrize("query", ["", "   ", "\n\t"])
+def test_empty_query_returns_nothing(store, query: str) -> None:
+    result = run(retrieve(store, query))
+    assert result.matches == [] and result.total_results == 0
+
+
+def test_very_long_query_is_truncated_not_rejected(store) -> None:
+    query = "Homebrew macOS " + "x" * (MAX_QUERY_CHARS * 2)
+    result = run(retrieve(store, query, top_k=3))
+    assert result.matches and result.mode == "hybrid"
+
+
+# --- namespaces and integrity ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("where", [
+    None,
+    {"repository": B},
+    {"repository": {"$in": [A, B]}},
+    {"$or": [{"repository": B}, {"section": "collector"}, {"section": "install"}]},
+    {"repository": {"$ne": A}},
+])
+def test_namespace_scope_cannot_be_widened_by_filters(store, where) -> None:
+    for hybrid in (True, False):
+        result = run(retrieve(store, "OpenTelemetry Collector receivers exporters Kubernetes",
+                              top_k=20, filters=where, namespaces=[A], hybrid=hybrid))
+        assert all(m.metadata["repository"] == A for m in result.matches)
+        assert not {m.doc_id for m in result.matches} & {c.id for c in chunks_of(B)}
+    unscoped = run(retrieve(store, "OpenTelemetry Collector receivers", top_k=20))
+    assert {m.metadata["repository"] for m in unscoped.matches} == {A, B}
+    assert run(retrieve(store, "Collector", namespaces=["gamma-docs"])).matches == []
+    assert run(retrieve(store, "Collector", namespaces=[])).matches == []
+
+
+def test_out_of_scope_metadata_is_dropped(make_store) -> None:
+    store = populate(make_store())
+    # Chroma's copy of an alpha chunk claims to be beta's (BM25 still says alpha): the
+    # BM25 hit's metadata is fetched from Chroma and must fail the scope check.
+    target = chunks_of(A)[3]  # macOS / Homebrew
+    col = store.client.get_collection(A, embedding_function=None)
+    col.update(ids=[target.id], metadatas=[{"repository": B}])
+    with capture_logs() as logs:
+        result = run(retrieve(store, "Homebrew brew", top_k=10, namespaces=[A]))
+    assert target.id not in {m.doc_id for m in result.matches}
+    assert any(e["event"] == "result_out_of_scope" for e in logs)
+
+
+def test_hash_mismatch_results_are_dropped(make_store) -> None:
+    store = populate(make_store())
+    target = chunks_of(A)[4]  # partials
+    col = store.client.get_collection(A, embedding_function=None)
+    got = col.get(ids=[target.id], include=["embeddings"])
+    col.update(ids=[target.id], embeddings=got["embeddings"],
+               documents=["Partials are reusable template fragments. (tampered)"])
+    with capture_logs() as logs:
+        result = run(retrieve(store, "reusable template fragments partial", top_k=10))
+    assert target.id not in {m.doc_id for m in result.matches}
+    assert any(e["event"] == "result_hash_mismatch" and e["doc_id"] == target.id for e in logs)
+    assert result.matches  # the rest still comes back
+
+
+def test_native_sparse_is_not_available_locally(store) -> None:
+    assert native_sparse_available(store.client) is False
