@@ -29,7 +29,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -371,11 +371,12 @@ def prepare_model(target_dir: Path, *, source_dir: Path | None = None,
 # --- embedders --------------------------------------------------------------------------
 
 
-@runtime_checkable
 class Embedder(Protocol):
     """Turns texts into L2-normalised float32 vectors, shape [n, dimensions].
 
     `calls` counts `embed()` calls that had at least one text; `texts_embedded` counts texts.
+    Not runtime-checkable on purpose: an isinstance check would read `dimensions`, which for
+    a remote model is a network request.
     """
 
     name: str
@@ -429,8 +430,9 @@ class MiniLMEmbedder(_Counters):
     max_tokens = MODEL_MAX_TOKENS
 
     def __init__(self, model_dir: Path, *, batch_size: int = 64, threads: int | None = None,
-                 source_dir: Path | None = None) -> None:
+                 source_dir: Path | None = None, sort_by_length: bool = True) -> None:
         super().__init__()
+        self.sort_by_length = sort_by_length  # off only to measure what sorting saves
         if batch_size < 1:
             raise ConfigurationError(f"embedding batch_size must be positive, got {batch_size}")
         self.model_dir = Path(model_dir)
@@ -470,9 +472,9 @@ class MiniLMEmbedder(_Counters):
             return np.zeros((0, self.dimensions), dtype=np.float32)
         if not all(isinstance(t, str) for t in texts):
             raise EmbeddingError("embed() takes a sequence of strings")
-        return self._embed(texts, sort=True)
+        return self._embed(texts)
 
-    def _embed(self, texts: list[str], *, sort: bool) -> np.ndarray:
+    def _embed(self, texts: list[str]) -> np.ndarray:
         try:
             encodings = self._tokenizer.encode_batch(texts)
         except Exception as exc:
@@ -483,7 +485,8 @@ class MiniLMEmbedder(_Counters):
         lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64,
                               count=len(encodings))
         # Sorting by length keeps each batch's padding (wasted compute) small.
-        order = np.argsort(lengths, kind="stable") if sort else np.arange(len(texts))
+        order = (np.argsort(lengths, kind="stable") if self.sort_by_length
+                 else np.arange(len(texts)))
         out = np.empty((len(texts), self.dimensions), dtype=np.float32)
         for start in range(0, len(texts), self.batch_size):
             idx = order[start:start + self.batch_size]
@@ -559,14 +562,15 @@ class OllamaEmbedder(_Counters):
         self.url = url.rstrip("/")
         self.batch_size = batch_size
         self.max_tokens = max_tokens  # Ollama does not report it; the chunker budget governs
-        self._dimensions: int | None = None
+        self._dimensions = 0  # learned from the first response
         self._client = httpx.Client(timeout=timeout)
 
     @property
     def dimensions(self) -> int:
-        if self._dimensions is None:
-            self._request(["dimension probe"])  # sets _dimensions; not counted as work
-        assert self._dimensions is not None
+        """The model's dimension; asks the server once if no embed() call has told us yet
+        (the store needs it to create a collection before the first write)."""
+        if not self._dimensions:
+            self._request(["dimension probe"])  # not counted as embedding work
         return self._dimensions
 
     def _request(self, texts: list[str]) -> np.ndarray:
@@ -589,9 +593,10 @@ class OllamaEmbedder(_Counters):
         except (ValueError, KeyError, TypeError) as exc:
             raise EmbeddingError(f"unexpected response from Ollama at {endpoint}: {exc}") from None
         if vectors.ndim != 2 or len(vectors) != len(texts):
-            raise EmbeddingError(f"Ollama at {endpoint} returned {vectors.shape[0] if vectors.ndim else 0} "
-                                 f"vectors for {len(texts)} texts")
-        if self._dimensions is None:
+            got = vectors.shape[0] if vectors.ndim else 0
+            raise EmbeddingError(f"Ollama at {endpoint} returned {got} vectors for "
+                                 f"{len(texts)} texts")
+        if not self._dimensions:
             self._dimensions = int(vectors.shape[1])
         elif vectors.shape[1] != self._dimensions:
             raise EmbeddingError(f"Ollama model {self.model!r} changed dimension from "
@@ -602,7 +607,7 @@ class OllamaEmbedder(_Counters):
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         texts = list(texts)
         if not texts:
-            return np.zeros((0, self._dimensions or 0), dtype=np.float32)
+            return np.zeros((0, self._dimensions), dtype=np.float32)
         parts = [self._request(texts[i:i + self.batch_size])
                  for i in range(0, len(texts), self.batch_size)]
         self._count(len(texts))
@@ -616,7 +621,10 @@ class OllamaEmbedder(_Counters):
 
 
 def parse_model_spec(spec: str) -> tuple[str, str]:
-    """("minilm", "") | ("sentence-transformers", name) | ("ollama", model); else ConfigurationError."""
+    """Split a model spec: ("minilm", ""), ("sentence-transformers", name) or ("ollama", model).
+
+    Anything else is a ConfigurationError naming the accepted forms.
+    """
     spec = spec.strip()
     if spec in {MINILM_NAME, f"sentence-transformers/{MINILM_NAME}"}:
         return "minilm", ""

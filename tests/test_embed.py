@@ -170,8 +170,13 @@ def test_missing_weights_raise_embedding_error_with_hint(tmp_path: Path) -> None
 # --- MiniLMEmbedder ---------------------------------------------------------------------
 
 
+def _conforms(embedder: Embedder) -> bool:
+    return all(hasattr(embedder, a) for a in ("name", "dimensions", "max_tokens", "calls",
+                                              "texts_embedded", "embed"))
+
+
 def test_embedder_satisfies_protocol(embedder: MiniLMEmbedder) -> None:
-    assert isinstance(embedder, Embedder)
+    assert _conforms(embedder)
     assert (embedder.name, embedder.dimensions, embedder.max_tokens) == (MINILM_NAME, 384, 256)
 
 
@@ -259,7 +264,8 @@ def _reference_forward(ids: list[int], w: dict[str, np.ndarray], cfg: dict) -> n
 
     n, heads = len(ids), cfg["num_attention_heads"]
     d = cfg["hidden_size"] // heads
-    x = (w["embeddings.word_embeddings.weight"][ids] + w["embeddings.position_embeddings.weight"][:n]
+    x = (w["embeddings.word_embeddings.weight"][ids]
+         + w["embeddings.position_embeddings.weight"][:n]
          + w["embeddings.token_type_embeddings.weight"][0])
     x = layer_norm(x, "embeddings.LayerNorm")
     for i in range(cfg["num_hidden_layers"]):
@@ -284,8 +290,8 @@ def test_same_vectors_as_a_numpy_reference_forward_pass(embedder: MiniLMEmbedder
     from tokenizers import Tokenizer
 
     source = default_source_dir()
-    weights = {k: v.astype(np.float64) for k, v in load_file(str(source / "model.safetensors")).items()
-               if v.dtype == np.float32}
+    tensors = load_file(str(source / "model.safetensors"))
+    weights = {k: v.astype(np.float64) for k, v in tensors.items() if v.dtype == np.float32}
     cfg = json.loads((source / "config.json").read_text())
     tokenizer = Tokenizer.from_file(str(source / "tokenizer.json"))
     tokenizer.no_padding()
@@ -394,6 +400,7 @@ def test_ollama_batches_normalises_and_learns_the_dimension(ollama_url: str) -> 
     texts = ["a", "bb", "", "dddd", "eeeee"]
     vectors = embedder.embed(texts)
     assert _FakeOllama.batches == [2, 2, 1]
+    assert _conforms(embedder) and _FakeOllama.batches == [2, 2, 1]  # no probe: dimension known
     assert embedder.dimensions == 3 and vectors.dtype == np.float32
     expected = np.array([[len(t), 3.0, 4.0] for t in texts])
     np.testing.assert_allclose(vectors, expected / np.linalg.norm(expected, axis=1)[:, None],
@@ -402,7 +409,10 @@ def test_ollama_batches_normalises_and_learns_the_dimension(ollama_url: str) -> 
 
 
 def test_ollama_dimension_probe_and_missing_model(ollama_url: str) -> None:
-    assert OllamaEmbedder("m", url=ollama_url).dimensions == 3
+    probed = OllamaEmbedder("m", url=ollama_url)
+    assert probed.dimensions == 3 and _FakeOllama.batches == [1]  # one probe request
+    assert probed.dimensions == 3 and _FakeOllama.batches == [1]  # asked once only
+    assert (probed.calls, probed.texts_embedded) == (0, 0)
     with pytest.raises(EmbeddingError, match="ollama pull missing"):
         OllamaEmbedder("missing", url=ollama_url).embed(["x"])
 
@@ -418,8 +428,8 @@ def test_prepare_model_main_reports_the_ready_model(embedder: MiniLMEmbedder, mo
     assert _stat(model_dir / ONNX_SUBDIR / "model.onnx") == before
 
 
-def test_prepare_model_main_fails_cleanly_without_weights(tmp_path: Path,
-                                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_prepare_model_main_fails_cleanly_without_weights(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code = prepare_model_main(["--model-dir", str(tmp_path / "m"), "--source-dir", str(tmp_path)])
     assert code == 1
     assert "error:" in capsys.readouterr().err
