@@ -159,6 +159,28 @@ def test_partial_dir_without_manifest_is_rebuilt_and_force_rebuilds(
     assert _stat(partial / ONNX_SUBDIR / "model.onnx") != before
 
 
+def test_concurrent_prepares_leave_one_valid_model(
+        embedder: MiniLMEmbedder, tmp_path: Path) -> None:
+    target = tmp_path / "shared"
+    errors: list[BaseException] = []
+
+    def prepare() -> None:
+        try:
+            prepare_model(target)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=prepare) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert sorted(p.name for p in target.iterdir() if p.name != ".prepare.lock") == [ONNX_SUBDIR]
+    np.testing.assert_allclose(MiniLMEmbedder(target, threads=1).embed(SENTENCES[:2]),
+                               embedder.embed(SENTENCES[:2]), atol=1e-6)
+
+
 def test_missing_weights_raise_embedding_error_with_hint(tmp_path: Path) -> None:
     empty = tmp_path / "no-weights"
     empty.mkdir()
