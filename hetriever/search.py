@@ -94,10 +94,17 @@ class _Hit:
     bm25_raw: float | None = None
 
 
-def _scope(store: Any, namespaces: Sequence[str] | None) -> list[str]:
+def _scope(store: Any, namespaces: Sequence[str] | None, use_hybrid: bool) -> list[str]:
     from hetriever.store import validate_collection_name
 
-    existing = store.collection_names()
+    try:
+        existing = store.collection_names()
+    except BackendConnectionError:
+        if not use_hybrid:
+            raise
+        # Chroma is down but BM25 is local: its indexes say which collections exist.
+        existing = store.bm25_collection_names()
+        log.error("dense_retrieval_failed", error="backend unreachable; using BM25 only")
     if namespaces is None:
         return existing
     if isinstance(namespaces, str):
@@ -217,7 +224,7 @@ def hybrid_search(store: Any, query: str, top_k: int | None = None,
         return RetrievalResult(query=text, matches=matches, total_results=len(matches),
                                search_time_ms=ms, mode=mode, retriever_counts=counts)
 
-    names = _scope(store, namespaces)
+    names = _scope(store, namespaces, use_hybrid)
     if not text.strip() or not names:
         return done([], "hybrid" if use_hybrid else "dense", {"dense": 0, "bm25": 0, "merged": 0})
     if native_sparse_available(store.client):

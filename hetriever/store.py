@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import errno
 import fcntl
 import hashlib
@@ -381,6 +380,11 @@ class ChromaKnowledgeStore:
 
     def bm25_path(self, name: str) -> Path:
         return self.settings.resolved_state_dir / "bm25" / f"{name}.sqlite"
+
+    def bm25_collection_names(self) -> list[str]:
+        """Collections with a BM25 index file (what is searchable while Chroma is down)."""
+        folder = self.settings.resolved_state_dir / "bm25"
+        return sorted(p.stem for p in folder.glob("*.sqlite")) if folder.is_dir() else []
 
     def collection_names(self) -> list[str]:
         cols = self._call("list_collections", self.client.list_collections)

@@ -12,6 +12,7 @@ Registered as a plugin by tests/conftest.py, so every test module sees these fix
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import subprocess
 import sys
@@ -63,12 +64,13 @@ def minilm_embedder(minilm_model_dir: Path) -> Any:
     return MiniLMEmbedder(minilm_model_dir, batch_size=32, threads=1)
 
 
-@pytest.fixture(scope="module")
-def chroma_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChromaServer]:
+@contextlib.contextmanager
+def running_chroma_server(path: Path) -> Iterator[ChromaServer]:
+    """A `chroma run` process on a free port of 127.0.0.1, up (heartbeat) until the block ends."""
     exe = chroma_executable()
     if not exe.exists():
         pytest.skip(f"no `chroma` executable beside {sys.executable}")
-    path = tmp_path_factory.mktemp("chroma-server")
+    path.mkdir(parents=True, exist_ok=True)
     port = free_port()
     log_path = path.parent / f"{path.name}.log"
     with log_path.open("wb") as log_file:
@@ -92,15 +94,29 @@ def chroma_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChromaSe
             time.sleep(0.1)
         yield server
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+        stop_chroma_server(server)
 
 
-def store_settings(tmp_path: Path, server: ChromaServer | None = None, **overrides: Any) -> Settings:
+def stop_chroma_server(server: ChromaServer) -> None:
+    proc = server.process
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def chroma_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChromaServer]:
+    with running_chroma_server(tmp_path_factory.mktemp("chroma-server")) as server:
+        yield server
+
+
+def store_settings(tmp_path: Path, server: ChromaServer | None = None,
+                   **overrides: Any) -> Settings:
     """Settings for a store whose data (embedded) and state (BM25, locks) live in tmp_path."""
     base: dict[str, Any] = {"chroma_path": tmp_path / "chroma", "state_dir": tmp_path / "state"}
     if server is not None:

@@ -10,7 +10,12 @@ import pytest
 from structlog.testing import capture_logs
 
 from hetriever.embed import MiniLMEmbedder
-from hetriever.errors import EmbeddingError, InvalidFilterError, InvalidLimitError
+from hetriever.errors import (
+    BackendConnectionError,
+    EmbeddingError,
+    InvalidFilterError,
+    InvalidLimitError,
+)
 from hetriever.filters import matches, validate_filter
 from hetriever.search import (
     MAX_QUERY_CHARS,
@@ -20,7 +25,13 @@ from hetriever.search import (
     similarity,
 )
 from hetriever.store import ChromaKnowledgeStore
-from tests.chroma_fixtures import make_chunk, server_database_client, store_settings
+from tests.chroma_fixtures import (
+    make_chunk,
+    running_chroma_server,
+    server_database_client,
+    stop_chroma_server,
+    store_settings,
+)
 
 A, B = "alpha-docs", "beta-docs"
 
@@ -296,3 +307,23 @@ def test_hash_mismatch_results_are_dropped(make_store) -> None:
 
 def test_native_sparse_is_not_available_locally(store) -> None:
     assert native_sparse_available(store.client) is False
+
+
+@pytest.mark.server
+def test_server_going_down_degrades_to_bm25(tmp_path, minilm_embedder) -> None:
+    with running_chroma_server(tmp_path / "server") as server:
+        store = populate(ChromaKnowledgeStore(store_settings(tmp_path, server),
+                                              embedder=minilm_embedder))
+        assert run(store.health_check()) is True
+        stop_chroma_server(server)
+        assert run(store.health_check()) is False
+        # BM25 lives beside us: hybrid search answers from it, with its copy of the text.
+        result = run(retrieve(store, "Homebrew brew install", top_k=3))
+        assert result.mode == "bm25"
+        assert result.matches[0].metadata["file_path"] == "content/install/macos.md"
+        assert result.matches[0].content == chunks_of(A)[3].text
+        # Dense-only search and writes fail fast with a clear error.
+        with pytest.raises(BackendConnectionError, match="chroma run"):
+            run(retrieve(store, "Homebrew", hybrid=False))
+        with pytest.raises(BackendConnectionError):
+            run(store.upsert_file_chunks(A, "content/x.md", [make_chunk(A, "content/x.md", "x")]))
