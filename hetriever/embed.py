@@ -252,7 +252,8 @@ def _prepared_ok(onnx_dir: Path, source: _Source | None) -> bool:
         return True
     stat = source.weights.stat()
     if stat.st_size == manifest.get("source_size") and \
-            stat.st_mtime_ns == manifest.get("source_mtime_ns"):
+            stat.st_mtime_ns == manifest.get("source_mtime_ns") and \
+            str(source.weights.resolve()) == manifest.get("source_path"):
         return True
     return _sha256(source.weights) == manifest.get("source_sha256")
 
@@ -293,6 +294,7 @@ def _build_into(build_dir: Path, source: _Source) -> dict[str, Any]:
         "build_version": BUILD_VERSION,
         "opset": OPSET,
         "source_sha256": _sha256(source.weights),
+        "source_path": str(source.weights.resolve()),
         "source_size": stat.st_size,
         "source_mtime_ns": stat.st_mtime_ns,
         "hidden_size": int(config["hidden_size"]),
