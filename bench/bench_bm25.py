@@ -20,6 +20,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -95,8 +96,15 @@ def pct(values: list[float], q: float) -> float:
 
 
 def make_queries(chunks: list[tuple[str, str, dict]], n: int, rng: random.Random) -> list[str]:
+    """Word runs from random chunks; every fourth query is three of the most frequent terms
+    (long posting lists: the slow case)."""
+    counts = Counter(t for _, text, _ in chunks[:3000] for t in set(tokenize(text)))
+    frequent = [t for t, _ in counts.most_common(200)]
     queries = []
     while len(queries) < n:
+        if len(queries) % 4 == 3:
+            queries.append(" ".join(rng.sample(frequent, 3)))
+            continue
         terms = [t for t in tokenize(rng.choice(chunks)[1]) if len(t) > 3]
         if len(terms) >= 3:
             start = rng.randrange(len(terms) - 2)

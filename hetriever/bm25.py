@@ -108,7 +108,10 @@ class _Segment:
     """Postings in CSR form: term id t -> docs[offsets[t]:offsets[t+1]] with their tfs."""
 
     def __init__(self, term_ids: np.ndarray, docs: np.ndarray, tfs: np.ndarray, n_terms: int):
-        order = np.argsort(term_ids, kind="stable")
+        keys = term_ids
+        if len(term_ids) and int(term_ids.max()) < 65536:
+            keys = term_ids.astype(np.uint16)  # numpy radix-sorts 16-bit keys: ~2x faster
+        order = np.argsort(keys, kind="stable")
         counts = np.bincount(term_ids, minlength=n_terms) if len(term_ids) else np.zeros(
             n_terms, dtype=np.int64)
         self.offsets = np.zeros(len(counts) + 1, dtype=np.int64)
@@ -163,6 +166,7 @@ class _State:
         self._norm: np.ndarray | None = None
         self._norm_params: tuple[float, float] | None = None
         self.eq_index: dict[str, dict[tuple, set[int]]] = {}
+        self._masks: dict[str, np.ndarray | None] = {}  # filter -> allowed slots, per state
         self._new_lengths: list[float] = []
 
     @property
@@ -220,6 +224,7 @@ class _State:
             self._new_lengths = []
         self._delta = None
         self._norm = None
+        self._masks = {}
         if (self.dead > max(1000, len(self.doc_ids) // 4)
                 or self.delta_postings > max(50_000, len(self.main) // 4)):
             self.compact(n_terms)
@@ -239,6 +244,21 @@ class _State:
         self.dead = 0
         self.delta_parts, self.delta_postings, self._delta, self._norm = [], 0, None, None
         self.eq_index = {}
+        self._masks = {}
+
+    def allowed_mask(self, where: dict) -> np.ndarray | None:
+        """`slots_for(where)` as a boolean array over slots, cached until the next change."""
+        key = json.dumps(where, sort_keys=True)
+        if key not in self._masks:
+            slots = self.slots_for(where)
+            mask = None
+            if slots is not None:
+                mask = np.zeros(len(self.doc_ids), dtype=bool)
+                mask[np.fromiter(slots, dtype=np.int64, count=len(slots))] = True
+            if len(self._masks) >= 32:
+                self._masks.pop(next(iter(self._masks)))
+            self._masks[key] = mask
+        return self._masks[key]
 
     def slots_for(self, where: dict | None) -> set[int] | None:
         """Slots that can match `where` by its equality constraints (None: no narrowing)."""
@@ -309,6 +329,7 @@ class BM25Index:
         self._lock = threading.RLock()
         self._state: _State | None = None
         self._vocab: dict[str, int] | None = None
+        self._vocab_epoch = ""
         self._depth = 0
         self._txn_ids: set[str] = set()
         self._pending: dict[str, dict | None] = {}
@@ -339,7 +360,8 @@ class BM25Index:
                 for statement in _SCHEMA.split(";"):
                     if statement.strip():
                         self._wconn.execute(statement)
-                defaults = {"generation": "0", "log_floor": "0", "schema": SCHEMA_VERSION,
+                defaults = {"generation": "0", "log_floor": "0", "vocab_epoch": "0",
+                            "schema": SCHEMA_VERSION,
                             "tokenizer": self._tokenizer_id()}
                 self._wconn.executemany("INSERT OR IGNORE INTO meta(key, value) VALUES (?, ?)",
                                         defaults.items())
@@ -367,7 +389,10 @@ class BM25Index:
             rows = self._wconn.execute("SELECT id, text, metadata FROM docs").fetchall()
             self._wconn.execute("DELETE FROM docs")
             self._wconn.execute("DELETE FROM terms")
-            self._vocab = {}
+            epoch = str(int(self._meta(self._wconn, "vocab_epoch") or 0) + 1)
+            self._wconn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('vocab_epoch', ?)",
+                                (epoch,))
+            self._vocab, self._vocab_epoch = {}, epoch
             self._write_docs([r[0] for r in rows], [r[1] for r in rows],
                              [json.loads(r[2]) for r in rows])
             self._wconn.execute("UPDATE meta SET value = ? WHERE key = 'tokenizer'",
@@ -380,8 +405,12 @@ class BM25Index:
                                       hint="open a new BM25Index")
 
     def _sync_vocab(self, conn: sqlite3.Connection) -> None:
-        if self._vocab is None:
+        # Term ids are dense and append-only, except that a retokenize renumbers them all
+        # and bumps the epoch: then start over.
+        epoch = self._meta(conn, "vocab_epoch")
+        if self._vocab is None or epoch != self._vocab_epoch:
             self._vocab = {}
+            self._vocab_epoch = epoch
         rows = conn.execute("SELECT id, term FROM terms WHERE id >= ? ORDER BY id",
                             (len(self._vocab),)).fetchall()
         for term_id, term in rows:
@@ -572,10 +601,9 @@ class BM25Index:
             scores = self._score(state, term_ids)
             candidates = np.flatnonzero(scores > 0)
             if normalised is not None:
-                allowed = state.slots_for(normalised)
+                allowed = state.allowed_mask(normalised)
                 if allowed is not None:
-                    candidates = candidates[np.isin(candidates, np.fromiter(
-                        allowed, dtype=np.int64, count=len(allowed)))]
+                    candidates = candidates[allowed[candidates]]
             top = self._top(state, scores, candidates, k, normalised)
             hits = [(state.doc_ids[s], float(scores[s])) for s in top]
         hits.sort(key=lambda h: (-h[1], h[0]))
@@ -648,8 +676,10 @@ class BM25Index:
             state = self._state
             if state is not None and state.generation == gen and self._vocab is not None:
                 return
+            epoch_changed = self._meta(conn, "vocab_epoch") != self._vocab_epoch
             self._sync_vocab(conn)
-            if state is None or state.generation < int(self._meta(conn, "log_floor")):
+            if (state is None or epoch_changed
+                    or state.generation < int(self._meta(conn, "log_floor"))):
                 self._state = self._load(conn, gen)
                 return
             changed = [r[0] for r in conn.execute(

@@ -395,8 +395,15 @@ def test_index_written_with_another_tokenizer_is_retokenized(tmp_path, monkeypat
     with BM25Index(path) as ix:
         ix.upsert(["a"], ["Partial templates"], [{"f": "a.md"}])
         assert ix.search("templates", 3)[0][0] == "a"
-    monkeypatch.setattr(bm25_module, "STEM_DEFAULT", True)
-    with BM25Index(path) as ix:
-        # "template" only matches "templates" if the stored postings were rebuilt stemmed.
-        assert [h[0] for h in ix.search("template", 3)] == ["a"]
-        assert ix.get("a") == ("Partial templates", {"f": "a.md"})
+    with BM25Index(path) as old:
+        old.upsert(["b"], ["Unrelated words"])
+        assert old.search("partial", 3)[0][0] == "a"  # loaded, with the old term ids
+        monkeypatch.setattr(bm25_module, "STEM_DEFAULT", True)
+        with BM25Index(path) as ix:
+            # "template" only matches "templates" if the stored postings were rebuilt stemmed.
+            assert [h[0] for h in ix.search("template", 3)] == ["a"]
+            assert ix.get("a") == ("Partial templates", {"f": "a.md"})
+        # An index that was open during the rebuild notices the new term ids.
+        assert [h[0] for h in old.search("template", 3)] == ["a"]
+        old.upsert(["c"], ["more templates here"])
+        assert {h[0] for h in old.search("unrelated template", 3)} == {"a", "b", "c"}
