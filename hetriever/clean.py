@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from bs4 import BeautifulSoup
-from bs4.element import Comment, Declaration, Doctype, ProcessingInstruction
+from bs4.element import Comment, Declaration, Doctype, NavigableString, ProcessingInstruction
 
 from hetriever.logs import get_logger
 from hetriever.models import Block
@@ -386,7 +386,7 @@ def _call_text(call: _Call, paired: bool) -> str:
             value = call.named.get(key, "").strip()
             if value and value not in seen:
                 seen.append(value)
-        return ("\n\n" + "\n".join(seen) + "\n\n") if seen else ""
+        return "\n".join(seen)  # inline: the call may sit inside a link
     if name == "tab":
         label = call.named.get("header") or call.named.get("title") or first
         return f"\n\n{label.strip()}:\n\n" if label.strip() else "\n\n"
@@ -470,8 +470,9 @@ _QUOTE = re.compile(r"(?:[ \t]*>[ \t]?)+")
 _ALERT = re.compile(r"\[!(\w+)\][-+]?[ \t]*(.*)$")
 
 _IMAGE = re.compile(r"!\[([^\]]*)\](?:\((?:<[^>]*>|[^()\s]*(?:\([^()]*\)[^()\s]*)*)"
-                    r"(?:\s+(?:\"[^\"]*\"|'[^']*'))?\s*\)|\[[^\]]*\])")
-_LINK = re.compile(r"\[((?:[^\[\]]|\[[^\[\]]*\])*)\](?:\((?:<[^>]*>|[^()\s]*(?:\([^()]*\)[^()\s]*)*)"
+                    r"(?:\s+(?:\"[^\"]*\"|'[^']*'))?\s*\)|\[[^\]]*\]|(?![(\[]))")
+_LINK = re.compile(r"\[((?:[^\[\]]|\[[^\[\]]*\])*)\]"
+                   r"(?:\((?:<[^>]*>|[^()\s]*(?:\([^()]*\)[^()\s]*)*)"
                    r"(?:\s+(?:\"[^\"]*\"|'[^']*'))?\s*\)|\[([^\]]*)\])")
 _SHORTCUT_REF = re.compile(r"\[([^\[\]]+)\](?![(\[:])")
 _FOOTNOTE_REF = re.compile(r"\[\^[^\]\s]+\]")
@@ -482,6 +483,8 @@ _EMPHASIS = (
     re.compile(r"(?<![\w*\\])\*(?=[^\s*])(.+?)(?<=[^\s*])\*(?![\w*])"),
     re.compile(r"(?<![\w\\])_(?=[^\s_])(.+?)(?<=[^\s_])_(?!\w)"),
 )
+# A Goldmark block attribute line, e.g. `{.badge .w-75}` or `{class="x" #id}`.
+_ATTR_LINE = re.compile(r"\{(?:\s*(?:[.#][\w-]+|[\w-]+=(?:\"[^\"]*\"|'[^']*'|[^\s}]+)))+\s*\}")
 _HSPACE = re.compile(r"[ \t\u00a0]+")
 
 HTML_TAGS = frozenset("""
@@ -540,8 +543,12 @@ def _strip_html(text: str, in_table: bool) -> str:
     for img in soup.find_all("img"):
         alt = img.get("alt")
         img.replace_with(f" {alt} " if isinstance(alt, str) and alt.strip() else "")
-    for el in soup.find_all(["td", "th"]):
-        el.insert_after(" | ")
+    for row in soup.find_all("tr"):
+        for node in list(row.children):
+            if isinstance(node, NavigableString) and not node.strip():
+                node.extract()  # indentation between cells
+        for cell in row.find_all(["td", "th"], recursive=False)[:-1]:
+            cell.insert_after(" | ")
     for el in soup.find_all(_HTML_BLOCK_TAGS):
         el.insert_before("\n")
         el.insert_after("\n")
@@ -588,7 +595,7 @@ def _inline(text: str, ctx: _Context, refs: set[str], *, table: bool = False) ->
     if not html_done and "&" in text:
         text = html.unescape(text)
     text = ctx.restore(text)
-    lines = (_HSPACE.sub(" ", line).strip() for line in text.split("\n"))
+    lines = (line.strip() for line in _HSPACE.sub(" ", text).split("\n"))
     return "\n".join(line for line in lines if line)
 
 
@@ -672,6 +679,8 @@ def _markdown_blocks(text: str, ctx: _Context, refs: set[str], out: list[Block])
                 else:
                     skip_ref_url = not m.group(2).strip()
                     continue
+        if first == "{" and _ATTR_LINE.fullmatch(s):
+            continue
         if ("|" in s or first in ":-") and "-" in s and "|" in s and _TABLE_DELIM.fullmatch(s):
             para.table = True
             continue
@@ -709,7 +718,10 @@ def clean_page(body: str, *, include_resolver: IncludeResolver | None = None,
         log.warning("clean_failed", path=path, error=f"{type(exc).__name__}: {exc}")
         text = body.strip()
         return [Block("paragraph", text)] if text else []
-    source, kept = _word_counts(body, blocks)
+    if _maybe_over_cleaned(body, blocks):
+        source, kept = _word_counts(body, blocks)
+    else:
+        source = kept = 0
     if source >= OVER_CLEANED_MIN_WORDS and kept < OVER_CLEANED_RATIO * source:
         log.warning("over_cleaned", path=path, source_words=source, kept_words=kept,
                     ratio=round(kept / source, 3))
@@ -737,8 +749,20 @@ def _clean(body: str, resolver: IncludeResolver | None, params: Mapping[str, str
 # calls, link definitions) is left out of the source count, so only lost prose lowers it.
 _WORD = re.compile(r"[^\W\d_]{3,}")
 _NOT_PROSE = re.compile(
-    r"<(script|style)\b.*?</\1\s*>|<!--.*?-->|<[^<>]{0,400}>|\]\([^()\s]{0,400}\)|\S+://\S+|\{\{.{0,400}?\}\}"
+    r"<(script|style)\b.*?</\1\s*>|<!--.*?-->|<[^<>]{0,400}>|\]\([^()\s]{0,400}\)|\S+://\S+"
+    r"|\{\{.{0,400}?\}\}"
     r"|^ {0,3}\[[^\]\n]+\]:[^\n]*$", re.S | re.I | re.M)
+
+
+def _maybe_over_cleaned(body: str, blocks: list[Block]) -> bool:
+    """Cheap first look by raw lengths; most pages keep well over half their non-code text."""
+    code = text = 0
+    for block in blocks:
+        if block.kind == "code":
+            code += len(block.text)
+        else:
+            text += len(block.text)
+    return text < 0.5 * (len(body) - code)
 
 
 def _words(text: str) -> int:

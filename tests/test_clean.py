@@ -170,9 +170,11 @@ def test_multi_line_call_and_media_arguments():
         >}}
 
         {{< youtube id="abc" title="Intro video" >}} {{< img src="x.png" >}}
+
+        [{{< img src="cover.png" alt="Book cover" >}}](https://example.com/book/)
         """)
     assert texts(clean_page(body)) == ["Look:", "Zion National Park\nA photograph of Zion",
-                                       "Intro video"]
+                                       "Intro video", "Book cover"]
 
 
 def test_comment_pairs_are_dropped():
@@ -218,7 +220,8 @@ def test_code_toggle_becomes_a_code_block():
 
 def test_include_is_resolved_cleaned_and_inlined():
     snippets = {
-        "/_common/intro.md": "---\n---\n\n## Shared heading\n\nShared **text** {{% include \"/_common/deep.md\" %}}\n",
+        "/_common/intro.md": ("---\n---\n\n## Shared heading\n\n"
+                              "Shared **text** {{% include \"/_common/deep.md\" %}}\n"),
         "/_common/deep.md": "Deep text.\n\n```sh\nls\n```\n",
         "docs/languages/index-intro": "Welcome to {{ $name }} docs.\n",
     }
@@ -277,12 +280,13 @@ def test_param_outside_code_and_other_known_shortcodes():
     body = doc("""
         Version {{% param vers %}}, missing {{% param other %}}.
         A {{% glossary-term "page bundle" %}} links to {{% eturl figure %}}.
-        Since {{< new-in 0.120.0 />}} and {{< new-in v0.159.2 />}} but {{<deprecated-in 0.158.0 />}}.
+        Since {{< new-in 0.120.0 />}} and {{< new-in v0.159.2 />}}
+        but {{<deprecated-in 0.158.0 />}}.
         Unknown {{< render-list-of-pages-in-section >}} gone.
         """)
     assert prose(clean_page(body, params={"vers": "1.2"})) == (
         "Version 1.2, missing other.\nA page bundle links to figure.\n"
-        "Since New in v0.120.0 and New in v0.159.2 but Deprecated in v0.158.0.\n"
+        "Since New in v0.120.0 and New in v0.159.2\nbut Deprecated in v0.158.0.\n"
         "Unknown gone.")
 
 
@@ -375,8 +379,9 @@ def test_html_entities_and_autolinks():
 
 
 def test_raw_html_table():
-    body = "<table><tr><th>CVE</th><th>Fixed</th></tr><tr><td>2024-1</td><td>1.2</td></tr></table>"
-    assert prose(clean_page(body)) == "CVE | Fixed |\n2024-1 | 1.2 |"
+    body = ("<table>\n  <tr>\n    <th>CVE</th>\n    <th>Fixed</th>\n  </tr>\n"
+            "  <tr><td>2024-1</td><td>1.2</td></tr>\n</table>\n")
+    assert prose(clean_page(body)) == "CVE | Fixed\n2024-1 | 1.2"
 
 
 # --- Markdown -------------------------------------------------------------------------------
@@ -413,15 +418,20 @@ def test_links_images_references_and_emphasis():
         **Bold**, __strong__, *em*, _under_, ~~gone~~, snake_case_name, 2 * 3 * 4, `**/*.md`.
         Escaped \\*stars\\* stay.
 
+        [![OTCA badge]][otca]
+        {.badge--otca .w-75}
+
         [r]: https://example.com/r
         [collapsed]: /c/
+        [otca]: https://example.com/otca
         [shortcut]:
           <https://example.com/s>
         """)
     assert texts(clean_page(body)) == [
         "See the docs and Alt text, ref link,\ncollapsed, shortcut, [not a ref] and where.\n"
         "Bold, strong, em, under, gone, snake_case_name, 2 * 3 * 4, **/*.md.\n"
-        "Escaped *stars* stay."
+        "Escaped *stars* stay.",
+        "OTCA badge",
     ]
 
 
