@@ -60,6 +60,7 @@ class Settings:
     default_top_k: int = 5
     max_top_k: int = 100
     similarity_threshold: float = 0.0
+    run_lock_timeout: float = 600.0  # seconds a second ingest of one repository waits
 
     # logging
     log_format: str = "console"  # "console" or "json"
@@ -206,6 +207,8 @@ def validate(settings: Settings) -> Settings:
     if settings.embedding_model == "all-MiniLM-L6-v2" and settings.chunk_tokens > MODEL_MAX_TOKENS - 2:
         raise bad("chunk_tokens", f"all-MiniLM-L6-v2 reads at most {MODEL_MAX_TOKENS - 2} "
                                   "word-pieces per chunk; longer text would be silently truncated")
+    if settings.run_lock_timeout < 0:
+        raise bad("run_lock_timeout", "must be zero or more seconds")
     if settings.max_file_bytes < 1:
         raise bad("max_file_bytes", "must be positive")
     if not 1 <= settings.chroma_port <= 65535:

@@ -129,6 +129,9 @@ class KnowledgeStore(Protocol):
     async def upsert_file_chunks(self, collection: str, file_path: str,
                                  chunks: list[Chunk]) -> FileWriteResult: ...
 
+    async def upsert_files(self, collection: str,
+                           files: dict[str, list[Chunk]]) -> FileWriteResult: ...
+
     async def delete_file(self, collection: str, file_path: str) -> int: ...
 
     async def list_files(self, collection: str) -> list[str]: ...
@@ -509,27 +512,56 @@ class ChromaKnowledgeStore:
 
     def upsert_file_chunks_sync(self, collection: str, file_path: str,
                                 chunks: list[Chunk]) -> FileWriteResult:
-        ids = [c.id for c in chunks]
-        texts = [c.text for c in chunks]
-        metadatas = [dict(c.metadata) for c in chunks]
-        for c, meta in zip(chunks, metadatas):
-            if meta.get("file_path", file_path) != file_path:
-                raise IndexingError(f"chunk {c.id!r} belongs to {meta['file_path']!r}, "
-                                    f"not {file_path!r}")
-            meta["file_path"] = file_path
+        return self.upsert_files_sync(collection, {file_path: chunks})
+
+    def upsert_files_sync(self, collection: str,
+                          files: dict[str, list[Chunk]]) -> FileWriteResult:
+        """Replace several files' chunks as one unit of work.
+
+        Every file's new chunks are embedded together (one length-sorted pass, so small files
+        do not make small batches); a file given with no chunks loses all of its chunks.
+        """
+        ids: list[str] = []
+        texts: list[str] = []
+        metadatas: list[dict[str, Any]] = []
+        for file_path, chunks in files.items():
+            for c in chunks:
+                meta = dict(c.metadata)
+                if meta.get("file_path", file_path) != file_path:
+                    raise IndexingError(f"chunk {c.id!r} belongs to {meta['file_path']!r}, "
+                                        f"not {file_path!r}")
+                meta["file_path"] = file_path
+                ids.append(c.id)
+                texts.append(c.text)
+                metadatas.append(meta)
+        if not files:
+            return FileWriteResult()
         with self.writer_lock(collection):
             col = self._chroma(collection, create=True)
-            old_ids = set(self._ids_where(col, {"file_path": file_path}))
-            # One BM25 commit per file; Chroma is written first, so a crash leaves BM25 behind
+            old_ids = set(self._ids_of_files(col, list(files)))
+            # One BM25 commit per call; Chroma is written first, so a crash leaves BM25 behind
             # (never ahead), which repair() fixes.
-            with self.bm25(collection).transaction():
-                result = self._write(collection, col, ids, texts, metadatas) if chunks \
+            index = self.bm25(collection)
+            with index.transaction():
+                result = self._write(collection, col, ids, texts, metadatas) if ids \
                     else FileWriteResult()
                 vanished = sorted(old_ids - set(ids))
                 result.deleted = self._delete_ids(collection, col, vanished)
-        log.debug("file_written", collection=collection, path=file_path, written=result.written,
-                  reused=result.reused, deleted=result.deleted)
+                for file_path, chunks in files.items():
+                    if not chunks:  # BM25 rows Chroma never had (a crash between writes)
+                        index.delete_where({"file_path": file_path})
+        log.debug("files_written", collection=collection, files=len(files),
+                  written=result.written, reused=result.reused, deleted=result.deleted)
         return result
+
+    def _ids_of_files(self, col: Any, paths: list[str]) -> list[str]:
+        out: list[str] = []
+        step = 100  # keep each `$in` list small
+        for start in range(0, len(paths), step):
+            part = paths[start:start + step]
+            where = {"file_path": part[0]} if len(part) == 1 else {"file_path": {"$in": part}}
+            out += self._ids_where(col, where)
+        return out
 
     def delete_file_sync(self, collection: str, file_path: str) -> int:
         col = self._chroma(collection)
@@ -714,6 +746,11 @@ class ChromaKnowledgeStore:
                                  chunks: list[Chunk]) -> FileWriteResult:
         return await asyncio.to_thread(self.upsert_file_chunks_sync, collection, file_path,
                                        list(chunks))
+
+    async def upsert_files(self, collection: str,
+                           files: dict[str, list[Chunk]]) -> FileWriteResult:
+        return await asyncio.to_thread(self.upsert_files_sync, collection,
+                                       {path: list(chunks) for path, chunks in files.items()})
 
     async def delete_file(self, collection: str, file_path: str) -> int:
         return await asyncio.to_thread(self.delete_file_sync, collection, file_path)

@@ -1,0 +1,382 @@
+"""`hetriever` command line: ingest, search, status, metrics, serve-webhook, demo, prepare-model.
+
+User mistakes (bad settings, bad names, bad filters, unreachable backend) print one clear line
+and exit 2, never a traceback. `--json` prints machine-readable output on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from hetriever.errors import HetrieverError
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+DEMO_DIR = Path(".demo")
+DEMO_QUERY = "how do I filter a collection with where"
+
+
+def _console():
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+def _settings(args: argparse.Namespace, **extra: Any):
+    from hetriever.config import load_settings
+    from hetriever.logs import configure_logging
+
+    overrides = {k: v for k, v in extra.items() if v is not None}
+    if getattr(args, "docs_root", None):
+        overrides["docs_root"] = args.docs_root
+    if getattr(args, "chroma_path", None):
+        overrides["chroma_path"] = args.chroma_path
+    settings = load_settings(**overrides)
+    configure_logging(settings.log_level if not getattr(args, "quiet", False) else "WARNING",
+                      settings.log_format)
+    return settings
+
+
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, default=str))
+
+
+# --- ingest --------------------------------------------------------------------------
+
+
+async def _ingest_local(settings, names: list[str] | None, force_full: bool,
+                        show_progress: bool) -> list[dict]:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from hetriever.discover import discover_repositories
+    from hetriever.indexing import index_repository
+    from hetriever.logs import get_logger
+    from hetriever.store import get_knowledge_store
+
+    log = get_logger("hetriever.cli")
+    repos = discover_repositories(settings.docs_root, content_dir=settings.content_dir,
+                                  urls=settings.repository_urls)
+    if names:
+        unknown = sorted(set(names) - {r.name for r in repos})
+        if unknown:
+            from hetriever.errors import RepositoryNotFoundError
+
+            raise RepositoryNotFoundError(
+                f"unknown repositories: {', '.join(unknown)}",
+                hint=f"known: {', '.join(r.name for r in repos) or 'none'}")
+        repos = [r for r in repos if r.name in names]
+    outcomes = []
+    store = get_knowledge_store(settings)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=_console(), disable=not show_progress,
+                  transient=True) as progress:
+        for repo in repos:
+            task = progress.add_task(f"indexing {repo.name}", total=None)
+
+            def tick(done: int, total: int, task=task) -> None:
+                progress.update(task, completed=done, total=total)
+
+            try:
+                result = await index_repository(repo, store, settings, force_full=force_full,
+                                                progress=tick)
+                outcomes.append({"repository": repo.name, "ok": True, **result.to_dict()})
+            except HetrieverError as exc:  # one failing repository does not stop the others
+                log.error("repository_failed", repository=repo.name, error=str(exc))
+                outcomes.append({"repository": repo.name, "ok": False, "error": str(exc)})
+    return outcomes
+
+
+def _print_ingest(outcomes: list[dict]) -> None:
+    from rich.table import Table
+
+    table = Table(title="ingest")
+    for col in ("repository", "mode", "commit", "indexed", "skipped", "deleted",
+                "chunks +", "reused", "chunks -", "seconds"):
+        table.add_column(col)
+    for o in outcomes:
+        if not o["ok"]:
+            table.add_row(o["repository"], "[red]failed[/red]", "", "", "", "", "", "", "",
+                          o["error"][:60])
+            continue
+        table.add_row(o["repository"], o["mode"], o["new_commit"][:12], str(o["files_indexed"]),
+                      str(len(o["skipped"])), str(o["files_deleted"]), str(o["chunks_written"]),
+                      str(o["chunks_reused"]), str(o["chunks_deleted"]),
+                      f"{o['total_seconds']:.1f}")
+    _console().print(table)
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    settings = _settings(args, batch_size=args.batch_size)
+    if args.engine == "prefect":
+        from flows.ingest import ingest
+
+        summary = ingest(repositories=args.repository or None, force_full=args.full,
+                         batch_size=args.batch_size)
+        outcomes = summary["repositories"]
+    else:
+        outcomes = asyncio.run(_ingest_local(settings, args.repository or None, args.full,
+                                             show_progress=not args.json))
+    if args.json:
+        _print_json(outcomes)
+    else:
+        _print_ingest(outcomes)
+    return EXIT_OK if all(o["ok"] for o in outcomes) else EXIT_FAILED
+
+
+# --- search --------------------------------------------------------------------------
+
+
+def _run_search(settings, query: str, repositories: list[str] | None, top_k: int | None,
+                filters: dict | None, hybrid: bool | None):
+    from hetriever.metrics import QueryMetric, metrics_store
+    from hetriever.search import retrieve
+    from hetriever.store import get_knowledge_store
+
+    async def go():
+        store = get_knowledge_store(settings)
+        return await retrieve(store, query, top_k=top_k, filters=filters,
+                              namespaces=repositories, hybrid=hybrid)
+
+    result = asyncio.run(go())
+    metrics = metrics_store(settings.resolved_state_dir)
+    metrics.record(QueryMetric.from_result(result, repositories))
+    metrics.close()
+    return result
+
+
+def _print_results(result) -> None:
+    console = _console()
+    console.print(f"[bold]{result.total_results} results[/bold] for {result.query!r} "
+                  f"({result.mode}, {result.search_time_ms:.1f} ms)")
+    for i, match in enumerate(result.matches, start=1):
+        meta = match.metadata
+        heading = f" > {meta['heading_context']}" if meta.get("heading_context") else ""
+        console.print(f"\n[bold cyan]{i}. {meta.get('title', '')}{heading}[/bold cyan]"
+                      f"  [dim]{meta.get('repository', '')}{meta.get('url', '')}[/dim]")
+        console.print(f"   score {match.score:.3f} ({match.source})")
+        body = match.content.split("\n\n", 1)[-1].replace("\n", " ")
+        console.print(f"   {body[:220]}{'…' if len(body) > 220 else ''}", highlight=False)
+
+
+def _parse_filter(raw: str | None) -> dict | None:
+    if not raw:
+        return None
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        from hetriever.errors import InvalidFilterError
+
+        raise InvalidFilterError(f"--filter is not valid JSON: {exc.msg}",
+                                 hint='e.g. --filter \'{"section": "functions"}\'') from None
+    return value
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    hybrid = None if args.mode is None else args.mode == "hybrid"
+    result = _run_search(settings, args.query, args.repository or None, args.top_k,
+                         _parse_filter(args.filter), hybrid)
+    if args.json:
+        _print_json(result.to_dict())
+    else:
+        _print_results(result)
+    return EXIT_OK
+
+
+# --- status and metrics --------------------------------------------------------------
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from hetriever.discover import discover_repositories, head_commit
+    from hetriever.store import get_knowledge_store
+
+    settings = _settings(args)
+    repos = discover_repositories(settings.docs_root, content_dir=settings.content_dir,
+                                  urls=settings.repository_urls)
+
+    async def collect():
+        store = get_knowledge_store(settings)
+        rows = []
+        for repo in repos:
+            meta = await store.get_collection_metadata(repo.name) or {}
+            head = head_commit(repo)
+            rows.append({
+                "repository": repo.name,
+                "checked_out": head,
+                "indexed_commit": meta.get("commit_hash", ""),
+                "up_to_date": meta.get("commit_hash") == head,
+                "status": meta.get("index_status", "never indexed"),
+                "files": meta.get("total_documents", 0),
+                "chunks": meta.get("total_chunks", 0),
+                "last_updated": meta.get("last_updated", ""),
+            })
+        return rows
+
+    rows = asyncio.run(collect())
+    if args.json:
+        _print_json(rows)
+        return EXIT_OK
+    from rich.table import Table
+
+    table = Table(title="status")
+    for col in ("repository", "checked out", "indexed", "status", "files", "chunks", "updated"):
+        table.add_column(col)
+    for r in rows:
+        mark = "[green]✓[/green]" if r["up_to_date"] else "[yellow]behind[/yellow]"
+        table.add_row(r["repository"], r["checked_out"][:12],
+                      f"{r['indexed_commit'][:12]} {mark}", r["status"], str(r["files"]),
+                      str(r["chunks"]), r["last_updated"])
+    _console().print(table)
+    return EXIT_OK
+
+
+def cmd_metrics(args: argparse.Namespace) -> int:
+    from hetriever.metrics import metrics_store
+
+    settings = _settings(args)
+    store = metrics_store(settings.resolved_state_dir)
+    summary = store.summary(last=args.last)
+    store.close()
+    if args.json:
+        _print_json(summary.to_dict())
+    else:
+        _console().print(f"queries: {summary.count}  p50: {summary.p50_ms} ms  "
+                         f"p95: {summary.p95_ms} ms  p99: {summary.p99_ms} ms  "
+                         f"mean results: {summary.mean_results}  empty: {summary.empty_rate}  "
+                         f"by mode: {summary.by_mode}")
+    return EXIT_OK
+
+
+# --- demo ----------------------------------------------------------------------------
+
+
+def _sample_docs_source() -> Path:
+    here = Path(__file__).resolve().parent.parent / "examples" / "sample-docs"
+    if not here.is_dir():
+        raise HetrieverError("the bundled sample docs are missing",
+                             hint="run the demo from a checkout of the hetriever repository")
+    return here
+
+
+def _git(cwd: Path, *argv: str) -> None:
+    env = {"GIT_AUTHOR_NAME": "hetriever", "GIT_AUTHOR_EMAIL": "demo@example.invalid",
+           "GIT_COMMITTER_NAME": "hetriever", "GIT_COMMITTER_EMAIL": "demo@example.invalid"}
+    import os
+
+    subprocess.run(["git", *argv], cwd=cwd, check=True, capture_output=True,
+                   env={**os.environ, **env})
+
+
+def _demo_docs(root: Path) -> Path:
+    repo = root / "docs" / "sample-docs"
+    source = _sample_docs_source()
+    if repo.exists():
+        shutil.rmtree(repo)
+    shutil.copytree(source, repo)
+    _git(repo, "init", "-q", "-b", "main")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "sample docs")
+    return root / "docs"
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    docs_root = _demo_docs(DEMO_DIR)
+    args.docs_root = str(docs_root)
+    args.chroma_path = str(DEMO_DIR / "chroma_data")
+    settings = _settings(args, state_dir=str(DEMO_DIR / ".hetriever"))
+    console = _console()
+    console.print(f"[bold]1. ingest[/bold] {docs_root}/sample-docs -> {settings.chroma_path}")
+    outcomes = asyncio.run(_ingest_local(settings, None, False, show_progress=True))
+    _print_ingest(outcomes)
+    if not all(o["ok"] for o in outcomes):
+        return EXIT_FAILED
+    query = args.query or DEMO_QUERY
+    console.print(f"\n[bold]2. search[/bold] {query!r}")
+    result = _run_search(settings, query, None, 3, None, None)
+    _print_results(result)
+    return EXIT_OK if result.matches else EXIT_FAILED
+
+
+# --- wiring --------------------------------------------------------------------------
+
+
+def cmd_prepare_model(args: argparse.Namespace) -> int:
+    from hetriever.embed import prepare_model_main
+
+    return prepare_model_main(args.rest)
+
+
+def cmd_serve_webhook(args: argparse.Namespace) -> int:
+    from hetriever.webhook import main as webhook_main
+
+    return webhook_main(args.rest)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hetriever", description=__doc__.splitlines()[0])
+    parser.add_argument("--docs-root", help="parent repo with submodules, or a folder of git repos")
+    parser.add_argument("--chroma-path", help="embedded Chroma directory")
+    parser.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("ingest", help="index changed documentation repositories")
+    p.add_argument("-r", "--repository", action="append", help="only this repository (repeatable)")
+    p.add_argument("--full", action="store_true", help="force a full re-index")
+    p.add_argument("--batch-size", type=int)
+    p.add_argument("--engine", choices=["local", "prefect"], default="local",
+                   help="run in-process (default) or as the Prefect ingest flow")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_ingest)
+
+    p = sub.add_parser("search", help="hybrid search over indexed repositories")
+    p.add_argument("query")
+    p.add_argument("-r", "--repository", action="append", help="search only these (repeatable)")
+    p.add_argument("-k", "--top-k", type=int)
+    p.add_argument("--filter", help='metadata filter as JSON, e.g. \'{"section": "functions"}\'')
+    p.add_argument("--mode", choices=["hybrid", "dense"], help="override USE_HYBRID_SEARCH")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_search)
+
+    p = sub.add_parser("status", help="indexed commit, files and chunks per repository")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("metrics", help="latency percentiles over recent queries")
+    p.add_argument("--last", type=int, default=1000)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_metrics)
+
+    p = sub.add_parser("demo", help="index the bundled sample docs and run one search")
+    p.add_argument("query", nargs="?")
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("prepare-model", help="write the offline embedding model")
+    p.add_argument("rest", nargs=argparse.REMAINDER)
+    p.set_defaults(func=cmd_prepare_model)
+
+    p = sub.add_parser("serve-webhook", help="run the push-webhook service")
+    p.add_argument("rest", nargs=argparse.REMAINDER)
+    p.set_defaults(func=cmd_serve_webhook)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except HetrieverError as exc:
+        print(f"hetriever: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("hetriever: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,61 @@
+"""Deliberate fault injection for reliability tests and drills.
+
+Set `HETRIEVER_FAULTS` to a comma-separated list of `point:pattern:times[:kind]` rules, e.g.
+`process_file:*/where.md:1` makes the first processing of any file ending in `/where.md` raise
+a transient error (a retry then succeeds); `times` may be `always`; `kind` is `transient`
+(default, retried) or `crash` (the process exits at once, as if killed). Counts are shared
+between processes (threads, Dask workers) through `HETRIEVER_FAULTS_STATE`, a directory.
+Unset, `check()` costs one dict lookup.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from pathlib import Path
+
+
+class InjectedFault(OSError):
+    """A transient failure injected on purpose (an OSError, so retry policies treat it as one)."""
+
+
+def _rules() -> list[tuple[str, str, str, str]]:
+    spec = os.environ.get("HETRIEVER_FAULTS", "")
+    rules = []
+    for item in filter(None, (s.strip() for s in spec.split(","))):
+        parts = item.split(":")
+        if len(parts) < 3:
+            continue
+        point, pattern, times = parts[:3]
+        kind = parts[3] if len(parts) > 3 else "transient"
+        rules.append((point, pattern, times, kind))
+    return rules
+
+
+def _take(point: str, pattern: str, key: str) -> int:
+    """Count this hit (atomically, across processes) and return how many came before it."""
+    state = Path(os.environ.get("HETRIEVER_FAULTS_STATE", ".hetriever/faults"))
+    state.mkdir(parents=True, exist_ok=True)
+    safe = "".join(c if c.isalnum() else "_" for c in f"{point}-{pattern}-{key}")[:150]
+    counter = state / safe
+    # O_APPEND writes of one byte are atomic: the file's size is the hit count.
+    fd = os.open(counter, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, b"x")
+    finally:
+        os.close(fd)
+    return counter.stat().st_size - 1
+
+
+def check(point: str, key: str) -> None:
+    """Raise (or exit) here if a rule for `point` matches `key` and has hits left."""
+    if "HETRIEVER_FAULTS" not in os.environ:
+        return
+    for rule_point, pattern, times, kind in _rules():
+        if rule_point != point or not fnmatch.fnmatch(key, pattern):
+            continue
+        before = _take(point, pattern, key)
+        if times == "always" or before < int(times):
+            if kind == "crash":
+                os._exit(137)
+            raise InjectedFault(f"injected fault at {point} for {key}")

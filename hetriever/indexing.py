@@ -1,0 +1,422 @@
+"""The incremental indexing algorithm: one place turns a git change set into writes and deletes.
+
+Modes (named, as in LangChain's indexing API):
+- ``noop``: the repository's commit is the one last indexed; nothing happens.
+- ``incremental``: only files changed between the last indexed commit and the new one are
+  processed; deleted files and the old side of renames lose their chunks.
+- ``full``: every content file is processed and files no longer in the tree lose their chunks.
+  Unchanged chunks keep their ids, so the store reuses them without re-embedding.
+
+Crash safety: the collection's metadata says ``index_status: indexing`` while a run writes and
+records the new ``commit_hash`` only after every file is stored. A run that finds a previous
+run unfinished reconciles with a full pass, so a crash never leaves a partial index marked
+complete.
+
+The per-file work (`process_file`) is pure CPU over plain data, so the Prefect flow can fan it out
+as tasks; `index_repository` runs the same steps in-process for the CLI and tests.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from functools import lru_cache
+from pathlib import PurePosixPath
+from typing import Callable, Iterable
+
+from hetriever import faults
+from hetriever.chunk import chunk_page
+from hetriever.config import Settings
+from hetriever.discover import (
+    SkipFile,
+    compute_change_set,
+    head_commit,
+    list_content_files,
+    read_content_file,
+    read_content_files,
+)
+from hetriever.logs import get_logger
+from hetriever.models import (
+    ChangeKind,
+    ChangeSet,
+    Chunk,
+    FileChange,
+    IndexResult,
+    Repository,
+    SkippedFile,
+)
+from hetriever.parse import parse_page, skip_reason
+from hetriever.clean import clean_page
+from hetriever.tokenizer import load_token_counter
+
+log = get_logger(__name__)
+
+STATUS_KEY = "index_status"
+STATUS_INDEXING = "indexing"
+STATUS_COMPLETE = "complete"
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+
+
+# --- per-file work -------------------------------------------------------------------
+
+
+@dataclass
+class FileOutcome:
+    """What processing one file produced: chunks to store, or why it was skipped."""
+
+    path: str
+    chunks: list[Chunk] = field(default_factory=list)
+    skipped: SkippedFile | None = None
+    lines: int = 0
+
+
+def is_snippet_path(path: str, content_dir: str) -> bool:
+    """Files under a `_`-prefixed directory of the content dir are snippets, not pages."""
+    parts = PurePosixPath(path).parts
+    base = len(PurePosixPath(content_dir).parts)
+    return any(part.startswith("_") for part in parts[base:-1])
+
+
+class IncludeResolver:
+    """Resolves `{{% include "x" %}}` and path-named partials to snippet files at one commit.
+
+    Hugo sites look snippets up in several ways: an absolute path under the content dir
+    (`/_common/x.md`), a path relative to the content dir, or a name looked up in `_includes/`
+    folders from the page's directory upwards (Docsy sites). Reads are cached per run.
+    """
+
+    def __init__(self, repo: Repository, commit: str, settings: Settings) -> None:
+        self.repo = repo
+        self.commit = commit
+        self.settings = settings
+        self.content_root = PurePosixPath(repo.content_dir)
+        self._languages = [p for p in ("en",)]
+        self._cache: dict[str, str | None] = {}
+
+    def for_page(self, page_path: str) -> Callable[[str], str | None]:
+        return lambda name: self.resolve(name, page_path)
+
+    def candidates(self, name: str, page_path: str) -> Iterable[str]:
+        name = name.strip().strip("\"'")
+        if not name:
+            return
+        with_ext = name if name.endswith((".md", ".markdown")) else f"{name}.md"
+        roots = [self.content_root] + [self.content_root / lang for lang in self._languages]
+        if name.startswith("/"):
+            for root in roots:
+                yield str(root / with_ext.lstrip("/"))
+            return
+        page_dir = PurePosixPath(page_path).parent
+        # _includes/ folders from the page's directory up to the content root
+        directory = page_dir
+        while True:
+            yield str(directory / "_includes" / with_ext)
+            yield str(directory / with_ext)
+            if directory == self.content_root or directory == directory.parent:
+                break
+            if not str(directory).startswith(str(self.content_root)):
+                break
+            directory = directory.parent
+        for root in roots:
+            yield str(root / with_ext)
+            yield str(root / "_includes" / with_ext)
+
+    def resolve(self, name: str, page_path: str) -> str | None:
+        for candidate in self.candidates(name, page_path):
+            if ".." in PurePosixPath(candidate).parts:
+                continue
+            if candidate not in self._cache:
+                try:
+                    text = read_content_file(self.repo, candidate, self.commit,
+                                             max_bytes=self.settings.max_file_bytes)
+                    self._cache[candidate] = parse_page(
+                        self.repo.name, candidate, text, content_dir=self.repo.content_dir
+                    ).body
+                except SkipFile:
+                    self._cache[candidate] = None
+            if self._cache[candidate] is not None:
+                return self._cache[candidate]
+        return None
+
+
+@lru_cache(maxsize=4)
+def _counter(model: str, model_dir: str | None):
+    from pathlib import Path
+
+    return load_token_counter(model, Path(model_dir) if model_dir else None)
+
+
+def token_counter(settings: Settings):
+    return _counter(settings.embedding_model, str(settings.model_dir) if settings.model_dir else None)
+
+
+def process_text(repo: Repository, path: str, text: str, settings: Settings, *,
+                 include_resolver: Callable[[str], str | None] | None = None,
+                 processed_at: str | None = None) -> FileOutcome:
+    """parse -> skip rules -> clean -> chunk for one file's text."""
+    lines = text.count("\n") + 1
+    if is_snippet_path(path, repo.content_dir):
+        return FileOutcome(path, skipped=SkippedFile(path, "snippet (not a page)"), lines=lines)
+    page = parse_page(repo.name, path, text, content_dir=repo.content_dir)
+    reason = skip_reason(page, include_drafts=settings.include_drafts)
+    if reason:
+        return FileOutcome(path, skipped=SkippedFile(path, reason), lines=lines)
+    blocks = clean_page(page.body, include_resolver=include_resolver)
+    access = settings.access_levels.get(repo.name, "PUBLIC").upper()
+    chunks = chunk_page(
+        page,
+        blocks,
+        counter=token_counter(settings),
+        max_tokens=settings.chunk_tokens,
+        min_tokens=settings.min_chunk_tokens,
+        processed_at=processed_at or now_iso(),
+        extra_metadata={"access_level": access},
+    )
+    if not chunks:
+        return FileOutcome(path, skipped=SkippedFile(path, "empty body"), lines=lines)
+    return FileOutcome(path, chunks=chunks, lines=lines)
+
+
+def process_file(repo: Repository, path: str, commit: str, settings: Settings, *,
+                 resolver: IncludeResolver | None = None,
+                 processed_at: str | None = None) -> FileOutcome:
+    """Read one file at `commit` and turn it into chunks.
+
+    Bad content never raises (it comes back as a skip); transient failures (I/O, git) do, so
+    the caller can retry them.
+    """
+    faults.check("process_file", path)
+    try:
+        text = read_content_file(repo, path, commit, max_bytes=settings.max_file_bytes)
+    except SkipFile as skip:
+        log.warning("file_skipped", repository=repo.name, path=path, reason=skip.reason)
+        return FileOutcome(path, skipped=SkippedFile(path, skip.reason))
+    resolver = resolver or IncludeResolver(repo, commit, settings)
+    return safe_process_text(repo, path, text, settings, resolver=resolver,
+                             processed_at=processed_at)
+
+
+def safe_process_text(repo: Repository, path: str, text: str, settings: Settings, *,
+                      resolver: IncludeResolver, processed_at: str | None = None) -> FileOutcome:
+    try:
+        return process_text(repo, path, text, settings, include_resolver=resolver.for_page(path),
+                            processed_at=processed_at)
+    except Exception as exc:  # a bad file is logged and skipped; it never stops the run
+        log.error("file_failed", repository=repo.name, path=path,
+                  error=f"{type(exc).__name__}: {exc}")
+        return FileOutcome(path, skipped=SkippedFile(path, f"error: {type(exc).__name__}: {exc}"))
+
+
+# --- planning ------------------------------------------------------------------------
+
+
+def expand_snippet_dependents(repo: Repository, change_set: ChangeSet) -> ChangeSet:
+    """Pages that include a changed snippet must be re-indexed too (their text changed)."""
+    if change_set.mode != "incremental":
+        return change_set
+    snippets = {
+        PurePosixPath(p).stem
+        for c in change_set.changes
+        for p in (c.path, c.old_path)
+        if p and is_snippet_path(p, repo.content_dir)
+    }
+    if not snippets:
+        return change_set
+    already = {c.path for c in change_set.changes}
+    candidates = [p for p in list_content_files(repo, change_set.new_commit)
+                  if p not in already and not is_snippet_path(p, repo.content_dir)]
+    added: list[FileChange] = []
+    for path, text in read_content_files(repo, candidates, change_set.new_commit,
+                                         max_bytes=10**9):
+        if isinstance(text, SkipFile):
+            continue
+        if ("{{%" in text or "{{<" in text) and any(name in text for name in snippets):
+            added.append(FileChange(ChangeKind.MODIFIED, path))
+    if added:
+        log.info("snippet_dependents", repository=repo.name, snippets=sorted(snippets),
+                 pages=len(added))
+    change_set.changes.extend(added)
+    return change_set
+
+
+def plan(repo: Repository, last_commit: str | None, last_status: str | None, *,
+         force_full: bool = False) -> ChangeSet:
+    """The change set that brings the index from `last_commit` to the checked-out commit."""
+    unfinished = last_status == STATUS_INDEXING
+    if unfinished:
+        log.warning("previous_run_unfinished", repository=repo.name,
+                    action="reconciling with a full pass")
+    change_set = compute_change_set(repo, last_commit, force_full=force_full or unfinished)
+    return expand_snippet_dependents(repo, change_set)
+
+
+# --- the whole run, in-process ---------------------------------------------------------
+
+
+def _count_changes(result: IndexResult, change_set: ChangeSet) -> None:
+    counts = change_set.counts()
+    result.files_added = counts["added"]
+    result.files_modified = counts["modified"]
+    result.files_deleted = counts["deleted"]
+    result.files_renamed = counts["renamed"]
+
+
+async def begin_run(store, repo: Repository, change_set: ChangeSet) -> None:
+    await store.ensure_collection(repo.name)
+    await store.update_collection_metadata(repo.name, **{STATUS_KEY: STATUS_INDEXING,
+                                                         "indexing_commit": change_set.new_commit})
+
+
+WRITE_WINDOW = 256  # chunks gathered before a write: enough for well-filled embedding batches
+
+
+async def apply_outcomes(store, repo: Repository, outcomes: list[FileOutcome],
+                         result: IndexResult) -> None:
+    """Store several files' chunks in one write; a skipped or empty file loses its old chunks."""
+    if not outcomes:
+        return
+    for outcome in outcomes:
+        if outcome.skipped is not None:
+            result.skipped.append(outcome.skipped)
+        faults.check("write_file", outcome.path)
+    write = await store.upsert_files(repo.name, {o.path: o.chunks for o in outcomes})
+    result.files_indexed += sum(1 for o in outcomes if o.chunks)
+    result.chunks_written += write.written
+    result.chunks_reused += write.reused
+    result.chunks_deleted += write.deleted
+    result.embedding_seconds += write.embedding_seconds
+
+
+class OutcomeWriter:
+    """Gathers file outcomes and writes them in windows of about WRITE_WINDOW chunks."""
+
+    def __init__(self, store, repo: Repository, result: IndexResult, window: int = WRITE_WINDOW):
+        self.store, self.repo, self.result, self.window = store, repo, result, window
+        self.pending: list[FileOutcome] = []
+        self.pending_chunks = 0
+
+    async def add(self, outcome: FileOutcome) -> None:
+        self.pending.append(outcome)
+        self.pending_chunks += len(outcome.chunks)
+        if self.pending_chunks >= self.window:
+            await self.flush()
+
+    async def flush(self) -> None:
+        pending, self.pending, self.pending_chunks = self.pending, [], 0
+        await apply_outcomes(self.store, self.repo, pending, self.result)
+
+
+@contextmanager
+def run_lock(settings: Settings, repository: str, *, timeout: float | None = None):
+    """Held for a whole ingest run of one repository: a second run waits, then exits clearly."""
+    from hetriever.store import file_lock
+
+    path = settings.resolved_state_dir / "locks" / f"{repository}.run.lock"
+    wait = settings.run_lock_timeout if timeout is None else timeout
+    with file_lock(path, timeout=wait, what=f"an ingest run of {repository!r}"):
+        yield
+
+
+async def remove_paths(store, repo: Repository, paths: Iterable[str], result: IndexResult) -> None:
+    for path in paths:
+        result.chunks_deleted += await store.delete_file(repo.name, path)
+
+
+async def remove_vanished(store, repo: Repository, change_set: ChangeSet,
+                          result: IndexResult) -> None:
+    """In a full pass, files indexed before but absent from the new tree lose their chunks."""
+    if change_set.mode != "full":
+        return
+    keep = set(change_set.paths_to_index())
+    vanished = sorted(set(await store.list_files(repo.name)) - keep)
+    await remove_paths(store, repo, vanished, result)
+
+
+async def finish_run(store, repo: Repository, change_set: ChangeSet, result: IndexResult) -> None:
+    """Record the new commit, only now that every file is stored."""
+    total_chunks = await store.count(repo.name)
+    files = await store.list_files(repo.name)
+    await store.update_collection_metadata(
+        repo.name,
+        commit_hash=change_set.new_commit,
+        repository_url=repo.url,
+        last_updated=now_iso(),
+        total_documents=len(files),
+        total_chunks=total_chunks,
+        **{STATUS_KEY: STATUS_COMPLETE},
+    )
+    result.completed = True
+
+
+async def last_indexed(store, repo: Repository) -> tuple[str | None, str | None]:
+    """(commit_hash, index_status) recorded for the repository, or (None, None)."""
+    meta = await store.get_collection_metadata(repo.name)
+    if not meta:
+        return None, None
+    return meta.get("commit_hash") or None, meta.get(STATUS_KEY) or None
+
+
+async def index_repository(repo: Repository, store, settings: Settings, *,
+                           force_full: bool = False,
+                           progress: Callable[[int, int], None] | None = None) -> IndexResult:
+    """Bring one repository's collection to its checked-out commit. Returns the counts."""
+    started = time.perf_counter()
+    last_commit, last_status = await last_indexed(store, repo)
+    change_set = plan(repo, last_commit, last_status, force_full=force_full)
+    result = IndexResult(repository=repo.name, mode=change_set.mode, old_commit=last_commit,
+                         new_commit=change_set.new_commit, skipped=list(change_set.skipped))
+    _count_changes(result, change_set)
+    bound = log.bind(repository=repo.name, mode=change_set.mode,
+                     old_commit=(last_commit or "")[:12], new_commit=change_set.new_commit[:12])
+    if change_set.mode == "noop":
+        bound.info("index_noop")
+        result.completed = True
+        result.total_seconds = time.perf_counter() - started
+        return result
+    if change_set.dirty:
+        bound.warning("uncommitted_changes_ignored")
+
+    bound.info("index_started", **change_set.counts())
+    with run_lock(settings, repo.name):
+        await _run(store, repo, settings, change_set, result, progress)
+    result.total_seconds = time.perf_counter() - started
+    bound.info("index_finished", files_indexed=result.files_indexed,
+               files_skipped=result.files_skipped, chunks_written=result.chunks_written,
+               chunks_reused=result.chunks_reused, chunks_deleted=result.chunks_deleted,
+               seconds=round(result.total_seconds, 2))
+    return result
+
+
+async def _run(store, repo: Repository, settings: Settings, change_set: ChangeSet,
+               result: IndexResult, progress: Callable[[int, int], None] | None) -> None:
+    await begin_run(store, repo, change_set)
+    await remove_paths(store, repo, change_set.paths_to_delete(), result)
+    await remove_vanished(store, repo, change_set, result)
+
+    resolver = IncludeResolver(repo, change_set.new_commit, settings)
+    paths = change_set.paths_to_index()
+    processed_at = now_iso()
+    writer = OutcomeWriter(store, repo, result)
+    for done, (path, text) in enumerate(
+            read_content_files(repo, paths, change_set.new_commit,
+                               max_bytes=settings.max_file_bytes), start=1):
+        if isinstance(text, SkipFile):
+            outcome = FileOutcome(path, skipped=SkippedFile(path, text.reason))
+            log.warning("file_skipped", repository=repo.name, path=path, reason=text.reason)
+        else:
+            outcome = safe_process_text(repo, path, text, settings, resolver=resolver,
+                                        processed_at=processed_at)
+        await writer.add(outcome)
+        if progress:
+            progress(done, len(paths))
+    await writer.flush()
+    await finish_run(store, repo, change_set, result)
+
+
+def current_commit(repo: Repository) -> str:
+    return head_commit(repo)
