@@ -42,6 +42,7 @@ from hetriever.logs import configure_logging, get_logger
 log = get_logger(__name__)
 
 ENV_SECRET = "HETRIEVER_WEBHOOK_SECRET"
+ENV_SECRET_FILE = "HETRIEVER_WEBHOOK_SECRET_FILE"  # e.g. a Docker secret under /run/secrets
 ENV_REPOS = "HETRIEVER_WEBHOOK_REPOS"
 ENV_DEPLOYMENT = "HETRIEVER_WEBHOOK_DEPLOYMENT"
 ENV_MAX_BODY = "HETRIEVER_WEBHOOK_MAX_BODY"
@@ -114,9 +115,15 @@ class WebhookConfig:
     def from_env(cls, env: Mapping[str, str] | None = None) -> WebhookConfig:
         env = os.environ if env is None else env
         secret = env.get(ENV_SECRET, "")
+        if not secret and env.get(ENV_SECRET_FILE):
+            try:
+                secret = Path(env[ENV_SECRET_FILE]).read_text(encoding="utf-8").strip()
+            except OSError as exc:
+                raise ConfigurationError(f"{ENV_SECRET_FILE} cannot be read: {exc}",
+                                         hint="point it at a readable file") from None
         if not secret:
             raise ConfigurationError(
-                f"{ENV_SECRET} is not set",
+                f"{ENV_SECRET} (or {ENV_SECRET_FILE}) is not set",
                 hint="set it to the secret configured on the GitHub webhook",
             )
         try:
@@ -426,7 +433,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      description="GitHub push webhooks -> Prefect ingest runs")
     parser.add_argument("--host", default=DEFAULT_HOST)
     parser.add_argument("--port", type=int, default=DEFAULT_PORT)
-    args = parser.parse_args(list(argv) if argv is not None else None)
+    argv = list(argv) if argv is not None else None
+    if argv and argv[0] == "--":  # `hetriever serve-webhook -- --host ...` passes the separator on
+        argv = argv[1:]
+    args = parser.parse_args(argv)
     try:
         settings = load_settings()
         configure_logging(settings.log_level, settings.log_format)

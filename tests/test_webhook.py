@@ -232,6 +232,15 @@ def test_config_from_env(tmp_path):
     assert SECRET not in repr(config)
 
 
+def test_config_reads_the_secret_from_a_file(tmp_path):
+    (tmp_path / "secret").write_text(SECRET + "\n")
+    env = {"HETRIEVER_WEBHOOK_SECRET_FILE": str(tmp_path / "secret"),
+           "PREFECT_API_URL": "http://127.0.0.1:4200/api", "HETRIEVER_STATE_DIR": str(tmp_path)}
+    assert WebhookConfig.from_env(env).secret == SECRET
+    with pytest.raises(ConfigurationError, match="cannot be read"):
+        WebhookConfig.from_env({**env, "HETRIEVER_WEBHOOK_SECRET_FILE": str(tmp_path / "no")})
+
+
 @pytest.mark.parametrize("secret", ["", "too-short"])
 def test_config_needs_a_long_secret(secret):
     env = {"HETRIEVER_WEBHOOK_SECRET": secret, "PREFECT_API_URL": "http://127.0.0.1:4200/api"}
