@@ -366,8 +366,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+PASS_THROUGH = {"prepare-model": "cmd_prepare_model", "serve-webhook": "cmd_serve_webhook"}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in PASS_THROUGH:
+        # these subcommands own their options: hand them over untouched
+        args = argparse.Namespace(rest=argv[1:], func=globals()[PASS_THROUGH[argv[0]]])
+    else:
+        args = build_parser().parse_args(argv)
     try:
         return args.func(args)
     except HetrieverError as exc:

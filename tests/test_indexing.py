@@ -1,0 +1,241 @@
+"""The incremental indexing algorithm against real git repositories and a real embedded Chroma."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from hetriever.discover import discover_repositories, list_content_files, read_content_files
+from hetriever.faults import InjectedFault
+from hetriever.indexing import (
+    STATUS_COMPLETE,
+    STATUS_INDEXING,
+    IncludeResolver,
+    index_repository,
+    is_snippet_path,
+    safe_process_text,
+)
+from hetriever.store import ChromaKnowledgeStore
+from tests.chroma_fixtures import store_settings
+from tests.helpers import (
+    REPO_ROOT,
+    build_corpus_parent,
+    commit_all,
+    git,
+    init_repo,
+    make_parent_with_submodule,
+    update_submodule,
+    write_files,
+)
+
+SAMPLE = REPO_ROOT / "examples" / "sample-docs"
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+@pytest.fixture
+def docs(tmp_path: Path):
+    """A parent repo with the bundled sample docs as submodule docs/sample-docs."""
+    source = init_repo(tmp_path / "sample-source")
+    shutil.copytree(SAMPLE, source, dirs_exist_ok=True)
+    commit_all(source, "sample docs")
+    parent = make_parent_with_submodule(tmp_path, source, "sample-docs")
+    return parent, source
+
+
+@pytest.fixture
+def store(tmp_path: Path, minilm_embedder):
+    settings = store_settings(tmp_path, run_lock_timeout=1.0)
+    store = ChromaKnowledgeStore(settings, embedder=minilm_embedder, lock_timeout=2.0)
+    yield store
+    store.close_sync()
+
+
+def repo_of(parent: Path, name: str = "sample-docs"):
+    (repo,) = [r for r in discover_repositories(parent) if r.name == name]
+    return repo
+
+
+def stored(store, collection: str) -> dict[str, tuple[str, str]]:
+    """id -> (file_path, text) as stored in Chroma; checks BM25 holds exactly the same."""
+    col = store.client.get_collection(collection)
+    got = col.get(include=["documents", "metadatas"])
+    chroma = {i: (m["file_path"], d) for i, d, m in zip(got["ids"], got["documents"],
+                                                         got["metadatas"])}
+    bm25 = store.bm25(collection)
+    assert bm25.ids() == set(chroma), "BM25 and Chroma disagree"
+    for doc_id, (_, text) in chroma.items():
+        assert bm25.get(doc_id)[0] == text
+    return chroma
+
+
+def test_full_then_noop_then_incremental(docs, store):
+    parent, source = docs
+    settings = store.settings
+    repo = repo_of(parent)
+
+    first = run(index_repository(repo, store, settings))
+    assert first.mode == "full" and first.completed
+    assert first.files_indexed == 6
+    reasons = {s.path.rsplit("/", 1)[-1]: s.reason for s in first.skipped}
+    assert reasons == {"prerequisites-note.md": "snippet (not a page)", "roadmap.md": "draft",
+                       "_index.md": "empty body"}
+    chunks = stored(store, "sample-docs")
+    assert len(chunks) == first.chunks_written > 0
+    meta = run(store.get_collection_metadata("sample-docs"))
+    assert meta["commit_hash"] == first.new_commit
+    assert meta["index_status"] == STATUS_COMPLETE
+    assert meta["total_chunks"] == len(chunks) and meta["total_documents"] == 6
+
+    # the included snippet's text is part of the page that includes it
+    install = [t for p, t in chunks.values() if p.endswith("install/_index.md")]
+    assert any("PowerShell" in t for t in install)
+
+    again = run(index_repository(repo, store, settings))
+    assert again.mode == "noop" and again.chunks_written == 0
+    assert stored(store, "sample-docs") == chunks
+
+    # edit one paragraph, delete a page, rename another, add one; commit; bump the submodule
+    where = source / "content/docs/templates/where.md"
+    where.write_text(where.read_text().replace("Use dot notation", "Use dotted notation"))
+    (source / "content/blog/release-1.md").unlink()
+    git(source, "mv", "content/docs/content/page-bundles", "content/docs/content/bundles")
+    write_files(source, {"content/docs/faq.md": "---\ntitle: FAQ\n---\n\nQuestions and answers "
+                                                 "about Sample, its templates and its output.\n"})
+    new_commit = commit_all(source, "edit")
+    update_submodule(parent, "sample-docs", new_commit)
+    repo = repo_of(parent)
+
+    inc = run(index_repository(repo, store, settings))
+    assert inc.mode == "incremental" and inc.completed
+    assert (inc.files_added, inc.files_modified, inc.files_deleted, inc.files_renamed) == (1, 1, 1, 1)
+    assert inc.files_indexed == 3
+    after = stored(store, "sample-docs")
+    paths = {p for p, _ in after.values()}
+    assert "content/blog/release-1.md" not in paths
+    assert "content/docs/content/page-bundles/index.md" not in paths
+    assert {"content/docs/content/bundles/index.md", "content/docs/faq.md"} <= paths
+    # only the edited where.md chunk was re-embedded there; its other chunks were reused
+    where_before = {i for i, (p, _) in chunks.items() if p.endswith("where.md")}
+    where_after = {i for i, (p, _) in after.items() if p.endswith("where.md")}
+    assert len(where_before - where_after) == 1 and len(where_after - where_before) == 1
+    assert inc.chunks_reused >= len(where_before) - 1
+    # a renamed file's chunks change id (the path is part of it) but keep their text
+    renamed = sorted(t for p, t in after.values() if p.endswith("bundles/index.md"))
+    original = sorted(t for p, t in chunks.values() if p.endswith("page-bundles/index.md"))
+    assert renamed == original
+    assert run(store.get_collection_metadata("sample-docs"))["commit_hash"] == new_commit
+
+
+def test_changed_snippet_reindexes_the_pages_that_include_it(docs, store):
+    parent, source = docs
+    run(index_repository(repo_of(parent), store, store.settings))
+    note = source / "content/_common/prerequisites-note.md"
+    note.write_text(note.read_text().replace("PowerShell", "Windows Terminal"))
+    update_submodule(parent, "sample-docs", commit_all(source, "snippet"))
+
+    result = run(index_repository(repo_of(parent), store, store.settings))
+    assert result.mode == "incremental" and result.files_modified == 2  # snippet + its page
+    texts = " ".join(t for p, t in stored(store, "sample-docs").values())
+    assert "Windows Terminal" in texts and "PowerShell" not in texts
+
+
+def test_interrupted_run_is_not_recorded_and_the_next_run_repairs(docs, store, tmp_path,
+                                                                  monkeypatch):
+    parent, source = docs
+    first = run(index_repository(repo_of(parent), store, store.settings))
+    where = source / "content/docs/templates/where.md"
+    where.write_text(where.read_text() + "\n## Performance\n\nThe where function is fast.\n")
+    (source / "content/docs/install/_index.md").write_text(
+        "---\ntitle: Install\n---\n\nInstall Sample with the installer for your platform.\n")
+    update_submodule(parent, "sample-docs", commit_all(source, "two edits"))
+
+    monkeypatch.setenv("HETRIEVER_FAULTS", "write_file:*:always")
+    monkeypatch.setenv("HETRIEVER_FAULTS_STATE", str(tmp_path / "faults"))
+    with pytest.raises(InjectedFault):
+        run(index_repository(repo_of(parent), store, store.settings))
+    meta = run(store.get_collection_metadata("sample-docs"))
+    assert meta["commit_hash"] == first.new_commit  # never advanced before the data was complete
+    assert meta["index_status"] == STATUS_INDEXING
+
+    monkeypatch.delenv("HETRIEVER_FAULTS")
+    repaired = run(index_repository(repo_of(parent), store, store.settings))
+    assert repaired.mode == "full" and repaired.completed  # reconciled with a full pass
+    assert run(store.get_collection_metadata("sample-docs"))["index_status"] == STATUS_COMPLETE
+    texts = " ".join(t for _, t in stored(store, "sample-docs").values())
+    assert "The where function is fast." in texts and "installer for your platform" in texts
+
+
+def test_a_second_run_of_the_same_repository_waits_then_exits_clearly(docs, store):
+    from hetriever.errors import WriterLockedError
+    from hetriever.indexing import run_lock
+
+    parent, _ = docs
+    with run_lock(store.settings, "sample-docs"):
+        # a different process would block on the flock; threads of one process on the lock
+        with pytest.raises(WriterLockedError, match="ingest run of 'sample-docs'"):
+            run(index_repository(repo_of(parent), store, store.settings, force_full=True))
+
+
+def test_a_file_that_breaks_the_cleaner_is_skipped_not_fatal(docs, store, monkeypatch):
+    parent, _ = docs
+    repo = repo_of(parent)
+    import hetriever.indexing as indexing
+
+    real = indexing.clean_page
+
+    def fragile(body, **kwargs):
+        if body.lstrip().startswith("The `where` function"):
+            raise ValueError("cleaner bug")
+        return real(body, **kwargs)
+
+    monkeypatch.setattr(indexing, "clean_page", fragile)
+    result = run(index_repository(repo, store, store.settings))
+    assert result.completed
+    failed = [s for s in result.skipped if s.reason.startswith("error: ValueError")]
+    assert [s.path for s in failed] == ["content/docs/templates/where.md"]
+    assert result.files_indexed == 5
+
+
+def test_snippet_paths():
+    assert is_snippet_path("content/_common/a.md", "content")
+    assert is_snippet_path("content/en/docs/_includes/x.md", "content")
+    assert not is_snippet_path("content/docs/_index.md", "content")
+    assert not is_snippet_path("content/_index.md", "content")
+
+
+@pytest.mark.corpus
+def test_incremental_v1_to_v2_equals_a_fresh_full_index(tmp_path, minilm_embedder):
+    """hugo-docs: index v1, move the submodule to v2, index incrementally; the stored chunks
+    (ids and texts, in Chroma and BM25) equal what a fresh full pass over v2 produces."""
+    parent, v1, v2 = build_corpus_parent(tmp_path, "hugo-docs")
+    settings = store_settings(tmp_path)
+    store = ChromaKnowledgeStore(settings, embedder=minilm_embedder)
+    try:
+        first = run(index_repository(repo_of(parent, "hugo-docs"), store, settings))
+        assert first.mode == "full" and first.new_commit == v1
+        update_submodule(parent, "hugo-docs", v2)
+        repo = repo_of(parent, "hugo-docs")
+        inc = run(index_repository(repo, store, settings))
+        assert inc.mode == "incremental"
+        assert (inc.files_added, inc.files_deleted, inc.files_renamed) == (21, 40, 1)
+        assert inc.files_modified >= 513  # plus pages whose included snippets changed
+        assert inc.chunks_reused > 0
+
+        # a fresh full pass over v2, straight from the core (no store involved)
+        resolver = IncludeResolver(repo, v2, settings)
+        expected = {}
+        for path, text in read_content_files(repo, list_content_files(repo, v2), v2,
+                                             max_bytes=settings.max_file_bytes):
+            outcome = safe_process_text(repo, path, text, settings, resolver=resolver)
+            for chunk in outcome.chunks:
+                expected[chunk.id] = (path, chunk.text)
+        assert stored(store, "hugo-docs") == expected
+    finally:
+        store.close_sync()
