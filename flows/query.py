@@ -1,16 +1,55 @@
-"""The query flow (being built): one ad-hoc search with metrics."""
+"""The query flow: one ad-hoc search, with its metrics recorded as an artifact and in the
+metrics store (so `hetriever metrics` can report p50/p95 over recent queries)."""
 
 from __future__ import annotations
 
-from prefect import flow
+from prefect import flow, get_run_logger
+from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
+
+from hetriever.config import load_settings
+from hetriever.metrics import QueryMetric, metrics_store
+from hetriever.search import retrieve
+from hetriever.store import get_knowledge_store
 
 
 @flow(name="query", log_prints=True)
-def query(
+async def query(
     query: str,
     repositories: list[str] | None = None,
     top_k: int = 5,
     filters: dict | None = None,
     hybrid: bool | None = None,
 ) -> dict:
-    raise NotImplementedError("the query flow is being built")
+    logger = get_run_logger()
+    settings = load_settings()
+    store = get_knowledge_store(settings)
+    result = await retrieve(store, query, top_k=top_k, filters=filters,
+                            namespaces=repositories, hybrid=hybrid)
+    metric = QueryMetric.from_result(result, repositories)
+    metrics = metrics_store(settings.resolved_state_dir)
+    try:
+        metrics.record(metric)
+    finally:
+        metrics.close()
+    logger.info("query %r: %d results in %.1f ms (%s, %s)", query[:80], result.total_results,
+                result.search_time_ms, result.mode, result.retriever_counts)
+    await acreate_table_artifact(
+        key="query-metrics",
+        table=[{"metric": "latency ms", "value": round(result.search_time_ms, 2)},
+               {"metric": "mode", "value": result.mode},
+               {"metric": "results", "value": result.total_results},
+               {"metric": "top score", "value": metric.top_score},
+               *[{"metric": f"{name} candidates", "value": count}
+                 for name, count in result.retriever_counts.items()]],
+        description=f"Metrics of the query {query[:80]!r}",
+    )
+    lines = [f"# Results for `{query[:200]}`", ""]
+    for i, match in enumerate(result.matches, start=1):
+        meta = match.metadata
+        heading = f" > {meta['heading_context']}" if meta.get("heading_context") else ""
+        lines.append(f"{i}. **{meta.get('title', '')}{heading}** "
+                     f"({meta.get('repository', '')}{meta.get('url', '')}) "
+                     f"score {match.score:.3f} via {match.source}")
+    await acreate_markdown_artifact(key="query-results", markdown="\n".join(lines),
+                                    description="Query results")
+    return result.to_dict()

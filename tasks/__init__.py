@@ -1,1 +1,5 @@
-"""tasks package."""
+"""Prefect tasks: thin wrappers over the plain-Python core in `hetriever/`.
+
+Retries are declared on the decorators and only fire for transient failures (I/O, git,
+timeouts); a file whose content is bad is not retried, it is reported as skipped.
+"""

@@ -9,21 +9,19 @@ from pathlib import Path
 
 import pytest
 
-from hetriever.discover import discover_repositories, list_content_files, read_content_files
+from hetriever.discover import discover_repositories
 from hetriever.faults import InjectedFault
 from hetriever.indexing import (
     STATUS_COMPLETE,
     STATUS_INDEXING,
-    IncludeResolver,
     index_repository,
     is_snippet_path,
-    safe_process_text,
 )
 from hetriever.store import ChromaKnowledgeStore
 from tests.chroma_fixtures import store_settings
+from tests.flow_support import fresh_full_pass, stored
 from tests.helpers import (
     REPO_ROOT,
-    build_corpus_parent,
     commit_all,
     git,
     init_repo,
@@ -60,19 +58,6 @@ def store(tmp_path: Path, minilm_embedder):
 def repo_of(parent: Path, name: str = "sample-docs"):
     (repo,) = [r for r in discover_repositories(parent) if r.name == name]
     return repo
-
-
-def stored(store, collection: str) -> dict[str, tuple[str, str]]:
-    """id -> (file_path, text) as stored in Chroma; checks BM25 holds exactly the same."""
-    col = store.client.get_collection(collection)
-    got = col.get(include=["documents", "metadatas"])
-    chroma = {i: (m["file_path"], d) for i, d, m in zip(got["ids"], got["documents"],
-                                                         got["metadatas"])}
-    bm25 = store.bm25(collection)
-    assert bm25.ids() == set(chroma), "BM25 and Chroma disagree"
-    for doc_id, (_, text) in chroma.items():
-        assert bm25.get(doc_id)[0] == text
-    return chroma
 
 
 def test_full_then_noop_then_incremental(docs, store):
@@ -131,6 +116,7 @@ def test_full_then_noop_then_incremental(docs, store):
     original = sorted(t for p, t in chunks.values() if p.endswith("page-bundles/index.md"))
     assert renamed == original
     assert run(store.get_collection_metadata("sample-docs"))["commit_hash"] == new_commit
+    assert after == fresh_full_pass(repo, new_commit, settings)
 
 
 def test_changed_snippet_reindexes_the_pages_that_include_it(docs, store):
@@ -208,34 +194,3 @@ def test_snippet_paths():
     assert is_snippet_path("content/en/docs/_includes/x.md", "content")
     assert not is_snippet_path("content/docs/_index.md", "content")
     assert not is_snippet_path("content/_index.md", "content")
-
-
-@pytest.mark.corpus
-def test_incremental_v1_to_v2_equals_a_fresh_full_index(tmp_path, minilm_embedder):
-    """hugo-docs: index v1, move the submodule to v2, index incrementally; the stored chunks
-    (ids and texts, in Chroma and BM25) equal what a fresh full pass over v2 produces."""
-    parent, v1, v2 = build_corpus_parent(tmp_path, "hugo-docs")
-    settings = store_settings(tmp_path)
-    store = ChromaKnowledgeStore(settings, embedder=minilm_embedder)
-    try:
-        first = run(index_repository(repo_of(parent, "hugo-docs"), store, settings))
-        assert first.mode == "full" and first.new_commit == v1
-        update_submodule(parent, "hugo-docs", v2)
-        repo = repo_of(parent, "hugo-docs")
-        inc = run(index_repository(repo, store, settings))
-        assert inc.mode == "incremental"
-        assert (inc.files_added, inc.files_deleted, inc.files_renamed) == (21, 40, 1)
-        assert inc.files_modified >= 513  # plus pages whose included snippets changed
-        assert inc.chunks_reused > 0
-
-        # a fresh full pass over v2, straight from the core (no store involved)
-        resolver = IncludeResolver(repo, v2, settings)
-        expected = {}
-        for path, text in read_content_files(repo, list_content_files(repo, v2), v2,
-                                             max_bytes=settings.max_file_bytes):
-            outcome = safe_process_text(repo, path, text, settings, resolver=resolver)
-            for chunk in outcome.chunks:
-                expected[chunk.id] = (path, chunk.text)
-        assert stored(store, "hugo-docs") == expected
-    finally:
-        store.close_sync()

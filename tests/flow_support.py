@@ -1,0 +1,35 @@
+"""Shared pieces of the indexing and flow tests: what a collection holds, a fresh full pass."""
+
+from __future__ import annotations
+
+from hetriever.config import Settings
+from hetriever.discover import list_content_files, read_content_files
+from hetriever.indexing import IncludeResolver, safe_process_text
+from hetriever.models import Repository
+
+
+def stored(store, collection: str) -> dict[str, tuple[str, str]]:
+    """id -> (file_path, text) as stored in Chroma; asserts BM25 holds exactly the same."""
+    col = store.client.get_collection(collection)
+    got = col.get(include=["documents", "metadatas"])
+    chroma = {i: (m["file_path"], d) for i, d, m in zip(got["ids"], got["documents"],
+                                                         got["metadatas"])}
+    bm25 = store.bm25(collection)
+    assert bm25.ids() == set(chroma), "BM25 and Chroma disagree"
+    for doc_id, (_, text) in chroma.items():
+        assert bm25.get(doc_id)[0] == text
+    return chroma
+
+
+def fresh_full_pass(repo: Repository, commit: str, settings: Settings) -> dict[str, tuple[str, str]]:
+    """What a full index of `commit` holds, computed by the core alone (no store involved)."""
+    resolver = IncludeResolver(repo, commit, settings)
+    expected = {}
+    for path, text in read_content_files(repo, list_content_files(repo, commit), commit,
+                                         max_bytes=settings.max_file_bytes):
+        if isinstance(text, Exception):
+            continue
+        outcome = safe_process_text(repo, path, text, settings, resolver=resolver)
+        for chunk in outcome.chunks:
+            expected[chunk.id] = (path, chunk.text)
+    return expected
