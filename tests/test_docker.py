@@ -3,8 +3,8 @@
 Docker is not available where the tests run, and the Compose Specification's JSON schema is not
 shipped by any installed package, so these are structural checks of what the topology promises
 (Chroma unexposed, healthchecks gating startup, one image built from docker/Dockerfile with the
-pinned constraints, every variable defined). The compose file was validated once against the
-public compose-spec schema by hand; see docker/README.md.
+pinned constraints, every variable defined). The keys used were checked against the public
+compose-spec schema by reading it; see docker/README.md.
 """
 
 from __future__ import annotations
