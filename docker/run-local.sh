@@ -113,8 +113,7 @@ echo "ok   deployments registered"
 
 start worker env PREFECT_WORKER_WEBSERVER_HOST="$HOST" PREFECT_WORKER_WEBSERVER_PORT="$WORKER_HEALTH_PORT" \
   "$BIN/prefect" worker start --pool hetriever-pool --type process --with-healthcheck
-# `python -m hetriever.webhook` is `hetriever serve-webhook` (the same main()).
-start webhook "$BIN/python" -m hetriever.webhook --host "$HOST" --port "$WEBHOOK_PORT"
+start webhook "$BIN/hetriever" serve-webhook --host "$HOST" --port "$WEBHOOK_PORT"
 wait_http worker "http://$HOST:$WORKER_HEALTH_PORT/health"
 wait_http webhook "http://$HOST:$WEBHOOK_PORT/healthz"
 

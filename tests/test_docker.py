@@ -117,7 +117,7 @@ def test_worker_and_webhook_use_the_dockerfile(compose):
     assert worker["environment"]["HETRIEVER_CHROMA_HOST"] == "chroma"
     assert any(v.endswith(":/docs") for v in worker["volumes"])
     webhook = compose["services"]["webhook"]
-    assert webhook["command"][:5] == ["python", "-m", "hetriever.webhook", "--host", "0.0.0.0"]
+    assert webhook["command"][:4] == ["hetriever", "serve-webhook", "--host", "0.0.0.0"]
     assert webhook["ports"] and webhook["environment"]["PREFECT_API_URL"]
     # The secret comes in as a file, never as a plain environment value of the container.
     assert "HETRIEVER_WEBHOOK_SECRET" not in webhook["environment"]
@@ -172,7 +172,7 @@ def test_run_local_script_parses():
     text = script.read_text()
     for piece in ('prefect" server start', 'chroma" run --path',
                   'prefect" worker start --pool hetriever-pool', "-m deployments.register",
-                  "-m hetriever.webhook", "--check", "HOST=127.0.0.1"):
+                  "serve-webhook --host", "--check", "HOST=127.0.0.1"):
         assert piece in text, piece
 
 
