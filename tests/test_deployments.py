@@ -86,13 +86,12 @@ def test_ingest_runs_one_at_a_time(deployed):
     assert deps["query/query"].global_concurrency_limit is None
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "prefect 3.8.8's run scheduler fails on SQLAlchemy 2.1 ('Can't evaluate bulk DML "
-    "statement'), so cron schedules create no runs; pin SQLAlchemy below 2.1 in constraints.txt"))
 def test_the_schedule_creates_runs(deployed, prefect_harness):
     import httpx
     from prefect.client.orchestration import get_client
 
+    # prefect 3.8.8's run scheduler fails on SQLAlchemy 2.1 ("Can't evaluate bulk DML
+    # statement"): constraints.txt pins SQLAlchemy 2.0, and this guards that pin.
     dep = _deployments()["ingest/scheduled"]
     # What the server's scheduler service does every minute, on demand (plain httpx: the
     # Prefect client would retry a 503 for minutes).
