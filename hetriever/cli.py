@@ -381,6 +381,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except HetrieverError as exc:
         print(f"hetriever: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except OSError as exc:  # e.g. a data directory that is a file or cannot be written
+        where = f" {exc.filename}" if exc.filename else ""
+        print(f"hetriever: error: cannot use{where}: {exc.strerror or exc} (check that "
+              "HETRIEVER_CHROMA_PATH and HETRIEVER_STATE_DIR are writable directories)",
+              file=sys.stderr)
+        return EXIT_USAGE
     except KeyboardInterrupt:
         print("hetriever: interrupted", file=sys.stderr)
         return 130
