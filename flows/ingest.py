@@ -145,6 +145,7 @@ async def index_repository_flow(repo: Repository, settings: Settings,
         await writer.flush()
 
         result.skipped.extend(failed)
+        failed += result.failed  # files whose write failed (their old chunks are intact)
         if not failed:
             await finish_run(store, repo, change_set, result)
         result.total_seconds = time.perf_counter() - started

@@ -85,7 +85,11 @@ async def _ingest_local(settings, names: list[str] | None, force_full: bool,
             try:
                 result = await index_repository(repo, store, settings, force_full=force_full,
                                                 progress=tick)
-                outcomes.append({"repository": repo.name, "ok": True, **result.to_dict()})
+                outcome = {"repository": repo.name, "ok": result.completed, **result.to_dict()}
+                if not result.completed:
+                    outcome["error"] = (f"{len(result.failed)} file(s) could not be stored; "
+                                        "the commit was not recorded (see the log), re-run")
+                outcomes.append(outcome)
             except HetrieverError as exc:  # one failing repository does not stop the others
                 log.error("repository_failed", repository=repo.name, error=str(exc))
                 outcomes.append({"repository": repo.name, "ok": False, "error": str(exc)})

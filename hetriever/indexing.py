@@ -29,6 +29,7 @@ from typing import Callable, Iterable
 from hetriever import faults
 from hetriever.chunk import chunk_page
 from hetriever.config import Settings
+from hetriever.errors import EmbeddingError
 from hetriever.discover import (
     SkipFile,
     compute_change_set,
@@ -284,7 +285,23 @@ async def apply_outcomes(store, repo: Repository, outcomes: list[FileOutcome],
         if outcome.skipped is not None:
             result.skipped.append(outcome.skipped)
         faults.check("write_file", outcome.path)
-    write = await store.upsert_files(repo.name, {o.path: o.chunks for o in outcomes})
+    await _write_outcomes(store, repo, outcomes, result)
+
+
+async def _write_outcomes(store, repo: Repository, outcomes: list[FileOutcome],
+                          result: IndexResult) -> None:
+    try:
+        write = await store.upsert_files(repo.name, {o.path: o.chunks for o in outcomes})
+    except EmbeddingError as exc:
+        # Nothing of this write was stored. Find the file(s) at fault by writing one at a time;
+        # each failing file keeps its old chunks and is reported.
+        if len(outcomes) > 1:
+            for outcome in outcomes:
+                await _write_outcomes(store, repo, [outcome], result)
+            return
+        log.error("file_failed", repository=repo.name, path=outcomes[0].path, error=str(exc))
+        result.failed.append(SkippedFile(outcomes[0].path, f"embedding failed: {exc}"))
+        return
     result.files_indexed += sum(1 for o in outcomes if o.chunks)
     result.chunks_written += write.written
     result.chunks_reused += write.reused
@@ -415,6 +432,9 @@ async def _run(store, repo: Repository, settings: Settings, change_set: ChangeSe
         if progress:
             progress(done, len(paths))
     await writer.flush()
+    if result.failed:  # the commit stays unrecorded: the next run reconciles and retries
+        log.error("index_incomplete", repository=repo.name, failed=len(result.failed))
+        return
     await finish_run(store, repo, change_set, result)
 
 

@@ -260,6 +260,9 @@ class IndexResult(_Serialisable):
     embedding_seconds: float = 0.0
     total_seconds: float = 0.0
     completed: bool = False  # True only once the new commit was recorded
+    # Files that could not be stored (e.g. embedding failed after retries): they keep their
+    # previous chunks and the commit is not recorded, so the next run tries them again.
+    failed: list[SkippedFile] = field(default_factory=list)
 
     @property
     def files_skipped(self) -> int:

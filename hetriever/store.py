@@ -58,6 +58,7 @@ SCHEMA_VERSION = 1
 # Our names are repository names (^[a-z0-9-]+$, 3..63); Chroma adds: start and end alphanumeric.
 COLLECTION_NAME_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{1,61})[a-z0-9]$")
 WRITE_ATTEMPTS = 4
+EMBED_ATTEMPTS = 3
 RETRY_BASE_SECONDS = 0.2
 RETRY_MAX_SECONDS = 3.0
 # Network hiccups, a busy server, and faults injected on purpose are worth another try.
@@ -476,6 +477,8 @@ class ChromaKnowledgeStore:
                     meta_only.append(i)
             else:
                 to_embed.append(i)
+        # Every vector first: an embedding failure then leaves the files exactly as they were.
+        vectors = self._embed([texts[i] for i in to_embed], result) if to_embed else None
         step = self.max_batch_size()
         index = self.bm25(collection)
         for start in range(0, len(meta_only), step):
@@ -489,17 +492,36 @@ class ChromaKnowledgeStore:
             p_ids = [ids[i] for i in part]
             p_texts = [texts[i] for i in part]
             p_meta = [self._replacing(existing.get(ids[i], {}), metadatas[i]) for i in part]
-            began = time.perf_counter()
-            vectors = self.embedder.embed(p_texts)
-            result.embedding_seconds += time.perf_counter() - began
-            if vectors.shape != (len(part), int(self.embedder.dimensions)):
-                raise EmbeddingError(f"the embedder returned shape {vectors.shape} for "
-                                     f"{len(part)} texts")
-            self._call("upsert", lambda: col.upsert(ids=p_ids, embeddings=vectors,
+            p_vectors = vectors[start:start + step]
+            self._call("upsert", lambda: col.upsert(ids=p_ids, embeddings=p_vectors,
                                                     documents=p_texts, metadatas=p_meta))
             index.upsert(p_ids, p_texts, [metadatas[i] for i in part])
             result.written += len(part)
         return result
+
+    def _embed(self, texts: list[str], result: FileWriteResult) -> Any:
+        """Vectors for `texts`; a failing embedder is retried, then EmbeddingError."""
+        for attempt in range(1, EMBED_ATTEMPTS + 1):
+            began = time.perf_counter()
+            try:
+                vectors = self.embedder.embed(texts)
+                if vectors.shape != (len(texts), int(self.embedder.dimensions)):
+                    raise EmbeddingError(f"the embedder returned shape {vectors.shape} for "
+                                         f"{len(texts)} texts")
+                return vectors
+            except Exception as exc:
+                if attempt == EMBED_ATTEMPTS:
+                    raise EmbeddingError(
+                        f"embedding {len(texts)} chunks failed after {attempt} attempts: {exc}",
+                        hint="check the embedding model (HETRIEVER_EMBEDDING_MODEL); the files "
+                             "keep their previous chunks until a run stores them") from exc
+                delay = RETRY_BASE_SECONDS * 2 ** (attempt - 1) * random.uniform(0.5, 1.0)
+                log.warning("embed_retry", attempt=attempt, texts=len(texts),
+                            delay=round(delay, 3), error=str(exc))
+                time.sleep(delay)
+            finally:
+                result.embedding_seconds += time.perf_counter() - began
+        raise AssertionError("unreachable")
 
     def _delete_ids(self, collection: str, col: Any, ids: list[str]) -> int:
         step = self.max_batch_size()
