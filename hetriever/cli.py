@@ -25,7 +25,10 @@ DEMO_QUERY = "how do I filter a collection with where"
 def _console():
     from rich.console import Console
 
-    return Console(stderr=True)
+    console = Console(stderr=True)
+    if not console.is_terminal:  # piped or captured: do not squeeze tables into 80 columns
+        console = Console(stderr=True, width=140)
+    return console
 
 
 def _settings(args: argparse.Namespace, **extra: Any):
