@@ -1,8 +1,9 @@
 """Hybrid retrieval: dense kNN (Chroma) + BM25, fused by reciprocal rank fusion.
 
 For each collection in scope, both retrievers fetch `2 * top_k` candidates under the same
-normalised filter (AND-ed with the collection's own `repository`, so a caller's filter can only
-narrow the scope). The two ranked lists are fused with RRF, `sum 1 / (k + rank)`, and the
+normalised filter (for BM25 AND-ed with the collection's own `repository`; dense queries leave
+that clause out for speed and rely on the per-result scope check below, so a caller's filter
+can only narrow the scope). The two ranked lists are fused with RRF, `sum 1 / (k + rank)`, and the
 fused score is divided by its maximum possible value `2 / (k + 1)` so it lies in [0, 1].
 
 Scores:
@@ -124,9 +125,12 @@ def _dense(store: Any, names: list[str], vector: Any, n: int,
         if col is None:
             continue
         store.check_embedding_model(name, col)
-        where = and_filters({"repository": name}, user_filter)
+        # No `repository` clause here, unlike BM25: any `where` makes Chroma pre-filter through
+        # its metadata store, a cost growing with the collection (about 4x per query at 3k
+        # chunks, see bench/bench_store.py). A collection only holds its repository's chunks
+        # (the store checks on write) and `_trusted` drops any hit claiming another one.
         got = store._call("query", lambda: col.query(
-            query_embeddings=[vector], n_results=n, where=where,
+            query_embeddings=[vector], n_results=n, where=user_filter,
             include=["documents", "metadatas", "distances"]), retry=False)
         for doc_id, doc, meta, dist in zip(got["ids"][0], got["documents"][0],
                                            got["metadatas"][0], got["distances"][0]):
