@@ -1,0 +1,82 @@
+"""The `hetriever` command line, as a user runs it (a real subprocess, real repos, real Chroma)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import REPO_ROOT, commit_all, init_repo
+
+HETRIEVER = Path(sys.executable).parent / "hetriever"
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory, minilm_model_dir):
+    root = tmp_path_factory.mktemp("cli")
+    repo = init_repo(root / "docs" / "sample-docs")
+    shutil.copytree(REPO_ROOT / "examples" / "sample-docs", repo, dirs_exist_ok=True)
+    commit_all(repo, "sample")
+    env = {**os.environ,
+           "HETRIEVER_DOCS_ROOT": str(root / "docs"),
+           "HETRIEVER_CHROMA_PATH": str(root / "chroma"),
+           "HETRIEVER_STATE_DIR": str(root / "state"),
+           "HETRIEVER_MODEL_DIR": str(minilm_model_dir),
+           "HETRIEVER_LOG_LEVEL": "WARNING"}
+    return root, env
+
+
+def cli(env, *args, cwd=None):
+    return subprocess.run([str(HETRIEVER), *args], env=env, cwd=cwd, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_ingest_search_status_metrics(workspace):
+    root, env = workspace
+    out = cli(env, "ingest", "--json")
+    assert out.returncode == 0, out.stderr
+    (result,) = json.loads(out.stdout)
+    assert result["ok"] and result["mode"] == "full" and result["files_indexed"] == 6
+
+    out = cli(env, "ingest", "--json")
+    assert json.loads(out.stdout)[0]["mode"] == "noop"
+
+    out = cli(env, "search", "where function operators", "-k", "3", "--json")
+    assert out.returncode == 0, out.stderr
+    found = json.loads(out.stdout)
+    assert found["matches"][0]["metadata"]["url"] == "/docs/templates/where/"
+    assert all(0.0 <= m["score"] <= 1.0 for m in found["matches"])
+
+    out = cli(env, "search", "where", "--filter", '{"section": "blog"}', "--json")
+    assert {m["metadata"]["section"] for m in json.loads(out.stdout)["matches"]} <= {"blog"}
+
+    text = cli(env, "search", "install sample on linux")
+    assert text.returncode == 0 and "Install Sample" in text.stderr
+
+    out = cli(env, "status", "--json")
+    (row,) = json.loads(out.stdout)
+    assert row["up_to_date"] and row["chunks"] > 0
+
+    out = cli(env, "metrics", "--json")
+    assert json.loads(out.stdout)["count"] == 3
+
+
+@pytest.mark.parametrize("args,env_extra,message", [
+    (["search", "x", "--filter", "{not json"], {}, "--filter is not valid JSON"),
+    (["search", "x", "--filter", '{"a": {"$regex": "."}}'], {}, "$regex"),
+    (["search", "x", "-k", "1000"], {}, "1000"),
+    (["ingest", "-r", "missing-docs"], {}, "unknown repositories: missing-docs"),
+    (["ingest"], {"HETRIEVER_BATCH_SIZE": "lots"}, "batch_size"),
+    (["ingest"], {"HETRIEVER_DOCS_ROOT": "/nonexistent/docs"}, "/nonexistent/docs"),
+])
+def test_user_mistakes_get_one_clear_line_and_exit_2(workspace, args, env_extra, message):
+    _, env = workspace
+    out = cli({**env, **env_extra}, *args)
+    assert out.returncode == 2, out.stderr
+    assert "Traceback" not in out.stderr
+    assert message in out.stderr
