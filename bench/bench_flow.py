@@ -1,0 +1,408 @@
+"""End-to-end ingest through the Prefect `ingest` flow, against the same work done in-process.
+
+    python bench/bench_flow.py [--corpus hugo-docs] [--runner threads] [--runner threads:4] [--json]
+
+For each corpus (v1 and v2 of ../shared/corpora/<corpus>, committed into a throw-away source
+repo and added as a submodule of a throw-away parent repo), every scenario gets fresh Chroma
+and state directories:
+
+- full v2: the `ingest` flow (once per `--runner`), and `index_repository` in-process;
+- no-op: the same again on the same commit, flow and in-process;
+- incremental v1 -> v2: index v1 (untimed), bump the submodule to v2, time the second run.
+
+The flow runs against a temporary Prefect server started by
+`prefect.testing.utilities.prefect_test_harness()` (SQLite in a temp dir, a local API server
+subprocess), as the flow tests do. Model preparation, the model load and the token counter are
+done before anything is timed (HETRIEVER_MODEL_DIR points at a prepared model).
+
+Time shares come from wrapping the real functions for the duration of the run: the per-file
+task body (`tasks.process.process_file`), parse/clean/chunk (`safe_process_text`), single-file
+git reads, `plan`, and the store's sync methods (`upsert_files_sync` = embedding + Chroma/BM25
+writes; the rest = metadata, listings, deletes). Embedding time is IndexResult.embedding_seconds.
+"Prefect overhead" is reported two ways: flow wall time minus the in-process wall time for the
+same scenario (the honest one), and the residual of the flow's wall time after the measured parts
+(an underestimate with a thread runner, whose tasks overlap the writes).
+Corpora are looked up at $HETRIEVER_CORPORA, else ../shared/corpora beside the repository.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import json
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+CORPORA = Path(os.environ.get("HETRIEVER_CORPORA", REPO_ROOT.parent / "shared" / "corpora"))
+NAMES = ("hugo-docs", "opentelemetry-io")
+
+
+# --- probes: cumulative time spent in real functions -----------------------------------
+
+
+class Probe:
+    """Counts calls and sums durations per label; thread-safe (task bodies run in threads)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.calls: dict[str, int] = {}
+        self.seconds: dict[str, float] = {}
+
+    def add(self, label: str, seconds: float) -> None:
+        with self._lock:
+            self.calls[label] = self.calls.get(label, 0) + 1
+            self.seconds[label] = self.seconds.get(label, 0.0) + seconds
+
+    def reset(self) -> None:
+        with self._lock:
+            self.calls.clear()
+            self.seconds.clear()
+
+    def get(self, label: str) -> float:
+        return self.seconds.get(label, 0.0)
+
+    def wrap(self, label: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.add(label, time.perf_counter() - start)
+
+        return timed
+
+
+STORE_OTHER = ("delete_file_sync", "list_files_sync", "info_sync", "ensure_collection_sync",
+               "update_collection_metadata_sync", "count_sync")
+
+
+@contextmanager
+def instrumented(probe: Probe) -> Iterator[None]:
+    """Wrap the pipeline's functions where their callers look them up (module globals)."""
+    import hetriever.indexing as indexing
+    import tasks.discover
+    import tasks.process
+    from hetriever.store import ChromaKnowledgeStore
+
+    patches: list[tuple[Any, str, str]] = [
+        (tasks.process, "process_file", "task_body"),
+        (indexing, "safe_process_text", "parse_clean_chunk"),
+        (indexing, "read_content_file", "git_read_single"),
+        (indexing, "plan", "plan"),
+        (tasks.discover, "plan", "plan"),
+        (ChromaKnowledgeStore, "upsert_files_sync", "store_write"),
+        *[(ChromaKnowledgeStore, name, "store_other") for name in STORE_OTHER],
+    ]
+    originals = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
+    try:
+        for (owner, name, label), (_, _, original) in zip(patches, originals):
+            setattr(owner, name, probe.wrap(label, original))
+        yield
+    finally:
+        for owner, name, original in originals:
+            setattr(owner, name, original)
+
+
+# --- git fixtures and environment -----------------------------------------------------
+
+
+@dataclass
+class Site:
+    corpus: str
+    parent: Path
+    v1: str
+    v2: str
+
+    def checkout(self, sha: str) -> None:
+        from tests.helpers import git, update_submodule
+
+        sub = self.parent / "docs" / self.corpus
+        if git(sub, "rev-parse", "HEAD") != sha:
+            update_submodule(self.parent, self.corpus, sha)
+
+
+def point_env_at(workdir: Path, parent: Path, model_dir: Path) -> None:
+    """The flow reads its settings from the environment, as a deployment would."""
+    from hetriever.store import clear_store_cache
+
+    clear_store_cache()
+    os.environ.update({
+        "HETRIEVER_DOCS_ROOT": str(parent),
+        "HETRIEVER_CHROMA_PATH": str(workdir / "chroma"),
+        "HETRIEVER_STATE_DIR": str(workdir / "state"),
+        "HETRIEVER_MODEL_DIR": str(model_dir),
+    })
+
+
+def prepare_model_dir(given: str | None) -> Path:
+    from hetriever.config import load_settings
+    from hetriever.embed import prepare_model
+
+    target = Path(given) if given else load_settings().resolved_model_dir
+    return prepare_model(target)
+
+
+def warm_up(model_dir: Path) -> None:
+    """Load the model and the token counter once, so no scenario pays for them."""
+    from hetriever.config import load_settings
+    from hetriever.embed import get_embedder
+    from hetriever.indexing import token_counter
+
+    settings = load_settings().replace(model_dir=model_dir)
+    get_embedder(settings).embed(["warm up the ONNX session"])
+    token_counter(settings).count_batch(["warm up the tokenizer"])
+
+
+# --- runs -----------------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    corpus: str
+    scenario: str  # "full v2", "noop v2", "incremental v1->v2"
+    lane: str  # "flow[threads]" or "in-process"
+    wall_s: float
+    inner_s: float  # IndexResult.total_seconds (the repository's own run, without the parent flow)
+    mode: str
+    files_indexed: int
+    chunks_written: int
+    chunks_reused: int
+    chunks_deleted: int
+    embedding_s: float
+    calls: dict[str, int] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+def _run_from(corpus: str, scenario: str, lane: str, wall: float, result: dict,
+              probe: Probe) -> Run:
+    return Run(corpus=corpus, scenario=scenario, lane=lane, wall_s=round(wall, 3),
+               inner_s=round(result.get("total_seconds", 0.0), 3), mode=result.get("mode", "?"),
+               files_indexed=result.get("files_indexed", 0),
+               chunks_written=result.get("chunks_written", 0),
+               chunks_reused=result.get("chunks_reused", 0),
+               chunks_deleted=result.get("chunks_deleted", 0),
+               embedding_s=round(result.get("embedding_seconds", 0.0), 3),
+               calls=dict(probe.calls), seconds={k: round(v, 3) for k, v in probe.seconds.items()})
+
+
+def run_flow(corpus: str, scenario: str, runner: str, probe: Probe) -> Run:
+    from flows.ingest import ingest
+
+    probe.reset()
+    with instrumented(probe):
+        start = time.perf_counter()
+        state = asyncio.run(ingest(task_runner=runner, return_state=True))
+        wall = time.perf_counter() - start
+    summary = state.result(raise_on_failure=False)
+    if not state.is_completed():
+        raise SystemExit(f"the ingest flow did not complete: {state.message}: {summary}")
+    (result,) = summary["repositories"]
+    return _run_from(corpus, scenario, f"flow[{runner}]", wall, result, probe)
+
+
+def run_in_process(corpus: str, scenario: str, probe: Probe) -> Run:
+    from hetriever.config import load_settings
+    from hetriever.discover import discover_repositories
+    from hetriever.indexing import index_repository
+    from hetriever.store import get_knowledge_store
+
+    settings = load_settings()
+    (repo,) = [r for r in discover_repositories(settings.docs_root,
+                                                content_dir=settings.content_dir)
+               if r.name == corpus]
+    probe.reset()
+    with instrumented(probe):
+        start = time.perf_counter()
+        result = asyncio.run(index_repository(repo, get_knowledge_store(settings), settings))
+        wall = time.perf_counter() - start
+    if not result.completed:
+        raise SystemExit(f"in-process indexing of {corpus} did not complete: {result.failed}")
+    return _run_from(corpus, scenario, "in-process", wall, result.to_dict(), probe)
+
+
+def bench_corpus(corpus: str, runners: list[str], scratch: Path, model_dir: Path,
+                 probe: Probe, say: Callable[[str], None]) -> list[Run]:
+    from tests.helpers import build_corpus_parent
+
+    parent, v1, v2 = build_corpus_parent(scratch / corpus, corpus)
+    site = Site(corpus, parent, v1, v2)
+    runs: list[Run] = []
+    lanes: list[str | None] = [None, *runners]  # None = in-process
+
+    def one(lane: str | None, scenario: str) -> Run:
+        run = (run_in_process(corpus, scenario, probe) if lane is None
+               else run_flow(corpus, scenario, lane, probe))
+        say(f"{corpus}: {scenario:<20} {run.lane:<18} {run.wall_s:8.2f} s  ({run.mode})")
+        return run
+
+    # Incremental: v1 indexed untimed in its own directories, then the v1 -> v2 run is timed.
+    site.checkout(v1)
+    workdirs = {}
+    for lane in lanes:
+        workdirs[lane] = Path(tempfile.mkdtemp(prefix="inc-", dir=scratch))
+        point_env_at(workdirs[lane], parent, model_dir)
+        one(lane, "setup v1 (untimed)")
+    site.checkout(v2)
+    for lane in lanes:
+        point_env_at(workdirs[lane], parent, model_dir)
+        runs.append(one(lane, "incremental v1->v2"))
+        shutil.rmtree(workdirs[lane], ignore_errors=True)
+
+    # Full v2 in fresh directories, then a no-op run on the same commit and directories.
+    for lane in lanes:
+        workdir = Path(tempfile.mkdtemp(prefix="full-", dir=scratch))
+        point_env_at(workdir, parent, model_dir)
+        runs.append(one(lane, "full v2"))
+        runs.append(one(lane, "noop v2"))
+        shutil.rmtree(workdir, ignore_errors=True)
+    return runs
+
+
+# --- report ---------------------------------------------------------------------------
+
+
+def shares(flow: Run, baseline: Run | None) -> dict[str, float]:
+    """Seconds per part of one flow run's wall time (see the module docstring)."""
+    s = flow.seconds
+    task_body = s.get("task_body", 0.0)
+    pcc = s.get("parse_clean_chunk", 0.0)
+    embed = flow.embedding_s
+    writes = max(0.0, s.get("store_write", 0.0) - embed)
+    other = s.get("store_other", 0.0) + s.get("plan", 0.0)
+    out = {
+        "parse/clean/chunk (in tasks)": pcc,
+        "git read per file (in tasks)": max(0.0, task_body - pcc),
+        "embedding": embed,
+        "chroma+bm25 writes": writes,
+        "plan + store metadata/listing": other,
+        "prefect residual": max(0.0, flow.wall_s - (task_body + embed + writes + other)),
+    }
+    if baseline is not None:
+        out["prefect overhead vs in-process"] = flow.wall_s - baseline.wall_s
+    return out
+
+
+def report(runs: list[Run], skipped: list[str]) -> dict[str, Any]:
+    by_key = {(r.corpus, r.scenario, r.lane): r for r in runs}
+    derived: list[dict[str, Any]] = []
+    for r in runs:
+        if not r.lane.startswith("flow") or r.scenario != "full v2":
+            continue
+        base = by_key.get((r.corpus, "full v2", "in-process"))
+        inc = by_key.get((r.corpus, "incremental v1->v2", r.lane))
+        noop = by_key.get((r.corpus, "noop v2", r.lane))
+        part = shares(r, base)
+        derived.append({
+            "corpus": r.corpus, "lane": r.lane, "full_wall_s": r.wall_s,
+            "tasks": r.calls.get("task_body", 0),
+            "shares_s": {k: round(v, 2) for k, v in part.items()},
+            "shares_pct": {k: round(100 * v / r.wall_s, 1) for k, v in part.items()},
+            "per_task_overhead_ms": (round(1000 * part["prefect overhead vs in-process"]
+                                           / max(1, r.calls.get("task_body", 0)), 2)
+                                     if base else None),
+            "incremental_over_full": round(inc.wall_s / r.wall_s, 3) if inc else None,
+            "noop_s": noop.wall_s if noop else None,
+        })
+    for corpus in sorted({r.corpus for r in runs}):
+        base = by_key.get((corpus, "full v2", "in-process"))
+        inc = by_key.get((corpus, "incremental v1->v2", "in-process"))
+        noop = by_key.get((corpus, "noop v2", "in-process"))
+        if base:
+            derived.append({"corpus": corpus, "lane": "in-process", "full_wall_s": base.wall_s,
+                            "incremental_over_full": round(inc.wall_s / base.wall_s, 3)
+                            if inc else None, "noop_s": noop.wall_s if noop else None})
+    return {"runs": [asdict(r) for r in runs], "derived": derived, "skipped_corpora": skipped,
+            "prefect_server": "prefect_test_harness() (temporary SQLite + local API server)",
+            "cpus": len(os.sched_getaffinity(0)), "loadavg_1m_at_end": os.getloadavg()[0]}
+
+
+def print_table(out: dict[str, Any]) -> None:
+    header = ("corpus", "scenario", "lane", "mode", "wall s", "inner s", "files", "written",
+              "reused", "deleted", "embed s", "tasks")
+    rows = [(r["corpus"], r["scenario"], r["lane"], r["mode"], f"{r['wall_s']:.2f}",
+             f"{r['inner_s']:.2f}", r["files_indexed"], r["chunks_written"], r["chunks_reused"],
+             r["chunks_deleted"], f"{r['embedding_s']:.2f}", r["calls"].get("task_body", "-"))
+            for r in out["runs"]]
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+    for row in (header, *rows):
+        print("  ".join(str(x).rjust(w) for x, w in zip(row, widths)))
+    for d in out["derived"]:
+        print(f"\n{d['corpus']} {d['lane']}: full v2 {d['full_wall_s']:.2f} s; "
+              f"incremental/full {d['incremental_over_full']}; no-op {d['noop_s']} s")
+        if "shares_s" not in d:
+            continue
+        print(f"  {d['tasks']} process-file task runs; per-task overhead vs in-process "
+              f"{d['per_task_overhead_ms']} ms")
+        for name, seconds in d["shares_s"].items():
+            print(f"  {name:<32} {seconds:8.2f} s  {d['shares_pct'][name]:6.1f} %")
+    print(f"\nPrefect server: {out['prefect_server']}; {out['cpus']} CPUs, shared and noisy "
+          f"(load {out['loadavg_1m_at_end']:.1f} at the end); one run per scenario.")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--corpus", action="append", choices=NAMES,
+                        help="corpus to run (repeatable; default hugo-docs)")
+    parser.add_argument("--runner", action="append",
+                        help='flow task runner spec (repeatable; default "threads")')
+    parser.add_argument("--model-dir", help="prepared model dir (default: the settings' one)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    args = parser.parse_args(argv)
+    corpora = args.corpus or ["hugo-docs"]
+    runners = args.runner or ["threads"]
+
+    def say(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    present, skipped = [], []
+    for corpus in corpora:
+        if all((CORPORA / corpus / v).is_dir() for v in ("v1", "v2")):
+            present.append(corpus)
+        else:
+            skipped.append(corpus)
+            say(f"skipping {corpus}: v1/v2 not found under {CORPORA / corpus}")
+    if not present:
+        print(json.dumps({"runs": [], "skipped_corpora": skipped}) if args.json
+              else "no corpus present; nothing measured")
+        return 0
+
+    from prefect.testing.utilities import prefect_test_harness
+
+    model_dir = prepare_model_dir(args.model_dir)
+    warm_up(model_dir)
+    probe = Probe()
+    runs: list[Run] = []
+    scratch = Path(tempfile.mkdtemp(prefix="bench-flow-"))
+    try:
+        with prefect_test_harness(server_startup_timeout=120):
+            for corpus in present:
+                runs += bench_corpus(corpus, runners, scratch, model_dir, probe, say)
+    finally:
+        from hetriever.store import clear_store_cache
+
+        clear_store_cache()
+        shutil.rmtree(scratch, ignore_errors=True)
+    out = report(runs, skipped)
+    if args.json:
+        print(json.dumps(out, indent=2))
+    else:
+        print_table(out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
