@@ -1,0 +1,195 @@
+"""Concurrent use: two ingests of one repository, and searches while an ingest writes.
+
+Everything is real: `hetriever ingest` CLI subprocesses on one embedded Chroma directory, and
+searcher threads in this process reading that directory while a subprocess rewrites it. Every
+wait is bounded, so a deadlock fails the test instead of hanging the suite.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import subprocess
+import threading
+import time
+from collections import Counter
+
+from structlog.testing import capture_logs
+
+from hetriever.indexing import index_repository
+from hetriever.search import hybrid_search
+from hetriever.store import content_hash
+from tests.flow_support import stored
+from tests.test_faults import (
+    PAGES,
+    REPO_NAME,
+    RUN_TIMEOUT,
+    WORDS,
+    LogWatcher,
+    assert_equals_fresh_pass,
+    cli_command,
+    cli_env,
+    open_store,
+    pages_repo,
+    the_repo,
+    write_pages,
+)
+from tests.helpers import commit_all, init_repo, write_files
+
+SEARCH_SECONDS = 10.0
+SEARCHERS = 4
+OTHER = "other-docs"
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def _start_ingest(docs, env):
+    return subprocess.Popen(cli_command(docs, "ingest", "--json"), env=env, cwd=docs.parent,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _finish(proc: subprocess.Popen) -> tuple[int, str, str]:
+    try:
+        out, err = proc.communicate(timeout=RUN_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise AssertionError("an ingest run hung") from None
+    return proc.returncode, out, err
+
+
+def test_two_ingests_started_together_both_finish_and_the_index_is_whole(
+        tmp_path, minilm_embedder, minilm_model_dir):
+    docs = pages_repo(tmp_path)
+    env = cli_env(tmp_path, minilm_model_dir)
+    procs = [_start_ingest(docs, env) for _ in range(2)]
+    results = [_finish(p) for p in procs]
+    for code, _, err in results:
+        assert code == 0, err[-3000:]
+        assert "Traceback" not in err
+    outcomes = [json.loads(out)[0] for _, out, _ in results]
+    assert all(o["ok"] and o["completed"] for o in outcomes)
+    # one run embedded everything; the other waited for the lock and then had nothing to embed
+    assert sorted(o["chunks_written"] for o in outcomes) == [0, PAGES]
+
+    store = open_store(tmp_path, minilm_embedder)
+    try:
+        got = assert_equals_fresh_pass(store, docs, minilm_model_dir)
+        assert run(store.count(REPO_NAME)) == len(got) == PAGES  # no duplicates, no orphans
+    finally:
+        store.close_sync()
+
+
+def test_a_second_ingest_that_may_not_wait_exits_with_the_lock_message(
+        tmp_path, minilm_embedder, minilm_model_dir):
+    docs = pages_repo(tmp_path)
+    env = cli_env(tmp_path, minilm_model_dir)
+    first = subprocess.Popen(cli_command(docs, "ingest", "--json"), env=env, cwd=tmp_path,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    watcher = LogWatcher(first)
+    try:
+        watcher.wait_for("index_started")
+        second = subprocess.run(cli_command(docs, "ingest", "--json"), cwd=tmp_path,
+                                env={**env, "HETRIEVER_RUN_LOCK_TIMEOUT": "0"},
+                                capture_output=True, text=True, timeout=RUN_TIMEOUT)
+        out = first.stdout.read() if first.stdout else ""
+        first.wait(timeout=RUN_TIMEOUT)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+        watcher.rest()
+    assert first.returncode == 0 and json.loads(out)[0]["completed"]
+    assert second.returncode == 1 and "Traceback" not in second.stderr
+    (outcome,) = json.loads(second.stdout)
+    assert outcome["ok"] is False
+    assert f"another process is writing an ingest run of {REPO_NAME!r}" in outcome["error"]
+
+    store = open_store(tmp_path, minilm_embedder)
+    try:
+        assert len(assert_equals_fresh_pass(store, docs, minilm_model_dir)) == PAGES
+    finally:
+        store.close_sync()
+
+
+def test_searches_while_another_process_reindexes_stay_consistent(tmp_path, minilm_embedder,
+                                                                   minilm_model_dir):
+    docs = pages_repo(tmp_path)
+    other = init_repo(tmp_path / "more" / OTHER)
+    write_files(other, {f"content/docs/o-{i}.md": f"---\ntitle: Other {i}\n---\n\n"
+                        f"{' '.join(WORDS[i:i + 12])} other{i} lives in another repository.\n"
+                        for i in range(8)})
+    commit_all(other, "other docs")
+    store = open_store(tmp_path, minilm_embedder, run_lock_timeout=30.0)
+    try:
+        run(index_repository(the_repo(docs), store, store.settings))
+        run(index_repository(the_repo(other.parent, OTHER), store, store.settings))
+        write_pages(docs, PAGES, 2)  # every page changes: the whole collection is rewritten
+
+        env = cli_env(tmp_path, minilm_model_dir, HETRIEVER_LOG_LEVEL="INFO")
+        proc = subprocess.Popen(cli_command(docs, "ingest", "--json"), env=env, cwd=tmp_path,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        watcher = LogWatcher(proc)
+        problems: list[str] = []
+        seen = Counter()
+        stop = threading.Event()
+
+        def searcher(seed: int) -> None:
+            rng = random.Random(seed)
+            while not stop.is_set():
+                query = " ".join(rng.sample(WORDS, 3)) + f" page{rng.randrange(PAGES)}"
+                hybrid = rng.random() < 0.8
+                try:
+                    result = hybrid_search(store, query, top_k=5, namespaces=[REPO_NAME],
+                                           hybrid=hybrid)
+                except Exception as exc:  # noqa: BLE001 - any error is a finding
+                    problems.append(f"{type(exc).__name__}: {exc}")
+                    continue
+                seen["searches"] += 1
+                seen["results"] += len(result.matches)
+                seen[result.mode] += 1
+                for m in result.matches:
+                    if m.metadata.get("repository") != REPO_NAME:
+                        problems.append(f"out of scope: {m.metadata}")
+                    if content_hash(m.content) != m.metadata.get("content_hash"):
+                        problems.append(f"hash mismatch: {m.doc_id}")
+                    if "/page-" not in str(m.metadata.get("file_path")):
+                        problems.append(f"unexpected file: {m.metadata.get('file_path')}")
+
+        with capture_logs() as logs:
+            watcher.wait_for("index_started")
+            threads = [threading.Thread(target=searcher, args=(i,), daemon=True)
+                       for i in range(SEARCHERS)]
+            for t in threads:
+                t.start()
+            deadline = time.monotonic() + SEARCH_SECONDS
+            while time.monotonic() < deadline and proc.poll() is None:
+                time.sleep(0.1)
+            # the loop ends at the deadline or when the ingest exits: all of these overlapped it
+            while_writing = seen["searches"]
+            stop.set()
+            for t in threads:
+                t.join(timeout=30)
+            assert not any(t.is_alive() for t in threads), "a searcher hung"
+        out, _ = proc.communicate(timeout=RUN_TIMEOUT)
+        watcher.rest()
+        assert proc.returncode == 0, watcher.rest()[-3000:]
+        assert json.loads(out)[0]["completed"]
+
+        assert while_writing >= SEARCHERS, seen
+        assert problems == [], problems[:5]
+        assert seen["results"] > 0
+        # no retriever silently failed, nothing was dropped for being inconsistent
+        bad = {"dense_retrieval_failed", "bm25_retrieval_failed", "result_hash_mismatch",
+               "result_out_of_scope"}
+        assert [e for e in logs if e["event"] in bad] == []
+
+        # afterwards: the new version everywhere, the other repository untouched
+        got = assert_equals_fresh_pass(store, docs, minilm_model_dir)
+        assert all("version2" in t for _, t in got.values())
+        assert len(stored(store, OTHER)) == 8
+    finally:
+        store.close_sync()
