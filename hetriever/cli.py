@@ -121,10 +121,26 @@ def _print_ingest(outcomes: list[dict]) -> None:
 def cmd_ingest(args: argparse.Namespace) -> int:
     settings = _settings(args, batch_size=args.batch_size)
     if args.engine == "prefect":
+        import os
+
+        # Without PREFECT_API_URL, Prefect starts a temporary local server: give it time on a
+        # busy machine, and keep it from reaching out for analytics (there may be no network).
+        os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+        os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
         from flows.ingest import ingest
 
-        summary = ingest(repositories=args.repository or None, force_full=args.full,
-                         batch_size=args.batch_size)
+        try:
+            state = asyncio.run(ingest(repositories=args.repository or None,
+                                       force_full=args.full, batch_size=args.batch_size,
+                                       return_state=True))
+        except RuntimeError as exc:  # e.g. the Prefect API cannot be reached or started
+            raise HetrieverError(f"Prefect is not available: {exc}",
+                                 hint="set PREFECT_API_URL to a running server, or use "
+                                      "--engine local") from None
+        summary = state.result(raise_on_failure=False)
+        if not isinstance(summary, dict):  # the flow failed before any repository ran
+            raise summary if isinstance(summary, HetrieverError) else HetrieverError(
+                f"the ingest flow failed: {state.message or summary}")
         outcomes = summary["repositories"]
     else:
         outcomes = asyncio.run(_ingest_local(settings, args.repository or None, args.full,
