@@ -1,6 +1,12 @@
 from __future__ import annotations
 
+import os
+
 import pytest
+
+# No network here: keep Prefect's and Chroma's servers from trying to send telemetry.
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("ANONYMIZED_TELEMETRY", "false")
 
 from tests.helpers import corpus_version
 
