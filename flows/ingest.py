@@ -18,9 +18,12 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from hetriever.config import Settings, load_settings
 from hetriever.errors import HetrieverError, RepositoryNotFoundError, SourceError
+from hetriever.catalog import FAILED
 from hetriever.indexing import (
     OutcomeWriter,
     begin_run,
+    check_schema,
+    close_run,
     finish_run,
     last_indexed,
     now_iso,
@@ -121,6 +124,7 @@ async def index_repository_flow(repo: Repository, settings: Settings,
         logger.info("%s: %s run %s -> %s, %s", repo.name, change_set.mode,
                     (last_commit or "-")[:12], change_set.new_commit[:12], counts)
 
+        check_schema(store, repo)
         await begin_run(store, repo, change_set)
         await remove_paths(store, repo, change_set.paths_to_delete(), result)
         await remove_vanished(store, repo, change_set, result)
@@ -145,9 +149,15 @@ async def index_repository_flow(repo: Repository, settings: Settings,
         await writer.flush()
 
         result.skipped.extend(failed)
+        for item in failed:
+            store.catalog.set_files(store.physical_name(repo.name), repo.name, [item.path],
+                                    FAILED, reason=item.reason)
         failed += result.failed  # files whose write failed (their old chunks are intact)
         if not failed:
             await finish_run(store, repo, change_set, result)
+        else:
+            close_run(store, repo, result, "failed",
+                      error=f"{len(failed)} file(s) failed after retries")
         result.total_seconds = time.perf_counter() - started
         await publish_artifacts(result)
         summary = result.to_dict()

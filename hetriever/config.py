@@ -61,6 +61,9 @@ class Settings:
     max_top_k: int = 100
     similarity_threshold: float = 0.0
     run_lock_timeout: float = 600.0  # seconds a second ingest of one repository waits
+    # Deleted files: 0 removes their chunks at once; N > 0 keeps them N days, marked
+    # `is_deleted` and hidden from every search, until `hetriever purge` removes them.
+    retention_days: int = 0
 
     # logging
     log_format: str = "console"  # "console" or "json"
@@ -207,6 +210,8 @@ def validate(settings: Settings) -> Settings:
     if settings.embedding_model == "all-MiniLM-L6-v2" and settings.chunk_tokens > MODEL_MAX_TOKENS - 2:
         raise bad("chunk_tokens", f"all-MiniLM-L6-v2 reads at most {MODEL_MAX_TOKENS - 2} "
                                   "word-pieces per chunk; longer text would be silently truncated")
+    if settings.retention_days < 0:
+        raise bad("retention_days", "must be zero (delete at once) or a number of days")
     if settings.run_lock_timeout < 0:
         raise bad("run_lock_timeout", "must be zero or more seconds")
     if settings.max_file_bytes < 1:

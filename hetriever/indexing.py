@@ -8,7 +8,12 @@ Modes (named, as in LangChain's indexing API):
   Unchanged chunks keep their ids, so the store reuses them without re-embedding.
 
 Crash safety: the collection's metadata says ``index_status: indexing`` while a run writes and
-records the new ``commit_hash`` only after every file is stored. A run that finds a previous
+records the new ``commit_hash`` only after every file is stored.
+
+The catalog (`hetriever.catalog`) follows every file through DISCOVERED -> PROCESSED ->
+INDEXED / SKIPPED / FAILED, records each run, and keeps the exact-match title index. Deleted
+files lose their chunks at once, or with `retention_days > 0` are soft-deleted (kept, hidden
+from search) until `hetriever purge`. A run that finds a previous
 run unfinished reconciles with a full pass, so a crash never leaves a partial index marked
 complete.
 
@@ -27,9 +32,11 @@ from pathlib import PurePosixPath
 from typing import Callable, Iterable
 
 from hetriever import faults
+from hetriever.access import declared_level
+from hetriever.catalog import DISCOVERED, FAILED, INDEXED, PROCESSED, SKIPPED, title_keys
 from hetriever.chunk import chunk_page
 from hetriever.config import Settings
-from hetriever.errors import EmbeddingError
+from hetriever.errors import EmbeddingError, IndexingError
 from hetriever.discover import (
     SkipFile,
     compute_change_set,
@@ -267,10 +274,49 @@ def _count_changes(result: IndexResult, change_set: ChangeSet) -> None:
     result.files_renamed = counts["renamed"]
 
 
+def blob_ids(repo: Repository, commit: str) -> dict[str, str]:
+    """path -> git blob id of the content files at `commit` (one `git ls-tree`)."""
+    from hetriever.discover import _tree_entries
+
+    try:
+        return {path: obj for path, (_, kind, obj) in _tree_entries(repo, commit).items()
+                if kind == "blob"}
+    except Exception as exc:  # the catalog's blob column is informative; never fail a run on it
+        log.warning("blob_ids_failed", repository=repo.name, error=str(exc))
+        return {}
+
+
+def check_schema(store, repo: Repository) -> None:
+    """Refuse to write chunks of another chunking or model into an existing collection."""
+    physical = store.physical_name(repo.name)
+    record = store.catalog.collection(physical) if physical else None
+    if record is not None and record.fingerprint != store.fingerprint():
+        raise IndexingError(
+            f"{repo.name}: collection {physical} was built with {record.fingerprint}, the "
+            f"settings now ask for {store.fingerprint()}",
+            hint=f"run `hetriever migrate -r {repo.name}` to build the new version beside the "
+                 "old one and switch searches over when it is complete")
+
+
 async def begin_run(store, repo: Repository, change_set: ChangeSet) -> None:
     await store.ensure_collection(repo.name)
     await store.update_collection_metadata(repo.name, **{STATUS_KEY: STATUS_INDEXING,
                                                          "indexing_commit": change_set.new_commit})
+    catalog, physical = store.catalog, store.physical_name(repo.name)
+    settings = store.settings
+    catalog.upsert_repository(
+        repo.name, url=repo.url, access_level=declared_level(settings, repo.name),
+        settings={"embedding_model": settings.embedding_model,
+                  "chunk_tokens": settings.chunk_tokens, "content_dir": repo.content_dir,
+                  "retention_days": settings.retention_days})
+    catalog.start_run(repo.name, physical, mode=change_set.mode, old_commit=change_set.old_commit,
+                      new_commit=change_set.new_commit)
+    paths = change_set.paths_to_index()
+    catalog.set_files(physical, repo.name, paths, DISCOVERED, commit=change_set.new_commit,
+                      blobs=blob_ids(repo, change_set.new_commit) if paths else {})
+    for skipped in change_set.skipped:
+        catalog.set_files(physical, repo.name, [skipped.path], SKIPPED, reason=skipped.reason,
+                          commit=change_set.new_commit)
 
 
 WRITE_WINDOW = 256  # chunks gathered before a write: enough for well-filled embedding batches
@@ -281,11 +327,31 @@ async def apply_outcomes(store, repo: Repository, outcomes: list[FileOutcome],
     """Store several files' chunks in one write; a skipped or empty file loses its old chunks."""
     if not outcomes:
         return
+    catalog, physical = store.catalog, store.physical_name(repo.name, create=True)
+    catalog.set_files(physical, repo.name, [o.path for o in outcomes if o.chunks], PROCESSED,
+                      chunk_counts={o.path: len(o.chunks) for o in outcomes})
     for outcome in outcomes:
         if outcome.skipped is not None:
             result.skipped.append(outcome.skipped)
         faults.check("write_file", outcome.path)
+    failed_before = len(result.failed)
     await _write_outcomes(store, repo, outcomes, result)
+    failed = {f.path: f.reason for f in result.failed[failed_before:]}
+    for path, reason in failed.items():
+        catalog.set_files(physical, repo.name, [path], FAILED, reason=reason)
+    stored = [o for o in outcomes if o.path not in failed]
+    catalog.set_files(physical, repo.name, [o.path for o in stored if o.chunks], INDEXED,
+                      chunk_counts={o.path: len(o.chunks) for o in stored})
+    for outcome in stored:
+        if outcome.skipped is not None:
+            # "error: ..." comes from a file that broke the pipeline; the rest are skip rules.
+            state = FAILED if outcome.skipped.reason.startswith("error:") else SKIPPED
+            catalog.set_files(physical, repo.name, [outcome.path], state,
+                              reason=outcome.skipped.reason)
+            catalog.set_titles(physical, outcome.path, "", [])
+        elif outcome.chunks:
+            first = outcome.chunks[0]
+            catalog.set_titles(physical, outcome.path, first.id, title_keys(first.metadata))
 
 
 async def _write_outcomes(store, repo: Repository, outcomes: list[FileOutcome],
@@ -340,8 +406,20 @@ def run_lock(settings: Settings, repository: str, *, timeout: float | None = Non
 
 
 async def remove_paths(store, repo: Repository, paths: Iterable[str], result: IndexResult) -> None:
+    """Deleted files: hard delete, or soft delete (kept, hidden) when retention_days > 0."""
+    paths = list(paths)
+    catalog, physical = store.catalog, store.physical_name(repo.name)
+    if store.settings.retention_days > 0:
+        stamp = now_iso()
+        for path in paths:
+            result.chunks_deleted += await store.soft_delete_file(repo.name, path, stamp)
+        if physical:
+            catalog.mark_deleted(physical, paths, stamp)
+        return
     for path in paths:
         result.chunks_deleted += await store.delete_file(repo.name, path)
+    if physical:
+        catalog.remove_files(physical, paths)
 
 
 async def remove_vanished(store, repo: Repository, change_set: ChangeSet,
@@ -356,7 +434,7 @@ async def remove_vanished(store, repo: Repository, change_set: ChangeSet,
 
 async def finish_run(store, repo: Repository, change_set: ChangeSet, result: IndexResult) -> None:
     """Record the new commit, only now that every file is stored."""
-    total_chunks = await store.count(repo.name)
+    total_chunks = await store.count(repo.name, live=True)
     files = await store.list_files(repo.name)
     await store.update_collection_metadata(
         repo.name,
@@ -368,6 +446,21 @@ async def finish_run(store, repo: Repository, change_set: ChangeSet, result: Ind
         **{STATUS_KEY: STATUS_COMPLETE},
     )
     result.completed = True
+    close_run(store, repo, result, "ok", commit=change_set.new_commit)
+
+
+def close_run(store, repo: Repository, result: IndexResult, outcome: str, *,
+              commit: str | None = None, error: str = "") -> None:
+    """Close the repository's open catalog run with its outcome and counts."""
+    catalog, physical = store.catalog, store.physical_name(repo.name)
+    runs = [r for r in catalog.runs(repo.name, limit=5)
+            if r["collection"] == physical and r["outcome"] == "running"]
+    if not runs:
+        return
+    counts = {k: v for k, v in result.to_dict().items()
+              if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    counts["files_failed"] = len(result.failed)
+    catalog.finish_run(runs[0]["id"], outcome=outcome, counts=counts, commit=commit, error=error)
 
 
 async def last_indexed(store, repo: Repository) -> tuple[str | None, str | None]:
@@ -398,9 +491,14 @@ async def index_repository(repo: Repository, store, settings: Settings, *,
     if change_set.dirty:
         bound.warning("uncommitted_changes_ignored")
 
+    check_schema(store, repo)
     bound.info("index_started", **change_set.counts())
     with run_lock(settings, repo.name):
-        await _run(store, repo, settings, change_set, result, progress)
+        try:
+            await _run(store, repo, settings, change_set, result, progress)
+        except BaseException as exc:
+            close_run(store, repo, result, "failed", error=f"{type(exc).__name__}: {exc}")
+            raise
     result.total_seconds = time.perf_counter() - started
     bound.info("index_finished", files_indexed=result.files_indexed,
                files_skipped=result.files_skipped, chunks_written=result.chunks_written,
@@ -434,6 +532,8 @@ async def _run(store, repo: Repository, settings: Settings, change_set: ChangeSe
     await writer.flush()
     if result.failed:  # the commit stays unrecorded: the next run reconciles and retries
         log.error("index_incomplete", repository=repo.name, failed=len(result.failed))
+        close_run(store, repo, result, "failed",
+                  error=f"{len(result.failed)} file(s) could not be stored")
         return
     await finish_run(store, repo, change_set, result)
 

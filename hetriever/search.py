@@ -13,8 +13,17 @@ Scores:
 - score: the normalised RRF score in hybrid mode; the dense or BM25 score when only one
   retriever ran (hybrid off, or the other failed). `similarity_threshold` applies to it.
 
-Every result is checked twice before it is returned: its `repository` must be in scope and its
-text must hash to its `content_hash`; anything else is dropped and logged.
+Every result is checked before it is returned: its `repository` must be in scope, its text must
+hash to its `content_hash`, and the caller must be allowed to see it (`hetriever.access`: the
+collection's level and the chunk's own level, not soft-deleted); anything else is dropped and
+logged. Collections the caller may not see are never queried.
+
+Exact-match fast path: a query equal (trimmed, case-insensitive) to a page's title, linkTitle,
+alias or function name returns that page's first chunk first (source "exact", score 1.0), looked
+up in the catalog; the fused results follow, without duplicates.
+
+Searches read the catalog's alias pointers; if a migration switches one while a search runs
+(the catalog's alias epoch changed), the search runs again, so it never mixes two generations.
 
 Chroma Cloud has a native sparse index and a Search API with RRF built in; local Chroma
 (embedded or `chroma run`) does not. `native_sparse_available()` is the switch: when it is True
@@ -29,8 +38,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from hetriever.access import CollectionPlan, caller_levels, declared_level, denial
 from hetriever.errors import BackendConnectionError, HetrieverError, InvalidLimitError, SearchError
-from hetriever.filters import and_filters, validate_filter
+from hetriever.filters import and_filters, matches, validate_filter
 from hetriever.logs import get_logger
 from hetriever.models import RetrievalResult, SearchResult
 
@@ -39,6 +49,7 @@ log = get_logger(__name__)
 MAX_QUERY_CHARS = 10_000  # longer queries are truncated for embedding (not an error)
 CANDIDATE_FACTOR = 2  # each retriever fetches this many times top_k
 CLOUD_HOST_SUFFIX = "trychroma.com"
+EPOCH_RETRIES = 3  # a search re-runs at most this often when an alias switches under it
 
 
 def native_sparse_available(client: Any) -> bool:
@@ -95,17 +106,11 @@ class _Hit:
     bm25_raw: float | None = None
 
 
-def _scope(store: Any, namespaces: Sequence[str] | None, use_hybrid: bool) -> list[str]:
+def _scope(store: Any, namespaces: Sequence[str] | None) -> list[str]:
+    """Repositories in scope: the named ones (validated) that have a searchable collection."""
     from hetriever.store import validate_collection_name
 
-    try:
-        existing = store.collection_names()
-    except BackendConnectionError:
-        if not use_hybrid:
-            raise
-        # Chroma is down but BM25 is local: its indexes say which collections exist.
-        existing = store.bm25_collection_names()
-        log.error("dense_retrieval_failed", error="backend unreachable; using BM25 only")
+    existing = store.repository_names()  # the catalog: answers while Chroma is down
     if namespaces is None:
         return existing
     if isinstance(namespaces, str):
@@ -117,8 +122,26 @@ def _scope(store: Any, namespaces: Sequence[str] | None, use_hybrid: bool) -> li
     return [n for n in wanted if n in existing]
 
 
+def plan_collections(store: Any, names: list[str]) -> dict[str, CollectionPlan]:
+    """How each repository's collection is searched: its level, mixed levels, deletions."""
+    catalog = store.catalog
+    plans: dict[str, CollectionPlan] = {}
+    for name in names:
+        physical = store.physical_name(name)
+        if physical is None:
+            continue
+        record = catalog.repository(name)
+        collection = catalog.collection(physical)
+        plans[name] = CollectionPlan(
+            repository=name, collection=physical,
+            declared=declared_level(store.settings, name, record.access_level if record else None),
+            chunk_levels=set(collection.levels) if collection else set(),
+            has_deleted=catalog.has_deleted(physical))
+    return plans
+
+
 def _dense(store: Any, names: list[str], vector: Any, n: int,
-           user_filter: dict | None, hits: dict[str, _Hit]) -> list[str]:
+           wheres: Mapping[str, dict | None], hits: dict[str, _Hit]) -> list[str]:
     found: list[tuple[float, str]] = []
     for name in names:
         col = store._chroma(name)
@@ -128,9 +151,11 @@ def _dense(store: Any, names: list[str], vector: Any, n: int,
         # No `repository` clause here, unlike BM25: any `where` makes Chroma pre-filter through
         # its metadata store, a cost growing with the collection (about 4x per query at 3k
         # chunks, see bench/bench_store.py). A collection only holds its repository's chunks
-        # (the store checks on write) and `_trusted` drops any hit claiming another one.
+        # (the store checks on write) and `_trusted` drops any hit claiming another one. The
+        # access and deletion clauses are added only to collections that need them.
+        where = wheres[name]
         got = store._call("query", lambda: col.query(
-            query_embeddings=[vector], n_results=n, where=user_filter,
+            query_embeddings=[vector], n_results=n, where=where,
             include=["documents", "metadatas", "distances"]), retry=False)
         for doc_id, doc, meta, dist in zip(got["ids"][0], got["documents"][0],
                                            got["metadatas"][0], got["distances"][0]):
@@ -143,10 +168,10 @@ def _dense(store: Any, names: list[str], vector: Any, n: int,
 
 
 def _bm25(store: Any, names: list[str], query: str, n: int,
-          user_filter: dict | None, hits: dict[str, _Hit]) -> list[str]:
+          wheres: Mapping[str, dict | None], hits: dict[str, _Hit]) -> list[str]:
     found: list[tuple[float, str]] = []
     for name in names:
-        where = and_filters({"repository": name}, user_filter)
+        where = wheres[name]
         for doc_id, raw in store.bm25(name).search(query, n, where):
             hit = hits.setdefault(doc_id, _Hit(doc_id, name))
             hit.bm25_raw = float(raw)
@@ -194,43 +219,107 @@ def _bm25_record(stored: Any) -> tuple[str | None, dict[str, Any] | None]:
     return text, dict(meta or {})
 
 
-def _trusted(hit: _Hit, allowed: set[str]) -> bool:
+def _trusted(hit: _Hit, plans: Mapping[str, CollectionPlan], levels: frozenset[str]) -> bool:
     from hetriever.store import content_hash
 
     meta = hit.metadata or {}
     if hit.content is None:
         log.warning("result_without_content", doc_id=hit.doc_id, collection=hit.collection)
         return False
-    if meta.get("repository") not in allowed or meta.get("repository") != hit.collection:
+    if meta.get("repository") not in plans or meta.get("repository") != hit.collection:
         log.warning("result_out_of_scope", doc_id=hit.doc_id, collection=hit.collection,
                     repository=meta.get("repository"))
         return False
     if meta.get("content_hash") != content_hash(hit.content):
         log.warning("result_hash_mismatch", doc_id=hit.doc_id, collection=hit.collection)
         return False
+    why = denial(plans[hit.collection], meta, levels)
+    if why is not None:
+        # The store-side filter should have kept it out: this is the second layer at work.
+        log.warning("result_access_denied", doc_id=hit.doc_id, collection=hit.collection,
+                    reason=why)
+        return False
     return True
+
+
+def _exact(store: Any, query: str, plans: Mapping[str, CollectionPlan],
+           levels: frozenset[str], user_filter: dict | None) -> SearchResult | None:
+    """The page whose title / linkTitle / alias / function name equals the query, if any."""
+    by_physical = {p.collection: name for name, p in plans.items()}
+    try:
+        candidates = store.catalog.lookup_title(query, list(by_physical))
+    except Exception as exc:  # the fast path is an extra; it never fails a search
+        log.warning("exact_lookup_failed", error=f"{type(exc).__name__}: {exc}")
+        return None
+    for candidate in candidates:
+        hit = _Hit(candidate.chunk_id, by_physical[candidate.collection])
+        _fill_documents(store, [hit])
+        if hit.metadata is None or not matches(user_filter, hit.metadata):
+            continue
+        if not _trusted(hit, plans, levels):
+            continue
+        return SearchResult(doc_id=hit.doc_id, content=hit.content or "", metadata=hit.metadata,
+                            score=1.0, source="exact")
+    return None
 
 
 def hybrid_search(store: Any, query: str, top_k: int | None = None,
                   filters: dict[str, Any] | None = None, *,
                   namespaces: Sequence[str] | None = None,
-                  hybrid: bool | None = None) -> RetrievalResult:
-    """Run one search against `store` (a ChromaKnowledgeStore). See the module docstring."""
+                  hybrid: bool | None = None,
+                  access_levels: Sequence[str] | str | None = None,
+                  exact: bool = True) -> RetrievalResult:
+    """Run one search against `store` (a ChromaKnowledgeStore). See the module docstring.
+
+    `access_levels`: the levels the caller may see (default PUBLIC only).
+    `exact`: use the exact-title fast path.
+    """
     started = time.perf_counter()
     settings = store.settings
     k = resolve_top_k(top_k, settings.default_top_k, settings.max_top_k)
     user_filter = validate_filter(filters)
+    levels = caller_levels(access_levels)
     use_hybrid = settings.use_hybrid_search if hybrid is None else bool(hybrid)
     text = query if isinstance(query, str) else ""
+    for attempt in range(1, EPOCH_RETRIES + 2):
+        epoch = store.catalog.alias_epoch()
+        try:
+            result = _search_once(store, text, k, user_filter, levels, namespaces, use_hybrid,
+                                  exact, started)
+        except HetrieverError:
+            if store.catalog.alias_epoch() == epoch or attempt > EPOCH_RETRIES:
+                raise
+            result = None
+        if result is not None and store.catalog.alias_epoch() == epoch:
+            return result
+        if attempt > EPOCH_RETRIES:
+            return result  # type: ignore[return-value]
+        log.info("search_retried", reason="collection alias switched", attempt=attempt)
+    raise AssertionError("unreachable")
+
+
+def _search_once(store: Any, text: str, k: int, user_filter: dict | None,
+                 levels: frozenset[str], namespaces: Sequence[str] | None, use_hybrid: bool,
+                 exact: bool, started: float) -> RetrievalResult:
+    settings = store.settings
 
     def done(matches: list[SearchResult], mode: str, counts: dict[str, int]) -> RetrievalResult:
         ms = (time.perf_counter() - started) * 1000.0
         return RetrievalResult(query=text, matches=matches, total_results=len(matches),
                                search_time_ms=ms, mode=mode, retriever_counts=counts)
 
-    names = _scope(store, namespaces, use_hybrid)
+    names = _scope(store, namespaces)
+    plans = plan_collections(store, names) if text.strip() else {}
+    hidden = [name for name, p in plans.items() if not p.visible(levels)]
+    if hidden:
+        log.debug("search_collections_hidden", repositories=hidden, levels=sorted(levels))
+    plans = {name: p for name, p in plans.items() if p.visible(levels)}
+    names = list(plans)
     if not text.strip() or not names:
         return done([], "hybrid" if use_hybrid else "dense", {"dense": 0, "bm25": 0, "merged": 0})
+    # The caller's filter is AND-ed with the access and deletion clauses, so it can only narrow.
+    wheres = {name: and_filters(p.where(levels), user_filter) for name, p in plans.items()}
+    exact_hit = _exact(store, text, plans, levels, user_filter) if exact else None
     if native_sparse_available(store.client):
         log.info("native_sparse_not_used", reason="Cloud search path not implemented")
 
@@ -240,7 +329,7 @@ def hybrid_search(store: Any, query: str, top_k: int | None = None,
     bm25_ids: list[str] | None = None
     try:
         vector = store.embedder.embed([text[:MAX_QUERY_CHARS]])[0]
-        dense_ids = _dense(store, names, vector, n, user_filter, hits)
+        dense_ids = _dense(store, names, vector, n, wheres, hits)
     except BackendConnectionError:
         if not use_hybrid:  # dense was asked for and its backend is down: say so
             raise
@@ -251,7 +340,7 @@ def hybrid_search(store: Any, query: str, top_k: int | None = None,
         log.error("dense_retrieval_failed", error=f"{type(exc).__name__}: {exc}")
     if use_hybrid or dense_ids is None:
         try:
-            bm25_ids = _bm25(store, names, text, n, user_filter, hits)
+            bm25_ids = _bm25(store, names, text, n, wheres, hits)
         except Exception as exc:
             log.error("bm25_retrieval_failed", error=f"{type(exc).__name__}: {exc}")
     if dense_ids is None and bm25_ids is None:
@@ -266,8 +355,7 @@ def hybrid_search(store: Any, query: str, top_k: int | None = None,
     fused = rrf_fuse(rankings, settings.rrf_k)
     candidates = [hits[d] for d in fused]
     _fill_documents(store, candidates)
-    allowed = set(names)
-    candidates = [h for h in candidates if _trusted(h, allowed)]
+    candidates = [h for h in candidates if _trusted(h, plans, levels)]
 
     best_bm25 = max((h.bm25_raw for h in candidates if h.bm25_raw is not None), default=0.0)
     dense_set, bm25_set = set(rankings["dense"]), set(rankings["bm25"])
@@ -288,19 +376,25 @@ def hybrid_search(store: Any, query: str, top_k: int | None = None,
                                     dense_score=dense_score, bm25_score=bm25_score,
                                     rrf_score=rrf))
     results.sort(key=lambda r: (-r.score, r.doc_id))
-    results = [r for r in results[:k] if r.score >= settings.similarity_threshold]
+    results = [r for r in results if r.score >= settings.similarity_threshold]
+    if exact_hit is not None:
+        results = [exact_hit] + [r for r in results if r.doc_id != exact_hit.doc_id]
+    results = results[:k]
     counts = {"dense": len(dense_set), "bm25": len(bm25_set), "merged": len(fused)}
     out = done(results, mode, counts)
     log.info("search_done", mode=mode, dense=counts["dense"], bm25=counts["bm25"],
              merged=counts["merged"], results=len(results), collections=len(names),
-             ms=round(out.search_time_ms, 1))
+             exact=exact_hit is not None, ms=round(out.search_time_ms, 1))
     return out
 
 
 async def retrieve(store: Any, query: str, top_k: int | None = None,
                    filters: dict[str, Any] | None = None, *,
                    namespaces: Sequence[str] | None = None,
-                   hybrid: bool | None = None) -> RetrievalResult:
+                   hybrid: bool | None = None,
+                   access_levels: Sequence[str] | str | None = None,
+                   exact: bool = True) -> RetrievalResult:
     """`hybrid_search` off the event loop (embedding and Chroma calls block)."""
     return await asyncio.to_thread(hybrid_search, store, query, top_k, filters,
-                                   namespaces=namespaces, hybrid=hybrid)
+                                   namespaces=namespaces, hybrid=hybrid,
+                                   access_levels=access_levels, exact=exact)

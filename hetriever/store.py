@@ -1,8 +1,12 @@
 """The knowledge store: chunks in ChromaDB (dense vectors) kept in step with a BM25 index.
 
-One Chroma collection per repository, named after it. Chroma is the source of truth; each
-collection's BM25 index (`<state_dir>/bm25/<collection>.sqlite`) is written right after Chroma,
-and `repair()` brings it back in line after a crash between the two.
+One Chroma collection per repository and schema generation: the store's API takes repository
+names, and the catalog (`hetriever.catalog`) maps each to its *physical* collection
+`<repository>_v<generation>` (`physical_name()`). A new generation is built beside the old one
+when the chunking or the embedding model changes (`hetriever.lifecycle.migrate_repository`),
+and searches switch over in one catalog update. Chroma is the source of truth for the chunks;
+each collection's BM25 index (`<state_dir>/bm25/<physical>.sqlite`) is written right after
+Chroma, and `repair()` brings it back in line after a crash between the two.
 
 Vectors are always computed by our embedder and passed explicitly: collections are created
 with `embedding_function=None`, so Chroma never loads (or tries to download) its default model.
@@ -37,6 +41,7 @@ from chromadb.errors import InternalError, NotFoundError, RateLimitError
 
 from hetriever import faults
 from hetriever.bm25 import BM25Index
+from hetriever.catalog import Catalog, split_physical
 from hetriever.config import Settings, load_settings
 from hetriever.errors import (
     BackendConnectionError,
@@ -91,9 +96,10 @@ class FileWriteResult:
 
 @dataclass
 class CollectionInfo:
-    name: str
+    name: str  # the repository (logical) name
     count: int
     metadata: dict[str, Any] = field(default_factory=dict)
+    physical: str = ""  # the Chroma collection behind it
 
 
 @dataclass
@@ -117,7 +123,8 @@ class KnowledgeStore(Protocol):
     async def search(self, query: str, top_k: int | None = None,
                      filters: dict[str, Any] | None = None, *,
                      namespaces: Sequence[str] | None = None,
-                     hybrid: bool | None = None) -> list[SearchResult]: ...
+                     hybrid: bool | None = None,
+                     access_levels: Sequence[str] | None = None) -> list[SearchResult]: ...
 
     async def get_by_id(self, doc_id: str) -> Document | None: ...
 
@@ -240,16 +247,60 @@ class ChromaKnowledgeStore:
     """KnowledgeStore on ChromaDB (embedded PersistentClient, or HttpClient in server mode)."""
 
     def __init__(self, settings: Settings, *, embedder: Any | None = None,
-                 lock_timeout: float = 10.0, client: Any | None = None) -> None:
+                 lock_timeout: float = 10.0, client: Any | None = None,
+                 pins: dict[str, str] | None = None, catalog: Catalog | None = None) -> None:
         self.settings = settings
         self.lock_timeout = lock_timeout
         self.location = _location(settings)
         self._embedder = embedder
-        self._bm25: dict[str, BM25Index] = {}
-        self._collections: dict[str, Any] = {}
+        self._bm25: dict[str, BM25Index] = {}  # by physical name
+        self._collections: dict[str, Any] = {}  # by physical name
         self._guard = threading.RLock()
         self._max_batch: int | None = None
+        # repository -> physical collection this store reads and writes regardless of the
+        # alias (a migration builds the next generation through a pinned store).
+        self.pins = dict(pins or {})
+        self._catalog = catalog
+        self._owns_catalog = catalog is None
         self.client = client if client is not None else self._connect()
+
+    # -- catalog and physical names ----------------------------------------------------
+
+    @property
+    def catalog(self) -> Catalog:
+        with self._guard:
+            if self._catalog is None:
+                self._catalog = Catalog.for_state_dir(self.settings.resolved_state_dir)
+            return self._catalog
+
+    def fingerprint(self) -> str:
+        """What a collection's vectors and chunks depend on; a change needs a new generation."""
+        s = self.settings
+        return f"s{SCHEMA_VERSION}:{s.embedding_model}:{s.chunk_tokens}:{s.min_chunk_tokens}"
+
+    def physical_name(self, name: str, *, create: bool = False) -> str | None:
+        """The Chroma collection behind repository `name` (pinned, else the catalog's alias);
+        with `create`, a first generation is allocated when there is none."""
+        validate_collection_name(name)
+        pinned = self.pins.get(name)
+        if pinned:
+            return pinned
+        if create:
+            return self.catalog.ensure_active(name, self.fingerprint())
+        return self.catalog.active(name)
+
+    def pinned(self, repository: str, physical: str) -> ChromaKnowledgeStore:
+        """A store sharing this one's client, embedder and catalog, but reading and writing
+        `physical` for `repository` whatever the alias says."""
+        return ChromaKnowledgeStore(self.settings, embedder=self._embedder,
+                                    lock_timeout=self.lock_timeout, client=self.client,
+                                    pins={**self.pins, repository: physical},
+                                    catalog=self.catalog)
+
+    def repository_names(self) -> list[str]:
+        """Repositories with a searchable collection (from the catalog; no backend call)."""
+        names = set(self.catalog.active_map())
+        return sorted(names | set(self.pins))
 
     # -- connection ------------------------------------------------------------------
 
@@ -324,15 +375,18 @@ class ChromaKnowledgeStore:
                          "ef_search": s.hnsw_search_ef, "max_neighbors": s.hnsw_m}}
 
     def _chroma(self, name: str, *, create: bool = False) -> Any | None:
-        """The Chroma collection, or None when absent (created first when `create`)."""
+        """Repository `name`'s Chroma collection, or None when absent (created when `create`)."""
+        physical = self.physical_name(name, create=create)
+        return None if physical is None else self._chroma_physical(physical, name, create=create)
+
+    def _chroma_physical(self, physical: str, name: str, *, create: bool = False) -> Any | None:
         with self._guard:
-            cached = self._collections.get(name)
+            cached = self._collections.get(physical)
             if cached is not None:
                 return cached
-        validate_collection_name(name)
         try:
             col = self._call("get_collection", lambda: self.client.get_collection(
-                name, embedding_function=None))
+                physical, embedding_function=None))
         except NotFoundError:
             if not create:
                 return None
@@ -340,17 +394,18 @@ class ChromaKnowledgeStore:
             metadata = {"schema_version": SCHEMA_VERSION, "embedding_model": embedder.name,
                         "embedding_dimensions": int(embedder.dimensions), "repository_url": "",
                         "commit_hash": "", "last_updated": "", "total_documents": 0,
-                        "total_chunks": 0}
+                        "total_chunks": 0, "repository": name,
+                        "schema_fingerprint": self.fingerprint()}
             col = self._call("create_collection", lambda: self.client.get_or_create_collection(
-                name, configuration=self._hnsw(), metadata=metadata, embedding_function=None))
-            log.info("collection_created", collection=name, model=embedder.name,
-                     dimensions=embedder.dimensions)
+                physical, configuration=self._hnsw(), metadata=metadata, embedding_function=None))
+            log.info("collection_created", collection=physical, repository=name,
+                     model=embedder.name, dimensions=embedder.dimensions)
         with self._guard:
-            self._collections[name] = col
+            self._collections[physical] = col
         return col
 
     def _forget(self, name: str, *, bm25: bool = False) -> None:
-        """Drop cached handles (the collection object; its BM25 index too when `bm25`)."""
+        """Drop cached handles of a physical collection (its BM25 index too when `bm25`)."""
         with self._guard:
             self._collections.pop(name, None)
             index = self._bm25.pop(name, None) if bm25 else None
@@ -374,23 +429,37 @@ class ChromaKnowledgeStore:
             log.warning("embedding_model_differs", collection=name, stored=stored_model,
                         configured=embedder.name)
 
-    def bm25(self, name: str) -> BM25Index:
+    def bm25(self, name: str, *, create: bool = False) -> BM25Index:
+        """Repository `name`'s BM25 index (of its pinned or active collection)."""
+        physical = self.physical_name(name, create=create)
+        if physical is None:
+            raise CollectionNotFoundError(f"repository {name!r} has no collection",
+                                          hint="index the repository first")
+        return self.bm25_physical(physical)
+
+    def bm25_physical(self, physical: str) -> BM25Index:
         with self._guard:
-            index = self._bm25.get(name)
+            index = self._bm25.get(physical)
             if index is None:
-                index = BM25Index(self.bm25_path(name))
-                self._bm25[name] = index
+                index = BM25Index(self.bm25_file(physical))
+                self._bm25[physical] = index
             return index
 
+    def bm25_file(self, physical: str) -> Path:
+        return self.settings.resolved_state_dir / "bm25" / f"{physical}.sqlite"
+
     def bm25_path(self, name: str) -> Path:
-        return self.settings.resolved_state_dir / "bm25" / f"{name}.sqlite"
+        physical = self.physical_name(name)
+        return self.bm25_file(physical or name)
 
     def bm25_collection_names(self) -> list[str]:
-        """Collections with a BM25 index file (what is searchable while Chroma is down)."""
+        """Repositories with a BM25 index file (what is searchable while Chroma is down)."""
         folder = self.settings.resolved_state_dir / "bm25"
-        return sorted(p.stem for p in folder.glob("*.sqlite")) if folder.is_dir() else []
+        stems = [p.stem for p in folder.glob("*.sqlite")] if folder.is_dir() else []
+        return sorted({split[0] for split in map(split_physical, stems) if split})
 
     def collection_names(self) -> list[str]:
+        """Physical Chroma collection names (every generation)."""
         cols = self._call("list_collections", self.client.list_collections)
         return sorted(c.name if hasattr(c, "name") else str(c) for c in cols)
 
@@ -560,6 +629,10 @@ class ChromaKnowledgeStore:
             return FileWriteResult()
         with self.writer_lock(collection):
             col = self._chroma(collection, create=True)
+            physical = self.physical_name(collection)
+            # Before writing: a crash after it must never leave levels the catalog misses.
+            self.catalog.note_levels(physical, {str(m["access_level"]) for m in metadatas
+                                                if "access_level" in m})
             old_ids = set(self._ids_of_files(col, list(files)))
             # One BM25 commit per call; Chroma is written first, so a crash leaves BM25 behind
             # (never ahead), which repair() fixes.
@@ -604,6 +677,9 @@ class ChromaKnowledgeStore:
                                 hint="set metadata['repository'] to the collection's name")
         with self.writer_lock(collection):
             col = self._chroma(collection, create=True)
+            if "access_level" in meta:
+                self.catalog.note_levels(self.physical_name(collection),
+                                         [str(meta["access_level"])])
             self._write(collection, col, [doc_id], [content], [meta])
         return True
 
@@ -621,15 +697,65 @@ class ChromaKnowledgeStore:
                 return out
             offset += step
 
-    def list_files_sync(self, collection: str) -> list[str]:
+    def list_files_sync(self, collection: str, *, include_deleted: bool = False) -> list[str]:
+        """Files with chunks in the collection; soft-deleted files only when asked."""
         col = self._chroma(collection)
         if col is None:
             return []
         metas = self._all(col, ["metadatas"])["metadatas"]
-        return sorted({str(m["file_path"]) for m in metas if m and "file_path" in m})
+        return sorted({str(m["file_path"]) for m in metas if m and "file_path" in m
+                       and (include_deleted or m.get("is_deleted") is not True)})
+
+    # -- soft delete and purge -------------------------------------------------------------
+
+    def soft_delete_file_sync(self, collection: str, file_path: str, deleted_at: str) -> int:
+        """Mark a file's live chunks `is_deleted=True, deleted_at=...` in Chroma and BM25.
+
+        They stay stored (for audit) but every search excludes them; `purge_deleted_sync`
+        removes them later. Returns the number of chunks marked.
+        """
+        col = self._chroma(collection)
+        if col is None:
+            return 0
+        with self.writer_lock(collection):
+            got = self._call("get", lambda: col.get(
+                where={"$and": [{"file_path": file_path}, {"is_deleted": {"$ne": True}}]},
+                include=["documents", "metadatas"]))
+            ids = list(got["ids"])
+            if not ids:
+                return 0
+            metas = [{**dict(m or {}), "is_deleted": True, "deleted_at": deleted_at}
+                     for m in got["metadatas"]]
+            step = self.max_batch_size()
+            index = self.bm25(collection)
+            with index.transaction():
+                for start in range(0, len(ids), step):
+                    part = slice(start, start + step)
+                    self._call("update", lambda: col.update(ids=ids[part],
+                                                            metadatas=metas[part]))
+                    index.upsert(ids[part], got["documents"][part], metas[part])
+        log.info("file_soft_deleted", collection=collection, path=file_path, chunks=len(ids))
+        return len(ids)
+
+    def deleted_chunks_sync(self, collection: str) -> list[tuple[str, str, str]]:
+        """(id, file_path, deleted_at) of every soft-deleted chunk of the collection."""
+        col = self._chroma(collection)
+        if col is None:
+            return []
+        got = self._call("get", lambda: col.get(where={"is_deleted": True},
+                                                include=["metadatas"]))
+        return [(i, str((m or {}).get("file_path", "")), str((m or {}).get("deleted_at", "")))
+                for i, m in zip(got["ids"], got["metadatas"] or [])]
+
+    def purge_ids_sync(self, collection: str, ids: list[str]) -> int:
+        col = self._chroma(collection)
+        if col is None or not ids:
+            return 0
+        with self.writer_lock(collection):
+            return self._delete_ids(collection, col, ids)
 
     def get_by_id_sync(self, doc_id: str) -> Document | None:
-        for name in self.collection_names():
+        for name in self.repository_names():
             col = self._chroma(name)
             if col is None:
                 continue
@@ -641,7 +767,7 @@ class ChromaKnowledgeStore:
         return None
 
     def delete_sync(self, doc_id: str) -> bool:
-        for name in self.collection_names():
+        for name in self.repository_names():
             col = self._chroma(name)
             if col is None:
                 continue
@@ -656,13 +782,14 @@ class ChromaKnowledgeStore:
         col = self._chroma(name)
         if col is None:
             return None
+        physical = self.physical_name(name)
         # Fetched fresh: the cached object's metadata is a snapshot from when it was opened.
         fresh = self._call("get_collection", lambda: self.client.get_collection(
-            name, embedding_function=None))
+            physical, embedding_function=None))
         with self._guard:
-            self._collections[name] = fresh
+            self._collections[physical] = fresh
         return CollectionInfo(name=name, count=int(self._call("count", fresh.count)),
-                              metadata=dict(fresh.metadata or {}))
+                              metadata=dict(fresh.metadata or {}), physical=physical)
 
     def ensure_collection_sync(self, name: str) -> CollectionInfo:
         col = self._chroma(name, create=True)
@@ -672,15 +799,24 @@ class ChromaKnowledgeStore:
         return info
 
     def delete_collection_sync(self, name: str) -> int:
+        """Delete repository `name`'s current collection (Chroma, BM25, catalog rows)."""
+        physical = self.physical_name(name)
+        if physical is None:
+            return 0
+        return self.drop_physical_sync(name, physical)
+
+    def drop_physical_sync(self, name: str, physical: str) -> int:
+        """Delete one physical collection of repository `name`; returns its chunk count."""
         validate_collection_name(name)
         with self.writer_lock(name):
-            col = self._chroma(name)
+            col = self._chroma_physical(physical, name)
             removed = int(self._call("count", col.count)) if col is not None else 0
             if col is not None:
-                self._call("delete_collection", lambda: self.client.delete_collection(name))
-            self.bm25(name).drop()
-            self._forget(name, bm25=True)
-        log.info("collection_deleted", collection=name, chunks=removed)
+                self._call("delete_collection", lambda: self.client.delete_collection(physical))
+            self.bm25_physical(physical).drop()
+            self._forget(physical, bm25=True)
+            self.catalog.drop_collection(physical)
+        log.info("collection_deleted", collection=physical, repository=name, chunks=removed)
         return removed
 
     def update_collection_metadata_sync(self, name: str, **fields: Any) -> dict[str, Any]:
@@ -695,16 +831,22 @@ class ChromaKnowledgeStore:
             validate_metadata(merged)
         except (ValueError, TypeError) as exc:
             raise IndexingError(f"collection metadata for {name!r} is invalid: {exc}") from None
-        col = self._collections[name]
+        col = self._collections[info.physical]
         with self.writer_lock(name):
             # Chroma replaces collection metadata as a whole, hence the merge above.
             self._call("modify", lambda: col.modify(metadata=merged))
-        self._forget(name)
+        self._forget(info.physical)
         return merged
 
-    def count_sync(self, collection: str) -> int:
+    def count_sync(self, collection: str, *, live: bool = False) -> int:
+        """Chunks in the collection; with `live`, soft-deleted chunks are not counted."""
         col = self._chroma(collection)
-        return int(self._call("count", col.count)) if col is not None else 0
+        if col is None:
+            return 0
+        total = int(self._call("count", col.count))
+        if live:
+            total -= len(self._ids_where(col, {"is_deleted": True}))
+        return total
 
     def repair_sync(self, collection: str) -> RepairResult:
         result = RepairResult(collection=collection)
@@ -745,11 +887,13 @@ class ChromaKnowledgeStore:
     async def search(self, query: str, top_k: int | None = None,
                      filters: dict[str, Any] | None = None, *,
                      namespaces: Sequence[str] | None = None,
-                     hybrid: bool | None = None) -> list[SearchResult]:
+                     hybrid: bool | None = None,
+                     access_levels: Sequence[str] | None = None) -> list[SearchResult]:
         from hetriever.search import retrieve
 
         result = await retrieve(self, query, top_k=top_k, filters=filters,
-                                namespaces=namespaces, hybrid=hybrid)
+                                namespaces=namespaces, hybrid=hybrid,
+                                access_levels=access_levels)
         return result.matches
 
     async def get_by_id(self, doc_id: str) -> Document | None:
@@ -782,7 +926,7 @@ class ChromaKnowledgeStore:
 
     async def list_collections(self) -> list[CollectionInfo]:
         def run() -> list[CollectionInfo]:
-            infos = (self.info_sync(n) for n in self.collection_names())
+            infos = (self.info_sync(n) for n in self.repository_names())
             return [i for i in infos if i is not None]
 
         return await asyncio.to_thread(run)
@@ -800,8 +944,12 @@ class ChromaKnowledgeStore:
         info = await asyncio.to_thread(self.info_sync, name)
         return info.metadata if info is not None else {}
 
-    async def count(self, collection: str) -> int:
-        return await asyncio.to_thread(self.count_sync, collection)
+    async def count(self, collection: str, *, live: bool = False) -> int:
+        return await asyncio.to_thread(lambda: self.count_sync(collection, live=live))
+
+    async def soft_delete_file(self, collection: str, file_path: str, deleted_at: str) -> int:
+        return await asyncio.to_thread(self.soft_delete_file_sync, collection, file_path,
+                                       deleted_at)
 
     async def repair(self, collection: str) -> RepairResult:
         return await asyncio.to_thread(self.repair_sync, collection)
@@ -813,6 +961,10 @@ class ChromaKnowledgeStore:
             self._forget(name, bm25=True)
         with self._guard:
             self._collections.clear()
+            catalog, self._catalog = (self._catalog, None) if self._owns_catalog else (None,
+                                                                                      self._catalog)
+        if catalog is not None:
+            catalog.close()
 
     async def close(self) -> None:
         self.close_sync()

@@ -10,7 +10,7 @@ from hetriever.models import Repository
 
 def stored(store, collection: str) -> dict[str, tuple[str, str]]:
     """id -> (file_path, text) as stored in Chroma; asserts BM25 holds exactly the same."""
-    col = store.client.get_collection(collection)
+    col = store.client.get_collection(store.physical_name(collection))
     got = col.get(include=["documents", "metadatas"])
     chroma = {i: (m["file_path"], d) for i, d, m in zip(got["ids"], got["documents"],
                                                          got["metadatas"])}

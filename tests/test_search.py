@@ -283,7 +283,7 @@ def test_out_of_scope_metadata_is_dropped(make_store) -> None:
     # Chroma's copy of an alpha chunk claims to be beta's (BM25 still says alpha): the
     # BM25 hit's metadata is fetched from Chroma and must fail the scope check.
     target = chunks_of(A)[3]  # macOS / Homebrew
-    col = store.client.get_collection(A, embedding_function=None)
+    col = store.client.get_collection(store.physical_name(A), embedding_function=None)
     col.update(ids=[target.id], metadatas=[{"repository": B}])
     with capture_logs() as logs:
         result = run(retrieve(store, "Homebrew brew", top_k=10, namespaces=[A]))
@@ -294,7 +294,7 @@ def test_out_of_scope_metadata_is_dropped(make_store) -> None:
 def test_hash_mismatch_results_are_dropped(make_store) -> None:
     store = populate(make_store())
     target = chunks_of(A)[4]  # partials
-    col = store.client.get_collection(A, embedding_function=None)
+    col = store.client.get_collection(store.physical_name(A), embedding_function=None)
     got = col.get(ids=[target.id], include=["embeddings"])
     col.update(ids=[target.id], embeddings=got["embeddings"],
                documents=["Partials are reusable template fragments. (tampered)"])

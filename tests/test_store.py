@@ -52,7 +52,8 @@ V1 = [
 
 def chroma_ids(store: ChromaKnowledgeStore, collection: str,
                file_path: str | None = None) -> set[str]:
-    col = store.client.get_collection(collection, embedding_function=None)
+    col = store.client.get_collection(store.physical_name(collection),
+                                      embedding_function=None)
     got = col.get(where={"file_path": file_path} if file_path else None, include=[])
     return set(got["ids"])
 

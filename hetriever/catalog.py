@@ -1,0 +1,535 @@
+"""The catalog: a small SQLite database beside the Chroma data that says what is indexed.
+
+`<state_dir>/catalog.sqlite` holds
+- repositories: name, url, access level, settings, last indexed commit, last run, and the
+  *alias* pointer to the physical Chroma collection that searches read (`active_collection`);
+- collections: every physical collection (`<repo>_v<generation>`), the schema fingerprint it
+  was built with, its state (building / active) and the access levels its chunks carry;
+- files: per collection, each content file's blob, commit, state
+  (DISCOVERED -> PROCESSED -> INDEXED / SKIPPED / FAILED, or DELETED while soft-deleted), the
+  reason for a skip or failure, and its chunk count;
+- runs: one row per index run with its outcome and counts;
+- titles: the exact-match index, normalised title / linkTitle / alias / function name ->
+  the page's first chunk.
+
+Switching a repository to a new collection is one UPDATE (plus an epoch bump), so a reader sees
+either the old or the new collection, never a half-built one. Every write is one short
+transaction; WAL lets searches read while an ingest writes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from hetriever.logs import get_logger
+
+log = get_logger(__name__)
+
+CATALOG_FILE = "catalog.sqlite"
+CATALOG_VERSION = 1
+
+DISCOVERED, PROCESSED, INDEXED = "DISCOVERED", "PROCESSED", "INDEXED"
+SKIPPED, FAILED, DELETED = "SKIPPED", "FAILED", "DELETED"
+FILE_STATES = (DISCOVERED, PROCESSED, INDEXED, SKIPPED, FAILED, DELETED)
+BUILDING, ACTIVE = "building", "active"
+
+# Physical collection names: the repository name, then `_v<generation>`. Repository names never
+# hold an underscore, so the split is unambiguous (Chroma allows `_` inside names).
+PHYSICAL_RE = re.compile(r"^(?P<repo>[a-z0-9][a-z0-9-]*[a-z0-9])_v(?P<gen>[0-9]+)$")
+
+# Exact-match kinds, best first: a title beats a function name, which beats an alias.
+TITLE_KINDS = {"title": 0, "linkTitle": 1, "function": 2, "alias": 3}
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS repositories (
+    name TEXT PRIMARY KEY,
+    url TEXT NOT NULL DEFAULT '',
+    access_level TEXT NOT NULL DEFAULT 'PUBLIC',
+    settings TEXT NOT NULL DEFAULT '{}',
+    active_collection TEXT,
+    next_generation INTEGER NOT NULL DEFAULT 1,
+    last_commit TEXT NOT NULL DEFAULT '',
+    last_run_at TEXT NOT NULL DEFAULT '',
+    last_run_outcome TEXT NOT NULL DEFAULT ''
+);
+CREATE TABLE IF NOT EXISTS collections (
+    name TEXT PRIMARY KEY,
+    repository TEXT NOT NULL,
+    generation INTEGER NOT NULL,
+    fingerprint TEXT NOT NULL,
+    state TEXT NOT NULL,
+    levels TEXT NOT NULL DEFAULT '[]',
+    created_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS files (
+    collection TEXT NOT NULL,
+    repository TEXT NOT NULL,
+    path TEXT NOT NULL,
+    blob TEXT NOT NULL DEFAULT '',
+    last_commit TEXT NOT NULL DEFAULT '',
+    state TEXT NOT NULL,
+    reason TEXT NOT NULL DEFAULT '',
+    chunk_count INTEGER NOT NULL DEFAULT 0,
+    deleted_at TEXT NOT NULL DEFAULT '',
+    updated_at TEXT NOT NULL,
+    PRIMARY KEY (collection, path)
+);
+CREATE TABLE IF NOT EXISTS runs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    repository TEXT NOT NULL,
+    collection TEXT NOT NULL,
+    mode TEXT NOT NULL DEFAULT '',
+    old_commit TEXT NOT NULL DEFAULT '',
+    new_commit TEXT NOT NULL DEFAULT '',
+    started_at TEXT NOT NULL,
+    finished_at TEXT NOT NULL DEFAULT '',
+    outcome TEXT NOT NULL DEFAULT 'running',
+    counts TEXT NOT NULL DEFAULT '{}',
+    error TEXT NOT NULL DEFAULT ''
+);
+CREATE TABLE IF NOT EXISTS titles (
+    collection TEXT NOT NULL,
+    key TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    priority INTEGER NOT NULL,
+    path TEXT NOT NULL,
+    chunk_id TEXT NOT NULL,
+    PRIMARY KEY (collection, key, path, kind)
+);
+CREATE INDEX IF NOT EXISTS titles_by_key ON titles (key, priority);
+CREATE INDEX IF NOT EXISTS files_by_state ON files (collection, state);
+"""
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+
+
+def physical_name(repository: str, generation: int) -> str:
+    return f"{repository}_v{generation}"
+
+
+def split_physical(name: str) -> tuple[str, int] | None:
+    """(repository, generation) of a physical collection name, or None for other names."""
+    m = PHYSICAL_RE.match(name)
+    return (m.group("repo"), int(m.group("gen"))) if m else None
+
+
+def normalise_title(text: str) -> str:
+    """The exact-match key: trimmed, case-folded, inner whitespace collapsed, leading dots
+    and surrounding backticks dropped (`.Site.Params` and `site.params` are one key)."""
+    key = " ".join(str(text).split()).casefold().strip("`\"' ")
+    return key.lstrip(".").strip()
+
+
+def title_keys(metadata: dict[str, Any]) -> list[tuple[str, str]]:
+    """(kind, key) pairs a page is found under, from its first chunk's metadata.
+
+    - title and linkTitle as written;
+    - a function name: `collections.Where` is also `where`; a method page
+      `methods/site/Params.md` titled `Params` is also `.Site.Params`;
+    - aliases (old URLs): the whole path and its last segment (`/functions/where` -> `where`).
+    """
+    out: list[tuple[str, str]] = []
+    title = str(metadata.get("title") or "")
+    for kind, value in (("title", title), ("linkTitle", metadata.get("linkTitle"))):
+        if isinstance(value, str) and value.strip():
+            out.append((kind, normalise_title(value)))
+    if re.fullmatch(r"[A-Za-z]+\.[A-Za-z][A-Za-z0-9]*", title):
+        out.append(("function", normalise_title(title.split(".", 1)[1])))
+    parts = str(metadata.get("file_path") or "").split("/")
+    if "methods" in parts[:-2] and re.fullmatch(r"[A-Za-z][A-Za-z0-9]*", title):
+        owner = parts[parts.index("methods") + 1].replace("-", "")
+        out.append(("function", normalise_title(f".{owner}.{title}")))
+    aliases = metadata.get("aliases")
+    for alias in aliases if isinstance(aliases, list) else []:
+        path = str(alias).strip().strip("/")
+        if path:
+            out.append(("alias", normalise_title(path)))
+            out.append(("alias", normalise_title(path.rsplit("/", 1)[-1])))
+    return [(kind, key) for kind, key in dict.fromkeys(out) if key]
+
+
+@dataclass
+class RepositoryRecord:
+    name: str
+    url: str = ""
+    access_level: str = "PUBLIC"
+    settings: dict[str, Any] = field(default_factory=dict)
+    active_collection: str | None = None
+    last_commit: str = ""
+    last_run_at: str = ""
+    last_run_outcome: str = ""
+
+
+@dataclass
+class CollectionRecord:
+    name: str
+    repository: str
+    generation: int
+    fingerprint: str
+    state: str
+    levels: list[str] = field(default_factory=list)
+    created_at: str = ""
+
+
+@dataclass
+class FileRecord:
+    collection: str
+    repository: str
+    path: str
+    state: str
+    blob: str = ""
+    last_commit: str = ""
+    reason: str = ""
+    chunk_count: int = 0
+    deleted_at: str = ""
+    updated_at: str = ""
+
+
+@dataclass
+class TitleHit:
+    collection: str
+    key: str
+    kind: str
+    path: str
+    chunk_id: str
+
+
+class Catalog:
+    """One SQLite catalog; safe to share between threads (one connection behind a lock)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
+        self._conn = sqlite3.connect(str(self.path), timeout=30.0, check_same_thread=False,
+                                     isolation_level=None)
+        self._conn.row_factory = sqlite3.Row
+        with self._lock:
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=NORMAL")
+            self._conn.executescript(_SCHEMA)
+            self._conn.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('version', ?)",
+                               (str(CATALOG_VERSION),))
+            self._conn.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('alias_epoch', '0')")
+
+    @classmethod
+    def for_state_dir(cls, state_dir: Path) -> Catalog:
+        return cls(Path(state_dir) / CATALOG_FILE)
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._conn
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
+    def _rows(self, sql: str, args: Sequence[Any] = ()) -> list[sqlite3.Row]:
+        with self._lock:
+            return self._conn.execute(sql, tuple(args)).fetchall()
+
+    # -- repositories and the alias pointer ------------------------------------------
+
+    def upsert_repository(self, name: str, *, url: str | None = None,
+                          access_level: str | None = None,
+                          settings: dict[str, Any] | None = None) -> None:
+        with self.transaction() as conn:
+            conn.execute("INSERT OR IGNORE INTO repositories(name) VALUES (?)", (name,))
+            if url is not None:
+                conn.execute("UPDATE repositories SET url = ? WHERE name = ?", (url, name))
+            if access_level is not None:
+                conn.execute("UPDATE repositories SET access_level = ? WHERE name = ?",
+                             (access_level.upper(), name))
+            if settings is not None:
+                conn.execute("UPDATE repositories SET settings = ? WHERE name = ?",
+                             (json.dumps(settings, sort_keys=True, default=str), name))
+
+    def repository(self, name: str) -> RepositoryRecord | None:
+        rows = self._rows("SELECT * FROM repositories WHERE name = ?", (name,))
+        if not rows:
+            return None
+        r = rows[0]
+        return RepositoryRecord(name=r["name"], url=r["url"], access_level=r["access_level"],
+                                settings=json.loads(r["settings"] or "{}"),
+                                active_collection=r["active_collection"],
+                                last_commit=r["last_commit"], last_run_at=r["last_run_at"],
+                                last_run_outcome=r["last_run_outcome"])
+
+    def repositories(self) -> list[RepositoryRecord]:
+        names = [r["name"] for r in self._rows("SELECT name FROM repositories ORDER BY name")]
+        return [rec for rec in (self.repository(n) for n in names) if rec is not None]
+
+    def active(self, repository: str) -> str | None:
+        rows = self._rows("SELECT active_collection FROM repositories WHERE name = ?",
+                          (repository,))
+        return rows[0]["active_collection"] if rows else None
+
+    def active_map(self) -> dict[str, str]:
+        """repository -> active physical collection, for every searchable repository."""
+        rows = self._rows("SELECT name, active_collection FROM repositories "
+                          "WHERE active_collection IS NOT NULL ORDER BY name")
+        return {r["name"]: r["active_collection"] for r in rows}
+
+    def alias_epoch(self) -> int:
+        """Bumped on every switch or drop: a reader that saw the same epoch before and after
+        its work read one consistent set of collections."""
+        return int(self._rows("SELECT value FROM meta WHERE key = 'alias_epoch'")[0]["value"])
+
+    def _bump(self, conn: sqlite3.Connection) -> None:
+        conn.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'alias_epoch'")
+
+    def allocate(self, repository: str, fingerprint: str, *, activate: bool) -> str:
+        """A new physical collection for `repository` (`<repo>_v<n>`, n never reused).
+
+        `activate` points the alias at it at once (first build: nothing to hide); otherwise it
+        stays `building` until `switch()`.
+        """
+        with self.transaction() as conn:
+            conn.execute("INSERT OR IGNORE INTO repositories(name) VALUES (?)", (repository,))
+            gen = int(conn.execute("SELECT next_generation FROM repositories WHERE name = ?",
+                                   (repository,)).fetchone()[0])
+            name = physical_name(repository, gen)
+            conn.execute("UPDATE repositories SET next_generation = ? WHERE name = ?",
+                         (gen + 1, repository))
+            conn.execute("INSERT INTO collections(name, repository, generation, fingerprint, "
+                         "state, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+                         (name, repository, gen, fingerprint, ACTIVE if activate else BUILDING,
+                          now_iso()))
+            if activate:
+                conn.execute("UPDATE repositories SET active_collection = ? WHERE name = ?",
+                             (name, repository))
+                self._bump(conn)
+        log.info("collection_allocated", repository=repository, collection=name,
+                 active=activate)
+        return name
+
+    def ensure_active(self, repository: str, fingerprint: str) -> str:
+        """The repository's active collection, allocating (and activating) one if none."""
+        current = self.active(repository)
+        return current if current else self.allocate(repository, fingerprint, activate=True)
+
+    def switch(self, repository: str, collection: str) -> str | None:
+        """Point the alias at `collection` (one UPDATE); returns the previous collection."""
+        with self.transaction() as conn:
+            row = conn.execute("SELECT active_collection FROM repositories WHERE name = ?",
+                               (repository,)).fetchone()
+            previous = row[0] if row else None
+            conn.execute("UPDATE repositories SET active_collection = ? WHERE name = ?",
+                         (collection, repository))
+            conn.execute("UPDATE collections SET state = ? WHERE name = ?", (ACTIVE, collection))
+            self._bump(conn)
+        log.info("alias_switched", repository=repository, old=previous, new=collection)
+        return previous
+
+    def collection(self, name: str) -> CollectionRecord | None:
+        rows = self._rows("SELECT * FROM collections WHERE name = ?", (name,))
+        if not rows:
+            return None
+        r = rows[0]
+        return CollectionRecord(name=r["name"], repository=r["repository"],
+                                generation=r["generation"], fingerprint=r["fingerprint"],
+                                state=r["state"], levels=json.loads(r["levels"]),
+                                created_at=r["created_at"])
+
+    def collections(self, repository: str | None = None) -> list[CollectionRecord]:
+        sql = "SELECT name FROM collections" + (" WHERE repository = ?" if repository else "")
+        rows = self._rows(sql + " ORDER BY repository, generation",
+                          (repository,) if repository else ())
+        return [c for c in (self.collection(r["name"]) for r in rows) if c is not None]
+
+    def note_levels(self, collection: str, levels: Iterable[str]) -> None:
+        """Record access levels seen on chunks written to `collection` (a superset: it only
+        grows until the collection is rebuilt, so it can over-filter, never under-filter)."""
+        new = {str(level).upper() for level in levels}
+        if not new:
+            return
+        with self.transaction() as conn:
+            row = conn.execute("SELECT levels FROM collections WHERE name = ?",
+                               (collection,)).fetchone()
+            if row is None:
+                return
+            have = set(json.loads(row[0]))
+            if new <= have:
+                return
+            conn.execute("UPDATE collections SET levels = ? WHERE name = ?",
+                         (json.dumps(sorted(have | new)), collection))
+
+    def drop_collection(self, name: str) -> None:
+        """Forget a physical collection: its row, files and titles; clears an alias to it."""
+        with self.transaction() as conn:
+            for table in ("files", "titles"):
+                conn.execute(f"DELETE FROM {table} WHERE collection = ?", (name,))
+            conn.execute("DELETE FROM collections WHERE name = ?", (name,))
+            conn.execute("UPDATE repositories SET active_collection = NULL "
+                         "WHERE active_collection = ?", (name,))
+            self._bump(conn)
+
+    def drop_repository(self, name: str) -> dict[str, int]:
+        """Forget everything about a repository; returns row counts removed per table."""
+        removed: dict[str, int] = {}
+        with self.transaction() as conn:
+            cols = [r[0] for r in conn.execute("SELECT name FROM collections WHERE repository = ?",
+                                               (name,))]
+            marks = ",".join("?" * len(cols))
+            for table in ("files", "titles"):
+                removed[table] = conn.execute(
+                    f"DELETE FROM {table} WHERE collection IN ({marks})", cols).rowcount \
+                    if cols else 0
+            removed["collections"] = conn.execute("DELETE FROM collections WHERE repository = ?",
+                                                  (name,)).rowcount
+            removed["runs"] = conn.execute("DELETE FROM runs WHERE repository = ?",
+                                           (name,)).rowcount
+            removed["repositories"] = conn.execute("DELETE FROM repositories WHERE name = ?",
+                                                   (name,)).rowcount
+            self._bump(conn)
+        return removed
+
+    # -- files ------------------------------------------------------------------------
+
+    def set_files(self, collection: str, repository: str, paths: Iterable[str], state: str, *,
+                  commit: str = "", blobs: dict[str, str] | None = None, reason: str = "",
+                  chunk_counts: dict[str, int] | None = None) -> None:
+        if state not in FILE_STATES:
+            raise ValueError(f"unknown file state {state!r}")
+        stamp = now_iso()
+        blobs, chunk_counts = blobs or {}, chunk_counts or {}
+        rows = [(collection, repository, p, blobs.get(p, ""), commit, state, reason,
+                 int(chunk_counts.get(p, 0)), stamp) for p in paths]
+        if not rows:
+            return
+        with self.transaction() as conn:
+            conn.executemany(
+                "INSERT INTO files(collection, repository, path, blob, last_commit, state, reason,"
+                " chunk_count, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT(collection, path) DO UPDATE SET"
+                " blob = CASE WHEN excluded.blob != '' THEN excluded.blob ELSE files.blob END,"
+                " last_commit = CASE WHEN excluded.last_commit != '' THEN excluded.last_commit"
+                " ELSE files.last_commit END,"
+                " state = excluded.state, reason = excluded.reason,"
+                " chunk_count = excluded.chunk_count, deleted_at = '',"
+                " updated_at = excluded.updated_at", rows)
+
+    def mark_deleted(self, collection: str, paths: Iterable[str], deleted_at: str) -> None:
+        """Soft delete: the rows stay (for audit and purge), their titles go."""
+        paths = list(paths)
+        with self.transaction() as conn:
+            conn.executemany("UPDATE files SET state = ?, deleted_at = ?, updated_at = ? "
+                             "WHERE collection = ? AND path = ?",
+                             [(DELETED, deleted_at, deleted_at, collection, p) for p in paths])
+            conn.executemany("DELETE FROM titles WHERE collection = ? AND path = ?",
+                             [(collection, p) for p in paths])
+
+    def remove_files(self, collection: str, paths: Iterable[str]) -> int:
+        paths = list(paths)
+        with self.transaction() as conn:
+            n = 0
+            for p in paths:
+                n += conn.execute("DELETE FROM files WHERE collection = ? AND path = ?",
+                                  (collection, p)).rowcount
+                conn.execute("DELETE FROM titles WHERE collection = ? AND path = ?",
+                             (collection, p))
+        return n
+
+    def files(self, collection: str, state: str | None = None) -> list[FileRecord]:
+        sql = "SELECT * FROM files WHERE collection = ?" + (" AND state = ?" if state else "")
+        rows = self._rows(sql + " ORDER BY path", (collection, state) if state else (collection,))
+        return [FileRecord(collection=r["collection"], repository=r["repository"], path=r["path"],
+                           state=r["state"], blob=r["blob"], last_commit=r["last_commit"],
+                           reason=r["reason"], chunk_count=r["chunk_count"],
+                           deleted_at=r["deleted_at"], updated_at=r["updated_at"]) for r in rows]
+
+    def file_counts(self, collection: str) -> dict[str, int]:
+        """state -> number of files, plus `chunks` (chunks of INDEXED files)."""
+        out = {state: 0 for state in FILE_STATES}
+        for r in self._rows("SELECT state, COUNT(*) AS n, SUM(chunk_count) AS c FROM files "
+                            "WHERE collection = ? GROUP BY state", (collection,)):
+            out[r["state"]] = int(r["n"])
+            if r["state"] == INDEXED:
+                out["chunks"] = int(r["c"] or 0)
+        out.setdefault("chunks", 0)
+        return out
+
+    def has_deleted(self, collection: str) -> bool:
+        return bool(self._rows("SELECT 1 FROM files WHERE collection = ? AND state = ? LIMIT 1",
+                               (collection, DELETED)))
+
+    # -- runs -------------------------------------------------------------------------
+
+    def start_run(self, repository: str, collection: str, *, mode: str, old_commit: str | None,
+                  new_commit: str) -> int:
+        with self.transaction() as conn:
+            # A run still "running" here was cut short (a crash or a kill): say so.
+            conn.execute("UPDATE runs SET outcome = 'interrupted' WHERE repository = ? AND "
+                         "collection = ? AND outcome = 'running'", (repository, collection))
+            cur = conn.execute("INSERT INTO runs(repository, collection, mode, old_commit, "
+                               "new_commit, started_at) VALUES (?, ?, ?, ?, ?, ?)",
+                               (repository, collection, mode, old_commit or "", new_commit,
+                                now_iso()))
+            return int(cur.lastrowid)
+
+    def finish_run(self, run_id: int, *, outcome: str, counts: dict[str, Any] | None = None,
+                   error: str = "", commit: str | None = None) -> None:
+        stamp = now_iso()
+        with self.transaction() as conn:
+            conn.execute("UPDATE runs SET finished_at = ?, outcome = ?, counts = ?, error = ? "
+                         "WHERE id = ?", (stamp, outcome, json.dumps(counts or {}, default=str),
+                                          error, run_id))
+            row = conn.execute("SELECT repository, collection FROM runs WHERE id = ?",
+                               (run_id,)).fetchone()
+            if row is None:
+                return
+            # Only runs of the searched collection describe the repository's index.
+            active = conn.execute("SELECT active_collection FROM repositories WHERE name = ?",
+                                  (row[0],)).fetchone()
+            if active is not None and active[0] == row[1]:
+                conn.execute("UPDATE repositories SET last_run_at = ?, last_run_outcome = ? "
+                             "WHERE name = ?", (stamp, outcome, row[0]))
+                if commit is not None:
+                    conn.execute("UPDATE repositories SET last_commit = ? WHERE name = ?",
+                                 (commit, row[0]))
+
+    def runs(self, repository: str, limit: int = 20) -> list[dict[str, Any]]:
+        rows = self._rows("SELECT * FROM runs WHERE repository = ? ORDER BY id DESC LIMIT ?",
+                          (repository, limit))
+        return [{**dict(r), "counts": json.loads(r["counts"] or "{}")} for r in rows]
+
+    # -- exact-match titles -------------------------------------------------------------
+
+    def set_titles(self, collection: str, path: str, chunk_id: str,
+                   keys: Iterable[tuple[str, str]]) -> None:
+        rows = [(collection, key, kind, TITLE_KINDS[kind], path, chunk_id) for kind, key in keys]
+        with self.transaction() as conn:
+            conn.execute("DELETE FROM titles WHERE collection = ? AND path = ?", (collection, path))
+            conn.executemany("INSERT OR REPLACE INTO titles(collection, key, kind, priority, path,"
+                             " chunk_id) VALUES (?, ?, ?, ?, ?, ?)", rows)
+
+    def lookup_title(self, query: str, collections: Sequence[str]) -> list[TitleHit]:
+        """Pages whose normalised title/linkTitle/function name/alias equals the query's,
+        best kind first, within `collections`."""
+        key = normalise_title(query)
+        if not key or not collections:
+            return []
+        marks = ",".join("?" * len(collections))
+        rows = self._rows(f"SELECT * FROM titles WHERE key = ? AND collection IN ({marks}) "
+                          "ORDER BY priority, collection, path", (key, *collections))
+        return [TitleHit(collection=r["collection"], key=r["key"], kind=r["kind"],
+                         path=r["path"], chunk_id=r["chunk_id"]) for r in rows]
