@@ -224,3 +224,21 @@ async def ingest(
         return Failed(message=f"{summary['failed']} of {len(outcomes)} repositories failed",
                       data=summary)
     return Completed(message=f"{len(outcomes)} repositories up to date", data=summary)
+
+
+@flow(name="purge", log_prints=True)
+async def purge_flow(older_than_days: float | None = None) -> dict:
+    """Hard-delete chunks soft-deleted longer ago than the retention (or `older_than_days`)."""
+    from hetriever.lifecycle import purge
+
+    logger = get_run_logger()
+    settings = load_settings()
+    report = await purge(get_knowledge_store(settings), older_than_days)
+    logger.info("purged %d chunks deleted before %s: %s", report.total_chunks, report.cutoff,
+                report.chunks)
+    await acreate_table_artifact(
+        key="purge",
+        table=[{"repository": name, "chunks": n, "files": report.files.get(name, 0)}
+               for name, n in report.chunks.items()],
+        description=f"Soft-deleted chunks removed (deleted before {report.cutoff})")
+    return {**report.to_dict(), "total_chunks": report.total_chunks}

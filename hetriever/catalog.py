@@ -336,6 +336,13 @@ class Catalog:
             conn.execute("UPDATE repositories SET active_collection = ? WHERE name = ?",
                          (collection, repository))
             conn.execute("UPDATE collections SET state = ? WHERE name = ?", (ACTIVE, collection))
+            # The repository's last run is now the one that built this collection.
+            run = conn.execute("SELECT finished_at, outcome, new_commit FROM runs WHERE "
+                               "collection = ? AND outcome = 'ok' ORDER BY id DESC LIMIT 1",
+                               (collection,)).fetchone()
+            if run is not None:
+                conn.execute("UPDATE repositories SET last_run_at = ?, last_run_outcome = ?, "
+                             "last_commit = ? WHERE name = ?", (*run, repository))
             self._bump(conn)
         log.info("alias_switched", repository=repository, old=previous, new=collection)
         return previous
@@ -531,5 +538,9 @@ class Catalog:
         marks = ",".join("?" * len(collections))
         rows = self._rows(f"SELECT * FROM titles WHERE key = ? AND collection IN ({marks}) "
                           "ORDER BY priority, collection, path", (key, *collections))
-        return [TitleHit(collection=r["collection"], key=r["key"], kind=r["kind"],
-                         path=r["path"], chunk_id=r["chunk_id"]) for r in rows]
+        hits: dict[tuple[str, str], TitleHit] = {}
+        for r in rows:  # one hit per page, under its best kind
+            hits.setdefault((r["collection"], r["path"]), TitleHit(
+                collection=r["collection"], key=r["key"], kind=r["kind"], path=r["path"],
+                chunk_id=r["chunk_id"]))
+        return list(hits.values())

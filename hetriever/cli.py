@@ -1,4 +1,4 @@
-"""`hetriever` command line: ingest, search, status, metrics, serve-webhook, demo, prepare-model.
+"""`hetriever` command line: ingest, search, status, metrics, purge, forget, migrate, serve-webhook, demo, prepare-model.
 
 User mistakes (bad settings, bad names, bad filters, unreachable backend) print one clear line
 and exit 2, never a traceback. `--json` prints machine-readable output on stdout.
@@ -156,7 +156,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def _run_search(settings, query: str, repositories: list[str] | None, top_k: int | None,
-                filters: dict | None, hybrid: bool | None):
+                filters: dict | None, hybrid: bool | None, access: list[str] | None = None):
     from hetriever.metrics import QueryMetric, metrics_store
     from hetriever.search import retrieve
     from hetriever.store import get_knowledge_store
@@ -164,7 +164,7 @@ def _run_search(settings, query: str, repositories: list[str] | None, top_k: int
     async def go():
         store = get_knowledge_store(settings)
         return await retrieve(store, query, top_k=top_k, filters=filters,
-                              namespaces=repositories, hybrid=hybrid)
+                              namespaces=repositories, hybrid=hybrid, access_levels=access)
 
     result = asyncio.run(go())
     metrics = metrics_store(settings.resolved_state_dir)
@@ -203,8 +203,9 @@ def _parse_filter(raw: str | None) -> dict | None:
 def cmd_search(args: argparse.Namespace) -> int:
     settings = _settings(args)
     hybrid = None if args.mode is None else args.mode == "hybrid"
+    access = [level for raw in (args.access or []) for level in raw.split(",") if level.strip()]
     result = _run_search(settings, args.query, args.repository or None, args.top_k,
-                         _parse_filter(args.filter), hybrid)
+                         _parse_filter(args.filter), hybrid, access or None)
     if args.json:
         _print_json(result.to_dict())
     else:
@@ -215,47 +216,139 @@ def cmd_search(args: argparse.Namespace) -> int:
 # --- status and metrics --------------------------------------------------------------
 
 
-def cmd_status(args: argparse.Namespace) -> int:
-    from hetriever.discover import discover_repositories, head_commit
+def status_rows(settings, repos) -> list[dict[str, Any]]:
+    """Per repository: checked-out and indexed commit, files, chunks, failures, last run.
+
+    The catalog is the source of truth; the collection metadata fills in for a repository the
+    catalog has not seen (an index made before it existed).
+    """
+    from hetriever.catalog import DELETED, FAILED, INDEXED, SKIPPED
+    from hetriever.discover import head_commit
+    from hetriever.lifecycle import needs_migration
     from hetriever.store import get_knowledge_store
+
+    store = get_knowledge_store(settings)
+    catalog = store.catalog
+    rows = []
+    for repo in repos:
+        meta = asyncio.run(store.get_collection_metadata(repo.name)) or {}
+        record = catalog.repository(repo.name)
+        physical = store.physical_name(repo.name)
+        counts = catalog.file_counts(physical) if physical else {}
+        failures = catalog.files(physical, FAILED) if physical else []
+        head = head_commit(repo)
+        indexed = (record.last_commit if record and record.last_commit
+                   else meta.get("commit_hash", ""))
+        rows.append({
+            "repository": repo.name,
+            "checked_out": head,
+            "indexed_commit": indexed,
+            "up_to_date": bool(indexed) and indexed == head,
+            "status": meta.get("index_status", "never indexed"),
+            "collection": physical or "",
+            "access_level": record.access_level if record else
+            settings.access_levels.get(repo.name, "PUBLIC"),
+            "files": counts.get(INDEXED, meta.get("total_documents", 0)),
+            "chunks": meta.get("total_chunks", 0),
+            "skipped": counts.get(SKIPPED, 0),
+            "failures": len(failures),
+            "failed_files": [{"path": f.path, "reason": f.reason} for f in failures],
+            "soft_deleted_files": counts.get(DELETED, 0),
+            "last_run": record.last_run_at if record else "",
+            "last_run_outcome": record.last_run_outcome if record else "",
+            "last_updated": meta.get("last_updated", ""),
+            "needs_migration": bool(physical) and needs_migration(store, repo.name),
+        })
+    return rows
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from hetriever.discover import discover_repositories
 
     settings = _settings(args)
     repos = discover_repositories(settings.docs_root, content_dir=settings.content_dir,
                                   urls=settings.repository_urls)
-
-    async def collect():
-        store = get_knowledge_store(settings)
-        rows = []
-        for repo in repos:
-            meta = await store.get_collection_metadata(repo.name) or {}
-            head = head_commit(repo)
-            rows.append({
-                "repository": repo.name,
-                "checked_out": head,
-                "indexed_commit": meta.get("commit_hash", ""),
-                "up_to_date": meta.get("commit_hash") == head,
-                "status": meta.get("index_status", "never indexed"),
-                "files": meta.get("total_documents", 0),
-                "chunks": meta.get("total_chunks", 0),
-                "last_updated": meta.get("last_updated", ""),
-            })
-        return rows
-
-    rows = asyncio.run(collect())
+    rows = status_rows(settings, repos)
     if args.json:
         _print_json(rows)
         return EXIT_OK
     from rich.table import Table
 
     table = Table(title="status")
-    for col in ("repository", "checked out", "indexed", "status", "files", "chunks", "updated"):
+    for col in ("repository", "checked out", "indexed", "status", "files", "chunks",
+                "failures", "last run"):
         table.add_column(col)
     for r in rows:
         mark = "[green]✓[/green]" if r["up_to_date"] else "[yellow]behind[/yellow]"
+        status = r["status"] + (" [red]migrate[/red]" if r["needs_migration"] else "")
         table.add_row(r["repository"], r["checked_out"][:12],
-                      f"{r['indexed_commit'][:12]} {mark}", r["status"], str(r["files"]),
-                      str(r["chunks"]), r["last_updated"])
+                      f"{r['indexed_commit'][:12]} {mark}", status, str(r["files"]),
+                      str(r["chunks"]), str(r["failures"]),
+                      f"{r['last_run']} {r['last_run_outcome']}".strip())
     _console().print(table)
+    return EXIT_OK
+
+
+# --- lifecycle: purge, forget, migrate ---------------------------------------------------
+
+
+def cmd_purge(args: argparse.Namespace) -> int:
+    from hetriever.lifecycle import purge
+    from hetriever.store import get_knowledge_store
+
+    settings = _settings(args)
+    report = asyncio.run(purge(get_knowledge_store(settings), args.older_than))
+    if args.json:
+        _print_json({**report.to_dict(), "total_chunks": report.total_chunks})
+    else:
+        _console().print(f"purged {report.total_chunks} soft-deleted chunks deleted before "
+                         f"{report.cutoff}: {report.chunks}; catalog files removed: "
+                         f"{report.files}")
+    return EXIT_OK
+
+
+def cmd_forget(args: argparse.Namespace) -> int:
+    from hetriever.lifecycle import forget
+    from hetriever.store import get_knowledge_store
+
+    settings = _settings(args)
+    report = asyncio.run(forget(get_knowledge_store(settings), args.repository, args.file))
+    if args.json:
+        _print_json(report.to_dict())
+    else:
+        what = f"{report.repository}:{report.file}" if report.file else report.repository
+        _console().print(f"forgot {what}: {report.chunks} chunks, {report.bm25_rows} BM25 rows "
+                         f"from {', '.join(report.collections) or 'no collection'}; catalog "
+                         f"rows {report.catalog_rows}")
+    return EXIT_OK
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from hetriever.discover import discover_repositories
+    from hetriever.lifecycle import migrate_repository
+    from hetriever.store import get_knowledge_store
+
+    settings = _settings(args)
+    repos = discover_repositories(settings.docs_root, content_dir=settings.content_dir,
+                                  urls=settings.repository_urls)
+    if args.repository:
+        unknown = sorted(set(args.repository) - {r.name for r in repos})
+        if unknown:
+            from hetriever.errors import RepositoryNotFoundError
+
+            raise RepositoryNotFoundError(f"unknown repositories: {', '.join(unknown)}",
+                                          hint=f"known: {', '.join(r.name for r in repos)}")
+        repos = [r for r in repos if r.name in args.repository]
+    store = get_knowledge_store(settings)
+    reports = [asyncio.run(migrate_repository(r, store, settings, force=args.force))
+               for r in repos]
+    if args.json:
+        _print_json([r.to_dict() for r in reports])
+    else:
+        for r in reports:
+            _console().print(f"{r.repository}: " + (
+                f"{r.old_collection} -> {r.new_collection}, dropped {r.dropped_chunks} chunks"
+                if r.migrated else r.reason))
     return EXIT_OK
 
 
@@ -363,12 +456,33 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-k", "--top-k", type=int)
     p.add_argument("--filter", help='metadata filter as JSON, e.g. \'{"section": "functions"}\'')
     p.add_argument("--mode", choices=["hybrid", "dense"], help="override USE_HYBRID_SEARCH")
+    p.add_argument("--access", action="append",
+                   help="access levels the caller may see, e.g. PUBLIC,TEAM (repeatable; "
+                        "default PUBLIC only)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_search)
 
-    p = sub.add_parser("status", help="indexed commit, files and chunks per repository")
+    p = sub.add_parser("status", help="indexed commit, files, chunks, failures, last run")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("purge", help="remove soft-deleted chunks older than the retention")
+    p.add_argument("--older-than", type=float, help="days (default: retention_days)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_purge)
+
+    p = sub.add_parser("forget", help="erase a repository or one file at once")
+    p.add_argument("-r", "--repository", required=True)
+    p.add_argument("--file", help="repository-relative path of one file")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_forget)
+
+    p = sub.add_parser("migrate", help="rebuild indexes whose chunking or model changed, "
+                                       "switching searches over when complete")
+    p.add_argument("-r", "--repository", action="append", help="only this repository")
+    p.add_argument("--force", action="store_true", help="rebuild even when up to date")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_migrate)
 
     p = sub.add_parser("metrics", help="latency percentiles over recent queries")
     p.add_argument("--last", type=int, default=1000)

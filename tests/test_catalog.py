@@ -1,0 +1,202 @@
+"""The catalog: unit behaviour of the SQLite tables, and what indexing and `status` record in it
+(real git repositories, real embedded Chroma, real model)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from hetriever.catalog import (
+    DELETED,
+    DISCOVERED,
+    FAILED,
+    INDEXED,
+    SKIPPED,
+    Catalog,
+    normalise_title,
+    split_physical,
+    title_keys,
+)
+from hetriever.cli import main
+from hetriever.discover import discover_repositories
+from hetriever.indexing import index_repository
+from hetriever.store import ChromaKnowledgeStore
+from tests.chroma_fixtures import store_settings
+from tests.helpers import REPO_ROOT, commit_all, init_repo, make_parent_with_submodule, \
+    update_submodule
+
+SAMPLE = REPO_ROOT / "examples" / "sample-docs"
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+# --- the tables ----------------------------------------------------------------------
+
+
+def test_allocate_switch_and_epoch(tmp_path: Path) -> None:
+    cat = Catalog.for_state_dir(tmp_path)
+    assert cat.active("alpha-docs") is None
+    first = cat.ensure_active("alpha-docs", "s1:m:254:24")
+    assert first == "alpha-docs_v1" and cat.active("alpha-docs") == first
+    assert cat.ensure_active("alpha-docs", "s1:m:254:24") == first  # idempotent
+    epoch = cat.alias_epoch()
+    second = cat.allocate("alpha-docs", "s1:m:128:24", activate=False)
+    assert second == "alpha-docs_v2" and cat.active("alpha-docs") == first  # not yet visible
+    assert cat.collection(second).state == "building"
+    assert cat.switch("alpha-docs", second) == first
+    assert cat.active("alpha-docs") == second and cat.alias_epoch() > epoch
+    cat.drop_collection(first)
+    assert cat.collection(first) is None
+    # generations are never reused, even after a drop
+    assert cat.allocate("alpha-docs", "x", activate=False) == "alpha-docs_v3"
+    assert split_physical("alpha-docs_v12") == ("alpha-docs", 12)
+    assert split_physical("alpha-docs") is None
+    cat.close()
+
+
+def test_file_states_and_levels(tmp_path: Path) -> None:
+    cat = Catalog.for_state_dir(tmp_path)
+    col = cat.ensure_active("alpha-docs", "fp")
+    cat.set_files(col, "alpha-docs", ["a.md", "b.md"], DISCOVERED, commit="c1",
+                  blobs={"a.md": "blob-a"})
+    cat.set_files(col, "alpha-docs", ["a.md"], INDEXED, chunk_counts={"a.md": 3})
+    cat.set_files(col, "alpha-docs", ["b.md"], SKIPPED, reason="draft")
+    (a, b) = cat.files(col)
+    # later states keep the blob and commit recorded at discovery
+    assert (a.state, a.blob, a.last_commit, a.chunk_count) == (INDEXED, "blob-a", "c1", 3)
+    assert (b.state, b.reason) == (SKIPPED, "draft")
+    cat.mark_deleted(col, ["a.md"], "2026-01-01T00:00:00+00:00")
+    assert cat.has_deleted(col) and cat.files(col, DELETED)[0].deleted_at.startswith("2026")
+    assert cat.file_counts(col)[DELETED] == 1
+    with pytest.raises(ValueError):
+        cat.set_files(col, "alpha-docs", ["c.md"], "GONE")
+    cat.note_levels(col, ["public"])
+    cat.note_levels(col, ["PRIVATE", "PUBLIC"])
+    assert cat.collection(col).levels == ["PRIVATE", "PUBLIC"]
+    cat.close()
+
+
+def test_title_keys_and_lookup(tmp_path: Path) -> None:
+    where = {"title": "collections.Where", "aliases": ["/functions/where"],
+             "file_path": "content/en/functions/collections/Where.md"}
+    keys = title_keys(where)
+    assert ("title", "collections.where") in keys and ("function", "where") in keys
+    assert ("alias", "functions/where") in keys
+    params = {"title": "Params", "file_path": "content/en/methods/site/Params.md"}
+    assert ("function", "site.params") in title_keys(params)
+    assert normalise_title("  .Site.Params ") == "site.params"
+    assert normalise_title("`Where`") == "where"
+
+    cat = Catalog.for_state_dir(tmp_path)
+    col = cat.ensure_active("hugo-docs", "fp")
+    cat.set_titles(col, where["file_path"], "id-where", keys)
+    cat.set_titles(col, "content/en/where-guide.md", "id-guide", [("title", "where")])
+    # a page titled exactly "where" outranks the page whose function name is where
+    hits = cat.lookup_title(" WHERE ", [col])
+    assert [h.chunk_id for h in hits] == ["id-guide", "id-where"]
+    assert cat.lookup_title("where", ["other_v1"]) == []
+    cat.set_titles(col, "content/en/where-guide.md", "id-guide", [])  # replaced: gone
+    assert [h.chunk_id for h in cat.lookup_title("where", [col])] == ["id-where"]
+    cat.close()
+
+
+# --- what indexing records -------------------------------------------------------------
+
+
+@pytest.fixture
+def docs(tmp_path: Path):
+    source = init_repo(tmp_path / "sample-source")
+    shutil.copytree(SAMPLE, source, dirs_exist_ok=True)
+    commit_all(source, "sample docs")
+    parent = make_parent_with_submodule(tmp_path, source, "sample-docs")
+    return parent, source
+
+
+@pytest.fixture
+def store(tmp_path: Path, minilm_embedder):
+    store = ChromaKnowledgeStore(store_settings(tmp_path), embedder=minilm_embedder)
+    yield store
+    store.close_sync()
+
+
+def repo_of(parent: Path):
+    (repo,) = discover_repositories(parent)
+    return repo
+
+
+def test_indexing_records_file_states_runs_and_titles(docs, store) -> None:
+    parent, source = docs
+    first = run(index_repository(repo_of(parent), store, store.settings))
+    cat, col = store.catalog, store.physical_name("sample-docs")
+    assert col == "sample-docs_v1"
+    files = {f.path: f for f in cat.files(col)}
+    indexed = {p for p, f in files.items() if f.state == INDEXED}
+    assert len(indexed) == first.files_indexed == 6
+    assert sum(files[p].chunk_count for p in indexed) == first.chunks_written
+    assert all(files[p].blob and files[p].last_commit == first.new_commit for p in indexed)
+    skipped = {p.rsplit("/", 1)[-1]: f.reason for p, f in files.items() if f.state == SKIPPED}
+    assert skipped == {"prerequisites-note.md": "snippet (not a page)", "roadmap.md": "draft",
+                       "_index.md": "empty body"}
+    record = cat.repository("sample-docs")
+    assert record.last_commit == first.new_commit and record.last_run_outcome == "ok"
+    (run_row,) = cat.runs("sample-docs")
+    assert run_row["mode"] == "full" and run_row["counts"]["files_indexed"] == 6
+    assert cat.lookup_title("where", [col])  # the title index was filled
+
+    # delete a page: with retention 0 its catalog row and titles go at once
+    (source / "content/docs/templates/where.md").unlink()
+    update_submodule(parent, "sample-docs", commit_all(source, "drop where"))
+    run(index_repository(repo_of(parent), store, store.settings))
+    assert "content/docs/templates/where.md" not in {f.path for f in cat.files(col)}
+    assert cat.lookup_title("where", [col]) == []
+    assert [r["outcome"] for r in cat.runs("sample-docs")] == ["ok", "ok"]
+
+
+def test_a_failed_file_is_recorded(docs, store, monkeypatch) -> None:
+    import hetriever.indexing as indexing
+
+    parent, _ = docs
+    real = indexing.clean_page
+
+    def fragile(body, **kwargs):
+        if body.lstrip().startswith("The `where` function"):
+            raise ValueError("cleaner bug")
+        return real(body, **kwargs)
+
+    monkeypatch.setattr(indexing, "clean_page", fragile)
+    run(index_repository(repo_of(parent), store, store.settings))
+    (failed,) = store.catalog.files(store.physical_name("sample-docs"), FAILED)
+    assert failed.path.endswith("where.md") and "cleaner bug" in failed.reason
+
+
+def test_status_command_reads_the_catalog(docs, tmp_path, minilm_model_dir, monkeypatch,
+                                          capsys) -> None:
+    parent, _ = docs
+    monkeypatch.setenv("HETRIEVER_DOCS_ROOT", str(parent))
+    monkeypatch.setenv("HETRIEVER_CHROMA_PATH", str(tmp_path / "cli-chroma"))
+    monkeypatch.setenv("HETRIEVER_STATE_DIR", str(tmp_path / "cli-state"))
+    monkeypatch.setenv("HETRIEVER_MODEL_DIR", str(minilm_model_dir))
+    from hetriever.store import clear_store_cache
+
+    clear_store_cache()
+    try:
+        assert main(["-q", "status", "--json"]) == 0
+        (before,) = json.loads(capsys.readouterr().out)
+        assert before["status"] == "never indexed" and before["files"] == 0
+        assert main(["-q", "ingest", "--json"]) == 0
+        capsys.readouterr()
+        assert main(["-q", "status", "--json"]) == 0
+        (row,) = json.loads(capsys.readouterr().out)
+    finally:
+        clear_store_cache()
+    assert row["up_to_date"] and row["files"] == 6 and row["chunks"] > 0
+    assert row["failures"] == 0 and row["skipped"] == 3
+    assert row["last_run_outcome"] == "ok" and row["last_run"]
+    assert row["collection"] == "sample-docs_v1" and row["access_level"] == "PUBLIC"
+    assert row["needs_migration"] is False
