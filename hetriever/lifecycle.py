@@ -105,11 +105,14 @@ def forget_repository_sync(store, name: str) -> ForgetReport:
     if not known and store.catalog.repository(name) is None:
         raise RepositoryNotFoundError(f"repository {name!r} is not indexed",
                                       hint="`hetriever status` lists the indexed repositories")
+    # Counted first: dropping a collection removes its file rows from the catalog too.
+    files = sum(len(store.catalog.files(physical)) for physical in known)
     for physical in sorted(known):
         report.bm25_rows += store.bm25_physical(physical).count()
         report.chunks += store.drop_physical_sync(name, physical)
         report.collections.append(physical)
     report.catalog_rows = store.catalog.drop_repository(name)
+    report.catalog_rows["files"] += files
     log.info("repository_forgotten", repository=name, chunks=report.chunks,
              collections=report.collections)
     return report
