@@ -377,6 +377,8 @@ def create_app(config: WebhookConfig) -> Starlette:
             payload = json.loads(raw)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise _error(400, f"body is not valid JSON: {exc}") from None
+        except RecursionError:  # thousands of nested brackets: not a GitHub payload
+            raise _error(400, "body is not valid JSON: nested too deeply") from None
         if not isinstance(payload, dict):
             raise _error(400, "body is not a JSON object")
         if event == "ping":
