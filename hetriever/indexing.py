@@ -163,6 +163,17 @@ def token_counter(settings: Settings):
     return _counter(settings.embedding_model, str(settings.model_dir) if settings.model_dir else None)
 
 
+def page_extras(page, access: str) -> dict:
+    """Chunk metadata beyond the chunker's own: the access level, and the linkTitle and
+    aliases the exact-match index (and result display) use."""
+    extras: dict = {"access_level": access}
+    for key in ("linkTitle", "aliases"):
+        value = page.front_matter.get(key)
+        if value not in (None, "", []):
+            extras[key] = value
+    return extras
+
+
 def process_text(repo: Repository, path: str, text: str, settings: Settings, *,
                  include_resolver: Callable[[str], str | None] | None = None,
                  processed_at: str | None = None) -> FileOutcome:
@@ -183,7 +194,7 @@ def process_text(repo: Repository, path: str, text: str, settings: Settings, *,
         max_tokens=settings.chunk_tokens,
         min_tokens=settings.min_chunk_tokens,
         processed_at=processed_at or now_iso(),
-        extra_metadata={"access_level": access},
+        extra_metadata=page_extras(page, access),
     )
     if not chunks:
         return FileOutcome(path, skipped=SkippedFile(path, "empty body"), lines=lines)

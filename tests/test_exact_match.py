@@ -1,0 +1,114 @@
+"""The exact-match fast path: title / linkTitle / alias / function-name queries return that page
+first, from the catalog, merged with the semantic results (real repo, Chroma, BM25, model)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from hetriever.discover import discover_repositories
+from hetriever.indexing import index_repository
+from hetriever.search import hybrid_search
+from hetriever.store import ChromaKnowledgeStore
+from tests.chroma_fixtures import store_settings
+from tests.helpers import commit_all, init_repo, write_files
+
+PAGES = {
+    "content/functions/collections/Where.md":
+        "---\ntitle: collections.Where\naliases: [/functions/where]\n---\n\n"
+        "Returns a slice filtered by a key, an operator and a value.\n\n"
+        "## Examples\n\nUse it in range loops over pages of a section.\n",
+    "content/functions/collections/First.md":
+        "---\ntitle: collections.First\n---\n\nReturns the first N elements of a slice, "
+        "much like where returns the matching ones.\n",
+    "content/methods/site/Params.md":
+        "---\ntitle: Params\n---\n\nReturns a map of custom parameters from the project "
+        "configuration.\n",
+    "content/methods/page/Params.md":
+        "---\ntitle: Params\n---\n\nReturns a map of custom parameters from the page's front "
+        "matter.\n",
+    "content/getting-started/quick-start.md":
+        "---\ntitle: Quick start\nlinkTitle: Start here\n---\n\nCreate a site, add content "
+        "and publish it in minutes; where to begin.\n",
+}
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+@pytest.fixture
+def store(tmp_path: Path, minilm_embedder):
+    repo_dir = init_repo(tmp_path / "repos" / "func-docs")
+    write_files(repo_dir, PAGES)
+    commit_all(repo_dir, "pages")
+    store = ChromaKnowledgeStore(store_settings(tmp_path), embedder=minilm_embedder)
+    (repo,) = discover_repositories(repo_dir.parent)
+    run(index_repository(repo, store, store.settings))
+    store.repo_dir = repo_dir
+    yield store
+    store.close_sync()
+
+
+def first_file(store, query: str, **kwargs) -> tuple[str, str]:
+    result = hybrid_search(store, query, top_k=5, **kwargs)
+    top = result.matches[0]
+    return top.metadata["file_path"], top.source
+
+
+@pytest.mark.parametrize("query,path", [
+    ("where", "content/functions/collections/Where.md"),  # function name
+    ("  COLLECTIONS.WHERE ", "content/functions/collections/Where.md"),  # title, any case
+    ("functions/where", "content/functions/collections/Where.md"),  # alias path
+    (".Site.Params", "content/methods/site/Params.md"),  # method name
+    (".Page.Params", "content/methods/page/Params.md"),
+    ("start here", "content/getting-started/quick-start.md"),  # linkTitle
+    ("Quick Start", "content/getting-started/quick-start.md"),
+])
+def test_exact_queries_rank_the_page_first(store, query, path) -> None:
+    assert first_file(store, query) == (path, "exact")
+
+
+def test_exact_hit_is_merged_without_duplicates(store) -> None:
+    result = hybrid_search(store, "where", top_k=5)
+    ids = [m.doc_id for m in result.matches]
+    assert len(ids) == len(set(ids)) and len(ids) == 5
+    assert [m.source for m in result.matches].count("exact") == 1
+    assert result.matches[0].score == 1.0
+    # semantic results follow, in their own order
+    assert all(m.source in {"dense", "bm25", "hybrid"} for m in result.matches[1:])
+    assert ids == [m.doc_id for m in hybrid_search(store, "where", top_k=5).matches]
+
+
+def test_non_title_queries_take_the_semantic_path(store) -> None:
+    result = hybrid_search(store, "filter a slice by key and value", top_k=5)
+    assert all(m.source != "exact" for m in result.matches)
+    assert hybrid_search(store, "where", top_k=5, exact=False).matches[0].source != "exact"
+
+
+def test_exact_hits_respect_filters_access_and_deletion(store, tmp_path, minilm_embedder) -> None:
+    # a filter that excludes the page excludes its exact hit too
+    result = hybrid_search(store, "where", top_k=5, filters={"section": "methods"})
+    assert all(m.source != "exact" for m in result.matches)
+    # a caller without the repository's level gets nothing, exact or not
+    settings = store_settings(tmp_path, access_levels={"func-docs": "PRIVATE"})
+    private = ChromaKnowledgeStore(settings, embedder=minilm_embedder, client=store.client)
+    try:
+        assert hybrid_search(private, "where", top_k=5).matches == []
+        # its chunks still say PUBLIC until re-indexed: a caller needs both levels meanwhile
+        assert hybrid_search(private, "where", top_k=5, access_levels=["PRIVATE"]).matches == []
+        assert hybrid_search(private, "where", top_k=5,
+                             access_levels=["PRIVATE", "PUBLIC"]).matches[0].source == "exact"
+    finally:
+        private.close_sync()
+    # a deleted page is no longer an exact hit
+    (store.repo_dir / "content/functions/collections/Where.md").unlink()
+    commit_all(store.repo_dir, "drop where")
+    (repo,) = discover_repositories(store.repo_dir.parent)
+    run(index_repository(repo, store, store.settings))
+    result = hybrid_search(store, "where", top_k=5)
+    assert all(m.source != "exact" for m in result.matches)
+    assert "content/functions/collections/Where.md" not in {
+        m.metadata["file_path"] for m in result.matches}
