@@ -17,7 +17,8 @@ from prefect.states import Completed, Failed
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from hetriever.config import Settings, load_settings
-from hetriever.errors import HetrieverError, RepositoryNotFoundError, SourceError
+from hetriever.discover import select_repositories
+from hetriever.errors import HetrieverError, SourceError
 from hetriever.catalog import FAILED
 from hetriever.indexing import (
     OutcomeWriter,
@@ -181,14 +182,7 @@ async def ingest(
     """Bring every (or the named) documentation repository's index to its checked-out commit."""
     logger = get_run_logger()
     settings = load_settings(batch_size=batch_size)
-    repos = discover_task(settings)
-    if repositories:
-        unknown = sorted(set(repositories) - {r.name for r in repos})
-        if unknown:
-            raise RepositoryNotFoundError(
-                f"unknown repositories: {', '.join(unknown)}",
-                hint=f"known: {', '.join(r.name for r in repos) or 'none'}")
-        repos = [r for r in repos if r.name in repositories]
+    repos = select_repositories(discover_task(settings), repositories)
 
     outcomes: list[dict] = []
     for repo in repos:

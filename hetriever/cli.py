@@ -57,23 +57,15 @@ async def _ingest_local(settings, names: list[str] | None, force_full: bool,
                         show_progress: bool) -> list[dict]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from hetriever.discover import discover_repositories
+    from hetriever.discover import discover_repositories, select_repositories
     from hetriever.indexing import index_repository
     from hetriever.logs import get_logger
     from hetriever.store import get_knowledge_store
 
     log = get_logger("hetriever.cli")
-    repos = discover_repositories(settings.docs_root, content_dir=settings.content_dir,
-                                  urls=settings.repository_urls)
-    if names:
-        unknown = sorted(set(names) - {r.name for r in repos})
-        if unknown:
-            from hetriever.errors import RepositoryNotFoundError
-
-            raise RepositoryNotFoundError(
-                f"unknown repositories: {', '.join(unknown)}",
-                hint=f"known: {', '.join(r.name for r in repos) or 'none'}")
-        repos = [r for r in repos if r.name in names]
+    repos = select_repositories(
+        discover_repositories(settings.docs_root, content_dir=settings.content_dir,
+                              urls=settings.repository_urls), names)
     outcomes = []
     store = get_knowledge_store(settings)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),

@@ -17,13 +17,14 @@ from pathlib import Path, PurePosixPath
 
 import git
 
-from hetriever.errors import InvalidRepositoryNameError, SourceError
+from hetriever.errors import InvalidRepositoryNameError, RepositoryNotFoundError, SourceError
 from hetriever.logs import get_logger
 from hetriever.models import ChangeKind, ChangeSet, FileChange, Repository
 
 __all__ = [
     "SkipFile", "check_path", "compute_change_set", "decode_blob", "discover_repositories",
     "head_commit", "is_content_file", "is_dirty", "list_content_files", "read_content_file",
+    "select_repositories",
     "read_content_files", "validate_repository_name",
 ]
 
@@ -121,6 +122,18 @@ def discover_repositories(
             name=name, path=path, url=urls.get(name, url), content_dir=content_dir
         )
     return [repos[name] for name in sorted(repos)]
+
+
+def select_repositories(repos: list[Repository], names: list[str] | None) -> list[Repository]:
+    """The named repositories (all when `names` is empty); an unknown name is a clear error."""
+    if not names:
+        return repos
+    unknown = sorted(set(names) - {r.name for r in repos})
+    if unknown:
+        raise RepositoryNotFoundError(
+            f"unknown repositories: {', '.join(unknown)}",
+            hint=f"known: {', '.join(r.name for r in repos) or 'none'}")
+    return [r for r in repos if r.name in names]
 
 
 def _from_gitmodules(parent: Path) -> list[tuple[str, Path, str]]:
