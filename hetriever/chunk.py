@@ -112,6 +112,15 @@ class _Chunker:
                 text = block.text.strip()
                 if text:
                     sections[-1].units.append(_Unit(text, 0, False))
+        # A heading with nothing under it (trailing, or followed only by removed markup) would
+        # vanish with its empty section unless a later section carries it in its context:
+        # keep its text as a line of the section before it.
+        later: set[str] = set()
+        for i in range(len(sections) - 1, 0, -1):
+            section = sections[i]
+            if not section.units and section.context and section.context[-1] not in later:
+                sections[i - 1].units.append(_Unit(section.context[-1], 0, False))
+            later.update(section.context)
         sections = [s for s in sections if s.units]
         if not sections and headings_only:
             # A page of headings alone still has text worth finding.
