@@ -281,7 +281,7 @@ FILTERS = st.recursive(
     max_leaves=6)
 
 
-@settings(max_examples=150, deadline=None,
+@settings(max_examples=150, deadline=None, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(where=FILTERS, hybrid=st.booleans())
 def test_a_search_scoped_to_a_never_returns_b_under_any_filter(iso_store, where, hybrid):

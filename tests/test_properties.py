@@ -26,7 +26,7 @@ from hetriever.tokenizer import load_token_counter
 
 COUNTER = load_token_counter()
 MAX_TOKENS = 254  # the real budget of all-MiniLM-L6-v2 chunks
-PROPERTY_SETTINGS = settings(max_examples=80, deadline=None,
+PROPERTY_SETTINGS = settings(max_examples=80, deadline=None, database=None,
                              suppress_health_check=[HealthCheck.too_slow])
 
 # Markup vocabulary: none of these can be generated as a body word (those carry a 'q').
