@@ -1,0 +1,374 @@
+"""Knowledge-store benchmark: embed+store throughput, and query latency at 10k/100k chunks.
+
+    python bench/bench_store.py                       # throughput, then latency at 10k and 100k
+    python bench/bench_store.py --sizes 10000 --quick # smaller run
+    python bench/bench_store.py --only latency --json
+
+(a) Throughput. The real chunks of hugo-docs v2 (from the real pipeline; without the corpus,
+    examples/sample-docs repeated) are embedded three ways, once each:
+    - raw model: one `MiniLMEmbedder.embed` over every chunk text (length-sorted globally);
+    - write path: `ChromaKnowledgeStore.upsert_files` into a fresh embedded store, in windows
+      of `indexing.WRITE_WINDOW` chunks as an index run writes them;
+    - raw model in the store's batching: `embed` called on the same `max_batch_size` slices
+      the store uses, which separates batching effects from the store's own work.
+    Then the same chunks are written again (nothing should be embedded).
+(b) Latency. Real embeddings of the real chunks are copied with small Gaussian perturbations
+    (re-normalised; cosine to the original ~0.94) until a collection holds N chunks; copies get
+    distinct ids, a `copy-<j>/` file path and ~10% of their words dropped (so BM25 sees distinct
+    texts). They are written straight to the Chroma collection and its BM25Index, bypassing
+    the embedder. A second collection of 1,000 such chunks makes namespaces matter. Queries
+    are real texts (page descriptions of the corpus) embedded by the real model inside each
+    dense/hybrid search, so query embedding is part of those latencies; it is also timed alone.
+    Scopes: all collections; a `section` filter (the query page's section); namespace
+    restricted to the N-chunk collection. BM25-only runs search's own BM25 path (retrieve,
+    fetch documents, integrity check), since `hybrid_search` has no BM25-only switch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import (  # noqa: E402
+    RESULTS_DIR,
+    CorpusChunks,
+    bench_settings,
+    bm25_only,
+    load_corpus_chunks,
+    load_sample_chunks,
+    make_embedder,
+    make_store,
+    percentile,
+    print_table,
+)
+from hetriever import search as search_mod  # noqa: E402
+from hetriever.indexing import WRITE_WINDOW  # noqa: E402
+from hetriever.logs import configure_logging  # noqa: E402
+from hetriever.store import content_hash  # noqa: E402
+
+MAIN, SIDE = "bench-main", "bench-side"
+SIDE_SIZE = 1000
+NOISE_NORM = 0.35  # expected norm of the perturbation added to a unit vector
+TOP_K = 10
+
+
+def load_chunks(quick: bool) -> CorpusChunks:
+    chunks = load_corpus_chunks("hugo-docs")
+    if chunks is None:
+        print("hugo-docs v2 not found: using examples/sample-docs repeated", file=sys.stderr)
+        chunks = load_sample_chunks(10 if quick else 70)
+    if quick:  # the first files up to ~600 chunks
+        kept, n = {}, 0
+        for path, file_chunks in chunks.files.items():
+            if n >= 600:
+                break
+            kept[path] = file_chunks
+            n += len(file_chunks)
+        chunks.files = kept
+    return chunks
+
+
+# --- (a) throughput ------------------------------------------------------------------
+
+
+def bench_throughput(corpus: CorpusChunks, embedder: Any, workdir: Path,
+                     quick: bool) -> tuple[dict, np.ndarray]:
+    chunks = corpus.chunks
+    texts = [c.text for c in chunks]
+    embedder.embed(texts[:embedder.batch_size])  # warm-up: allocations, kernel choice
+
+    began = time.perf_counter()
+    vectors = embedder.embed(texts)
+    raw_s = time.perf_counter() - began
+
+    store = make_store(workdir / "throughput", embedder)
+    step = store.max_batch_size()
+    windows: list[dict[str, list]] = [{}]
+    count = 0
+    for path, file_chunks in corpus.files.items():  # as indexing.OutcomeWriter groups them
+        windows[-1][path] = file_chunks
+        count += len(file_chunks)
+        if count >= WRITE_WINDOW:
+            windows.append({})
+            count = 0
+
+    async def write_all() -> tuple[int, int, float]:
+        written = reused = 0
+        embed_s = 0.0
+        for window in windows:
+            if window:
+                got = await store.upsert_files(corpus.name, window)
+                written, reused = written + got.written, reused + got.reused
+                embed_s += got.embedding_seconds
+        return written, reused, embed_s
+
+    embedder.reset_counters()
+    began = time.perf_counter()
+    written, _, store_embed_s = asyncio.run(write_all())
+    store_s = time.perf_counter() - began
+    assert written == len(chunks), (written, len(chunks))
+
+    embedder.reset_counters()
+    began = time.perf_counter()
+    rewritten, reused, _ = asyncio.run(write_all())
+    rewrite_s = time.perf_counter() - began
+    re_embedded = embedder.texts_embedded
+
+    sliced_s = None
+    if not quick:  # the raw model on the store's own slices (window, then max_batch_size)
+        began = time.perf_counter()
+        for window in windows:
+            window_texts = [c.text for cs in window.values() for c in cs]
+            for start in range(0, len(window_texts), step):
+                embedder.embed(window_texts[start:start + step])
+        sliced_s = time.perf_counter() - began
+    store.close_sync()
+
+    n = len(chunks)
+    report = {
+        "source": corpus.source, "chunks": n, "files": len(corpus.files),
+        "embed_batch_size": embedder.batch_size, "store_write_window": WRITE_WINDOW,
+        "store_max_batch_size": step, "threads": embedder.threads,
+        "raw_seconds": round(raw_s, 2), "raw_chunks_per_s": round(n / raw_s, 1),
+        "store_seconds": round(store_s, 2), "store_chunks_per_s": round(n / store_s, 1),
+        "store_embedding_seconds": round(store_embed_s, 2),
+        "overhead_pct": round(100.0 * (store_s - raw_s) / raw_s, 1),
+        "non_embedding_seconds": round(store_s - store_embed_s, 2),
+        "rewrite_seconds": round(rewrite_s, 2), "rewrite_written": rewritten,
+        "rewrite_reused": reused, "rewrite_texts_embedded": re_embedded,
+    }
+    if sliced_s is not None:
+        report["raw_sliced_seconds"] = round(sliced_s, 2)
+        report["raw_sliced_chunks_per_s"] = round(n / sliced_s, 1)
+        report["overhead_vs_sliced_pct"] = round(100.0 * (store_s - sliced_s) / sliced_s, 1)
+    return report, vectors
+
+
+# --- (b) latency ---------------------------------------------------------------------
+
+
+def _perturbed(corpus: CorpusChunks, vectors: np.ndarray, n: int, collection: str,
+               rng: np.random.Generator, word_rng: random.Random) -> tuple[list, list, list, np.ndarray]:
+    base = corpus.chunks
+    ids, texts, metas = [], [], []
+    out = np.empty((n, vectors.shape[1]), dtype=np.float32)
+    sigma = NOISE_NORM / np.sqrt(vectors.shape[1])
+    for i in range(n):
+        j, chunk = divmod(i, len(base))[0], base[i % len(base)]
+        text = chunk.text
+        meta = dict(chunk.metadata, repository=collection)
+        vec = vectors[i % len(base)]
+        if j or collection != MAIN:
+            words = text.split(" ")
+            text = " ".join(w for w in words if word_rng.random() >= 0.1) or text
+            meta["file_path"] = f"copy-{j}/{meta['file_path']}"
+            vec = vec + rng.normal(0.0, sigma, vec.shape).astype(np.float32)
+            vec = vec / np.linalg.norm(vec)
+        meta["content_hash"] = content_hash(text)
+        ids.append(hashlib.sha256(f"{collection}/{j}/{chunk.id}".encode()).hexdigest())
+        texts.append(text)
+        metas.append(meta)
+        out[i] = vec
+    return ids, texts, metas, out
+
+
+def build_latency_store(corpus: CorpusChunks, vectors: np.ndarray, size: int, root: Path,
+                        embedder: Any) -> tuple[Any, dict]:
+    store = make_store(root, embedder)
+    rng, word_rng = np.random.default_rng(size), random.Random(size)
+    timings = {}
+    for name, n in ((MAIN, size), (SIDE, SIDE_SIZE)):
+        ids, texts, metas, vecs = _perturbed(corpus, vectors, n, name, rng, word_rng)
+        store.ensure_collection_sync(name)
+        col = store._chroma(name)
+        step = int(store.client.get_max_batch_size())
+        began = time.perf_counter()
+        for start in range(0, n, step):
+            sl = slice(start, start + step)
+            col.add(ids=ids[sl], embeddings=vecs[sl], documents=texts[sl], metadatas=metas[sl])
+        chroma_s = time.perf_counter() - began
+        began = time.perf_counter()
+        index = store.bm25(name)
+        with index.transaction():
+            for start in range(0, n, 5000):
+                sl = slice(start, start + 5000)
+                index.upsert(ids[sl], texts[sl], metas[sl])
+        timings[name] = {"chunks": n, "chroma_add_s": round(chroma_s, 1),
+                         "bm25_build_s": round(time.perf_counter() - began, 1)}
+    return store, timings
+
+
+def time_queries(fn: Callable[[str, dict], Any], queries: list[tuple[str, dict]]) -> list[float]:
+    out = []
+    for text, extra in queries:
+        began = time.perf_counter()
+        fn(text, extra)
+        out.append((time.perf_counter() - began) * 1000.0)
+    return out
+
+
+def summary(ms: list[float]) -> dict:
+    return {"p50_ms": round(percentile(ms, 50), 2), "p95_ms": round(percentile(ms, 95), 2),
+            "p99_ms": round(percentile(ms, 99), 2), "mean_ms": round(statistics.fmean(ms), 2),
+            "queries": len(ms)}
+
+
+def query_set(corpus: CorpusChunks, n: int, seed: int) -> list[tuple[str, dict]]:
+    """(description text, {"section": the page's section}) of pages that have a description."""
+    seen: dict[str, tuple[str, dict]] = {}
+    for chunk in corpus.chunks:
+        desc = chunk.metadata.get("description")
+        if isinstance(desc, str) and len(desc.split()) >= 3 and chunk.file_path not in seen:
+            seen[chunk.file_path] = (desc, {"section": chunk.metadata.get("section", "")})
+    if not seen:  # the fallback corpus has few descriptions: titles instead
+        for chunk in corpus.chunks:
+            seen.setdefault(chunk.file_path, (str(chunk.metadata["title"]),
+                                              {"section": chunk.metadata.get("section", "")}))
+    pool = list(seen.values())
+    random.Random(seed).shuffle(pool)
+    return [pool[i % len(pool)] for i in range(n)]
+
+
+def bench_latency(corpus: CorpusChunks, vectors: np.ndarray, embedder: Any, size: int,
+                  n_queries: int, workdir: Path) -> dict:
+    root = workdir / f"latency-{size}"
+    began = time.perf_counter()
+    store, build = build_latency_store(corpus, vectors, size, root, embedder)
+    build_s = time.perf_counter() - began
+    queries = query_set(corpus, n_queries, seed=size)
+    hybrid_search = search_mod.hybrid_search
+
+    def dense(scope: str) -> Callable[[str, dict], Any]:
+        return lambda q, e: hybrid_search(store, q, TOP_K, **_scope_args(scope, e), hybrid=False)
+
+    def hybrid(scope: str) -> Callable[[str, dict], Any]:
+        return lambda q, e: hybrid_search(store, q, TOP_K, **_scope_args(scope, e), hybrid=True)
+
+    def bm25(scope: str) -> Callable[[str, dict], Any]:
+        return lambda q, e: bm25_only(store, q, TOP_K, **_scope_args(scope, e))
+
+    # Warm-up: BM25 loads lazily, Chroma opens its segments on first use.
+    for scope in ("all", "section", "namespace"):
+        for make in (dense, bm25, hybrid):
+            time_queries(make(scope), queries[:5])
+    rows = []
+    embed_ms = time_queries(lambda q, e: embedder.embed([q]), queries)
+    rows.append({"mode": "query-embed", "scope": "-", **summary(embed_ms)})
+    for scope in ("all", "section", "namespace"):
+        for mode, make in (("dense", dense), ("bm25", bm25), ("hybrid", hybrid)):
+            rows.append({"mode": mode, "scope": scope, **summary(time_queries(make(scope),
+                                                                               queries))})
+    store.close_sync()
+    return {"size": size, "side_collection": SIDE_SIZE, "build_seconds": round(build_s, 1),
+            "build": build, "rows": rows}
+
+
+def _scope_args(scope: str, extra: dict) -> dict:
+    if scope == "section":
+        return {"filters": {"section": extra["section"]}, "namespaces": None}
+    if scope == "namespace":
+        return {"filters": None, "namespaces": [MAIN]}
+    return {"filters": None, "namespaces": None}
+
+
+# --- main ----------------------------------------------------------------------------
+
+
+def embeddings_for(corpus: CorpusChunks, embedder: Any) -> np.ndarray:
+    """Vectors of the corpus chunks, cached under bench/results by content."""
+    key = hashlib.sha256("\n".join(c.id for c in corpus.chunks).encode()).hexdigest()[:16]
+    path = RESULTS_DIR / f"embeddings-{corpus.name}-{key}.npy"
+    if path.exists():
+        return np.load(path)
+    vectors = embedder.embed([c.text for c in corpus.chunks])
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    np.save(path, vectors)
+    return vectors
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",") if x],
+                        default=None, help="latency corpus sizes (default 10000,100000)")
+    parser.add_argument("--queries", type=int, default=None, help="queries per row (200)")
+    parser.add_argument("--only", choices=["throughput", "latency"], default=None)
+    parser.add_argument("--quick", action="store_true",
+                        help="~600 chunks for throughput, 50 queries, 10k only (unless --sizes)")
+    parser.add_argument("--keep", type=Path, default=None,
+                        help="build stores under this directory and keep them")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    sizes = args.sizes or ([10_000] if args.quick else [10_000, 100_000])
+    n_queries = args.queries or (50 if args.quick else 200)
+    configure_logging("ERROR")  # per-query search logs would drown the figures
+
+    corpus = load_chunks(args.quick)
+    with tempfile.TemporaryDirectory(prefix="bench-store-") as tmp:
+        workdir = args.keep or Path(tmp)
+        settings = bench_settings(workdir)
+        embedder = make_embedder(settings)
+        report: dict[str, Any] = {"corpus": corpus.source, "chunks": len(corpus.chunks)}
+        vectors = None
+        if args.only in (None, "throughput"):
+            report["throughput"], vectors = bench_throughput(corpus, embedder, workdir,
+                                                             args.quick)
+            print_throughput(report["throughput"], args.json)
+        if args.only in (None, "latency"):
+            if vectors is None:
+                vectors = embeddings_for(corpus, embedder)
+            report["latency"] = []
+            for size in sizes:
+                result = bench_latency(corpus, vectors, embedder, size, n_queries, workdir)
+                report["latency"].append(result)
+                print_latency(result, args.json)
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    (RESULTS_DIR / "bench_store-latest.json").write_text(json.dumps(report, indent=2))
+    if args.json:
+        print(json.dumps(report, indent=2))
+    return 0
+
+
+def print_throughput(t: dict, quiet: bool) -> None:
+    if quiet:
+        return
+    print(f"\n(a) embed+store throughput: {t['chunks']} chunks of {t['source']}, "
+          f"embed batch {t['embed_batch_size']}, {t['threads']} threads")
+    rows = [("raw model, one call", t["raw_seconds"], t["raw_chunks_per_s"], "")]
+    if "raw_sliced_seconds" in t:
+        rows.append(("raw model, store's slices", t["raw_sliced_seconds"],
+                     t["raw_sliced_chunks_per_s"], ""))
+    rows.append(("upsert_files (fresh store)", t["store_seconds"], t["store_chunks_per_s"],
+                 f"{t['overhead_pct']:+.1f}%"))
+    rows.append(("upsert_files again (no change)", t["rewrite_seconds"],
+                 round(t["chunks"] / t["rewrite_seconds"], 1),
+                 f"embedded {t['rewrite_texts_embedded']}"))
+    print_table(("path", "seconds", "chunks/s", "vs raw"), rows)
+    print(f"store: {t['store_embedding_seconds']} s embedding, "
+          f"{t['non_embedding_seconds']} s everything else")
+
+
+def print_latency(r: dict, quiet: bool) -> None:
+    if quiet:
+        return
+    print(f"\n(b) query latency, top_k={TOP_K}: {r['size']} chunks in {MAIN} + "
+          f"{r['side_collection']} in {SIDE} (built in {r['build_seconds']} s)")
+    print_table(("mode", "scope", "p50 ms", "p95 ms", "p99 ms", "queries"),
+                [(x["mode"], x["scope"], x["p50_ms"], x["p95_ms"], x["p99_ms"], x["queries"])
+                 for x in r["rows"]])
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,179 @@
+"""Shared pieces of the store and quality benchmarks.
+
+- `load_corpus_chunks()`: the real chunks of one shared corpus version, produced by the real
+  pipeline (git blobs -> `safe_process_text` with the real include resolver), exactly as a
+  full index pass would write them. The corpus folder is committed into a throw-away git repo
+  with fixed author/committer dates, so its commit id depends on the content only and can key
+  caches.
+- `bench_settings()` / `make_store()`: an embedded store whose data lives in one directory.
+- small statistics and table helpers.
+
+Corpora are looked up at $HETRIEVER_CORPORA, else ../shared/corpora beside the repository.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+from hetriever import search  # noqa: E402
+from hetriever.config import Settings  # noqa: E402
+from hetriever.discover import list_content_files, read_content_files  # noqa: E402
+from hetriever.indexing import IncludeResolver, safe_process_text  # noqa: E402
+from hetriever.models import Chunk, Repository  # noqa: E402
+
+CORPORA = Path(os.environ.get("HETRIEVER_CORPORA", REPO_ROOT.parent / "shared" / "corpora"))
+SAMPLE_DOCS = REPO_ROOT / "examples" / "sample-docs"
+RESULTS_DIR = Path(__file__).resolve().parent / "results"  # git-ignored
+# Fixed so chunk metadata (and so the store's "unchanged chunk" check) is stable across runs.
+PROCESSED_AT = "2000-01-01T00:00:00+00:00"
+
+_GIT_ENV = {
+    "GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@example.invalid",
+    "GIT_COMMITTER_NAME": "bench", "GIT_COMMITTER_EMAIL": "bench@example.invalid",
+    "GIT_AUTHOR_DATE": "2000-01-01T00:00:00+0000",
+    "GIT_COMMITTER_DATE": "2000-01-01T00:00:00+0000",
+    "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull,
+}
+
+
+@dataclass
+class CorpusChunks:
+    name: str  # the repository (collection) name the chunks carry
+    source: str  # e.g. "hugo-docs/v2", or "sample-docs x40" for the fallback
+    commit: str  # the throw-away repo's commit: a content key for caches
+    files: dict[str, list[Chunk]] = field(default_factory=dict)  # path -> chunks (non-empty)
+    skipped: int = 0
+
+    @property
+    def chunks(self) -> list[Chunk]:
+        return [c for chunks in self.files.values() for c in chunks]
+
+
+def _git(cwd: Path, *args: str) -> str:
+    out = subprocess.run(["git", *args], cwd=cwd, env={**os.environ, **_GIT_ENV}, check=True,
+                         capture_output=True, text=True)
+    return out.stdout.strip()
+
+
+def _commit_tree(repo_dir: Path) -> str:
+    _git(repo_dir, "init", "-q", "-b", "main")
+    _git(repo_dir, "add", "-A")
+    _git(repo_dir, "commit", "-q", "-m", "corpus")
+    return _git(repo_dir, "rev-parse", "HEAD")
+
+
+def corpus_dir(name: str, version: str = "v2") -> Path | None:
+    path = CORPORA / name / version
+    return path if path.is_dir() else None
+
+
+def process_repo(repo: Repository, commit: str, settings: Settings, source: str) -> CorpusChunks:
+    """What a full pass of `commit` would write, computed by the core alone (no store)."""
+    resolver = IncludeResolver(repo, commit, settings)
+    out = CorpusChunks(name=repo.name, source=source, commit=commit)
+    for path, text in read_content_files(repo, list_content_files(repo, commit), commit,
+                                         max_bytes=settings.max_file_bytes):
+        if isinstance(text, Exception):
+            out.skipped += 1
+            continue
+        outcome = safe_process_text(repo, path, text, settings, resolver=resolver,
+                                    processed_at=PROCESSED_AT)
+        if outcome.chunks:
+            out.files[path] = outcome.chunks
+        else:
+            out.skipped += 1
+    return out
+
+
+def load_corpus_chunks(name: str, version: str = "v2", *, settings: Settings | None = None,
+                       repo_name: str | None = None) -> CorpusChunks | None:
+    """The real chunks of `<corpora>/<name>/<version>`, or None when the corpus is absent."""
+    source = corpus_dir(name, version)
+    if source is None:
+        return None
+    settings = settings or Settings()
+    with tempfile.TemporaryDirectory(prefix="bench-corpus-") as tmp:
+        work = Path(tmp) / name
+        shutil.copytree(source, work, copy_function=shutil.copy)
+        commit = _commit_tree(work)
+        repo = Repository(name=repo_name or name, path=work)
+        return process_repo(repo, commit, settings, f"{name}/{version}")
+
+
+def load_sample_chunks(copies: int, *, settings: Settings | None = None,
+                       repo_name: str = "sample-docs") -> CorpusChunks:
+    """The bundled examples/sample-docs, its content folder repeated `copies` times."""
+    settings = settings or Settings()
+    with tempfile.TemporaryDirectory(prefix="bench-sample-") as tmp:
+        work = Path(tmp) / repo_name
+        for i in range(copies):
+            shutil.copytree(SAMPLE_DOCS / "content", work / "content" / f"copy-{i:03d}",
+                            copy_function=shutil.copy)
+        commit = _commit_tree(work)
+        repo = Repository(name=repo_name, path=work)
+        return process_repo(repo, commit, settings, f"sample-docs x{copies}")
+
+
+def bench_settings(root: Path, **overrides: Any) -> Settings:
+    """Settings for an embedded store with its Chroma data and state (BM25, locks) under root."""
+    return Settings(chroma_path=root / "chroma", state_dir=root / "state").replace(**overrides)
+
+
+def make_embedder(settings: Settings) -> Any:
+    """The real offline MiniLM at the configured model dir (built there on first use)."""
+    from hetriever.embed import get_embedder
+
+    return get_embedder(settings)
+
+
+def make_store(root: Path, embedder: Any, **overrides: Any) -> Any:
+    from hetriever.store import ChromaKnowledgeStore
+
+    return ChromaKnowledgeStore(bench_settings(root, **overrides), embedder=embedder)
+
+
+def bm25_only(store: Any, query: str, top_k: int, filters: dict | None = None,
+              namespaces: list[str] | None = None) -> list:
+    """search.py's BM25 path on its own: retrieve, fetch documents, integrity check.
+
+    `hybrid_search` has no BM25-only switch (BM25 runs alone only when dense fails), so this
+    runs its private steps in the same order. Returns its hits (`doc_id`, `metadata`, ...).
+    """
+    names = search._scope(store, namespaces, True)
+    hits: dict[str, Any] = {}
+    ranked = search._bm25(store, names, query, top_k * search.CANDIDATE_FACTOR,
+                          search.validate_filter(filters), hits)
+    candidates = [hits[d] for d in ranked]
+    search._fill_documents(store, candidates)
+    allowed = set(names)
+    return [h for h in candidates if search._trusted(h, allowed)][:top_k]
+
+
+def page_of(meta: dict[str, Any]) -> str:
+    """The page a chunk belongs to (its file; several chunks of one page share it)."""
+    return f"{meta.get('repository', '')}:{meta.get('file_path', '')}"
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values, dtype=np.float64), q)) if values else 0.0
+
+
+def print_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    cells = [[str(x) for x in header]] + [[str(x) for x in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    for row in cells:
+        print("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in
+                        enumerate(zip(row, widths))))
