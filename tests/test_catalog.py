@@ -195,6 +195,14 @@ def test_status_command_reads_the_catalog(docs, tmp_path, minilm_model_dir, monk
         (row,) = json.loads(capsys.readouterr().out)
     finally:
         clear_store_cache()
+        # main() pointed structlog at capsys' stderr, which closes with this test.
+        import contextlib
+        import sys
+
+        from hetriever.logs import configure_logging
+
+        with contextlib.redirect_stderr(sys.__stderr__):
+            configure_logging()
     assert row["up_to_date"] and row["files"] == 6 and row["chunks"] > 0
     assert row["failures"] == 0 and row["skipped"] == 3
     assert row["last_run_outcome"] == "ok" and row["last_run"]
