@@ -198,7 +198,7 @@ def titles(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="what", required=True)
+    sub = parser.add_subparsers(dest="what")
     p = sub.add_parser("latency")
     p.add_argument("--chunks", type=int, default=10_000)
     p.add_argument("--queries", type=int, default=100)
@@ -209,6 +209,11 @@ def main() -> None:
     p.add_argument("--model-dir")
     p.set_defaults(func=titles)
     args = parser.parse_args()
+    if args.what is None:  # both, with their defaults
+        for what in ("latency", "titles"):
+            args = parser.parse_args([what])
+            args.func(args)
+        return
     args.func(args)
 
 
