@@ -19,12 +19,14 @@ async def query(
     top_k: int = 5,
     filters: dict | None = None,
     hybrid: bool | None = None,
+    access_levels: list[str] | None = None,
 ) -> dict:
+    """One search. `access_levels`: what the caller may see (default PUBLIC only)."""
     logger = get_run_logger()
     settings = load_settings()
     store = get_knowledge_store(settings)
     result = await retrieve(store, query, top_k=top_k, filters=filters,
-                            namespaces=repositories, hybrid=hybrid)
+                            namespaces=repositories, hybrid=hybrid, access_levels=access_levels)
     metric = QueryMetric.from_result(result, repositories)
     metrics = metrics_store(settings.resolved_state_dir)
     try:

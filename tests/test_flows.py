@@ -192,3 +192,17 @@ def test_hugo_docs_v1_to_v2_through_the_flow_equals_a_fresh_full_index(env, monk
     settings = load_settings()
     expected = fresh_full_pass(repo_of(parent, "hugo-docs"), v2, settings)
     assert stored(open_store(), "hugo-docs") == expected
+
+
+def test_query_flow_respects_access_levels(sample_parent, monkeypatch):
+    from flows.query import query
+
+    monkeypatch.setenv("HETRIEVER_ACCESS_LEVELS", "sample-docs=PRIVATE")
+    clear_store_cache()
+    assert run_ingest()[0].is_completed()
+    public = asyncio.run(query("filter a collection with where", top_k=3))
+    assert public["matches"] == []  # a PUBLIC caller never sees PRIVATE content
+    private = asyncio.run(query("filter a collection with where", top_k=3,
+                                access_levels=["PRIVATE"]))
+    assert private["matches"]
+    assert {m["metadata"]["access_level"] for m in private["matches"]} == {"PRIVATE"}
