@@ -8,7 +8,10 @@ and state directories:
 
 - full v2: the `ingest` flow (once per `--runner`), and `index_repository` in-process;
 - no-op: the same again on the same commit, flow and in-process;
-- incremental v1 -> v2: index v1 (untimed), bump the submodule to v2, time the second run.
+- incremental v1 -> v2: index v1 (untimed), bump the submodule to v2, time the second run;
+- fan-out only: parse/clean/chunk of every v2 file without a store, as the flow's per-file tasks,
+  as one `process_file` call per file in-process, and as `index_repository`'s batched loop
+  (`--fan-out-only` runs just this: no embedding, minutes instead of tens of minutes).
 
 The flow runs against a temporary Prefect server started by
 `prefect.testing.utilities.prefect_test_harness()` (SQLite in a temp dir, a local API server
@@ -45,6 +48,10 @@ from typing import Any, Callable, Iterator
 REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
+
+# No network here: keep Prefect's and Chroma's servers from trying to send telemetry.
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("ANONYMIZED_TELEMETRY", "false")
 
 CORPORA = Path(os.environ.get("HETRIEVER_CORPORA", REPO_ROOT.parent / "shared" / "corpora"))
 NAMES = ("hugo-docs", "opentelemetry-io")
@@ -266,8 +273,81 @@ def warm_up_flow(scratch: Path, model_dir: Path, runners: list[str]) -> None:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+@dataclass
+class FanOut:
+    """parse/clean/chunk of every v2 file, no store: the per-file fan-out on its own."""
+
+    corpus: str
+    lane: str  # "flow[<runner>]", "in-process per file" or "in-process batched"
+    files: int
+    wall_s: float
+    per_file_ms: float
+    calls: dict[str, int] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+def fan_out(corpus: str, runners: list[str], probe: Probe,
+            say: Callable[[str], None]) -> list[FanOut]:
+    """The flow's fan-out (one process-file task per file) against the same work in-process:
+    one `process_file` per file (a git read each, a resolver each), and the batched loop that
+    `index_repository` runs (one git reader, one shared include resolver)."""
+    from prefect import flow
+    from prefect.futures import wait
+
+    from flows.ingest import make_task_runner
+    from hetriever.config import load_settings
+    from hetriever.discover import discover_repositories, head_commit, list_content_files
+    from hetriever.discover import read_content_files
+    import hetriever.indexing as indexing
+    from hetriever.indexing import IncludeResolver, now_iso
+    from tasks.process import process_file_task
+
+    settings = load_settings()
+    (repo,) = [r for r in discover_repositories(settings.docs_root) if r.name == corpus]
+    commit = head_commit(repo)
+    paths = list_content_files(repo, commit)
+    stamp = now_iso()
+
+    @flow(name="bench-fan-out")
+    def fan_out_flow() -> int:
+        futures = [process_file_task.submit(repo, p, commit, settings, stamp) for p in paths]
+        done, _ = wait(futures)
+        return sum(1 for f in done if f.result() is not None)
+
+    def per_file() -> None:
+        for p in paths:
+            indexing.process_file(repo, p, commit, settings, processed_at=stamp)
+
+    def batched() -> None:
+        resolver = IncludeResolver(repo, commit, settings)
+        for p, text in read_content_files(repo, paths, commit,
+                                          max_bytes=settings.max_file_bytes):
+            if isinstance(text, str):
+                # looked up on the module, so the probe sees it
+                indexing.safe_process_text(repo, p, text, settings, resolver=resolver,
+                                           processed_at=stamp)
+
+    lanes: list[tuple[str, Callable[[], Any]]] = [
+        ("in-process batched", batched), ("in-process per file", per_file),
+        *[(f"flow[{r}]", fan_out_flow.with_options(task_runner=make_task_runner(r)))
+          for r in runners]]
+    out = []
+    for lane, fn in lanes:
+        probe.reset()
+        with instrumented(probe):
+            start = time.perf_counter()
+            fn()
+            wall = time.perf_counter() - start
+        out.append(FanOut(corpus, lane, len(paths), round(wall, 3),
+                          round(1000 * wall / max(1, len(paths)), 2), dict(probe.calls),
+                          {k: round(v, 3) for k, v in probe.seconds.items()}))
+        say(f"{corpus}: {'fan-out only':<20} {lane:<18} {wall:8.2f} s")
+    return out
+
+
 def bench_corpus(corpus: str, runners: list[str], scratch: Path, model_dir: Path,
-                 probe: Probe, say: Callable[[str], None]) -> list[Run]:
+                 probe: Probe, say: Callable[[str], None],
+                 fan_out_only: bool) -> tuple[list[Run], list[FanOut]]:
     from tests.helpers import build_corpus_parent
 
     parent, v1, v2 = build_corpus_parent(scratch / corpus, corpus)
@@ -281,6 +361,11 @@ def bench_corpus(corpus: str, runners: list[str], scratch: Path, model_dir: Path
                else run_flow(corpus, scenario, lane, probe))
         say(f"{corpus}: {scenario:<20} {run.lane:<18} {run.wall_s:8.2f} s  ({run.mode})")
         return run
+
+    if fan_out_only:
+        site.checkout(v2)
+        point_env_at(Path(tempfile.mkdtemp(prefix="fan-", dir=scratch)), parent, model_dir)
+        return runs, fan_out(corpus, runners, probe, say)
 
     # Incremental: v1 is indexed once (in-process, untimed) and its directories copied for
     # each lane, so every lane starts from the same index; then the v1 -> v2 run is timed.
@@ -306,7 +391,7 @@ def bench_corpus(corpus: str, runners: list[str], scratch: Path, model_dir: Path
         runs.append(one(lane, "full v2"))
         runs.append(one(lane, "noop v2"))
         shutil.rmtree(workdir, ignore_errors=True)
-    return runs
+    return runs, fan_out(corpus, runners, probe, say)
 
 
 # --- report ---------------------------------------------------------------------------
@@ -333,7 +418,7 @@ def shares(flow: Run, baseline: Run | None) -> dict[str, float]:
     return out
 
 
-def report(runs: list[Run], skipped: list[str]) -> dict[str, Any]:
+def report(runs: list[Run], fanouts: list[FanOut], skipped: list[str]) -> dict[str, Any]:
     by_key = {(r.corpus, r.scenario, r.lane): r for r in runs}
     derived: list[dict[str, Any]] = []
     for r in runs:
@@ -362,7 +447,8 @@ def report(runs: list[Run], skipped: list[str]) -> dict[str, Any]:
             derived.append({"corpus": corpus, "lane": "in-process", "full_wall_s": base.wall_s,
                             "incremental_over_full": round(inc.wall_s / base.wall_s, 3)
                             if inc else None, "noop_s": noop.wall_s if noop else None})
-    return {"runs": [asdict(r) for r in runs], "derived": derived, "skipped_corpora": skipped,
+    return {"runs": [asdict(r) for r in runs], "derived": derived,
+            "fan_out": [asdict(f) for f in fanouts], "skipped_corpora": skipped,
             "prefect_server": "prefect_test_harness() (temporary SQLite + local API server)",
             "cpus": len(os.sched_getaffinity(0)), "loadavg_1m_at_end": os.getloadavg()[0]}
 
@@ -375,7 +461,7 @@ def print_table(out: dict[str, Any]) -> None:
              r["chunks_deleted"], f"{r['embedding_s']:.2f}", r["calls"].get("task_body", "-"))
             for r in out["runs"]]
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
-    for row in (header, *rows):
+    for row in ((header, *rows) if rows else ()):
         print("  ".join(str(x).rjust(w) for x, w in zip(row, widths)))
     for d in out["derived"]:
         print(f"\n{d['corpus']} {d['lane']}: full v2 {d['full_wall_s']:.2f} s; "
@@ -384,8 +470,16 @@ def print_table(out: dict[str, Any]) -> None:
             continue
         print(f"  {d['tasks']} process-file task runs; per-task overhead vs in-process "
               f"{d['per_task_overhead_ms']} ms")
+        print("  (in-task parts are summed over concurrent task threads, waits for the CPU and "
+              "the GIL included:\n   they can exceed the wall time; the overhead vs in-process "
+              "is the figure to trust)")
         for name, seconds in d["shares_s"].items():
             print(f"  {name:<32} {seconds:8.2f} s  {d['shares_pct'][name]:6.1f} %")
+    if out["fan_out"]:
+        print("\nfan-out only (parse/clean/chunk of every v2 file, no store):")
+    for f in out["fan_out"]:
+        print(f"  {f['corpus']} {f['lane']:<22} {f['wall_s']:8.2f} s  {f['per_file_ms']:7.2f} "
+              f"ms/file  single-file git reads {f['calls'].get('git_read_single', 0)}")
     print(f"\nPrefect server: {out['prefect_server']}; {out['cpus']} CPUs, shared and noisy "
           f"(load {out['loadavg_1m_at_end']:.1f} at the end); one run per scenario.")
 
@@ -398,6 +492,8 @@ def main(argv: list[str] | None = None) -> int:
                         help='flow task runner spec (repeatable; default "threads")')
     parser.add_argument("--model-dir", help="prepared model dir (default: the settings' one)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--fan-out-only", action="store_true",
+                        help="only the per-file fan-out (no embedding, no store): minutes less")
     args = parser.parse_args(argv)
     corpora = args.corpus or ["hugo-docs"]
     runners = args.runner or ["threads"]
@@ -423,17 +519,21 @@ def main(argv: list[str] | None = None) -> int:
     warm_up(model_dir)
     probe = Probe()
     runs: list[Run] = []
+    fanouts: list[FanOut] = []
     scratch = Path(tempfile.mkdtemp(prefix="bench-flow-"))
     try:
         with prefect_test_harness(server_startup_timeout=120):
             for corpus in present:
-                runs += bench_corpus(corpus, runners, scratch, model_dir, probe, say)
+                got, fans = bench_corpus(corpus, runners, scratch, model_dir, probe, say,
+                                         args.fan_out_only)
+                runs += got
+                fanouts += fans
     finally:
         from hetriever.store import clear_store_cache
 
         clear_store_cache()
         shutil.rmtree(scratch, ignore_errors=True)
-    out = report(runs, skipped)
+    out = report(runs, fanouts, skipped)
     if args.json:
         print(json.dumps(out, indent=2))
     else:
