@@ -7,6 +7,7 @@ and the parent flow ends Failed or Completed honestly with a summary.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 
@@ -17,10 +18,11 @@ from prefect.states import Completed, Failed
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from hetriever.config import Settings, load_settings
-from hetriever.discover import select_repositories
+from hetriever.discover import read_content_files, select_repositories
 from hetriever.errors import HetrieverError, SourceError
 from hetriever.catalog import FAILED
 from hetriever.indexing import (
+    IncludeResolver,
     OutcomeWriter,
     begin_run,
     check_schema,
@@ -38,11 +40,16 @@ from tasks.discover import discover_task, plan_task
 from tasks.process import process_file_task
 
 
+DEFAULT_THREADS = min(8, 2 * (os.cpu_count() or 1))
+
+
 def make_task_runner(spec: str):
     """"threads" (default), "threads:8", "dask" (a local cluster) or "dask:tcp://host:8786"."""
     kind, _, arg = spec.partition(":")
     if kind == "threads":
-        return ThreadPoolTaskRunner(max_workers=int(arg) if arg else None)
+        # Bounded: parse/clean/chunk is CPU work under the GIL, and hundreds of threads only
+        # compete with the embedder for the cores.
+        return ThreadPoolTaskRunner(max_workers=int(arg) if arg else DEFAULT_THREADS)
     if kind == "dask":
         from prefect_dask import DaskTaskRunner
 
@@ -132,8 +139,14 @@ async def index_repository_flow(repo: Repository, settings: Settings,
 
         processed_at = now_iso()
         paths = change_set.paths_to_index()
+        # One batched git read for every file (a git process per file cost 5x the parse work),
+        # and one include cache for the run; each file is still its own task run.
+        texts = dict(read_content_files(repo, paths, change_set.new_commit,
+                                        max_bytes=settings.max_file_bytes))
+        resolver = IncludeResolver(repo, change_set.new_commit, settings)
         futures = {
-            process_file_task.submit(repo, path, change_set.new_commit, settings, processed_at): path
+            process_file_task.submit(repo, path, change_set.new_commit, settings, processed_at,
+                                     text=texts.get(path), resolver=resolver): path
             for path in paths
         }
         failed: list[SkippedFile] = []

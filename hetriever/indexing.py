@@ -203,15 +203,20 @@ def process_text(repo: Repository, path: str, text: str, settings: Settings, *,
 
 def process_file(repo: Repository, path: str, commit: str, settings: Settings, *,
                  resolver: IncludeResolver | None = None,
-                 processed_at: str | None = None) -> FileOutcome:
-    """Read one file at `commit` and turn it into chunks.
+                 processed_at: str | None = None,
+                 text: str | SkipFile | None = None) -> FileOutcome:
+    """Turn one file at `commit` into chunks; `text` is its content when already read
+    (batch reads are several times cheaper than one git process per file), else it is read.
 
     Bad content never raises (it comes back as a skip); transient failures (I/O, git) do, so
     the caller can retry them.
     """
     faults.check("process_file", path)
     try:
-        text = read_content_file(repo, path, commit, max_bytes=settings.max_file_bytes)
+        if text is None:
+            text = read_content_file(repo, path, commit, max_bytes=settings.max_file_bytes)
+        elif isinstance(text, SkipFile):
+            raise text
     except SkipFile as skip:
         log.warning("file_skipped", repository=repo.name, path=path, reason=skip.reason)
         return FileOutcome(path, skipped=SkippedFile(path, skip.reason))
