@@ -310,7 +310,11 @@ def fan_out(corpus: str, runners: list[str], probe: Probe,
 
     @flow(name="bench-fan-out")
     def fan_out_flow() -> int:
-        futures = [process_file_task.submit(repo, p, commit, settings, stamp) for p in paths]
+        # as flows/ingest.py does: one batched read, one include cache, a task per file
+        texts = dict(read_content_files(repo, paths, commit, max_bytes=settings.max_file_bytes))
+        resolver = IncludeResolver(repo, commit, settings)
+        futures = [process_file_task.submit(repo, p, commit, settings, stamp, text=texts[p],
+                                            resolver=resolver) for p in paths]
         done, _ = wait(futures)
         return sum(1 for f in done if f.result() is not None)
 
