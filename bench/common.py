@@ -152,14 +152,20 @@ def bm25_only(store: Any, query: str, top_k: int, filters: dict | None = None,
     `hybrid_search` has no BM25-only switch (BM25 runs alone only when dense fails), so this
     runs its private steps in the same order. Returns its hits (`doc_id`, `metadata`, ...).
     """
-    names = search._scope(store, namespaces, True)
+    from hetriever.access import caller_levels
+    from hetriever.filters import and_filters
+
+    levels = caller_levels(None)  # hybrid_search's default caller: PUBLIC only
+    plans = search.plan_collections(store, search._scope(store, namespaces))
+    plans = {name: p for name, p in plans.items() if p.visible(levels)}
+    user_filter = search.validate_filter(filters)
+    wheres = {name: and_filters(p.where(levels), user_filter) for name, p in plans.items()}
     hits: dict[str, Any] = {}
-    ranked = search._bm25(store, names, query, top_k * search.CANDIDATE_FACTOR,
-                          search.validate_filter(filters), hits)
+    ranked = search._bm25(store, list(plans), query, top_k * search.CANDIDATE_FACTOR, wheres,
+                          hits)
     candidates = [hits[d] for d in ranked]
     search._fill_documents(store, candidates)
-    allowed = set(names)
-    return [h for h in candidates if search._trusted(h, allowed)][:top_k]
+    return [h for h in candidates if search._trusted(h, plans, levels)][:top_k]
 
 
 def page_of(meta: dict[str, Any]) -> str:
