@@ -20,7 +20,8 @@ Rankings: chunks in rank order, deduplicated to pages, cut at 10 pages.
 - dense: `hybrid_search(hybrid=False, top_k=--depth)`
 - bm25: search.py's BM25 path (`common.bm25_only`, depth --depth)
 - hybrid: `hybrid_search(hybrid=True, top_k=--depth)` (RRF with settings.rrf_k)
-A sweep then re-fuses the dense and BM25 lists offline with `search.rrf_fuse` for other RRF k
+The exact-title fast path is off (`exact=False`): it is not a retriever, and it would decide
+most of the title set by itself. A sweep then re-fuses the dense and BM25 lists offline with `search.rrf_fuse` for other RRF k
 and candidate depths, to show what the fusion parameters do.
 """
 
@@ -155,11 +156,13 @@ def evaluate(store: Any, corpus: CorpusChunks, queries: list[tuple[str, set[str]
     dense_lists, bm25_lists, hybrid_pages = [], [], []
     began = time.perf_counter()
     for i, (q, _) in enumerate(queries):
-        r = search.hybrid_search(store, q, deep, namespaces=[corpus.name], hybrid=False)
+        r = search.hybrid_search(store, q, deep, namespaces=[corpus.name], hybrid=False,
+                                 exact=False)
         dense_lists.append([(m.doc_id, m.metadata) for m in r.matches])
         b = bm25_only(store, q, deep, namespaces=[corpus.name])
         bm25_lists.append([(h.doc_id, h.metadata) for h in b])
-        h = search.hybrid_search(store, q, depth, namespaces=[corpus.name], hybrid=True)
+        h = search.hybrid_search(store, q, depth, namespaces=[corpus.name], hybrid=True,
+                                 exact=False)
         hybrid_pages.append(pages([m.metadata for m in h.matches]))
         if i % 100 == 99:
             progress(f"  {i + 1}/{len(queries)} queries")
