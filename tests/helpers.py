@@ -93,6 +93,20 @@ def update_submodule(parent: Path, name: str, commit: str) -> None:
     commit_all(parent, f"bump {name}")
 
 
+SAMPLE_DOCS = REPO_ROOT / "examples" / "sample-docs"
+
+
+def build_sample_parent(tmp: Path) -> tuple[Path, Path]:
+    """A parent repo at tmp/parent with the bundled sample docs as submodule docs/sample-docs.
+
+    Returns (parent, source): commit to `source` and `update_submodule` to move the parent on.
+    """
+    source = init_repo(tmp / "sample-source")
+    shutil.copytree(SAMPLE_DOCS, source, dirs_exist_ok=True)
+    commit_all(source, "sample docs")
+    return make_parent_with_submodule(tmp, source, "sample-docs"), source
+
+
 def build_corpus_parent(tmp: Path, corpus: str) -> tuple[Path, str, str]:
     """A parent repo at tmp/parent with corpus `<corpus>` (v1 then v2) as submodule docs/<corpus>.
 

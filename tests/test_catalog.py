@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -26,10 +25,7 @@ from hetriever.discover import discover_repositories
 from hetriever.indexing import index_repository
 from hetriever.store import ChromaKnowledgeStore
 from tests.chroma_fixtures import store_settings
-from tests.helpers import REPO_ROOT, commit_all, init_repo, make_parent_with_submodule, \
-    update_submodule
-
-SAMPLE = REPO_ROOT / "examples" / "sample-docs"
+from tests.helpers import build_sample_parent, commit_all, update_submodule
 
 
 def run(coro):
@@ -111,11 +107,7 @@ def test_title_keys_and_lookup(tmp_path: Path) -> None:
 
 @pytest.fixture
 def docs(tmp_path: Path):
-    source = init_repo(tmp_path / "sample-source")
-    shutil.copytree(SAMPLE, source, dirs_exist_ok=True)
-    commit_all(source, "sample docs")
-    parent = make_parent_with_submodule(tmp_path, source, "sample-docs")
-    return parent, source
+    return build_sample_parent(tmp_path)
 
 
 @pytest.fixture

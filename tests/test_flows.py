@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import shutil
 from pathlib import Path
 
 import pytest
@@ -12,11 +11,10 @@ from hetriever.discover import discover_repositories
 from hetriever.store import clear_store_cache, get_knowledge_store
 from tests.flow_support import fresh_full_pass, stored
 from tests.helpers import (
-    REPO_ROOT,
     build_corpus_parent,
+    build_sample_parent,
     commit_all,
     init_repo,
-    make_parent_with_submodule,
     update_submodule,
     write_files,
 )
@@ -38,10 +36,7 @@ def env(tmp_path: Path, monkeypatch, minilm_model_dir, prefect_harness):
 
 @pytest.fixture
 def sample_parent(env, monkeypatch):
-    source = init_repo(env / "sample-source")
-    shutil.copytree(REPO_ROOT / "examples" / "sample-docs", source, dirs_exist_ok=True)
-    commit_all(source, "sample docs")
-    parent = make_parent_with_submodule(env, source, "sample-docs")
+    parent, source = build_sample_parent(env)
     monkeypatch.setenv("HETRIEVER_DOCS_ROOT", str(parent))
     return parent, source
 

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -20,17 +18,7 @@ from hetriever.indexing import (
 from hetriever.store import ChromaKnowledgeStore
 from tests.chroma_fixtures import store_settings
 from tests.flow_support import fresh_full_pass, stored
-from tests.helpers import (
-    REPO_ROOT,
-    commit_all,
-    git,
-    init_repo,
-    make_parent_with_submodule,
-    update_submodule,
-    write_files,
-)
-
-SAMPLE = REPO_ROOT / "examples" / "sample-docs"
+from tests.helpers import build_sample_parent, commit_all, git, update_submodule, write_files
 
 
 def run(coro):
@@ -39,12 +27,7 @@ def run(coro):
 
 @pytest.fixture
 def docs(tmp_path: Path):
-    """A parent repo with the bundled sample docs as submodule docs/sample-docs."""
-    source = init_repo(tmp_path / "sample-source")
-    shutil.copytree(SAMPLE, source, dirs_exist_ok=True)
-    commit_all(source, "sample docs")
-    parent = make_parent_with_submodule(tmp_path, source, "sample-docs")
-    return parent, source
+    return build_sample_parent(tmp_path)
 
 
 @pytest.fixture
