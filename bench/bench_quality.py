@@ -50,7 +50,6 @@ from common import (  # noqa: E402
     print_table,
 )
 from hetriever import search  # noqa: E402
-from hetriever.indexing import WRITE_WINDOW  # noqa: E402
 from hetriever.logs import configure_logging  # noqa: E402
 
 CORPORA = ("hugo-docs", "opentelemetry-io")
@@ -97,7 +96,7 @@ def index_corpus(corpus: CorpusChunks, embedder: Any) -> tuple[Any, dict]:
     for path, chunks in corpus.files.items():
         windows[-1][path] = chunks
         count += len(chunks)
-        if count >= WRITE_WINDOW:
+        if count >= store.settings.write_window:
             windows.append({})
             count = 0
 

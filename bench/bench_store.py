@@ -8,9 +8,9 @@
     examples/sample-docs repeated) are embedded three ways, once each:
     - raw model: one `MiniLMEmbedder.embed` over every chunk text (length-sorted globally);
     - write path: `ChromaKnowledgeStore.upsert_files` into a fresh embedded store, in windows
-      of `indexing.WRITE_WINDOW` chunks as an index run writes them;
-    - raw model in the store's batching: `embed` called on the same `max_batch_size` slices
-      the store uses, which separates batching effects from the store's own work.
+      of `settings.write_window` chunks as an index run writes them;
+    - raw model on the store's windows: one `embed` call per write window, as the store embeds
+      them, which separates the window's batching effect from the store's own work.
     Then the same chunks are written again (nothing should be embedded).
 (b) Latency. Real embeddings of the real chunks are copied with small Gaussian perturbations
     (re-normalised; cosine to the original ~0.94) until a collection holds N chunks; copies get
@@ -55,7 +55,6 @@ from common import (  # noqa: E402
     print_table,
 )
 from hetriever import search as search_mod  # noqa: E402
-from hetriever.indexing import WRITE_WINDOW  # noqa: E402
 from hetriever.logs import configure_logging  # noqa: E402
 from hetriever.store import content_hash  # noqa: E402
 
@@ -101,7 +100,7 @@ def bench_throughput(corpus: CorpusChunks, embedder: Any, workdir: Path,
     for path, file_chunks in corpus.files.items():  # as indexing.OutcomeWriter groups them
         windows[-1][path] = file_chunks
         count += len(file_chunks)
-        if count >= WRITE_WINDOW:
+        if count >= store.settings.write_window:
             windows.append({})
             count = 0
 
@@ -127,20 +126,18 @@ def bench_throughput(corpus: CorpusChunks, embedder: Any, workdir: Path,
     rewrite_s = time.perf_counter() - began
     re_embedded = embedder.texts_embedded
 
-    sliced_s = None
-    if not quick:  # the raw model on the store's own slices (window, then max_batch_size)
+    windowed_s = None
+    if not quick:  # the raw model on the store's own windows, one call each
         began = time.perf_counter()
         for window in windows:
-            window_texts = [c.text for cs in window.values() for c in cs]
-            for start in range(0, len(window_texts), step):
-                embedder.embed(window_texts[start:start + step])
-        sliced_s = time.perf_counter() - began
+            embedder.embed([c.text for cs in window.values() for c in cs])
+        windowed_s = time.perf_counter() - began
     store.close_sync()
 
     n = len(chunks)
     report = {
         "source": corpus.source, "chunks": n, "files": len(corpus.files),
-        "embed_batch_size": embedder.batch_size, "store_write_window": WRITE_WINDOW,
+        "embed_batch_size": embedder.batch_size, "store_write_window": store.settings.write_window,
         "store_max_batch_size": step, "threads": embedder.threads,
         "raw_seconds": round(raw_s, 2), "raw_chunks_per_s": round(n / raw_s, 1),
         "store_seconds": round(store_s, 2), "store_chunks_per_s": round(n / store_s, 1),
@@ -150,10 +147,10 @@ def bench_throughput(corpus: CorpusChunks, embedder: Any, workdir: Path,
         "rewrite_seconds": round(rewrite_s, 2), "rewrite_written": rewritten,
         "rewrite_reused": reused, "rewrite_texts_embedded": re_embedded,
     }
-    if sliced_s is not None:
-        report["raw_sliced_seconds"] = round(sliced_s, 2)
-        report["raw_sliced_chunks_per_s"] = round(n / sliced_s, 1)
-        report["overhead_vs_sliced_pct"] = round(100.0 * (store_s - sliced_s) / sliced_s, 1)
+    if windowed_s is not None:
+        report["raw_windowed_seconds"] = round(windowed_s, 2)
+        report["raw_windowed_chunks_per_s"] = round(n / windowed_s, 1)
+        report["overhead_vs_windowed_pct"] = round(100.0 * (store_s - windowed_s) / windowed_s, 1)
     return report, vectors
 
 
@@ -347,9 +344,9 @@ def print_throughput(t: dict, quiet: bool) -> None:
     print(f"\n(a) embed+store throughput: {t['chunks']} chunks of {t['source']}, "
           f"embed batch {t['embed_batch_size']}, {t['threads']} threads")
     rows = [("raw model, one call", t["raw_seconds"], t["raw_chunks_per_s"], "")]
-    if "raw_sliced_seconds" in t:
-        rows.append(("raw model, store's slices", t["raw_sliced_seconds"],
-                     t["raw_sliced_chunks_per_s"], ""))
+    if "raw_windowed_seconds" in t:
+        rows.append(("raw model, store's windows", t["raw_windowed_seconds"],
+                     t["raw_windowed_chunks_per_s"], ""))
     rows.append(("upsert_files (fresh store)", t["store_seconds"], t["store_chunks_per_s"],
                  f"{t['overhead_pct']:+.1f}%"))
     rows.append(("upsert_files again (no change)", t["rewrite_seconds"],

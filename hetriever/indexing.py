@@ -335,9 +335,6 @@ async def begin_run(store, repo: Repository, change_set: ChangeSet) -> None:
                           commit=change_set.new_commit)
 
 
-WRITE_WINDOW = 256  # chunks gathered before a write: enough for well-filled embedding batches
-
-
 async def apply_outcomes(store, repo: Repository, outcomes: list[FileOutcome],
                          result: IndexResult) -> None:
     """Store several files' chunks in one write; a skipped or empty file loses its old chunks."""
@@ -392,10 +389,11 @@ async def _write_outcomes(store, repo: Repository, outcomes: list[FileOutcome],
 
 
 class OutcomeWriter:
-    """Gathers file outcomes and writes them in windows of about WRITE_WINDOW chunks."""
+    """Gathers file outcomes and writes them in windows of about `settings.write_window` chunks."""
 
-    def __init__(self, store, repo: Repository, result: IndexResult, window: int = WRITE_WINDOW):
-        self.store, self.repo, self.result, self.window = store, repo, result, window
+    def __init__(self, store, repo: Repository, result: IndexResult):
+        self.store, self.repo, self.result = store, repo, result
+        self.window = store.settings.write_window
         self.pending: list[FileOutcome] = []
         self.pending_chunks = 0
 

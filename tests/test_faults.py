@@ -33,7 +33,8 @@ from tests.flow_support import fresh_full_pass, stored
 from tests.helpers import commit_all, init_repo, write_files
 
 REPO_NAME = "load-docs"
-PAGES = 300  # one chunk each: two write windows (256 chunks), a few seconds of embedding
+PAGES = 300  # one chunk each: two write windows of WINDOW chunks, a few seconds of embedding
+WINDOW = 256  # HETRIEVER_WRITE_WINDOW in every run here, so a crash can fall between windows
 RUN_TIMEOUT = 180.0  # no CLI run here may hang the suite
 WORDS = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike "
          "november oscar papa quebec romeo sierra tango uniform victor whiskey xray").split()
@@ -77,6 +78,7 @@ def cli_env(tmp_path: Path, model_dir: Path, **extra: str) -> dict[str, str]:
                HETRIEVER_STATE_DIR=str(tmp_path / "state"),
                HETRIEVER_MODEL_DIR=str(model_dir),
                HETRIEVER_FAULTS_STATE=str(tmp_path / "faults"),
+               HETRIEVER_WRITE_WINDOW=str(WINDOW),
                HETRIEVER_LOG_FORMAT="json")
     env.update(extra)
     return env
