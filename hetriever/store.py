@@ -243,6 +243,9 @@ def _location(settings: Settings) -> str:
     return str(settings.chroma_path)
 
 
+OPEN_LOCK = "hetriever-open.lock"  # inside the Chroma directory, which is writable
+
+
 class ChromaKnowledgeStore:
     """KnowledgeStore on ChromaDB (embedded PersistentClient, or HttpClient in server mode)."""
 
@@ -312,7 +315,13 @@ class ChromaKnowledgeStore:
                 return chromadb.HttpClient(host=s.chroma_host, port=s.chroma_port,
                                            settings=chroma_settings)
             s.chroma_path.mkdir(parents=True, exist_ok=True)
-            return chromadb.PersistentClient(path=str(s.chroma_path), settings=chroma_settings)
+            # Processes opening a fresh directory at once each create Chroma's tables, and all
+            # but one fail ("table collections already exists"): open one at a time. A lock
+            # file of its own, so opening never waits for a writer holding the directory.
+            with file_lock(s.chroma_path / OPEN_LOCK, timeout=self.lock_timeout,
+                           what=f"opening the Chroma directory {self.location}"):
+                return chromadb.PersistentClient(path=str(s.chroma_path),
+                                                 settings=chroma_settings)
         except HetrieverError:
             raise
         except Exception as exc:
