@@ -48,6 +48,7 @@ from common import (  # noqa: E402
     make_store,
     bench_settings,
     print_table,
+    write_windows,
 )
 from hetriever import search  # noqa: E402
 from hetriever.logs import configure_logging  # noqa: E402
@@ -91,21 +92,13 @@ def description_in_text(corpus: CorpusChunks) -> tuple[int, int]:
 def index_corpus(corpus: CorpusChunks, embedder: Any) -> tuple[Any, dict]:
     root = RESULTS_DIR / f"quality-{corpus.name}-{corpus.commit[:12]}"
     store = make_store(root, embedder)
-    windows: list[dict[str, list]] = [{}]
-    count = 0
-    for path, chunks in corpus.files.items():
-        windows[-1][path] = chunks
-        count += len(chunks)
-        if count >= store.settings.write_window:
-            windows.append({})
-            count = 0
+    windows = write_windows(corpus.files, store.settings.write_window)
 
     async def write() -> tuple[int, int]:
         written = reused = 0
         for window in windows:
-            if window:
-                got = await store.upsert_files(corpus.name, window)
-                written, reused = written + got.written, reused + got.reused
+            got = await store.upsert_files(corpus.name, window)
+            written, reused = written + got.written, reused + got.reused
         stale = set(await store.list_files(corpus.name)) - set(corpus.files)
         for path in stale:
             await store.delete_file(corpus.name, path)

@@ -53,6 +53,7 @@ from common import (  # noqa: E402
     make_store,
     percentile,
     print_table,
+    write_windows,
 )
 from hetriever import search as search_mod  # noqa: E402
 from hetriever.logs import configure_logging  # noqa: E402
@@ -95,23 +96,15 @@ def bench_throughput(corpus: CorpusChunks, embedder: Any, workdir: Path,
 
     store = make_store(workdir / "throughput", embedder)
     step = store.max_batch_size()
-    windows: list[dict[str, list]] = [{}]
-    count = 0
-    for path, file_chunks in corpus.files.items():  # as indexing.OutcomeWriter groups them
-        windows[-1][path] = file_chunks
-        count += len(file_chunks)
-        if count >= store.settings.write_window:
-            windows.append({})
-            count = 0
+    windows = write_windows(corpus.files, store.settings.write_window)
 
     async def write_all() -> tuple[int, int, float]:
         written = reused = 0
         embed_s = 0.0
         for window in windows:
-            if window:
-                got = await store.upsert_files(corpus.name, window)
-                written, reused = written + got.written, reused + got.reused
-                embed_s += got.embedding_seconds
+            got = await store.upsert_files(corpus.name, window)
+            written, reused = written + got.written, reused + got.reused
+            embed_s += got.embedding_seconds
         return written, reused, embed_s
 
     embedder.reset_counters()

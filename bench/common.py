@@ -127,6 +127,19 @@ def load_sample_chunks(copies: int, *, settings: Settings | None = None,
         return process_repo(repo, commit, settings, f"sample-docs x{copies}")
 
 
+def write_windows(files: dict[str, list], size: int) -> list[dict[str, list]]:
+    """Files grouped as `indexing.OutcomeWriter` groups them: a window closes at >= size chunks."""
+    windows: list[dict[str, list]] = [{}]
+    count = 0
+    for path, chunks in files.items():
+        windows[-1][path] = chunks
+        count += len(chunks)
+        if count >= size:
+            windows.append({})
+            count = 0
+    return [w for w in windows if w]
+
+
 def bench_settings(root: Path, **overrides: Any) -> Settings:
     """Settings for an embedded store with its Chroma data and state (BM25, locks) under root."""
     return Settings(chroma_path=root / "chroma", state_dir=root / "state").replace(**overrides)
