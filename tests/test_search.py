@@ -327,3 +327,69 @@ def test_server_going_down_degrades_to_bm25(tmp_path, minilm_embedder) -> None:
             run(retrieve(store, "Homebrew", hybrid=False))
         with pytest.raises(BackendConnectionError):
             run(store.upsert_file_chunks(A, "content/x.md", [make_chunk(A, "content/x.md", "x")]))
+
+
+# --- filtered dense queries: unfiltered over-fetch, else Chroma's `where` ------------------
+
+
+class CountingCollection:
+    """A real Chroma collection that records the `where` of every query it answers."""
+
+    def __init__(self, col: Any) -> None:
+        self.col, self.wheres = col, []
+
+    def query(self, **kwargs: Any) -> Any:
+        self.wheres.append(kwargs.get("where"))
+        return self.col.query(**kwargs)
+
+
+@pytest.fixture
+def sectioned(tmp_path):
+    """1,000 random 8-d chunks: section `big` 30%, `rare` 1%, the rest spread over `s0`..`s9`."""
+    import numpy as np
+
+    from hetriever.search import _dense_rows
+
+    store = ChromaKnowledgeStore(store_settings(tmp_path))
+    col = store.client.create_collection("sectioned", configuration={"hnsw": {"space": "l2"}},
+                                         embedding_function=None)
+    rng = np.random.default_rng(7)
+    vectors = rng.standard_normal((1000, 8)).astype(np.float32)
+    sections = ["rare" if i % 100 == 0 else "big" if i % 10 < 3 else f"s{i % 10}"
+                for i in range(1000)]
+    col.add(ids=[f"c{i}" for i in range(1000)], embeddings=vectors,
+            documents=[f"chunk {i}" for i in range(1000)],
+            metadatas=[{"section": s} for s in sections])
+
+    def nearest(vector, n, section):
+        """Exact answer by brute force, for comparison."""
+        order = np.argsort(((vectors - vector) ** 2).sum(axis=1))
+        return [f"c{i}" for i in order if sections[i] == section][:n]
+
+    def dense(vector, n, section):
+        counting = CountingCollection(col)
+        rows = _dense_rows(store, counting, vector, n, validate_filter({"section": section}))
+        return [row[0] for row in rows], counting.wheres
+
+    yield rng, nearest, dense
+    store.close_sync()
+
+
+def test_a_common_filter_is_answered_from_unfiltered_neighbours(sectioned):
+    rng, nearest, dense = sectioned
+    unfiltered = 0
+    for _ in range(30):
+        vector = rng.standard_normal(8).astype("float32")
+        got, wheres = dense(vector, 10, "big")
+        assert got == nearest(vector, 10, "big")
+        unfiltered += wheres == [None]  # one unfiltered look was enough
+    assert unfiltered >= 25  # 50 neighbours keep ~15 of 30%: Chroma's `where` is rare here
+
+
+def test_a_rare_filter_falls_back_to_chromas_where(sectioned):
+    rng, nearest, dense = sectioned
+    for _ in range(10):
+        vector = rng.standard_normal(8).astype("float32")
+        got, wheres = dense(vector, 5, "rare")
+        assert got == nearest(vector, 5, "rare")
+        assert wheres[-1] == validate_filter({"section": "rare"})
