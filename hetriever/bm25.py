@@ -587,6 +587,12 @@ class BM25Index:
                           if meta is not None and matches(normalised, meta)}
             return found
 
+    def generation(self) -> int:
+        """The file's committed generation: it moves with every write, from any process."""
+        with self._lock:
+            self._check_open()
+            return int(self._meta(self._rconn, "generation"))
+
     def search(self, query: str, k: int, where: Mapping | None = None) -> list[tuple[str, float]]:
         """Top `k` (id, raw BM25 score) among documents matching `where`; only scores > 0."""
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:

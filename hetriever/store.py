@@ -27,6 +27,7 @@ import random
 import re
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +36,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 import chromadb
 import httpx
 from chromadb.api.segment import check_index_name
+from chromadb.api.shared_system_client import SharedSystemClient
 from chromadb.api.types import validate_metadata
 from chromadb.config import Settings as ChromaSettings
 from chromadb.errors import InternalError, NotFoundError, RateLimitError
@@ -243,6 +245,11 @@ def _location(settings: Settings) -> str:
     return str(settings.chroma_path)
 
 
+def _chroma_identifier(client: Any) -> str:
+    """The key under which Chroma shares one system per path within a process."""
+    return SharedSystemClient._get_identifier_from_settings(client.get_settings())
+
+
 OPEN_LOCK = "hetriever-open.lock"  # inside the Chroma directory, which is writable
 
 
@@ -258,6 +265,11 @@ class ChromaKnowledgeStore:
         self._embedder = embedder
         self._bm25: dict[str, BM25Index] = {}  # by physical name
         self._collections: dict[str, Any] = {}  # by physical name
+        # Embedded mode: the BM25 generation (physical name -> int) that this process's view of
+        # a Chroma collection is known to include, and the repositories it is writing now.
+        self._seen: dict[str, int] = {}
+        self._writing: Counter[str] = Counter()
+        self._inherited = False  # set by _connect
         self._guard = threading.RLock()
         self._max_batch: int | None = None
         # repository -> physical collection this store reads and writes regardless of the
@@ -320,8 +332,13 @@ class ChromaKnowledgeStore:
             # file of its own, so opening never waits for a writer holding the directory.
             with file_lock(s.chroma_path / OPEN_LOCK, timeout=self.lock_timeout,
                            what=f"opening the Chroma directory {self.location}"):
-                return chromadb.PersistentClient(path=str(s.chroma_path),
-                                                 settings=chroma_settings)
+                before = set(SharedSystemClient._identifier_to_system)
+                client = chromadb.PersistentClient(path=str(s.chroma_path),
+                                                   settings=chroma_settings)
+            # Chroma hands out one system per path and process: if another store here made it,
+            # its collections may have been loaded before other processes' latest writes.
+            self._inherited = _chroma_identifier(client) in before
+            return client
         except HetrieverError:
             raise
         except Exception as exc:
@@ -390,9 +407,14 @@ class ChromaKnowledgeStore:
 
     def _chroma_physical(self, physical: str, name: str, *, create: bool = False) -> Any | None:
         with self._guard:
+            if not self._writing[name]:  # a writer made its view current when it took the lock
+                self._refresh_view(physical)
             cached = self._collections.get(physical)
             if cached is not None:
                 return cached
+        # Read before the collection is loaded, so the view loaded next includes at least this
+        # generation (every writer writes Chroma first, then BM25).
+        generation = None if self.settings.server_mode else self._generation(physical)
         try:
             col = self._call("get_collection", lambda: self.client.get_collection(
                 physical, embedding_function=None))
@@ -411,7 +433,38 @@ class ChromaKnowledgeStore:
                      model=embedder.name, dimensions=embedder.dimensions)
         with self._guard:
             self._collections[physical] = col
+            if generation is not None:
+                # An inherited view is of unknown age: the next access reopens it once.
+                self._seen[physical] = -2 if self._inherited else generation
         return col
+
+    def _generation(self, physical: str) -> int:
+        """The collection's BM25 generation (-1 before it has a BM25 file)."""
+        if physical not in self._bm25 and not self.bm25_file(physical).exists():
+            return -1
+        return self.bm25_physical(physical).generation()
+
+    def _refresh_view(self, physical: str) -> None:
+        """Reopen embedded Chroma if the collection changed since this process loaded it."""
+        if self.settings.server_mode or physical not in self._collections:
+            return
+        if self._generation(physical) != self._seen.get(physical):
+            self._reopen(physical)
+
+    def _reopen(self, physical: str) -> None:
+        """A fresh view of the embedded Chroma directory, after another process wrote to it.
+
+        Embedded Chroma loads a collection's vector index once per process and never reads
+        another process's later writes: deleted chunks keep coming back without documents and
+        new ones are never found. Chroma shares one system per path within a process, so the
+        path's system is replaced: every client of this path then reads the new one, and
+        handles already taken keep answering from the old one until dropped.
+        """
+        SharedSystemClient._identifier_to_system.pop(_chroma_identifier(self.client), None)
+        self.client = self._connect()
+        self._collections.clear()
+        self._seen.clear()
+        log.debug("chroma_reopened", path=self.location, collection=physical)
 
     def _forget(self, name: str, *, bm25: bool = False) -> None:
         """Drop cached handles of a physical collection (its BM25 index too when `bm25`)."""
@@ -483,7 +536,20 @@ class ChromaKnowledgeStore:
             lock_path = self.settings.resolved_state_dir / "locks" / f"{collection}.lock"
             stack.enter_context(file_lock(lock_path, timeout=self.lock_timeout,
                                           what=f"collection {collection!r}"))
-            yield
+            with self._guard:
+                physical = self.physical_name(collection)
+                if physical is not None:
+                    self._refresh_view(physical)  # write from a view that has every write
+                self._writing[collection] += 1
+            try:
+                yield
+            finally:
+                with self._guard:
+                    self._writing[collection] -= 1
+                    # Still under the lock: every write up to here is ours and in our view.
+                    physical = self.physical_name(collection)
+                    if not self.settings.server_mode and physical in self._collections:
+                        self._seen[physical] = self._generation(physical)
 
     # -- validation --------------------------------------------------------------------
 

@@ -31,6 +31,7 @@ from tests.test_faults import (
     assert_equals_fresh_pass,
     cli_command,
     cli_env,
+    ingest_ok,
     open_store,
     pages_repo,
     the_repo,
@@ -107,6 +108,32 @@ def test_processes_opening_one_fresh_directory_together_all_succeed(tmp_path, mi
             code, out, err = _finish(proc)
             assert code == 0, err[-2000:]
             assert out.strip() == "[]"
+
+
+def test_a_long_lived_store_sees_what_another_process_wrote(tmp_path, minilm_embedder,
+                                                            minilm_model_dir):
+    # Embedded Chroma loads a collection's vector index once per process: without a reload, a
+    # searcher that outlives an ingest keeps the old neighbours (deleted, so no documents) and
+    # never finds the new chunks. Only the dense side is asked here; BM25 reloads on its own.
+    docs = pages_repo(tmp_path, 40)
+    env = cli_env(tmp_path, minilm_model_dir)
+    ingest_ok(docs, env)
+    store = open_store(tmp_path, minilm_embedder)
+    try:
+        query = "alpha bravo charlie page7"
+        before = hybrid_search(store, query, top_k=5, namespaces=[REPO_NAME], hybrid=False)
+        assert len(before.matches) == 5
+        assert all("version1" in m.content for m in before.matches)
+
+        write_pages(docs, 40, 2)  # every chunk changes: new ids, the old ones deleted
+        ingest_ok(docs, env)
+        with capture_logs() as logs:
+            after = hybrid_search(store, query, top_k=5, namespaces=[REPO_NAME], hybrid=False)
+        assert len(after.matches) == 5
+        assert all("version2" in m.content for m in after.matches)
+        assert not [e for e in logs if e["event"] == "result_without_content"]
+    finally:
+        store.close_sync()
 
 
 def test_a_second_ingest_that_may_not_wait_exits_with_the_lock_message(
