@@ -1,7 +1,7 @@
 """Search latency and throughput under load, while an ingest rewrites the index.
 
     python bench/bench_load.py [--clients 8] [--seconds 30] [--idle-seconds 10] [--pages 300]
-                               [--model-dir DIR] [--json]
+                               [--model-dir DIR] [--server] [--json]
 
 A throw-away git repository of `--pages` small pages is indexed once. Then `--clients` threads
 search it (hybrid, in-process, one shared embedded store) for `--idle-seconds` with nothing
@@ -9,11 +9,14 @@ else running, and for `--seconds` while a writer keeps committing a new version 
 and running `hetriever ingest` on it in a subprocess (so each ingest rewrites every chunk).
 Reported per phase: latency p50/p95/p99, throughput, errors, results dropped as inconsistent,
 and how many ingests completed. Every wait is bounded; the writer is stopped at the deadline.
+With `--server`, a `chroma run` on 127.0.0.1 holds the data: the searching threads and the
+ingest subprocesses both reach it over loopback HTTP (BM25 state stays in a shared directory).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -23,6 +26,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -176,6 +180,38 @@ def measure(store: ChromaKnowledgeStore, name: str, clients: int, seconds: float
     return phase, latencies
 
 
+@contextlib.contextmanager
+def chroma_server(path: Path) -> Iterator[int]:
+    """`chroma run` (beside this Python) on a free port of 127.0.0.1 until the block ends."""
+    import socket
+
+    import httpx
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    path.mkdir(parents=True)
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "chroma"), "run", "--path",
+                             str(path), "--host", "127.0.0.1", "--port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"http://127.0.0.1:{port}/api/v2/heartbeat").status_code == 200:
+                    break
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"chroma run did not start (exit code {proc.poll()})")
+            time.sleep(0.2)
+        yield port
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, default=8)
@@ -183,16 +219,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--idle-seconds", type=float, default=10.0)
     parser.add_argument("--pages", type=int, default=300)
     parser.add_argument("--model-dir", type=Path, help="prepared model (default: the cache)")
+    parser.add_argument("--server", action="store_true",
+                        help="a `chroma run` server on 127.0.0.1 instead of embedded Chroma")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
 
-    with tempfile.TemporaryDirectory(prefix="bench-load-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="bench-load-") as tmp, contextlib.ExitStack() as stack:
         root = Path(tmp)
         repo = root / REPO
         repo.mkdir()
         git(repo, "init", "-q", "-b", "main")
         write_version(repo, args.pages, 1)
         overrides = {"chroma_path": root / "chroma", "state_dir": root / "state"}
+        if args.server:
+            port = stack.enter_context(chroma_server(root / "chroma-server"))
+            overrides.update(chroma_host="127.0.0.1", chroma_port=port)
         if args.model_dir:
             overrides["model_dir"] = args.model_dir
         settings = load_settings(env={}, config_file=None, log_level="WARNING", **overrides)
@@ -207,6 +248,9 @@ def main(argv: list[str] | None = None) -> int:
         env.update(HETRIEVER_CHROMA_PATH=str(settings.chroma_path),
                    HETRIEVER_STATE_DIR=str(settings.resolved_state_dir),
                    HETRIEVER_MODEL_DIR=str(settings.resolved_model_dir))
+        if args.server:
+            env.update(HETRIEVER_CHROMA_HOST="127.0.0.1",
+                       HETRIEVER_CHROMA_PORT=str(settings.chroma_port))
         phases = []
         if args.idle_seconds > 0:
             phases.append(measure(store, "idle", args.clients, args.idle_seconds, args.pages)[0])
@@ -220,14 +264,15 @@ def main(argv: list[str] | None = None) -> int:
         phases.append(writing)
         store.close_sync()
 
-    report = {"clients": args.clients, "pages": args.pages, "chunks": first.chunks_written,
+    report = {"backend": "chroma run on 127.0.0.1" if args.server else "embedded",
+              "clients": args.clients, "pages": args.pages, "chunks": first.chunks_written,
               "initial_index_seconds": round(index_s, 1), "ingest_failures": writer.failures,
               "phases": [asdict(p) for p in phases]}
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
-    print(f"{args.clients} clients, {args.pages} pages ({first.chunks_written} chunks, "
-          f"indexed in {index_s:.1f} s)")
+    print(f"{report['backend']}: {args.clients} clients, {args.pages} pages "
+          f"({first.chunks_written} chunks, indexed in {index_s:.1f} s)")
     print(f"{'phase':<17}{'searches':>9}{'per s':>8}{'p50 ms':>8}{'p95 ms':>8}{'p99 ms':>8}"
           f"{'errors':>7}{'dropped':>8}{'bad':>5}{'ingests':>8}")
     for p in phases:
