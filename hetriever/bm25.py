@@ -355,6 +355,11 @@ class BM25Index:
 
     def _init_schema(self) -> None:
         with self._lock:
+            stored = self._existing_tokenizer()
+            if stored is not None:  # already set up: opening must not wait for a writer
+                if stored != self._tokenizer_id():
+                    self._retokenize(stored)
+                return
             self._wconn.execute("BEGIN IMMEDIATE")
             try:
                 for statement in _SCHEMA.split(";"):
@@ -372,6 +377,14 @@ class BM25Index:
                 raise
         if stored != self._tokenizer_id():
             self._retokenize(stored)
+
+    def _existing_tokenizer(self) -> str | None:
+        """The tokenizer id of an index whose schema is complete, else None (a plain read)."""
+        try:
+            row = self._rconn.execute("SELECT value FROM meta WHERE key = 'tokenizer'").fetchone()
+        except sqlite3.OperationalError:  # no tables yet
+            return None
+        return None if row is None else str(row[0])
 
     @staticmethod
     def _tokenizer_id() -> str:

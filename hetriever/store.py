@@ -605,8 +605,13 @@ class ChromaKnowledgeStore:
         return {**{k: None for k in old if k not in new}, **new}
 
     def _write(self, collection: str, col: Any, ids: list[str], texts: list[str],
-               metadatas: list[dict[str, Any]]) -> FileWriteResult:
-        """Upsert chunks: unchanged content is not re-embedded, only its metadata refreshed."""
+               metadatas: list[dict[str, Any]], *,
+               txn: contextlib.ExitStack | None = None) -> FileWriteResult:
+        """Upsert chunks: unchanged content is not re-embedded, only its metadata refreshed.
+
+        With `txn`, the BM25 transaction is entered on it after embedding, and stays open for
+        the caller's further writes.
+        """
         self._prepare(collection, ids, texts, metadatas)
         self.check_embedding_model(collection, col)
         result = FileWriteResult()
@@ -625,6 +630,8 @@ class ChromaKnowledgeStore:
         vectors = self._embed([texts[i] for i in to_embed], result) if to_embed else None
         step = self.max_batch_size()
         index = self.bm25(collection)
+        if txn is not None:
+            txn.enter_context(index.transaction())
         for start in range(0, len(meta_only), step):
             part = meta_only[start:start + step]
             p_ids = [ids[i] for i in part]
@@ -712,9 +719,13 @@ class ChromaKnowledgeStore:
             # One BM25 commit per call; Chroma is written first, so a crash leaves BM25 behind
             # (never ahead), which repair() fixes.
             index = self.bm25(collection)
-            with index.transaction():
-                result = self._write(collection, col, ids, texts, metadatas) if ids \
+            with contextlib.ExitStack() as txn:
+                # `_write` opens the transaction once its vectors are computed: embedding can
+                # take many seconds, and the BM25 file must not be write-locked meanwhile.
+                result = self._write(collection, col, ids, texts, metadatas, txn=txn) if ids \
                     else FileWriteResult()
+                if not ids:
+                    txn.enter_context(index.transaction())
                 vanished = sorted(old_ids - set(ids))
                 result.deleted = self._delete_ids(collection, col, vanished)
                 for file_path, chunks in files.items():

@@ -263,6 +263,23 @@ def test_second_index_sees_committed_writes(tmp_path):
         assert {h[0] for h in reader.search("document", 5)} == {"b", "c"}
 
 
+def test_opening_an_index_does_not_wait_for_a_writer(tmp_path):
+    # A searcher starting while an ingest holds the write transaction must not block on it.
+    path = tmp_path / "bm25.sqlite"
+    with BM25Index(path) as writer:
+        writer.upsert(["a"], ["first document"], [{"f": "a.md"}])
+        opened: list[BM25Index] = []
+        with writer.transaction():
+            writer.upsert(["b"], ["second document"], [{"f": "b.md"}])
+            thread = threading.Thread(target=lambda: opened.append(BM25Index(path)), daemon=True)
+            thread.start()
+            thread.join(timeout=10)
+            assert opened, "opening waited for the writer's transaction"
+            assert [h[0] for h in opened[0].search("document", 5)] == ["a"]
+        assert {h[0] for h in opened[0].search("document", 5)} == {"a", "b"}
+        opened[0].close()
+
+
 def test_reader_reloads_when_changelog_was_trimmed(tmp_path, monkeypatch):
     path = tmp_path / "bm25.sqlite"
     monkeypatch.setattr(bm25_module, "_LOG_KEEP_GENERATIONS", 2)

@@ -4,6 +4,7 @@ real MiniLM embedder."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -29,6 +30,7 @@ from hetriever.store import (
     validate_collection_name,
 )
 from tests.chroma_fixtures import free_port, make_chunk, store_settings
+from tests.flow_support import stored
 
 REPO = "alpha-docs"
 WHERE = "content/functions/where.md"
@@ -268,6 +270,43 @@ class ProjectedEmbedder:
         v = self.base.embed(texts)[:, : self.dimensions]
         self.calls, self.texts_embedded = self.calls + 1, self.texts_embedded + len(texts)
         return (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
+
+
+class BM25LockProbe:
+    """The real model; before each batch it checks whether the BM25 file can be write-locked."""
+
+    def __init__(self, base: Any, bm25_file: Path) -> None:
+        self.base, self.bm25_file = base, bm25_file
+        self.name, self.dimensions = base.name, base.dimensions
+        self.locked_while_embedding: list[bool] = []
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        if self.bm25_file.exists():
+            conn = sqlite3.connect(self.bm25_file, timeout=0, isolation_level=None)
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                conn.execute("ROLLBACK")
+                self.locked_while_embedding.append(False)
+            except sqlite3.OperationalError:  # "database is locked"
+                self.locked_while_embedding.append(True)
+            finally:
+                conn.close()
+        return self.base.embed(texts)
+
+
+def test_embedding_does_not_hold_the_bm25_write_lock(make_store, minilm_embedder) -> None:
+    # Embedding a write window can take many seconds; meanwhile other processes must be able
+    # to open and write the BM25 file (a searcher starting, a purge of another file).
+    store = make_store()
+    run(store.upsert_file_chunks(REPO, WHERE, where_chunks(["first version of the page"])))
+    probe = BM25LockProbe(minilm_embedder, store.bm25_path(REPO))
+    probing = make_store(embedder=probe)
+    run(probing.upsert_files(REPO, {WHERE: where_chunks(["second version of the page"]),
+                                    "content/other.md": [make_chunk(REPO, "content/other.md",
+                                                                    "another page")]}))
+    assert probe.locked_while_embedding == [False]
+    assert sorted(t for _, t in stored(probing, REPO).values()) == \
+        ["another page", "second version of the page"]
 
 
 @pytest.mark.parametrize("name", ["ab", "Alpha-docs", "-alpha", "alpha_docs", "a" * 64,
