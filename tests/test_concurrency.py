@@ -18,9 +18,10 @@ from collections import Counter
 
 from structlog.testing import capture_logs
 
-from hetriever.indexing import index_repository
+from hetriever.indexing import index_repository, run_lock
 from hetriever.search import hybrid_search
 from hetriever.store import content_hash
+from tests.chroma_fixtures import store_settings
 from tests.flow_support import stored
 from tests.test_faults import (
     PAGES,
@@ -140,27 +141,26 @@ def test_a_second_ingest_that_may_not_wait_exits_with_the_lock_message(
         tmp_path, minilm_embedder, minilm_model_dir):
     docs = pages_repo(tmp_path)
     env = cli_env(tmp_path, minilm_model_dir)
-    first = subprocess.Popen(cli_command(docs, "ingest", "--json"), env=env, cwd=tmp_path,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    watcher = LogWatcher(first)
-    try:
-        watcher.wait_for("index_started")
+    first = ingest_ok(docs, env)[0]["new_commit"]
+    write_pages(docs, PAGES, 2)
+    # This process holds the repository's run lock as a running ingest does (the same lock,
+    # taken the same way), for as long as the second ingest needs: no race with a fast run.
+    settings = store_settings(tmp_path)
+    with run_lock(settings, REPO_NAME, timeout=0):
         second = subprocess.run(cli_command(docs, "ingest", "--json"), cwd=tmp_path,
                                 env={**env, "HETRIEVER_RUN_LOCK_TIMEOUT": "0"},
                                 capture_output=True, text=True, timeout=RUN_TIMEOUT)
-        out = first.stdout.read() if first.stdout else ""
-        first.wait(timeout=RUN_TIMEOUT)
-    finally:
-        if first.poll() is None:
-            first.kill()
-            first.wait()
-        watcher.rest()
-    assert first.returncode == 0 and json.loads(out)[0]["completed"]
     assert second.returncode == 1 and "Traceback" not in second.stderr
     (outcome,) = json.loads(second.stdout)
     assert outcome["ok"] is False
     assert f"another process is writing an ingest run of {REPO_NAME!r}" in outcome["error"]
 
+    store = open_store(tmp_path, minilm_embedder)
+    try:  # the refused run changed nothing
+        assert run(store.get_collection_metadata(REPO_NAME))["commit_hash"] == first
+    finally:
+        store.close_sync()
+    ingest_ok(docs, env)  # the lock is free again
     store = open_store(tmp_path, minilm_embedder)
     try:
         assert len(assert_equals_fresh_pass(store, docs, minilm_model_dir)) == PAGES
