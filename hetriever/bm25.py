@@ -355,36 +355,36 @@ class BM25Index:
 
     def _init_schema(self) -> None:
         with self._lock:
-            stored = self._existing_tokenizer()
-            if stored is not None:  # already set up: opening must not wait for a writer
-                if stored != self._tokenizer_id():
-                    self._retokenize(stored)
-                return
-            self._wconn.execute("BEGIN IMMEDIATE")
-            try:
-                for statement in _SCHEMA.split(";"):
-                    if statement.strip():
-                        self._wconn.execute(statement)
-                defaults = {"generation": "0", "log_floor": "0", "vocab_epoch": "0",
-                            "schema": SCHEMA_VERSION,
-                            "tokenizer": self._tokenizer_id()}
-                self._wconn.executemany("INSERT OR IGNORE INTO meta(key, value) VALUES (?, ?)",
-                                        defaults.items())
-                stored = self._meta(self._wconn, "tokenizer")
-                self._wconn.execute("COMMIT")
-            except BaseException:
-                self._wconn.execute("ROLLBACK")
-                raise
+            # Already set up: a plain read, so opening never waits for a writer's transaction.
+            stored = self._existing_tokenizer() or self._create_schema()
         if stored != self._tokenizer_id():
             self._retokenize(stored)
 
-    def _existing_tokenizer(self) -> str | None:
-        """The tokenizer id of an index whose schema is complete, else None (a plain read)."""
+    def _create_schema(self) -> str:
+        """Create the tables and defaults (idempotent); return the stored tokenizer id."""
+        self._wconn.execute("BEGIN IMMEDIATE")
         try:
-            row = self._rconn.execute("SELECT value FROM meta WHERE key = 'tokenizer'").fetchone()
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    self._wconn.execute(statement)
+            defaults = {"generation": "0", "log_floor": "0", "vocab_epoch": "0",
+                        "schema": SCHEMA_VERSION,
+                        "tokenizer": self._tokenizer_id()}
+            self._wconn.executemany("INSERT OR IGNORE INTO meta(key, value) VALUES (?, ?)",
+                                    defaults.items())
+            stored = self._meta(self._wconn, "tokenizer")
+            self._wconn.execute("COMMIT")
+        except BaseException:
+            self._wconn.execute("ROLLBACK")
+            raise
+        return stored
+
+    def _existing_tokenizer(self) -> str:
+        """The tokenizer id of an index whose schema is complete, else "" (a plain read)."""
+        try:
+            return self._meta(self._rconn, "tokenizer")
         except sqlite3.OperationalError:  # no tables yet
-            return None
-        return None if row is None else str(row[0])
+            return ""
 
     @staticmethod
     def _tokenizer_id() -> str:
