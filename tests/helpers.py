@@ -107,6 +107,20 @@ def build_sample_parent(tmp: Path) -> tuple[Path, Path]:
     return make_parent_with_submodule(tmp, source, "sample-docs"), source
 
 
+def break_the_cleaner_on_where(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make indexing's cleaner raise for the sample docs' `where` page (a cleaner bug)."""
+    import hetriever.indexing as indexing
+
+    real = indexing.clean_page
+
+    def fragile(body, **kwargs):
+        if body.lstrip().startswith("The `where` function"):
+            raise ValueError("cleaner bug")
+        return real(body, **kwargs)
+
+    monkeypatch.setattr(indexing, "clean_page", fragile)
+
+
 def build_corpus_parent(tmp: Path, corpus: str) -> tuple[Path, str, str]:
     """A parent repo at tmp/parent with corpus `<corpus>` (v1 then v2) as submodule docs/<corpus>.
 

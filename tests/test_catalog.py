@@ -25,7 +25,12 @@ from hetriever.discover import discover_repositories
 from hetriever.indexing import index_repository
 from hetriever.store import ChromaKnowledgeStore
 from tests.chroma_fixtures import store_settings
-from tests.helpers import build_sample_parent, commit_all, update_submodule
+from tests.helpers import (
+    break_the_cleaner_on_where,
+    build_sample_parent,
+    commit_all,
+    update_submodule,
+)
 
 
 def run(coro):
@@ -151,17 +156,8 @@ def test_indexing_records_file_states_runs_and_titles(docs, store) -> None:
 
 
 def test_a_failed_file_is_recorded(docs, store, monkeypatch) -> None:
-    import hetriever.indexing as indexing
-
     parent, _ = docs
-    real = indexing.clean_page
-
-    def fragile(body, **kwargs):
-        if body.lstrip().startswith("The `where` function"):
-            raise ValueError("cleaner bug")
-        return real(body, **kwargs)
-
-    monkeypatch.setattr(indexing, "clean_page", fragile)
+    break_the_cleaner_on_where(monkeypatch)
     run(index_repository(repo_of(parent), store, store.settings))
     (failed,) = store.catalog.files(store.physical_name("sample-docs"), FAILED)
     assert failed.path.endswith("where.md") and "cleaner bug" in failed.reason

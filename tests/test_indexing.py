@@ -18,7 +18,14 @@ from hetriever.indexing import (
 from hetriever.store import ChromaKnowledgeStore
 from tests.chroma_fixtures import store_settings
 from tests.flow_support import fresh_full_pass, stored
-from tests.helpers import build_sample_parent, commit_all, git, update_submodule, write_files
+from tests.helpers import (
+    break_the_cleaner_on_where,
+    build_sample_parent,
+    commit_all,
+    git,
+    update_submodule,
+    write_files,
+)
 
 
 def run(coro):
@@ -155,16 +162,7 @@ def test_a_second_run_of_the_same_repository_waits_then_exits_clearly(docs, stor
 def test_a_file_that_breaks_the_cleaner_is_skipped_not_fatal(docs, store, monkeypatch):
     parent, _ = docs
     repo = repo_of(parent)
-    import hetriever.indexing as indexing
-
-    real = indexing.clean_page
-
-    def fragile(body, **kwargs):
-        if body.lstrip().startswith("The `where` function"):
-            raise ValueError("cleaner bug")
-        return real(body, **kwargs)
-
-    monkeypatch.setattr(indexing, "clean_page", fragile)
+    break_the_cleaner_on_where(monkeypatch)
     result = run(index_repository(repo, store, store.settings))
     assert result.completed
     failed = [s for s in result.skipped if s.reason.startswith("error: ValueError")]
