@@ -30,7 +30,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 import numpy as np
 
 from hetriever.errors import IndexingError, InvalidLimitError, KnowledgeStoreError
-from hetriever.filters import equality_terms, matches, validate_filter
+from hetriever.filters import equality_terms, matches, only_equalities, validate_filter
 from hetriever.logs import get_logger
 
 log = get_logger(__name__)
@@ -167,6 +167,7 @@ class _State:
         self._norm_params: tuple[float, float] | None = None
         self.eq_index: dict[str, dict[tuple, set[int]]] = {}
         self._masks: dict[str, np.ndarray | None] = {}  # filter -> allowed slots, per state
+        self._ids: dict[tuple[str, int], list[str] | None] = {}  # (filter, limit) -> few_ids
         self._new_lengths: list[float] = []
 
     @property
@@ -225,6 +226,7 @@ class _State:
         self._delta = None
         self._norm = None
         self._masks = {}
+        self._ids = {}
         if (self.dead > max(1000, len(self.doc_ids) // 4)
                 or self.delta_postings > max(50_000, len(self.main) // 4)):
             self.compact(n_terms)
@@ -245,6 +247,7 @@ class _State:
         self.delta_parts, self.delta_postings, self._delta, self._norm = [], 0, None, None
         self.eq_index = {}
         self._masks = {}
+        self._ids = {}
 
     def allowed_mask(self, where: dict) -> np.ndarray | None:
         """`slots_for(where)` as a boolean array over slots, cached until the next change."""
@@ -259,6 +262,24 @@ class _State:
                 self._masks.pop(next(iter(self._masks)))
             self._masks[key] = mask
         return self._masks[key]
+
+    def few_ids(self, where: dict, limit: int) -> list[str] | None:
+        """Ids of the live docs matching `where`, or None when its equality constraints leave
+        more than `limit` candidates (or give none). Cached until the next change."""
+        key = (json.dumps(where, sort_keys=True), limit)
+        if key not in self._ids:
+            found: list[str] | None = None
+            mask = self.allowed_mask(where)
+            if mask is not None:
+                slots = np.flatnonzero(mask & self.alive)
+                if len(slots) <= limit:
+                    if not only_equalities(where):  # e.g. a `$ne` beside the equalities
+                        slots = [s for s in slots if matches(where, self.metas[s])]
+                    found = [self.doc_ids[s] for s in slots]
+            if len(self._ids) >= 32:
+                self._ids.pop(next(iter(self._ids)))
+            self._ids[key] = found
+        return self._ids[key]
 
     def slots_for(self, where: dict | None) -> set[int] | None:
         """Slots that can match `where` by its equality constraints (None: no narrowing)."""
@@ -599,6 +620,15 @@ class BM25Index:
                 found |= {doc_id for doc_id, meta in self._pending.items()
                           if meta is not None and matches(normalised, meta)}
             return found
+
+    def few_ids_where(self, where: Mapping, limit: int) -> list[str] | None:
+        """Committed ids matching `where` when its equality constraints narrow them to at most
+        `limit` (None otherwise): lets a dense query search just those vectors."""
+        normalised = validate_filter(where)
+        if normalised is None:
+            return None
+        with self._lock:
+            return self._current().few_ids(normalised, limit)
 
     def generation(self) -> int:
         """The file's committed generation: it moves with every write, from any process."""

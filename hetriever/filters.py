@@ -202,3 +202,17 @@ def equality_terms(where: dict | None) -> list[tuple[str, list[Any]]] | None:
     if op == "$in":
         return [(key, list(operand))]
     return None
+
+
+def only_equalities(where: dict | None) -> bool:
+    """True when `equality_terms(where)` says everything: a conjunction of `$eq`/`$in` only,
+    so the equality index alone answers it and `matches()` has nothing left to check."""
+    if where is None:
+        return False
+    (key, value), = where.items()
+    if key == "$and":
+        return all(only_equalities(item) for item in value)
+    if key == "$or":
+        return False
+    (op, _), = value.items()
+    return op in ("$eq", "$in")

@@ -227,6 +227,34 @@ def test_filters_follow_updates_and_deletes(index):
     assert index.search("shared", 5, {"v": "x"}) == []
 
 
+def test_few_ids_where_lists_exact_matches_within_the_limit(index):
+    index.upsert([f"d{i}" for i in range(10)], ["text"] * 10,
+                 [{"sec": "a" if i < 3 else "b", "hidden": i == 1, "n": i} for i in range(10)])
+    assert sorted(index.few_ids_where({"sec": "a"}, 5)) == ["d0", "d1", "d2"]
+    assert sorted(index.few_ids_where({"sec": {"$in": ["a", "zz"]}}, 3)) == ["d0", "d1", "d2"]
+    # The equality narrows to three; the `$ne` is then checked on each.
+    assert sorted(index.few_ids_where(
+        {"$and": [{"sec": "a"}, {"hidden": {"$ne": True}}]}, 3)) == ["d0", "d2"]
+    assert index.few_ids_where({"sec": "zz"}, 5) == []
+    # More candidates than the limit, or no equality to narrow by: no list.
+    assert index.few_ids_where({"sec": "b"}, 6) is None
+    assert index.few_ids_where({"n": {"$gt": 7}}, 100) is None
+    assert index.few_ids_where({"$or": [{"sec": "a"}, {"n": 9}]}, 100) is None
+
+
+def test_few_ids_where_follows_committed_writes_from_another_index(tmp_path):
+    path = tmp_path / "bm25.sqlite"
+    with BM25Index(path) as writer, BM25Index(path) as reader:
+        writer.upsert(["a", "b"], ["x", "y"], [{"sec": "s"}, {"sec": "s"}])
+        assert sorted(reader.few_ids_where({"sec": "s"}, 10)) == ["a", "b"]
+        with writer.transaction():
+            writer.delete(["a"])
+            writer.upsert(["c"], ["z"], [{"sec": "s"}])
+            # Uncommitted: the reader still answers from the committed generation.
+            assert sorted(reader.few_ids_where({"sec": "s"}, 10)) == ["a", "b"]
+        assert sorted(reader.few_ids_where({"sec": "s"}, 10)) == ["b", "c"]
+
+
 # --- transactions, persistence, concurrency -----------------------------------------
 
 
