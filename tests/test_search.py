@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from structlog.testing import capture_logs
 
+from hetriever import search as search_module
 from hetriever.embed import MiniLMEmbedder
 from hetriever.errors import (
     BackendConnectionError,
@@ -329,25 +331,31 @@ def test_server_going_down_degrades_to_bm25(tmp_path, minilm_embedder) -> None:
             run(store.upsert_file_chunks(A, "content/x.md", [make_chunk(A, "content/x.md", "x")]))
 
 
-# --- filtered dense queries: unfiltered over-fetch, else Chroma's `where` ------------------
+# --- filtered dense queries: unfiltered over-fetch, then the matching ids, then `where` --
 
 
 class CountingCollection:
-    """A real Chroma collection that records the `where` of every query it answers."""
+    """A real Chroma collection that records how it was asked: "plain", "ids" or the `where`."""
 
     def __init__(self, col: Any) -> None:
-        self.col, self.wheres = col, []
+        self.col, self.asked = col, []
+
+    @property
+    def name(self) -> str:
+        return self.col.name
 
     def query(self, **kwargs: Any) -> Any:
-        self.wheres.append(kwargs.get("where"))
+        self.asked.append(kwargs.get("where") or ("ids" if kwargs.get("ids") else "plain"))
         return self.col.query(**kwargs)
 
 
 @pytest.fixture
 def sectioned(tmp_path):
-    """1,000 random 8-d chunks: section `big` 30%, `rare` 1%, the rest spread over `s0`..`s9`."""
+    """1,000 random 8-d chunks in Chroma and in a BM25 index: section `big` 30%, `rare` 1%,
+    the rest spread over `s0`..`s9`; `hidden` marks every other `rare` chunk."""
     import numpy as np
 
+    from hetriever.bm25 import BM25Index
     from hetriever.search import _dense_rows
 
     store = ChromaKnowledgeStore(store_settings(tmp_path))
@@ -355,41 +363,134 @@ def sectioned(tmp_path):
                                          embedding_function=None)
     rng = np.random.default_rng(7)
     vectors = rng.standard_normal((1000, 8)).astype(np.float32)
-    sections = ["rare" if i % 100 == 0 else "big" if i % 10 < 3 else f"s{i % 10}"
-                for i in range(1000)]
-    col.add(ids=[f"c{i}" for i in range(1000)], embeddings=vectors,
-            documents=[f"chunk {i}" for i in range(1000)],
-            metadatas=[{"section": s} for s in sections])
+    ids = [f"c{i}" for i in range(1000)]
+    metas = [{"section": "rare" if i % 100 == 0 else "big" if i % 10 < 3 else f"s{i % 10}",
+              "hidden": i % 200 == 0} for i in range(1000)]
+    texts = [f"chunk {i}" for i in range(1000)]
+    col.add(ids=ids, embeddings=vectors, documents=texts, metadatas=metas)
+    bm25 = BM25Index(tmp_path / "sectioned.bm25.sqlite")
+    bm25.upsert(ids, texts, metas)
 
-    def nearest(vector, n, section):
+    def nearest(vector, n, where):
         """Exact answer by brute force, for comparison."""
         order = np.argsort(((vectors - vector) ** 2).sum(axis=1))
-        return [f"c{i}" for i in order if sections[i] == section][:n]
+        return [ids[i] for i in order if matches(where, metas[i])][:n]
 
-    def dense(vector, n, section):
+    def dense(vector, n, where):
         counting = CountingCollection(col)
-        rows = _dense_rows(store, counting, vector, n, validate_filter({"section": section}))
-        return [row[0] for row in rows], counting.wheres
+        rows = _dense_rows(store, counting, vector, n, where, lambda: bm25)
+        return [row[0] for row in rows], counting.asked
 
-    yield rng, nearest, dense
+    yield SimpleNamespace(rng=rng, nearest=nearest, dense=dense, col=col, bm25=bm25)
+    bm25.close()
     store.close_sync()
 
 
 def test_a_common_filter_is_answered_from_unfiltered_neighbours(sectioned):
-    rng, nearest, dense = sectioned
+    where = validate_filter({"section": "big"})
     unfiltered = 0
     for _ in range(30):
-        vector = rng.standard_normal(8).astype("float32")
-        got, wheres = dense(vector, 10, "big")
-        assert got == nearest(vector, 10, "big")
-        unfiltered += wheres == [None]  # one unfiltered look was enough
-    assert unfiltered >= 25  # 50 neighbours keep ~15 of 30%: Chroma's `where` is rare here
+        vector = sectioned.rng.standard_normal(8).astype("float32")
+        got, asked = sectioned.dense(vector, 10, where)
+        assert got == sectioned.nearest(vector, 10, where)
+        unfiltered += asked == ["plain"]  # one unfiltered look was enough
+    assert unfiltered >= 25  # 50 neighbours keep ~15 of 30%: anything more is rare here
 
 
-def test_a_rare_filter_falls_back_to_chromas_where(sectioned):
-    rng, nearest, dense = sectioned
+@pytest.mark.parametrize("where", [
+    {"section": "rare"},
+    {"section": {"$in": ["rare", "absent"]}},
+    # An equality narrows, the `$ne` is checked per chunk: still only the matching ids.
+    {"$and": [{"section": "rare"}, {"hidden": {"$ne": True}}]},
+])
+def test_a_rare_filter_searches_just_the_matching_ids(sectioned, where):
+    where = validate_filter(where)
     for _ in range(10):
-        vector = rng.standard_normal(8).astype("float32")
-        got, wheres = dense(vector, 5, "rare")
-        assert got == nearest(vector, 5, "rare")
-        assert wheres[-1] == validate_filter({"section": "rare"})
+        vector = sectioned.rng.standard_normal(8).astype("float32")
+        got, asked = sectioned.dense(vector, 5, where)
+        assert got == sectioned.nearest(vector, 5, where)
+        assert asked == ["plain", "ids"]
+
+
+def test_a_filter_without_an_equality_falls_back_to_chromas_where(sectioned):
+    # Nothing for the equality index to narrow by: Chroma evaluates the filter.
+    where = validate_filter({"section": {"$nin": ["big", "s3", "s4", "s5", "s6", "s7", "s8"]}})
+    vector = sectioned.rng.standard_normal(8).astype("float32")
+    got, asked = sectioned.dense(vector, 60, where)
+    assert got == sectioned.nearest(vector, 60, where)
+    assert asked == ["plain", where]
+
+
+def test_too_many_matching_ids_fall_back_to_chromas_where(sectioned, monkeypatch):
+    monkeypatch.setattr(search_module, "ID_FILTER_MAX", 9)  # `rare` has 10
+    where = validate_filter({"section": "rare"})
+    vector = sectioned.rng.standard_normal(8).astype("float32")
+    got, asked = sectioned.dense(vector, 5, where)
+    assert got == sectioned.nearest(vector, 5, where)
+    assert asked == ["plain", where]
+
+
+def test_an_id_list_behind_chroma_falls_back_to_chromas_where(sectioned):
+    # Mid-write, Chroma has already dropped a chunk that BM25 (committing last) still lists:
+    # Chroma refuses an unknown id, and the answer comes from its own `where`.
+    where = validate_filter({"section": "rare"})
+    sectioned.col.delete(ids=["c0"])
+    vector = sectioned.rng.standard_normal(8).astype("float32")
+    got, asked = sectioned.dense(vector, 5, where)
+    assert "c0" not in got and len(got) == 5
+    assert asked == ["plain", "ids", where]
+    # Once BM25 commits the same deletion, the id list answers again.
+    sectioned.bm25.delete(["c0"])
+    got_after, asked = sectioned.dense(vector, 5, where)
+    assert got_after == got and asked == ["plain", "ids"]
+
+
+def test_metadata_changed_in_chroma_first_is_not_answered_from_the_id_list(sectioned):
+    # Chroma has moved a chunk out of `rare` that BM25 still files under it.
+    where = validate_filter({"section": "rare"})
+    sectioned.col.update(ids=[f"c{i}" for i in range(0, 1000, 100)],
+                         metadatas=[{"section": "s0", "hidden": False}] * 10)
+    sectioned.col.update(ids=["c1"], metadatas=[{"section": "rare", "hidden": False}])
+    vector = sectioned.rng.standard_normal(8).astype("float32")
+    got, asked = sectioned.dense(vector, 5, where)
+    assert got == ["c1"]
+    assert asked == ["plain", "ids", where]
+
+
+@pytest.fixture(params=["embedded", pytest.param("server", marks=pytest.mark.server)])
+def paged_store(request, tmp_path, minilm_embedder) -> Iterator[Any]:
+    """A real repository of 20 pages x 6 chunks, written through the store."""
+    server = request.getfixturevalue("chroma_server") if request.param == "server" else None
+    client = server_database_client(server, "paged-tests") if server else None
+    store = ChromaKnowledgeStore(store_settings(tmp_path, server), embedder=minilm_embedder,
+                                 client=client)
+    topics = ["templates", "taxonomies", "menus", "images", "shortcodes", "modules"]
+    for page in range(20):
+        path = f"content/guide/page-{page}.md"
+        chunks = [make_chunk(A, path, f"Page {page} on {topic}: how Hugo handles {topic}.", j)
+                  for j, topic in enumerate(topics)]
+        run(store.upsert_file_chunks(A, path, chunks))
+    yield store
+    store.close_sync()
+
+
+def test_a_rare_filter_through_the_store_matches_chromas_own_where(paged_store, monkeypatch):
+    from hetriever.bm25 import BM25Index
+
+    listed: list[Any] = []
+    real = BM25Index.few_ids_where
+
+    def spy(self, where, limit):  # records what the real method answered
+        listed.append(real(self, where, limit))
+        return listed[-1]
+
+    monkeypatch.setattr(BM25Index, "few_ids_where", spy)
+    path = "content/guide/page-7.md"  # 6 of 120 chunks: too few among 50 neighbours
+    for query in ("image processing", "menus", "how taxonomies work"):
+        got = run(paged_store.search(query, top_k=3, filters={"file_path": path}, hybrid=False))
+        col = paged_store._chroma(A)
+        vector = paged_store.embedder.embed([query])[0]
+        expected = col.query(query_embeddings=[vector], n_results=3, where={"file_path": path})
+        assert [r.doc_id for r in got] == expected["ids"][0]
+        assert all(r.metadata["file_path"] == path for r in got)
+    assert len(listed) == 3 and all(ids is not None and len(ids) == 6 for ids in listed)
