@@ -26,13 +26,12 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import chroma_server  # noqa: E402
 
 from structlog.testing import capture_logs  # noqa: E402
 
@@ -178,38 +177,6 @@ def measure(store: ChromaKnowledgeStore, name: str, clients: int, seconds: float
     phase.searches_per_s = round(phase.searches / seconds, 1)
     phase.modes = dict(modes)
     return phase, latencies
-
-
-@contextlib.contextmanager
-def chroma_server(path: Path) -> Iterator[int]:
-    """`chroma run` (beside this Python) on a free port of 127.0.0.1 until the block ends."""
-    import socket
-
-    import httpx
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
-    path.mkdir(parents=True)
-    proc = subprocess.Popen([str(Path(sys.executable).parent / "chroma"), "run", "--path",
-                             str(path), "--host", "127.0.0.1", "--port", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"http://127.0.0.1:{port}/api/v2/heartbeat").status_code == 200:
-                    break
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"chroma run did not start (exit code {proc.poll()})")
-            time.sleep(0.2)
-        yield port
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,6 +6,7 @@
   with fixed author/committer dates, so its commit id depends on the content only and can key
   caches.
 - `bench_settings()` / `make_store()`: an embedded store whose data lives in one directory.
+- `chroma_server()`: a `chroma run` on loopback for `--server` runs.
 - small statistics and table helpers.
 
 Corpora are looked up at $HETRIEVER_CORPORA, else ../shared/corpora beside the repository.
@@ -13,11 +14,14 @@ Corpora are looked up at $HETRIEVER_CORPORA, else ../shared/corpora beside the r
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -196,3 +200,35 @@ def print_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     for row in cells:
         print("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in
                         enumerate(zip(row, widths))))
+
+
+@contextlib.contextmanager
+def chroma_server(path: Path) -> Iterator[int]:
+    """`chroma run` (beside this Python) on a free port of 127.0.0.1 until the block ends."""
+    import socket
+
+    import httpx
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    path.mkdir(parents=True)
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "chroma"), "run", "--path",
+                             str(path), "--host", "127.0.0.1", "--port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"http://127.0.0.1:{port}/api/v2/heartbeat").status_code == 200:
+                    break
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"chroma run did not start (exit code {proc.poll()})")
+            time.sleep(0.2)
+        yield port
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
