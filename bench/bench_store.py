@@ -19,8 +19,10 @@
     the embedder. A second collection of 1,000 such chunks makes namespaces matter. Queries
     are real texts (page descriptions of the corpus) embedded by the real model inside each
     dense/hybrid search, so query embedding is part of those latencies; it is also timed alone.
-    Scopes: all collections; a `section` filter (the query page's section); namespace
-    restricted to the N-chunk collection. BM25-only runs search's own BM25 path (retrieve,
+    Scopes: all collections; a `section` filter (the query page's section); `section-where`,
+    the same filter with the id-list path off (so Chroma's `where` answers what the unfiltered
+    over-fetch cannot, as before that path existed); namespace restricted to the N-chunk
+    collection. BM25-only runs search's own BM25 path (retrieve,
     fetch documents, integrity check), since `hybrid_search` has no BM25-only switch.
 """
 
@@ -250,24 +252,48 @@ def bench_latency(corpus: CorpusChunks, vectors: np.ndarray, embedder: Any, size
     def bm25(scope: str) -> Callable[[str, dict], Any]:
         return lambda q, e: bm25_only(store, q, TOP_K, **_scope_args(scope, e))
 
+    def where_only(make: Callable[[str], Callable[[str, dict], Any]]
+                   ) -> Callable[[str], Callable[[str, dict], Any]]:
+        """The same search without the id-list path: a selective filter goes to `where`."""
+        def wrapped(scope: str) -> Callable[[str, dict], Any]:
+            fn = make(scope)
+
+            def run(q: str, e: dict) -> Any:
+                saved, search_mod.ID_FILTER_MAX = search_mod.ID_FILTER_MAX, 0
+                try:
+                    return fn(q, e)
+                finally:
+                    search_mod.ID_FILTER_MAX = saved
+            return run
+        return wrapped
+
+    plans = [(scope, (("dense", dense), ("bm25", bm25), ("hybrid", hybrid)))
+             for scope in ("all", "section", "namespace")]
+    plans.insert(2, ("section-where", (("dense", where_only(dense)),
+                                       ("hybrid", where_only(hybrid)))))
     # Warm-up: BM25 loads lazily, Chroma opens its segments on first use.
-    for scope in ("all", "section", "namespace"):
-        for make in (dense, bm25, hybrid):
+    for scope, makers in plans:
+        for _, make in makers:
             time_queries(make(scope), queries[:5])
     rows = []
     embed_ms = time_queries(lambda q, e: embedder.embed([q]), queries)
     rows.append({"mode": "query-embed", "scope": "-", **summary(embed_ms)})
-    for scope in ("all", "section", "namespace"):
-        for mode, make in (("dense", dense), ("bm25", bm25), ("hybrid", hybrid)):
+    for scope, makers in plans:
+        for mode, make in makers:
             rows.append({"mode": mode, "scope": scope, **summary(time_queries(make(scope),
                                                                                queries))})
+    few = store.bm25(MAIN)
+    sections = [e["section"] for _, e in queries]
+    listed = sum(few.few_ids_where({"section": s}, search_mod.ID_FILTER_MAX) is not None
+                 for s in sections)
     store.close_sync()
     return {"size": size, "side_collection": SIDE_SIZE, "build_seconds": round(build_s, 1),
-            "build": build, "rows": rows}
+            "build": build, "rows": rows, "section_queries_with_id_list": listed,
+            "id_filter_max": search_mod.ID_FILTER_MAX}
 
 
 def _scope_args(scope: str, extra: dict) -> dict:
-    if scope == "section":
+    if scope in ("section", "section-where"):
         return {"filters": {"section": extra["section"]}, "namespaces": None}
     if scope == "namespace":
         return {"filters": None, "namespaces": [MAIN]}
@@ -358,6 +384,9 @@ def print_latency(r: dict, quiet: bool) -> None:
     print_table(("mode", "scope", "p50 ms", "p95 ms", "p99 ms", "queries"),
                 [(x["mode"], x["scope"], x["p50_ms"], x["p95_ms"], x["p99_ms"], x["queries"])
                  for x in r["rows"]])
+    print(f"section filters answerable by id list (<= {r['id_filter_max']} ids): "
+          f"{r['section_queries_with_id_list']} of {r['rows'][1]['queries']} queries; "
+          "section-where = the same queries without that path")
 
 
 if __name__ == "__main__":
