@@ -22,8 +22,10 @@
     Scopes: all collections; a `section` filter (the query page's section); `section-where`,
     the same filter with the id-list path off (so Chroma's `where` answers what the unfiltered
     over-fetch cannot, as before that path existed); namespace restricted to the N-chunk
-    collection. BM25-only runs search's own BM25 path (retrieve,
-    fetch documents, integrity check), since `hybrid_search` has no BM25-only switch.
+    collection. BM25-only runs search's own BM25 path (retrieve, fetch documents, integrity
+    check), since `hybrid_search` has no BM25-only switch. Also timed, 5 samples: the first
+    hybrid query after the store reopens embedded Chroma, as a long-lived searcher does after
+    another process wrote.
 """
 
 from __future__ import annotations
@@ -282,6 +284,13 @@ def bench_latency(corpus: CorpusChunks, vectors: np.ndarray, embedder: Any, size
         for mode, make in makers:
             rows.append({"mode": mode, "scope": scope, **summary(time_queries(make(scope),
                                                                                queries))})
+    # A long-lived embedded searcher reopens Chroma when another process has written (once
+    # per write window during an ingest): the first query after that reloads the vector index.
+    reopened = []
+    for q, e in queries[:5]:
+        store._reopen(store.physical_name(MAIN))
+        reopened.extend(time_queries(hybrid("all"), [(q, e)]))
+    rows.append({"mode": "hybrid", "scope": "all, after reopen", **summary(reopened)})
     few = store.bm25(MAIN)
     sections = [e["section"] for _, e in queries]
     listed = sum(few.few_ids_where({"section": s}, search_mod.ID_FILTER_MAX) is not None
