@@ -97,6 +97,19 @@ class FileWriteResult:
 
 
 @dataclass
+class _PreparedWrite:
+    """Chunks sorted and embedded by `_prepare_write`, for `_apply_write` (indexes into ids)."""
+    ids: list[str]
+    texts: list[str]
+    metadatas: list[dict[str, Any]]
+    existing: dict[str, dict[str, Any]]  # id -> stored metadata, for chunks already stored
+    to_embed: list[int] = field(default_factory=list)
+    meta_only: list[int] = field(default_factory=list)  # same text, new metadata
+    vectors: Any = None  # embeddings of `to_embed`, in that order
+    result: FileWriteResult = field(default_factory=FileWriteResult)
+
+
+@dataclass
 class CollectionInfo:
     name: str  # the repository (logical) name
     count: int
@@ -604,51 +617,51 @@ class ChromaKnowledgeStore:
         """Chroma merges metadata on update/upsert: None removes keys the new version lacks."""
         return {**{k: None for k in old if k not in new}, **new}
 
-    def _write(self, collection: str, col: Any, ids: list[str], texts: list[str],
-               metadatas: list[dict[str, Any]], *,
-               txn: contextlib.ExitStack | None = None) -> FileWriteResult:
-        """Upsert chunks: unchanged content is not re-embedded, only its metadata refreshed.
+    def _prepare_write(self, collection: str, col: Any, ids: list[str], texts: list[str],
+                       metadatas: list[dict[str, Any]]) -> _PreparedWrite:
+        """Validate, sort chunks into unchanged / metadata-only / new, and embed the new ones.
 
-        With `txn`, the BM25 transaction is entered on it after embedding, and stays open for
-        the caller's further writes.
+        Writes nothing: an embedding failure leaves the files exactly as they were, and the
+        caller opens its BM25 transaction only afterwards, so embedding (seconds per window)
+        never holds the BM25 write lock.
         """
         self._prepare(collection, ids, texts, metadatas)
         self.check_embedding_model(collection, col)
-        result = FileWriteResult()
-        existing = self._existing(col, ids)
-        to_embed: list[int] = []
-        meta_only: list[int] = []
+        write = _PreparedWrite(ids, texts, metadatas, self._existing(col, ids))
         for i, doc_id in enumerate(ids):
-            old = existing.get(doc_id)
+            old = write.existing.get(doc_id)
             if old is not None and old.get("content_hash") == metadatas[i]["content_hash"]:
-                result.reused += 1
+                write.result.reused += 1  # unchanged content is not re-embedded
                 if old != metadatas[i]:
-                    meta_only.append(i)
+                    write.meta_only.append(i)
             else:
-                to_embed.append(i)
-        # Every vector first: an embedding failure then leaves the files exactly as they were.
-        vectors = self._embed([texts[i] for i in to_embed], result) if to_embed else None
+                write.to_embed.append(i)
+        if write.to_embed:
+            write.vectors = self._embed([texts[i] for i in write.to_embed], write.result)
+        return write
+
+    def _apply_write(self, collection: str, col: Any, write: _PreparedWrite) -> FileWriteResult:
+        """Chroma first, then BM25, batch by batch (see `upsert_files_sync` on crash order)."""
+        ids, texts, metadatas, existing = write.ids, write.texts, write.metadatas, write.existing
         step = self.max_batch_size()
         index = self.bm25(collection)
-        if txn is not None:
-            txn.enter_context(index.transaction())
-        for start in range(0, len(meta_only), step):
-            part = meta_only[start:start + step]
+        for start in range(0, len(write.meta_only), step):
+            part = write.meta_only[start:start + step]
             p_ids = [ids[i] for i in part]
             p_meta = [self._replacing(existing[ids[i]], metadatas[i]) for i in part]
             self._call("update", lambda: col.update(ids=p_ids, metadatas=p_meta))
             index.upsert(p_ids, [texts[i] for i in part], [metadatas[i] for i in part])
-        for start in range(0, len(to_embed), step):
-            part = to_embed[start:start + step]
+        for start in range(0, len(write.to_embed), step):
+            part = write.to_embed[start:start + step]
             p_ids = [ids[i] for i in part]
             p_texts = [texts[i] for i in part]
             p_meta = [self._replacing(existing.get(ids[i], {}), metadatas[i]) for i in part]
-            p_vectors = vectors[start:start + step]
+            p_vectors = write.vectors[start:start + step]
             self._call("upsert", lambda: col.upsert(ids=p_ids, embeddings=p_vectors,
                                                     documents=p_texts, metadatas=p_meta))
             index.upsert(p_ids, p_texts, [metadatas[i] for i in part])
-            result.written += len(part)
-        return result
+            write.result.written += len(part)
+        return write.result
 
     def _embed(self, texts: list[str], result: FileWriteResult) -> Any:
         """Vectors for `texts`; a failing embedder is retried, then EmbeddingError."""
@@ -719,13 +732,12 @@ class ChromaKnowledgeStore:
             # One BM25 commit per call; Chroma is written first, so a crash leaves BM25 behind
             # (never ahead), which repair() fixes.
             index = self.bm25(collection)
-            with contextlib.ExitStack() as txn:
-                # `_write` opens the transaction once its vectors are computed: embedding can
-                # take many seconds, and the BM25 file must not be write-locked meanwhile.
-                result = self._write(collection, col, ids, texts, metadatas, txn=txn) if ids \
+            # Embedding happens here, before the BM25 transaction opens (see _prepare_write).
+            prepared = self._prepare_write(collection, col, ids, texts, metadatas) \
+                if ids else None
+            with index.transaction():
+                result = self._apply_write(collection, col, prepared) if prepared \
                     else FileWriteResult()
-                if not ids:
-                    txn.enter_context(index.transaction())
                 vanished = sorted(old_ids - set(ids))
                 result.deleted = self._delete_ids(collection, col, vanished)
                 for file_path, chunks in files.items():
@@ -766,7 +778,8 @@ class ChromaKnowledgeStore:
             if "access_level" in meta:
                 self.catalog.note_levels(self.physical_name(collection),
                                          [str(meta["access_level"])])
-            self._write(collection, col, [doc_id], [content], [meta])
+            self._apply_write(collection, col, self._prepare_write(
+                collection, col, [doc_id], [content], [meta]))
         return True
 
     def _all(self, col: Any, include: list[str]) -> dict[str, list[Any]]:
