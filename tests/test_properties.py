@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from structlog.testing import capture_logs
@@ -23,6 +24,12 @@ from hetriever.chunk import chunk_page
 from hetriever.clean import clean_page
 from hetriever.parse import parse_page
 from hetriever.tokenizer import load_token_counter
+
+# Hypothesis warns when the global `random` state moves while it draws an example, whichever
+# thread moved it; in a full run, background threads left by earlier tests (session-scoped
+# Prefect and Chroma clients) can. The strategies below never use `random`.
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:Do not use the `random` module inside strategies")
 
 COUNTER = load_token_counter()
 MAX_TOKENS = 254  # the real budget of all-MiniLM-L6-v2 chunks
