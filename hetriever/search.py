@@ -40,6 +40,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from chromadb.errors import ChromaError
 
 from hetriever.access import CollectionPlan, caller_levels, declared_level, denial
@@ -173,6 +174,12 @@ MIN_OVERFETCH = 50
 # At 100k chunks an id list beat `where` at every size measured, up to 50k ids (4x embedded,
 # 3x over HTTP to `chroma run`).
 ID_FILTER_MAX = 50_000
+# Up to this many, the matching chunks' vectors are fetched and ranked here instead, exactly.
+# Fetching costs ~20 us per id embedded (~55 over HTTP); Chroma's kNN over a short id list
+# walks its graph for few allowed neighbours: 3-4 ms at 10k chunks, 37-60 ms at 100k for up to
+# 300 ids (bench_filter). At 200 ids ranking here is at most ~1 ms slower at 10k and 30-55 ms
+# faster at 100k.
+EXACT_IDS_MAX = 200
 
 Row = tuple[str, str, dict, float]
 
@@ -187,7 +194,8 @@ def _dense_rows(store: Any, col: Any, vector: Any, n: int, where: dict | None,
     against it); that is exact whenever n of them survive, which is the common case for access
     and deletion clauses. A selective filter (a section, a file) leaves too few: then the
     query is restricted to the matching ids, which the BM25 index knows from its equality
-    index, and only when that cannot answer does Chroma's filtered query run.
+    index (a few hundred are ranked here from their vectors), and only when that cannot answer
+    does Chroma's filtered query run.
     """
     def query(n_results: int, where_: dict | None) -> list[Row]:
         got = store._call("query", lambda: col.query(
@@ -210,26 +218,63 @@ def _dense_rows_by_ids(store: Any, col: Any, vector: Any, n: int, where: dict,
                        bm25: Callable[[], Any]) -> list[Row] | None:
     """The `n` nearest among the ids the BM25 index says match `where`, or None.
 
-    Chroma searches an id list faster than it evaluates a `where`: at 100k chunks 19 vs
-    33 ms for 2.5k matching ids, 27 vs 107 ms for 50k (embedded, bench_store README). The two indexes are written window by window, BM25 committing last: an id
-    Chroma already deleted makes Chroma's query fail (then None: the `where` query runs), and
-    a chunk Chroma has but BM25 has not committed yet is missed for that window, as the BM25
-    side misses it too. Rows are re-checked against `where` on Chroma's own metadata.
+    Up to EXACT_IDS_MAX ids, their records are fetched and ranked here by exact distance; more
+    go to Chroma's kNN over the id list, which beat a `where` at every size measured
+    (bench_filter). The two indexes are written window by window, BM25 committing last, so the
+    list can be briefly behind Chroma: an id Chroma already deleted is skipped by the fetch
+    and makes Chroma's kNN fail, a chunk whose metadata Chroma already changed is dropped by
+    re-checking `where` on Chroma's metadata, and an answer shorter than asked is not given
+    (None: the `where` query runs). A chunk Chroma has but BM25 has not committed yet is
+    missed for that window, as the BM25 side misses it too.
     """
     try:
         ids = bm25().few_ids_where(where, ID_FILTER_MAX)
         if not ids:  # unknown, too many, or none: let Chroma's `where` decide
             return None
-        got = store._call("query", lambda: col.query(
-            query_embeddings=[vector], n_results=min(n, len(ids)), ids=ids,
-            include=["documents", "metadatas", "distances"]), retry=False)
+        if len(ids) <= EXACT_IDS_MAX:
+            rows = _ranked_by_vectors(store, col, vector, ids)
+        else:
+            rows = _rows(store._call("query", lambda: col.query(
+                query_embeddings=[vector], n_results=min(n, len(ids)), ids=ids,
+                include=["documents", "metadatas", "distances"]), retry=False))
     except (HetrieverError, ChromaError) as exc:
         log.debug("dense_ids_query_fell_back", collection=col.name, error=str(exc))
         return None
-    rows = [row for row in _rows(got) if matches(where, row[2])]
+    rows = [row for row in rows if matches(where, row[2])][:n]
     if len(rows) < min(n, len(ids)):  # a stale id list: do not answer with less
         return None
     return rows
+
+
+def _ranked_by_vectors(store: Any, col: Any, vector: Any, ids: list[str]) -> list[Row]:
+    """Every chunk of `ids` that Chroma holds, nearest first, by exact distance."""
+    got = store._call("get", lambda: col.get(
+        ids=ids, include=["embeddings", "documents", "metadatas"]), retry=False)
+    if not len(got["ids"]):
+        return []
+    dist = vector_distances(np.asarray(got["embeddings"], dtype=np.float32),
+                            np.asarray(vector, dtype=np.float32), _space(store, col))
+    order = np.lexsort((np.asarray(got["ids"]), dist))  # by distance, ties by id
+    return [(got["ids"][i], got["documents"][i], dict(got["metadatas"][i] or {}),
+             float(dist[i])) for i in order]
+
+
+def vector_distances(matrix: np.ndarray, vector: np.ndarray, space: str) -> np.ndarray:
+    """Chroma's distance from `vector` to each row: squared L2, 1 - dot, or 1 - cosine."""
+    if space == "l2":
+        diff = matrix - vector
+        return np.einsum("ij,ij->i", diff, diff)
+    dots = matrix @ vector
+    if space == "ip":
+        return 1.0 - dots
+    norms = np.linalg.norm(matrix, axis=1) * np.linalg.norm(vector)
+    return 1.0 - dots / np.where(norms == 0.0, 1.0, norms)
+
+
+def _space(store: Any, col: Any) -> str:
+    """The collection's own distance space (it was created with the store's setting)."""
+    hnsw = (getattr(col, "configuration", None) or {}).get("hnsw") or {}
+    return str(hnsw.get("space") or store.settings.hnsw_space)
 
 
 def _rows(got: Mapping[str, Any]) -> list[Row]:

@@ -335,7 +335,8 @@ def test_server_going_down_degrades_to_bm25(tmp_path, minilm_embedder) -> None:
 
 
 class CountingCollection:
-    """A real Chroma collection that records how it was asked: "plain", "ids" or the `where`."""
+    """A real Chroma collection that records how it was asked: a "plain" kNN, a kNN over
+    "ids", a kNN with a `where` (recorded as the filter), or a "get" of vectors."""
 
     def __init__(self, col: Any) -> None:
         self.col, self.asked = col, []
@@ -344,9 +345,17 @@ class CountingCollection:
     def name(self) -> str:
         return self.col.name
 
+    @property
+    def configuration(self) -> Any:
+        return self.col.configuration
+
     def query(self, **kwargs: Any) -> Any:
         self.asked.append(kwargs.get("where") or ("ids" if kwargs.get("ids") else "plain"))
         return self.col.query(**kwargs)
+
+    def get(self, **kwargs: Any) -> Any:
+        self.asked.append("get")
+        return self.col.get(**kwargs)
 
 
 @pytest.fixture
@@ -403,13 +412,17 @@ def test_a_common_filter_is_answered_from_unfiltered_neighbours(sectioned):
     # An equality narrows, the `$ne` is checked per chunk: still only the matching ids.
     {"$and": [{"section": "rare"}, {"hidden": {"$ne": True}}]},
 ])
-def test_a_rare_filter_searches_just_the_matching_ids(sectioned, where):
+@pytest.mark.parametrize("exact_max, way", [(search_module.EXACT_IDS_MAX, "get"), (0, "ids")])
+def test_a_rare_filter_searches_just_the_matching_ids(sectioned, where, exact_max, way,
+                                                      monkeypatch):
+    # A short list is ranked here from its vectors; a longer one by Chroma's kNN over the ids.
+    monkeypatch.setattr(search_module, "EXACT_IDS_MAX", exact_max)
     where = validate_filter(where)
     for _ in range(10):
         vector = sectioned.rng.standard_normal(8).astype("float32")
         got, asked = sectioned.dense(vector, 5, where)
         assert got == sectioned.nearest(vector, 5, where)
-        assert asked == ["plain", "ids"]
+        assert asked == ["plain", way]
 
 
 def test_a_filter_without_an_equality_falls_back_to_chromas_where(sectioned):
@@ -430,19 +443,34 @@ def test_too_many_matching_ids_fall_back_to_chromas_where(sectioned, monkeypatch
     assert asked == ["plain", where]
 
 
-def test_an_id_list_behind_chroma_falls_back_to_chromas_where(sectioned):
+def test_an_id_list_behind_chroma_falls_back_to_chromas_where(sectioned, monkeypatch):
     # Mid-write, Chroma has already dropped a chunk that BM25 (committing last) still lists:
-    # Chroma refuses an unknown id, and the answer comes from its own `where`.
+    # Chroma's kNN refuses an unknown id, and the answer comes from its own `where`.
+    monkeypatch.setattr(search_module, "EXACT_IDS_MAX", 0)
     where = validate_filter({"section": "rare"})
     sectioned.col.delete(ids=["c0"])
     vector = sectioned.rng.standard_normal(8).astype("float32")
+    expected = [i for i in sectioned.nearest(vector, 6, where) if i != "c0"][:5]
     got, asked = sectioned.dense(vector, 5, where)
-    assert "c0" not in got and len(got) == 5
+    assert got == expected
     assert asked == ["plain", "ids", where]
     # Once BM25 commits the same deletion, the id list answers again.
     sectioned.bm25.delete(["c0"])
     got_after, asked = sectioned.dense(vector, 5, where)
-    assert got_after == got and asked == ["plain", "ids"]
+    assert got_after == expected and asked == ["plain", "ids"]
+
+
+def test_a_short_id_list_behind_chroma_ranks_what_chroma_holds(sectioned):
+    # Fetching vectors skips an id Chroma no longer has: the answer is Chroma's own.
+    where = validate_filter({"section": "rare"})
+    sectioned.col.delete(ids=["c0"])
+    vector = sectioned.rng.standard_normal(8).astype("float32")
+    got, asked = sectioned.dense(vector, 5, where)
+    assert got == [i for i in sectioned.nearest(vector, 6, where) if i != "c0"][:5]
+    assert asked == ["plain", "get"]
+    # Asked for more than Chroma still holds of the list, it does not answer short.
+    got, asked = sectioned.dense(vector, 10, where)
+    assert len(got) == 9 and asked == ["plain", "get", where]
 
 
 def test_metadata_changed_in_chroma_first_is_not_answered_from_the_id_list(sectioned):
@@ -454,7 +482,7 @@ def test_metadata_changed_in_chroma_first_is_not_answered_from_the_id_list(secti
     vector = sectioned.rng.standard_normal(8).astype("float32")
     got, asked = sectioned.dense(vector, 5, where)
     assert got == ["c1"]
-    assert asked == ["plain", "ids", where]
+    assert asked == ["plain", "get", where]
 
 
 @pytest.fixture(params=["embedded", pytest.param("server", marks=pytest.mark.server)])
@@ -494,3 +522,22 @@ def test_a_rare_filter_through_the_store_matches_chromas_own_where(paged_store, 
         assert [r.doc_id for r in got] == expected["ids"][0]
         assert all(r.metadata["file_path"] == path for r in got)
     assert len(listed) == 3 and all(ids is not None and len(ids) == 6 for ids in listed)
+
+
+@pytest.mark.parametrize("space", ["cosine", "l2", "ip"])
+def test_vector_distances_are_chromas(tmp_path, space):
+    import chromadb
+    import numpy as np
+
+    from hetriever.search import vector_distances
+
+    rng = np.random.default_rng(3)
+    vectors = rng.standard_normal((40, 16)).astype(np.float32)
+    query = rng.standard_normal(16).astype(np.float32)
+    col = chromadb.PersistentClient(path=str(tmp_path)).create_collection(
+        "spaces", embedding_function=None, configuration={"hnsw": {"space": space}})
+    col.add(ids=[f"v{i:02d}" for i in range(40)], embeddings=vectors)
+    got = col.query(query_embeddings=[query], n_results=40, include=["distances"])
+    chroma = dict(zip(got["ids"][0], got["distances"][0]))
+    ours = vector_distances(vectors, query, space)
+    assert ours == pytest.approx([chroma[f"v{i:02d}"] for i in range(40)], rel=1e-4, abs=1e-4)
