@@ -197,21 +197,24 @@ def _dense_rows(store: Any, col: Any, vector: Any, n: int, where: dict | None,
     index (a few hundred are ranked here from their vectors), and only when that cannot answer
     does Chroma's filtered query run.
     """
-    def query(n_results: int, where_: dict | None) -> list[Row]:
-        got = store._call("query", lambda: col.query(
-            query_embeddings=[vector], n_results=n_results, where=where_,
-            include=["documents", "metadatas", "distances"]), retry=False)
-        return _rows(got)
-
     if where is None:
-        return query(n, None)
+        return _knn(store, col, vector, n)
     wide = max(n * OVERFETCH, MIN_OVERFETCH)
-    rows = query(wide, None)
+    rows = _knn(store, col, vector, wide)
     kept = [row for row in rows if matches(where, row[2])]
     if len(kept) >= n or len(rows) < wide:  # enough, or the whole collection was seen
         return kept[:n]
     by_ids = _dense_rows_by_ids(store, col, vector, n, where, bm25)
-    return by_ids if by_ids is not None else query(n, where)
+    return by_ids if by_ids is not None else _knn(store, col, vector, n, where=where)
+
+
+def _knn(store: Any, col: Any, vector: Any, n: int, **restrict: Any) -> list[Row]:
+    """Chroma's `n` nearest, optionally restricted by `where=` or `ids=`; never retried."""
+    got = store._call("query", lambda: col.query(
+        query_embeddings=[vector], n_results=n, include=["documents", "metadatas", "distances"],
+        **restrict), retry=False)
+    return list(zip(got["ids"][0], got["documents"][0],
+                    [dict(m or {}) for m in got["metadatas"][0]], got["distances"][0]))
 
 
 def _dense_rows_by_ids(store: Any, col: Any, vector: Any, n: int, where: dict,
@@ -232,11 +235,11 @@ def _dense_rows_by_ids(store: Any, col: Any, vector: Any, n: int, where: dict,
         if not ids:  # unknown, too many, or none: let Chroma's `where` decide
             return None
         if len(ids) <= EXACT_IDS_MAX:
-            rows = _ranked_by_vectors(store, col, vector, ids)
+            got = store._call("get", lambda: col.get(
+                ids=ids, include=["embeddings", "documents", "metadatas"]), retry=False)
+            rows = rank_records(got, vector, _space(store, col))
         else:
-            rows = _rows(store._call("query", lambda: col.query(
-                query_embeddings=[vector], n_results=min(n, len(ids)), ids=ids,
-                include=["documents", "metadatas", "distances"]), retry=False))
+            rows = _knn(store, col, vector, min(n, len(ids)), ids=ids)
     except (HetrieverError, ChromaError) as exc:
         log.debug("dense_ids_query_fell_back", collection=col.name, error=str(exc))
         return None
@@ -246,14 +249,12 @@ def _dense_rows_by_ids(store: Any, col: Any, vector: Any, n: int, where: dict,
     return rows
 
 
-def _ranked_by_vectors(store: Any, col: Any, vector: Any, ids: list[str]) -> list[Row]:
-    """Every chunk of `ids` that Chroma holds, nearest first, by exact distance."""
-    got = store._call("get", lambda: col.get(
-        ids=ids, include=["embeddings", "documents", "metadatas"]), retry=False)
+def rank_records(got: Mapping[str, Any], vector: Any, space: str) -> list[Row]:
+    """Every record of a Chroma `get` (with embeddings), nearest first, by exact distance."""
     if not len(got["ids"]):
         return []
     dist = vector_distances(np.asarray(got["embeddings"], dtype=np.float32),
-                            np.asarray(vector, dtype=np.float32), _space(store, col))
+                            np.asarray(vector, dtype=np.float32), space)
     order = np.lexsort((np.asarray(got["ids"]), dist))  # by distance, ties by id
     return [(got["ids"][i], got["documents"][i], dict(got["metadatas"][i] or {}),
              float(dist[i])) for i in order]
@@ -276,10 +277,6 @@ def _space(store: Any, col: Any) -> str:
     hnsw = (getattr(col, "configuration", None) or {}).get("hnsw") or {}
     return str(hnsw.get("space") or store.settings.hnsw_space)
 
-
-def _rows(got: Mapping[str, Any]) -> list[Row]:
-    return list(zip(got["ids"][0], got["documents"][0],
-                    [dict(m or {}) for m in got["metadatas"][0]], got["distances"][0]))
 
 
 def _bm25(store: Any, names: list[str], query: str, n: int,
