@@ -188,31 +188,26 @@ def equality_terms(where: dict | None) -> list[tuple[str, list[Any]]] | None:
     Lets an index narrow candidates with a value lookup before running `matches()`.
     Returns None when the filter gives no such constraint (the caller must scan).
     """
-    if where is None:
-        return None
-    (key, value), = where.items()
-    if key == "$and":
-        found = [t for item in value for t in (equality_terms(item) or [])]
-        return found or None
-    if key == "$or":
-        return None
-    (op, operand), = value.items()
-    if op == "$eq":
-        return [(key, [operand])]
-    if op == "$in":
-        return [(key, list(operand))]
-    return None
+    return (_equalities(where)[0] or None) if where is not None else None
 
 
 def only_equalities(where: dict | None) -> bool:
     """True when `equality_terms(where)` says everything: a conjunction of `$eq`/`$in` only,
     so the equality index alone answers it and `matches()` has nothing left to check."""
-    if where is None:
-        return False
+    return where is not None and _equalities(where)[1]
+
+
+def _equalities(where: dict) -> tuple[list[tuple[str, list[Any]]], bool]:
+    """(the equality constraints every match must satisfy, whether they are the whole filter)."""
     (key, value), = where.items()
     if key == "$and":
-        return all(only_equalities(item) for item in value)
+        parts = [_equalities(item) for item in value]
+        return [t for terms, _ in parts for t in terms], all(whole for _, whole in parts)
     if key == "$or":
-        return False
-    (op, _), = value.items()
-    return op in ("$eq", "$in")
+        return [], False
+    (op, operand), = value.items()
+    if op == "$eq":
+        return [(key, [operand])], True
+    if op == "$in":
+        return [(key, list(operand))], True
+    return [], False
