@@ -25,7 +25,7 @@ import threading
 from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -144,6 +144,19 @@ def _value_key(value: Any) -> tuple | None:
     return None  # lists never equal a scalar
 
 
+FILTER_CACHE_SIZE = 32  # filters remembered per generation (each cache)
+
+
+def _cached(cache: dict, key: Any, compute: Callable[[], Any]) -> Any:
+    """`cache[key]`, computed on a miss; the oldest entry goes once the cache is full."""
+    if key not in cache:
+        value = compute()
+        if len(cache) >= FILTER_CACHE_SIZE:
+            cache.pop(next(iter(cache)))
+        cache[key] = value
+    return cache[key]
+
+
 class _State:
     """The committed index of one generation, in memory. Doc slots are append-only until
     compaction; a replaced or deleted doc's slot is tombstoned."""
@@ -251,35 +264,29 @@ class _State:
 
     def allowed_mask(self, where: dict) -> np.ndarray | None:
         """`slots_for(where)` as a boolean array over slots, cached until the next change."""
-        key = json.dumps(where, sort_keys=True)
-        if key not in self._masks:
+        def compute() -> np.ndarray | None:
             slots = self.slots_for(where)
-            mask = None
-            if slots is not None:
-                mask = np.zeros(len(self.doc_ids), dtype=bool)
-                mask[np.fromiter(slots, dtype=np.int64, count=len(slots))] = True
-            if len(self._masks) >= 32:
-                self._masks.pop(next(iter(self._masks)))
-            self._masks[key] = mask
-        return self._masks[key]
+            if slots is None:
+                return None
+            mask = np.zeros(len(self.doc_ids), dtype=bool)
+            mask[np.fromiter(slots, dtype=np.int64, count=len(slots))] = True
+            return mask
+        return _cached(self._masks, json.dumps(where, sort_keys=True), compute)
 
     def few_ids(self, where: dict, limit: int) -> list[str] | None:
         """Ids of the live docs matching `where`, or None when its equality constraints leave
         more than `limit` candidates (or give none). Cached until the next change."""
-        key = (json.dumps(where, sort_keys=True), limit)
-        if key not in self._ids:
-            found: list[str] | None = None
+        def compute() -> list[str] | None:
             mask = self.allowed_mask(where)
-            if mask is not None:
-                slots = np.flatnonzero(mask & self.alive)
-                if len(slots) <= limit:
-                    if not only_equalities(where):  # e.g. a `$ne` beside the equalities
-                        slots = [s for s in slots if matches(where, self.metas[s])]
-                    found = [self.doc_ids[s] for s in slots]
-            if len(self._ids) >= 32:
-                self._ids.pop(next(iter(self._ids)))
-            self._ids[key] = found
-        return self._ids[key]
+            if mask is None:
+                return None
+            slots = np.flatnonzero(mask & self.alive)
+            if len(slots) > limit:
+                return None
+            if not only_equalities(where):  # e.g. a `$ne` beside the equalities
+                slots = [s for s in slots if matches(where, self.metas[s])]
+            return [self.doc_ids[s] for s in slots]
+        return _cached(self._ids, (json.dumps(where, sort_keys=True), limit), compute)
 
     def slots_for(self, where: dict | None) -> set[int] | None:
         """Slots that can match `where` by its equality constraints (None: no narrowing)."""
