@@ -341,13 +341,8 @@ class CountingCollection:
     def __init__(self, col: Any) -> None:
         self.col, self.asked = col, []
 
-    @property
-    def name(self) -> str:
-        return self.col.name
-
-    @property
-    def configuration(self) -> Any:
-        return self.col.configuration
+    def __getattr__(self, attr: str) -> Any:  # anything else (name, configuration): the real one
+        return getattr(self.col, attr)
 
     def query(self, **kwargs: Any) -> Any:
         self.asked.append(kwargs.get("where") or ("ids" if kwargs.get("ids") else "plain"))
