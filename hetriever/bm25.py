@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
+import Stemmer
 
 from hetriever.errors import IndexingError, InvalidLimitError, KnowledgeStoreError
 from hetriever.filters import equality_terms, matches, only_equalities, validate_filter
@@ -41,6 +42,10 @@ log = get_logger(__name__)
 # versions). `[^\W_]` is a Unicode letter or digit.
 _WORD = re.compile(r"[^\W_]+(?:[._-][^\W_]+)*")
 _JOINERS = re.compile(r"[._-]")
+# The pieces of an ASCII identifier: camelCase humps, acronyms and digit runs.
+# "RelPermalink" -> Rel, Permalink; "FNV32a" -> FNV, 32, a; "HTTPServer" -> HTTP, Server;
+# "URLs" -> URL, s (an acronym ends before a capitalised word of two or more letters).
+_PIECES = re.compile(r"[A-Z]+(?=[A-Z][a-z]{2,})|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
 
 STOPWORDS = frozenset("""
 a about above after again against all am an and any are as at be because been before being
@@ -53,48 +58,66 @@ we were what when where which while who whom why will with would you your yours 
 yourselves e.g i.e also via
 """.split())
 
-# Light stemming, on: on 32 queries over both corpora it raised recall@10 from 0.78 to 0.88
-# and MRR@10 from 0.50 to 0.58 (`python bench/bench_bm25.py --stem-eval`).
+# Stemming, on: English Snowball (PyStemmer) for alphabetic words of any length ("adds" and
+# "adding" -> "add"); identifiers with digits and joined compounds stay as written. Light
+# suffix stripping (version 1) raised recall@10 from 0.78 to 0.88 on 32 queries
+# (`python bench/bench_bm25.py --stem-eval`); Snowball and identifier splitting are measured
+# in bench/README.md (bench_quality, page level).
 STEM_DEFAULT = True
-TOKENIZER_VERSION = "1"
+TOKENIZER_VERSION = "2"
+
+_stemmer = Stemmer.Stemmer("english")
+_STEMS: dict[str, str] = {}
+_STEM_CACHE_MAX = 200_000
 
 
 def _stem(word: str) -> str:
-    """Strip a few English inflections; leaves short words, numbers and identifiers alone."""
-    if len(word) <= 4 or not word.isalpha():
-        return word
-    if word.endswith("ies") and len(word) > 5:
-        return word[:-3] + "y"
-    if word.endswith("sses"):
-        return word[:-2]
-    if word.endswith("ing") and len(word) > 6:
-        return word[:-3]
-    if word.endswith("ed") and len(word) > 5 and not word.endswith("eed"):
-        return word[:-2]
-    if word.endswith("s") and not word.endswith(("ss", "us", "is")):
-        return word[:-1]
-    return word
+    """Snowball stem of an alphabetic word (cached: a corpus has a small vocabulary)."""
+    stem = _STEMS.get(word)
+    if stem is None:
+        stem = _stemmer.stemWord(word) if word.isalpha() else word
+        if len(_STEMS) < _STEM_CACHE_MAX:
+            _STEMS[word] = stem
+    return stem
 
 
 def tokenize(text: str, *, stem: bool | None = None) -> list[str]:
     """Lowercase terms for BM25; the same function serves documents and queries.
 
-    `.Site.Params` -> ["site.params", "site", "params"]; `v0.123.0` -> ["v0.123.0", "v0", "123"];
+    `.Site.Params` -> ["site.params", "site", "param"]; `v0.123.0` -> ["v0.123.0", "v0", "123"];
+    `RelPermalink` -> ["relpermalink", "rel", "permalink"] (the identifier, then its pieces);
     stopwords and one-character tokens are dropped. `stem=None` means `STEM_DEFAULT`.
     """
     if stem is None:
         stem = STEM_DEFAULT
     out: list[str] = []
     append = out.append
-    for word in _WORD.findall(text.lower()):
+
+    def term(word: str) -> str | None:
+        lower = word.lower()
+        if len(lower) > 1 and lower not in STOPWORDS:
+            lower = _stem(lower) if stem else lower
+            append(lower)
+            return lower
+        return None
+
+    for word in _WORD.findall(text):
         if "." in word or "_" in word or "-" in word:
-            if word not in STOPWORDS:  # "e.g", "i.e"
-                append(word)
-            for part in _JOINERS.split(word):
-                if len(part) > 1 and part not in STOPWORDS:
-                    append(_stem(part) if stem else part)
-        elif len(word) > 1 and word not in STOPWORDS:
-            append(_stem(word) if stem else word)
+            lower = word.lower()
+            if lower not in STOPWORDS:  # "e.g", "i.e"
+                append(lower)
+            parts = _JOINERS.split(word)
+        else:
+            parts = [word]
+        for part in parts:
+            whole = term(part)
+            # Only mixed-case or alphanumeric ASCII parts have pieces worth adding.
+            if part.isascii() and not (part.islower() and part.isalpha()):
+                pieces = _PIECES.findall(part)
+                if len(pieces) > 1:
+                    for piece in pieces:
+                        if piece.lower() != whole:
+                            term(piece)
     return out
 
 

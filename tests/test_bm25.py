@@ -56,12 +56,45 @@ def test_tokenize(text, expected):
 def test_tokenize_stems_by_default():
     assert tokenize("templates taxonomies rendering", stem=False) == [
         "templates", "taxonomies", "rendering"]
-    assert tokenize("templates taxonomies rendering") == ["template", "taxonomy", "render"]
-    assert tokenize("Template taxonomy render") == ["template", "taxonomy", "render"]
-    # Whole identifiers, numbers and short words are left alone; parts are stemmed.
+    # Inflections of one word meet at one stem, whatever the word's length.
+    assert tokenize("templates taxonomies rendering") == tokenize("Template taxonomy render")
+    assert tokenize("adds adding added") == tokenize("add add add") == ["add"] * 3
+    assert tokenize("uses using") == tokenize("use use")
+    # Whole joined identifiers and numbers are left alone; parts are stemmed.
     assert tokenize("hugo.toml class is .Site.Params v1.2.3s") == [
         "hugo.toml", "hugo", "toml", "class", "site.params", "site", "param", "v1.2.3s", "v1",
         "3s"]
+
+
+@pytest.mark.parametrize("text, expected", [
+    # camelCase: the identifier, then its humps.
+    ("RelPermalink", ["relpermalink", "rel", "permalink"]),
+    ("IsPage", ["ispage", "page"]),  # "is" is a stopword
+    ("BuildDrafts", ["builddrafts", "build", "drafts"]),
+    # acronyms end before a capitalised word; a plural acronym keeps its acronym
+    ("HTTPServer getURL", ["httpserver", "http", "server", "geturl", "get", "url"]),
+    ("URLs", ["urls", "url"]),  # stemmed: ["url"]
+    # letter/digit boundaries
+    ("FNV32a", ["fnv32a", "fnv", "32"]),
+    ("Base64Encode", ["base64encode", "base", "64", "encode"]),
+    # joined identifiers: the whole, each part, each part's pieces
+    (".Site.BaseURL", ["site.baseurl", "site", "baseurl", "base", "url"]),
+    ("OTEL_EXPORTER_OTLP_ENDPOINT", ["otel_exporter_otlp_endpoint", "otel", "exporter", "otlp",
+                                     "endpoint"]),
+    # lower-case words and non-ASCII words are not split
+    ("permalink café", ["permalink", "café"]),
+])
+def test_tokenize_splits_identifiers(text, expected):
+    assert tokenize(text, stem=False) == expected
+
+
+def test_identifier_query_finds_its_pieces(index):
+    """A query for the pieces finds the identifier, and the identifier finds its pieces."""
+    index.upsert(["camel", "plain"], ["Use .RelPermalink for the page's relative URL",
+                                      "A permalink is the page's full address"])
+    assert index.search("RelPermalink", 2)[0][0] == "camel"
+    assert {d for d, _ in index.search("rel permalink", 2)} == {"camel", "plain"}
+    assert index.search("rel permalink", 2)[0][0] == "camel"
 
 
 # --- scoring -----------------------------------------------------------------------
