@@ -20,13 +20,16 @@ async def query(
     filters: dict | None = None,
     hybrid: bool | None = None,
     access_levels: list[str] | None = None,
+    group_by: str | None = None,
 ) -> dict:
-    """One search. `access_levels`: what the caller may see (default PUBLIC only)."""
+    """One search. `access_levels`: what the caller may see (default PUBLIC only);
+    `group_by`: "page" (one result per page, the default) or "chunk"."""
     logger = get_run_logger()
     settings = load_settings()
     store = get_knowledge_store(settings)
     result = await retrieve(store, query, top_k=top_k, filters=filters,
-                            namespaces=repositories, hybrid=hybrid, access_levels=access_levels)
+                            namespaces=repositories, hybrid=hybrid, access_levels=access_levels,
+                            group_by=group_by)
     metric = QueryMetric.from_result(result, repositories)
     metrics = metrics_store(settings.resolved_state_dir)
     try:

@@ -148,7 +148,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def _run_search(settings, query: str, repositories: list[str] | None, top_k: int | None,
-                filters: dict | None, hybrid: bool | None, access: list[str] | None = None):
+                filters: dict | None, hybrid: bool | None, access: list[str] | None = None,
+                group_by: str | None = None):
     from hetriever.metrics import QueryMetric, metrics_store
     from hetriever.search import retrieve
     from hetriever.store import get_knowledge_store
@@ -156,7 +157,8 @@ def _run_search(settings, query: str, repositories: list[str] | None, top_k: int
     async def go():
         store = get_knowledge_store(settings)
         return await retrieve(store, query, top_k=top_k, filters=filters,
-                              namespaces=repositories, hybrid=hybrid, access_levels=access)
+                              namespaces=repositories, hybrid=hybrid, access_levels=access,
+                              group_by=group_by)
 
     result = asyncio.run(go())
     metrics = metrics_store(settings.resolved_state_dir)
@@ -175,8 +177,13 @@ def _print_results(result) -> None:
         console.print(f"\n[bold cyan]{i}. {meta.get('title', '')}{heading}[/bold cyan]"
                       f"  [dim]{meta.get('repository', '')}{meta.get('url', '')}[/dim]")
         console.print(f"   score {match.score:.3f} ({match.source})")
-        body = match.content.split("\n\n", 1)[-1].replace("\n", " ")
+        # The passage without its "title > heading" prefix (a page record: without its title).
+        cut = "\n" if meta.get("page_record") else "\n\n"
+        body = match.content.split(cut, 1)[-1].replace("\n", " ")
         console.print(f"   {body[:220]}{'…' if len(body) > 220 else ''}", highlight=False)
+        also = [p["heading_context"] for p in match.passages if p.get("heading_context")]
+        if also:
+            console.print(f"   [dim]also: {'; '.join(also)}[/dim]", highlight=False)
 
 
 def _parse_filter(raw: str | None) -> dict | None:
@@ -197,7 +204,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     hybrid = None if args.mode is None else args.mode == "hybrid"
     access = [level for raw in (args.access or []) for level in raw.split(",") if level.strip()]
     result = _run_search(settings, args.query, args.repository or None, args.top_k,
-                         _parse_filter(args.filter), hybrid, access or None)
+                         _parse_filter(args.filter), hybrid, access or None, args.group)
     if args.json:
         _print_json(result.to_dict())
     else:
@@ -448,6 +455,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-k", "--top-k", type=int)
     p.add_argument("--filter", help='metadata filter as JSON, e.g. \'{"section": "functions"}\'')
     p.add_argument("--mode", choices=["hybrid", "dense"], help="override USE_HYBRID_SEARCH")
+    p.add_argument("--group", choices=["page", "chunk"],
+                   help="one result per page (default) or per chunk")
     p.add_argument("--access", action="append",
                    help="access levels the caller may see, e.g. PUBLIC,TEAM (repeatable; "
                         "default PUBLIC only)")

@@ -52,6 +52,9 @@ class Settings:
     embed_batch_size: int = 64
     chunk_tokens: int = MODEL_MAX_TOKENS - 2  # budget for a chunk's whole text, prefix included
     min_chunk_tokens: int = 24  # shorter fragments merge into a neighbour
+    # Each page's title, description, keywords and section as one searchable unit: "chunk"
+    # (a chunk of its own), "prefix" (a paragraph before the body) or "off" (bench_quality).
+    page_record: str = "chunk"
 
     # writes and search
     batch_size: int = 100  # chunks per Chroma write (capped by client.get_max_batch_size())
@@ -61,6 +64,7 @@ class Settings:
     write_window: int = 1024
     use_hybrid_search: bool = True
     rrf_k: int = 60
+    group_by: str = "page"  # results: one per page (best passage) or "chunk"
     default_top_k: int = 5
     max_top_k: int = 100
     similarity_threshold: float = 0.0
@@ -235,6 +239,10 @@ def validate(settings: Settings) -> Settings:
         raise bad("default_top_k", "must be between 1 and max_top_k")
     if not 0.0 <= settings.similarity_threshold <= 1.0:
         raise bad("similarity_threshold", "must be between 0 and 1")
+    if settings.page_record not in {"chunk", "prefix", "off"}:
+        raise bad("page_record", "must be chunk, prefix or off")
+    if settings.group_by not in {"page", "chunk"}:
+        raise bad("group_by", "must be page or chunk")
     if settings.log_format not in {"console", "json"}:
         raise bad("log_format", "must be console or json")
     if settings.log_level.upper() not in {"DEBUG", "INFO", "WARNING", "ERROR"}:

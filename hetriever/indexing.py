@@ -34,7 +34,7 @@ from typing import Callable, Iterable
 from hetriever import faults
 from hetriever.access import declared_level
 from hetriever.catalog import DISCOVERED, FAILED, INDEXED, PROCESSED, SKIPPED, title_keys
-from hetriever.chunk import chunk_page
+from hetriever.chunk import chunk_page, display_chunk, page_record, page_summary_lines
 from hetriever.config import Settings
 from hetriever.errors import EmbeddingError, IndexingError
 from hetriever.discover import (
@@ -53,6 +53,7 @@ from hetriever.models import (
     FileChange,
     IndexResult,
     Repository,
+    Block,
     SkippedFile,
 )
 from hetriever.parse import parse_page, skip_reason
@@ -185,17 +186,26 @@ def process_text(repo: Repository, path: str, text: str, settings: Settings, *,
     reason = skip_reason(page, include_drafts=settings.include_drafts)
     if reason:
         return FileOutcome(path, skipped=SkippedFile(path, reason), lines=lines)
-    blocks = clean_page(page.body, include_resolver=include_resolver)
+    blocks = clean_page(page.body, include_resolver=include_resolver, params=page.params,
+                        path=path)
     access = settings.access_levels.get(repo.name, "PUBLIC").upper()
+    if settings.page_record == "prefix" and page_summary_lines(page):
+        blocks = [Block("paragraph", "\n".join(page_summary_lines(page))), *blocks]
+    stamp = processed_at or now_iso()
     chunks = chunk_page(
         page,
         blocks,
         counter=token_counter(settings),
         max_tokens=settings.chunk_tokens,
         min_tokens=settings.min_chunk_tokens,
-        processed_at=processed_at or now_iso(),
+        processed_at=stamp,
         extra_metadata=page_extras(page, access),
     )
+    if settings.page_record == "chunk":
+        record = page_record(page, counter=token_counter(settings),
+                             max_tokens=settings.chunk_tokens, processed_at=stamp,
+                             extra_metadata=page_extras(page, access))
+        chunks = [record, *chunks] if record is not None else chunks
     if not chunks:
         return FileOutcome(path, skipped=SkippedFile(path, "empty body"), lines=lines)
     return FileOutcome(path, chunks=chunks, lines=lines)
@@ -363,7 +373,7 @@ async def apply_outcomes(store, repo: Repository, outcomes: list[FileOutcome],
                               reason=outcome.skipped.reason)
             catalog.set_titles(physical, outcome.path, "", [])
         elif outcome.chunks:
-            first = outcome.chunks[0]
+            first = display_chunk(outcome.chunks)
             catalog.set_titles(physical, outcome.path, first.id, title_keys(first.metadata))
 
 

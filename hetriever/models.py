@@ -127,6 +127,9 @@ class Page(_Serialisable):
     tags: list[str] = field(default_factory=list)
     draft: bool = False
     front_matter_error: str = ""  # set when front matter was malformed and dropped
+    # Every scalar of the raw front matter by dotted, lower-case key ("vers.otel"), and those
+    # under `params:` without the prefix: what `{{% param "name" %}}` reads.
+    params: dict[str, str] = field(default_factory=dict)
 
 
 # --- clean -------------------------------------------------------------------------
@@ -225,6 +228,9 @@ class SearchResult(_Serialisable):
     dense_score: float | None = None  # cosine similarity mapped to [0, 1]
     bm25_score: float | None = None  # BM25 normalised to [0, 1] within the candidate set
     rrf_score: float | None = None  # raw reciprocal-rank-fusion score
+    # Page results: the page's next best chunks after this one, as
+    # {"doc_id", "heading_context", "content"}; empty for chunk results.
+    passages: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass

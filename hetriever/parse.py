@@ -22,12 +22,12 @@ from hetriever.models import Metadata, MetadataValue, Page
 log = get_logger(__name__)
 
 # Front matter keys that travel with a page (and may become chunk metadata).
-PUBLIC_KEYS = ("title", "linkTitle", "description", "weight", "tags", "categories", "keywords",
-               "aliases", "draft", "date", "slug", "url")
+PUBLIC_KEYS = ("title", "linkTitle", "description", "summary", "weight", "tags", "categories",
+               "keywords", "aliases", "draft", "date", "slug", "url")
 # Kept only so `skip_reason` can judge the page from the `Page` alone.
 INTERNAL_KEYS = ("build_render", "redirect", "headless")
 
-_STRING_KEYS = ("title", "linkTitle", "description", "slug", "url", "date")
+_STRING_KEYS = ("title", "linkTitle", "description", "summary", "slug", "url", "date")
 _LIST_KEYS = ("tags", "categories", "keywords", "aliases")
 _PAGE_EXTENSIONS = (".md", ".markdown", ".mdown", ".html", ".htm")
 
@@ -156,13 +156,37 @@ def _as_bool(value: Any) -> bool | None:
     return None
 
 
+def page_params(data: Mapping[str, Any]) -> dict[str, str]:
+    """Scalars of raw front matter by dotted lower-case key, as Hugo's `param` looks them up.
+
+    Hugo lower-cases parameter names and reads `params.x` and a top-level `x` alike.
+    """
+    out: dict[str, str] = {}
+
+    def walk(value: Any, prefix: str) -> None:
+        if isinstance(value, Mapping):
+            for key, inner in value.items():
+                walk(inner, f"{prefix}{str(key).lower()}.")
+            return
+        text = _scalar_str(value)
+        if text is not None and prefix:
+            out.setdefault(prefix[:-1], text)
+
+    walk(data, "")
+    params = data.get("params")
+    if isinstance(params, Mapping):
+        for key, value in page_params(params).items():
+            out.setdefault(key, value)
+    return out
+
+
 def normalise_front_matter(data: Mapping[str, Any]) -> Metadata:
     """The kept keys of `data`, each a valid Chroma metadata value; anything else is dropped."""
     out: Metadata = {}
     for key in _STRING_KEYS:
         if key in data:
             text = _scalar_str(data[key])
-            if text and key == "description":
+            if text and key in ("description", "summary"):
                 text = _plain_text(text)
             if text:
                 out[key] = text
@@ -286,6 +310,7 @@ def parse_page(repository: str, file_path: str, text: str, *, content_dir: str =
         tags=[str(t) for t in tags] if isinstance(tags, list) else [],
         draft=bool(front_matter.get("draft", False)),
         front_matter_error=error,
+        params=page_params(data),
     )
 
 

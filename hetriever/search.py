@@ -46,13 +46,25 @@ from chromadb.errors import ChromaError
 from hetriever.access import CollectionPlan, caller_levels, declared_level, denial
 from hetriever.errors import BackendConnectionError, HetrieverError, InvalidLimitError, SearchError
 from hetriever.filters import and_filters, matches, validate_filter
+from hetriever.fusion import fuse_pages, ordered, rrf_fuse
 from hetriever.logs import get_logger
 from hetriever.models import RetrievalResult, SearchResult
 
 log = get_logger(__name__)
 
 MAX_QUERY_CHARS = 10_000  # longer queries are truncated for embedding (not an error)
-CANDIDATE_FACTOR = 2  # each retriever fetches this many times top_k
+CANDIDATE_FACTOR = 2  # chunk results: each retriever fetches this many times top_k chunks
+# Page results: each retriever fetches PAGE_CANDIDATE_FACTOR x top_k chunks, at least
+# PAGE_MIN_CANDIDATES, so that enough distinct pages reach the fusion (bench_quality sweep).
+PAGE_CANDIDATE_FACTOR = 5
+PAGE_MIN_CANDIDATES = 50
+
+
+def candidate_depth(top_k: int, group_by: str) -> int:
+    """Chunks each retriever returns for a search of `top_k` results."""
+    if group_by == "page":
+        return max(top_k * PAGE_CANDIDATE_FACTOR, PAGE_MIN_CANDIDATES)
+    return top_k * CANDIDATE_FACTOR
 CLOUD_HOST_SUFFIX = "trychroma.com"
 EPOCH_RETRIES = 3  # a search re-runs at most this often when an alias switches under it
 
@@ -77,15 +89,6 @@ def similarity(distance: float, space: str = "cosine") -> float:
     else:  # cosine and ip: 1 - cos, in [0, 2]
         value = 1.0 - distance / 2.0
     return min(1.0, max(0.0, value))
-
-
-def rrf_fuse(rankings: Mapping[str, Sequence[str]], k: int) -> dict[str, float]:
-    """Reciprocal rank fusion: doc -> sum over rankings of 1 / (k + rank), rank from 1."""
-    fused: dict[str, float] = {}
-    for ranking in rankings.values():
-        for rank, doc_id in enumerate(ranking, start=1):
-            fused[doc_id] = fused.get(doc_id, 0.0) + 1.0 / (k + rank)
-    return fused
 
 
 def resolve_top_k(top_k: Any, default: int, maximum: int) -> int:
@@ -380,11 +383,13 @@ def hybrid_search(store: Any, query: str, top_k: int | None = None,
                   namespaces: Sequence[str] | None = None,
                   hybrid: bool | None = None,
                   access_levels: Sequence[str] | str | None = None,
-                  exact: bool = True) -> RetrievalResult:
+                  exact: bool = True, group_by: str | None = None) -> RetrievalResult:
     """Run one search against `store` (a ChromaKnowledgeStore). See the module docstring.
 
     `access_levels`: the levels the caller may see (default PUBLIC only).
     `exact`: use the exact-title fast path.
+    `group_by`: "page" (one result per page, its best chunk first; the default from settings)
+    or "chunk".
     """
     started = time.perf_counter()
     settings = store.settings
@@ -392,12 +397,15 @@ def hybrid_search(store: Any, query: str, top_k: int | None = None,
     user_filter = validate_filter(filters)
     levels = caller_levels(access_levels)
     use_hybrid = settings.use_hybrid_search if hybrid is None else bool(hybrid)
+    group = settings.group_by if group_by is None else group_by
+    if group not in ("page", "chunk"):
+        raise InvalidLimitError(f"group_by must be 'page' or 'chunk', got {group_by!r}")
     text = query if isinstance(query, str) else ""
     for attempt in range(1, EPOCH_RETRIES + 2):
         epoch = store.catalog.alias_epoch()
         try:
             result = _search_once(store, text, k, user_filter, levels, namespaces, use_hybrid,
-                                  exact, started)
+                                  exact, group, started)
         except HetrieverError:
             if store.catalog.alias_epoch() == epoch or attempt > EPOCH_RETRIES:
                 raise
@@ -412,7 +420,7 @@ def hybrid_search(store: Any, query: str, top_k: int | None = None,
 
 def _search_once(store: Any, text: str, k: int, user_filter: dict | None,
                  levels: frozenset[str], namespaces: Sequence[str] | None, use_hybrid: bool,
-                 exact: bool, started: float) -> RetrievalResult:
+                 exact: bool, group_by: str, started: float) -> RetrievalResult:
     settings = store.settings
 
     def done(matches: list[SearchResult], mode: str, counts: dict[str, int]) -> RetrievalResult:
@@ -435,7 +443,7 @@ def _search_once(store: Any, text: str, k: int, user_filter: dict | None,
     if native_sparse_available(store.client):
         log.info("native_sparse_not_used", reason="Cloud search path not implemented")
 
-    n = k * CANDIDATE_FACTOR
+    n = candidate_depth(k, group_by)
     hits: dict[str, _Hit] = {}
     dense_ids: list[str] | None = None
     bm25_ids: list[str] | None = None
@@ -464,40 +472,106 @@ def _search_once(store: Any, text: str, k: int, user_filter: dict | None,
         mode = "dense" if dense_ids is not None else "bm25"
 
     rankings = {"dense": dense_ids or [], "bm25": bm25_ids or []}
-    fused = rrf_fuse(rankings, settings.rrf_k)
-    candidates = [hits[d] for d in fused]
+    candidates = [hits[d] for d in dict.fromkeys(rankings["dense"] + rankings["bm25"])]
     _fill_documents(store, candidates)
-    candidates = [h for h in candidates if _trusted(h, plans, levels)]
+    trusted = {h.doc_id: h for h in candidates if _trusted(h, plans, levels)}
+    rankings = {name: [d for d in ids if d in trusted] for name, ids in rankings.items()}
+    scored = _Scored(rankings, trusted, mode, settings.rrf_k, settings.similarity_threshold)
+    if group_by == "page":
+        results = _page_results(scored, exact_hit)
+    else:
+        results = _chunk_results(scored, exact_hit)
+    results = results[:k]
+    counts = {"dense": len(rankings["dense"]), "bm25": len(rankings["bm25"]),
+              "merged": len(trusted)}
+    out = done(results, mode, counts)
+    log.info("search_done", mode=mode, group_by=group_by, dense=counts["dense"],
+             bm25=counts["bm25"], merged=counts["merged"], results=len(results),
+             collections=len(names), exact=exact_hit is not None,
+             ms=round(out.search_time_ms, 1))
+    return out
 
-    best_bm25 = max((h.bm25_raw for h in candidates if h.bm25_raw is not None), default=0.0)
-    dense_set, bm25_set = set(rankings["dense"]), set(rankings["bm25"])
-    max_rrf = 2.0 / (settings.rrf_k + 1)
-    results: list[SearchResult] = []
-    for hit in candidates:
-        bm25_score = (hit.bm25_raw / best_bm25 if best_bm25 > 0 else 0.0) \
-            if hit.doc_id in bm25_set else None
-        dense_score = hit.dense_score if hit.doc_id in dense_set else None
-        in_both = dense_score is not None and bm25_score is not None
-        source = "hybrid" if in_both else ("dense" if dense_score is not None else "bm25")
-        if mode == "hybrid":
-            score, rrf = min(1.0, fused[hit.doc_id] / max_rrf), fused[hit.doc_id]
-        else:
-            score, rrf = (dense_score if mode == "dense" else bm25_score) or 0.0, None
-        results.append(SearchResult(doc_id=hit.doc_id, content=hit.content or "",
-                                    metadata=hit.metadata or {}, score=score, source=source,
-                                    dense_score=dense_score, bm25_score=bm25_score,
-                                    rrf_score=rrf))
+
+class _Scored:
+    """Each candidate chunk's scores: dense similarity, BM25 normalised by the best raw score
+    among the candidates, and the final score (fused, or the one retriever's)."""
+
+    def __init__(self, rankings: dict[str, list[str]], hits: dict[str, _Hit], mode: str,
+                 rrf_k: int, threshold: float) -> None:
+        self.rankings, self.hits, self.mode, self.rrf_k = rankings, hits, mode, rrf_k
+        self.threshold = threshold
+        self.max_rrf = 2.0 / (rrf_k + 1)
+        in_bm25 = set(rankings["bm25"])
+        best = max((hits[d].bm25_raw or 0.0 for d in in_bm25), default=0.0)
+        self.dense = {d: hits[d].dense_score for d in rankings["dense"]}
+        self.bm25 = {d: (hits[d].bm25_raw or 0.0) / best if best > 0 else 0.0 for d in in_bm25}
+
+    def score(self, fused: float, dense: float | None, bm25: float | None) -> float:
+        if self.mode == "hybrid":
+            return min(1.0, fused / self.max_rrf)
+        return (dense if self.mode == "dense" else bm25) or 0.0
+
+    def result(self, doc_id: str, *, score: float, dense: float | None, bm25: float | None,
+               rrf: float | None, passages: list[dict[str, Any]] | None = None) -> SearchResult:
+        hit = self.hits[doc_id]
+        source = "hybrid" if dense is not None and bm25 is not None else (
+            "dense" if dense is not None else "bm25")
+        return SearchResult(doc_id=doc_id, content=hit.content or "", metadata=hit.metadata or {},
+                            score=score, source=source, dense_score=dense, bm25_score=bm25,
+                            rrf_score=rrf if self.mode == "hybrid" else None,
+                            passages=passages or [])
+
+
+def _chunk_results(scored: _Scored, exact_hit: SearchResult | None) -> list[SearchResult]:
+    """One result per chunk, by chunk-level RRF."""
+    fused = rrf_fuse(scored.rankings, scored.rrf_k)
+    results = []
+    for doc_id in ordered(fused):
+        dense, bm25 = scored.dense.get(doc_id), scored.bm25.get(doc_id)
+        results.append(scored.result(doc_id, score=scored.score(fused[doc_id], dense, bm25),
+                                     dense=dense, bm25=bm25, rrf=fused[doc_id]))
     results.sort(key=lambda r: (-r.score, r.doc_id))
-    results = [r for r in results if r.score >= settings.similarity_threshold]
+    results = [r for r in results if r.score >= scored.threshold]
     if exact_hit is not None:
         results = [exact_hit] + [r for r in results if r.doc_id != exact_hit.doc_id]
-    results = results[:k]
-    counts = {"dense": len(dense_set), "bm25": len(bm25_set), "merged": len(fused)}
-    out = done(results, mode, counts)
-    log.info("search_done", mode=mode, dense=counts["dense"], bm25=counts["bm25"],
-             merged=counts["merged"], results=len(results), collections=len(names),
-             exact=exact_hit is not None, ms=round(out.search_time_ms, 1))
-    return out
+    return results
+
+
+PASSAGES_PER_PAGE = 3  # chunks shown for a page result: the best one and up to two more
+
+
+def _page_results(scored: _Scored, exact_hit: SearchResult | None) -> list[SearchResult]:
+    """One result per page (see `hetriever.fusion`): the page's best chunk is the result's
+    text, its next chunks are `passages`, its scores are the best of its chunks'."""
+    page_of = {d: page_key(h.metadata or {}, h.collection) for d, h in scored.hits.items()}
+    results = []
+    for page in fuse_pages(scored.rankings, page_of, scored.rrf_k):
+        dense = max((scored.dense[c] for c in page.chunks if scored.dense.get(c) is not None),
+                    default=None)
+        bm25 = max((scored.bm25[c] for c in page.chunks if c in scored.bm25), default=None)
+        passages = [_passage(scored.hits[c]) for c in page.chunks[1:PASSAGES_PER_PAGE]]
+        results.append(scored.result(page.chunks[0], score=scored.score(page.fused, dense, bm25),
+                                     dense=dense, bm25=bm25, rrf=page.fused, passages=passages))
+    if scored.mode != "hybrid":  # one retriever: its own score orders the pages
+        results.sort(key=lambda r: (-r.score, r.doc_id))
+    results = [r for r in results if r.score >= scored.threshold]
+    if exact_hit is not None:
+        exact_page = page_key(exact_hit.metadata, str(exact_hit.metadata.get("repository")))
+        rest = [r for r in results
+                if page_key(r.metadata, str(r.metadata.get("repository"))) != exact_page]
+        results = [exact_hit] + rest
+    return results
+
+
+def page_key(metadata: Mapping[str, Any], collection: str) -> str:
+    """The page a chunk belongs to: its repository and file."""
+    return f"{collection}\x1f{metadata.get('file_path', '')}"
+
+
+def _passage(hit: _Hit) -> dict[str, Any]:
+    meta = hit.metadata or {}
+    return {"doc_id": hit.doc_id, "heading_context": meta.get("heading_context", ""),
+            "content": hit.content or ""}
 
 
 async def retrieve(store: Any, query: str, top_k: int | None = None,
@@ -505,8 +579,8 @@ async def retrieve(store: Any, query: str, top_k: int | None = None,
                    namespaces: Sequence[str] | None = None,
                    hybrid: bool | None = None,
                    access_levels: Sequence[str] | str | None = None,
-                   exact: bool = True) -> RetrievalResult:
+                   exact: bool = True, group_by: str | None = None) -> RetrievalResult:
     """`hybrid_search` off the event loop (embedding and Chroma calls block)."""
     return await asyncio.to_thread(hybrid_search, store, query, top_k, filters,
                                    namespaces=namespaces, hybrid=hybrid,
-                                   access_levels=access_levels, exact=exact)
+                                   access_levels=access_levels, exact=exact, group_by=group_by)

@@ -139,7 +139,8 @@ class KnowledgeStore(Protocol):
                      filters: dict[str, Any] | None = None, *,
                      namespaces: Sequence[str] | None = None,
                      hybrid: bool | None = None,
-                     access_levels: Sequence[str] | None = None) -> list[SearchResult]: ...
+                     access_levels: Sequence[str] | None = None,
+                     group_by: str | None = None) -> list[SearchResult]: ...
 
     async def get_by_id(self, doc_id: str) -> Document | None: ...
 
@@ -987,12 +988,13 @@ class ChromaKnowledgeStore:
                      filters: dict[str, Any] | None = None, *,
                      namespaces: Sequence[str] | None = None,
                      hybrid: bool | None = None,
-                     access_levels: Sequence[str] | None = None) -> list[SearchResult]:
+                     access_levels: Sequence[str] | None = None,
+                     group_by: str | None = None) -> list[SearchResult]:
         from hetriever.search import retrieve
 
         result = await retrieve(self, query, top_k=top_k, filters=filters,
                                 namespaces=namespaces, hybrid=hybrid,
-                                access_levels=access_levels)
+                                access_levels=access_levels, group_by=group_by)
         return result.matches
 
     async def get_by_id(self, doc_id: str) -> Document | None:

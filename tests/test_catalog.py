@@ -134,16 +134,15 @@ def test_indexing_records_file_states_runs_and_titles(docs, store) -> None:
     assert col == "sample-docs_v1"
     files = {f.path: f for f in cat.files(col)}
     indexed = {p for p, f in files.items() if f.state == INDEXED}
-    assert len(indexed) == first.files_indexed == 6
+    assert len(indexed) == first.files_indexed == 7
     assert sum(files[p].chunk_count for p in indexed) == first.chunks_written
     assert all(files[p].blob and files[p].last_commit == first.new_commit for p in indexed)
     skipped = {p.rsplit("/", 1)[-1]: f.reason for p, f in files.items() if f.state == SKIPPED}
-    assert skipped == {"prerequisites-note.md": "snippet (not a page)", "roadmap.md": "draft",
-                       "_index.md": "empty body"}
+    assert skipped == {"prerequisites-note.md": "snippet (not a page)", "roadmap.md": "draft"}
     record = cat.repository("sample-docs")
     assert record.last_commit == first.new_commit and record.last_run_outcome == "ok"
     (run_row,) = cat.runs("sample-docs")
-    assert run_row["mode"] == "full" and run_row["counts"]["files_indexed"] == 6
+    assert run_row["mode"] == "full" and run_row["counts"]["files_indexed"] == 7
     assert cat.lookup_title("where", [col])  # the title index was filled
 
     # delete a page: with retention 0 its catalog row and titles go at once
@@ -191,8 +190,8 @@ def test_status_command_reads_the_catalog(docs, tmp_path, minilm_model_dir, monk
 
         with contextlib.redirect_stderr(sys.__stderr__):
             configure_logging()
-    assert row["up_to_date"] and row["files"] == 6 and row["chunks"] > 0
-    assert row["failures"] == 0 and row["skipped"] == 3
+    assert row["up_to_date"] and row["files"] == 7 and row["chunks"] > 0
+    assert row["failures"] == 0 and row["skipped"] == 2
     assert row["last_run_outcome"] == "ok" and row["last_run"]
     assert row["collection"] == "sample-docs_v1" and row["access_level"] == "PUBLIC"
     assert row["needs_migration"] is False

@@ -41,7 +41,7 @@ def test_ingest_search_status_metrics(workspace):
     out = cli(env, "ingest", "--json")
     assert out.returncode == 0, out.stderr
     (result,) = json.loads(out.stdout)
-    assert result["ok"] and result["mode"] == "full" and result["files_indexed"] == 6
+    assert result["ok"] and result["mode"] == "full" and result["files_indexed"] == 7
 
     out = cli(env, "ingest", "--json")
     assert json.loads(out.stdout)[0]["mode"] == "noop"

@@ -243,6 +243,6 @@ def test_searches_while_another_process_reindexes_stay_consistent(tmp_path, mini
         # afterwards: the new version everywhere, the other repository untouched
         got = assert_equals_fresh_pass(store, docs, minilm_model_dir)
         assert all("version2" in t for _, t in got.values())
-        assert len(stored(store, OTHER)) == 8
+        assert len(stored(store, OTHER)) == 16  # a page record and a body chunk each
     finally:
         store.close_sync()

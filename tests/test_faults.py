@@ -48,9 +48,10 @@ def run(coro: Any) -> Any:
 
 
 def page_text(i: int, version: int) -> str:
+    """A page with no title or description of its own (so no page record): one chunk."""
     rng = random.Random(i * 1000 + version)
     body = " ".join(rng.choice(WORDS) for _ in range(18))
-    return f"---\ntitle: Page {i}\n---\n\n{body} page{i} version{version}.\n"
+    return f"---\nweight: {i}\n---\n\n{body} page{i} version{version}.\n"
 
 
 def write_pages(repo: Path, n: int, version: int) -> str:

@@ -64,7 +64,7 @@ def test_ingest_full_noop_incremental_and_artifacts(sample_parent):
     state, summary = run_ingest()
     assert state.is_completed(), state.message
     (first,) = summary["repositories"]
-    assert first["ok"] and first["mode"] == "full" and first["files_indexed"] == 6
+    assert first["ok"] and first["mode"] == "full" and first["files_indexed"] == 7
 
     state, summary = run_ingest()
     assert state.is_completed() and summary["repositories"][0]["mode"] == "noop"
@@ -118,7 +118,7 @@ def test_a_file_that_always_fails_is_reported_and_the_rest_indexed(sample_parent
     state, summary = run_ingest()  # the next run repairs it
     assert state.is_completed()
     assert summary["repositories"][0]["mode"] == "full"
-    assert len({p for p, _ in stored(store, "sample-docs").values()}) == 6
+    assert len({p for p, _ in stored(store, "sample-docs").values()}) == 7
 
 
 def test_one_failing_repository_does_not_stop_the_others(env, monkeypatch):
@@ -147,7 +147,7 @@ def test_unknown_repository_is_a_clear_failure(sample_parent):
 def test_dask_task_runner_with_a_local_cluster(sample_parent):
     state, summary = run_ingest(task_runner="dask")
     assert state.is_completed(), state.message
-    assert summary["repositories"][0]["files_indexed"] == 6
+    assert summary["repositories"][0]["files_indexed"] == 7
 
 
 def test_query_flow_records_metrics(sample_parent):

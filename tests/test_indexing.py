@@ -57,16 +57,15 @@ def test_full_then_noop_then_incremental(docs, store):
 
     first = run(index_repository(repo, store, settings))
     assert first.mode == "full" and first.completed
-    assert first.files_indexed == 6
+    assert first.files_indexed == 7  # docs/_index.md: front matter only
     reasons = {s.path.rsplit("/", 1)[-1]: s.reason for s in first.skipped}
-    assert reasons == {"prerequisites-note.md": "snippet (not a page)", "roadmap.md": "draft",
-                       "_index.md": "empty body"}
+    assert reasons == {"prerequisites-note.md": "snippet (not a page)", "roadmap.md": "draft"}
     chunks = stored(store, "sample-docs")
     assert len(chunks) == first.chunks_written > 0
     meta = run(store.get_collection_metadata("sample-docs"))
     assert meta["commit_hash"] == first.new_commit
     assert meta["index_status"] == STATUS_COMPLETE
-    assert meta["total_chunks"] == len(chunks) and meta["total_documents"] == 6
+    assert meta["total_chunks"] == len(chunks) and meta["total_documents"] == 7
 
     # the included snippet's text is part of the page that includes it
     install = [t for p, t in chunks.values() if p.endswith("install/_index.md")]
@@ -167,7 +166,7 @@ def test_a_file_that_breaks_the_cleaner_is_skipped_not_fatal(docs, store, monkey
     assert result.completed
     failed = [s for s in result.skipped if s.reason.startswith("error: ValueError")]
     assert [s.path for s in failed] == ["content/docs/templates/where.md"]
-    assert result.files_indexed == 5
+    assert result.files_indexed == 6
 
 
 def test_snippet_paths():

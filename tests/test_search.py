@@ -23,9 +23,9 @@ from hetriever.search import (
     MAX_QUERY_CHARS,
     native_sparse_available,
     retrieve,
-    rrf_fuse,
     similarity,
 )
+from hetriever.fusion import rrf_fuse
 from hetriever.store import ChromaKnowledgeStore
 from tests.chroma_fixtures import (
     make_chunk,
@@ -510,7 +510,8 @@ def test_a_rare_filter_through_the_store_matches_chromas_own_where(paged_store, 
     monkeypatch.setattr(BM25Index, "few_ids_where", spy)
     path = "content/guide/page-7.md"  # 6 of 120 chunks: too few among 50 neighbours
     for query in ("image processing", "menus", "how taxonomies work"):
-        got = run(paged_store.search(query, top_k=3, filters={"file_path": path}, hybrid=False))
+        got = run(paged_store.search(query, top_k=3, filters={"file_path": path}, hybrid=False,
+                                     group_by="chunk"))
         col = paged_store._chroma(A)
         vector = paged_store.embedder.embed([query])[0]
         expected = col.query(query_embeddings=[vector], n_results=3, where={"file_path": path})

@@ -1,0 +1,161 @@
+"""Pages as people look for them: page records, front-matter-only pages, `param` shortcodes,
+and one search result per page, against real git repositories, real Chroma and the real model."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from hetriever.chunk import page_record, page_summary_lines
+from hetriever.config import Settings
+from hetriever.discover import discover_repositories
+from hetriever.indexing import index_repository, process_text, token_counter
+from hetriever.models import Repository
+from hetriever.parse import page_params, parse_page
+from hetriever.search import hybrid_search
+from hetriever.store import ChromaKnowledgeStore
+from tests.chroma_fixtures import store_settings
+from tests.helpers import commit_all, init_repo, make_parent_with_submodule, write_files
+
+REPO = Repository(name="docs", path=Path("."))
+
+SECTION = """---
+title: Content management
+linkTitle: Content
+description: Organize your pages into sections, bundles and taxonomies.
+keywords: [sections, bundles]
+---
+"""
+
+FUNCTION = """---
+title: collections.Where
+description: Returns the given collection, removing elements that do not satisfy the condition.
+---
+Use it like this:
+
+```go-html-template
+{{ range where .Pages "Section" "posts" }}{{ end }}
+```
+"""
+
+PARAMS = """---
+title: Exporters
+description: Send telemetry to the OpenTelemetry Collector.
+params:
+  vers: 1.42.0
+---
+The page says {{% param "description" %}} and pins version {{% param vers %}}.
+"""
+
+LONG_PAGE = "---\ntitle: Release notes\n---\n" + "\n\n".join(
+    f"## Release {i}\n\nThis release improves the where function and the collections "
+    f"package, fixing issue {i} in templates." for i in range(12))
+
+
+def test_page_record_text_and_metadata():
+    page = parse_page("docs", "content/en/content-management/_index.md", SECTION,
+                      content_dir="content")
+    assert page_summary_lines(page) == [
+        "Content", "Organize your pages into sections, bundles and taxonomies.",
+        "sections, bundles"]
+    record = page_record(page, counter=token_counter(Settings()))
+    assert record is not None
+    assert record.text.startswith("Content management\nContent\nOrganize your pages")
+    assert record.metadata["page_record"] is True and record.metadata["chunk_index"] == -1
+    assert record.metadata["url"] == "/content-management/"
+
+
+def test_a_page_record_fits_the_token_budget():
+    long = SECTION.replace("Organize your pages", "word " * 600 + "Organize")
+    page = parse_page("docs", "content/en/a/_index.md", long, content_dir="content")
+    counter = token_counter(Settings())
+    record = page_record(page, counter=counter, max_tokens=64)
+    assert record is not None and 56 <= counter.count(record.text) <= 64
+
+
+def test_front_matter_only_pages_are_indexed_from_their_record():
+    outcome = process_text(REPO, "content/en/content-management/_index.md", SECTION, Settings())
+    assert outcome.skipped is None and len(outcome.chunks) == 1
+    assert outcome.chunks[0].metadata["page_record"] is True
+    # Without a title or description of its own, an empty page is still skipped.
+    bare = process_text(REPO, "content/en/empty/_index.md", "---\nweight: 3\n---\n", Settings())
+    assert bare.skipped is not None and bare.skipped.reason == "empty body"
+    # Drafts stay out with their reason, record or not.
+    draft = process_text(REPO, "content/en/d.md", SECTION.replace("---\n", "---\ndraft: true\n", 1),
+                         Settings())
+    assert draft.skipped is not None and draft.skipped.reason == "draft"
+
+
+@pytest.mark.parametrize("mode, record_chunks", [("chunk", 1), ("prefix", 0), ("off", 0)])
+def test_page_record_modes(mode, record_chunks):
+    outcome = process_text(REPO, "content/en/functions/where.md", FUNCTION,
+                           Settings(page_record=mode))
+    records = [c for c in outcome.chunks if c.metadata.get("page_record")]
+    assert len(records) == record_chunks
+    body = [c for c in outcome.chunks if not c.metadata.get("page_record")]
+    described = "removing elements that do not satisfy" in body[0].text
+    assert described is (mode == "prefix")
+
+
+def test_param_shortcodes_read_the_pages_front_matter():
+    assert page_params({"Title": "T", "params": {"vers": {"otel": "1.2"}}, "n": 3}) == {
+        "title": "T", "params.vers.otel": "1.2", "n": "3", "vers.otel": "1.2"}
+    outcome = process_text(REPO, "content/en/exporters.md", PARAMS, Settings())
+    body = [c for c in outcome.chunks if not c.metadata.get("page_record")]
+    assert ("The page says Send telemetry to the OpenTelemetry Collector. and pins version "
+            "1.42.0.") in body[0].text
+
+
+@pytest.fixture
+def indexed(tmp_path: Path, minilm_embedder):
+    doc_repo = init_repo(tmp_path / "site")
+    write_files(doc_repo, {
+        "content/content-management/_index.md": SECTION,
+        "content/functions/where.md": FUNCTION,
+        "content/release-notes.md": LONG_PAGE,
+        "content/hosting/netlify.md": "---\ntitle: Host on Netlify\n---\nDeploy the site to "
+                                      "Netlify from a git repository with a build command.\n",
+    })
+    commit_all(doc_repo)
+    parent = make_parent_with_submodule(tmp_path, doc_repo, "site")
+    (repo,) = discover_repositories(parent)
+    store = ChromaKnowledgeStore(store_settings(tmp_path), embedder=minilm_embedder)
+    result = asyncio.run(index_repository(repo, store, store.settings))
+    assert result.completed and not result.failed
+    yield store
+    store.close_sync()
+
+
+def test_a_section_page_is_found_by_its_description(indexed):
+    got = hybrid_search(indexed, "how do I organize pages into sections and bundles", 3)
+    assert got.matches[0].metadata["file_path"] == "content/content-management/_index.md"
+    assert got.matches[0].metadata["page_record"] is True
+
+
+def test_page_results_are_distinct_pages_with_passages(indexed):
+    got = hybrid_search(indexed, "where function collections templates", 10)
+    paths = [m.metadata["file_path"] for m in got.matches]
+    assert len(paths) == len(set(paths))
+    # The long page takes one place, its next best chunks ride along as passages.
+    (notes,) = [m for m in got.matches if m.metadata["file_path"] == "content/release-notes.md"]
+    assert 1 <= len(notes.passages) <= 2
+    assert all(p["content"] and p["doc_id"] != notes.doc_id for p in notes.passages)
+    # Chunk results are still there for callers that want passages.
+    chunks = hybrid_search(indexed, "where function collections templates", 10, group_by="chunk")
+    chunk_paths = [m.metadata["file_path"] for m in chunks.matches]
+    assert chunk_paths.count("content/release-notes.md") > 1
+    assert all(not m.passages for m in chunks.matches)
+
+
+def test_group_by_is_validated(indexed):
+    from hetriever.errors import InvalidLimitError
+
+    with pytest.raises(InvalidLimitError):
+        hybrid_search(indexed, "where", 3, group_by="site")
+
+
+def test_an_identifier_query_finds_its_page(indexed):
+    got = hybrid_search(indexed, "collections where", 3, hybrid=True, exact=False)
+    assert got.matches[0].metadata["file_path"] == "content/functions/where.md"
