@@ -636,6 +636,17 @@ class BM25Index:
                                       (doc_id,)).fetchone()
         return (row[0], json.loads(row[1])) if row else None
 
+    def metadata_of(self, doc_ids: Iterable[str]) -> dict[str, dict]:
+        """The committed metadata of those of `doc_ids` this index holds, from memory."""
+        with self._lock:
+            state = self._current()
+            out = {}
+            for doc_id in doc_ids:
+                slot = state.id_to_slot.get(doc_id)
+                if slot is not None and state.alive[slot]:
+                    out[doc_id] = state.metas[slot]
+            return out
+
     def ids_where(self, where: Mapping | None) -> set[str]:
         normalised = validate_filter(where)
         with self._lock:

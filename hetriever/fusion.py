@@ -17,12 +17,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 
-def rrf_fuse(rankings: Mapping[str, Sequence[str]], k: int) -> dict[str, float]:
-    """Reciprocal rank fusion: doc -> sum over rankings of 1 / (k + rank), rank from 1."""
+def rrf_fuse(rankings: Mapping[str, Sequence[str]], k: int,
+             weights: Mapping[str, float] | None = None) -> dict[str, float]:
+    """Reciprocal rank fusion: doc -> sum over rankings of w / (k + rank), rank from 1
+    (w = the ranking's weight, 1 unless given)."""
     fused: dict[str, float] = {}
-    for ranking in rankings.values():
+    for name, ranking in rankings.items():
+        weight = 1.0 if weights is None else weights.get(name, 1.0)
         for rank, doc_id in enumerate(ranking, start=1):
-            fused[doc_id] = fused.get(doc_id, 0.0) + 1.0 / (k + rank)
+            fused[doc_id] = fused.get(doc_id, 0.0) + weight / (k + rank)
     return fused
 
 
@@ -52,11 +55,12 @@ class FusedPage:
 
 
 def fuse_pages(rankings: Mapping[str, Sequence[str]], page_of: Mapping[str, str],
-               k: int) -> list[FusedPage]:
+               k: int, weights: Mapping[str, float] | None = None) -> list[FusedPage]:
     """Pages by RRF over each ranking's page ranking, best first, each with its chunks."""
     kept = {name: [c for c in ranking if c in page_of] for name, ranking in rankings.items()}
-    page_scores = rrf_fuse({name: page_ranking(r, page_of) for name, r in kept.items()}, k)
-    chunk_scores = rrf_fuse(kept, k)
+    page_scores = rrf_fuse({name: page_ranking(r, page_of) for name, r in kept.items()}, k,
+                           weights)
+    chunk_scores = rrf_fuse(kept, k, weights)
     members: dict[str, list[str]] = {}
     for chunk in ordered(chunk_scores):
         members.setdefault(page_of[chunk], []).append(chunk)

@@ -55,9 +55,11 @@ log = get_logger(__name__)
 MAX_QUERY_CHARS = 10_000  # longer queries are truncated for embedding (not an error)
 CANDIDATE_FACTOR = 2  # chunk results: each retriever fetches this many times top_k chunks
 # Page results: each retriever fetches PAGE_CANDIDATE_FACTOR x top_k chunks, at least
-# PAGE_MIN_CANDIDATES, so that enough distinct pages reach the fusion (bench_quality sweep).
-PAGE_CANDIDATE_FACTOR = 5
-PAGE_MIN_CANDIDATES = 50
+# PAGE_MIN_CANDIDATES, so that enough distinct pages reach the fusion. Page-level MRR@10 moved
+# by at most 0.008 between 10 and 100 chunks per retriever on every query set of
+# bench_quality (2,600 queries); fewer candidates keep filtered queries and fetches cheap.
+PAGE_CANDIDATE_FACTOR = 3
+PAGE_MIN_CANDIDATES = 20
 
 
 def candidate_depth(top_k: int, group_by: str) -> int:
@@ -112,6 +114,13 @@ class _Hit:
     metadata: dict[str, Any] | None = None
     dense_score: float | None = None
     bm25_raw: float | None = None
+    # BM25's own copy of the metadata: enough to know a BM25-only hit's page before its text
+    # and metadata are fetched from Chroma (the source of truth) for display.
+    label: dict[str, Any] | None = None
+
+    @property
+    def page_metadata(self) -> dict[str, Any]:
+        return self.metadata if self.metadata is not None else (self.label or {})
 
 
 def _scope(store: Any, namespaces: Sequence[str] | None) -> list[str]:
@@ -297,7 +306,9 @@ def _bm25(store: Any, names: list[str], query: str, n: int,
 
 
 def _fill_documents(store: Any, hits: list[_Hit]) -> None:
-    """BM25-only hits get their text and metadata from Chroma, else from BM25's copy."""
+    """BM25-only hits get their text and metadata from Chroma. Only when Chroma cannot answer
+    (down: search degrades to BM25) does BM25's own copy stand in; an id Chroma answers
+    without holding is a row a crash left behind in BM25, and is not served."""
     by_collection: dict[str, list[_Hit]] = {}
     for hit in hits:
         if hit.content is None or hit.metadata is None:
@@ -310,13 +321,17 @@ def _fill_documents(store: Any, hits: list[_Hit]) -> None:
                               retry=False) if col is not None else {"ids": []}
             fetched = {i: (d, m) for i, d, m in zip(got["ids"], got.get("documents") or [],
                                                      got.get("metadatas") or [])}
+            answered = col is not None
         except Exception as exc:
             log.warning("search_fetch_failed", collection=name, error=str(exc))
-            fetched = {}
+            fetched, answered = {}, False
         for hit in group:
             if hit.doc_id in fetched:
                 hit.content, meta = fetched[hit.doc_id]
                 hit.metadata = dict(meta or {})
+                continue
+            if answered:
+                log.warning("result_missing_in_chroma", doc_id=hit.doc_id, collection=name)
                 continue
             stored = store.bm25(name).get(hit.doc_id)
             if stored is not None:
@@ -472,18 +487,21 @@ def _search_once(store: Any, text: str, k: int, user_filter: dict | None,
         mode = "dense" if dense_ids is not None else "bm25"
 
     rankings = {"dense": dense_ids or [], "bm25": bm25_ids or []}
-    candidates = [hits[d] for d in dict.fromkeys(rankings["dense"] + rankings["bm25"])]
-    _fill_documents(store, candidates)
-    trusted = {h.doc_id: h for h in candidates if _trusted(h, plans, levels)}
-    rankings = {name: [d for d in ids if d in trusted] for name, ids in rankings.items()}
-    scored = _Scored(rankings, trusted, mode, settings.rrf_k, settings.similarity_threshold)
+    check = _Checker(store, hits, plans, levels)
+    if group_by == "page":
+        rankings = _verify_top_pages(check, rankings, settings.rrf_k, k + 1)
+    else:
+        check.verify(list(dict.fromkeys(rankings["dense"] + rankings["bm25"])))
+        rankings = {name: [d for d in ids if d in check.trusted] for name, ids in rankings.items()}
+    scored = _Scored(rankings, hits, check.trusted, mode, settings.rrf_k,
+                     settings.similarity_threshold)
     if group_by == "page":
         results = _page_results(scored, exact_hit)
     else:
         results = _chunk_results(scored, exact_hit)
     results = results[:k]
     counts = {"dense": len(rankings["dense"]), "bm25": len(rankings["bm25"]),
-              "merged": len(trusted)}
+              "merged": len(set(rankings["dense"]) | set(rankings["bm25"]))}
     out = done(results, mode, counts)
     log.info("search_done", mode=mode, group_by=group_by, dense=counts["dense"],
              bm25=counts["bm25"], merged=counts["merged"], results=len(results),
@@ -492,14 +510,81 @@ def _search_once(store: Any, text: str, k: int, user_filter: dict | None,
     return out
 
 
+class _Checker:
+    """Fetches candidates' text and metadata from Chroma and checks them (`_trusted`), once."""
+
+    def __init__(self, store: Any, hits: dict[str, _Hit], plans: Mapping[str, CollectionPlan],
+                 levels: frozenset[str]) -> None:
+        self.store, self.hits, self.plans, self.levels = store, hits, plans, levels
+        self.trusted: set[str] = set()
+        self.dropped: set[str] = set()
+
+    def verify(self, doc_ids: Sequence[str]) -> None:
+        todo = [self.hits[d] for d in dict.fromkeys(doc_ids)
+                if d not in self.trusted and d not in self.dropped]
+        _fill_documents(self.store, todo)
+        for hit in todo:
+            (self.trusted if _trusted(hit, self.plans, self.levels) else self.dropped).add(
+                hit.doc_id)
+
+    def label(self) -> None:
+        """BM25-only hits learn their page from BM25's metadata, without a Chroma fetch."""
+        by_collection: dict[str, list[str]] = {}
+        for d, hit in self.hits.items():
+            if hit.metadata is None and hit.label is None:
+                by_collection.setdefault(hit.collection, []).append(d)
+        for name, ids in by_collection.items():
+            try:
+                known = self.store.bm25(name).metadata_of(ids)
+            except Exception as exc:  # unlabelled hits are then fetched like any other
+                log.warning("bm25_metadata_failed", collection=name, error=str(exc))
+                known = {}
+            for d in ids:
+                self.hits[d].label = known.get(d)
+
+
+PAGE_VERIFY_ROUNDS = 4  # a stale chunk dropped from a top page changes the pages: look again
+
+
+def _verify_top_pages(check: _Checker, rankings: dict[str, list[str]], rrf_k: int,
+                      pages: int) -> dict[str, list[str]]:
+    """Rankings in which every chunk that places or shows one of the top `pages` pages has
+    been fetched from Chroma and checked; chunks that failed are removed.
+
+    A page is placed by its best chunk in each ranking and shown with its first
+    PASSAGES_PER_PAGE chunks; only those are fetched, not every candidate (a search asks each
+    retriever for PAGE_CANDIDATE_FACTOR x top_k chunks, most of which never reach the top).
+    """
+    check.label()
+    for _ in range(PAGE_VERIFY_ROUNDS):
+        live = {name: [d for d in ids if d not in check.dropped] for name, ids in
+                rankings.items()}
+        page_of = _page_of(check.hits, live)
+        needed: list[str] = []
+        for page in fuse_pages(live, page_of, rrf_k)[:pages]:
+            needed.extend(page.chunks[:PASSAGES_PER_PAGE])
+            for ids in live.values():
+                needed.extend(next(([d] for d in ids if page_of.get(d) == page.page), []))
+        if all(d in check.trusted for d in needed):
+            return live
+        check.verify(needed)
+    return {name: [d for d in ids if d in check.trusted] for name, ids in rankings.items()}
+
+
+def _page_of(hits: Mapping[str, _Hit], rankings: Mapping[str, Sequence[str]]) -> dict[str, str]:
+    return {d: page_key(hits[d].page_metadata, hits[d].collection)
+            for ids in rankings.values() for d in ids if hits[d].page_metadata}
+
+
 class _Scored:
     """Each candidate chunk's scores: dense similarity, BM25 normalised by the best raw score
-    among the candidates, and the final score (fused, or the one retriever's)."""
+    among the candidates, and the final score (fused, or the one retriever's). Only `shown`
+    chunks (fetched and checked) may become results; the others still count for ranks."""
 
-    def __init__(self, rankings: dict[str, list[str]], hits: dict[str, _Hit], mode: str,
-                 rrf_k: int, threshold: float) -> None:
+    def __init__(self, rankings: dict[str, list[str]], hits: dict[str, _Hit], shown: set[str],
+                 mode: str, rrf_k: int, threshold: float) -> None:
         self.rankings, self.hits, self.mode, self.rrf_k = rankings, hits, mode, rrf_k
-        self.threshold = threshold
+        self.shown, self.threshold = shown, threshold
         self.max_rrf = 2.0 / (rrf_k + 1)
         in_bm25 = set(rankings["bm25"])
         best = max((hits[d].bm25_raw or 0.0 for d in in_bm25), default=0.0)
@@ -543,14 +628,17 @@ PASSAGES_PER_PAGE = 3  # chunks shown for a page result: the best one and up to 
 def _page_results(scored: _Scored, exact_hit: SearchResult | None) -> list[SearchResult]:
     """One result per page (see `hetriever.fusion`): the page's best chunk is the result's
     text, its next chunks are `passages`, its scores are the best of its chunks'."""
-    page_of = {d: page_key(h.metadata or {}, h.collection) for d, h in scored.hits.items()}
+    page_of = _page_of(scored.hits, scored.rankings)
     results = []
     for page in fuse_pages(scored.rankings, page_of, scored.rrf_k):
+        shown = [c for c in page.chunks[:PASSAGES_PER_PAGE] if c in scored.shown]
+        if not shown:  # below the verified top: not shown
+            continue
         dense = max((scored.dense[c] for c in page.chunks if scored.dense.get(c) is not None),
                     default=None)
         bm25 = max((scored.bm25[c] for c in page.chunks if c in scored.bm25), default=None)
-        passages = [_passage(scored.hits[c]) for c in page.chunks[1:PASSAGES_PER_PAGE]]
-        results.append(scored.result(page.chunks[0], score=scored.score(page.fused, dense, bm25),
+        passages = [_passage(scored.hits[c]) for c in shown[1:]]
+        results.append(scored.result(shown[0], score=scored.score(page.fused, dense, bm25),
                                      dense=dense, bm25=bm25, rrf=page.fused, passages=passages))
     if scored.mode != "hybrid":  # one retriever: its own score orders the pages
         results.sort(key=lambda r: (-r.score, r.doc_id))

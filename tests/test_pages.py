@@ -159,3 +159,23 @@ def test_group_by_is_validated(indexed):
 def test_an_identifier_query_finds_its_page(indexed):
     got = hybrid_search(indexed, "collections where", 3, hybrid=True, exact=False)
     assert got.matches[0].metadata["file_path"] == "content/functions/where.md"
+
+
+def test_a_bm25_row_chroma_lacks_is_never_served(indexed):
+    """A delete that crashed between Chroma and BM25 leaves a row only BM25 has: the page
+    results fetch what they show from Chroma, so that row is dropped, and its page is shown
+    from a chunk Chroma still has, or not at all."""
+    col = indexed._chroma("site")
+    got = col.get(where={"file_path": "content/hosting/netlify.md"}, include=["metadatas"])
+    record = [i for i, m in zip(got["ids"], got["metadatas"]) if m.get("page_record")]
+    col.delete(ids=record)  # Chroma only: BM25 still lists it
+    assert indexed.bm25("site").get(record[0]) is not None
+    for hybrid in (True, False):
+        result = hybrid_search(indexed, "Host on Netlify", 5, hybrid=hybrid, exact=False)
+        shown = [m.doc_id for m in result.matches] + [
+            p["doc_id"] for m in result.matches for p in m.passages]
+        assert record[0] not in shown
+        assert set(shown) <= set(col.get(ids=shown)["ids"])
+        netlify = [m for m in result.matches
+                   if m.metadata["file_path"] == "content/hosting/netlify.md"]
+        assert netlify and not netlify[0].metadata.get("page_record")
