@@ -142,7 +142,7 @@ def test_distinctive_query_ranks_its_document_first(store) -> None:
     top = result.matches[0]
     assert top.doc_id == where_id and top.source == "hybrid"
     assert top.score == pytest.approx(1.0)  # rank 1 in both lists: the maximum
-    assert top.rrf_score == pytest.approx(2 / 61)
+    assert top.rrf_score == pytest.approx(2 / (store.settings.rrf_k + 1))
     assert top.bm25_score == pytest.approx(1.0)
     assert result.total_results == len(result.matches) <= 5
     assert result.retriever_counts["dense"] >= 1 and result.retriever_counts["bm25"] >= 1
