@@ -1,28 +1,32 @@
-"""Retrieval quality: Recall@10 and MRR@10 (page level) of BM25, dense and hybrid search.
+"""Retrieval quality at page level: R@10, MRR@10 and nDCG@10 per query set and search mode.
 
-    python bench/bench_quality.py                    # both corpora, all queries
-    python bench/bench_quality.py --limit 100 --json # at most 100 queries per set
+    python bench/bench_quality.py                       # both corpora, every query
+    python bench/bench_quality.py --limit 100 --json    # at most 100 queries per set
+    python bench/bench_quality.py --page-record prefix  # index with another page-record mode
 
 Each corpus (hugo-docs v2, opentelemetry-io v2) is indexed by the real pipeline into its own
-embedded store with real embeddings, cached in bench/results/quality-<corpus>-<commit>/ (the
-commit is content-derived, see common.py); a cached store is brought up to date by the normal
-write path, which re-embeds only changed chunks.
+embedded store with real embeddings, cached in bench/results/quality-<corpus>-<record>-<commit>/
+(the commit is content-derived, see common.py); a cached store is brought up to date by the
+normal write path, which re-embeds only changed chunks.
 
-Query sets (answers are pages, i.e. a chunk's `file_path`):
-- description: every page whose front matter `description` has >= 5 words; the description is
-  the query and the page the answer. The description is chunk *metadata*, not chunk text; the
-  report counts how many pages repeat it verbatim in their text anyway.
-- title: every page's title; the answer is any page with that exact title (titles repeat,
-  e.g. "Exporters" once per language). Chunk texts start with "title > heading", so this set
-  is the easy one.
+Query sets (the answer is a page, a chunk's `file_path`; a query may accept several pages):
+- questions: real questions people asked in public issue and discussion threads, each with
+  the page a reply linked as the answer (bench/queries/real_questions.jsonl, with sources).
+- title: each distinct page title; the answer is any page with exactly that title.
+- description: each page whose front matter `description` has >= 5 words. Since page records
+  (settings.page_record) the description is indexed text, so this set measures look-ups of a
+  page by its summary rather than paraphrase.
+- heading: each body heading phrased as a question ("How do I ...?", FAQ pages); the answer is
+  the page holding it.
 
-Rankings: chunks in rank order, deduplicated to pages, cut at 10 pages.
-- dense: `hybrid_search(hybrid=False, top_k=--depth)`
-- bm25: search.py's BM25 path (`common.bm25_only`, depth --depth)
-- hybrid: `hybrid_search(hybrid=True, top_k=--depth)` (RRF with settings.rrf_k)
-The exact-title fast path is off (`exact=False`): it is not a retriever, and it would decide
-most of the title set by itself. A sweep then re-fuses the dense and BM25 lists offline with `search.rrf_fuse` for other RRF k
-and candidate depths, to show what the fusion parameters do.
+Modes, all one result per page (`group_by="page"`), cut at 10 pages:
+- default: `hybrid_search` as the CLI runs it (exact-title fast path on).
+- hybrid: the same with the exact-title fast path off.
+- dense / bm25: one retriever alone.
+The dense and BM25 chunk rankings are also fetched deep (100 chunks) once per query, and the
+fusion is re-run offline (`hetriever.fusion`) for a sweep of RRF k and of the chunks each
+retriever contributes; the report says how often the offline fusion reproduces `hybrid_search`
+exactly, so the sweep speaks for the product.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import random
 import re
 import sys
@@ -42,56 +47,77 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402
     RESULTS_DIR,
     CorpusChunks,
+    bench_settings,
     bm25_only,
     load_corpus_chunks,
     make_embedder,
     make_store,
-    bench_settings,
+    percentile,
     print_table,
     write_windows,
 )
 from hetriever import search  # noqa: E402
+from hetriever.catalog import title_keys  # noqa: E402
+from hetriever.chunk import display_chunk  # noqa: E402
+from hetriever.config import Settings  # noqa: E402
+from hetriever.fusion import fuse_pages  # noqa: E402
 from hetriever.logs import configure_logging  # noqa: E402
 
 CORPORA = ("hugo-docs", "opentelemetry-io")
+QUESTIONS = Path(__file__).resolve().parent / "queries" / "real_questions.jsonl"
 K = 10
+DEEP = 100  # chunks per retriever fetched once per query for the offline sweep
 SWEEP_K = (1, 5, 10, 20, 30, 60, 100)
-SWEEP_DEPTH = (10, 20, 40, 60, 100)
+SWEEP_DEPTH = (10, 20, 30, 50, 75, 100)
+SWEEP_WEIGHT = (0.5, 0.75, 1.0, 1.5, 2.0)  # dense's RRF weight, BM25's being 1
+MODES = ("default", "hybrid", "dense", "bm25")
+SETS = ("questions", "title", "description", "heading")
+
+Query = tuple[str, set[str]]
 
 
 def _norm(text: str) -> str:
     return re.sub(r"\s+", " ", text).strip().lower()
 
 
-def build_queries(corpus: CorpusChunks) -> dict[str, list[tuple[str, set[str]]]]:
-    """{set name: [(query, relevant file paths)]}, plus how often descriptions are in the text."""
-    desc: list[tuple[str, set[str]]] = []
+def real_questions(corpus: str) -> list[Query]:
+    if not QUESTIONS.is_file():
+        return []
+    out = []
+    for line in QUESTIONS.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            item = json.loads(line)
+            if item["corpus"] == corpus:
+                out.append((item["question"], set(item["answers"])))
+    return out
+
+
+def build_queries(corpus: CorpusChunks) -> dict[str, list[Query]]:
+    """{set name: [(query, relevant file paths)]}."""
+    desc: list[Query] = []
     by_title: dict[str, set[str]] = {}
+    by_heading: dict[str, set[str]] = {}
     for path, chunks in corpus.files.items():
         meta = chunks[0].metadata
         d = meta.get("description")
         if isinstance(d, str) and len(d.split()) >= 5:
             desc.append((d, {path}))
         by_title.setdefault(str(meta["title"]), set()).add(path)
-    titles = [(t, paths) for t, paths in sorted(by_title.items()) if t.strip()]
-    return {"description": desc, "title": titles}
+        for chunk in chunks:
+            for heading in str(chunk.metadata.get("heading_context") or "").split(" > "):
+                if heading.strip().endswith("?") and len(heading.split()) >= 3:
+                    by_heading.setdefault(heading.strip(), set()).add(path)
+    return {
+        "questions": real_questions(corpus.name),
+        "title": [(t, paths) for t, paths in sorted(by_title.items()) if t.strip()],
+        "description": desc,
+        "heading": sorted(by_heading.items()),
+    }
 
 
-def description_in_text(corpus: CorpusChunks) -> tuple[int, int]:
-    """(pages whose chunk text contains their description verbatim, pages with a description)."""
-    inside = total = 0
-    for chunks in corpus.files.values():
-        d = chunks[0].metadata.get("description")
-        if isinstance(d, str) and len(d.split()) >= 5:
-            total += 1
-            needle = _norm(d)
-            inside += any(needle in _norm(c.text) for c in chunks)
-    return inside, total
-
-
-def index_corpus(corpus: CorpusChunks, embedder: Any) -> tuple[Any, dict]:
-    root = RESULTS_DIR / f"quality-{corpus.name}-{corpus.commit[:12]}"
-    store = make_store(root, embedder)
+def index_corpus(corpus: CorpusChunks, embedder: Any, record: str) -> tuple[Any, dict]:
+    root = RESULTS_DIR / f"quality-{corpus.name}-{record}-{corpus.commit[:12]}"
+    store = make_store(root, embedder, page_record=record)
     windows = write_windows(corpus.files, store.settings.write_window)
 
     async def write() -> tuple[int, int]:
@@ -102,6 +128,11 @@ def index_corpus(corpus: CorpusChunks, embedder: Any) -> tuple[Any, dict]:
         stale = set(await store.list_files(corpus.name)) - set(corpus.files)
         for path in stale:
             await store.delete_file(corpus.name, path)
+        # The exact-title index, as an index run fills it (`indexing.apply_outcomes`).
+        physical = store.physical_name(corpus.name)
+        for path, chunks in corpus.files.items():
+            first = display_chunk(chunks)
+            store.catalog.set_titles(physical, path, first.id, title_keys(first.metadata))
         return written, reused
 
     began = time.perf_counter()
@@ -110,82 +141,82 @@ def index_corpus(corpus: CorpusChunks, embedder: Any) -> tuple[Any, dict]:
                    "reused": reused, "seconds": round(time.perf_counter() - began, 1)}
 
 
-def pages(ranked_metas: list[dict], limit: int = K) -> list[str]:
-    out: list[str] = []
-    for meta in ranked_metas:
-        path = str(meta.get("file_path", ""))
-        if path not in out:
-            out.append(path)
-            if len(out) == limit:
-                break
-    return out
+def pages(metas: list[dict], limit: int = K) -> list[str]:
+    """Distinct pages in rank order (page results are distinct already)."""
+    return list(dict.fromkeys(str(m.get("file_path", "")) for m in metas))[:limit]
 
 
-def score(ranked_pages: list[list[str]], queries: list[tuple[str, set[str]]]) -> dict:
-    hits, rr = 0, 0.0
-    for got, (_, relevant) in zip(ranked_pages, queries):
+def score(ranked: list[list[str]], queries: list[Query]) -> dict:
+    hits, rr, ndcg = 0, 0.0, 0.0
+    for got, (_, relevant) in zip(ranked, queries):
         ranks = [i for i, p in enumerate(got[:K]) if p in relevant]
         if ranks:
             hits += 1
             rr += 1.0 / (ranks[0] + 1)
+        dcg = sum(1.0 / math.log2(i + 2) for i in ranks)
+        ideal = sum(1.0 / math.log2(i + 2) for i in range(min(len(relevant), K)))
+        ndcg += dcg / ideal if ideal else 0.0
     n = max(1, len(queries))
-    return {"recall@10": round(hits / n, 3), "mrr@10": round(rr / n, 3)}
+    return {"recall@10": round(hits / n, 3), "mrr@10": round(rr / n, 3),
+            "ndcg@10": round(ndcg / n, 3)}
 
 
-def fuse(dense: list[tuple[str, dict]], bm25: list[tuple[str, dict]], k: int,
-         depth: int) -> list[dict]:
-    """hybrid_search's ordering, offline: RRF over the first `depth` of each list."""
-    metas = {d: m for d, m in dense[:depth] + bm25[:depth]}
-    fused = search.rrf_fuse({"dense": [d for d, _ in dense[:depth]],
-                             "bm25": [d for d, _ in bm25[:depth]]}, k)
-    order = sorted(fused, key=lambda d: (-fused[d], d))
-    return [metas[d] for d in order]
+def offline_pages(dense: list[tuple[str, dict]], bm25: list[tuple[str, dict]], k: int,
+                  depth: int, dense_weight: float = 1.0) -> list[str]:
+    """hybrid_search's page fusion, offline, over the first `depth` chunks of each list."""
+    page_of = {d: str(m.get("file_path", "")) for d, m in dense[:depth] + bm25[:depth]}
+    fused = fuse_pages({"dense": [d for d, _ in dense[:depth]],
+                        "bm25": [d for d, _ in bm25[:depth]]}, page_of, k,
+                       {"dense": dense_weight, "bm25": 1.0})
+    return [p.page for p in fused][:K]
 
 
-def evaluate(store: Any, corpus: CorpusChunks, queries: list[tuple[str, set[str]]],
-             depth: int, progress: Callable[[str], None]) -> dict:
-    deep = max(SWEEP_DEPTH)
-    dense_lists, bm25_lists, hybrid_pages = [], [], []
-    began = time.perf_counter()
+def evaluate(store: Any, corpus: CorpusChunks, queries: list[Query],
+             progress: Callable[[str], None]) -> dict:
+    ns = [corpus.name]
+    dense_lists, bm25_lists = [], []
+    ranked: dict[str, list[list[str]]] = {m: [] for m in MODES}
+    ms: list[float] = []
     for i, (q, _) in enumerate(queries):
-        r = search.hybrid_search(store, q, deep, namespaces=[corpus.name], hybrid=False,
-                                 exact=False)
+        r = search.hybrid_search(store, q, DEEP, namespaces=ns, hybrid=False, exact=False,
+                                 group_by="chunk")
         dense_lists.append([(m.doc_id, m.metadata) for m in r.matches])
-        b = bm25_only(store, q, deep, namespaces=[corpus.name])
-        bm25_lists.append([(h.doc_id, h.metadata) for h in b])
-        h = search.hybrid_search(store, q, depth, namespaces=[corpus.name], hybrid=True,
-                                 exact=False)
-        hybrid_pages.append(pages([m.metadata for m in h.matches]))
+        bm25_lists.append([(h.doc_id, h.metadata) for h in bm25_only(store, q, DEEP,
+                                                                      namespaces=ns)])
+        began = time.perf_counter()
+        got = search.hybrid_search(store, q, K, namespaces=ns)
+        ms.append((time.perf_counter() - began) * 1000.0)
+        ranked["default"].append(pages([m.metadata for m in got.matches]))
+        got = search.hybrid_search(store, q, K, namespaces=ns, exact=False)
+        ranked["hybrid"].append(pages([m.metadata for m in got.matches]))
+        got = search.hybrid_search(store, q, K, namespaces=ns, exact=False, hybrid=False)
+        ranked["dense"].append(pages([m.metadata for m in got.matches]))
+        ranked["bm25"].append(pages([m for _, m in bm25_lists[-1]]))
         if i % 100 == 99:
             progress(f"  {i + 1}/{len(queries)} queries")
-    seconds = time.perf_counter() - began
     rrf_k = store.settings.rrf_k
-    n_cand = depth * search.CANDIDATE_FACTOR
-    simulated = [pages(fuse(d, b, rrf_k, n_cand)) for d, b in zip(dense_lists, bm25_lists)]
-    agree = sum(s == h for s, h in zip(simulated, hybrid_pages)) / max(1, len(queries))
-    result = {
+    depth = search.candidate_depth(K, "page")
+    simulated = [offline_pages(d, b, rrf_k, depth) for d, b in zip(dense_lists, bm25_lists)]
+    agree = sum(s == h for s, h in zip(simulated, ranked["hybrid"])) / max(1, len(queries))
+    return {
         "queries": len(queries),
-        "bm25": score([pages([m for _, m in b]) for b in bm25_lists], queries),
-        "dense": score([pages([m for _, m in d]) for d in dense_lists], queries),
-        "hybrid": score(hybrid_pages, queries),
-        "hybrid_params": {"rrf_k": rrf_k, "candidates_per_retriever": n_cand,
-                          "top_k_chunks": depth},
+        **{mode: score(ranked[mode], queries) for mode in MODES},
+        "hybrid_params": {"rrf_k": rrf_k, "chunks_per_retriever": depth},
         "offline_fusion_agreement": round(agree, 3),
-        "sweep": [{"rrf_k": k, "candidates": c,
-                   **score([pages(fuse(d, b, k, c)) for d, b in zip(dense_lists, bm25_lists)],
-                           queries)}
-                  for k in SWEEP_K for c in SWEEP_DEPTH],
-        "seconds": round(seconds, 1),
+        "default_ms": {"p50": round(percentile(ms, 50), 1), "p95": round(percentile(ms, 95), 1)},
+        "sweep": [{"rrf_k": k, "depth": c, "dense_weight": w,
+                   **score([offline_pages(d, b, k, c, w)
+                            for d, b in zip(dense_lists, bm25_lists)], queries)}
+                  for k in SWEEP_K for c in SWEEP_DEPTH for w in SWEEP_WEIGHT],
     }
-    return result
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpora", default=",".join(CORPORA))
+    parser.add_argument("--sets", default=",".join(SETS))
     parser.add_argument("--limit", type=int, default=0, help="at most this many queries per set")
-    parser.add_argument("--depth", type=int, default=30,
-                        help="chunks asked of hybrid_search before deduplicating to pages")
+    parser.add_argument("--page-record", default="chunk", choices=("chunk", "prefix", "off"))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
@@ -194,29 +225,35 @@ def main(argv: list[str] | None = None) -> int:
     def progress(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
-    report: dict[str, Any] = {"corpora": {}}
+    report: dict[str, Any] = {"page_record": args.page_record, "corpora": {}}
     embedder = None
+    settings = Settings(page_record=args.page_record)
     for name in args.corpora.split(","):
-        corpus = load_corpus_chunks(name)
+        corpus = load_corpus_chunks(name, settings=settings)
         if corpus is None:
             progress(f"skipping {name}: corpus not found")
             continue
         if embedder is None:
             embedder = make_embedder(bench_settings(RESULTS_DIR / "unused"))
         progress(f"{name}: {len(corpus.chunks)} chunks of {len(corpus.files)} pages; indexing")
-        store, indexed = index_corpus(corpus, embedder)
-        inside, total = description_in_text(corpus)
-        entry: dict[str, Any] = {"index": indexed, "pages": len(corpus.files),
-                                 "description_in_chunk_text": {"pages": inside, "of": total}}
+        store, indexed = index_corpus(corpus, embedder, args.page_record)
+        entry: dict[str, Any] = {"index": indexed, "pages": len(corpus.files)}
+        # The same queries whatever the mode: built from the default pipeline's pages (with
+        # page records, front-matter-only pages are pages; without, they are misses).
+        if args.page_record != Settings().page_record:
+            corpus = load_corpus_chunks(name) or corpus
         for set_name, queries in build_queries(corpus).items():
+            if set_name not in args.sets.split(",") or not queries:
+                continue
             if args.limit and len(queries) > args.limit:
                 queries = random.Random(args.seed).sample(queries, args.limit)
             progress(f"{name}/{set_name}: {len(queries)} queries")
-            entry[set_name] = evaluate(store, corpus, queries, args.depth, progress)
+            entry[set_name] = evaluate(store, corpus, queries, progress)
         store.close_sync()
         report["corpora"][name] = entry
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    (RESULTS_DIR / "bench_quality-latest.json").write_text(json.dumps(report, indent=2))
+    out = RESULTS_DIR / f"bench_quality-{args.page_record}-latest.json"
+    out.write_text(json.dumps(report, indent=2))
     if args.json:
         print(json.dumps(report, indent=2))
     else:
@@ -227,25 +264,27 @@ def main(argv: list[str] | None = None) -> int:
 def print_report(report: dict) -> None:
     rows = []
     for name, entry in report["corpora"].items():
-        for set_name in ("description", "title"):
-            r = entry[set_name]
-            rows.append((name, set_name, r["queries"],
-                         r["bm25"]["recall@10"], r["dense"]["recall@10"], r["hybrid"]["recall@10"],
-                         r["bm25"]["mrr@10"], r["dense"]["mrr@10"], r["hybrid"]["mrr@10"]))
-    print("page-level Recall@10 / MRR@10")
-    print_table(("corpus", "queries", "n", "R bm25", "R dense", "R hybrid", "MRR bm25",
-                 "MRR dense", "MRR hybrid"), rows)
+        for set_name in SETS:
+            if set_name in entry:
+                r = entry[set_name]
+                rows.append((name, set_name, r["queries"],
+                             *(f"{r[m]['mrr@10']:.3f}" for m in MODES),
+                             *(f"{r[m]['recall@10']:.3f}" for m in MODES),
+                             f"{r['hybrid']['ndcg@10']:.3f}"))
+    print(f"page level, page_record={report['page_record']}: MRR@10 and R@10 per mode")
+    print_table(("corpus", "set", "n", *(f"MRR {m}" for m in MODES),
+                 *(f"R {m}" for m in MODES), "nDCG hybrid"), rows)
     for name, entry in report["corpora"].items():
-        d = entry["description_in_chunk_text"]
-        print(f"{name}: indexed {entry['index']}; description verbatim in chunk text for "
-              f"{d['pages']} of {d['of']} pages")
-        for set_name in ("description", "title"):
+        print(f"{name}: indexed {entry['index']}")
+        for set_name in SETS:
+            if set_name not in entry:
+                continue
             r = entry[set_name]
             best = max(r["sweep"], key=lambda s: (s["mrr@10"], s["recall@10"]))
-            print(f"  {set_name}: hybrid {r['hybrid_params']}, offline fusion agrees on "
-                  f"{r['offline_fusion_agreement']:.0%} of queries; best sweep cell "
-                  f"k={best['rrf_k']} candidates={best['candidates']}: "
-                  f"R {best['recall@10']} MRR {best['mrr@10']}")
+            print(f"  {set_name}: {r['hybrid_params']}, offline fusion agrees on "
+                  f"{r['offline_fusion_agreement']:.0%}; default p50/p95 "
+                  f"{r['default_ms']['p50']}/{r['default_ms']['p95']} ms; best sweep cell "
+                  f"k={best['rrf_k']} depth={best['depth']}: MRR {best['mrr@10']}")
 
 
 if __name__ == "__main__":

@@ -251,6 +251,10 @@ def bench_latency(corpus: CorpusChunks, vectors: np.ndarray, embedder: Any, size
     def hybrid(scope: str) -> Callable[[str, dict], Any]:
         return lambda q, e: hybrid_search(store, q, TOP_K, **_scope_args(scope, e), hybrid=True)
 
+    def hybrid_chunks(scope: str) -> Callable[[str, dict], Any]:
+        return lambda q, e: hybrid_search(store, q, TOP_K, **_scope_args(scope, e), hybrid=True,
+                                          group_by="chunk")
+
     def bm25(scope: str) -> Callable[[str, dict], Any]:
         return lambda q, e: bm25_only(store, q, TOP_K, **_scope_args(scope, e))
 
@@ -273,6 +277,8 @@ def bench_latency(corpus: CorpusChunks, vectors: np.ndarray, embedder: Any, size
              for scope in ("all", "section", "namespace")]
     plans.insert(2, ("section-where", (("dense", where_only(dense)),
                                        ("hybrid", where_only(hybrid)))))
+    # Results are pages by default (more candidates per retriever); chunk results beside them.
+    plans.append(("all", (("hybrid-chunks", hybrid_chunks),)))
     # Warm-up: BM25 loads lazily, Chroma opens its segments on first use.
     for scope, makers in plans:
         for _, make in makers:
