@@ -31,7 +31,8 @@ INSTRUCTIONS = ("Search up-to-date documentation kept in step with its git repos
                 "page. Cite the URL shown with each passage.")
 
 
-def clip(text: str, budget_tokens: int) -> str:
+def clip(text: str, budget_tokens: int,
+         more: str = "call get_page with the page id for the rest") -> str:
     """`text` cut to the budget at a line or word boundary, saying that it was cut."""
     limit = max(1, budget_tokens) * CHARS_PER_TOKEN
     if len(text) <= limit:
@@ -39,7 +40,7 @@ def clip(text: str, budget_tokens: int) -> str:
     cut = text[:limit]
     at = max(cut.rfind("\n"), cut.rfind(" "))
     cut = cut[:at] if at > limit // 2 else cut
-    return cut.rstrip() + "\n[... cut to the token budget; ask get_page for the rest]"
+    return cut.rstrip() + f"\n[... cut to the token budget; {more}]"
 
 
 def format_results(answer: dict[str, Any], budget_tokens: int) -> str:
@@ -63,7 +64,8 @@ def format_page(page: dict[str, Any], budget_tokens: int) -> str:
     for chunk in page["chunks"]:
         heading = f"## {chunk['heading']}\n" if chunk["heading"] else ""
         body.append(heading + chunk["text"].strip())
-    return clip(head + "\n" + "\n\n".join(body), budget_tokens)
+    return clip(head + "\n" + "\n\n".join(body), budget_tokens,
+                more="call again with a larger max_tokens for more")
 
 
 def format_repositories(rows: list[dict[str, Any]]) -> str:

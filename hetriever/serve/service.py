@@ -95,7 +95,7 @@ class DocsService:
     def check_query(self, query: str | None, k: int | None) -> tuple[str, int]:
         text = (query or "").strip()
         if not text:
-            raise RequestError("the query is empty", hint="pass q=<words>")
+            raise RequestError("the query is empty", hint="give some words to search for")
         if len(text) > self.limits.max_query_chars:
             raise RequestError(f"the query is {len(text)} characters, above the limit of "
                                f"{self.limits.max_query_chars}")
