@@ -429,8 +429,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"add to the key file (HETRIEVER_API_KEYS_FILE): {line}", file=sys.stderr)
         return EXIT_OK
     from hetriever.serve.run import serve
+    from hetriever.serve.service import Limits
 
-    return serve(_settings(args), host=args.host, port=args.port)
+    if args.max_concurrency < 1:
+        raise HetrieverError("--max-concurrency must be at least 1")
+    return serve(_settings(args), host=args.host, port=args.port,
+                 limits=Limits(max_concurrency=args.max_concurrency))
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
@@ -507,6 +511,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8080)
     p.add_argument("--new-key", metavar="LEVELS",
                    help="print a new API key granting LEVELS (e.g. TEAM) and its key-file line")
+    p.add_argument("--max-concurrency", type=int, default=8,
+                   help="searches run at once; more requests wait, past 64 waiting: 503")
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("mcp", help="the docs as MCP tools for coding assistants")

@@ -8,7 +8,7 @@ import time
 import httpx
 import pytest
 
-from tests.helpers import commit_all, git, write_files
+from tests.helpers import commit_all, git, init_repo, write_files
 from tests.serve_fixtures import PRIVATE_KEY, TEAM_KEY, running
 
 TIMEOUT = 60
@@ -206,3 +206,28 @@ def test_a_reindex_is_served_without_a_restart(api, served_docs):
     titles = [r["title"] for r in search(api, q="quokka habitat survey", k=10)["results"]]
     assert "Quokka survey" not in titles
     assert get(api, "/pages/sample-docs/content/docs/quokka.md").status_code == 404
+
+
+def test_a_first_ingest_that_did_not_complete_is_not_served(api, served_docs):
+    late = init_repo(served_docs.root / "docs" / "late-docs")
+    write_files(late, {f"content/{name}.md": f"---\ntitle: Wombat {name}\n---\n\nThe wombat "
+                                             f"burrow guide, part {name}.\n"
+                       for name in ("a", "b", "c")})
+    commit_all(late, "late docs")
+    # one file per write, and the process dies (as if killed) before the second is written
+    crashed = served_docs.cli("ingest", "-r", "late-docs", "--json",
+                              HETRIEVER_WRITE_WINDOW="1",
+                              HETRIEVER_FAULTS="write_file:*/b.md:1:crash",
+                              HETRIEVER_FAULTS_STATE=str(served_docs.root / "faults"))
+    assert crashed.returncode != 0
+    direct = served_docs.cli("search", "wombat burrow guide", "-r", "late-docs", "--json")
+    assert json.loads(direct.stdout)["matches"]  # its first file is in Chroma ...
+    assert "late-docs" not in repositories_of(search(api, q="wombat burrow guide", k=10))
+    assert search(api, q="wombat burrow guide", repository="late-docs")["results"] == []
+    assert "late-docs" not in {r["repository"] for r in
+                               get(api, "/repositories").json()["repositories"]}
+    assert get(api, "/pages/late-docs/content/a.md").status_code == 404
+    # the next complete run is served at once, without a restart
+    assert served_docs.cli("ingest", "-r", "late-docs", "--json").returncode == 0
+    found = search(api, q="wombat burrow guide", k=10, repository="late-docs")["results"]
+    assert {r["title"] for r in found} == {"Wombat a", "Wombat b", "Wombat c"}

@@ -4,7 +4,9 @@ Plain Python over one long-lived `ChromaKnowledgeStore`, so the model, the Chrom
 the BM25 indexes stay warm between requests. The store reopens embedded Chroma when another
 process (an ingest) wrote since it last looked, and searches follow the catalog's alias to the
 last complete generation, so a reindex is served without a restart and a half-built one never
-is. Every answer is filtered by the caller's access levels; a repository the caller may not see
+is: a repository whose first ingest has started but never completed (running, crashed or
+failed) is not served at all until one completes. Every answer is filtered by the caller's
+access levels; a repository the caller may not see
 is treated exactly like one that does not exist.
 """
 
@@ -31,8 +33,9 @@ log = get_logger(__name__)
 
 GROUPS = ("page", "chunk")
 # Page grouping and language filtering drop matches after search: ask search for this many
-# times k so k pages usually remain (capped by settings.max_top_k).
-OVERFETCH = 3
+# times k so k pages usually remain (capped by settings.max_top_k). Not more: at 10k chunks a
+# search for 3k costs ~4x one for k, for 2k ~1.5x (bench_serve).
+OVERFETCH = 2
 
 
 class RequestError(HetrieverError):
@@ -56,7 +59,9 @@ class Limits:
     max_query_chars: int = 1000
     max_k: int = 50
     max_body_bytes: int = 16 * 1024
-    max_concurrency: int = 4  # searches running at once (threads)
+    # Searches running at once (threads). Below the number of concurrent clients, requests
+    # queue in the server while other processes take the CPU (bench_serve, 8 clients).
+    max_concurrency: int = 8
     max_waiting: int = 64  # requests queued behind them before answering 503
 
 
@@ -115,7 +120,9 @@ class DocsService:
         if filters is not None and not isinstance(filters, dict):
             raise RequestError("filters must be a JSON object",
                                hint='e.g. {"section": "functions"}')
-        names = [validate_collection_name(r) for r in repositories] if repositories else None
+        served = self.served_names()
+        names = [validate_collection_name(r) for r in repositories] if repositories else served
+        names = [n for n in names if n in served]
         wanted_lang = lang.strip().lower() if lang and lang.strip() else None
         fetch = k if group == "chunk" and wanted_lang is None else k * OVERFETCH
         fetch = min(fetch, self.settings.max_top_k)
@@ -185,8 +192,19 @@ class DocsService:
                         "text": pages.passage(d.content, d.metadata)} for d in chunks],
         }
 
+    def served_names(self) -> list[str]:
+        """Repositories with a complete index: a run finished with its commit recorded, or no
+        run recorded at all (an index written before the catalog kept runs)."""
+        catalog = self.store.catalog
+        out = []
+        for name in self.store.repository_names():
+            record = catalog.repository(name)
+            if record is None or record.last_commit or not catalog.runs(name, limit=1):
+                out.append(name)
+        return out
+
     def _visible_plans(self, levels: frozenset[str]) -> dict[str, Any]:
-        plans = plan_collections(self.store, self.store.repository_names())
+        plans = plan_collections(self.store, self.served_names())
         return {name: p for name, p in plans.items() if p.visible(levels)}
 
     def _by_url(self, name: str, url: str) -> list[Any]:
