@@ -76,7 +76,7 @@ class KeyRing:
             if not line:
                 continue
             parts = line.split()
-            where = f"{source} entry {number}"
+            where = f"{source}: entry {number}"
             if len(parts) != 3:
                 raise ConfigurationError(f"{where}: expected `<name> sha256:<hex> <LEVELS>`",
                                          hint="hash keys with `hetriever serve --new-key`")
@@ -92,17 +92,17 @@ class KeyRing:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> KeyRing:
         env = os.environ if env is None else env
-        text = env.get(ENV_KEYS, "")
-        source = ENV_KEYS
+        rings = [cls.parse(env.get(ENV_KEYS, ""), ENV_KEYS)]
         path = env.get(ENV_KEYS_FILE, "").strip()
         if path:
             try:
-                text += "\n" + Path(path).read_text(encoding="utf-8")
+                text = Path(path).read_text(encoding="utf-8")
             except OSError as exc:
                 raise ConfigurationError(f"cannot read {ENV_KEYS_FILE} {path}: {exc.strerror}",
                                          hint="point it at a readable key file") from None
-            source = f"{ENV_KEYS} / {path}"
-        return cls.parse(text, source)
+            rings.append(cls.parse(text, path))
+        return cls({d: lv for r in rings for d, lv in r.grants.items()},
+                   {d: n for r in rings for d, n in r.names.items()})
 
     def levels(self, key: str | None) -> frozenset[str]:
         """The caller's levels: PUBLIC without a key, the key's levels with a good one."""
