@@ -12,6 +12,7 @@ is treated exactly like one that does not exist.
 
 from __future__ import annotations
 
+import inspect
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +37,12 @@ GROUPS = ("page", "chunk")
 # times k so k pages usually remain (capped by settings.max_top_k). Not more: at 10k chunks a
 # search for 3k costs ~4x one for k, for 2k ~1.5x (bench_serve).
 OVERFETCH = 2
+
+
+# Search is gaining page grouping (one match per page by default, `group_by="chunk"` for
+# chunks). Where it has it, chunks are asked for by that keyword and pages come from search;
+# either way `pages.group_by_page` runs after (a no-op on pages).
+SEARCH_GROUPS_PAGES = "group_by" in inspect.signature(hybrid_search).parameters
 
 
 class RequestError(HetrieverError):
@@ -124,11 +131,14 @@ class DocsService:
         names = [validate_collection_name(r) for r in repositories] if repositories else served
         names = [n for n in names if n in served]
         wanted_lang = lang.strip().lower() if lang and lang.strip() else None
-        fetch = k if group == "chunk" and wanted_lang is None else k * OVERFETCH
+        # k results come straight from search unless they are filtered or grouped here
+        exact_count = group == "chunk" or SEARCH_GROUPS_PAGES
+        fetch = k if exact_count and wanted_lang is None else k * OVERFETCH
         fetch = min(fetch, self.settings.max_top_k)
+        extra = {"group_by": "chunk"} if SEARCH_GROUPS_PAGES and group == "chunk" else {}
         try:
             result = hybrid_search(self.store, text, fetch, filters, namespaces=names,
-                                   access_levels=sorted(levels or caller_levels(None)))
+                                   access_levels=sorted(levels or caller_levels(None)), **extra)
         except (InvalidFilterError, InvalidLimitError) as exc:
             raise RequestError(str(exc)) from None
         matches = result.matches
