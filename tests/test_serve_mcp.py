@@ -3,6 +3,7 @@ subprocess, as a coding assistant starts it) and over streamable HTTP, against a
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import anyio
@@ -62,6 +63,10 @@ def test_stdio_tools_search_page_and_repositories(served_docs):
     assert text_of(by_url) == text_of(page)
     assert "- sample-docs:" in text_of(repos) and "team-notes" not in text_of(repos)
     assert "team-notes" not in text_of(hidden) and "private-ops" not in text_of(hidden)
+    # the session's searches are in the metrics store, as the MCP server's
+    summary = json.loads(served_docs.cli("metrics", "--source", "mcp", "--json").stdout)
+    assert summary["count"] >= 2 and set(summary["by_mode"]) <= {"mcp:hybrid", "mcp:dense",
+                                                                 "mcp:bm25"}
 
 
 def test_stdio_key_grants_its_levels(served_docs):
