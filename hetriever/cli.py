@@ -1,4 +1,4 @@
-"""`hetriever` command line: ingest, search, status, metrics, purge, forget, migrate, serve-webhook, demo, prepare-model.
+"""`hetriever` command line: ingest, search, status, metrics, purge, forget, migrate, serve, mcp, serve-webhook, demo, prepare-model.
 
 User mistakes (bad settings, bad names, bad filters, unreachable backend) print one clear line
 and exit 2, never a traceback. `--json` prints machine-readable output on stdout.
@@ -356,7 +356,7 @@ def cmd_metrics(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     store = metrics_store(settings.resolved_state_dir)
-    summary = store.summary(last=args.last)
+    summary = store.summary(last=args.last, source=args.source)
     store.close()
     if args.json:
         _print_json(summary.to_dict())
@@ -427,6 +427,29 @@ def cmd_prepare_model(args: argparse.Namespace) -> int:
     return prepare_model_main(args.rest)
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    if args.new_key:
+        from hetriever.serve.keys import new_key
+
+        key, line = new_key(args.new_key)
+        print(key)
+        print(f"add to the key file (HETRIEVER_API_KEYS_FILE): {line}", file=sys.stderr)
+        return EXIT_OK
+    from hetriever.serve.run import serve
+    from hetriever.serve.service import Limits
+
+    if args.max_concurrency < 1:
+        raise HetrieverError("--max-concurrency must be at least 1")
+    return serve(_settings(args), host=args.host, port=args.port,
+                 limits=Limits(max_concurrency=args.max_concurrency))
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    from hetriever.serve.run import mcp
+
+    return mcp(_settings(args), transport=args.transport, host=args.host, port=args.port)
+
+
 def cmd_serve_webhook(args: argparse.Namespace) -> int:
     from hetriever.webhook import main as webhook_main
 
@@ -487,8 +510,25 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("metrics", help="latency percentiles over recent queries")
     p.add_argument("--last", type=int, default=1000)
+    p.add_argument("--source", choices=["http", "mcp"],
+                   help="only searches served by `hetriever serve` or `hetriever mcp`")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_metrics)
+
+    p = sub.add_parser("serve", help="the search API over HTTP (OpenAPI docs at /docs)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8080)
+    p.add_argument("--new-key", metavar="LEVELS",
+                   help="print a new API key granting LEVELS (e.g. TEAM) and its key-file line")
+    p.add_argument("--max-concurrency", type=int, default=8,
+                   help="searches run at once; more requests wait, past 64 waiting: 503")
+    p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("mcp", help="the docs as MCP tools for coding assistants")
+    p.add_argument("--transport", choices=["stdio", "http"], default="stdio")
+    p.add_argument("--host", default="127.0.0.1", help="with --transport http")
+    p.add_argument("--port", type=int, default=8081, help="with --transport http")
+    p.set_defaults(func=cmd_mcp)
 
     p = sub.add_parser("demo", help="index the bundled sample docs and run one search")
     p.add_argument("query", nargs="?")

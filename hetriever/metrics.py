@@ -72,18 +72,26 @@ class MetricsStore:
         self._db.executescript(SCHEMA)
 
     def record(self, metric: QueryMetric) -> None:
+        self.record_many([metric])
+
+    def record_many(self, metrics: list[QueryMetric]) -> None:
         with self._db:
-            self._db.execute(
+            self._db.executemany(
                 "INSERT INTO queries (at, query, mode, latency_ms, results, top_score,"
                 " retriever_counts, repositories) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (metric.at, metric.query, metric.mode, metric.latency_ms, metric.results,
-                 metric.top_score, json.dumps(metric.retriever_counts),
-                 json.dumps(metric.repositories)),
+                [(m.at, m.query, m.mode, m.latency_ms, m.results, m.top_score,
+                  json.dumps(m.retriever_counts), json.dumps(m.repositories)) for m in metrics],
             )
 
-    def summary(self, last: int = 1000) -> MetricsSummary:
+    def summary(self, last: int = 1000, source: str | None = None) -> MetricsSummary:
+        """Over the last `last` queries; `source` ("http", "mcp") keeps only those a server
+        recorded, whose mode reads `<source>:<mode>`."""
+        where, params = "", [last]
+        if source:
+            where, params = "WHERE mode LIKE ?", [f"{source}:%", last]
         rows = self._db.execute(
-            "SELECT latency_ms, results, mode FROM queries ORDER BY id DESC LIMIT ?", (last,)
+            f"SELECT latency_ms, results, mode FROM queries {where} ORDER BY id DESC LIMIT ?",
+            params,
         ).fetchall()
         if not rows:
             return MetricsSummary(0, None, None, None, None, None, {})

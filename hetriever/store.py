@@ -808,6 +808,16 @@ class ChromaKnowledgeStore:
 
     # -- soft delete and purge -------------------------------------------------------------
 
+    def chunks_where_sync(self, collection: str, where: dict[str, Any]) -> list[Document]:
+        """The collection's chunks matching an equality filter (e.g. one file, one URL),
+        soft-deleted ones included (callers check access and deletion), unordered."""
+        col = self._chroma(collection)
+        if col is None:
+            return []
+        got = self._call("get", lambda: col.get(where=where, include=["documents", "metadatas"]))
+        return [Document(doc_id=i, content=d or "", metadata=dict(m or {}))
+                for i, d, m in zip(got["ids"], got["documents"] or [], got["metadatas"] or [])]
+
     def soft_delete_file_sync(self, collection: str, file_path: str, deleted_at: str) -> int:
         """Mark a file's live chunks `is_deleted=True, deleted_at=...` in Chroma and BM25.
 

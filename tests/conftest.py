@@ -10,7 +10,7 @@ os.environ.setdefault("ANONYMIZED_TELEMETRY", "false")
 
 from tests.helpers import corpus_version
 
-pytest_plugins = ["tests.prefect_fixtures", "tests.chroma_fixtures"]
+pytest_plugins = ["tests.prefect_fixtures", "tests.chroma_fixtures", "tests.serve_fixtures"]
 
 
 @pytest.fixture

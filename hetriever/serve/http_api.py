@@ -1,0 +1,225 @@
+"""`hetriever serve`: the search API over HTTP (FastAPI under uvicorn).
+
+GET /search, POST /search, GET /pages/{id}, GET /repositories, /healthz, /readyz, /metrics,
+and the OpenAPI docs at /docs. One ASGI middleware (plain ASGI, not BaseHTTPMiddleware, which
+costs a task and a copy per request) does what every request needs first: refuse a body over
+the limit (413), turn the API key into access levels or answer 401 (the same answer for every
+bad key, before any repository is looked at), and time the request for /metrics.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from fastapi import FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+
+from hetriever.errors import (
+    BackendConnectionError,
+    ConfigurationError,
+    HetrieverError,
+    InvalidCollectionNameError,
+    InvalidFilterError,
+    InvalidLimitError,
+)
+from hetriever.logs import get_logger
+from hetriever.serve.keys import InvalidKeyError, KeyRing, key_from_headers
+from hetriever.serve.service import Busy, DocsService, NotFound, RequestError, TooLarge
+from hetriever.serve.telemetry import PROMETHEUS_CONTENT_TYPE, Telemetry
+
+log = get_logger(__name__)
+
+OPEN_PATHS = ("/healthz", "/readyz", "/metrics", "/docs", "/openapi.json", "/redoc")
+BAD_REQUEST = (RequestError, InvalidFilterError, InvalidLimitError, InvalidCollectionNameError,
+               ConfigurationError)
+
+
+def _error(status: int, message: str, **headers: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status, headers=headers or None)
+
+
+def status_of(exc: HetrieverError) -> int:
+    if isinstance(exc, TooLarge):
+        return 413
+    if isinstance(exc, BAD_REQUEST):
+        return 400
+    if isinstance(exc, NotFound):
+        return 404
+    if isinstance(exc, (Busy, BackendConnectionError)):
+        return 503
+    return 503  # the store failed underneath a valid request: retryable, not the caller's fault
+
+
+class GateMiddleware:
+    """Body limit, API key -> `scope["state"]["levels"]`, request timing."""
+
+    def __init__(self, app: Any, *, keys: KeyRing, max_body: int, telemetry: Telemetry) -> None:
+        self.app, self.keys, self.max_body, self.telemetry = app, keys, max_body, telemetry
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = {"code": 500}
+
+        async def timed_send(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+            await send(message)
+
+        try:
+            response = self._refuse(scope)
+            if response is not None:
+                await response(scope, receive, timed_send)
+                return
+            await self.app(scope, self._capped(receive), timed_send)
+        finally:
+            path = scope.get("route_path") or scope["path"]
+            endpoint = path if path in OPEN_PATHS or path in ("/search", "/repositories") \
+                else ("/pages" if path.startswith("/pages/") else "other")
+            self.telemetry.request(endpoint, status["code"], time.perf_counter() - started)
+
+    def _refuse(self, scope: dict) -> JSONResponse | None:
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1")
+                   for k, v in scope.get("headers", [])}
+        length = headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > self.max_body):
+            return _error(413, f"the request body is over {self.max_body} bytes")
+        if scope["path"] in OPEN_PATHS:
+            return None
+        try:
+            levels = self.keys.levels(key_from_headers(headers))
+        except InvalidKeyError:
+            return _error(401, "invalid API key", **{"WWW-Authenticate": "Bearer"})
+        scope.setdefault("state", {})["levels"] = levels
+        return None
+
+    def _capped(self, receive: Any) -> Any:
+        """A body sent without Content-Length (chunked) is cut off at the limit too."""
+        seen = {"bytes": 0}
+        limit = self.max_body
+
+        async def capped() -> dict:
+            message = await receive()
+            if message["type"] == "http.request":
+                seen["bytes"] += len(message.get("body", b""))
+                if seen["bytes"] > limit:
+                    raise TooLarge(f"the request body is over {limit} bytes")
+            return message
+
+        return capped
+
+
+def create_app(service: DocsService, *, keys: KeyRing | None = None,
+               telemetry: Telemetry | None = None) -> FastAPI:
+    telemetry = telemetry or Telemetry(service.settings.resolved_state_dir, "http")
+    app = FastAPI(title="hetriever", version="0.1.0",
+                  description="Hybrid search over Hugo documentation kept in step with git. "
+                              "Send an API key as `Authorization: Bearer <key>` or "
+                              "`X-API-Key` for levels above PUBLIC.")
+    app.state.service = service
+    app.state.telemetry = telemetry
+
+    @app.exception_handler(HetrieverError)
+    async def on_error(request: Request, exc: HetrieverError) -> JSONResponse:
+        status = status_of(exc)
+        if status >= 500:
+            log.error("request_failed", path=request.url.path, error=str(exc))
+        return _error(status, str(exc), **({"Retry-After": "1"} if status == 503 else {}))
+
+    @app.exception_handler(RequestValidationError)
+    async def on_invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {}
+        where = ".".join(str(p) for p in first.get("loc", ()) if p not in ("query", "body"))
+        return _error(400, f"{where or 'request'}: {first.get('msg', 'invalid value')}")
+
+    @app.exception_handler(Exception)
+    async def on_bug(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("request_crashed", path=request.url.path, error=str(exc))
+        return _error(500, "internal error (logged)")
+
+    async def run_search(request: Request, q: str | None, k: int | None,
+                         repository: list[str] | None, filters: Any, lang: str | None,
+                         group: str) -> JSONResponse:
+        started = time.perf_counter()
+        answer = await service.call(service.search, q, k=k, repositories=repository or None,
+                                    filters=filters, lang=lang, group=group,
+                                    levels=request.state.levels)
+        result = answer.pop("_result")
+        telemetry.search(result, len(answer["results"]), time.perf_counter() - started,
+                         repository)
+        return JSONResponse(answer)
+
+    @app.get("/search", summary="Search the docs: pages (or chunks) with passages")
+    async def search_get(
+        request: Request,
+        q: str | None = Query(None, description="the query"),
+        k: int | None = Query(None, description="results wanted"),
+        repository: list[str] | None = Query(None, description="only these (repeatable)"),
+        filter: str | None = Query(None, description='metadata filter as JSON, '
+                                                     'e.g. {"section": "functions"}'),
+        lang: str | None = Query(None, description="content language, e.g. en"),
+        group: str = Query("page", description="page (one result per page) or chunk"),
+    ) -> JSONResponse:
+        filters = None
+        if filter:
+            try:
+                filters = json.loads(filter)
+            except json.JSONDecodeError as exc:
+                raise RequestError(f"filter is not valid JSON: {exc.msg}") from None
+        return await run_search(request, q, k, repository, filters, lang, group)
+
+    @app.post("/search", summary="Search with a JSON body: {q, k, repository, filter, lang, group}")
+    async def search_post(request: Request) -> JSONResponse:
+        try:
+            body = json.loads(await request.body() or b"null")
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise RequestError("the body is not valid JSON") from None
+        if not isinstance(body, dict):
+            raise RequestError('the body must be a JSON object, e.g. {"q": "where"}')
+        unknown = sorted(set(body) - {"q", "k", "repository", "filter", "lang", "group"})
+        if unknown:
+            raise RequestError(f"unknown field(s): {', '.join(unknown)}")
+        repos = body.get("repository")
+        if isinstance(repos, str):
+            repos = [repos]
+        if repos is not None and not (isinstance(repos, list)
+                                      and all(isinstance(r, str) for r in repos)):
+            raise RequestError("repository must be a name or a list of names")
+        for field in ("q", "lang", "group"):
+            if body.get(field) is not None and not isinstance(body[field], str):
+                raise RequestError(f"{field} must be a string")
+        return await run_search(request, body.get("q"), body.get("k"), repos,
+                                body.get("filter"), body.get("lang"), body.get("group") or "page")
+
+    @app.get("/pages/{ref:path}", summary="A page's chunks in order (page id, chunk id or URL)")
+    async def page(request: Request, ref: str) -> JSONResponse:
+        return JSONResponse(await service.call(service.page, ref, levels=request.state.levels))
+
+    @app.get("/repositories", summary="Visible repositories: indexed vs checked-out commit")
+    async def repositories(request: Request) -> JSONResponse:
+        rows = await service.call(service.repositories, levels=request.state.levels)
+        return JSONResponse({"repositories": rows})
+
+    @app.get("/healthz", summary="The process is up")
+    async def healthz() -> JSONResponse:
+        return JSONResponse({"status": "ok"})
+
+    @app.get("/readyz", summary="The index backend answers")
+    async def readyz() -> JSONResponse:
+        ok = await service.call(service.ready)
+        return JSONResponse({"status": "ready" if ok else "unavailable"},
+                            status_code=200 if ok else 503)
+
+    @app.get("/metrics", summary="Prometheus metrics", include_in_schema=False)
+    async def metrics() -> Response:
+        return Response(telemetry.exposition(), media_type=PROMETHEUS_CONTENT_TYPE)
+
+    max_body = service.limits.max_body_bytes
+    app.add_middleware(GateMiddleware, keys=keys or KeyRing({}, {}), max_body=max_body,
+                       telemetry=telemetry)
+    return app

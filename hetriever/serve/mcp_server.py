@@ -1,0 +1,171 @@
+"""`hetriever mcp`: the docs as Model Context Protocol tools, over stdio or streamable HTTP.
+
+Tools: `search_docs`, `get_page`, `list_repositories`. Each returns plain text an LLM can cite
+(title, URL, passage) cut to a token budget, estimated at 4 characters per token so no
+tokenizer is loaded for it. Access rules are those of the HTTP API: over stdio the process's
+`HETRIEVER_API_KEY` (checked at start-up, so a bad key fails at once with one line); over HTTP
+the caller's `Authorization: Bearer` / `X-API-Key` header, a bad key answered with 401 before
+any MCP message is read.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+
+from hetriever.errors import HetrieverError
+from hetriever.serve.keys import ENV_CLIENT_KEY, InvalidKeyError, KeyRing, key_from_headers
+from hetriever.serve.service import DocsService
+from hetriever.serve.telemetry import Telemetry
+
+CHARS_PER_TOKEN = 4
+DEFAULT_TOKEN_BUDGET = 2000
+MAX_TOKEN_BUDGET = 8000
+DEFAULT_K = 5
+INSTRUCTIONS = ("Search up-to-date documentation kept in step with its git repositories. "
+                "Call search_docs first, then get_page with a result's page id for the whole "
+                "page. Cite the URL shown with each passage.")
+
+
+def clip(text: str, budget_tokens: int,
+         more: str = "call get_page with the page id for the rest") -> str:
+    """`text` cut to the budget at a line or word boundary, saying that it was cut."""
+    limit = max(1, budget_tokens) * CHARS_PER_TOKEN
+    if len(text) <= limit:
+        return text
+    cut = text[:limit]
+    at = max(cut.rfind("\n"), cut.rfind(" "))
+    cut = cut[:at] if at > limit // 2 else cut
+    return cut.rstrip() + f"\n[... cut to the token budget; {more}]"
+
+
+def format_results(answer: dict[str, Any], budget_tokens: int) -> str:
+    results = answer["results"]
+    if not results:
+        return f"No documentation found for {answer['query']!r}."
+    share = max(40, budget_tokens // len(results) - 40)  # tokens per passage
+    lines = [f"{len(results)} result(s) for {answer['query']!r}:"]
+    for i, r in enumerate(results, start=1):
+        title = r["title"] + (f" > {r['heading']}" if r["heading"] else "")
+        lines.append(f"\n[{i}] {title}\nURL: {r['url']}\nrepository: {r['repository']}  "
+                     f"page id: {r['page_id']}  score: {r['score']:.3f}\n"
+                     + clip(r["passage"].strip(), share))
+    return clip("\n".join(lines), budget_tokens)
+
+
+def format_page(page: dict[str, Any], budget_tokens: int) -> str:
+    head = (f"{page['title']}\nURL: {page['url']}\nrepository: {page['repository']}  "
+            f"page id: {page['page_id']}\n")
+    body = []
+    for chunk in page["chunks"]:
+        heading = f"## {chunk['heading']}\n" if chunk["heading"] else ""
+        body.append(heading + chunk["text"].strip())
+    return clip(head + "\n" + "\n\n".join(body), budget_tokens,
+                more="call again with a larger max_tokens for more")
+
+
+def format_repositories(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return "No repositories are indexed (or none is visible with this key)."
+    lines = []
+    for r in rows:
+        state = "" if r["up_to_date"] is None else (
+            " (up to date)" if r["up_to_date"] else " (behind the checked-out commit)")
+        lines.append(f"- {r['repository']}: {r['files']} pages, {r['chunks']} chunks, indexed "
+                     f"commit {r['indexed_commit'][:12] or 'none'}{state}"
+                     + (f", {r['url']}" if r["url"] else ""))
+    return "\n".join(lines)
+
+
+def _budget(max_tokens: int | None) -> int:
+    if max_tokens is None:
+        return DEFAULT_TOKEN_BUDGET
+    if not 100 <= max_tokens <= MAX_TOKEN_BUDGET:
+        raise ToolError(f"max_tokens must be from 100 to {MAX_TOKEN_BUDGET}")
+    return max_tokens
+
+
+def create_mcp(service: DocsService, keys: KeyRing, *, fixed_key: str | None = None,
+               telemetry: Telemetry | None = None) -> MCPServer:
+    """The MCP server. `fixed_key`: the stdio process's key (HTTP reads each request's)."""
+    stdio_levels = keys.levels(fixed_key) if fixed_key is not None else None
+    server = MCPServer(name="hetriever", instructions=INSTRUCTIONS, version="0.1.0")
+
+    def levels(ctx: Context) -> frozenset[str]:
+        if stdio_levels is not None:
+            return stdio_levels
+        headers = ctx.headers if ctx is not None else None
+        try:
+            return keys.levels(key_from_headers({k.lower(): v for k, v in (headers or {}).items()}))
+        except InvalidKeyError:
+            raise ToolError("invalid API key") from None
+
+    async def call(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await service.call(fn, *args, **kwargs)
+        except HetrieverError as exc:  # a bad query or an unknown page: tell the model, briefly
+            raise ToolError(str(exc)) from None
+
+    @server.tool()
+    async def search_docs(query: str, ctx: Context, repository: str | None = None,
+                          lang: str | None = None, k: int = DEFAULT_K,
+                          max_tokens: int | None = None) -> str:
+        """Search the documentation. Returns the best pages, each with its title, URL, page id
+        and the passage that matched. `repository` limits to one repository (see
+        list_repositories), `lang` to a content language (e.g. "en"), `k` is how many pages."""
+        budget = _budget(max_tokens)
+        started = time.perf_counter()
+        answer = await call(service.search, query, k=k,
+                            repositories=[repository] if repository else None, lang=lang,
+                            group="page", levels=levels(ctx))
+        result = answer.pop("_result")
+        if telemetry is not None:
+            telemetry.search(result, len(answer["results"]), time.perf_counter() - started,
+                             [repository] if repository else None)
+        return format_results(answer, budget)
+
+    @server.tool()
+    async def get_page(url_or_id: str, ctx: Context, max_tokens: int | None = None) -> str:
+        """The whole page, its sections in order: pass a page id from search_docs
+        (`<repository>/<file path>`), a chunk id, or the page's URL."""
+        budget = _budget(max_tokens)
+        return format_page(await call(service.page, url_or_id, levels=levels(ctx)), budget)
+
+    @server.tool()
+    async def list_repositories(ctx: Context) -> str:
+        """The documentation repositories that can be searched, with their indexed commit."""
+        return format_repositories(await call(service.repositories, levels=levels(ctx)))
+
+    return server
+
+
+class KeyGate:
+    """ASGI wrapper for the streamable HTTP app: a bad API key gets 401 before MCP sees it."""
+
+    def __init__(self, app: Any, keys: KeyRing) -> None:
+        self.app, self.keys = app, keys
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            headers = {k.decode("latin-1").lower(): v.decode("latin-1")
+                       for k, v in scope.get("headers", [])}
+            try:
+                self.keys.levels(key_from_headers(headers))
+            except InvalidKeyError:
+                from starlette.responses import JSONResponse
+
+                response = JSONResponse({"error": "invalid API key"}, status_code=401,
+                                        headers={"WWW-Authenticate": "Bearer"})
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def stdio_key(env: dict[str, str] | None = None) -> str | None:
+    env = dict(os.environ) if env is None else env
+    key = env.get(ENV_CLIENT_KEY, "").strip()
+    return key or None

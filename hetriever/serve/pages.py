@@ -1,0 +1,97 @@
+"""Search matches as pages: ids, passages, languages and page grouping for the served API.
+
+A page is one (repository, file_path); its id is `<repository>/<file_path>` (repository names
+have no `/`, so the first one splits it). These are pure functions over `SearchResult`s so the
+HTTP API and the MCP server answer alike, and so page grouping can move into search itself
+without changing them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from hetriever.models import SearchResult
+
+CONTEXT_SEPARATOR = " > "  # as hetriever.chunk joins a chunk's title and headings
+BODY_SEPARATOR = "\n\n"
+DEFAULT_LANGUAGE = "en"  # Hugo's default content language
+_LANGUAGE = re.compile(r"^[a-z]{2,3}(-[a-z0-9]{2,8})?$")
+_CHUNK_ID = re.compile(r"^[0-9a-f]{32}([0-9a-f]{32})?$")
+
+
+def page_id(metadata: Mapping[str, Any]) -> str:
+    return f"{metadata.get('repository', '')}/{metadata.get('file_path', '')}"
+
+
+def split_page_id(value: str) -> tuple[str, str] | None:
+    """(repository, file_path) of a page id, or None when it is not one."""
+    repository, sep, path = value.strip().strip("/").partition("/")
+    if not sep or not repository or not path:
+        return None
+    return repository, path
+
+
+def is_chunk_id(value: str) -> bool:
+    return bool(_CHUNK_ID.match(value.strip()))
+
+
+def passage(content: str, metadata: Mapping[str, Any]) -> str:
+    """A chunk's text without the `title > headings` line the chunker puts before it."""
+    prefix = CONTEXT_SEPARATOR.join(
+        p for p in (str(metadata.get("title") or ""), str(metadata.get("heading_context") or ""))
+        if p.strip())
+    if prefix and content.startswith(prefix + BODY_SEPARATOR):
+        return content[len(prefix) + len(BODY_SEPARATOR):]
+    return content
+
+
+def language(metadata: Mapping[str, Any], content_dir: str = "content") -> str:
+    """A page's language: its `lang` front matter, else a language directory under the content
+    dir (`content/fr/...`), else Hugo's default."""
+    declared = metadata.get("lang") or metadata.get("language")
+    if isinstance(declared, str) and declared.strip():
+        return declared.strip().lower()
+    parts = str(metadata.get("file_path", "")).split("/")
+    if content_dir in parts:
+        parts = parts[parts.index(content_dir) + 1:]
+    if len(parts) > 1 and _LANGUAGE.match(parts[0].lower()):
+        return parts[0].lower()
+    return DEFAULT_LANGUAGE
+
+
+def group_by_page(matches: Iterable[SearchResult]) -> list[SearchResult]:
+    """One match per (repository, file_path): the page's best-ranked chunk, in rank order.
+
+    Matches arrive best first, so the first chunk seen of a page is its passage."""
+    seen: set[tuple[str, str]] = set()
+    out: list[SearchResult] = []
+    for match in matches:
+        key = (str(match.metadata.get("repository", "")), str(match.metadata.get("file_path", "")))
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(match)
+    return out
+
+
+def match_view(match: SearchResult, content_dir: str = "content") -> dict[str, Any]:
+    """What the API returns for one match."""
+    meta = match.metadata
+    return {
+        "page_id": page_id(meta),
+        "chunk_id": match.doc_id,
+        "title": meta.get("title", ""),
+        "url": meta.get("url", ""),
+        "repository": meta.get("repository", ""),
+        "file_path": meta.get("file_path", ""),
+        "heading": meta.get("heading_context", ""),
+        "section": meta.get("section", ""),
+        "lang": language(meta, content_dir),
+        "passage": passage(match.content, meta),
+        "score": round(float(match.score), 6),
+        "source": match.source,
+        "dense_score": None if match.dense_score is None else round(match.dense_score, 6),
+        "bm25_score": None if match.bm25_score is None else round(match.bm25_score, 6),
+    }

@@ -1,0 +1,265 @@
+"""What the HTTP API and the MCP server both answer: search, a page, the repositories.
+
+Plain Python over one long-lived `ChromaKnowledgeStore`, so the model, the Chroma client and
+the BM25 indexes stay warm between requests. The store reopens embedded Chroma when another
+process (an ingest) wrote since it last looked, and searches follow the catalog's alias to the
+last complete generation, so a reindex is served without a restart and a half-built one never
+is: a repository whose first ingest has started but never completed (running, crashed or
+failed) is not served at all until one completes. Every answer is filtered by the caller's
+access levels; a repository the caller may not see
+is treated exactly like one that does not exist.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import anyio
+import anyio.to_thread
+
+from hetriever.access import caller_levels, denial
+from hetriever.catalog import INDEXED
+from hetriever.config import Settings
+from hetriever.errors import HetrieverError, InvalidFilterError, InvalidLimitError
+from hetriever.logs import get_logger
+from hetriever.search import hybrid_search, plan_collections
+from hetriever.serve import pages
+from hetriever.store import ChromaKnowledgeStore, validate_collection_name
+
+log = get_logger(__name__)
+
+GROUPS = ("page", "chunk")
+# Page grouping and language filtering drop matches after search: ask search for this many
+# times k so k pages usually remain (capped by settings.max_top_k). Not more: at 10k chunks a
+# search for 3k costs ~4x one for k, for 2k ~1.5x (bench_serve).
+OVERFETCH = 2
+
+
+# Search is gaining page grouping (one match per page by default, `group_by="chunk"` for
+# chunks). Where it has it, chunks are asked for by that keyword and pages come from search;
+# either way `pages.group_by_page` runs after (a no-op on pages).
+SEARCH_GROUPS_PAGES = "group_by" in inspect.signature(hybrid_search).parameters
+
+
+class RequestError(HetrieverError):
+    """The caller asked for something malformed or over a limit (HTTP 400)."""
+
+
+class TooLarge(RequestError):
+    """A request body over the limit (HTTP 413)."""
+
+
+class NotFound(HetrieverError):
+    """No such page for this caller (HTTP 404; a hidden page is not distinguished)."""
+
+
+class Busy(HetrieverError):
+    """Too many requests waiting (HTTP 503)."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_query_chars: int = 1000
+    max_k: int = 50
+    max_body_bytes: int = 16 * 1024
+    # Searches running at once (threads). Below the number of concurrent clients, requests
+    # queue in the server while other processes take the CPU (bench_serve, 8 clients).
+    max_concurrency: int = 8
+    max_waiting: int = 64  # requests queued behind them before answering 503
+
+
+class DocsService:
+    def __init__(self, settings: Settings, *, store: ChromaKnowledgeStore | None = None,
+                 limits: Limits | None = None) -> None:
+        self.settings = settings
+        self.store = store if store is not None else ChromaKnowledgeStore(settings)
+        self.limits = limits or Limits()
+        self._limiter = anyio.CapacityLimiter(self.limits.max_concurrency)
+        self._waiting = 0
+
+    # -- running blocking work off the event loop, with a cap --------------------------
+
+    async def call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        if self._waiting >= self.limits.max_concurrency + self.limits.max_waiting:
+            raise Busy("the server is busy", hint="retry in a moment")
+        self._waiting += 1
+        try:
+            return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs),
+                                                  limiter=self._limiter)
+        finally:
+            self._waiting -= 1
+
+    def warm_up(self) -> None:
+        """Load the model and open every collection before the first request."""
+        self.store.embedder.embed(["warm up"])
+        for name in self.store.repository_names():
+            self.store.count_sync(name)
+
+    def ready(self) -> bool:
+        return self.store.health_check_sync()
+
+    # -- search --------------------------------------------------------------------
+
+    def check_query(self, query: str | None, k: int | None) -> tuple[str, int]:
+        text = (query or "").strip()
+        if not text:
+            raise RequestError("the query is empty", hint="give some words to search for")
+        if len(text) > self.limits.max_query_chars:
+            raise RequestError(f"the query is {len(text)} characters, above the limit of "
+                               f"{self.limits.max_query_chars}")
+        k = self.settings.default_top_k if k is None else k
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= self.limits.max_k:
+            raise RequestError(f"k must be an integer from 1 to {self.limits.max_k}, got {k!r}")
+        return text, k
+
+    def search(self, query: str | None, *, k: int | None = None,
+               repositories: list[str] | None = None, filters: dict[str, Any] | None = None,
+               lang: str | None = None, group: str = "page",
+               levels: frozenset[str] | None = None) -> dict[str, Any]:
+        started = time.perf_counter()
+        text, k = self.check_query(query, k)
+        if group not in GROUPS:
+            raise RequestError(f"group must be one of {', '.join(GROUPS)}, got {group!r}")
+        if filters is not None and not isinstance(filters, dict):
+            raise RequestError("filters must be a JSON object",
+                               hint='e.g. {"section": "functions"}')
+        served = self.served_names()
+        names = [validate_collection_name(r) for r in repositories] if repositories else served
+        names = [n for n in names if n in served]
+        wanted_lang = lang.strip().lower() if lang and lang.strip() else None
+        # k results come straight from search unless they are filtered or grouped here
+        exact_count = group == "chunk" or SEARCH_GROUPS_PAGES
+        fetch = k if exact_count and wanted_lang is None else k * OVERFETCH
+        fetch = min(fetch, self.settings.max_top_k)
+        extra = {"group_by": "chunk"} if SEARCH_GROUPS_PAGES and group == "chunk" else {}
+        try:
+            result = hybrid_search(self.store, text, fetch, filters, namespaces=names,
+                                   access_levels=sorted(levels or caller_levels(None)), **extra)
+        except (InvalidFilterError, InvalidLimitError) as exc:
+            raise RequestError(str(exc)) from None
+        matches = result.matches
+        content_dir = self.settings.content_dir
+        if wanted_lang:
+            matches = [m for m in matches if pages.language(m.metadata, content_dir) == wanted_lang]
+        if group == "page":
+            matches = pages.group_by_page(matches)
+        matches = matches[:k]
+        return {
+            "query": text, "k": k, "group": group, "mode": result.mode,
+            "search_ms": round(result.search_time_ms, 2),
+            "took_ms": round((time.perf_counter() - started) * 1000.0, 2),
+            "results": [pages.match_view(m, content_dir) for m in matches],
+            "_result": result,  # for metrics; dropped before answering
+        }
+
+    # -- pages ---------------------------------------------------------------------
+
+    def page(self, ref: str, *, levels: frozenset[str] | None = None) -> dict[str, Any]:
+        """A page's chunks in order, by page id, chunk id or URL."""
+        levels = levels or caller_levels(None)
+        ref = (ref or "").strip()
+        if not ref or len(ref) > 2048:
+            raise RequestError("give a page id (<repository>/<file_path>), a chunk id or a URL")
+        visible = self._visible_plans(levels)
+        found: list[Any] = []
+        if pages.is_chunk_id(ref):
+            doc = self.store.get_by_id_sync(ref)
+            name = str(doc.metadata.get("repository", "")) if doc is not None else ""
+            if name in visible:
+                found = self.store.chunks_where_sync(name, {"file_path": doc.metadata["file_path"]})
+        elif "://" in ref or ref.startswith("/"):
+            url = urlsplit(ref).path or "/"
+            for name in visible:
+                hits = self._by_url(name, url)
+                if hits:
+                    path = hits[0].metadata["file_path"]
+                    found = self.store.chunks_where_sync(name, {"file_path": path})
+                    break
+        else:
+            parts = pages.split_page_id(ref)
+            if parts and parts[0] in visible:
+                found = self.store.chunks_where_sync(parts[0], {"file_path": parts[1]})
+        chunks = []
+        for doc in found:
+            plan = visible.get(str(doc.metadata.get("repository", "")))
+            if plan is not None and denial(plan, doc.metadata, levels) is None:
+                chunks.append(doc)
+        if not chunks:
+            raise NotFound(f"no page {ref!r}")
+        chunks.sort(key=lambda d: (int(d.metadata.get("chunk_index", 0)), d.doc_id))
+        meta = chunks[0].metadata
+        return {
+            "page_id": pages.page_id(meta), "title": meta.get("title", ""),
+            "url": meta.get("url", ""), "repository": meta.get("repository", ""),
+            "file_path": meta.get("file_path", ""),
+            "lang": pages.language(meta, self.settings.content_dir),
+            "chunks": [{"chunk_id": d.doc_id, "index": d.metadata.get("chunk_index", 0),
+                        "heading": d.metadata.get("heading_context", ""),
+                        "text": pages.passage(d.content, d.metadata)} for d in chunks],
+        }
+
+    def served_names(self) -> list[str]:
+        """Repositories with a complete index: a run finished with its commit recorded, or no
+        run recorded at all (an index written before the catalog kept runs)."""
+        catalog = self.store.catalog
+        out = []
+        for name in self.store.repository_names():
+            record = catalog.repository(name)
+            if record is None or record.last_commit or not catalog.runs(name, limit=1):
+                out.append(name)
+        return out
+
+    def _visible_plans(self, levels: frozenset[str]) -> dict[str, Any]:
+        plans = plan_collections(self.store, self.served_names())
+        return {name: p for name, p in plans.items() if p.visible(levels)}
+
+    def _by_url(self, name: str, url: str) -> list[Any]:
+        variants = dict.fromkeys([url, url.rstrip("/") + "/", url.rstrip("/") or "/"])
+        for candidate in variants:
+            hits = self.store.chunks_where_sync(name, {"url": candidate})
+            if hits:
+                return hits
+        return []
+
+    # -- repositories ----------------------------------------------------------------
+
+    def repositories(self, *, levels: frozenset[str] | None = None) -> list[dict[str, Any]]:
+        """Visible repositories: indexed commit, checked-out commit (when the docs root is
+        here), files and chunks."""
+        levels = levels or caller_levels(None)
+        heads = self._checked_out()
+        catalog = self.store.catalog
+        rows = []
+        for name, plan in sorted(self._visible_plans(levels).items()):
+            record = catalog.repository(name)
+            counts = catalog.file_counts(plan.collection)
+            indexed = record.last_commit if record else ""
+            head = heads.get(name)
+            rows.append({
+                "repository": name, "url": record.url if record else "",
+                "access_level": plan.declared, "indexed_commit": indexed,
+                "checked_out_commit": head,
+                "up_to_date": None if head is None else bool(indexed) and indexed == head,
+                "files": counts.get(INDEXED, 0), "chunks": counts.get("chunks", 0),
+                "last_run_at": record.last_run_at if record else "",
+                "last_run_outcome": record.last_run_outcome if record else "",
+            })
+        return rows
+
+    def _checked_out(self) -> dict[str, str]:
+        from hetriever.discover import discover_repositories, head_commit
+
+        try:
+            repos = discover_repositories(self.settings.docs_root,
+                                          content_dir=self.settings.content_dir,
+                                          urls=self.settings.repository_urls)
+            return {r.name: head_commit(r) for r in repos}
+        except HetrieverError:  # no docs root beside this server: commits unknown, not an error
+            return {}
+
+    def close(self) -> None:
+        self.store.close_sync()

@@ -1,0 +1,128 @@
+"""An indexed documentation workspace and real `hetriever serve` / `hetriever mcp` processes.
+
+Registered as a plugin by tests/conftest.py. `served_docs` builds (once per session) a folder
+of three git repositories at three access levels, indexes it with the real CLI, and writes an
+API key file with a TEAM and a PRIVATE key. `running(...)` starts a server subprocess on a free
+port and waits for it to answer (bounded), then stops it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from hetriever.serve.keys import hash_key
+from tests.chroma_fixtures import free_port
+from tests.helpers import REPO_ROOT, commit_all, init_repo, write_files
+
+HETRIEVER = Path(sys.executable).parent / "hetriever"
+START_TIMEOUT = 180.0  # model load on a busy machine
+TEAM_KEY = "htr_team_key_for_tests_0123456789"
+PRIVATE_KEY = "htr_private_key_for_tests_0123456789"
+
+TEAM_NOTES = {
+    "content/oncall.md": "---\ntitle: On-call rotation\n---\n\nThe kestrel on-call rotation "
+                         "is shared by the team. Page the kestrel channel first.\n",
+}
+PRIVATE_OPS = {
+    "content/payroll.md": "---\ntitle: Payroll schedule\n---\n\nThe kestrel payroll schedule "
+                          "is private. Salaries are paid on the last day.\n",
+}
+FRENCH_PAGE = {
+    "content/fr/docs/where.md": "---\ntitle: La fonction where\n---\n\nLa fonction where "
+                                "renvoie la collection filtrée selon la condition de comparaison.\n",
+}
+
+
+@dataclass
+class Workspace:
+    root: Path
+    env: dict[str, str]
+    sample: Path  # the sample-docs git repository (commit to it, then re-ingest)
+
+    def cli(self, *args: str, **extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(HETRIEVER), *args], env={**self.env, **extra},
+                              capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="session")
+def served_docs(tmp_path_factory: pytest.TempPathFactory, minilm_embedder: Any) -> Workspace:
+    root = tmp_path_factory.mktemp("served")
+    sample = init_repo(root / "docs" / "sample-docs")
+    shutil.copytree(REPO_ROOT / "examples" / "sample-docs", sample, dirs_exist_ok=True)
+    write_files(sample, FRENCH_PAGE)
+    commit_all(sample, "sample docs")
+    for name, files in (("team-notes", TEAM_NOTES), ("private-ops", PRIVATE_OPS)):
+        repo = init_repo(root / "docs" / name)
+        write_files(repo, files)
+        commit_all(repo, name)
+    keys = root / "api-keys"
+    keys.write_text(f"# hashed keys\nteam {hash_key(TEAM_KEY)} TEAM\n"
+                    f"ops {hash_key(PRIVATE_KEY)} PRIVATE\n", encoding="utf-8")
+    env = {**os.environ,
+           "HETRIEVER_DOCS_ROOT": str(root / "docs"),
+           "HETRIEVER_CHROMA_PATH": str(root / "chroma"),
+           "HETRIEVER_STATE_DIR": str(root / "state"),
+           "HETRIEVER_MODEL_DIR": str(minilm_embedder.model_dir),
+           "HETRIEVER_ACCESS_LEVELS": "team-notes=TEAM,private-ops=PRIVATE",
+           "HETRIEVER_API_KEYS_FILE": str(keys),
+           "HETRIEVER_LOG_LEVEL": "WARNING"}
+    env.pop("HETRIEVER_API_KEYS", None)
+    env.pop("HETRIEVER_API_KEY", None)
+    workspace = Workspace(root, env, sample)
+    out = workspace.cli("ingest", "--json")
+    assert out.returncode == 0, out.stderr
+    return workspace
+
+
+@dataclass
+class Served:
+    url: str
+    process: subprocess.Popen
+    log: Path
+
+
+@contextlib.contextmanager
+def running(workspace: Workspace, *argv: str, ready_path: str = "/readyz",
+            **extra_env: str) -> Iterator[Served]:
+    """`hetriever <argv> --port <free>` until the block ends; its output goes to a log file."""
+    port = free_port()
+    log = workspace.root / f"{argv[0]}-{port}.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen([str(HETRIEVER), *argv, "--host", "127.0.0.1", "--port",
+                                 str(port)], env={**workspace.env, **extra_env}, stdout=out,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    served = Served(f"http://127.0.0.1:{port}", proc, log)
+    try:
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"hetriever {argv[0]} exited with {proc.returncode}:\n"
+                            f"{log.read_text(errors='replace')[-3000:]}")
+            try:
+                if httpx.get(served.url + ready_path, timeout=2).status_code < 500:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"hetriever {argv[0]} did not answer within {START_TIMEOUT}s")
+            time.sleep(0.2)
+        yield served
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=15)

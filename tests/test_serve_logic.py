@@ -1,0 +1,140 @@
+"""The serving edges' pure logic: key files, page grouping and passages, budgets, the cap."""
+
+from __future__ import annotations
+
+import threading
+
+import anyio
+import pytest
+
+from hetriever.config import load_settings
+from hetriever.errors import ConfigurationError
+from hetriever.models import SearchResult
+from hetriever.serve import pages
+from hetriever.serve.keys import InvalidKeyError, KeyRing, hash_key, key_from_headers, new_key
+from hetriever.serve.mcp_server import clip
+from hetriever.serve.service import Busy, DocsService, Limits
+
+
+def ring(text: str) -> KeyRing:
+    return KeyRing.parse(text, "test keys")
+
+
+def test_keys_grant_their_levels_plus_public_and_nothing_without_a_match():
+    keys = ring(f"team {hash_key('k1')} TEAM\nboth {hash_key('k2')} team,private # comment\n")
+    assert keys.levels(None) == {"PUBLIC"} and keys.levels("") == {"PUBLIC"}
+    assert keys.levels("k1") == {"PUBLIC", "TEAM"}
+    assert keys.levels("k2") == {"PUBLIC", "TEAM", "PRIVATE"}
+    for bad in ("k3", "K1", "k1 ", "x" * 1000):
+        with pytest.raises(InvalidKeyError):
+            keys.levels(bad)
+    assert keys.name("k2") == "both"
+
+
+@pytest.mark.parametrize("line,message", [
+    (f"root {hash_key('k')} SYSTEM", "cannot grant SYSTEM"),
+    (f"team {hash_key('k')} TEAM,ADMIN", "cannot grant ADMIN"),
+    ("team k1 TEAM", "sha256"),
+    (f"team {hash_key('k')}", "expected"),
+    (f"team {hash_key('k')} ,", "no level"),
+])
+def test_bad_key_lines_stop_the_start_with_one_line(line, message):
+    with pytest.raises(ConfigurationError, match=message):
+        ring(line)
+
+
+def test_keys_from_env_and_file(tmp_path):
+    path = tmp_path / "keys"
+    path.write_text(f"a {hash_key('from-file')} TEAM\n")
+    keys = KeyRing.from_env({"HETRIEVER_API_KEYS": f"b {hash_key('from-env')} PRIVATE",
+                             "HETRIEVER_API_KEYS_FILE": str(path)})
+    assert keys.levels("from-file") == {"PUBLIC", "TEAM"}
+    assert keys.levels("from-env") == {"PUBLIC", "PRIVATE"}
+    with pytest.raises(ConfigurationError, match="cannot read"):
+        KeyRing.from_env({"HETRIEVER_API_KEYS_FILE": str(tmp_path / "missing")})
+
+
+def test_new_key_round_trips_and_is_stored_only_hashed():
+    key, line = new_key("team")
+    assert key not in line and line.split()[2] == "TEAM"
+    assert ring(line).levels(key) == {"PUBLIC", "TEAM"}
+    with pytest.raises(ConfigurationError):
+        new_key("SYSTEM")
+
+
+def test_key_headers():
+    assert key_from_headers({}) is None
+    assert key_from_headers({"authorization": "Bearer abc"}) == "abc"
+    assert key_from_headers({"x-api-key": " abc "}) == "abc"
+    for bad in ("Basic abc", "Bearer ", "abc"):
+        with pytest.raises(InvalidKeyError):
+            key_from_headers({"authorization": bad})
+
+
+def match(repo: str, path: str, doc_id: str, score: float) -> SearchResult:
+    return SearchResult(doc_id=doc_id, content="x", score=score, source="hybrid",
+                        metadata={"repository": repo, "file_path": path})
+
+
+def test_group_by_page_keeps_each_pages_best_chunk_in_rank_order():
+    ranked = [match("a", "p.md", "1", 0.9), match("a", "q.md", "2", 0.8),
+              match("a", "p.md", "3", 0.7), match("b", "p.md", "4", 0.6)]
+    assert [m.doc_id for m in pages.group_by_page(ranked)] == ["1", "2", "4"]
+
+
+def test_passage_drops_only_the_title_line_the_chunker_added():
+    meta = {"title": "where", "heading_context": "Usage > Examples"}
+    assert pages.passage("where > Usage > Examples\n\nBody.", meta) == "Body."
+    assert pages.passage("Body first.\n\nMore.", meta) == "Body first.\n\nMore."
+    assert pages.passage("T\n\nBody.", {"title": "T"}) == "Body."
+
+
+@pytest.mark.parametrize("meta,lang", [
+    ({"file_path": "content/fr/docs/a.md"}, "fr"),
+    ({"file_path": "content/zh-cn/a.md"}, "zh-cn"),
+    ({"file_path": "content/docs/a.md"}, "en"),
+    ({"file_path": "content/a.md"}, "en"),
+    ({"file_path": "content/docs/a.md", "lang": "DE"}, "de"),
+])
+def test_language_of_a_page(meta, lang):
+    assert pages.language(meta) == lang
+
+
+def test_page_ids_split_on_the_first_slash():
+    assert pages.split_page_id("docs-a/content/x/y.md") == ("docs-a", "content/x/y.md")
+    assert pages.split_page_id("docs-a") is None
+    assert pages.is_chunk_id("a" * 32) and not pages.is_chunk_id("a" * 31)
+
+
+def test_clip_respects_the_budget_and_says_so():
+    text = " ".join(["word"] * 1000)
+    out = clip(text, 50)
+    assert len(out) <= 50 * 4 + 80 and out.endswith("]") and "cut to the token budget" in out
+    assert clip("short", 50) == "short"
+
+
+def test_the_concurrency_cap_queues_then_refuses():
+    # The cap is the service's own logic; no store is touched by `call`.
+    service = DocsService(load_settings(env={}, config_file=None), store=object(),
+                          limits=Limits(max_concurrency=1, max_waiting=1))
+    release = threading.Event()
+    outcomes: list[str] = []
+
+    async def go():
+        async def one(i: int):
+            try:
+                await service.call(release.wait, 30)
+                outcomes.append("ran")
+            except Busy:
+                outcomes.append("busy")
+
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                for i in range(3):
+                    tg.start_soon(one, i)
+                    await anyio.sleep(0.05)
+                await anyio.sleep(0.1)
+                release.set()
+
+    anyio.run(go)
+    assert sorted(outcomes) == ["busy", "ran", "ran"]

@@ -1,0 +1,133 @@
+"""`hetriever mcp` driven by the official MCP client: a real session over stdio (the server a
+subprocess, as a coding assistant starts it) and over streamable HTTP, against a real index."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import anyio
+import httpx
+import httpx2
+import pytest
+from mcp.client import Client
+from mcp.client.stdio import StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+
+from tests.serve_fixtures import HETRIEVER, PRIVATE_KEY, TEAM_KEY, running
+
+SESSION_TIMEOUT = 240  # seconds for a whole session, model load included
+
+
+def stdio(workspace, **env: str) -> StdioServerParameters:
+    return StdioServerParameters(command=str(HETRIEVER), args=["mcp"],
+                                 env={**workspace.env, **env}, cwd=str(workspace.root))
+
+
+def text_of(result: Any) -> str:
+    return "\n".join(part.text for part in result.content)
+
+
+def in_session(server: Any, steps) -> Any:
+    async def go():
+        with anyio.fail_after(SESSION_TIMEOUT):
+            async with Client(server) as client:
+                return await steps(client)
+    return anyio.run(go)
+
+
+def test_stdio_tools_search_page_and_repositories(served_docs):
+    async def steps(client):
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        assert set(tools) == {"search_docs", "get_page", "list_repositories"}
+        assert tools["search_docs"].input_schema["required"] == ["query"]
+        found = await client.call_tool("search_docs", {"query": "where function comparison",
+                                                       "k": 3})
+        page = None
+        if not found.is_error:
+            first_id = text_of(found).split("page id: ", 1)[1].split()[0]
+            page = await client.call_tool("get_page", {"url_or_id": first_id})
+        by_url = await client.call_tool("get_page", {"url_or_id": "/docs/templates/where/"})
+        repos = await client.call_tool("list_repositories", {})
+        hidden = await client.call_tool("search_docs", {"query": "kestrel rotation payroll"})
+        return found, page, by_url, repos, hidden
+
+    found, page, by_url, repos, hidden = in_session(stdio(served_docs), steps)
+    text = text_of(found)
+    assert not found.is_error, text
+    assert text.startswith("3 result(s)") or "result(s) for" in text
+    first = text.split("[2]")[0]
+    assert "[1] where" in first and "URL: /docs/templates/where/" in first
+    assert "comparison condition" in first  # the passage itself, citable
+    assert "## Usage" in text_of(page) and "URL: /docs/templates/where/" in text_of(page)
+    assert text_of(by_url) == text_of(page)
+    assert "- sample-docs:" in text_of(repos) and "team-notes" not in text_of(repos)
+    assert "team-notes" not in text_of(hidden) and "private-ops" not in text_of(hidden)
+    # the session's searches are in the metrics store, as the MCP server's
+    summary = json.loads(served_docs.cli("metrics", "--source", "mcp", "--json").stdout)
+    assert summary["count"] >= 2 and set(summary["by_mode"]) <= {"mcp:hybrid", "mcp:dense",
+                                                                 "mcp:bm25"}
+
+
+def test_stdio_key_grants_its_levels(served_docs):
+    async def steps(client):
+        return (await client.call_tool("search_docs", {"query": "kestrel on-call rotation",
+                                                       "k": 10}),
+                await client.call_tool("list_repositories", {}))
+
+    found, repos = in_session(stdio(served_docs, HETRIEVER_API_KEY=TEAM_KEY), steps)
+    assert "repository: team-notes" in text_of(found)
+    assert "private-ops" not in text_of(found)
+    assert "- team-notes:" in text_of(repos)
+
+
+def test_stdio_bad_input_is_a_tool_error_and_budgets_hold(served_docs):
+    async def steps(client):
+        return [await client.call_tool(name, args) for name, args in (
+            ("search_docs", {"query": ""}),
+            ("search_docs", {"query": "where", "k": 500}),
+            ("search_docs", {"query": "where", "max_tokens": 5}),
+            ("get_page", {"url_or_id": "team-notes/content/oncall.md"}),  # hidden = absent
+            ("get_page", {"url_or_id": "sample-docs/content/docs/templates/where.md",
+                          "max_tokens": 100}),
+            ("search_docs", {"query": "where function usage", "k": 10, "max_tokens": 300}),
+        )]
+
+    empty, too_many, tiny, hidden, short_page, short_search = in_session(stdio(served_docs),
+                                                                         steps)
+    assert empty.is_error and "query is empty" in text_of(empty)
+    assert too_many.is_error and "k must be" in text_of(too_many)
+    assert tiny.is_error and "max_tokens" in text_of(tiny)
+    assert hidden.is_error and "no page" in text_of(hidden)
+    assert not short_page.is_error and "cut to the token budget" in text_of(short_page)
+    assert len(text_of(short_page)) <= 100 * 4 + 80
+    assert len(text_of(short_search)) <= 300 * 4 + 80
+
+
+def test_stdio_bad_key_fails_at_start_with_one_line(served_docs):
+    out = served_docs.cli("mcp", HETRIEVER_API_KEY="not-a-key")
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines()[-1] == "hetriever: error: invalid API key"
+    assert "Traceback" not in out.stderr
+
+
+def test_streamable_http_with_keys(served_docs):
+    with running(served_docs, "mcp", "--transport", "http", ready_path="/mcp") as served:
+        bad = httpx.post(served.url + "/mcp", json={"jsonrpc": "2.0", "id": 1,
+                                                    "method": "tools/list"},
+                         headers={"Authorization": "Bearer wrong"}, timeout=30)
+        assert bad.status_code == 401 and bad.json() == {"error": "invalid API key"}
+
+        def over_http(key: str | None):
+            async def go():
+                headers = {"Authorization": f"Bearer {key}"} if key else {}
+                with anyio.fail_after(SESSION_TIMEOUT):
+                    async with httpx2.AsyncClient(headers=headers, timeout=60) as http:
+                        transport = streamable_http_client(served.url + "/mcp", http_client=http)
+                        async with Client(transport) as client:
+                            return text_of(await client.call_tool(
+                                "search_docs", {"query": "kestrel payroll schedule", "k": 10}))
+            return anyio.run(go)
+
+        assert "private-ops" not in over_http(None)
+        assert "repository: private-ops" in over_http(PRIVATE_KEY)
