@@ -76,10 +76,12 @@ def match(repo: str, path: str, doc_id: str, score: float) -> SearchResult:
                         metadata={"repository": repo, "file_path": path})
 
 
-def test_group_by_page_keeps_each_pages_best_chunk_in_rank_order():
-    ranked = [match("a", "p.md", "1", 0.9), match("a", "q.md", "2", 0.8),
-              match("a", "p.md", "3", 0.7), match("b", "p.md", "4", 0.6)]
-    assert [m.doc_id for m in pages.group_by_page(ranked)] == ["1", "2", "4"]
+def test_a_page_result_shows_its_next_passages():
+    page = match("a", "p.md", "1", 0.9)
+    page.metadata["title"] = "P"
+    page.passages = [{"doc_id": "2", "heading_context": "Usage", "content": "P > Usage\n\nUse it."}]
+    view = pages.match_view(page)
+    assert view["more"] == [{"chunk_id": "2", "heading": "Usage", "passage": "Use it."}]
 
 
 def test_passage_drops_only_the_title_line_the_chunker_added():
@@ -87,6 +89,9 @@ def test_passage_drops_only_the_title_line_the_chunker_added():
     assert pages.passage("where > Usage > Examples\n\nBody.", meta) == "Body."
     assert pages.passage("Body first.\n\nMore.", meta) == "Body first.\n\nMore."
     assert pages.passage("T\n\nBody.", {"title": "T"}) == "Body."
+    # a page record: its title line, then what the page says about itself
+    assert pages.passage("T\nWhat it is for.", {"title": "T", "page_record": True}) == (
+        "What it is for.")
 
 
 @pytest.mark.parametrize("meta,lang", [

@@ -1,15 +1,14 @@
-"""Search matches as pages: ids, passages, languages and page grouping for the served API.
+"""Search matches as the served API shows them: page ids, passages and languages.
 
 A page is one (repository, file_path); its id is `<repository>/<file_path>` (repository names
-have no `/`, so the first one splits it). These are pure functions over `SearchResult`s so the
-HTTP API and the MCP server answer alike, and so page grouping can move into search itself
-without changing them.
+have no `/`, so the first one splits it). Search groups results by page itself; these are pure
+functions over `SearchResult`s so the HTTP API and the MCP server answer alike.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from hetriever.models import SearchResult
@@ -38,7 +37,11 @@ def is_chunk_id(value: str) -> bool:
 
 
 def passage(content: str, metadata: Mapping[str, Any]) -> str:
-    """A chunk's text without the `title > headings` line the chunker puts before it."""
+    """A chunk's text without the `title > headings` line the chunker puts before it (a page
+    record: without its title line)."""
+    title = str(metadata.get("title") or "")
+    if metadata.get("page_record") and content.startswith(title + "\n"):
+        return content[len(title) + 1:]
     prefix = CONTEXT_SEPARATOR.join(
         p for p in (str(metadata.get("title") or ""), str(metadata.get("heading_context") or ""))
         if p.strip())
@@ -61,21 +64,6 @@ def language(metadata: Mapping[str, Any], content_dir: str = "content") -> str:
     return DEFAULT_LANGUAGE
 
 
-def group_by_page(matches: Iterable[SearchResult]) -> list[SearchResult]:
-    """One match per (repository, file_path): the page's best-ranked chunk, in rank order.
-
-    Matches arrive best first, so the first chunk seen of a page is its passage."""
-    seen: set[tuple[str, str]] = set()
-    out: list[SearchResult] = []
-    for match in matches:
-        key = (str(match.metadata.get("repository", "")), str(match.metadata.get("file_path", "")))
-        if key in seen:
-            continue
-        seen.add(key)
-        out.append(match)
-    return out
-
-
 def match_view(match: SearchResult, content_dir: str = "content") -> dict[str, Any]:
     """What the API returns for one match."""
     meta = match.metadata
@@ -94,4 +82,9 @@ def match_view(match: SearchResult, content_dir: str = "content") -> dict[str, A
         "source": match.source,
         "dense_score": None if match.dense_score is None else round(match.dense_score, 6),
         "bm25_score": None if match.bm25_score is None else round(match.bm25_score, 6),
+        # a page result's next best passages
+        "more": [{"chunk_id": p["doc_id"], "heading": p.get("heading_context", ""),
+                  "passage": passage(p["content"], {**meta, "page_record": False,
+                                                    "heading_context": p.get("heading_context")})}
+                 for p in match.passages],
     }

@@ -12,7 +12,6 @@ is treated exactly like one that does not exist.
 
 from __future__ import annotations
 
-import inspect
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -33,16 +32,10 @@ from hetriever.store import ChromaKnowledgeStore, validate_collection_name
 log = get_logger(__name__)
 
 GROUPS = ("page", "chunk")
-# Page grouping and language filtering drop matches after search: ask search for this many
-# times k so k pages usually remain (capped by settings.max_top_k). Not more: at 10k chunks a
-# search for 3k costs ~4x one for k, for 2k ~1.5x (bench_serve).
+# A language filter drops matches after search: ask search for this many times k so k
+# results usually remain (capped by settings.max_top_k). Not more: at 10k chunks a search
+# for 3k costs ~4x one for k, for 2k ~1.5x (bench_serve).
 OVERFETCH = 2
-
-
-# Search is gaining page grouping (one match per page by default, `group_by="chunk"` for
-# chunks). Where it has it, chunks are asked for by that keyword and pages come from search;
-# either way `pages.group_by_page` runs after (a no-op on pages).
-SEARCH_GROUPS_PAGES = "group_by" in inspect.signature(hybrid_search).parameters
 
 
 class RequestError(HetrieverError):
@@ -131,22 +124,18 @@ class DocsService:
         names = [validate_collection_name(r) for r in repositories] if repositories else served
         names = [n for n in names if n in served]
         wanted_lang = lang.strip().lower() if lang and lang.strip() else None
-        # k results come straight from search unless they are filtered or grouped here
-        exact_count = group == "chunk" or SEARCH_GROUPS_PAGES
-        fetch = k if exact_count and wanted_lang is None else k * OVERFETCH
-        fetch = min(fetch, self.settings.max_top_k)
-        extra = {"group_by": "chunk"} if SEARCH_GROUPS_PAGES and group == "chunk" else {}
+        # k results come straight from search (pages or chunks) unless filtered here
+        fetch = min(k if wanted_lang is None else k * OVERFETCH, self.settings.max_top_k)
         try:
             result = hybrid_search(self.store, text, fetch, filters, namespaces=names,
-                                   access_levels=sorted(levels or caller_levels(None)), **extra)
+                                   access_levels=sorted(levels or caller_levels(None)),
+                                   group_by=group)
         except (InvalidFilterError, InvalidLimitError) as exc:
             raise RequestError(str(exc)) from None
         matches = result.matches
         content_dir = self.settings.content_dir
         if wanted_lang:
             matches = [m for m in matches if pages.language(m.metadata, content_dir) == wanted_lang]
-        if group == "page":
-            matches = pages.group_by_page(matches)
         matches = matches[:k]
         return {
             "query": text, "k": k, "group": group, "mode": result.mode,
