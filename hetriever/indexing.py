@@ -355,6 +355,7 @@ async def apply_outcomes(store, repo: Repository, outcomes: list[FileOutcome],
     stored = [o for o in outcomes if o.path not in failed]
     catalog.set_files(physical, repo.name, [o.path for o in stored if o.chunks], INDEXED,
                       chunk_counts={o.path: len(o.chunks) for o in stored})
+    faults.check("catalog_files_updated", repo.name)
     for outcome in stored:
         if outcome.skipped is not None:
             # "error: ..." comes from a file that broke the pipeline; the rest are skip rules.
@@ -432,6 +433,8 @@ async def remove_paths(store, repo: Repository, paths: Iterable[str], result: In
         return
     for path in paths:
         result.chunks_deleted += await store.delete_file(repo.name, path)
+    if paths:
+        faults.check("removed_files_deleted", repo.name)
     if physical:
         catalog.remove_files(physical, paths)
 
@@ -450,6 +453,7 @@ async def finish_run(store, repo: Repository, change_set: ChangeSet, result: Ind
     """Record the new commit, only now that every file is stored."""
     total_chunks = await store.count(repo.name, live=True)
     files = await store.list_files(repo.name)
+    faults.check("commit_record", repo.name)
     await store.update_collection_metadata(
         repo.name,
         commit_hash=change_set.new_commit,
@@ -460,6 +464,7 @@ async def finish_run(store, repo: Repository, change_set: ChangeSet, result: Ind
         **{STATUS_KEY: STATUS_COMPLETE},
     )
     result.completed = True
+    faults.check("commit_recorded", repo.name)
     close_run(store, repo, result, "ok", commit=change_set.new_commit)
 
 
@@ -521,8 +526,27 @@ async def index_repository(repo: Repository, store, settings: Settings, *,
     return result
 
 
+async def reconcile_derived(store, repo: Repository) -> None:
+    """Make BM25 and the catalog agree with Chroma, the source of truth.
+
+    A run that died between its Chroma write and the BM25 commit or the catalog update left
+    rows of chunks Chroma no longer holds (or lacks rows of chunks it does). A full pass alone
+    cannot see them: it compares the new tree with what Chroma holds.
+    """
+    physical = store.physical_name(repo.name)
+    if physical is None or await store.get_collection_info(repo.name) is None:
+        return
+    repair = await store.repair(repo.name)
+    pruned = store.catalog.prune(physical, repair.chunk_ids, repair.files)
+    if repair.changed or pruned:
+        log.warning("derived_state_repaired", repository=repo.name, bm25_added=repair.added,
+                    bm25_removed=repair.removed, catalog_rows_removed=pruned)
+
+
 async def _run(store, repo: Repository, settings: Settings, change_set: ChangeSet,
                result: IndexResult, progress: Callable[[int, int], None] | None) -> None:
+    if change_set.mode == "full":  # chosen after an unfinished run, or asked for
+        await reconcile_derived(store, repo)
     await begin_run(store, repo, change_set)
     await remove_paths(store, repo, change_set.paths_to_delete(), result)
     await remove_vanished(store, repo, change_set, result)

@@ -294,7 +294,9 @@ def _bm25(store: Any, names: list[str], query: str, n: int,
 
 
 def _fill_documents(store: Any, hits: list[_Hit]) -> None:
-    """BM25-only hits get their text and metadata from Chroma, else from BM25's copy."""
+    """BM25-only hits get their text and metadata from Chroma; BM25's own copy is used only
+    while Chroma cannot be reached. A row Chroma answered without is stale (left by a crash
+    before BM25 caught up) and is never served."""
     by_collection: dict[str, list[_Hit]] = {}
     for hit in hits:
         if hit.content is None or hit.metadata is None:
@@ -307,13 +309,16 @@ def _fill_documents(store: Any, hits: list[_Hit]) -> None:
                               retry=False) if col is not None else {"ids": []}
             fetched = {i: (d, m) for i, d, m in zip(got["ids"], got.get("documents") or [],
                                                      got.get("metadatas") or [])}
+            chroma_answered = True
         except Exception as exc:
             log.warning("search_fetch_failed", collection=name, error=str(exc))
-            fetched = {}
+            fetched, chroma_answered = {}, False
         for hit in group:
             if hit.doc_id in fetched:
                 hit.content, meta = fetched[hit.doc_id]
                 hit.metadata = dict(meta or {})
+                continue
+            if chroma_answered:
                 continue
             stored = store.bm25(name).get(hit.doc_id)
             if stored is not None:

@@ -122,6 +122,8 @@ class RepairResult:
     collection: str
     added: int = 0  # chunks in Chroma that BM25 lacked
     removed: int = 0  # BM25 rows with no chunk in Chroma
+    chunk_ids: set[str] = field(default_factory=set)  # what Chroma holds, for the catalog
+    files: set[str] = field(default_factory=set)
 
     @property
     def changed(self) -> bool:
@@ -688,12 +690,16 @@ class ChromaKnowledgeStore:
         raise AssertionError("unreachable")
 
     def _delete_ids(self, collection: str, col: Any, ids: list[str]) -> int:
+        self._delete_chroma_ids(col, ids)
+        if ids:
+            self.bm25(collection).delete(ids)
+        return len(ids)
+
+    def _delete_chroma_ids(self, col: Any, ids: list[str]) -> int:
         step = self.max_batch_size()
         for start in range(0, len(ids), step):
             part = ids[start:start + step]
             self._call("delete", lambda: col.delete(ids=part))
-        if ids:
-            self.bm25(collection).delete(ids)
         return len(ids)
 
     def upsert_file_chunks_sync(self, collection: str, file_path: str,
@@ -735,14 +741,19 @@ class ChromaKnowledgeStore:
             # Embedding happens here, before the BM25 transaction opens (see _prepare_write).
             prepared = self._prepare_write(collection, col, ids, texts, metadatas) \
                 if ids else None
+            faults.check("window_write", collection)
             with index.transaction():
                 result = self._apply_write(collection, col, prepared) if prepared \
                     else FileWriteResult()
+                faults.check("window_chroma_written", collection)
                 vanished = sorted(old_ids - set(ids))
                 result.deleted = self._delete_ids(collection, col, vanished)
+                if vanished:
+                    faults.check("replaced_chunks_deleted", collection)
                 for file_path, chunks in files.items():
                     if not chunks:  # BM25 rows Chroma never had (a crash between writes)
                         index.delete_where({"file_path": file_path})
+            faults.check("window_bm25_committed", collection)
         log.debug("files_written", collection=collection, files=len(files),
                   written=result.written, reused=result.reused, deleted=result.deleted)
         return result
@@ -762,7 +773,10 @@ class ChromaKnowledgeStore:
             return 0
         with self.writer_lock(collection):
             ids = self._ids_where(col, {"file_path": file_path})
-            removed = self._delete_ids(collection, col, ids)
+            removed = self._delete_chroma_ids(col, ids)
+            faults.check("removed_file_chroma_deleted", file_path)
+            if ids:
+                self.bm25(collection).delete(ids)
             # BM25 rows Chroma never had (a crash between the two writes) go too.
             self.bm25(collection).delete_where({"file_path": file_path})
         return removed
@@ -966,6 +980,9 @@ class ChromaKnowledgeStore:
             if extra:
                 index.delete(extra)
             result.added, result.removed = len(missing), len(extra)
+            result.chunk_ids = in_chroma
+            result.files = {str(m["file_path"]) for m in records["metadatas"]
+                            if m and "file_path" in m}
         log.info("collection_repaired", collection=collection, added=result.added,
                  removed=result.removed)
         return result
