@@ -85,9 +85,16 @@ async def _ingest_local(settings, names: list[str] | None, force_full: bool,
                     outcome["error"] = (f"{len(result.failed)} file(s) could not be stored; "
                                         "the commit was not recorded (see the log), re-run")
                 outcomes.append(outcome)
-            except HetrieverError as exc:  # one failing repository does not stop the others
-                log.error("repository_failed", repository=repo.name, error=str(exc))
-                outcomes.append({"repository": repo.name, "ok": False, "error": str(exc)})
+            except OSError:  # the data directories, the disk: every repository's problem
+                raise
+            except Exception as exc:  # one failing repository does not stop the others
+                if isinstance(exc, HetrieverError):
+                    error = str(exc)
+                    log.error("repository_failed", repository=repo.name, error=error)
+                else:  # not a known condition: keep the traceback in the log
+                    error = f"{type(exc).__name__}: {exc}"
+                    log.exception("repository_failed", repository=repo.name, error=error)
+                outcomes.append({"repository": repo.name, "ok": False, "error": error})
     return outcomes
 
 
@@ -111,7 +118,11 @@ def _print_ingest(outcomes: list[dict]) -> None:
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
-    settings = _settings(args, batch_size=args.batch_size)
+    if args.allow_mass_delete and not args.full:
+        raise HetrieverError("--allow-mass-delete needs --full",
+                             hint="a run that deletes most of an index must be a full pass")
+    settings = _settings(args, batch_size=args.batch_size,
+                         allow_mass_delete=True if args.allow_mass_delete else None)
     if args.engine == "prefect":
         import os
 
@@ -216,6 +227,7 @@ def status_rows(settings, repos) -> list[dict[str, Any]]:
     """
     from hetriever.catalog import DELETED, FAILED, INDEXED, SKIPPED
     from hetriever.discover import head_commit
+    from hetriever.errors import SourceError
     from hetriever.lifecycle import needs_migration
     from hetriever.store import get_knowledge_store
 
@@ -228,7 +240,10 @@ def status_rows(settings, repos) -> list[dict[str, Any]]:
         physical = store.physical_name(repo.name)
         counts = catalog.file_counts(physical) if physical else {}
         failures = catalog.files(physical, FAILED) if physical else []
-        head = head_commit(repo)
+        try:
+            head, error = head_commit(repo), ""
+        except SourceError as exc:  # e.g. no commits, a bad submodule: this row says so
+            head, error = "", str(exc)
         indexed = (record.last_commit if record and record.last_commit
                    else meta.get("commit_hash", ""))
         rows.append({
@@ -237,6 +252,7 @@ def status_rows(settings, repos) -> list[dict[str, Any]]:
             "indexed_commit": indexed,
             "up_to_date": bool(indexed) and indexed == head,
             "status": meta.get("index_status", "never indexed"),
+            "error": error,
             "collection": physical or "",
             "access_level": record.access_level if record else
             settings.access_levels.get(repo.name, "PUBLIC"),
@@ -273,6 +289,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     for r in rows:
         mark = "[green]✓[/green]" if r["up_to_date"] else "[yellow]behind[/yellow]"
         status = r["status"] + (" [red]migrate[/red]" if r["needs_migration"] else "")
+        if r["error"]:
+            mark, status = "[red]error[/red]", f"{status} [red]{r['error'][:80]}[/red]"
         table.add_row(r["repository"], r["checked_out"][:12],
                       f"{r['indexed_commit'][:12]} {mark}", status, str(r["files"]),
                       str(r["chunks"]), str(r["failures"]),
@@ -436,6 +454,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("ingest", help="index changed documentation repositories")
     p.add_argument("-r", "--repository", action="append", help="only this repository (repeatable)")
     p.add_argument("--full", action="store_true", help="force a full re-index")
+    p.add_argument("--allow-mass-delete", action="store_true",
+                   help="with --full: let the run delete more than half of a repository's chunks")
     p.add_argument("--batch-size", type=int)
     p.add_argument("--engine", choices=["local", "prefect"], default="local",
                    help="run in-process (default) or as the Prefect ingest flow")

@@ -439,14 +439,19 @@ async def remove_paths(store, repo: Repository, paths: Iterable[str], result: In
         catalog.remove_files(physical, paths)
 
 
-async def remove_vanished(store, repo: Repository, change_set: ChangeSet,
-                          result: IndexResult) -> None:
-    """In a full pass, files indexed before but absent from the new tree lose their chunks."""
-    if change_set.mode != "full":
+def check_mass_delete(repo: Repository, doomed: list[str], counts: dict[str, int],
+                      settings: Settings) -> None:
+    """Refuse a run that would delete more than half of the repository's chunks (`counts`:
+    per file, as Chroma holds them), unless allowed: a typo must not silently wipe an index."""
+    total = sum(counts.values())
+    lost = sum(counts.get(path, 0) for path in doomed)
+    if settings.allow_mass_delete or not total or lost * 2 <= total:
         return
-    keep = set(change_set.paths_to_index())
-    vanished = sorted(set(await store.list_files(repo.name)) - keep)
-    await remove_paths(store, repo, vanished, result)
+    raise IndexingError(
+        f"{repo.name}: this run would delete {lost} of {total} chunks ({len(doomed)} files); "
+        "nothing was changed",
+        hint="check content_dir and the checked-out commit; if the deletion is meant, run "
+             "`hetriever ingest --full --allow-mass-delete` (or set allow_mass_delete)")
 
 
 async def finish_run(store, repo: Repository, change_set: ChangeSet, result: IndexResult) -> None:
@@ -543,13 +548,24 @@ async def reconcile_derived(store, repo: Repository) -> None:
                     bm25_removed=repair.removed, catalog_rows_removed=pruned)
 
 
-async def _run(store, repo: Repository, settings: Settings, change_set: ChangeSet,
-               result: IndexResult, progress: Callable[[int, int], None] | None) -> None:
+async def start_run(store, repo: Repository, settings: Settings, change_set: ChangeSet,
+                    result: IndexResult) -> None:
+    """Everything before the files are written: guards, repair, the run marked, deletes."""
+    doomed = change_set.paths_to_delete()
+    if doomed or change_set.mode == "full":
+        counts = await store.file_chunk_counts(repo.name)
+        if change_set.mode == "full":  # files indexed before, absent from the new tree
+            doomed += sorted(set(counts) - set(change_set.paths_to_index()))
+        check_mass_delete(repo, doomed, counts, settings)
     if change_set.mode == "full":  # chosen after an unfinished run, or asked for
         await reconcile_derived(store, repo)
     await begin_run(store, repo, change_set)
-    await remove_paths(store, repo, change_set.paths_to_delete(), result)
-    await remove_vanished(store, repo, change_set, result)
+    await remove_paths(store, repo, doomed, result)
+
+
+async def _run(store, repo: Repository, settings: Settings, change_set: ChangeSet,
+               result: IndexResult, progress: Callable[[int, int], None] | None) -> None:
+    await start_run(store, repo, settings, change_set, result)
 
     resolver = IncludeResolver(repo, change_set.new_commit, settings)
     paths = change_set.paths_to_index()

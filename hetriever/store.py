@@ -159,6 +159,8 @@ class KnowledgeStore(Protocol):
 
     async def delete_file(self, collection: str, file_path: str) -> int: ...
 
+    async def file_chunk_counts(self, collection: str) -> dict[str, int]: ...
+
     async def list_files(self, collection: str) -> list[str]: ...
 
     async def list_collections(self) -> list[CollectionInfo]: ...
@@ -812,12 +814,19 @@ class ChromaKnowledgeStore:
 
     def list_files_sync(self, collection: str, *, include_deleted: bool = False) -> list[str]:
         """Files with chunks in the collection; soft-deleted files only when asked."""
+        return sorted(self.file_chunk_counts_sync(collection, include_deleted=include_deleted))
+
+    def file_chunk_counts_sync(self, collection: str, *,
+                               include_deleted: bool = False) -> dict[str, int]:
+        """file_path -> chunks in Chroma (live ones, unless `include_deleted`)."""
         col = self._chroma(collection)
         if col is None:
-            return []
-        metas = self._all(col, ["metadatas"])["metadatas"]
-        return sorted({str(m["file_path"]) for m in metas if m and "file_path" in m
-                       and (include_deleted or m.get("is_deleted") is not True)})
+            return {}
+        counts: dict[str, int] = {}
+        for m in self._all(col, ["metadatas"])["metadatas"]:
+            if m and "file_path" in m and (include_deleted or m.get("is_deleted") is not True):
+                counts[str(m["file_path"])] = counts.get(str(m["file_path"]), 0) + 1
+        return counts
 
     # -- soft delete and purge -------------------------------------------------------------
 
@@ -1036,6 +1045,9 @@ class ChromaKnowledgeStore:
 
     async def delete_file(self, collection: str, file_path: str) -> int:
         return await asyncio.to_thread(self.delete_file_sync, collection, file_path)
+
+    async def file_chunk_counts(self, collection: str) -> dict[str, int]:
+        return await asyncio.to_thread(self.file_chunk_counts_sync, collection)
 
     async def list_files(self, collection: str) -> list[str]:
         return await asyncio.to_thread(self.list_files_sync, collection)

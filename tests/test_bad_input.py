@@ -192,8 +192,10 @@ def test_cli_gitmodules_outside_the_parent_and_unknown_names(cli_env, capsys, me
     (parent / ".gitmodules").write_text(
         f'[submodule "evil"]\n\tpath = ../{root.name}/docs/{REPO}\n\turl = {root}\n')
     commit_all(parent, "evil submodule")
-    code, _, err = _cli(capsys, "--docs-root", str(parent), "ingest")
-    assert code == 2 and "outside the parent repository" in _one_error_line(err)
+    code, out, err = _cli(capsys, "--docs-root", str(parent), "ingest", "--json")
+    (outcome,) = json.loads(out)  # reported for that repository alone (exit 1), no traceback
+    assert code == 1 and not outcome["ok"] and "Traceback" not in err
+    assert "outside the parent repository" in outcome["error"]
 
     code, _, err = _cli(capsys, "--docs-root", str(root / "docs"), "ingest", "-r", "nope-docs")
     assert code == 2 and "unknown repositories: nope-docs" in _one_error_line(err)
