@@ -27,6 +27,7 @@ from hetriever.indexing import (
     check_schema,
     close_run,
     finish_run,
+    heal_bm25,
     last_indexed,
     now_iso,
     run_lock,
@@ -110,6 +111,7 @@ async def index_repository_flow(repo: Repository, settings: Settings,
     logger = get_run_logger()
     started = time.perf_counter()
     store = get_knowledge_store(settings)
+    await heal_bm25(store, repo, settings)  # a damaged BM25 index is rebuilt even on a no-op
     with run_lock(settings, repo.name):  # a second run for this repository waits or fails clearly
         last_commit, last_status = await last_indexed(store, repo)
         change_set = plan_task(repo, last_commit, last_status, force_full)

@@ -29,7 +29,12 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from hetriever.errors import IndexingError, InvalidLimitError, KnowledgeStoreError
+from hetriever.errors import (
+    DerivedIndexError,
+    IndexingError,
+    InvalidLimitError,
+    KnowledgeStoreError,
+)
 from hetriever.filters import equality_terms, matches, only_equalities, validate_filter
 from hetriever.logs import get_logger
 
@@ -363,14 +368,24 @@ class BM25Index:
         self._pending: dict[str, dict | None] = {}
         self._force_reload = False  # the next commit makes every reader reload
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._closed = True
         try:
             self._wconn = self._connect()
             self._rconn = self._connect()
+            self._closed = False
+            self._init_schema()
         except sqlite3.Error as exc:
-            raise KnowledgeStoreError(f"cannot open BM25 index {self.path}: {exc}",
-                                      hint="check the state directory is writable") from None
-        self._closed = False
-        self._init_schema()
+            for name in ("_rconn", "_wconn"):
+                conn = getattr(self, name, None)
+                if conn is not None:
+                    conn.close()
+            self._closed = True
+            if isinstance(exc, sqlite3.OperationalError) and "unable to open" in str(exc):
+                raise KnowledgeStoreError(f"cannot open BM25 index {self.path}: {exc}",
+                                          hint="check the state directory is writable") from None
+            raise DerivedIndexError(f"the BM25 index file {self.path} is damaged ({exc})",
+                                    hint="searches run dense-only; the next `hetriever ingest` "
+                                         "rebuilds it from Chroma") from None
 
     # -- connection and schema --
 

@@ -203,14 +203,28 @@ def _parse_filter(raw: str | None) -> dict | None:
     return value
 
 
+def _bm25_warnings(settings, repositories: list[str] | None) -> list[str]:
+    """Why a hybrid search ran without some repositories' BM25 side."""
+    from hetriever.store import get_knowledge_store
+
+    store = get_knowledge_store(settings)
+    problems = (store.bm25_problem(name) for name in repositories or store.repository_names())
+    return [p for p in problems if p]
+
+
 def cmd_search(args: argparse.Namespace) -> int:
     settings = _settings(args)
     hybrid = None if args.mode is None else args.mode == "hybrid"
     access = [level for raw in (args.access or []) for level in raw.split(",") if level.strip()]
     result = _run_search(settings, args.query, args.repository or None, args.top_k,
                          _parse_filter(args.filter), hybrid, access or None)
+    warnings = _bm25_warnings(settings, args.repository) \
+        if (settings.use_hybrid_search if hybrid is None else hybrid) else []
+    for warning in warnings:
+        print(f"hetriever: warning: {warning}; results are dense-only until `hetriever "
+              "ingest` rebuilds it from Chroma", file=sys.stderr)
     if args.json:
-        _print_json(result.to_dict())
+        _print_json({**result.to_dict(), "warnings": warnings})
     else:
         _print_results(result)
     return EXIT_OK

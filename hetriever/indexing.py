@@ -23,6 +23,7 @@ as tasks; `index_repository` runs the same steps in-process for the CLI and test
 
 from __future__ import annotations
 
+import asyncio
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -507,6 +508,7 @@ async def index_repository(repo: Repository, store, settings: Settings, *,
     _count_changes(result, change_set)
     bound = log.bind(repository=repo.name, mode=change_set.mode,
                      old_commit=(last_commit or "")[:12], new_commit=change_set.new_commit[:12])
+    await heal_bm25(store, repo, settings)
     if change_set.mode == "noop":
         bound.info("index_noop")
         result.completed = True
@@ -529,6 +531,18 @@ async def index_repository(repo: Repository, store, settings: Settings, *,
                chunks_reused=result.chunks_reused, chunks_deleted=result.chunks_deleted,
                seconds=round(result.total_seconds, 2))
     return result
+
+
+async def heal_bm25(store, repo: Repository, settings: Settings) -> None:
+    """A BM25 index that is damaged, or missing or empty beside a filled collection, is
+    rebuilt from Chroma before anything else (even when the commit is already indexed)."""
+    problem = await asyncio.to_thread(store.bm25_problem, repo.name)
+    if not problem:
+        return
+    log.warning("bm25_rebuild", repository=repo.name, reason=problem)
+    with run_lock(settings, repo.name):
+        repaired = await store.rebuild_bm25(repo.name)
+    log.info("bm25_rebuilt", repository=repo.name, rows=repaired.added)
 
 
 async def reconcile_derived(store, repo: Repository) -> None:

@@ -158,7 +158,7 @@ def _dense(store: Any, names: list[str], vector: Any, n: int,
         # chunks, see bench/bench_store.py). A collection only holds its repository's chunks
         # (the store checks on write) and `_trusted` drops any hit claiming another one. The
         # access and deletion clauses are added only to collections that need them.
-        rows = _dense_rows(store, col, vector, n, wheres[name], lambda: store.bm25(name))
+        rows = _dense_rows(store, col, vector, n, wheres[name], lambda: store.search_bm25(name))
         for doc_id, doc, meta, dist in rows:
             hit = hits.setdefault(doc_id, _Hit(doc_id, name))
             hit.content, hit.metadata = doc, dict(meta or {})
@@ -284,7 +284,7 @@ def _bm25(store: Any, names: list[str], query: str, n: int,
     found: list[tuple[float, str]] = []
     for name in names:
         where = wheres[name]
-        for doc_id, raw in store.bm25(name).search(query, n, where):
+        for doc_id, raw in store.search_bm25(name).search(query, n, where):
             hit = hits.setdefault(doc_id, _Hit(doc_id, name))
             hit.bm25_raw = float(raw)
             found.append((hit.bm25_raw, doc_id))
@@ -320,7 +320,10 @@ def _fill_documents(store: Any, hits: list[_Hit]) -> None:
                 continue
             if chroma_answered:
                 continue
-            stored = store.bm25(name).get(hit.doc_id)
+            try:
+                stored = store.search_bm25(name).get(hit.doc_id)
+            except HetrieverError:  # Chroma down and BM25 damaged: nothing to show
+                stored = None
             if stored is not None:
                 hit.content, hit.metadata = _bm25_record(stored)
 

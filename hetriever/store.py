@@ -49,6 +49,7 @@ from hetriever.errors import (
     BackendConnectionError,
     CollectionNotFoundError,
     ConfigurationError,
+    DerivedIndexError,
     EmbeddingError,
     HetrieverError,
     IndexingError,
@@ -281,6 +282,7 @@ class ChromaKnowledgeStore:
         self.location = _location(settings)
         self._embedder = embedder
         self._bm25: dict[str, BM25Index] = {}  # by physical name
+        self._bm25_ok: set[str] = set()  # physical names whose BM25 index was checked whole
         self._collections: dict[str, Any] = {}  # by physical name
         # Embedded mode: the BM25 generation (physical name -> int) that this process's view of
         # a Chroma collection is known to include, and the repositories it is writing now.
@@ -456,10 +458,13 @@ class ChromaKnowledgeStore:
         return col
 
     def _generation(self, physical: str) -> int:
-        """The collection's BM25 generation (-1 before it has a BM25 file)."""
+        """The collection's BM25 generation (-1 before it has a BM25 file, or a damaged one)."""
         if physical not in self._bm25 and not self.bm25_file(physical).exists():
             return -1
-        return self.bm25_physical(physical).generation()
+        try:
+            return self.bm25_physical(physical).generation()
+        except DerivedIndexError:  # dense search goes on; `bm25_problem` reports it
+            return -1
 
     def _refresh_view(self, physical: str) -> None:
         """Reopen embedded Chroma if the collection changed since this process loaded it."""
@@ -488,6 +493,8 @@ class ChromaKnowledgeStore:
         with self._guard:
             self._collections.pop(name, None)
             index = self._bm25.pop(name, None) if bm25 else None
+            if bm25:
+                self._bm25_ok.discard(name)
         if index is not None:
             index.close()
 
@@ -515,6 +522,57 @@ class ChromaKnowledgeStore:
             raise CollectionNotFoundError(f"repository {name!r} has no collection",
                                           hint="index the repository first")
         return self.bm25_physical(physical)
+
+    def bm25_problem(self, name: str) -> str | None:
+        """Why repository `name`'s BM25 index cannot serve searches, or None: its file is
+        damaged, or missing or empty while Chroma holds chunks (deleted by hand, a restore of
+        Chroma alone). Checked once per process while the index is whole."""
+        physical = self.physical_name(name)
+        if physical is None or physical in self._bm25_ok:
+            return None
+        path = self.bm25_file(physical)
+        with self._guard:
+            opened = physical in self._bm25
+        state = "missing"
+        if opened or path.exists():
+            try:
+                state = "empty" if self.bm25_physical(physical).count() == 0 else ""
+            except DerivedIndexError as exc:
+                return str(exc)
+        if state:
+            col = self._chroma_physical(physical, name)
+            chunks = int(self._call("count", col.count)) if col is not None else 0
+            if chunks:
+                return (f"the BM25 index of {name!r} is {state} ({path}) while Chroma holds "
+                        f"{chunks} chunks")
+        else:
+            self._bm25_ok.add(physical)
+        return None
+
+    def search_bm25(self, name: str) -> BM25Index:
+        """Repository `name`'s BM25 index for a search: DerivedIndexError when it cannot be
+        trusted, so the search runs dense-only instead of quietly finding nothing."""
+        problem = self.bm25_problem(name)
+        if problem:
+            raise DerivedIndexError(problem, hint="searches run dense-only; the next "
+                                                  "`hetriever ingest` rebuilds it from Chroma")
+        return self.bm25(name)
+
+    def rebuild_bm25_sync(self, name: str) -> RepairResult:
+        """Set a damaged BM25 file aside and rebuild the index from Chroma."""
+        physical = self.physical_name(name)
+        assert physical is not None
+        path = self.bm25_file(physical)
+        with self.writer_lock(name):
+            self._forget(physical, bm25=True)
+            self._bm25_ok.discard(physical)
+            if path.exists():
+                aside = path.with_name(f"{path.name}.damaged-{int(time.time())}")
+                path.replace(aside)
+                log.warning("bm25_set_aside", path=str(path), moved_to=str(aside))
+            for suffix in ("-wal", "-shm"):
+                Path(f"{path}{suffix}").unlink(missing_ok=True)
+        return self.repair_sync(name)
 
     def bm25_physical(self, physical: str) -> BM25Index:
         with self._guard:
@@ -1081,6 +1139,9 @@ class ChromaKnowledgeStore:
 
     async def repair(self, collection: str) -> RepairResult:
         return await asyncio.to_thread(self.repair_sync, collection)
+
+    async def rebuild_bm25(self, collection: str) -> RepairResult:
+        return await asyncio.to_thread(self.rebuild_bm25_sync, collection)
 
     def close_sync(self) -> None:
         with self._guard:
