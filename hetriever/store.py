@@ -282,6 +282,7 @@ class ChromaKnowledgeStore:
         self.location = _location(settings)
         self._embedder = embedder
         self._bm25: dict[str, BM25Index] = {}  # by physical name
+        self._frozen_until = 0.0  # a server that timed out is not asked again before this
         self._bm25_ok: set[str] = set()  # physical names whose BM25 index was checked whole
         self._collections: dict[str, Any] = {}  # by physical name
         # Embedded mode: the BM25 generation (physical name -> int) that this process's view of
@@ -343,8 +344,7 @@ class ChromaKnowledgeStore:
         chroma_settings = ChromaSettings(anonymized_telemetry=False)
         try:
             if s.server_mode:
-                return chromadb.HttpClient(host=s.chroma_host, port=s.chroma_port,
-                                           settings=chroma_settings)
+                return self._http_client(chroma_settings)
             s.chroma_path.mkdir(parents=True, exist_ok=True)
             # Processes opening a fresh directory at once each create Chroma's tables, and all
             # but one fail ("table collections already exists"): open one at a time. A lock
@@ -369,6 +369,45 @@ class ChromaKnowledgeStore:
             raise BackendConnectionError(f"cannot open the Chroma backend: {exc}",
                                          location=self.location, hint=hint) from exc
 
+    def _http_client(self, chroma_settings: ChromaSettings) -> Any:
+        """An HttpClient whose every request waits at most `chroma_timeout` seconds.
+
+        Chroma's client sends requests with no timeout, and its constructor already talks to
+        the server: against a frozen server (SIGSTOP, a hung host) both wait forever. The
+        constructor runs in a thread given that long; the session gets the timeout after.
+        """
+        s = self.settings
+        made: dict[str, Any] = {}
+
+        def connect() -> None:
+            try:
+                made["client"] = chromadb.HttpClient(host=s.chroma_host, port=s.chroma_port,
+                                                     settings=chroma_settings)
+            except BaseException as exc:  # handed to the caller's thread
+                made["error"] = exc
+
+        worker = threading.Thread(target=connect, daemon=True, name="chroma-connect")
+        worker.start()
+        worker.join(s.chroma_timeout)
+        if worker.is_alive():
+            raise self._frozen(None)
+        if "error" in made:
+            raise made["error"]
+        session = getattr(getattr(made["client"], "_server", None), "_session", None)
+        if session is not None:
+            session.timeout = httpx.Timeout(s.chroma_timeout)
+        return made["client"]
+
+    def _frozen(self, exc: BaseException | None) -> BackendConnectionError:
+        # Later calls fail at once for a while: one frozen server costs one timeout, not one
+        # per call (a search makes several).
+        self._frozen_until = time.monotonic() + self.settings.chroma_timeout
+        return BackendConnectionError(
+            f"the Chroma server did not answer within {self.settings.chroma_timeout:g} s "
+            "(frozen or overloaded)", location=self.location,
+            hint="check that `chroma run` is responsive (not stopped or swapping), or raise "
+                 "HETRIEVER_CHROMA_TIMEOUT")
+
     def _unreachable(self, exc: BaseException) -> BackendConnectionError:
         return BackendConnectionError(
             f"the Chroma server stopped answering: {exc}", location=self.location,
@@ -378,11 +417,15 @@ class ChromaKnowledgeStore:
         """Run one backend call; transient errors are retried with backoff and jitter."""
         attempts = WRITE_ATTEMPTS if retry else 1
         for attempt in range(1, attempts + 1):
+            if time.monotonic() < self._frozen_until:
+                raise self._frozen(None)
             try:
                 faults.check("chroma_" + what, self.location)
                 return fn()
             except UNREACHABLE_ERRORS as exc:
                 raise self._unreachable(exc) from exc
+            except httpx.TimeoutException as exc:  # not retried: it would only wait again
+                raise self._frozen(exc) from exc
             except TRANSIENT_ERRORS as exc:
                 if attempt == attempts:
                     raise KnowledgeStoreError(
