@@ -193,14 +193,37 @@ def _print_results(result) -> None:
 def _parse_filter(raw: str | None) -> dict | None:
     if not raw:
         return None
+    from hetriever.errors import InvalidFilterError
+
     try:
         value = json.loads(raw)
     except json.JSONDecodeError as exc:
-        from hetriever.errors import InvalidFilterError
-
         raise InvalidFilterError(f"--filter is not valid JSON: {exc.msg}",
                                  hint='e.g. --filter \'{"section": "functions"}\'') from None
+    except RecursionError:
+        value = _TOO_DEEP  # deeper than the JSON parser goes: refused below
+    if value is _TOO_DEEP or _depth(value) > MAX_FILTER_DEPTH:
+        raise InvalidFilterError(f"--filter is nested more than {MAX_FILTER_DEPTH} levels deep",
+                                 hint="a filter needs a few levels of $and/$or at most")
     return value
+
+
+MAX_FILTER_DEPTH = 32
+_TOO_DEEP = object()
+
+
+def _depth(value: Any) -> int:
+    """Nesting depth of a JSON value, without recursion (a value may be deeply nested)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if deepest > MAX_FILTER_DEPTH:
+            break
+        children = item.values() if isinstance(item, dict) else item \
+            if isinstance(item, list) else ()
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 def _bm25_warnings(settings, repositories: list[str] | None) -> list[str]:
@@ -212,12 +235,41 @@ def _bm25_warnings(settings, repositories: list[str] | None) -> list[str]:
     return [p for p in problems if p]
 
 
+def _require_index(settings) -> None:
+    """Searching a path or state directory that no ingest wrote is a mistake, not 0 results
+    (only `ingest` creates them)."""
+    from hetriever.catalog import CATALOG_FILE
+    from hetriever.errors import ConfigurationError
+
+    if not settings.server_mode and not settings.chroma_path.is_dir():
+        raise ConfigurationError(f"no index at {settings.chroma_path}: the Chroma directory "
+                                 "does not exist",
+                                 hint="check HETRIEVER_CHROMA_PATH / --chroma-path, or run "
+                                      "`hetriever ingest` first")
+    catalog = settings.resolved_state_dir / CATALOG_FILE
+    if not catalog.is_file():
+        raise ConfigurationError(f"no catalog at {catalog}: the state directory holds no index",
+                                 hint="set HETRIEVER_STATE_DIR to the one `hetriever ingest` "
+                                      "used (server mode defaults to ./.hetriever), or ingest "
+                                      "first")
+
+
 def cmd_search(args: argparse.Namespace) -> int:
+    from hetriever.filters import validate_filter
+    from hetriever.search import resolve_top_k
+    from hetriever.store import validate_collection_name
+
     settings = _settings(args)
+    for name in args.repository or []:  # the arguments first, then whether there is an index
+        validate_collection_name(name)
+    filters = _parse_filter(args.filter)
+    validate_filter(filters)
+    resolve_top_k(args.top_k, settings.default_top_k, settings.max_top_k)
+    _require_index(settings)
     hybrid = None if args.mode is None else args.mode == "hybrid"
     access = [level for raw in (args.access or []) for level in raw.split(",") if level.strip()]
     result = _run_search(settings, args.query, args.repository or None, args.top_k,
-                         _parse_filter(args.filter), hybrid, access or None)
+                         filters, hybrid, access or None)
     warnings = _bm25_warnings(settings, args.repository) \
         if (settings.use_hybrid_search if hybrid is None else hybrid) else []
     for warning in warnings:

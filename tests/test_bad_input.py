@@ -201,6 +201,14 @@ def test_cli_gitmodules_outside_the_parent_and_unknown_names(cli_env, capsys, me
     assert code == 2 and "unknown repositories: nope-docs" in _one_error_line(err)
 
 
+@pytest.mark.parametrize("depth", [40, 60_000])
+def test_cli_deeply_nested_filter_is_one_clear_line(cli_env, capsys, depth):
+    nested = "[" * depth + "]" * depth
+    code, _, err = _cli(capsys, "search", "--filter", f'{{"$and": {nested}}}', "q")
+    assert code == 2 and "nested more than 32 levels" in _one_error_line(err)
+    assert "Traceback" not in err
+
+
 # --- search queries and limits ------------------------------------------------------------------
 
 

@@ -128,3 +128,19 @@ def test_a_mistyped_content_dir_or_a_mass_delete_changes_nothing(tmp_path, minil
     assert code == 0 and outcomes[0]["chunks_deleted"] == 6
     code, rows, _ = json_run(repo, env, "status")
     assert rows[0]["chunks"] == 2 and rows[0]["up_to_date"]
+
+
+def test_searching_a_path_or_state_dir_no_ingest_wrote_is_an_error(tmp_path, minilm_model_dir):
+    repo = init_repo(tmp_path / "load-docs")
+    pages(repo, 2)
+    commit_all(repo, "v1")
+    env = cli_env(tmp_path, minilm_model_dir)
+    assert run_cli(repo, env, "ingest").returncode == 0
+    mistyped = tmp_path / "chroam"
+    done = run_cli(repo, {**env, "HETRIEVER_CHROMA_PATH": str(mistyped)}, "search", "alpha")
+    assert done.returncode == 2 and "the Chroma directory does not exist" in done.stderr
+    assert not mistyped.exists()  # searching never creates a store
+    done = run_cli(repo, {**env, "HETRIEVER_STATE_DIR": str(tmp_path / "elsewhere")},
+                   "search", "alpha")
+    assert done.returncode == 2 and "the state directory holds no index" in done.stderr
+    assert run_cli(repo, env, "search", "alpha").returncode == 0
