@@ -3,7 +3,8 @@
 Set `HETRIEVER_FAULTS` to a comma-separated list of `point:pattern:times[:kind]` rules, e.g.
 `process_file:*/where.md:1` makes the first processing of any file ending in `/where.md` raise
 a transient error (a retry then succeeds); `times` may be `always`; `kind` is `transient`
-(default, retried) or `crash` (the process exits at once, as if killed); an optional fifth
+(default, retried), `crash` (the process exits at once, as if killed) or `slowN` (the step
+takes N seconds, then goes on); an optional fifth
 field lets that many hits pass first (`window_chroma_written:*:1:crash:1` dies in the second
 write window). `CRASH_POINTS` lists the write steps of a run. Counts are shared
 between processes (threads, Dask workers) through `HETRIEVER_FAULTS_STATE`, a directory.
@@ -78,4 +79,12 @@ def check(point: str, key: str) -> None:
         if times == "always" or before < int(times):
             if kind == "crash":
                 os._exit(137)
+            if kind.startswith("slow"):  # a step that takes long (a big window, a slow disk)
+                import sys
+                import time
+
+                print(f'{{"event": "fault_slow", "point": "{point}"}}', file=sys.stderr,
+                      flush=True)
+                time.sleep(float(kind[4:] or 10))
+                return
             raise InjectedFault(f"injected fault at {point} for {key}")

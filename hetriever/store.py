@@ -201,7 +201,8 @@ def file_lock(path: Path, *, timeout: float, what: str) -> Iterator[None]:
     """
     key = str(path.resolve())
     tlock = _thread_lock(key)
-    deadline = time.monotonic() + timeout
+    started = time.monotonic()
+    deadline, next_note = started + timeout, started + LOCK_NOTE_SECONDS
     if not tlock.acquire(timeout=max(timeout, 0.0)):
         raise _locked(path, what)
     fd = -1
@@ -218,8 +219,13 @@ def file_lock(path: Path, *, timeout: float, what: str) -> Iterator[None]:
             except OSError as exc:
                 if exc.errno not in (errno.EAGAIN, errno.EACCES):
                     raise
-                if time.monotonic() >= deadline:
+                now = time.monotonic()
+                if now >= deadline:
                     raise _locked(path, what) from None
+                if now >= next_note:  # waiting is normal; say so, so it never looks hung
+                    log.info("lock_wait", lock=str(path), holder=what,
+                             waited=round(now - started, 1))
+                    next_note = now + LOCK_NOTE_SECONDS
                 time.sleep(0.05)
         try:
             yield
@@ -229,6 +235,9 @@ def file_lock(path: Path, *, timeout: float, what: str) -> Iterator[None]:
         if fd >= 0:
             os.close(fd)
         tlock.release()
+
+
+LOCK_NOTE_SECONDS = 5.0
 
 
 def _locked(path: Path, what: str) -> WriterLockedError:
@@ -275,10 +284,12 @@ class ChromaKnowledgeStore:
     """KnowledgeStore on ChromaDB (embedded PersistentClient, or HttpClient in server mode)."""
 
     def __init__(self, settings: Settings, *, embedder: Any | None = None,
-                 lock_timeout: float = 10.0, client: Any | None = None,
+                 lock_timeout: float | None = None, client: Any | None = None,
                  pins: dict[str, str] | None = None, catalog: Catalog | None = None) -> None:
         self.settings = settings
-        self.lock_timeout = lock_timeout
+        # A writer waits as long as a second ingest run may (another repository's ingest
+        # holds the embedded directory for a whole window, which can take minutes).
+        self.lock_timeout = settings.run_lock_timeout if lock_timeout is None else lock_timeout
         self.location = _location(settings)
         self._embedder = embedder
         self._bm25: dict[str, BM25Index] = {}  # by physical name
