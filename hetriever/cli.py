@@ -88,6 +88,9 @@ async def _ingest_local(settings, names: list[str] | None, force_full: bool,
             except OSError:  # the data directories, the disk: every repository's problem
                 raise
             except Exception as exc:  # one failing repository does not stop the others
+                storage = store.storage_problem(exc)
+                if storage is not None:  # a full or read-only disk stops every repository
+                    raise storage from exc
                 if isinstance(exc, HetrieverError):
                     error = str(exc)
                     log.error("repository_failed", repository=repo.name, error=error)
@@ -597,7 +600,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"hetriever: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except OSError as exc:  # e.g. a data directory that is a file or cannot be written
+        import errno
+
         where = f" {exc.filename}" if exc.filename else ""
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            print(f"hetriever: error: no space left on the device of{where or ' a data directory'}"
+                  " (free some space, then re-run)", file=sys.stderr)
+            return EXIT_USAGE
         print(f"hetriever: error: cannot use{where}: {exc.strerror or exc} (check that "
               "HETRIEVER_CHROMA_PATH and HETRIEVER_STATE_DIR are writable directories)",
               file=sys.stderr)

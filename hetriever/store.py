@@ -372,6 +372,9 @@ class ChromaKnowledgeStore:
         except HetrieverError:
             raise
         except Exception as exc:
+            storage = self.storage_problem(exc)
+            if storage is not None:
+                raise storage from exc
             if s.server_mode:
                 hint = ("start the server (`chroma run --path <dir> --port "
                         f"{s.chroma_port}`) or unset HETRIEVER_CHROMA_HOST for embedded mode")
@@ -419,6 +422,15 @@ class ChromaKnowledgeStore:
             hint="check that `chroma run` is responsive (not stopped or swapping), or raise "
                  "HETRIEVER_CHROMA_TIMEOUT")
 
+    def storage_problem(self, exc: BaseException):
+        """A StorageError when `exc` comes from a full or read-only local disk, else None."""
+        from hetriever.storage import storage_problem
+
+        dirs = [self.settings.resolved_state_dir]
+        if not self.settings.server_mode:
+            dirs.append(self.settings.chroma_path)
+        return storage_problem(exc, dirs)
+
     def _unreachable(self, exc: BaseException) -> BackendConnectionError:
         return BackendConnectionError(
             f"the Chroma server stopped answering: {exc}", location=self.location,
@@ -438,6 +450,9 @@ class ChromaKnowledgeStore:
             except httpx.TimeoutException as exc:  # not retried: it would only wait again
                 raise self._frozen(exc) from exc
             except TRANSIENT_ERRORS as exc:
+                storage = self.storage_problem(exc)
+                if storage is not None:  # retrying a full disk only fails again
+                    raise storage from exc
                 if attempt == attempts:
                     raise KnowledgeStoreError(
                         f"Chroma {what} failed after {attempts} attempts: {exc}",
