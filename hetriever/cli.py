@@ -238,19 +238,41 @@ def _bm25_warnings(settings, repositories: list[str] | None) -> list[str]:
     return [p for p in problems if p]
 
 
+def _absent(path: Path) -> bool:
+    """Not there, under a directory that is (a path under a file is another error, told by
+    the store: it names the file in the way)."""
+    if path.exists():
+        return False
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    return parent.is_dir()
+
+
+def _blocked(directory: Path) -> bool:
+    """A file where the directory, or one of its parents, should be."""
+    node = directory
+    while not node.exists() and node != node.parent:
+        node = node.parent
+    return not node.is_dir()
+
+
 def _require_index(settings) -> None:
     """Searching a path or state directory that no ingest wrote is a mistake, not 0 results
     (only `ingest` creates them)."""
     from hetriever.catalog import CATALOG_FILE
     from hetriever.errors import ConfigurationError
 
-    if not settings.server_mode and not settings.chroma_path.is_dir():
+    dirs = [settings.resolved_state_dir] + ([] if settings.server_mode else [settings.chroma_path])
+    if any(_blocked(d) for d in dirs):
+        return  # a file in the way: the store names it, with what to do
+    if not settings.server_mode and _absent(settings.chroma_path):
         raise ConfigurationError(f"no index at {settings.chroma_path}: the Chroma directory "
                                  "does not exist",
                                  hint="check HETRIEVER_CHROMA_PATH / --chroma-path, or run "
                                       "`hetriever ingest` first")
     catalog = settings.resolved_state_dir / CATALOG_FILE
-    if not catalog.is_file():
+    if _absent(catalog):
         raise ConfigurationError(f"no catalog at {catalog}: the state directory holds no index",
                                  hint="set HETRIEVER_STATE_DIR to the one `hetriever ingest` "
                                       "used (server mode defaults to ./.hetriever), or ingest "
