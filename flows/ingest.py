@@ -24,15 +24,14 @@ from hetriever.catalog import FAILED
 from hetriever.indexing import (
     IncludeResolver,
     OutcomeWriter,
-    begin_run,
     check_schema,
     close_run,
     finish_run,
+    heal_bm25,
     last_indexed,
     now_iso,
-    remove_paths,
-    remove_vanished,
     run_lock,
+    start_run,
 )
 from hetriever.models import IndexResult, Repository, SkippedFile
 from hetriever.store import get_knowledge_store
@@ -112,6 +111,7 @@ async def index_repository_flow(repo: Repository, settings: Settings,
     logger = get_run_logger()
     started = time.perf_counter()
     store = get_knowledge_store(settings)
+    await heal_bm25(store, repo, settings)  # a damaged BM25 index is rebuilt even on a no-op
     with run_lock(settings, repo.name):  # a second run for this repository waits or fails clearly
         last_commit, last_status = await last_indexed(store, repo)
         change_set = plan_task(repo, last_commit, last_status, force_full)
@@ -133,9 +133,7 @@ async def index_repository_flow(repo: Repository, settings: Settings,
                     (last_commit or "-")[:12], change_set.new_commit[:12], counts)
 
         check_schema(store, repo)
-        await begin_run(store, repo, change_set)
-        await remove_paths(store, repo, change_set.paths_to_delete(), result)
-        await remove_vanished(store, repo, change_set, result)
+        await start_run(store, repo, settings, change_set, result)
 
         processed_at = now_iso()
         paths = change_set.paths_to_index()

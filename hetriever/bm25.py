@@ -30,7 +30,12 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 import numpy as np
 import Stemmer
 
-from hetriever.errors import IndexingError, InvalidLimitError, KnowledgeStoreError
+from hetriever.errors import (
+    DerivedIndexError,
+    IndexingError,
+    InvalidLimitError,
+    KnowledgeStoreError,
+)
 from hetriever.filters import equality_terms, matches, only_equalities, validate_filter
 from hetriever.logs import get_logger
 
@@ -386,14 +391,24 @@ class BM25Index:
         self._pending: dict[str, dict | None] = {}
         self._force_reload = False  # the next commit makes every reader reload
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._closed = True
         try:
             self._wconn = self._connect()
             self._rconn = self._connect()
+            self._closed = False
+            self._init_schema()
         except sqlite3.Error as exc:
-            raise KnowledgeStoreError(f"cannot open BM25 index {self.path}: {exc}",
-                                      hint="check the state directory is writable") from None
-        self._closed = False
-        self._init_schema()
+            for name in ("_rconn", "_wconn"):
+                conn = getattr(self, name, None)
+                if conn is not None:
+                    conn.close()
+            self._closed = True
+            if isinstance(exc, sqlite3.OperationalError) and "unable to open" in str(exc):
+                raise KnowledgeStoreError(f"cannot open BM25 index {self.path}: {exc}",
+                                          hint="check the state directory is writable") from None
+            raise DerivedIndexError(f"the BM25 index file {self.path} is damaged ({exc})",
+                                    hint="searches run dense-only; the next `hetriever ingest` "
+                                         "rebuilds it from Chroma") from None
 
     # -- connection and schema --
 
@@ -732,22 +747,32 @@ class BM25Index:
             return []
         first = k if where is None else 4 * k + 64
         if len(candidates) > first:
-            part = np.argpartition(-scores[candidates], first - 1)
-            head, rest = candidates[part[:first]], candidates[part[first:]]
+            # Everything scoring at least the first-th best: ties at the cut all come along,
+            # so which of them wins is decided by id below, not by where they were stored.
+            cut = np.partition(-scores[candidates], first - 1)[first - 1]
+            keep = -scores[candidates] <= cut
+            head, rest = candidates[keep], candidates[~keep]
         else:
             head, rest = candidates, candidates[:0]
-        head = head[np.argsort(-scores[head], kind="stable")]
+        head = BM25Index._by_score_then_id(state, scores, head)
         if where is None:
             return [int(s) for s in head[:k]]
         out = [int(s) for s in head if matches(where, state.metas[s])][:k]
         if len(out) < k and len(rest):
-            rest = rest[np.argsort(-scores[rest], kind="stable")]
+            rest = BM25Index._by_score_then_id(state, scores, rest)
             for s in rest:
                 if matches(where, state.metas[s]):
                     out.append(int(s))
                     if len(out) == k:
                         break
         return out
+
+    @staticmethod
+    def _by_score_then_id(state: _State, scores: np.ndarray, slots: np.ndarray) -> np.ndarray:
+        """Slots best first; equal scores in id order (insertion order differs between an
+        index built fresh and one updated incrementally, ids do not)."""
+        ids = np.array([state.doc_ids[s] for s in slots], dtype=str)
+        return slots[np.lexsort((ids, -scores[slots]))]
 
     # -- keeping the in-memory index current --
 

@@ -456,6 +456,21 @@ class Catalog:
                              (collection, p))
         return n
 
+    def prune(self, collection: str, chunk_ids: set[str], files: set[str]) -> int:
+        """Forget title rows of chunks, and INDEXED files, that the collection no longer holds
+        (left by a run that died between its Chroma write and its catalog update)."""
+        with self.transaction() as conn:
+            stale_titles = [(collection, r["chunk_id"]) for r in conn.execute(
+                "SELECT DISTINCT chunk_id FROM titles WHERE collection = ?", (collection,))
+                if r["chunk_id"] not in chunk_ids]
+            conn.executemany("DELETE FROM titles WHERE collection = ? AND chunk_id = ?",
+                             stale_titles)
+            stale_files = [(collection, r["path"]) for r in conn.execute(
+                "SELECT path FROM files WHERE collection = ? AND state = ?", (collection, INDEXED))
+                if r["path"] not in files]
+            conn.executemany("DELETE FROM files WHERE collection = ? AND path = ?", stale_files)
+        return len(stale_titles) + len(stale_files)
+
     def files(self, collection: str, state: str | None = None) -> list[FileRecord]:
         sql = "SELECT * FROM files WHERE collection = ?" + (" AND state = ?" if state else "")
         rows = self._rows(sql + " ORDER BY path", (collection, state) if state else (collection,))

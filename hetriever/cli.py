@@ -85,9 +85,19 @@ async def _ingest_local(settings, names: list[str] | None, force_full: bool,
                     outcome["error"] = (f"{len(result.failed)} file(s) could not be stored; "
                                         "the commit was not recorded (see the log), re-run")
                 outcomes.append(outcome)
-            except HetrieverError as exc:  # one failing repository does not stop the others
-                log.error("repository_failed", repository=repo.name, error=str(exc))
-                outcomes.append({"repository": repo.name, "ok": False, "error": str(exc)})
+            except OSError:  # the data directories, the disk: every repository's problem
+                raise
+            except Exception as exc:  # one failing repository does not stop the others
+                storage = store.storage_problem(exc)
+                if storage is not None:  # a full or read-only disk stops every repository
+                    raise storage from exc
+                if isinstance(exc, HetrieverError):
+                    error = str(exc)
+                    log.error("repository_failed", repository=repo.name, error=error)
+                else:  # not a known condition: keep the traceback in the log
+                    error = f"{type(exc).__name__}: {exc}"
+                    log.exception("repository_failed", repository=repo.name, error=error)
+                outcomes.append({"repository": repo.name, "ok": False, "error": error})
     return outcomes
 
 
@@ -111,7 +121,11 @@ def _print_ingest(outcomes: list[dict]) -> None:
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
-    settings = _settings(args, batch_size=args.batch_size)
+    if args.allow_mass_delete and not args.full:
+        raise HetrieverError("--allow-mass-delete needs --full",
+                             hint="a run that deletes most of an index must be a full pass")
+    settings = _settings(args, batch_size=args.batch_size,
+                         allow_mass_delete=True if args.allow_mass_delete else None)
     if args.engine == "prefect":
         import os
 
@@ -189,24 +203,112 @@ def _print_results(result) -> None:
 def _parse_filter(raw: str | None) -> dict | None:
     if not raw:
         return None
+    from hetriever.errors import InvalidFilterError
+
     try:
         value = json.loads(raw)
     except json.JSONDecodeError as exc:
-        from hetriever.errors import InvalidFilterError
-
         raise InvalidFilterError(f"--filter is not valid JSON: {exc.msg}",
                                  hint='e.g. --filter \'{"section": "functions"}\'') from None
+    except RecursionError:
+        value = _TOO_DEEP  # deeper than the JSON parser goes: refused below
+    if value is _TOO_DEEP or _depth(value) > MAX_FILTER_DEPTH:
+        raise InvalidFilterError(f"--filter is nested more than {MAX_FILTER_DEPTH} levels deep",
+                                 hint="a filter needs a few levels of $and/$or at most")
     return value
 
 
+MAX_FILTER_DEPTH = 32
+_TOO_DEEP = object()
+
+
+def _depth(value: Any) -> int:
+    """Nesting depth of a JSON value, without recursion (a value may be deeply nested)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if deepest > MAX_FILTER_DEPTH:
+            break
+        children = item.values() if isinstance(item, dict) else item \
+            if isinstance(item, list) else ()
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def _bm25_warnings(settings, repositories: list[str] | None) -> list[str]:
+    """Why a hybrid search ran without some repositories' BM25 side."""
+    from hetriever.store import get_knowledge_store
+
+    store = get_knowledge_store(settings)
+    problems = (store.bm25_problem(name) for name in repositories or store.repository_names())
+    return [p for p in problems if p]
+
+
+def _absent(path: Path) -> bool:
+    """Not there, under a directory that is (a path under a file is another error, told by
+    the store: it names the file in the way)."""
+    if path.exists():
+        return False
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    return parent.is_dir()
+
+
+def _blocked(directory: Path) -> bool:
+    """A file where the directory, or one of its parents, should be."""
+    node = directory
+    while not node.exists() and node != node.parent:
+        node = node.parent
+    return not node.is_dir()
+
+
+def _require_index(settings) -> None:
+    """Searching a path or state directory that no ingest wrote is a mistake, not 0 results
+    (only `ingest` creates them)."""
+    from hetriever.catalog import CATALOG_FILE
+    from hetriever.errors import ConfigurationError
+
+    dirs = [settings.resolved_state_dir] + ([] if settings.server_mode else [settings.chroma_path])
+    if any(_blocked(d) for d in dirs):
+        return  # a file in the way: the store names it, with what to do
+    if not settings.server_mode and _absent(settings.chroma_path):
+        raise ConfigurationError(f"no index at {settings.chroma_path}: the Chroma directory "
+                                 "does not exist",
+                                 hint="check HETRIEVER_CHROMA_PATH / --chroma-path, or run "
+                                      "`hetriever ingest` first")
+    catalog = settings.resolved_state_dir / CATALOG_FILE
+    if _absent(catalog):
+        raise ConfigurationError(f"no catalog at {catalog}: the state directory holds no index",
+                                 hint="set HETRIEVER_STATE_DIR to the one `hetriever ingest` "
+                                      "used (server mode defaults to ./.hetriever), or ingest "
+                                      "first")
+
+
 def cmd_search(args: argparse.Namespace) -> int:
+    from hetriever.filters import validate_filter
+    from hetriever.search import resolve_top_k
+    from hetriever.store import validate_collection_name
+
     settings = _settings(args)
+    for name in args.repository or []:  # the arguments first, then whether there is an index
+        validate_collection_name(name)
+    filters = _parse_filter(args.filter)
+    validate_filter(filters)
+    resolve_top_k(args.top_k, settings.default_top_k, settings.max_top_k)
+    _require_index(settings)
     hybrid = None if args.mode is None else args.mode == "hybrid"
     access = [level for raw in (args.access or []) for level in raw.split(",") if level.strip()]
     result = _run_search(settings, args.query, args.repository or None, args.top_k,
-                         _parse_filter(args.filter), hybrid, access or None, args.group)
+                         filters, hybrid, access or None, args.group)
+    warnings = _bm25_warnings(settings, args.repository) \
+        if (settings.use_hybrid_search if hybrid is None else hybrid) else []
+    for warning in warnings:
+        print(f"hetriever: warning: {warning}; results are dense-only until `hetriever "
+              "ingest` rebuilds it from Chroma", file=sys.stderr)
     if args.json:
-        _print_json(result.to_dict())
+        _print_json({**result.to_dict(), "warnings": warnings})
     else:
         _print_results(result)
     return EXIT_OK
@@ -223,6 +325,7 @@ def status_rows(settings, repos) -> list[dict[str, Any]]:
     """
     from hetriever.catalog import DELETED, FAILED, INDEXED, SKIPPED
     from hetriever.discover import head_commit
+    from hetriever.errors import SourceError
     from hetriever.lifecycle import needs_migration
     from hetriever.store import get_knowledge_store
 
@@ -235,7 +338,10 @@ def status_rows(settings, repos) -> list[dict[str, Any]]:
         physical = store.physical_name(repo.name)
         counts = catalog.file_counts(physical) if physical else {}
         failures = catalog.files(physical, FAILED) if physical else []
-        head = head_commit(repo)
+        try:
+            head, error = head_commit(repo), ""
+        except SourceError as exc:  # e.g. no commits, a bad submodule: this row says so
+            head, error = "", str(exc)
         indexed = (record.last_commit if record and record.last_commit
                    else meta.get("commit_hash", ""))
         rows.append({
@@ -244,6 +350,7 @@ def status_rows(settings, repos) -> list[dict[str, Any]]:
             "indexed_commit": indexed,
             "up_to_date": bool(indexed) and indexed == head,
             "status": meta.get("index_status", "never indexed"),
+            "error": error,
             "collection": physical or "",
             "access_level": record.access_level if record else
             settings.access_levels.get(repo.name, "PUBLIC"),
@@ -280,6 +387,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     for r in rows:
         mark = "[green]✓[/green]" if r["up_to_date"] else "[yellow]behind[/yellow]"
         status = r["status"] + (" [red]migrate[/red]" if r["needs_migration"] else "")
+        if r["error"]:
+            mark, status = "[red]error[/red]", f"{status} [red]{r['error'][:80]}[/red]"
         table.add_row(r["repository"], r["checked_out"][:12],
                       f"{r['indexed_commit'][:12]} {mark}", status, str(r["files"]),
                       str(r["chunks"]), str(r["failures"]),
@@ -466,6 +575,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("ingest", help="index changed documentation repositories")
     p.add_argument("-r", "--repository", action="append", help="only this repository (repeatable)")
     p.add_argument("--full", action="store_true", help="force a full re-index")
+    p.add_argument("--allow-mass-delete", action="store_true",
+                   help="with --full: let the run delete more than half of a repository's chunks")
     p.add_argument("--batch-size", type=int)
     p.add_argument("--engine", choices=["local", "prefect"], default="local",
                    help="run in-process (default) or as the Prefect ingest flow")
@@ -560,7 +671,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"hetriever: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except OSError as exc:  # e.g. a data directory that is a file or cannot be written
+        import errno
+
         where = f" {exc.filename}" if exc.filename else ""
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            print(f"hetriever: error: no space left on the device of{where or ' a data directory'}"
+                  " (free some space, then re-run)", file=sys.stderr)
+            return EXIT_USAGE
         print(f"hetriever: error: cannot use{where}: {exc.strerror or exc} (check that "
               "HETRIEVER_CHROMA_PATH and HETRIEVER_STATE_DIR are writable directories)",
               file=sys.stderr)

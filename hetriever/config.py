@@ -44,6 +44,8 @@ class Settings:
     hnsw_construction_ef: int = 100
     hnsw_search_ef: int = 100
     hnsw_m: int = 16
+    # Seconds any one call to a `chroma run` server may take before it is reported as frozen.
+    chroma_timeout: float = 20.0
 
     # embedding and chunking
     embedding_model: str = "all-MiniLM-L6-v2"  # or "sentence-transformers:<name>", "ollama:<name>"
@@ -75,6 +77,9 @@ class Settings:
     # Deleted files: 0 removes their chunks at once; N > 0 keeps them N days, marked
     # `is_deleted` and hidden from every search, until `hetriever purge` removes them.
     retention_days: int = 0
+    # A run that would delete more than half of a repository's chunks stops unless this is set
+    # (or `ingest --full --allow-mass-delete`): a mistyped content_dir must not wipe an index.
+    allow_mass_delete: bool = False
 
     # logging
     log_format: str = "console"  # "console" or "json"
@@ -227,6 +232,8 @@ def validate(settings: Settings) -> Settings:
         raise bad("retention_days", "must be zero (delete at once) or a number of days")
     if settings.run_lock_timeout < 0:
         raise bad("run_lock_timeout", "must be zero or more seconds")
+    if not settings.chroma_timeout > 0:
+        raise bad("chroma_timeout", "must be a positive number of seconds")
     if settings.max_file_bytes < 1:
         raise bad("max_file_bytes", "must be positive")
     if not 1 <= settings.chroma_port <= 65535:

@@ -19,7 +19,7 @@ import git
 
 from hetriever.errors import InvalidRepositoryNameError, RepositoryNotFoundError, SourceError
 from hetriever.logs import get_logger
-from hetriever.models import ChangeKind, ChangeSet, FileChange, Repository
+from hetriever.models import ChangeKind, ChangeSet, FileChange, Repository, SkippedFile
 
 __all__ = [
     "SkipFile", "check_path", "compute_change_set", "decode_blob", "discover_repositories",
@@ -96,10 +96,10 @@ def discover_repositories(
     if (root / ".gitmodules").is_file():
         found = _from_gitmodules(root)
     elif (root / ".git").exists():
-        found = [(root.name, root, _origin_url(root))]
+        found = [(root.name, root, _origin_url(root), "")]
     else:
         found = [
-            (child.name, child.resolve(), _origin_url(child))
+            (child.name, child.resolve(), _origin_url(child), "")
             for child in sorted(root.iterdir())
             if child.is_dir() and not child.name.startswith(".") and (child / ".git").exists()
         ]
@@ -111,7 +111,7 @@ def discover_repositories(
             )
 
     repos: dict[str, Repository] = {}
-    for name, path, url in found:
+    for name, path, url, problem in found:
         validate_repository_name(name, path)
         if name in repos:
             raise SourceError(
@@ -119,7 +119,8 @@ def discover_repositories(
                 hint="repository names come from the last path component; make them unique",
             )
         repos[name] = Repository(
-            name=name, path=path, url=urls.get(name, url), content_dir=content_dir
+            name=name, path=path, url=urls.get(name, url), content_dir=content_dir,
+            problem=problem,
         )
     return [repos[name] for name in sorted(repos)]
 
@@ -136,8 +137,12 @@ def select_repositories(repos: list[Repository], names: list[str] | None) -> lis
     return [r for r in repos if r.name in names]
 
 
-def _from_gitmodules(parent: Path) -> list[tuple[str, Path, str]]:
-    """(name, checked-out path, url) for each submodule listed in `parent/.gitmodules`."""
+def _from_gitmodules(parent: Path) -> list[tuple[str, Path, str, str]]:
+    """(name, checked-out path, url, problem) for each submodule in `parent/.gitmodules`.
+
+    A submodule that cannot be used (a path leading out, not checked out) is kept with its
+    problem, so it fails alone and the others are indexed; its path is a placeholder that
+    does not exist, so nothing can read through it."""
     try:
         raw = git.Git(parent).execute(
             ["git", "config", "--file", ".gitmodules", "-z", "--get-regexp",
@@ -167,9 +172,21 @@ def _from_gitmodules(parent: Path) -> list[tuple[str, Path, str]]:
         if "path" not in entry:
             log.warning("submodule_without_path", submodule=sub_name, parent=str(parent))
             continue
-        path = _submodule_dir(parent, sub_name, entry["path"])
-        found.append((PurePosixPath(entry["path"]).name, path, entry.get("url", "")))
+        name = PurePosixPath(entry["path"]).name or sub_name
+        try:
+            found.append((name, _submodule_dir(parent, sub_name, entry["path"]),
+                          entry.get("url", ""), ""))
+        except SourceError as exc:
+            log.error("submodule_unusable", submodule=sub_name, error=str(exc))
+            found.append((name, parent / ".git" / "unusable-submodule" / name,
+                          entry.get("url", ""), str(exc)))
     return found
+
+
+def check_usable(repo: Repository) -> None:
+    """Raise the repository's own problem, if discovery found one."""
+    if repo.problem:
+        raise SourceError(repo.problem)
 
 
 def _submodule_dir(parent: Path, sub_name: str, rel: str) -> Path:
@@ -218,6 +235,7 @@ def _check_content_dir(content_dir: str) -> None:
 
 
 def _git(repo: Repository, *args: str) -> bytes:
+    check_usable(repo)
     try:
         return git.Git(repo.path).execute(
             ["git", *args], stdout_as_string=False, strip_newline_in_stdout=False
@@ -244,6 +262,7 @@ def _resolve_commit(repo: Repository, rev: str) -> str | None:
 
 def head_commit(repo: Repository) -> str:
     """The full sha checked out in the repository's working tree (detached HEAD is fine)."""
+    check_usable(repo)
     try:
         with git.Repo(repo.path) as handle:
             return handle.head.commit.hexsha
@@ -278,14 +297,55 @@ def _tree_entries(repo: Repository, sha: str) -> dict[str, tuple[str, str, str]]
     return entries
 
 
+def utf8_name(path: str) -> bool:
+    """Whether a path (decoded with surrogateescape) is valid UTF-8: only such names can be
+    stored (SQLite, Chroma and JSON all need UTF-8)."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def printable_name(path: str) -> str:
+    """A path with its undecodable bytes shown as \\xNN escapes."""
+    return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 def list_content_files(repo: Repository, commit: str) -> list[str]:
-    """Sorted repo-relative paths of the content files in the tree at `commit`."""
+    """Sorted repo-relative paths of the content files in the tree at `commit` (names that
+    are not valid UTF-8 are left out; `undecodable_files` lists them)."""
     sha = _resolve_commit(repo, commit)
     if sha is None:
         raise SourceError(f"commit {commit} is not in repository {repo.name}",
                           hint="fetch the repository or pass a commit it has")
     return sorted(path for path, (_, kind, _) in _tree_entries(repo, sha).items()
-                  if kind == "blob" and is_content_file(path, repo.content_dir))
+                  if kind == "blob" and is_content_file(path, repo.content_dir)
+                  and utf8_name(path))
+
+
+def undecodable_files(repo: Repository, sha: str) -> list[SkippedFile]:
+    """Content files at `sha` whose names are not valid UTF-8, as skips with a reason."""
+    return [SkippedFile(printable_name(path), "file name is not valid UTF-8")
+            for path, (_, kind, _) in sorted(_tree_entries(repo, sha).items())
+            if kind == "blob" and is_content_file(path, repo.content_dir)
+            and not utf8_name(path)]
+
+
+def check_content_dir_present(repo: Repository, sha: str) -> None:
+    """A content directory missing at the commit is an error, never "every file deleted"."""
+    if repo.content_dir in ("", "."):
+        return
+    try:
+        kind = _git(repo, "cat-file", "-t", f"{sha}:{repo.content_dir}").strip()
+    except SourceError:
+        kind = b""
+    if kind != b"tree":
+        raise SourceError(
+            f"content directory {repo.content_dir!r} does not exist at commit {sha[:12]} of "
+            f"{repo.name}; nothing was changed",
+            hint="check content_dir (HETRIEVER_CONTENT_DIR) for a typo, or that the commit "
+                 "is the one meant")
 
 
 def is_dirty(repo: Repository) -> bool:
@@ -336,8 +396,14 @@ def compute_change_set(
     else:
         mode, changes = "incremental", _diff(repo, old, new)
 
+    if mode != "noop":
+        check_content_dir_present(repo, new)
     change_set = ChangeSet(repository=repo.name, old_commit=old or last_commit, new_commit=new,
-                           mode=mode, changes=changes, dirty=dirty)
+                           mode=mode, changes=changes, dirty=dirty,
+                           skipped=undecodable_files(repo, new) if mode != "noop" else [])
+    for skipped in change_set.skipped:
+        log.warning("file_skipped", repository=repo.name, path=skipped.path,
+                    reason=skipped.reason)
     log.info("change_set", repository=repo.name, mode=mode, old_commit=last_commit,
              new_commit=new, dirty=dirty, **change_set.counts())
     return change_set
@@ -355,7 +421,7 @@ def _diff(repo: Repository, old: str, new: str) -> list[FileChange]:
     changes: list[FileChange] = []
 
     def is_content(path: str) -> bool:
-        return is_content_file(path, repo.content_dir)
+        return is_content_file(path, repo.content_dir) and utf8_name(path)
 
     i = 0
     while i < len(fields):

@@ -84,3 +84,8 @@ class InvalidLimitError(KnowledgeStoreError):
 
 class WriterLockedError(KnowledgeStoreError):
     """Another process holds the writer lock on the same data directory."""
+
+
+class DerivedIndexError(KnowledgeStoreError):
+    """A BM25 index file is missing, damaged or empty while Chroma holds the chunks: searches
+    run dense-only and the next ingest rebuilds it from Chroma."""

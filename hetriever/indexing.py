@@ -23,6 +23,7 @@ as tasks; `index_repository` runs the same steps in-process for the CLI and test
 
 from __future__ import annotations
 
+import asyncio
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -365,6 +366,7 @@ async def apply_outcomes(store, repo: Repository, outcomes: list[FileOutcome],
     stored = [o for o in outcomes if o.path not in failed]
     catalog.set_files(physical, repo.name, [o.path for o in stored if o.chunks], INDEXED,
                       chunk_counts={o.path: len(o.chunks) for o in stored})
+    faults.check("catalog_files_updated", repo.name)
     for outcome in stored:
         if outcome.skipped is not None:
             # "error: ..." comes from a file that broke the pipeline; the rest are skip rules.
@@ -442,24 +444,32 @@ async def remove_paths(store, repo: Repository, paths: Iterable[str], result: In
         return
     for path in paths:
         result.chunks_deleted += await store.delete_file(repo.name, path)
+    if paths:
+        faults.check("removed_files_deleted", repo.name)
     if physical:
         catalog.remove_files(physical, paths)
 
 
-async def remove_vanished(store, repo: Repository, change_set: ChangeSet,
-                          result: IndexResult) -> None:
-    """In a full pass, files indexed before but absent from the new tree lose their chunks."""
-    if change_set.mode != "full":
+def check_mass_delete(repo: Repository, doomed: list[str], counts: dict[str, int],
+                      settings: Settings) -> None:
+    """Refuse a run that would delete more than half of the repository's chunks (`counts`:
+    per file, as Chroma holds them), unless allowed: a typo must not silently wipe an index."""
+    total = sum(counts.values())
+    lost = sum(counts.get(path, 0) for path in doomed)
+    if settings.allow_mass_delete or not total or lost * 2 <= total:
         return
-    keep = set(change_set.paths_to_index())
-    vanished = sorted(set(await store.list_files(repo.name)) - keep)
-    await remove_paths(store, repo, vanished, result)
+    raise IndexingError(
+        f"{repo.name}: this run would delete {lost} of {total} chunks ({len(doomed)} files); "
+        "nothing was changed",
+        hint="check content_dir and the checked-out commit; if the deletion is meant, run "
+             "`hetriever ingest --full --allow-mass-delete` (or set allow_mass_delete)")
 
 
 async def finish_run(store, repo: Repository, change_set: ChangeSet, result: IndexResult) -> None:
     """Record the new commit, only now that every file is stored."""
     total_chunks = await store.count(repo.name, live=True)
     files = await store.list_files(repo.name)
+    faults.check("commit_record", repo.name)
     await store.update_collection_metadata(
         repo.name,
         commit_hash=change_set.new_commit,
@@ -470,6 +480,7 @@ async def finish_run(store, repo: Repository, change_set: ChangeSet, result: Ind
         **{STATUS_KEY: STATUS_COMPLETE},
     )
     result.completed = True
+    faults.check("commit_recorded", repo.name)
     close_run(store, repo, result, "ok", commit=change_set.new_commit)
 
 
@@ -507,6 +518,7 @@ async def index_repository(repo: Repository, store, settings: Settings, *,
     _count_changes(result, change_set)
     bound = log.bind(repository=repo.name, mode=change_set.mode,
                      old_commit=(last_commit or "")[:12], new_commit=change_set.new_commit[:12])
+    await heal_bm25(store, repo, settings)
     if change_set.mode == "noop":
         bound.info("index_noop")
         result.completed = True
@@ -531,11 +543,53 @@ async def index_repository(repo: Repository, store, settings: Settings, *,
     return result
 
 
+async def heal_bm25(store, repo: Repository, settings: Settings) -> None:
+    """A BM25 index that is damaged, or missing or empty beside a filled collection, is
+    rebuilt from Chroma before anything else (even when the commit is already indexed)."""
+    problem = await asyncio.to_thread(store.bm25_problem, repo.name)
+    if not problem:
+        return
+    log.warning("bm25_rebuild", repository=repo.name, reason=problem)
+    with run_lock(settings, repo.name):
+        repaired = await store.rebuild_bm25(repo.name)
+    log.info("bm25_rebuilt", repository=repo.name, rows=repaired.added)
+
+
+async def reconcile_derived(store, repo: Repository) -> None:
+    """Make BM25 and the catalog agree with Chroma, the source of truth.
+
+    A run that died between its Chroma write and the BM25 commit or the catalog update left
+    rows of chunks Chroma no longer holds (or lacks rows of chunks it does). A full pass alone
+    cannot see them: it compares the new tree with what Chroma holds.
+    """
+    physical = store.physical_name(repo.name)
+    if physical is None or await store.get_collection_info(repo.name) is None:
+        return
+    repair = await store.repair(repo.name)
+    pruned = store.catalog.prune(physical, repair.chunk_ids, repair.files)
+    if repair.changed or pruned:
+        log.warning("derived_state_repaired", repository=repo.name, bm25_added=repair.added,
+                    bm25_removed=repair.removed, catalog_rows_removed=pruned)
+
+
+async def start_run(store, repo: Repository, settings: Settings, change_set: ChangeSet,
+                    result: IndexResult) -> None:
+    """Everything before the files are written: guards, repair, the run marked, deletes."""
+    doomed = change_set.paths_to_delete()
+    if doomed or change_set.mode == "full":
+        counts = await store.file_chunk_counts(repo.name)
+        if change_set.mode == "full":  # files indexed before, absent from the new tree
+            doomed += sorted(set(counts) - set(change_set.paths_to_index()))
+        check_mass_delete(repo, doomed, counts, settings)
+    if change_set.mode == "full":  # chosen after an unfinished run, or asked for
+        await reconcile_derived(store, repo)
+    await begin_run(store, repo, change_set)
+    await remove_paths(store, repo, doomed, result)
+
+
 async def _run(store, repo: Repository, settings: Settings, change_set: ChangeSet,
                result: IndexResult, progress: Callable[[int, int], None] | None) -> None:
-    await begin_run(store, repo, change_set)
-    await remove_paths(store, repo, change_set.paths_to_delete(), result)
-    await remove_vanished(store, repo, change_set, result)
+    await start_run(store, repo, settings, change_set, result)
 
     resolver = IncludeResolver(repo, change_set.new_commit, settings)
     paths = change_set.paths_to_index()

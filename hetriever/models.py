@@ -54,6 +54,9 @@ class Repository(_Serialisable):
     path: Path  # the repository's working tree
     url: str = ""  # remote URL from .gitmodules ("" when unknown)
     content_dir: str = "content"  # Hugo content dir, relative to `path`
+    # Why the repository cannot be read (a bad or uninitialised submodule): reported for it
+    # alone, every git operation on it raises this; "" when it is fine.
+    problem: str = ""
 
 
 class ChangeKind(str, enum.Enum):

@@ -170,7 +170,7 @@ def _dense(store: Any, names: list[str], vector: Any, n: int,
         # chunks, see bench/bench_store.py). A collection only holds its repository's chunks
         # (the store checks on write) and `_trusted` drops any hit claiming another one. The
         # access and deletion clauses are added only to collections that need them.
-        rows = _dense_rows(store, col, vector, n, wheres[name], lambda: store.bm25(name))
+        rows = _dense_rows(store, col, vector, n, wheres[name], lambda: store.search_bm25(name))
         for doc_id, doc, meta, dist in rows:
             hit = hits.setdefault(doc_id, _Hit(doc_id, name))
             hit.content, hit.metadata = doc, dict(meta or {})
@@ -296,7 +296,7 @@ def _bm25(store: Any, names: list[str], query: str, n: int,
     found: list[tuple[float, str]] = []
     for name in names:
         where = wheres[name]
-        for doc_id, raw in store.bm25(name).search(query, n, where):
+        for doc_id, raw in store.search_bm25(name).search(query, n, where):
             hit = hits.setdefault(doc_id, _Hit(doc_id, name))
             hit.bm25_raw = float(raw)
             found.append((hit.bm25_raw, doc_id))
@@ -306,9 +306,9 @@ def _bm25(store: Any, names: list[str], query: str, n: int,
 
 
 def _fill_documents(store: Any, hits: list[_Hit]) -> None:
-    """BM25-only hits get their text and metadata from Chroma. Only when Chroma cannot answer
-    (down: search degrades to BM25) does BM25's own copy stand in; an id Chroma answers
-    without holding is a row a crash left behind in BM25, and is not served."""
+    """BM25-only hits get their text and metadata from Chroma; BM25's own copy is used only
+    while Chroma cannot be reached. A row Chroma answered without is stale (left by a crash
+    before BM25 caught up) and is never served."""
     by_collection: dict[str, list[_Hit]] = {}
     for hit in hits:
         if hit.content is None or hit.metadata is None:
@@ -321,19 +321,22 @@ def _fill_documents(store: Any, hits: list[_Hit]) -> None:
                               retry=False) if col is not None else {"ids": []}
             fetched = {i: (d, m) for i, d, m in zip(got["ids"], got.get("documents") or [],
                                                      got.get("metadatas") or [])}
-            answered = col is not None
+            chroma_answered = True
         except Exception as exc:
             log.warning("search_fetch_failed", collection=name, error=str(exc))
-            fetched, answered = {}, False
+            fetched, chroma_answered = {}, False
         for hit in group:
             if hit.doc_id in fetched:
                 hit.content, meta = fetched[hit.doc_id]
                 hit.metadata = dict(meta or {})
                 continue
-            if answered:
+            if chroma_answered:
                 log.warning("result_missing_in_chroma", doc_id=hit.doc_id, collection=name)
                 continue
-            stored = store.bm25(name).get(hit.doc_id)
+            try:
+                stored = store.search_bm25(name).get(hit.doc_id)
+            except HetrieverError:  # Chroma down and BM25 damaged: nothing to show
+                stored = None
             if stored is not None:
                 hit.content, hit.metadata = _bm25_record(stored)
 
@@ -535,7 +538,7 @@ class _Checker:
                 by_collection.setdefault(hit.collection, []).append(d)
         for name, ids in by_collection.items():
             try:
-                known = self.store.bm25(name).metadata_of(ids)
+                known = self.store.search_bm25(name).metadata_of(ids)
             except Exception as exc:  # unlabelled hits are then fetched like any other
                 log.warning("bm25_metadata_failed", collection=name, error=str(exc))
                 known = {}

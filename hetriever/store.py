@@ -49,6 +49,7 @@ from hetriever.errors import (
     BackendConnectionError,
     CollectionNotFoundError,
     ConfigurationError,
+    DerivedIndexError,
     EmbeddingError,
     HetrieverError,
     IndexingError,
@@ -122,6 +123,8 @@ class RepairResult:
     collection: str
     added: int = 0  # chunks in Chroma that BM25 lacked
     removed: int = 0  # BM25 rows with no chunk in Chroma
+    chunk_ids: set[str] = field(default_factory=set)  # what Chroma holds, for the catalog
+    files: set[str] = field(default_factory=set)
 
     @property
     def changed(self) -> bool:
@@ -157,6 +160,8 @@ class KnowledgeStore(Protocol):
                            files: dict[str, list[Chunk]]) -> FileWriteResult: ...
 
     async def delete_file(self, collection: str, file_path: str) -> int: ...
+
+    async def file_chunk_counts(self, collection: str) -> dict[str, int]: ...
 
     async def list_files(self, collection: str) -> list[str]: ...
 
@@ -197,7 +202,8 @@ def file_lock(path: Path, *, timeout: float, what: str) -> Iterator[None]:
     """
     key = str(path.resolve())
     tlock = _thread_lock(key)
-    deadline = time.monotonic() + timeout
+    started = time.monotonic()
+    deadline, next_note = started + timeout, started + LOCK_NOTE_SECONDS
     if not tlock.acquire(timeout=max(timeout, 0.0)):
         raise _locked(path, what)
     fd = -1
@@ -214,8 +220,13 @@ def file_lock(path: Path, *, timeout: float, what: str) -> Iterator[None]:
             except OSError as exc:
                 if exc.errno not in (errno.EAGAIN, errno.EACCES):
                     raise
-                if time.monotonic() >= deadline:
+                now = time.monotonic()
+                if now >= deadline:
                     raise _locked(path, what) from None
+                if now >= next_note:  # waiting is normal; say so, so it never looks hung
+                    log.info("lock_wait", lock=str(path), holder=what,
+                             waited=round(now - started, 1))
+                    next_note = now + LOCK_NOTE_SECONDS
                 time.sleep(0.05)
         try:
             yield
@@ -225,6 +236,9 @@ def file_lock(path: Path, *, timeout: float, what: str) -> Iterator[None]:
         if fd >= 0:
             os.close(fd)
         tlock.release()
+
+
+LOCK_NOTE_SECONDS = 5.0
 
 
 def _locked(path: Path, what: str) -> WriterLockedError:
@@ -271,13 +285,17 @@ class ChromaKnowledgeStore:
     """KnowledgeStore on ChromaDB (embedded PersistentClient, or HttpClient in server mode)."""
 
     def __init__(self, settings: Settings, *, embedder: Any | None = None,
-                 lock_timeout: float = 10.0, client: Any | None = None,
+                 lock_timeout: float | None = None, client: Any | None = None,
                  pins: dict[str, str] | None = None, catalog: Catalog | None = None) -> None:
         self.settings = settings
-        self.lock_timeout = lock_timeout
+        # A writer waits as long as a second ingest run may (another repository's ingest
+        # holds the embedded directory for a whole window, which can take minutes).
+        self.lock_timeout = settings.run_lock_timeout if lock_timeout is None else lock_timeout
         self.location = _location(settings)
         self._embedder = embedder
         self._bm25: dict[str, BM25Index] = {}  # by physical name
+        self._frozen_until = 0.0  # a server that timed out is not asked again before this
+        self._bm25_ok: set[str] = set()  # physical names whose BM25 index was checked whole
         self._collections: dict[str, Any] = {}  # by physical name
         # Embedded mode: the BM25 generation (physical name -> int) that this process's view of
         # a Chroma collection is known to include, and the repositories it is writing now.
@@ -338,8 +356,7 @@ class ChromaKnowledgeStore:
         chroma_settings = ChromaSettings(anonymized_telemetry=False)
         try:
             if s.server_mode:
-                return chromadb.HttpClient(host=s.chroma_host, port=s.chroma_port,
-                                           settings=chroma_settings)
+                return self._http_client(chroma_settings)
             s.chroma_path.mkdir(parents=True, exist_ok=True)
             # Processes opening a fresh directory at once each create Chroma's tables, and all
             # but one fail ("table collections already exists"): open one at a time. A lock
@@ -356,6 +373,9 @@ class ChromaKnowledgeStore:
         except HetrieverError:
             raise
         except Exception as exc:
+            storage = self.storage_problem(exc)
+            if storage is not None:
+                raise storage from exc
             if s.server_mode:
                 hint = ("start the server (`chroma run --path <dir> --port "
                         f"{s.chroma_port}`) or unset HETRIEVER_CHROMA_HOST for embedded mode")
@@ -363,6 +383,54 @@ class ChromaKnowledgeStore:
                 hint = "check that HETRIEVER_CHROMA_PATH is a writable directory"
             raise BackendConnectionError(f"cannot open the Chroma backend: {exc}",
                                          location=self.location, hint=hint) from exc
+
+    def _http_client(self, chroma_settings: ChromaSettings) -> Any:
+        """An HttpClient whose every request waits at most `chroma_timeout` seconds.
+
+        Chroma's client sends requests with no timeout, and its constructor already talks to
+        the server: against a frozen server (SIGSTOP, a hung host) both wait forever. The
+        constructor runs in a thread given that long; the session gets the timeout after.
+        """
+        s = self.settings
+        made: dict[str, Any] = {}
+
+        def connect() -> None:
+            try:
+                made["client"] = chromadb.HttpClient(host=s.chroma_host, port=s.chroma_port,
+                                                     settings=chroma_settings)
+            except BaseException as exc:  # handed to the caller's thread
+                made["error"] = exc
+
+        worker = threading.Thread(target=connect, daemon=True, name="chroma-connect")
+        worker.start()
+        worker.join(s.chroma_timeout)
+        if worker.is_alive():
+            raise self._frozen(None)
+        if "error" in made:
+            raise made["error"]
+        session = getattr(getattr(made["client"], "_server", None), "_session", None)
+        if session is not None:
+            session.timeout = httpx.Timeout(s.chroma_timeout)
+        return made["client"]
+
+    def _frozen(self, exc: BaseException | None) -> BackendConnectionError:
+        # Later calls fail at once for a while: one frozen server costs one timeout, not one
+        # per call (a search makes several).
+        self._frozen_until = time.monotonic() + self.settings.chroma_timeout
+        return BackendConnectionError(
+            f"the Chroma server did not answer within {self.settings.chroma_timeout:g} s "
+            "(frozen or overloaded)", location=self.location,
+            hint="check that `chroma run` is responsive (not stopped or swapping), or raise "
+                 "HETRIEVER_CHROMA_TIMEOUT")
+
+    def storage_problem(self, exc: BaseException):
+        """A StorageError when `exc` comes from a full or read-only local disk, else None."""
+        from hetriever.storage import storage_problem
+
+        dirs = [self.settings.resolved_state_dir]
+        if not self.settings.server_mode:
+            dirs.append(self.settings.chroma_path)
+        return storage_problem(exc, dirs)
 
     def _unreachable(self, exc: BaseException) -> BackendConnectionError:
         return BackendConnectionError(
@@ -373,12 +441,19 @@ class ChromaKnowledgeStore:
         """Run one backend call; transient errors are retried with backoff and jitter."""
         attempts = WRITE_ATTEMPTS if retry else 1
         for attempt in range(1, attempts + 1):
+            if time.monotonic() < self._frozen_until:
+                raise self._frozen(None)
             try:
                 faults.check("chroma_" + what, self.location)
                 return fn()
             except UNREACHABLE_ERRORS as exc:
                 raise self._unreachable(exc) from exc
+            except httpx.TimeoutException as exc:  # not retried: it would only wait again
+                raise self._frozen(exc) from exc
             except TRANSIENT_ERRORS as exc:
+                storage = self.storage_problem(exc)
+                if storage is not None:  # retrying a full disk only fails again
+                    raise storage from exc
                 if attempt == attempts:
                     raise KnowledgeStoreError(
                         f"Chroma {what} failed after {attempts} attempts: {exc}",
@@ -453,10 +528,13 @@ class ChromaKnowledgeStore:
         return col
 
     def _generation(self, physical: str) -> int:
-        """The collection's BM25 generation (-1 before it has a BM25 file)."""
+        """The collection's BM25 generation (-1 before it has a BM25 file, or a damaged one)."""
         if physical not in self._bm25 and not self.bm25_file(physical).exists():
             return -1
-        return self.bm25_physical(physical).generation()
+        try:
+            return self.bm25_physical(physical).generation()
+        except DerivedIndexError:  # dense search goes on; `bm25_problem` reports it
+            return -1
 
     def _refresh_view(self, physical: str) -> None:
         """Reopen embedded Chroma if the collection changed since this process loaded it."""
@@ -485,6 +563,8 @@ class ChromaKnowledgeStore:
         with self._guard:
             self._collections.pop(name, None)
             index = self._bm25.pop(name, None) if bm25 else None
+            if bm25:
+                self._bm25_ok.discard(name)
         if index is not None:
             index.close()
 
@@ -512,6 +592,57 @@ class ChromaKnowledgeStore:
             raise CollectionNotFoundError(f"repository {name!r} has no collection",
                                           hint="index the repository first")
         return self.bm25_physical(physical)
+
+    def bm25_problem(self, name: str) -> str | None:
+        """Why repository `name`'s BM25 index cannot serve searches, or None: its file is
+        damaged, or missing or empty while Chroma holds chunks (deleted by hand, a restore of
+        Chroma alone). Checked once per process while the index is whole."""
+        physical = self.physical_name(name)
+        if physical is None or physical in self._bm25_ok:
+            return None
+        path = self.bm25_file(physical)
+        with self._guard:
+            opened = physical in self._bm25
+        state = "missing"
+        if opened or path.exists():
+            try:
+                state = "empty" if self.bm25_physical(physical).count() == 0 else ""
+            except DerivedIndexError as exc:
+                return str(exc)
+        if state:
+            col = self._chroma_physical(physical, name)
+            chunks = int(self._call("count", col.count)) if col is not None else 0
+            if chunks:
+                return (f"the BM25 index of {name!r} is {state} ({path}) while Chroma holds "
+                        f"{chunks} chunks")
+        else:
+            self._bm25_ok.add(physical)
+        return None
+
+    def search_bm25(self, name: str) -> BM25Index:
+        """Repository `name`'s BM25 index for a search: DerivedIndexError when it cannot be
+        trusted, so the search runs dense-only instead of quietly finding nothing."""
+        problem = self.bm25_problem(name)
+        if problem:
+            raise DerivedIndexError(problem, hint="searches run dense-only; the next "
+                                                  "`hetriever ingest` rebuilds it from Chroma")
+        return self.bm25(name)
+
+    def rebuild_bm25_sync(self, name: str) -> RepairResult:
+        """Set a damaged BM25 file aside and rebuild the index from Chroma."""
+        physical = self.physical_name(name)
+        assert physical is not None
+        path = self.bm25_file(physical)
+        with self.writer_lock(name):
+            self._forget(physical, bm25=True)
+            self._bm25_ok.discard(physical)
+            if path.exists():
+                aside = path.with_name(f"{path.name}.damaged-{int(time.time())}")
+                path.replace(aside)
+                log.warning("bm25_set_aside", path=str(path), moved_to=str(aside))
+            for suffix in ("-wal", "-shm"):
+                Path(f"{path}{suffix}").unlink(missing_ok=True)
+        return self.repair_sync(name)
 
     def bm25_physical(self, physical: str) -> BM25Index:
         with self._guard:
@@ -689,12 +820,16 @@ class ChromaKnowledgeStore:
         raise AssertionError("unreachable")
 
     def _delete_ids(self, collection: str, col: Any, ids: list[str]) -> int:
+        self._delete_chroma_ids(col, ids)
+        if ids:
+            self.bm25(collection).delete(ids)
+        return len(ids)
+
+    def _delete_chroma_ids(self, col: Any, ids: list[str]) -> int:
         step = self.max_batch_size()
         for start in range(0, len(ids), step):
             part = ids[start:start + step]
             self._call("delete", lambda: col.delete(ids=part))
-        if ids:
-            self.bm25(collection).delete(ids)
         return len(ids)
 
     def upsert_file_chunks_sync(self, collection: str, file_path: str,
@@ -736,14 +871,19 @@ class ChromaKnowledgeStore:
             # Embedding happens here, before the BM25 transaction opens (see _prepare_write).
             prepared = self._prepare_write(collection, col, ids, texts, metadatas) \
                 if ids else None
+            faults.check("window_write", collection)
             with index.transaction():
                 result = self._apply_write(collection, col, prepared) if prepared \
                     else FileWriteResult()
+                faults.check("window_chroma_written", collection)
                 vanished = sorted(old_ids - set(ids))
                 result.deleted = self._delete_ids(collection, col, vanished)
+                if vanished:
+                    faults.check("replaced_chunks_deleted", collection)
                 for file_path, chunks in files.items():
                     if not chunks:  # BM25 rows Chroma never had (a crash between writes)
                         index.delete_where({"file_path": file_path})
+            faults.check("window_bm25_committed", collection)
         log.debug("files_written", collection=collection, files=len(files),
                   written=result.written, reused=result.reused, deleted=result.deleted)
         return result
@@ -763,7 +903,10 @@ class ChromaKnowledgeStore:
             return 0
         with self.writer_lock(collection):
             ids = self._ids_where(col, {"file_path": file_path})
-            removed = self._delete_ids(collection, col, ids)
+            removed = self._delete_chroma_ids(col, ids)
+            faults.check("removed_file_chroma_deleted", file_path)
+            if ids:
+                self.bm25(collection).delete(ids)
             # BM25 rows Chroma never had (a crash between the two writes) go too.
             self.bm25(collection).delete_where({"file_path": file_path})
         return removed
@@ -799,12 +942,19 @@ class ChromaKnowledgeStore:
 
     def list_files_sync(self, collection: str, *, include_deleted: bool = False) -> list[str]:
         """Files with chunks in the collection; soft-deleted files only when asked."""
+        return sorted(self.file_chunk_counts_sync(collection, include_deleted=include_deleted))
+
+    def file_chunk_counts_sync(self, collection: str, *,
+                               include_deleted: bool = False) -> dict[str, int]:
+        """file_path -> chunks in Chroma (live ones, unless `include_deleted`)."""
         col = self._chroma(collection)
         if col is None:
-            return []
-        metas = self._all(col, ["metadatas"])["metadatas"]
-        return sorted({str(m["file_path"]) for m in metas if m and "file_path" in m
-                       and (include_deleted or m.get("is_deleted") is not True)})
+            return {}
+        counts: dict[str, int] = {}
+        for m in self._all(col, ["metadatas"])["metadatas"]:
+            if m and "file_path" in m and (include_deleted or m.get("is_deleted") is not True):
+                counts[str(m["file_path"])] = counts.get(str(m["file_path"]), 0) + 1
+        return counts
 
     # -- soft delete and purge -------------------------------------------------------------
 
@@ -977,6 +1127,9 @@ class ChromaKnowledgeStore:
             if extra:
                 index.delete(extra)
             result.added, result.removed = len(missing), len(extra)
+            result.chunk_ids = in_chroma
+            result.files = {str(m["file_path"]) for m in records["metadatas"]
+                            if m and "file_path" in m}
         log.info("collection_repaired", collection=collection, added=result.added,
                  removed=result.removed)
         return result
@@ -1032,6 +1185,9 @@ class ChromaKnowledgeStore:
     async def delete_file(self, collection: str, file_path: str) -> int:
         return await asyncio.to_thread(self.delete_file_sync, collection, file_path)
 
+    async def file_chunk_counts(self, collection: str) -> dict[str, int]:
+        return await asyncio.to_thread(self.file_chunk_counts_sync, collection)
+
     async def list_files(self, collection: str) -> list[str]:
         return await asyncio.to_thread(self.list_files_sync, collection)
 
@@ -1064,6 +1220,9 @@ class ChromaKnowledgeStore:
 
     async def repair(self, collection: str) -> RepairResult:
         return await asyncio.to_thread(self.repair_sync, collection)
+
+    async def rebuild_bm25(self, collection: str) -> RepairResult:
+        return await asyncio.to_thread(self.rebuild_bm25_sync, collection)
 
     def close_sync(self) -> None:
         with self._guard:

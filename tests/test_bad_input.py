@@ -192,11 +192,21 @@ def test_cli_gitmodules_outside_the_parent_and_unknown_names(cli_env, capsys, me
     (parent / ".gitmodules").write_text(
         f'[submodule "evil"]\n\tpath = ../{root.name}/docs/{REPO}\n\turl = {root}\n')
     commit_all(parent, "evil submodule")
-    code, _, err = _cli(capsys, "--docs-root", str(parent), "ingest")
-    assert code == 2 and "outside the parent repository" in _one_error_line(err)
+    code, out, err = _cli(capsys, "--docs-root", str(parent), "ingest", "--json")
+    (outcome,) = json.loads(out)  # reported for that repository alone (exit 1), no traceback
+    assert code == 1 and not outcome["ok"] and "Traceback" not in err
+    assert "outside the parent repository" in outcome["error"]
 
     code, _, err = _cli(capsys, "--docs-root", str(root / "docs"), "ingest", "-r", "nope-docs")
     assert code == 2 and "unknown repositories: nope-docs" in _one_error_line(err)
+
+
+@pytest.mark.parametrize("depth", [40, 60_000])
+def test_cli_deeply_nested_filter_is_one_clear_line(cli_env, capsys, depth):
+    nested = "[" * depth + "]" * depth
+    code, _, err = _cli(capsys, "search", "--filter", f'{{"$and": {nested}}}', "q")
+    assert code == 2 and "nested more than 32 levels" in _one_error_line(err)
+    assert "Traceback" not in err
 
 
 # --- search queries and limits ------------------------------------------------------------------

@@ -485,3 +485,21 @@ def test_index_written_with_another_tokenizer_is_retokenized(tmp_path, monkeypat
         assert [h[0] for h in old.search("template", 3)] == ["a"]
         old.upsert(["c"], ["more templates here"])
         assert {h[0] for h in old.search("unrelated template", 3)} == {"a", "b", "c"}
+
+
+def test_equal_scores_are_ranked_by_id_whatever_the_insertion_order(tmp_path):
+    # Same documents, inserted in opposite orders (a fresh index vs an updated one): ties at
+    # the cut of k must be decided by id, so both return the same ranking.
+    ids = [f"doc-{i:02d}" for i in range(30)]
+    texts = ["alpha bravo"] * 30  # every document scores the same for "alpha"
+    metas = [{"repository": "r"}] * 30
+    forward, backward = BM25Index(tmp_path / "f.sqlite"), BM25Index(tmp_path / "b.sqlite")
+    forward.upsert(ids, texts, metas)
+    backward.upsert(ids[::-1], texts[::-1], metas)
+    for k in (1, 5, 10):
+        want = ids[:k]
+        assert [d for d, _ in forward.search("alpha", k)] == want
+        assert [d for d, _ in backward.search("alpha", k)] == want
+        assert [d for d, _ in backward.search("alpha", k, {"repository": "r"})] == want
+    forward.close()
+    backward.close()

@@ -35,6 +35,7 @@ from tests.test_faults import (
     ingest_ok,
     open_store,
     pages_repo,
+    run_cli,
     the_repo,
     write_pages,
 )
@@ -246,3 +247,37 @@ def test_searches_while_another_process_reindexes_stay_consistent(tmp_path, mini
         assert len(stored(store, OTHER)) == 16  # a page record and a body chunk each
     finally:
         store.close_sync()
+
+
+def test_ingests_of_two_repositories_into_one_directory_wait_for_each_other(
+        tmp_path, minilm_model_dir):
+    # One embedded directory has one writer at a time. The first ingest's window takes 15 s
+    # (injected), longer than the lock used to wait: the second must wait, saying so, and finish.
+    from tests.test_faults import LogWatcher, cli_command
+
+    docs = tmp_path / "docs"
+    for name in ("alpha-docs", "bravo-docs"):
+        repo = init_repo(docs / name)
+        write_pages(repo, 4, 1)
+    env = cli_env(tmp_path, minilm_model_dir, HETRIEVER_LOG_LEVEL="INFO")
+    slow = subprocess.Popen(cli_command(docs, "ingest", "-r", "alpha-docs", "--json"),
+                            env={**env, "HETRIEVER_FAULTS": "window_write:*:1:slow15"},
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    watcher = LogWatcher(slow)
+    try:
+        watcher.wait_for("fault_slow")  # alpha holds the directory for 15 s from here
+        began = time.monotonic()
+        second = run_cli(docs, env, "ingest", "-r", "bravo-docs", "--json")
+        waited = time.monotonic() - began
+        slow.wait(timeout=RUN_TIMEOUT)
+    finally:
+        if slow.poll() is None:
+            slow.kill()
+            slow.wait()
+    watcher.rest()
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert slow.returncode == 0
+    assert waited > 10  # it really waited past the old 10 s limit ...
+    assert '"lock_wait"' in second.stderr  # ... and said so while waiting
+    assert json.loads(second.stdout)[0]["files_indexed"] == 4

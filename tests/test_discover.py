@@ -152,8 +152,9 @@ def _parent_with_gitmodules(tmp: Path, sub_path: str) -> Path:
 def test_gitmodules_path_outside_parent_is_rejected(tmp_path, sub_path):
     doc_repo(tmp_path, "outside-docs")  # a real repo really sits at ../outside-docs
     parent = _parent_with_gitmodules(tmp_path, sub_path)
+    (repo,) = discover_repositories(parent)  # kept, so it fails alone
     with pytest.raises(SourceError, match="outside the parent"):
-        discover_repositories(parent)
+        head_commit(repo)
 
 
 def test_gitmodules_path_through_symlink_is_rejected(tmp_path):
@@ -161,8 +162,9 @@ def test_gitmodules_path_through_symlink_is_rejected(tmp_path):
     parent = _parent_with_gitmodules(tmp_path, "docs/escape/linked-docs")
     (parent / "docs").mkdir()
     os.symlink(tmp_path / "elsewhere", parent / "docs" / "escape")
+    (repo,) = discover_repositories(parent)  # kept, so it fails alone
     with pytest.raises(SourceError, match="outside the parent"):
-        discover_repositories(parent)
+        head_commit(repo)
 
 
 def test_uninitialised_submodule(tmp_path):
@@ -170,8 +172,9 @@ def test_uninitialised_submodule(tmp_path):
     parent = make_parent_with_submodule(tmp_path, src, "lazy-docs")
     clone = tmp_path / "clone"
     git(tmp_path, "clone", "-q", str(parent), str(clone))  # no --recurse-submodules
+    (repo,) = discover_repositories(clone)
     with pytest.raises(SourceError) as err:
-        discover_repositories(clone)
+        head_commit(repo)
     assert "lazy-docs" in str(err.value)
     assert "git submodule update --init" in str(err.value)
 

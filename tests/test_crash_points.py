@@ -1,0 +1,156 @@
+"""A process killed at every write step of a run, then recovered, equals a clean index id by id.
+
+One repository at v1 is indexed once; v2 edits some pages (their chunks are replaced), deletes
+some (their chunks are removed) and adds some. For each crash point of `hetriever.faults`, a copy
+of the v1 store is brought to v2 by a `hetriever ingest` subprocess that dies there (exit 137,
+as if SIGKILLed), then by a normal run. Every recovered store must equal a clean store indexed at
+v2: Chroma ids and documents, BM25 ids and texts, catalog titles and indexed files, commit and
+status. Both an incremental run and an `--full` run are killed.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hetriever import faults
+from hetriever.catalog import INDEXED
+from hetriever.indexing import STATUS_COMPLETE, STATUS_INDEXING, index_repository
+from hetriever.search import retrieve
+from hetriever.store import ChromaKnowledgeStore
+from tests.chroma_fixtures import store_settings
+from tests.helpers import commit_all, init_repo, write_files
+from tests.test_faults import REPO_NAME, cli_env, page_text, run, run_cli, the_repo
+
+PAGES = 24
+WINDOW = 8  # several write windows per run
+EDITED = range(0, 10)  # new text: new chunk ids, the old ones are deleted as replaced
+REMOVED = range(20, 24)
+ADDED = range(100, 103)
+
+
+def _settings(root: Path, model_dir: Path):
+    return store_settings(root, model_dir=model_dir, write_window=WINDOW)
+
+
+def _open(root: Path, embedder: Any, model_dir: Path) -> ChromaKnowledgeStore:
+    return ChromaKnowledgeStore(_settings(root, model_dir), embedder=embedder)
+
+
+def _index(root: Path, docs: Path, embedder: Any, model_dir: Path, **kw: Any) -> None:
+    store = _open(root, embedder, model_dir)
+    try:
+        result = run(index_repository(the_repo(docs), store, store.settings, **kw))
+        assert result.completed, result.failed
+    finally:
+        store.close_sync()
+
+
+def snapshot(root: Path, embedder: Any, model_dir: Path) -> dict[str, Any]:
+    """Everything a search can read, without the physical collection name."""
+    store = _open(root, embedder, model_dir)
+    try:
+        physical = store.physical_name(REPO_NAME)
+        got = store.client.get_collection(physical).get(include=["documents"])
+        bm25 = store.bm25(REPO_NAME)
+        titles = sorted(tuple(r)[1:] for r in store.catalog._rows(
+            "SELECT * FROM titles WHERE collection = ?", (physical,)))
+        meta = run(store.get_collection_metadata(REPO_NAME))
+        return {
+            "chroma": dict(zip(got["ids"], got["documents"])),
+            "bm25": {i: bm25.get(i)[0] for i in sorted(bm25.ids())},
+            "titles": titles,
+            "indexed_files": sorted(f.path for f in store.catalog.files(physical, INDEXED)),
+            "commit": meta["commit_hash"],
+            "status": meta["index_status"],
+        }
+    finally:
+        store.close_sync()
+
+
+@pytest.fixture(scope="module")
+def versions(tmp_path_factory, minilm_embedder, minilm_model_dir):
+    """(docs root, v1 store, clean v2 snapshot): built once for every crash point."""
+    top = tmp_path_factory.mktemp("crash-points")
+    docs = init_repo(top / REPO_NAME)
+    write_files(docs, {f"content/docs/page-{i:03d}.md": page_text(i, 1) for i in range(PAGES)})
+    commit_all(docs, "v1")
+    _index(top / "v1", docs, minilm_embedder, minilm_model_dir)
+    for i in REMOVED:
+        (docs / f"content/docs/page-{i:03d}.md").unlink()
+    write_files(docs, {f"content/docs/page-{i:03d}.md": page_text(i, 2)
+                       for i in [*EDITED, *ADDED]})
+    commit_all(docs, "v2")
+    _index(top / "clean", docs, minilm_embedder, minilm_model_dir)
+    clean = snapshot(top / "clean", minilm_embedder, minilm_model_dir)
+    assert clean["status"] == STATUS_COMPLETE
+    assert len(clean["chroma"]) == PAGES - len(REMOVED) + len(ADDED)
+    return docs, top / "v1", clean
+
+
+def crash_copy(versions, tmp_path: Path, model_dir: Path, rule: str, *args: str) -> Path:
+    """A copy of the v1 store after an ingest to v2 that died at `rule`."""
+    docs, v1, _ = versions
+    root = tmp_path / "case"
+    shutil.copytree(v1, root)
+    env = cli_env(root, model_dir, HETRIEVER_FAULTS=rule, HETRIEVER_WRITE_WINDOW=str(WINDOW))
+    done = run_cli(docs, env, "ingest", "--json", *args)
+    assert done.returncode == 137, (rule, done.stdout[-1000:], done.stderr[-2000:])
+    return root
+
+
+CASES = [(point, 0) for point in faults.CRASH_POINTS] + [("window_chroma_written", 1),
+                                                         ("replaced_chunks_deleted", 1)]
+
+
+@pytest.mark.parametrize("full", [False, True], ids=["incremental", "full"])
+@pytest.mark.parametrize(("point", "skip"), CASES,
+                         ids=[f"{p}-{s + 1}" for p, s in CASES])
+def test_killed_at_each_write_step_the_next_run_equals_a_clean_index(
+        versions, tmp_path, minilm_embedder, minilm_model_dir, point, skip, full):
+    docs, _, clean = versions
+    args = ("--full",) if full else ()
+    root = crash_copy(versions, tmp_path, minilm_model_dir, f"{point}:*:1:crash:{skip}", *args)
+    died = snapshot(root, minilm_embedder, minilm_model_dir)
+    if point != "commit_recorded":
+        assert died["status"] == STATUS_INDEXING and died["commit"] != clean["commit"]
+    _index(root, docs, minilm_embedder, minilm_model_dir)
+    assert snapshot(root, minilm_embedder, minilm_model_dir) == clean
+
+
+def test_a_chunk_gone_from_chroma_is_never_served_from_bm25_or_the_title_index(
+        versions, tmp_path, minilm_embedder, minilm_model_dir):
+    # Dies after the removed page's chunks left Chroma: BM25 and the catalog still have them.
+    root = crash_copy(versions, tmp_path, minilm_model_dir, "removed_file_chroma_deleted:*:1:crash")
+    died = snapshot(root, minilm_embedder, minilm_model_dir)
+    stale = set(died["bm25"]) - set(died["chroma"])
+    assert stale, "the crash left no stale BM25 row: the test no longer tests anything"
+    removed = f"content/docs/page-{REMOVED[0]:03d}.md"
+    assert any(path == removed for *_, path, _ in died["titles"])
+    store = _open(root, minilm_embedder, minilm_model_dir)
+    try:
+        for query in (f"Page {REMOVED[0]}", f"page{REMOVED[0]} version1"):
+            result = run(retrieve(store, query, top_k=10, namespaces=[REPO_NAME]))
+            served = {m.doc_id for m in result.matches}
+            assert not served & stale, query
+            assert all(m.metadata["file_path"] != removed for m in result.matches), query
+    finally:
+        store.close_sync()
+
+
+def test_a_full_run_repairs_derived_state_even_after_a_completed_run(
+        versions, tmp_path, minilm_embedder, minilm_model_dir):
+    # The damage of a crash recorded as complete by an older version: only `--full` can see it.
+    docs, _, clean = versions
+    root = crash_copy(versions, tmp_path, minilm_model_dir, "removed_file_chroma_deleted:*:1:crash")
+    store = _open(root, minilm_embedder, minilm_model_dir)
+    try:
+        run(store.update_collection_metadata(REPO_NAME, index_status=STATUS_COMPLETE,
+                                             commit_hash=clean["commit"]))
+    finally:
+        store.close_sync()
+    _index(root, docs, minilm_embedder, minilm_model_dir, force_full=True)
+    assert snapshot(root, minilm_embedder, minilm_model_dir) == clean
