@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+from typing import AsyncIterator, Iterable
+
 from prefect import task
 from prefect.cache_policies import NONE
+from prefect.futures import as_completed
 
 from hetriever.config import Settings
 from hetriever.discover import SkipFile
-from hetriever.indexing import FileOutcome, IncludeResolver, process_file
+from hetriever.indexing import FileOutcome, FileWork, IncludeResolver, process_file
+from hetriever.logs import get_logger
 from hetriever.models import Repository
 from tasks.retry import RETRIES, RETRY_DELAYS, RETRY_JITTER, retry_transient
+
+log = get_logger(__name__)
 
 
 @task(name="process-file", task_run_name="process-{path}", cache_policy=NONE,
@@ -18,7 +24,25 @@ from tasks.retry import RETRIES, RETRY_DELAYS, RETRY_JITTER, retry_transient
 def process_file_task(repo: Repository, path: str, commit: str, settings: Settings,
                       processed_at: str, text: str | SkipFile | None = None,
                       resolver: IncludeResolver | None = None) -> FileOutcome:
-    """`text` (read by the flow in one batch) and `resolver` (one include cache for the run)
+    """`text` (read by the run in one batch) and `resolver` (one include cache for the run)
     are optional: without them the task reads the file itself."""
     return process_file(repo, path, commit, settings, processed_at=processed_at, text=text,
                         resolver=resolver)
+
+
+async def map_with_tasks(files: Iterable[tuple[str, str | SkipFile]],
+                         work: FileWork) -> AsyncIterator[FileOutcome]:
+    """The per-file step of `index_repository` as one task run per file (visible in the UI,
+    retried on transient errors); a file out of retries comes back as a failed outcome."""
+    futures = {process_file_task.submit(work.repo, path, work.commit, work.settings,
+                                        work.processed_at, text=text,
+                                        resolver=work.resolver): path
+               for path, text in files}
+    for future in as_completed(list(futures)):
+        path = futures[future]
+        try:
+            yield future.result()
+        except Exception as exc:  # retries exhausted: report the file, index the rest
+            reason = f"failed after retries: {type(exc).__name__}: {exc}"
+            log.error("file_failed", repository=work.repo.name, path=path, error=reason)
+            yield FileOutcome(path, failed=reason)

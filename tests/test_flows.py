@@ -105,8 +105,11 @@ def test_a_file_that_always_fails_is_reported_and_the_rest_indexed(sample_parent
     assert state.is_failed()  # honest: not everything was indexed
     (repo,) = summary["repositories"]
     assert not repo["ok"]
-    reasons = {s["path"]: s["reason"] for s in repo["skipped"]}
+    reasons = {s["path"]: s["reason"] for s in repo["failed"]}  # IndexResult.failed, not skips
     assert reasons["content/docs/templates/where.md"].startswith("failed after retries")
+    assert all(s["path"] != "content/docs/templates/where.md" for s in repo["skipped"])
+    runs = open_store().catalog.runs("sample-docs", limit=1)
+    assert runs[0]["outcome"] == "failed" and runs[0]["counts"]["files_failed"] == 1
     store = open_store()
     paths = {p for p, _ in stored(store, "sample-docs").values()}
     assert "content/docs/templates/where.md" not in paths

@@ -117,7 +117,8 @@ def test_changed_snippet_reindexes_the_pages_that_include_it(docs, store):
     update_submodule(parent, "sample-docs", commit_all(source, "snippet"))
 
     result = run(index_repository(repo_of(parent), store, store.settings))
-    assert result.mode == "incremental" and result.files_modified == 2  # snippet + its page
+    assert result.mode == "incremental" and result.files_modified == 1  # the snippet
+    assert result.files_include_dependent == 1  # the page that includes it
     texts = " ".join(t for p, t in stored(store, "sample-docs").values())
     assert "Windows Terminal" in texts and "PowerShell" not in texts
 
