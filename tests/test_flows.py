@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -164,6 +165,13 @@ def test_query_flow_records_metrics(sample_parent):
     assert set(result["retriever_counts"]) >= {"dense", "bm25"}
     summary = metrics_store(load_settings().resolved_state_dir).summary()
     assert summary.count == 1 and summary.p50_ms > 0
+    # start-up (store open, warm-up search) is reported apart from the warm search's latency
+    assert result["startup_ms"] > 0 and summary.p50_ms == pytest.approx(result["search_time_ms"])
+
+    from hetriever.errors import RepositoryNotFoundError
+
+    with pytest.raises(RepositoryNotFoundError, match="known: sample-docs"):
+        asyncio.run(query("where", repositories=["sampel-docs"]))
 
 
 @pytest.mark.corpus
@@ -204,3 +212,122 @@ def test_query_flow_respects_access_levels(sample_parent, monkeypatch):
                                 access_levels=["PRIVATE"]))
     assert private["matches"]
     assert {m["metadata"]["access_level"] for m in private["matches"]} == {"PRIVATE"}
+
+
+# --- operating it: the schedule catches up, runs close honestly, artifacts and logs read well
+
+
+def _artifacts(key: str) -> list:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    async def read():
+        async with get_client() as client:
+            return await client.read_artifacts(
+                artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])))
+
+    return asyncio.run(read())
+
+
+def test_a_fetching_run_picks_up_a_commit_no_webhook_announced(sample_parent):
+    """Upstream gets a commit; the parent's submodule is never bumped (a lost webhook)."""
+    parent, source = sample_parent
+    state, _ = run_ingest()
+    assert state.is_completed(), state.message
+    write_files(source, {"content/docs/upstream-only.md":
+                         "---\ntitle: Upstream only\n---\n\nA zeppelin manual page.\n"})
+    pushed = commit_all(source, "a push whose webhook was lost")
+
+    state, summary = run_ingest()  # without fetch: the checkout has not moved, nothing to do
+    assert summary["repositories"][0]["mode"] == "noop"
+
+    state, summary = run_ingest(fetch=True)
+    assert state.is_completed(), state.message
+    (repo,) = summary["repositories"]
+    assert repo["mode"] == "incremental" and repo["new_commit"] == pushed
+    assert repo["files_added"] == 1 and repo["files_indexed"] == 1
+    store = open_store()
+    assert "content/docs/upstream-only.md" in {p for p, _ in stored(store, "sample-docs").values()}
+    assert asyncio.run(store.get_collection_metadata("sample-docs"))["commit_hash"] == pushed
+
+    state, summary = run_ingest(fetch=True)  # the next scheduled run: up to date
+    assert summary["repositories"][0]["mode"] == "noop"
+
+
+def test_a_fetch_that_cannot_reach_the_remote_fails_that_repository_clearly(sample_parent):
+    parent, _ = sample_parent
+    sub = parent / "docs" / "sample-docs"
+    subprocess.run(["git", "remote", "set-url", "origin", str(parent / "nowhere")], cwd=sub,
+                   check=True)
+    state, summary = run_ingest(fetch=True)
+    assert state.is_failed()
+    (repo,) = summary["repositories"]
+    assert not repo["ok"] and "git fetch --quiet origin failed" in repo["error"]
+    assert "remote `origin`" in repo["error"]  # the hint travels with the error
+
+
+def test_an_exception_in_a_run_closes_its_catalog_run_as_failed(sample_parent, monkeypatch):
+    import hetriever.indexing as indexing
+
+    async def broken_finish(*args, **kwargs):
+        raise RuntimeError("disk vanished")
+
+    monkeypatch.setattr(indexing, "finish_run", broken_finish)
+    state, summary = run_ingest()
+    assert state.is_failed()
+    (repo,) = summary["repositories"]
+    assert not repo["ok"] and "disk vanished" in repo["error"]
+    (last,) = open_store().catalog.runs("sample-docs", limit=1)
+    assert last["outcome"] == "failed" and "disk vanished" in last["error"]
+
+
+def test_the_artifact_of_a_failing_run_shows_the_failure_first(sample_parent, monkeypatch):
+    monkeypatch.setenv("HETRIEVER_FAULTS", "process_file:*/where.md:always")
+    state, _ = run_ingest()
+    assert state.is_failed()
+    (page,) = _artifacts("ingest-sample-docs")
+    text = page.data
+    assert text.startswith("# Ingest of sample-docs: FAILED")
+    failure = text.index("content/docs/templates/where.md")
+    assert failure < text.index("## This run") < text.index("## Recent runs")
+    # the whole message, not cut: the injected fault names itself
+    assert "failed after retries: " in text and "injected fault" in text.lower()
+    (summary,) = _artifacts("ingest-summary")
+    assert "FAILED: sample-docs: 1 file(s) failed" in summary.data
+
+
+def test_a_noop_run_keeps_the_last_real_runs_artifact(sample_parent):
+    run_ingest()
+    run_ingest()  # no-op
+    (page,) = _artifacts("ingest-sample-docs")  # one version: the no-op published none
+    assert "| mode | full |" in page.data and "## Recent runs" in page.data
+
+
+def test_hetriever_warnings_reach_the_run_logs_at_warning_level(sample_parent):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterLevel
+    from prefect.logging.handlers import APILogHandler
+
+    parent, _ = sample_parent
+    (parent / "docs" / "sample-docs" / "content" / "docs" / "faq.md").write_text("edited\n")
+    state, _ = run_ingest()  # a dirty working tree: indexed at HEAD, with a warning
+    assert state.is_completed(), state.message
+    APILogHandler.flush()
+
+    async def warnings():
+        async with get_client() as client:
+            return await client.read_logs(log_filter=LogFilter(
+                level=LogFilterLevel(ge_=30)))
+
+    messages = [(log.name, log.message) for log in asyncio.run(warnings())]
+    assert any(name.startswith("hetriever") and "uncommitted_changes_ignored" in message
+               for name, message in messages), messages
+    assert not any(message[:4].isdigit() for _, message in messages)  # no second timestamp
+
+    async def completed_lines():
+        async with get_client() as client:
+            return [log for log in await client.read_logs()
+                    if log.message.startswith("Finished in state Completed")
+                    and log.task_run_id is not None]
+
+    assert completed_lines and asyncio.run(completed_lines()) == []  # per-file tasks stay quiet
