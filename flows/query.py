@@ -12,6 +12,7 @@ import time
 from prefect import flow, get_run_logger
 from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
 
+from flows.run_logs import prefect_run_logging
 from hetriever.config import load_settings
 from hetriever.discover import require_known
 from hetriever.metrics import QueryMetric, metrics_store
@@ -31,18 +32,19 @@ async def query(
     """One search. `access_levels`: what the caller may see (default PUBLIC only)."""
     logger = get_run_logger()
     settings = load_settings()
-    started = time.perf_counter()
-    store = get_knowledge_store(settings)
-    require_known(repositories, store.repository_names())
+    with prefect_run_logging(settings.log_level, settings.log_format):
+        started = time.perf_counter()
+        store = get_knowledge_store(settings)
+        require_known(repositories, store.repository_names())
 
-    async def search():
-        return await retrieve(store, query, top_k=top_k, filters=filters,
-                              namespaces=repositories, hybrid=hybrid,
-                              access_levels=access_levels)
+        async def search():
+            return await retrieve(store, query, top_k=top_k, filters=filters,
+                                  namespaces=repositories, hybrid=hybrid,
+                                  access_levels=access_levels)
 
-    await search()  # warm-up: store, model, BM25 index loaded in this process
-    startup_ms = 1000 * (time.perf_counter() - started)
-    result = await search()
+        await search()  # warm-up: store, model, BM25 index loaded in this process
+        startup_ms = 1000 * (time.perf_counter() - started)
+        result = await search()
     metric = QueryMetric.from_result(result, repositories)
     metrics = metrics_store(settings.resolved_state_dir)
     try:

@@ -7,6 +7,7 @@ from typing import AsyncIterator, Iterable
 from prefect import task
 from prefect.cache_policies import NONE
 from prefect.futures import as_completed
+from prefect.utilities.annotations import quote
 
 from hetriever.config import Settings
 from hetriever.discover import SkipFile
@@ -34,9 +35,11 @@ async def map_with_tasks(files: Iterable[tuple[str, str | SkipFile]],
                          work: FileWork) -> AsyncIterator[FileOutcome]:
     """The per-file step of `index_repository` as one task run per file (visible in the UI,
     retried on transient errors); a file out of retries comes back as a failed outcome."""
-    futures = {process_file_task.submit(work.repo, path, work.commit, work.settings,
-                                        work.processed_at, text=text,
-                                        resolver=work.resolver): path
+    # quote(): Prefect would otherwise walk (and rebuild) every dataclass argument of every
+    # task run looking for futures; these hold none.
+    repo, settings, resolver = quote(work.repo), quote(work.settings), quote(work.resolver)
+    futures = {process_file_task.submit(repo, path, work.commit, settings, work.processed_at,
+                                        text=quote(text), resolver=resolver): path
                for path, text in files}
     for future in as_completed(list(futures)):
         path = futures[future]
