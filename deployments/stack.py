@@ -138,14 +138,14 @@ def up(stack: Stack) -> int:
         with temporary_settings({PREFECT_API_URL: stack.api_url}):
             created = ensure_work_pool(stack.pool)
         print(f"pool      {stack.pool} {'created' if created else 'exists'}")
-        code = deploy_all()
+        code = deploy_all(quiet=True)
     finally:
         os.environ.clear()
         os.environ.update(saved)
     if code != 0:
         print("prefect-up: registering the deployments failed (output above)", file=sys.stderr)
         return code
-    print("deploy    scheduled, full-reindex, migrate, query registered")
+    print("deploy    ingest/scheduled, migrate/full-reindex, migrate/migrate, query/query")
     if running_pid(stack, "worker") is None:
         start(stack, "worker", ["worker", "start", "--pool", stack.pool])
         print(f"worker    started on {stack.pool} (log {stack.log_file('worker')})")

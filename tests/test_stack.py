@@ -61,7 +61,7 @@ def test_stack_up_runs_the_schedule_that_catches_a_missed_push_and_down_stops_it
     try:
         up = stack("up", env, directory)
         assert up.returncode == 0, up.stdout + up.stderr
-        assert "worker    started" in up.stdout and f"PREFECT_API_URL={api}" in up.stdout
+        assert "deploy    ingest/scheduled" in up.stdout and "worker    started" in up.stdout and f"PREFECT_API_URL={api}" in up.stdout
         again = stack("up", env, directory)  # idempotent: nothing new is started
         assert again.returncode == 0 and "worker    already running" in again.stdout
 
