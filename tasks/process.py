@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import AsyncIterator, Iterable
 
 from prefect import task
 from prefect.cache_policies import NONE
-from prefect.futures import as_completed
 from prefect.utilities.annotations import quote
 
 from hetriever.config import Settings
@@ -34,17 +34,29 @@ def process_file_task(repo: Repository, path: str, commit: str, settings: Settin
 async def map_with_tasks(files: Iterable[tuple[str, str | SkipFile]],
                          work: FileWork) -> AsyncIterator[FileOutcome]:
     """The per-file step of `index_repository` as one task run per file (visible in the UI,
-    retried on transient errors); a file out of retries comes back as a failed outcome."""
+    retried on transient errors); a file out of retries comes back as a failed outcome.
+
+    Outcomes are awaited, never waited for: a blocking wait (`as_completed`, `.result()` on a
+    pending future) would stall the flow's event loop while the writer and Prefect's own
+    callbacks need it.
+    """
+    loop = asyncio.get_running_loop()
+    finished: asyncio.Queue = asyncio.Queue()
     # quote(): Prefect would otherwise walk (and rebuild) every dataclass argument of every
     # task run looking for futures; these hold none.
     repo, settings, resolver = quote(work.repo), quote(work.settings), quote(work.resolver)
-    futures = {process_file_task.submit(repo, path, work.commit, settings, work.processed_at,
-                                        text=quote(text), resolver=resolver): path
-               for path, text in files}
-    for future in as_completed(list(futures)):
-        path = futures[future]
+    paths = {}
+    for path, text in files:
+        future = process_file_task.submit(repo, path, work.commit, settings, work.processed_at,
+                                          text=quote(text), resolver=resolver)
+        paths[future] = path
+        future.add_done_callback(
+            lambda done: loop.call_soon_threadsafe(finished.put_nowait, done))
+    for _ in range(len(paths)):
+        future = await finished.get()
+        path = paths[future]
         try:
-            yield future.result()
+            yield future.result()  # already final: returns at once
         except Exception as exc:  # retries exhausted: report the file, index the rest
             reason = f"failed after retries: {type(exc).__name__}: {exc}"
             log.error("file_failed", repository=work.repo.name, path=path, error=reason)
