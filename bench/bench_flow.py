@@ -101,7 +101,6 @@ STORE_OTHER = ("delete_file_sync", "list_files_sync", "info_sync", "ensure_colle
 def instrumented(probe: Probe) -> Iterator[None]:
     """Wrap the pipeline's functions where their callers look them up (module globals)."""
     import hetriever.indexing as indexing
-    import tasks.discover
     import tasks.process
     from hetriever.store import ChromaKnowledgeStore
 
@@ -110,7 +109,6 @@ def instrumented(probe: Probe) -> Iterator[None]:
         (indexing, "safe_process_text", "parse_clean_chunk"),
         (indexing, "read_content_file", "git_read_single"),
         (indexing, "plan", "plan"),
-        (tasks.discover, "plan", "plan"),
         (ChromaKnowledgeStore, "upsert_files_sync", "store_write"),
         *[(ChromaKnowledgeStore, name, "store_other") for name in STORE_OTHER],
     ]

@@ -17,7 +17,7 @@ from hetriever.config import load_settings
 from hetriever.discover import require_known
 from hetriever.metrics import QueryMetric, metrics_store
 from hetriever.search import retrieve
-from hetriever.store import get_knowledge_store
+from hetriever.store import get_knowledge_store, validate_collection_name
 
 
 @flow(name="query", log_prints=True)
@@ -35,6 +35,8 @@ async def query(
     with prefect_run_logging(settings.log_level, settings.log_format):
         started = time.perf_counter()
         store = get_knowledge_store(settings)
+        for name in repositories or []:
+            validate_collection_name(name)  # a malformed name says so, before "unknown"
         require_known(repositories, store.repository_names())
 
         async def search():

@@ -156,8 +156,11 @@ def _run_search(settings, query: str, repositories: list[str] | None, top_k: int
 
     async def go():
         from hetriever.discover import require_known
+        from hetriever.store import validate_collection_name
 
         store = get_knowledge_store(settings)
+        for name in repositories or []:
+            validate_collection_name(name)  # a malformed name says so, before "unknown"
         require_known(repositories, store.repository_names())
         return await retrieve(store, query, top_k=top_k, filters=filters,
                               namespaces=repositories, hybrid=hybrid, access_levels=access)
