@@ -107,8 +107,14 @@ async def ingest(
     deployment sets it. `task_runner`: "threads", "threads:N", "dask" or "dask:tcp://host:port"
     (the per-file tasks on a Dask cluster; `prefect-dask` is installed).
     """
-    logger = get_run_logger()
     settings = load_settings(batch_size=batch_size)
+    with prefect_run_logging(settings.log_level, settings.log_format):
+        return await _ingest(settings, repositories, force_full, task_runner, fetch, ref)
+
+
+async def _ingest(settings: Settings, repositories: list[str] | None, force_full: bool,
+                  task_runner: str, fetch: bool, ref: str | None):
+    logger = get_run_logger()
     repos = select_repositories(discover_task(settings), repositories)
 
     outcomes: list[dict] = []

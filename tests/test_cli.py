@@ -56,7 +56,7 @@ def test_ingest_search_status_metrics(workspace):
     assert {m["metadata"]["section"] for m in json.loads(out.stdout)["matches"]} <= {"blog"}
 
     text = cli(env, "search", "install sample on linux")
-    assert text.returncode == 0 and "Install Sample" in text.stderr
+    assert text.returncode == 0 and "Install Sample" in text.stdout  # results on stdout
 
     out = cli(env, "status", "--json")
     (row,) = json.loads(out.stdout)

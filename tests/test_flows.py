@@ -218,13 +218,17 @@ def test_query_flow_respects_access_levels(sample_parent, monkeypatch):
 
 
 def _artifacts(key: str) -> list:
+    """Every version of the artifact `key`, newest first (the harness server is shared by the
+    session's tests, so earlier tests' versions are there too)."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+    from prefect.client.schemas.sorting import ArtifactSort
 
     async def read():
         async with get_client() as client:
             return await client.read_artifacts(
-                artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])))
+                artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])),
+                sort=ArtifactSort.CREATED_DESC)
 
     return asyncio.run(read())
 
@@ -285,22 +289,23 @@ def test_the_artifact_of_a_failing_run_shows_the_failure_first(sample_parent, mo
     monkeypatch.setenv("HETRIEVER_FAULTS", "process_file:*/where.md:always")
     state, _ = run_ingest()
     assert state.is_failed()
-    (page,) = _artifacts("ingest-sample-docs")
-    text = page.data
+    text = _artifacts("ingest-sample-docs")[0].data
     assert text.startswith("# Ingest of sample-docs: FAILED")
     failure = text.index("content/docs/templates/where.md")
     assert failure < text.index("## This run") < text.index("## Recent runs")
     # the whole message, not cut: the injected fault names itself
     assert "failed after retries: " in text and "injected fault" in text.lower()
-    (summary,) = _artifacts("ingest-summary")
-    assert "FAILED: sample-docs: 1 file(s) failed" in summary.data
+    assert "FAILED: sample-docs: 1 file(s) failed" in _artifacts("ingest-summary")[0].data
 
 
 def test_a_noop_run_keeps_the_last_real_runs_artifact(sample_parent):
     run_ingest()
-    run_ingest()  # no-op
-    (page,) = _artifacts("ingest-sample-docs")  # one version: the no-op published none
-    assert "| mode | full |" in page.data and "## Recent runs" in page.data
+    versions = len(_artifacts("ingest-sample-docs"))
+    state, summary = run_ingest()
+    assert summary["repositories"][0]["mode"] == "noop"
+    pages = _artifacts("ingest-sample-docs")
+    assert len(pages) == versions  # the no-op published no new version
+    assert "| mode | full |" in pages[0].data and "## Recent runs" in pages[0].data
 
 
 def test_hetriever_warnings_reach_the_run_logs_at_warning_level(sample_parent):
@@ -315,7 +320,7 @@ def test_hetriever_warnings_reach_the_run_logs_at_warning_level(sample_parent):
     (parent / "docs" / "sample-docs" / "content" / "docs" / "faq.md").write_text("edited\n")
     state, _ = run_ingest()  # a dirty working tree: indexed at HEAD, with a warning
     assert state.is_completed(), state.message
-    APILogHandler.flush()
+    asyncio.run(APILogHandler.aflush())
 
     async def read_logs():
         async with get_client() as client:
