@@ -7,6 +7,8 @@ from typing import AsyncIterator, Iterable
 
 from prefect import task
 from prefect.cache_policies import NONE
+from prefect.context import FlowRunContext
+from prefect.task_runners import ThreadPoolTaskRunner
 from prefect.utilities.annotations import quote
 
 from hetriever.config import Settings
@@ -43,12 +45,15 @@ async def map_with_tasks(files: Iterable[tuple[str, str | SkipFile]],
     loop = asyncio.get_running_loop()
     finished: asyncio.Queue = asyncio.Queue()
     # quote(): Prefect would otherwise walk (and rebuild) every dataclass argument of every
-    # task run looking for futures; these hold none.
-    repo, settings, resolver = quote(work.repo), quote(work.settings), quote(work.resolver)
+    # task run looking for futures; these hold none. Only for in-process thread runners: a
+    # quote pickled to a Dask worker arrives as a plain tuple.
+    runner = getattr(FlowRunContext.get(), "task_runner", None)
+    wrap = quote if isinstance(runner, ThreadPoolTaskRunner) else (lambda value: value)
+    repo, settings, resolver = wrap(work.repo), wrap(work.settings), wrap(work.resolver)
     paths = {}
     for path, text in files:
         future = process_file_task.submit(repo, path, work.commit, settings, work.processed_at,
-                                          text=quote(text), resolver=resolver)
+                                          text=wrap(text), resolver=resolver)
         paths[future] = path
         future.add_done_callback(
             lambda done: loop.call_soon_threadsafe(finished.put_nowait, done))
