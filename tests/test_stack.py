@@ -34,8 +34,14 @@ def run_deployment(api: str, name: str) -> dict:
     """Create a run of deployment `name` and wait for the worker to finish it."""
     with httpx.Client(base_url=api, timeout=30) as client:
         deployment = client.get(f"/deployments/name/{name}").raise_for_status().json()
-        run = client.post(f"/deployments/{deployment['id']}/create_flow_run",
-                          json={}).raise_for_status().json()
+        # The server answers 503 while its SQLite is busy (its event services write to the
+        # same file); on a loaded machine that passes on a retry, as Prefect's client would.
+        for attempt in range(6):
+            response = client.post(f"/deployments/{deployment['id']}/create_flow_run", json={})
+            if response.status_code != 503:
+                break
+            time.sleep(2 ** attempt)
+        run = response.raise_for_status().json()
         deadline = time.monotonic() + RUN_TIMEOUT
         while time.monotonic() < deadline:
             run = client.get(f"/flow_runs/{run['id']}").raise_for_status().json()
