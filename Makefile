@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-fast bench clean
+.PHONY: install demo test test-fast bench clean prefect-up prefect-down prefect-status
 
 install: $(STAMP)
 
@@ -28,6 +28,16 @@ test: install
 
 test-fast: install
 	$(BIN)/python -m pytest -m "not corpus and not server and not prefect"
+
+# The local Prefect stack (server, work pool, deployments, worker): deployments/stack.py.
+prefect-up: install
+	$(BIN)/python -m deployments.stack up
+
+prefect-down:
+	$(BIN)/python -m deployments.stack down
+
+prefect-status:
+	$(BIN)/python -m deployments.stack status
 
 bench: install
 	$(BIN)/python bench/run_all.py

@@ -101,7 +101,6 @@ STORE_OTHER = ("delete_file_sync", "list_files_sync", "info_sync", "ensure_colle
 def instrumented(probe: Probe) -> Iterator[None]:
     """Wrap the pipeline's functions where their callers look them up (module globals)."""
     import hetriever.indexing as indexing
-    import tasks.discover
     import tasks.process
     from hetriever.store import ChromaKnowledgeStore
 
@@ -110,7 +109,6 @@ def instrumented(probe: Probe) -> Iterator[None]:
         (indexing, "safe_process_text", "parse_clean_chunk"),
         (indexing, "read_content_file", "git_read_single"),
         (indexing, "plan", "plan"),
-        (tasks.discover, "plan", "plan"),
         (ChromaKnowledgeStore, "upsert_files_sync", "store_write"),
         *[(ChromaKnowledgeStore, name, "store_other") for name in STORE_OTHER],
     ]
@@ -292,15 +290,14 @@ def fan_out(corpus: str, runners: list[str], probe: Probe,
     one `process_file` per file (a git read each, a resolver each), and the batched loop that
     `index_repository` runs (one git reader, one shared include resolver)."""
     from prefect import flow
-    from prefect.futures import wait
-
     from flows.ingest import make_task_runner
     from hetriever.config import load_settings
     from hetriever.discover import discover_repositories, head_commit, list_content_files
     from hetriever.discover import read_content_files
     import hetriever.indexing as indexing
     from hetriever.indexing import IncludeResolver, now_iso
-    from tasks.process import process_file_task
+    from hetriever.indexing import FileWork
+    from tasks.process import map_with_tasks
 
     settings = load_settings()
     (repo,) = [r for r in discover_repositories(settings.docs_root) if r.name == corpus]
@@ -309,14 +306,11 @@ def fan_out(corpus: str, runners: list[str], probe: Probe,
     stamp = now_iso()
 
     @flow(name="bench-fan-out")
-    def fan_out_flow() -> int:
-        # as flows/ingest.py does: one batched read, one include cache, a task per file
-        texts = dict(read_content_files(repo, paths, commit, max_bytes=settings.max_file_bytes))
-        resolver = IncludeResolver(repo, commit, settings)
-        futures = [process_file_task.submit(repo, p, commit, settings, stamp, text=texts[p],
-                                            resolver=resolver) for p in paths]
-        done, _ = wait(futures)
-        return sum(1 for f in done if f.result() is not None)
+    async def fan_out_flow() -> int:
+        # as the ingest flow does: one batched read, one include cache, the task-per-file mapper
+        work = FileWork(repo, commit, settings, IncludeResolver(repo, commit, settings), stamp)
+        files = read_content_files(repo, paths, commit, max_bytes=settings.max_file_bytes)
+        return sum([1 async for _ in map_with_tasks(files, work)])
 
     def per_file() -> None:
         for p in paths:
@@ -340,7 +334,9 @@ def fan_out(corpus: str, runners: list[str], probe: Probe,
         probe.reset()
         with instrumented(probe):
             start = time.perf_counter()
-            fn()
+            pending = fn()
+            if asyncio.iscoroutine(pending):  # the async flow, called from sync code
+                asyncio.run(pending)
             wall = time.perf_counter() - start
         out.append(FanOut(corpus, lane, len(paths), round(wall, 3),
                           round(1000 * wall / max(1, len(paths)), 2), dict(probe.calls),
@@ -351,7 +347,7 @@ def fan_out(corpus: str, runners: list[str], probe: Probe,
 
 def bench_corpus(corpus: str, runners: list[str], scratch: Path, model_dir: Path,
                  probe: Probe, say: Callable[[str], None],
-                 fan_out_only: bool) -> tuple[list[Run], list[FanOut]]:
+                 fan_out_only: bool, full_only: bool = False) -> tuple[list[Run], list[FanOut]]:
     from tests.helpers import build_corpus_parent
 
     parent, v1, v2 = build_corpus_parent(scratch / corpus, corpus)
@@ -370,6 +366,15 @@ def bench_corpus(corpus: str, runners: list[str], scratch: Path, model_dir: Path
         site.checkout(v2)
         point_env_at(Path(tempfile.mkdtemp(prefix="fan-", dir=scratch)), parent, model_dir)
         return runs, fan_out(corpus, runners, probe, say)
+
+    if full_only:  # full v2 only, the lanes back to back in fresh directories
+        site.checkout(v2)
+        for lane in lanes:
+            workdir = Path(tempfile.mkdtemp(prefix="full-", dir=scratch))
+            point_env_at(workdir, parent, model_dir)
+            runs.append(one(lane, "full v2"))
+            shutil.rmtree(workdir, ignore_errors=True)
+        return runs, []
 
     # Incremental: v1 is indexed once (in-process, untimed) and its directories copied for
     # each lane, so every lane starts from the same index; then the v1 -> v2 run is timed.
@@ -498,6 +503,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--fan-out-only", action="store_true",
                         help="only the per-file fan-out (no embedding, no store): minutes less")
+    parser.add_argument("--full-only", action="store_true",
+                        help="only the full v2 ingest, in-process then flow, back to back")
     args = parser.parse_args(argv)
     corpora = args.corpus or ["hugo-docs"]
     runners = args.runner or ["threads"]
@@ -529,7 +536,7 @@ def main(argv: list[str] | None = None) -> int:
         with prefect_test_harness(server_startup_timeout=120):
             for corpus in present:
                 got, fans = bench_corpus(corpus, runners, scratch, model_dir, probe, say,
-                                         args.fan_out_only)
+                                         args.fan_out_only, args.full_only)
                 runs += got
                 fanouts += fans
     finally:

@@ -39,11 +39,16 @@ def ensure_work_pool(name: str = DEFAULT_POOL, pool_type: str = "process") -> bo
     return True
 
 
-def deploy_all(prefect_file: Path = PROJECT_ROOT / "prefect.yaml") -> int:
-    """`prefect --no-prompt deploy --all` from the project root; returns its exit code."""
+def deploy_all(prefect_file: Path = PROJECT_ROOT / "prefect.yaml", *, quiet: bool = False) -> int:
+    """`prefect --no-prompt deploy --all` from the project root; returns its exit code.
+    `quiet`: its output is shown only if it fails."""
     cmd = [sys.executable, "-m", "prefect", "--no-prompt", "deploy", "--all",
            "--prefect-file", str(prefect_file)]
-    return subprocess.run(cmd, cwd=prefect_file.parent, env=os.environ.copy()).returncode
+    done = subprocess.run(cmd, cwd=prefect_file.parent, env=os.environ.copy(),
+                          capture_output=quiet, text=True)
+    if quiet and done.returncode != 0:
+        print(done.stdout + done.stderr, file=sys.stderr)
+    return done.returncode
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -22,12 +22,13 @@ DEMO_DIR = Path(".demo")
 DEMO_QUERY = "how do I filter a collection with where"
 
 
-def _console():
+def _console(stderr: bool = False):
+    """Readable results go to stdout (so `| head` works); progress bars to stderr."""
     from rich.console import Console
 
-    console = Console(stderr=True)
+    console = Console(stderr=stderr)
     if not console.is_terminal:  # piped or captured: do not squeeze tables into 80 columns
-        console = Console(stderr=True, width=140)
+        console = Console(stderr=stderr, width=140)
     return console
 
 
@@ -69,7 +70,7 @@ async def _ingest_local(settings, names: list[str] | None, force_full: bool,
     outcomes = []
     store = get_knowledge_store(settings)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=_console(), disable=not show_progress,
+                  TimeElapsedColumn(), console=_console(stderr=True), disable=not show_progress,
                   transient=True) as progress:
         for repo in repos:
             task = progress.add_task(f"indexing {repo.name}", total=None)
@@ -169,7 +170,13 @@ def _run_search(settings, query: str, repositories: list[str] | None, top_k: int
     from hetriever.store import get_knowledge_store
 
     async def go():
+        from hetriever.discover import require_known
+        from hetriever.store import validate_collection_name
+
         store = get_knowledge_store(settings)
+        for name in repositories or []:
+            validate_collection_name(name)  # a malformed name says so, before "unknown"
+        require_known(repositories, store.repository_names())
         return await retrieve(store, query, top_k=top_k, filters=filters,
                               namespaces=repositories, hybrid=hybrid, access_levels=access,
                               group_by=group_by)

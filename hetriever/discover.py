@@ -125,15 +125,20 @@ def discover_repositories(
     return [repos[name] for name in sorted(repos)]
 
 
+def require_known(names: list[str] | None, known: list[str]) -> None:
+    """An unknown repository name is a clear error that lists the known ones."""
+    unknown = sorted(set(names or []) - set(known))
+    if unknown:
+        raise RepositoryNotFoundError(
+            f"unknown repositories: {', '.join(unknown)}",
+            hint=f"known: {', '.join(sorted(known)) or 'none (run `hetriever ingest` first)'}")
+
+
 def select_repositories(repos: list[Repository], names: list[str] | None) -> list[Repository]:
     """The named repositories (all when `names` is empty); an unknown name is a clear error."""
     if not names:
         return repos
-    unknown = sorted(set(names) - {r.name for r in repos})
-    if unknown:
-        raise RepositoryNotFoundError(
-            f"unknown repositories: {', '.join(unknown)}",
-            hint=f"known: {', '.join(r.name for r in repos) or 'none'}")
+    require_known(names, [r.name for r in repos])
     return [r for r in repos if r.name in names]
 
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from functools import lru_cache
 from pathlib import PurePosixPath
-from typing import Callable, Iterable
+from typing import AsyncIterator, Callable, Iterable
 
 from hetriever import faults
 from hetriever.access import declared_level
@@ -41,7 +41,6 @@ from hetriever.errors import EmbeddingError, IndexingError
 from hetriever.discover import (
     SkipFile,
     compute_change_set,
-    head_commit,
     list_content_files,
     read_content_file,
     read_content_files,
@@ -83,6 +82,9 @@ class FileOutcome:
     chunks: list[Chunk] = field(default_factory=list)
     skipped: SkippedFile | None = None
     lines: int = 0
+    # Set when the per-file step itself gave up (e.g. a task out of retries): the file keeps
+    # its old chunks, is filed under IndexResult.failed, and the commit is not recorded.
+    failed: str | None = None
 
 
 def is_snippet_path(path: str, content_dir: str) -> bool:
@@ -276,6 +278,7 @@ def expand_snippet_dependents(repo: Repository, change_set: ChangeSet) -> Change
         log.info("snippet_dependents", repository=repo.name, snippets=sorted(snippets),
                  pages=len(added))
     change_set.changes.extend(added)
+    change_set.include_dependents.extend(c.path for c in added)
     return change_set
 
 
@@ -296,7 +299,8 @@ def plan(repo: Repository, last_commit: str | None, last_status: str | None, *,
 def _count_changes(result: IndexResult, change_set: ChangeSet) -> None:
     counts = change_set.counts()
     result.files_added = counts["added"]
-    result.files_modified = counts["modified"]
+    result.files_include_dependent = len(change_set.include_dependents)
+    result.files_modified = counts["modified"] - result.files_include_dependent
     result.files_deleted = counts["deleted"]
     result.files_renamed = counts["renamed"]
 
@@ -352,6 +356,13 @@ async def apply_outcomes(store, repo: Repository, outcomes: list[FileOutcome],
     if not outcomes:
         return
     catalog, physical = store.catalog, store.physical_name(repo.name, create=True)
+    gave_up = [o for o in outcomes if o.failed is not None]
+    for outcome in gave_up:  # not written: the file keeps its old chunks
+        result.failed.append(SkippedFile(outcome.path, outcome.failed))
+        catalog.set_files(physical, repo.name, [outcome.path], FAILED, reason=outcome.failed)
+    outcomes = [o for o in outcomes if o.failed is None]
+    if not outcomes:
+        return
     catalog.set_files(physical, repo.name, [o.path for o in outcomes if o.chunks], PROCESSED,
                       chunk_counts={o.path: len(o.chunks) for o in outcomes})
     for outcome in outcomes:
@@ -403,11 +414,13 @@ async def _write_outcomes(store, repo: Repository, outcomes: list[FileOutcome],
 class OutcomeWriter:
     """Gathers file outcomes and writes them in windows of about `settings.write_window` chunks."""
 
-    def __init__(self, store, repo: Repository, result: IndexResult):
+    def __init__(self, store, repo: Repository, result: IndexResult,
+                 progress: RunProgress | None = None):
         self.store, self.repo, self.result = store, repo, result
         self.window = store.settings.write_window
         self.pending: list[FileOutcome] = []
         self.pending_chunks = 0
+        self.progress = progress
 
     async def add(self, outcome: FileOutcome) -> None:
         self.pending.append(outcome)
@@ -418,6 +431,8 @@ class OutcomeWriter:
     async def flush(self) -> None:
         pending, self.pending, self.pending_chunks = self.pending, [], 0
         await apply_outcomes(self.store, self.repo, pending, self.result)
+        if self.progress and pending:
+            self.progress.window_written(len(pending), self.result)
 
 
 @contextmanager
@@ -506,52 +521,114 @@ async def last_indexed(store, repo: Repository) -> tuple[str | None, str | None]
     return meta.get("commit_hash") or None, meta.get(STATUS_KEY) or None
 
 
+# --- the whole run; the per-file step is pluggable ---------------------------------------
+
+
+@dataclass
+class FileWork:
+    """What every file of one run is processed with; `process` is the per-file step."""
+
+    repo: Repository
+    commit: str
+    settings: Settings
+    resolver: IncludeResolver
+    processed_at: str
+
+    def process(self, path: str, text: str | SkipFile | None) -> FileOutcome:
+        return process_file(self.repo, path, self.commit, self.settings, resolver=self.resolver,
+                            processed_at=self.processed_at, text=text)
+
+
+# Turns (path, text) pairs into outcomes, in any order. In-process it is a loop; the Prefect
+# flow passes one that submits a task per file (tasks/process.py).
+FileMapper = Callable[[Iterable[tuple[str, "str | SkipFile"]], FileWork],
+                      AsyncIterator[FileOutcome]]
+
+
+async def map_in_process(files: Iterable[tuple[str, str | SkipFile]],
+                         work: FileWork) -> AsyncIterator[FileOutcome]:
+    for path, text in files:
+        yield work.process(path, text)
+
+
+class RunProgress:
+    """Counts files as they come back and logs each written window with a rate and an ETA."""
+
+    def __init__(self, repository: str, total_files: int,
+                 on_file: Callable[[int, int], None] | None = None) -> None:
+        self.repository, self.total, self.on_file = repository, total_files, on_file
+        self.done = 0
+        self.started = time.perf_counter()
+
+    def file_done(self) -> None:
+        self.done += 1
+        if self.on_file:
+            self.on_file(self.done, self.total)
+
+    def window_written(self, files: int, result: IndexResult) -> None:
+        elapsed = max(time.perf_counter() - self.started, 1e-6)
+        chunks = result.chunks_written + result.chunks_reused
+        remaining = self.total - self.done
+        log.info("index_progress", repository=self.repository,
+                 files=f"{self.done}/{self.total}", chunks_stored=chunks,
+                 chunks_embedded=result.chunks_written,
+                 chunks_per_s=round(chunks / elapsed, 1),
+                 eta_s=round(elapsed / max(self.done, 1) * remaining, 1))
+
+
 async def index_repository(repo: Repository, store, settings: Settings, *,
                            force_full: bool = False,
-                           progress: Callable[[int, int], None] | None = None) -> IndexResult:
-    """Bring one repository's collection to its checked-out commit. Returns the counts."""
-    started = time.perf_counter()
-    last_commit, last_status = await last_indexed(store, repo)
-    change_set = plan(repo, last_commit, last_status, force_full=force_full)
-    result = IndexResult(repository=repo.name, mode=change_set.mode, old_commit=last_commit,
-                         new_commit=change_set.new_commit, skipped=list(change_set.skipped))
-    _count_changes(result, change_set)
-    bound = log.bind(repository=repo.name, mode=change_set.mode,
-                     old_commit=(last_commit or "")[:12], new_commit=change_set.new_commit[:12])
-    await heal_bm25(store, repo, settings)
-    if change_set.mode == "noop":
-        bound.info("index_noop")
-        result.completed = True
-        result.total_seconds = time.perf_counter() - started
-        return result
-    if change_set.dirty:
-        bound.warning("uncommitted_changes_ignored")
+                           progress: Callable[[int, int], None] | None = None,
+                           map_files: FileMapper = map_in_process) -> IndexResult:
+    """Bring one repository's collection to its checked-out commit. Returns the counts.
 
-    check_schema(store, repo)
-    bound.info("index_started", **change_set.counts())
+    Holds the repository's run lock from planning to the recorded commit; `map_files` runs
+    the per-file step (in-process by default); `progress(done, total)` is called per file.
+    """
+    started = time.perf_counter()
     with run_lock(settings, repo.name):
+        last_commit, last_status = await last_indexed(store, repo)
+        change_set = plan(repo, last_commit, last_status, force_full=force_full)
+        result = IndexResult(repository=repo.name, mode=change_set.mode, old_commit=last_commit,
+                             new_commit=change_set.new_commit, skipped=list(change_set.skipped))
+        _count_changes(result, change_set)
+        bound = log.bind(repository=repo.name, mode=change_set.mode,
+                         old_commit=(last_commit or "")[:12],
+                         new_commit=change_set.new_commit[:12])
+        await heal_bm25(store, repo, settings)
+        if change_set.mode == "noop":
+            bound.info("index_noop")
+            result.completed = True
+            result.total_seconds = time.perf_counter() - started
+            return result
+        if change_set.dirty:
+            bound.warning("uncommitted_changes_ignored")
+
+        check_schema(store, repo)
+        bound.info("index_started", include_dependents=len(change_set.include_dependents),
+                   **change_set.counts())
         try:
-            await _run(store, repo, settings, change_set, result, progress)
+            await _run(store, repo, settings, change_set, result, progress, map_files)
         except BaseException as exc:
             close_run(store, repo, result, "failed", error=f"{type(exc).__name__}: {exc}")
             raise
     result.total_seconds = time.perf_counter() - started
     bound.info("index_finished", files_indexed=result.files_indexed,
-               files_skipped=result.files_skipped, chunks_written=result.chunks_written,
-               chunks_reused=result.chunks_reused, chunks_deleted=result.chunks_deleted,
-               seconds=round(result.total_seconds, 2))
+               files_skipped=result.files_skipped, files_failed=len(result.failed),
+               chunks_written=result.chunks_written, chunks_reused=result.chunks_reused,
+               chunks_deleted=result.chunks_deleted, seconds=round(result.total_seconds, 2))
     return result
 
 
 async def heal_bm25(store, repo: Repository, settings: Settings) -> None:
     """A BM25 index that is damaged, or missing or empty beside a filled collection, is
-    rebuilt from Chroma before anything else (even when the commit is already indexed)."""
+    rebuilt from Chroma before anything else (even when the commit is already indexed).
+    The caller holds the repository's run lock."""
     problem = await asyncio.to_thread(store.bm25_problem, repo.name)
     if not problem:
         return
     log.warning("bm25_rebuild", repository=repo.name, reason=problem)
-    with run_lock(settings, repo.name):
-        repaired = await store.rebuild_bm25(repo.name)
+    repaired = await store.rebuild_bm25(repo.name)
     log.info("bm25_rebuilt", repository=repo.name, rows=repaired.added)
 
 
@@ -588,25 +665,21 @@ async def start_run(store, repo: Repository, settings: Settings, change_set: Cha
 
 
 async def _run(store, repo: Repository, settings: Settings, change_set: ChangeSet,
-               result: IndexResult, progress: Callable[[int, int], None] | None) -> None:
+               result: IndexResult, progress: Callable[[int, int], None] | None,
+               map_files: FileMapper) -> None:
     await start_run(store, repo, settings, change_set, result)
 
-    resolver = IncludeResolver(repo, change_set.new_commit, settings)
     paths = change_set.paths_to_index()
-    processed_at = now_iso()
-    writer = OutcomeWriter(store, repo, result)
-    for done, (path, text) in enumerate(
-            read_content_files(repo, paths, change_set.new_commit,
-                               max_bytes=settings.max_file_bytes), start=1):
-        if isinstance(text, SkipFile):
-            outcome = FileOutcome(path, skipped=SkippedFile(path, text.reason))
-            log.warning("file_skipped", repository=repo.name, path=path, reason=text.reason)
-        else:
-            outcome = safe_process_text(repo, path, text, settings, resolver=resolver,
-                                        processed_at=processed_at)
+    work = FileWork(repo, change_set.new_commit, settings,
+                    IncludeResolver(repo, change_set.new_commit, settings), now_iso())
+    tracker = RunProgress(repo.name, len(paths), progress)
+    writer = OutcomeWriter(store, repo, result, tracker)
+    # One batched git read for every file (a git process per file cost 5x the parse work).
+    files = read_content_files(repo, paths, change_set.new_commit,
+                               max_bytes=settings.max_file_bytes)
+    async for outcome in map_files(files, work):
         await writer.add(outcome)
-        if progress:
-            progress(done, len(paths))
+        tracker.file_done()
     await writer.flush()
     if result.failed:  # the commit stays unrecorded: the next run reconciles and retries
         log.error("index_incomplete", repository=repo.name, failed=len(result.failed))
@@ -614,7 +687,3 @@ async def _run(store, repo: Repository, settings: Settings, change_set: ChangeSe
                   error=f"{len(result.failed)} file(s) could not be stored")
         return
     await finish_run(store, repo, change_set, result)
-
-
-def current_commit(repo: Repository) -> str:
-    return head_commit(repo)

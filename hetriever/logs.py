@@ -14,9 +14,30 @@ import structlog
 _configured = False
 
 
-def configure_logging(level: str = "INFO", fmt: str = "console") -> None:
-    """Configure structlog (and the stdlib root logger it renders through). Idempotent."""
+def configure_logging(level: str = "INFO", fmt: str = "console", sink: str = "stderr") -> None:
+    """Configure structlog. Idempotent.
+
+    sink "stderr": one rendered line per event on stderr, with a timestamp and a level.
+    sink "stdlib": events go to the stdlib logger named after the module (`hetriever.indexing`)
+    at their own level, without a timestamp: the handlers there (Prefect's, inside a flow run)
+    add theirs, so a line carries one timestamp and filtering on WARNING works.
+    """
     global _configured
+    if sink == "stdlib":
+        structlog.configure(
+            processors=[
+                structlog.contextvars.merge_contextvars,
+                structlog.processors.StackInfoRenderer(),
+                structlog.processors.format_exc_info,
+                structlog.processors.JSONRenderer() if fmt == "json" else _render_event,
+            ],
+            wrapper_class=structlog.make_filtering_bound_logger(
+                logging.getLevelName(level.upper())),
+            logger_factory=structlog.stdlib.LoggerFactory(),
+            cache_logger_on_first_use=False,
+        )
+        _configured = True
+        return
     renderer = (
         structlog.processors.JSONRenderer()
         if fmt == "json"
@@ -38,6 +59,15 @@ def configure_logging(level: str = "INFO", fmt: str = "console") -> None:
         cache_logger_on_first_use=False,
     )
     _configured = True
+
+
+def _render_event(_logger, _name, event_dict: dict) -> str:
+    """`event key=value ...` for a handler that adds its own time and level."""
+    event = event_dict.pop("event", "")
+    exception = event_dict.pop("exception", None)
+    fields = " ".join(f"{k}={v}" for k, v in event_dict.items())
+    line = f"{event} {fields}".rstrip()
+    return f"{line}\n{exception}" if exception else line
 
 
 def get_logger(name: str | None = None, **context: object) -> structlog.stdlib.BoundLogger:

@@ -89,6 +89,9 @@ class ChangeSet(_Serialisable):
     # (binary, non-UTF-8, too large, symlink out of the repo, ...).
     skipped: list[SkippedFile] = field(default_factory=list)
     dirty: bool = False  # the working tree had uncommitted changes (they are ignored)
+    # Pages git did not change but that include a changed snippet (counted as modified in
+    # `changes`, reported apart so "files modified" matches `git diff`).
+    include_dependents: list[str] = field(default_factory=list)
 
     def paths_to_index(self) -> list[str]:
         """Files whose (new) content must be parsed and written."""
@@ -261,6 +264,7 @@ class IndexResult(_Serialisable):
     files_modified: int = 0
     files_deleted: int = 0
     files_renamed: int = 0
+    files_include_dependent: int = 0  # unchanged pages re-indexed for a changed snippet
     files_indexed: int = 0
     skipped: list[SkippedFile] = field(default_factory=list)
     chunks_written: int = 0  # new or changed chunks embedded and written

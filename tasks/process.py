@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
+from typing import AsyncIterator, Iterable
+
 from prefect import task
 from prefect.cache_policies import NONE
+from prefect.context import FlowRunContext
+from prefect.task_runners import ThreadPoolTaskRunner
+from prefect.utilities.annotations import quote
 
 from hetriever.config import Settings
 from hetriever.discover import SkipFile
-from hetriever.indexing import FileOutcome, IncludeResolver, process_file
+from hetriever.indexing import FileOutcome, FileWork, IncludeResolver, process_file
+from hetriever.logs import get_logger
 from hetriever.models import Repository
 from tasks.retry import RETRIES, RETRY_DELAYS, RETRY_JITTER, retry_transient
+
+log = get_logger(__name__)
 
 
 @task(name="process-file", task_run_name="process-{path}", cache_policy=NONE,
@@ -18,7 +27,42 @@ from tasks.retry import RETRIES, RETRY_DELAYS, RETRY_JITTER, retry_transient
 def process_file_task(repo: Repository, path: str, commit: str, settings: Settings,
                       processed_at: str, text: str | SkipFile | None = None,
                       resolver: IncludeResolver | None = None) -> FileOutcome:
-    """`text` (read by the flow in one batch) and `resolver` (one include cache for the run)
+    """`text` (read by the run in one batch) and `resolver` (one include cache for the run)
     are optional: without them the task reads the file itself."""
     return process_file(repo, path, commit, settings, processed_at=processed_at, text=text,
                         resolver=resolver)
+
+
+async def map_with_tasks(files: Iterable[tuple[str, str | SkipFile]],
+                         work: FileWork) -> AsyncIterator[FileOutcome]:
+    """The per-file step of `index_repository` as one task run per file (visible in the UI,
+    retried on transient errors); a file out of retries comes back as a failed outcome.
+
+    Outcomes are awaited, never waited for: a blocking wait (`as_completed`, `.result()` on a
+    pending future) would stall the flow's event loop while the writer and Prefect's own
+    callbacks need it.
+    """
+    loop = asyncio.get_running_loop()
+    finished: asyncio.Queue = asyncio.Queue()
+    # quote(): Prefect would otherwise walk (and rebuild) every dataclass argument of every
+    # task run looking for futures; these hold none. Only for in-process thread runners: a
+    # quote pickled to a Dask worker arrives as a plain tuple.
+    runner = getattr(FlowRunContext.get(), "task_runner", None)
+    wrap = quote if isinstance(runner, ThreadPoolTaskRunner) else (lambda value: value)
+    repo, settings, resolver = wrap(work.repo), wrap(work.settings), wrap(work.resolver)
+    paths = {}
+    for path, text in files:
+        future = process_file_task.submit(repo, path, work.commit, settings, work.processed_at,
+                                          text=wrap(text), resolver=resolver)
+        paths[future] = path
+        future.add_done_callback(
+            lambda done: loop.call_soon_threadsafe(finished.put_nowait, done))
+    for _ in range(len(paths)):
+        future = await finished.get()
+        path = paths[future]
+        try:
+            yield future.result()  # already final: returns at once
+        except Exception as exc:  # retries exhausted: report the file, index the rest
+            reason = f"failed after retries: {type(exc).__name__}: {exc}"
+            log.error("file_failed", repository=work.repo.name, path=path, error=reason)
+            yield FileOutcome(path, failed=reason)

@@ -56,7 +56,7 @@ def test_ingest_search_status_metrics(workspace):
     assert {m["metadata"]["section"] for m in json.loads(out.stdout)["matches"]} <= {"blog"}
 
     text = cli(env, "search", "install sample on linux")
-    assert text.returncode == 0 and "Install Sample" in text.stderr
+    assert text.returncode == 0 and "Install Sample" in text.stdout  # results on stdout
 
     out = cli(env, "status", "--json")
     (row,) = json.loads(out.stdout)
@@ -64,6 +64,21 @@ def test_ingest_search_status_metrics(workspace):
 
     out = cli(env, "metrics", "--json")
     assert json.loads(out.stdout)["count"] == 3
+
+
+def test_search_prints_results_to_stdout_and_rejects_an_unknown_repository(workspace):
+    _, env = workspace
+    assert cli(env, "ingest", "--json").returncode == 0  # full, or a no-op after the test above
+    out = cli(env, "search", "where function operators", "-k", "2")
+    assert out.returncode == 0, out.stderr
+    assert "results" in out.stdout and "where" in out.stdout.lower()  # `| head` shows them
+    assert "results" not in out.stderr
+
+    out = cli(env, "search", "where", "-r", "sampel-docs")
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "unknown repositories: sampel-docs" in out.stderr
+    assert "known: sample-docs" in out.stderr
+    assert out.stdout == ""
 
 
 @pytest.mark.parametrize("args,env_extra,message", [

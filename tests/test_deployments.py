@@ -26,7 +26,8 @@ def _deployments() -> dict:
 
     with get_client(sync_client=True) as client:
         return {name: client.read_deployment_by_name(name)
-                for name in ("ingest/scheduled", "ingest/full-reindex", "query/query")}
+                for name in ("ingest/scheduled", "migrate/full-reindex", "migrate/migrate",
+                             "query/query")}
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +43,7 @@ def deployed(prefect_harness, tmp_path_factory):
     return {"project_dir": project_dir, "env": env}
 
 
-def test_three_deployments_on_the_pool(deployed):
+def test_four_deployments_on_the_pool(deployed):
     deps = _deployments()
     for name, dep in deps.items():
         assert dep.work_pool_name == "hetriever-pool", name
@@ -61,13 +62,19 @@ def test_scheduled_ingest_cron_from_env(deployed):
     assert schedule.active
     assert schedule.schedule.cron == "*/15 * * * *"
     assert schedule.schedule.timezone == "UTC"
-    assert dep.parameters == {}
+    # The schedule is the safety net for lost webhooks: it fetches before it diffs.
+    assert dep.parameters == {"fetch": True}
 
 
 def test_manual_deployments(deployed):
     deps = _deployments()
-    assert deps["ingest/full-reindex"].schedules == []
-    assert deps["ingest/full-reindex"].parameters == {"force_full": True}
+    # full-reindex rebuilds (re-embeds) into a new collection; migrate only what changed
+    assert deps["migrate/full-reindex"].entrypoint == "flows/migrate.py:migrate"
+    assert deps["migrate/full-reindex"].schedules == []
+    assert deps["migrate/full-reindex"].parameters == {"force": True}
+    assert "re-embedding every chunk" in deps["migrate/full-reindex"].description
+    assert deps["migrate/migrate"].parameters == {} and deps["migrate/migrate"].schedules == []
+    assert "chunking settings" in deps["migrate/migrate"].description
     assert deps["query/query"].schedules == []
     # The parameter schema comes from the real flow signatures.
     props = deps["query/query"].parameter_openapi_schema["properties"]
@@ -78,7 +85,7 @@ def test_manual_deployments(deployed):
 
 def test_ingest_runs_one_at_a_time(deployed):
     deps = _deployments()
-    for name in ("ingest/scheduled", "ingest/full-reindex"):
+    for name in ("ingest/scheduled", "migrate/full-reindex", "migrate/migrate"):
         dep = deps[name]
         assert dep.global_concurrency_limit is not None, name
         assert dep.global_concurrency_limit.limit == 1, name

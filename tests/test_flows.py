@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -105,8 +106,11 @@ def test_a_file_that_always_fails_is_reported_and_the_rest_indexed(sample_parent
     assert state.is_failed()  # honest: not everything was indexed
     (repo,) = summary["repositories"]
     assert not repo["ok"]
-    reasons = {s["path"]: s["reason"] for s in repo["skipped"]}
+    reasons = {s["path"]: s["reason"] for s in repo["failed"]}  # IndexResult.failed, not skips
     assert reasons["content/docs/templates/where.md"].startswith("failed after retries")
+    assert all(s["path"] != "content/docs/templates/where.md" for s in repo["skipped"])
+    runs = open_store().catalog.runs("sample-docs", limit=1)
+    assert runs[0]["outcome"] == "failed" and runs[0]["counts"]["files_failed"] == 1
     store = open_store()
     paths = {p for p, _ in stored(store, "sample-docs").values()}
     assert "content/docs/templates/where.md" not in paths
@@ -161,6 +165,13 @@ def test_query_flow_records_metrics(sample_parent):
     assert set(result["retriever_counts"]) >= {"dense", "bm25"}
     summary = metrics_store(load_settings().resolved_state_dir).summary()
     assert summary.count == 1 and summary.p50_ms > 0
+    # start-up (store open, warm-up search) is reported apart from the warm search's latency
+    assert result["startup_ms"] > 0 and summary.p50_ms == pytest.approx(result["search_time_ms"], abs=0.01)
+
+    from hetriever.errors import RepositoryNotFoundError
+
+    with pytest.raises(RepositoryNotFoundError, match="known: sample-docs"):
+        asyncio.run(query("where", repositories=["sampel-docs"]))
 
 
 @pytest.mark.corpus
@@ -201,3 +212,151 @@ def test_query_flow_respects_access_levels(sample_parent, monkeypatch):
                                 access_levels=["PRIVATE"]))
     assert private["matches"]
     assert {m["metadata"]["access_level"] for m in private["matches"]} == {"PRIVATE"}
+
+
+# --- operating it: the schedule catches up, runs close honestly, artifacts and logs read well
+
+
+def _artifacts(key: str) -> list:
+    """Every version of the artifact `key`, newest first (the harness server is shared by the
+    session's tests, so earlier tests' versions are there too)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+    from prefect.client.schemas.sorting import ArtifactSort
+
+    async def read():
+        async with get_client() as client:
+            return await client.read_artifacts(
+                artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])),
+                sort=ArtifactSort.CREATED_DESC)
+
+    return asyncio.run(read())
+
+
+def test_a_fetching_run_picks_up_a_commit_no_webhook_announced(sample_parent):
+    """Upstream gets a commit; the parent's submodule is never bumped (a lost webhook)."""
+    parent, source = sample_parent
+    state, _ = run_ingest()
+    assert state.is_completed(), state.message
+    write_files(source, {"content/docs/upstream-only.md":
+                         "---\ntitle: Upstream only\n---\n\nA zeppelin manual page.\n"})
+    pushed = commit_all(source, "a push whose webhook was lost")
+
+    state, summary = run_ingest()  # without fetch: the checkout has not moved, nothing to do
+    assert summary["repositories"][0]["mode"] == "noop"
+
+    state, summary = run_ingest(fetch=True)
+    assert state.is_completed(), state.message
+    (repo,) = summary["repositories"]
+    assert repo["mode"] == "incremental" and repo["new_commit"] == pushed
+    assert repo["files_added"] == 1 and repo["files_indexed"] == 1
+    store = open_store()
+    assert "content/docs/upstream-only.md" in {p for p, _ in stored(store, "sample-docs").values()}
+    assert asyncio.run(store.get_collection_metadata("sample-docs"))["commit_hash"] == pushed
+
+    state, summary = run_ingest(fetch=True)  # the next scheduled run: up to date
+    assert summary["repositories"][0]["mode"] == "noop"
+
+
+def test_a_fetch_that_cannot_reach_the_remote_fails_that_repository_clearly(sample_parent):
+    parent, _ = sample_parent
+    sub = parent / "docs" / "sample-docs"
+    subprocess.run(["git", "remote", "set-url", "origin", str(parent / "nowhere")], cwd=sub,
+                   check=True)
+    state, summary = run_ingest(fetch=True)
+    assert state.is_failed()
+    (repo,) = summary["repositories"]
+    assert not repo["ok"] and "git fetch --quiet origin failed" in repo["error"]
+    assert "remote `origin`" in repo["error"]  # the hint travels with the error
+
+
+def test_an_exception_in_a_run_closes_its_catalog_run_as_failed(sample_parent, monkeypatch):
+    import hetriever.indexing as indexing
+
+    async def broken_finish(*args, **kwargs):
+        raise RuntimeError("disk vanished")
+
+    monkeypatch.setattr(indexing, "finish_run", broken_finish)
+    state, summary = run_ingest()
+    assert state.is_failed()
+    (repo,) = summary["repositories"]
+    assert not repo["ok"] and "disk vanished" in repo["error"]
+    (last,) = open_store().catalog.runs("sample-docs", limit=1)
+    assert last["outcome"] == "failed" and "disk vanished" in last["error"]
+
+
+def test_the_artifact_of_a_failing_run_shows_the_failure_first(sample_parent, monkeypatch):
+    monkeypatch.setenv("HETRIEVER_FAULTS", "process_file:*/where.md:always")
+    state, _ = run_ingest()
+    assert state.is_failed()
+    text = _artifacts("ingest-sample-docs")[0].data
+    assert text.startswith("# Ingest of sample-docs: FAILED")
+    failure = text.index("content/docs/templates/where.md")
+    assert failure < text.index("## This run") < text.index("## Recent runs")
+    # the whole message, not cut: the injected fault names itself
+    assert "failed after retries: " in text and "injected fault" in text.lower()
+    assert "FAILED: sample-docs: 1 file(s) failed" in _artifacts("ingest-summary")[0].data
+
+
+def test_a_noop_run_keeps_the_last_real_runs_artifact(sample_parent):
+    run_ingest()
+    versions = len(_artifacts("ingest-sample-docs"))
+    state, summary = run_ingest()
+    assert summary["repositories"][0]["mode"] == "noop"
+    pages = _artifacts("ingest-sample-docs")
+    assert len(pages) == versions  # the no-op published no new version
+    assert "| mode | full |" in pages[0].data and "## Recent runs" in pages[0].data
+
+
+def test_hetriever_warnings_reach_the_run_logs_at_warning_level(sample_parent):
+    from datetime import datetime, timezone
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterTimestamp
+    from prefect.logging.handlers import APILogHandler
+
+    parent, _ = sample_parent
+    started = datetime.now(timezone.utc)
+    (parent / "docs" / "sample-docs" / "content" / "docs" / "faq.md").write_text("edited\n")
+    state, _ = run_ingest()  # a dirty working tree: indexed at HEAD, with a warning
+    assert state.is_completed(), state.message
+    asyncio.run(APILogHandler.aflush())
+
+    async def read_logs():
+        async with get_client() as client:
+            return await client.read_logs(log_filter=LogFilter(
+                timestamp=LogFilterTimestamp(after_=started)), limit=200)
+
+    logs = asyncio.run(read_logs())
+    warnings = [(log.name, log.message) for log in logs if log.level >= 30]
+    assert any(name.startswith("hetriever") and "uncommitted_changes_ignored" in message
+               for name, message in warnings), warnings
+    progress = [log.message for log in logs if log.message.startswith("index_progress")]
+    assert progress and "chunks_per_s=" in progress[0] and "eta_s=" in progress[0]
+    assert not any(log.message[:4].isdigit() for log in logs if log.name.startswith("hetriever"))
+    # six file tasks ran; none logged its routine "Finished in state Completed()"
+    assert not [log for log in logs if log.task_run_id is not None
+                and log.message.startswith("Finished in state Completed")]
+    assert any(log.name == "prefect.flow_runs" for log in logs)  # the flow's own lines do show
+
+
+def test_full_reindex_re_embeds_everything_and_migrate_only_what_changed(sample_parent):
+    from flows.migrate import migrate
+
+    state, summary = run_ingest()
+    written = summary["repositories"][0]["chunks_written"]
+    assert written > 0
+    store = open_store()
+    before = store.physical_name("sample-docs")
+
+    state = asyncio.run(migrate(return_state=True))  # the `migrate` deployment: nothing changed
+    (row,) = state.result()
+    assert state.is_completed() and row["result"] == "up to date" and row["chunks embedded"] == 0
+
+    state = asyncio.run(migrate(force=True, return_state=True))  # the `full-reindex` deployment
+    (row,) = state.result()
+    assert state.is_completed(), state.message
+    assert row["chunks embedded"] == written  # every chunk embedded again, none reused
+    assert row["result"] == f"{before} -> {store.physical_name('sample-docs')}"
+    assert store.physical_name("sample-docs") != before
+    assert len({p for p, _ in stored(store, "sample-docs").values()}) == 6  # searchable as before

@@ -116,7 +116,8 @@ def test_changed_snippet_reindexes_the_pages_that_include_it(docs, store):
     update_submodule(parent, "sample-docs", commit_all(source, "snippet"))
 
     result = run(index_repository(repo_of(parent), store, store.settings))
-    assert result.mode == "incremental" and result.files_modified == 2  # snippet + its page
+    assert result.mode == "incremental" and result.files_modified == 1  # the snippet
+    assert result.files_include_dependent == 1  # the page that includes it
     texts = " ".join(t for p, t in stored(store, "sample-docs").values())
     assert "Windows Terminal" in texts and "PowerShell" not in texts
 
@@ -174,3 +175,57 @@ def test_snippet_paths():
     assert is_snippet_path("content/en/docs/_includes/x.md", "content")
     assert not is_snippet_path("content/docs/_index.md", "content")
     assert not is_snippet_path("content/_index.md", "content")
+
+
+def test_the_per_file_step_is_pluggable_and_a_step_that_gives_up_fails_the_run(docs, store):
+    """A mapper other than the in-process one (the flow passes a task-per-file mapper): its
+    outcomes are written as usual; a file it gives up on is filed under `failed`, keeps no new
+    chunks, and the run is closed as failed with the commit unrecorded."""
+    from hetriever.catalog import FAILED
+    from hetriever.indexing import FileOutcome, map_in_process
+
+    parent, _ = docs
+    seen: list[str] = []
+
+    async def flaky_mapper(files, work):
+        async for outcome in map_in_process(files, work):
+            seen.append(outcome.path)
+            if outcome.path.endswith("where.md"):
+                yield FileOutcome(outcome.path, failed="failed after retries: OSError: gone")
+            else:
+                yield outcome
+
+    ticks: list[tuple[int, int]] = []
+    result = run(index_repository(repo_of(parent), store, store.settings, map_files=flaky_mapper,
+                                  progress=lambda done, total: ticks.append((done, total))))
+    assert not result.completed
+    assert [f.path for f in result.failed] == ["content/docs/templates/where.md"]
+    assert result.failed[0].reason == "failed after retries: OSError: gone"
+    assert all(s.path != "content/docs/templates/where.md" for s in result.skipped)
+    assert ticks[-1] == (len(seen), len(seen))  # progress per file, from any mapper
+    paths = {p for p, _ in stored(store, "sample-docs").values()}
+    assert "content/docs/templates/where.md" not in paths and len(paths) == 6
+    physical = store.physical_name("sample-docs")
+    assert [f.path for f in store.catalog.files(physical, FAILED)] == [
+        "content/docs/templates/where.md"]
+    (last,) = store.catalog.runs("sample-docs", limit=1)
+    assert last["outcome"] == "failed" and last["counts"]["files_failed"] == 1
+    assert not run(store.get_collection_metadata("sample-docs")).get("commit_hash")
+
+    again = run(index_repository(repo_of(parent), store, store.settings))  # in-process repairs
+    assert again.completed and again.mode == "full"
+    assert len({p for p, _ in stored(store, "sample-docs").values()}) == 7
+
+
+def test_an_exception_during_a_run_closes_the_catalog_run_as_failed(docs, store, monkeypatch):
+    import hetriever.indexing as indexing
+
+    async def broken(*args, **kwargs):
+        raise RuntimeError("disk vanished")
+
+    monkeypatch.setattr(indexing, "finish_run", broken)
+    parent, _ = docs
+    with pytest.raises(RuntimeError, match="disk vanished"):
+        run(index_repository(repo_of(parent), store, store.settings))
+    (last,) = store.catalog.runs("sample-docs", limit=1)
+    assert last["outcome"] == "failed" and "disk vanished" in last["error"]

@@ -1,0 +1,219 @@
+"""The local Prefect stack in one command each way: server, work pool, deployments, worker.
+
+    python -m deployments.stack up       # or `make prefect-up`
+    python -m deployments.stack status
+    python -m deployments.stack down     # or `make prefect-down`
+
+`up` starts `prefect server start` on 127.0.0.1 (port HETRIEVER_PREFECT_PORT, default 4200)
+with its own PREFECT_HOME under `.hetriever/prefect-stack/` (its SQLite database and logs stay
+there, not in ~/.prefect), waits until the API answers, creates the work pool and registers
+every deployment of prefect.yaml, then starts a process worker. Every process gets the same
+environment: PREFECT_API_URL pointing at that server (so no command quietly starts a temporary
+server of its own), HETRIEVER_PROJECT_DIR set to this checkout (the worker's pull step runs flows
+from there), and the caller's HETRIEVER_* settings (docs root, Chroma path...). Running `up`
+again on a running stack changes nothing. `down` stops the worker, then the server: SIGTERM to
+each process group, SIGKILL after a grace period, so one command is always enough.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from deployments.register import DEFAULT_POOL, PROJECT_ROOT, deploy_all
+
+STOP_GRACE_SECONDS = 15.0
+START_TIMEOUT_SECONDS = 120.0
+
+
+@dataclass(frozen=True)
+class Stack:
+    directory: Path
+    port: int
+    pool: str = DEFAULT_POOL
+
+    @property
+    def api_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/api"
+
+    def pid_file(self, name: str) -> Path:
+        return self.directory / f"{name}.pid"
+
+    def log_file(self, name: str) -> Path:
+        return self.directory / f"{name}.log"
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update({
+            "PREFECT_HOME": str(self.directory / "home"),
+            "PREFECT_API_URL": self.api_url,
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+            "PREFECT_UI_URL": f"http://127.0.0.1:{self.port}",
+            "HETRIEVER_PROJECT_DIR": str(PROJECT_ROOT),
+            # SQLite's wait for the write lock. Prefect's 10 s default is too short on a busy
+            # small machine, where the server's event services and the API queue for it and
+            # log "database is locked" tracebacks; PostgreSQL (docker/) has no such lock.
+            "PREFECT_SERVER_DATABASE_TIMEOUT": os.environ.get(
+                "PREFECT_SERVER_DATABASE_TIMEOUT", "60"),
+        })
+        env.pop("PREFECT_API_KEY", None)
+        return env
+
+
+def stack_from_env(directory: Path | None = None) -> Stack:
+    port = int(os.environ.get("HETRIEVER_PREFECT_PORT", "4200"))
+    where = directory or Path(os.environ.get("HETRIEVER_STACK_DIR",
+                                             PROJECT_ROOT / ".hetriever" / "prefect-stack"))
+    return Stack(where.resolve(), port)
+
+
+def running_pid(stack: Stack, name: str) -> int | None:
+    try:
+        pid = int(stack.pid_file(name).read_text().strip())
+        os.kill(pid, 0)
+    except (FileNotFoundError, ValueError, ProcessLookupError):
+        return None
+    except PermissionError:  # alive, someone else's: not ours to manage
+        return None
+    return pid
+
+
+def api_ready(stack: Stack) -> bool:
+    try:
+        with urllib.request.urlopen(stack.api_url + "/health", timeout=2) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+def start(stack: Stack, name: str, args: list[str]) -> int:
+    """Start `prefect <args>` detached in its own session, logging to <name>.log."""
+    with open(stack.log_file(name), "ab") as log:
+        process = subprocess.Popen([sys.executable, "-m", "prefect", *args], cwd=PROJECT_ROOT,
+                                   env=stack.env(), stdout=log, stderr=subprocess.STDOUT,
+                                   stdin=subprocess.DEVNULL, start_new_session=True)
+    stack.pid_file(name).write_text(str(process.pid))
+    return process.pid
+
+
+def wait_for(check, timeout: float, what: str, log: Path) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.5)
+    raise SystemExit(f"prefect-up: {what} not ready after {timeout:.0f} s; see {log}")
+
+
+def up(stack: Stack) -> int:
+    stack.directory.mkdir(parents=True, exist_ok=True)
+    (stack.directory / "home").mkdir(exist_ok=True)
+    if running_pid(stack, "server") is None:
+        if api_ready(stack):
+            print(f"prefect-up: port {stack.port} already has a Prefect API that this stack did "
+                  "not start; set HETRIEVER_PREFECT_PORT to another port", file=sys.stderr)
+            return 1
+        start(stack, "server", ["server", "start", "--host", "127.0.0.1",
+                                "--port", str(stack.port)])
+        print(f"server    starting on {stack.api_url} (log {stack.log_file('server')})")
+    wait_for(lambda: api_ready(stack), START_TIMEOUT_SECONDS, "the Prefect server",
+             stack.log_file("server"))
+    print("server    ready")
+    env = stack.env()
+    saved = dict(os.environ)
+    os.environ.update(env)  # the register helpers read the Prefect settings from here
+    try:
+        from prefect.settings import temporary_settings, PREFECT_API_URL
+
+        from deployments.register import ensure_work_pool
+
+        with temporary_settings({PREFECT_API_URL: stack.api_url}):
+            created = ensure_work_pool(stack.pool)
+        print(f"pool      {stack.pool} {'created' if created else 'exists'}")
+        code = deploy_all(quiet=True)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    if code != 0:
+        print("prefect-up: registering the deployments failed (output above)", file=sys.stderr)
+        return code
+    print("deploy    ingest/scheduled, migrate/full-reindex, migrate/migrate, query/query")
+    if running_pid(stack, "worker") is None:
+        start(stack, "worker", ["worker", "start", "--pool", stack.pool])
+        print(f"worker    started on {stack.pool} (log {stack.log_file('worker')})")
+    else:
+        print("worker    already running")
+    print(f"\nPrefect UI: http://127.0.0.1:{stack.port}\n"
+          f"To run deployments from this shell:  export PREFECT_API_URL={stack.api_url}")
+    return 0
+
+
+def stop(stack: Stack, name: str) -> bool:
+    pid = running_pid(stack, name)
+    if pid is None:
+        stack.pid_file(name).unlink(missing_ok=True)
+        return False
+    for sig, wait in ((signal.SIGTERM, STOP_GRACE_SECONDS), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(pid, sig)  # the process and its children (flow runs, uvicorn workers)
+        except ProcessLookupError:
+            break
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            if _reaped(pid):
+                break
+            time.sleep(0.2)
+        else:
+            continue
+        break
+    stack.pid_file(name).unlink(missing_ok=True)
+    return True
+
+
+def _reaped(pid: int) -> bool:
+    """True once `pid` is a zombie (exited, parent not waiting): as good as gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def down(stack: Stack) -> int:
+    for name in ("worker", "server"):  # the worker first: it reports to the server as it stops
+        print(f"{name:<9} {'stopped' if stop(stack, name) else 'not running'}")
+    return 0
+
+
+def status(stack: Stack) -> int:
+    for name in ("server", "worker"):
+        pid = running_pid(stack, name)
+        print(f"{name:<9} {'running, pid ' + str(pid) if pid else 'not running'}")
+    print(f"api       {stack.api_url} {'answers' if api_ready(stack) else 'does not answer'}")
+    return 0 if running_pid(stack, "server") and running_pid(stack, "worker") else 3
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m deployments.stack",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("action", choices=("up", "down", "status"))
+    parser.add_argument("--dir", type=Path, help="stack directory (default "
+                        ".hetriever/prefect-stack, or HETRIEVER_STACK_DIR)")
+    args = parser.parse_args(argv)
+    stack = stack_from_env(args.dir)
+    return {"up": up, "down": down, "status": status}[args.action](stack)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,131 @@
+"""Artifacts of an ingest run, written for the person reading them in the Prefect UI.
+
+Per repository (key `ingest-<name>`), one markdown page: failures first with their full message,
+then the run's counts (pages re-indexed because an included snippet changed counted apart), the
+skipped files summarised by reason, and the repository's recent runs from the catalog. A no-op run
+publishes nothing there, so the page keeps showing the last run that did something. The full list
+of skipped files is a second artifact (`ingest-<name>-skipped`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from prefect.artifacts import acreate_markdown_artifact
+
+from hetriever.models import IndexResult, SkippedFile
+
+LIST_LIMIT = 500  # files listed in the skipped-files artifact
+
+
+def artifact_key(name: str) -> str:
+    return "ingest-" + "".join(c if c.isalnum() or c == "-" else "-" for c in name.lower())
+
+
+def _cell(text: object) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def skip_reason_kind(reason: str) -> str:
+    """The rule behind a skip, without the per-file detail ("too large: 3 MB" -> "too large")."""
+    return reason.split(":", 1)[0].strip() or reason
+
+
+def failures_section(failed: list[SkippedFile]) -> list[str]:
+    if not failed:
+        return []
+    lines = [f"## {len(failed)} file(s) FAILED", "",
+             "They keep their previous chunks; the commit was not recorded, so the next run "
+             "tries them again.", "", "| file | error |", "|---|---|"]
+    lines += [f"| `{_cell(f.path)}` | {_cell(f.reason)} |" for f in failed]
+    return lines + [""]
+
+
+def counts_section(result: IndexResult) -> list[str]:
+    rows = [
+        ("mode", result.mode),
+        ("commit", f"{(result.old_commit or '-')[:12]} -> {result.new_commit[:12]}"),
+        ("files added / modified / deleted / renamed",
+         f"{result.files_added} / {result.files_modified} / {result.files_deleted} / "
+         f"{result.files_renamed}"),
+        ("pages re-indexed because an included snippet changed", result.files_include_dependent),
+        ("files indexed", result.files_indexed),
+        ("files skipped", result.files_skipped),
+        ("files failed", len(result.failed)),
+        ("chunks embedded and written", result.chunks_written),
+        ("chunks reused (unchanged)", result.chunks_reused),
+        ("chunks deleted", result.chunks_deleted),
+        ("embedding seconds", round(result.embedding_seconds, 2)),
+        ("total seconds", round(result.total_seconds, 2)),
+        ("commit recorded", result.completed),
+    ]
+    return ["## This run", "", "| | |", "|---|---|",
+            *[f"| {name} | {_cell(value)} |" for name, value in rows], ""]
+
+
+def skips_section(skipped: list[SkippedFile], key: str) -> list[str]:
+    if not skipped:
+        return []
+    by_kind = Counter(skip_reason_kind(s.reason) for s in skipped)
+    lines = [f"## {len(skipped)} file(s) skipped, by reason", "", "| reason | files |", "|---|---|"]
+    lines += [f"| {_cell(kind)} | {n} |" for kind, n in by_kind.most_common()]
+    return lines + ["", f"Every file with its reason: artifact `{key}-skipped`.", ""]
+
+
+def history_section(runs: list[dict]) -> list[str]:
+    if not runs:
+        return []
+    lines = ["## Recent runs", "",
+             "| started | mode | commit | outcome | embedded | reused | deleted | failed | seconds |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for run in runs:
+        c = run.get("counts", {})
+        lines.append(
+            f"| {run['started_at']} | {run['mode']} | {run['new_commit'][:12]} | "
+            f"{_cell(run['outcome'] + (': ' + run['error'] if run.get('error') else ''))} | "
+            f"{c.get('chunks_written', '')} | {c.get('chunks_reused', '')} | "
+            f"{c.get('chunks_deleted', '')} | {c.get('files_failed', '')} | "
+            f"{round(c['total_seconds'], 1) if 'total_seconds' in c else ''} |")
+    return lines + [""]
+
+
+def repository_markdown(result: IndexResult, runs: list[dict]) -> str:
+    key = artifact_key(result.repository)
+    status = "FAILED" if result.failed or not result.completed else "ok"
+    return "\n".join([f"# Ingest of {result.repository}: {status}", "",
+                      *failures_section(result.failed), *counts_section(result),
+                      *skips_section(result.skipped, key), *history_section(runs)])
+
+
+def skipped_markdown(result: IndexResult) -> str:
+    shown = sorted(result.skipped, key=lambda s: (skip_reason_kind(s.reason), s.path))
+    lines = [f"| `{_cell(s.path)}` | {_cell(s.reason)} |" for s in shown[:LIST_LIMIT]]
+    more = len(shown) - len(lines)
+    return "\n".join([f"# Skipped files in {result.repository}", "", "| file | reason |",
+                      "|---|---|", *lines, *([f"\n…and {more} more"] if more > 0 else [])])
+
+
+async def publish_repository(result: IndexResult, runs: list[dict]) -> None:
+    if result.mode == "noop":
+        return  # keep the last real run's page; the flow run's own log says "up to date"
+    key = artifact_key(result.repository)
+    await acreate_markdown_artifact(key=key, markdown=repository_markdown(result, runs),
+                                    description=f"Ingest of {result.repository}")
+    if result.skipped:
+        await acreate_markdown_artifact(
+            key=key + "-skipped", markdown=skipped_markdown(result),
+            description=f"Files of {result.repository} that were not indexed, with reasons")
+
+
+def summary_markdown(outcomes: list[dict]) -> str:
+    """The parent run's summary: failed repositories first, with the whole error."""
+    ordered = sorted(outcomes, key=lambda o: o["ok"])
+    lines = ["| repository | result | mode | indexed | skipped | failed | embedded | reused "
+             "| deleted |", "|---|---|---|---|---|---|---|---|---|"]
+    for o in ordered:
+        result = "ok" if o["ok"] else "FAILED: " + _cell(o.get("error", ""))
+        lines.append(f"| {o['repository']} | {result} | {o.get('mode', '')} "
+                     f"| {o.get('files_indexed', '')} | {len(o.get('skipped', []))} "
+                     f"| {len(o.get('failed', []))} | {o.get('chunks_written', '')} "
+                     f"| {o.get('chunks_reused', '')} | {o.get('chunks_deleted', '')} |")
+    return "\n".join(lines)

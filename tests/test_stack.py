@@ -1,0 +1,99 @@
+"""The local Prefect stack as the README runs it: `python -m deployments.stack up` (what
+`make prefect-up` calls) starts a real server, pool, deployments and worker; a run of the
+`scheduled` deployment, executed by that worker in its own process, picks up an upstream commit
+that no webhook announced; `down` stops everything with one command."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.chroma_fixtures import free_port
+from tests.helpers import REPO_ROOT, build_sample_parent, commit_all, write_files
+
+pytestmark = pytest.mark.prefect
+
+STACK_TIMEOUT = 300
+RUN_TIMEOUT = 420
+
+
+def stack(action: str, env: dict[str, str], directory: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "deployments.stack", action, "--dir",
+                           str(directory)], cwd=REPO_ROOT, env=env, capture_output=True,
+                          text=True, timeout=STACK_TIMEOUT)
+
+
+def run_deployment(api: str, name: str) -> dict:
+    """Create a run of deployment `name` and wait for the worker to finish it."""
+    with httpx.Client(base_url=api, timeout=30) as client:
+        deployment = client.get(f"/deployments/name/{name}").raise_for_status().json()
+        # The server answers 503 while its SQLite is busy (its event services write to the
+        # same file); on a loaded machine that passes on a retry, as Prefect's client would.
+        for attempt in range(6):
+            response = client.post(f"/deployments/{deployment['id']}/create_flow_run", json={})
+            if response.status_code != 503:
+                break
+            time.sleep(2 ** attempt)
+        run = response.raise_for_status().json()
+        deadline = time.monotonic() + RUN_TIMEOUT
+        while time.monotonic() < deadline:
+            run = client.get(f"/flow_runs/{run['id']}").raise_for_status().json()
+            if run["state"]["type"] in {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}:
+                return run
+            time.sleep(2)
+    raise AssertionError(f"run of {name} not finished after {RUN_TIMEOUT} s: {run['state']}")
+
+
+def test_stack_up_runs_the_schedule_that_catches_a_missed_push_and_down_stops_it(tmp_path):
+    parent, source = build_sample_parent(tmp_path)
+    directory = tmp_path / "stack"
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env.update({
+        "HETRIEVER_PREFECT_PORT": str(port),
+        "HETRIEVER_DOCS_ROOT": str(parent),
+        "HETRIEVER_CHROMA_PATH": str(tmp_path / "chroma"),
+        "HETRIEVER_STATE_DIR": str(tmp_path / "state"),
+        "PREFECT_WORKER_QUERY_SECONDS": "2",  # the worker picks runs up sooner than its 10 s
+    })
+    api = f"http://127.0.0.1:{port}/api"
+    try:
+        up = stack("up", env, directory)
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert "deploy    ingest/scheduled" in up.stdout and "worker    started" in up.stdout and f"PREFECT_API_URL={api}" in up.stdout
+        again = stack("up", env, directory)  # idempotent: nothing new is started
+        assert again.returncode == 0 and "worker    already running" in again.stdout
+
+        first = run_deployment(api, "ingest/scheduled")
+        assert first["state"]["type"] == "COMPLETED", first["state"]
+
+        write_files(source, {"content/docs/missed.md":
+                             "---\ntitle: Missed push\n---\n\nThe quokka configuration page.\n"})
+        pushed = commit_all(source, "pushed, webhook lost")
+        second = run_deployment(api, "ingest/scheduled")
+        assert second["state"]["type"] == "COMPLETED", second["state"]
+
+        search = subprocess.run([sys.executable, "-m", "hetriever.cli", "search", "--json",
+                                 "quokka configuration"], cwd=tmp_path, env=env,
+                                capture_output=True, text=True, timeout=120)
+        assert search.returncode == 0, search.stderr
+        paths = [m["metadata"]["file_path"] for m in json.loads(search.stdout)["matches"]]
+        assert "content/docs/missed.md" in paths
+        status = subprocess.run([sys.executable, "-m", "hetriever.cli", "status", "--json"],
+                                cwd=tmp_path, env=env, capture_output=True, text=True,
+                                timeout=120)
+        assert pushed in status.stdout
+    finally:
+        down = stack("down", env, directory)
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert "worker    stopped" in down.stdout and "server    stopped" in down.stdout
+    assert not list(directory.glob("*.pid"))
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(api + "/health", timeout=2)
