@@ -41,8 +41,6 @@ from hetriever.models import Chunk, Repository  # noqa: E402
 CORPORA = Path(os.environ.get("HETRIEVER_CORPORA", REPO_ROOT.parent / "shared" / "corpora"))
 SAMPLE_DOCS = REPO_ROOT / "examples" / "sample-docs"
 RESULTS_DIR = Path(__file__).resolve().parent / "results"  # git-ignored
-# Fixed so chunk metadata (and so the store's "unchanged chunk" check) is stable across runs.
-PROCESSED_AT = "2000-01-01T00:00:00+00:00"
 
 _GIT_ENV = {
     "GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@example.invalid",
@@ -93,8 +91,7 @@ def process_repo(repo: Repository, commit: str, settings: Settings, source: str)
         if isinstance(text, Exception):
             out.skipped += 1
             continue
-        outcome = safe_process_text(repo, path, text, settings, resolver=resolver,
-                                    processed_at=PROCESSED_AT)
+        outcome = safe_process_text(repo, path, text, settings, resolver=resolver)
         if outcome.chunks:
             out.files[path] = outcome.chunks
         else:

@@ -175,8 +175,7 @@ def page_extras(page, access: str) -> dict:
 
 
 def process_text(repo: Repository, path: str, text: str, settings: Settings, *,
-                 include_resolver: Callable[[str], str | None] | None = None,
-                 processed_at: str | None = None) -> FileOutcome:
+                 include_resolver: Callable[[str], str | None] | None = None) -> FileOutcome:
     """parse -> skip rules -> clean -> chunk for one file's text."""
     lines = text.count("\n") + 1
     if is_snippet_path(path, repo.content_dir):
@@ -193,7 +192,6 @@ def process_text(repo: Repository, path: str, text: str, settings: Settings, *,
         counter=token_counter(settings),
         max_tokens=settings.chunk_tokens,
         min_tokens=settings.min_chunk_tokens,
-        processed_at=processed_at or now_iso(),
         extra_metadata=page_extras(page, access),
     )
     if not chunks:
@@ -209,7 +207,8 @@ def process_file(repo: Repository, path: str, commit: str, settings: Settings, *
     (batch reads are several times cheaper than one git process per file), else it is read.
 
     Bad content never raises (it comes back as a skip); transient failures (I/O, git) do, so
-    the caller can retry them.
+    the caller can retry them. `processed_at` is accepted for older callers and unused: chunks
+    carry no run time (it would rewrite every unchanged chunk on every run).
     """
     faults.check("process_file", path)
     try:
@@ -221,15 +220,15 @@ def process_file(repo: Repository, path: str, commit: str, settings: Settings, *
         log.warning("file_skipped", repository=repo.name, path=path, reason=skip.reason)
         return FileOutcome(path, skipped=SkippedFile(path, skip.reason))
     resolver = resolver or IncludeResolver(repo, commit, settings)
-    return safe_process_text(repo, path, text, settings, resolver=resolver,
-                             processed_at=processed_at)
+    return safe_process_text(repo, path, text, settings, resolver=resolver)
 
 
 def safe_process_text(repo: Repository, path: str, text: str, settings: Settings, *,
                       resolver: IncludeResolver, processed_at: str | None = None) -> FileOutcome:
+    """`process_text` that turns any error into a skip; `processed_at` is unused (see
+    `process_file`)."""
     try:
-        return process_text(repo, path, text, settings, include_resolver=resolver.for_page(path),
-                            processed_at=processed_at)
+        return process_text(repo, path, text, settings, include_resolver=resolver.for_page(path))
     except Exception as exc:  # a bad file is logged and skipped; it never stops the run
         log.error("file_failed", repository=repo.name, path=path,
                   error=f"{type(exc).__name__}: {exc}")
@@ -529,7 +528,6 @@ async def _run(store, repo: Repository, settings: Settings, change_set: ChangeSe
 
     resolver = IncludeResolver(repo, change_set.new_commit, settings)
     paths = change_set.paths_to_index()
-    processed_at = now_iso()
     writer = OutcomeWriter(store, repo, result)
     for done, (path, text) in enumerate(
             read_content_files(repo, paths, change_set.new_commit,
@@ -538,8 +536,7 @@ async def _run(store, repo: Repository, settings: Settings, change_set: ChangeSe
             outcome = FileOutcome(path, skipped=SkippedFile(path, text.reason))
             log.warning("file_skipped", repository=repo.name, path=path, reason=text.reason)
         else:
-            outcome = safe_process_text(repo, path, text, settings, resolver=resolver,
-                                        processed_at=processed_at)
+            outcome = safe_process_text(repo, path, text, settings, resolver=resolver)
         await writer.add(outcome)
         if progress:
             progress(done, len(paths))

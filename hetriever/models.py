@@ -185,7 +185,6 @@ REQUIRED_CHUNK_METADATA = (
     "chunk_index",
     "has_code",
     "content_hash",
-    "processed_at",
 )
 
 
