@@ -306,7 +306,9 @@ class ChromaKnowledgeStore:
     def fingerprint(self) -> str:
         """What a collection's vectors and chunks depend on; a change needs a new generation."""
         s = self.settings
-        return f"s{SCHEMA_VERSION}:{s.embedding_model}:{s.chunk_tokens}:{s.min_chunk_tokens}"
+        model = s.embedding_model if s.embedding_precision == "fp32" else \
+            f"{s.embedding_model}-{s.embedding_precision}"
+        return f"s{SCHEMA_VERSION}:{model}:{s.chunk_tokens}:{s.min_chunk_tokens}"
 
     def physical_name(self, name: str, *, create: bool = False) -> str | None:
         """The Chroma collection behind repository `name` (pinned, else the catalog's alias);
