@@ -101,7 +101,6 @@ def process(files: dict[str, str], counter, settings: Settings) -> tuple[int, in
         blocks = clean_page(page.body, include_resolver=include_resolver(files, path))
         chunks = chunk_page(page, blocks, counter=counter, max_tokens=settings.chunk_tokens,
                             min_tokens=settings.min_chunk_tokens,
-                            processed_at="2000-01-01T00:00:00Z",
                             extra_metadata={"access_level": "PUBLIC"})
         if not chunks:
             skipped += 1

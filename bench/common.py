@@ -40,9 +40,9 @@ from hetriever.models import Chunk, Repository  # noqa: E402
 
 CORPORA = Path(os.environ.get("HETRIEVER_CORPORA", REPO_ROOT.parent / "shared" / "corpora"))
 SAMPLE_DOCS = REPO_ROOT / "examples" / "sample-docs"
-RESULTS_DIR = Path(__file__).resolve().parent / "results"  # git-ignored
-# Fixed so chunk metadata (and so the store's "unchanged chunk" check) is stable across runs.
-PROCESSED_AT = "2000-01-01T00:00:00+00:00"
+# git-ignored; HETRIEVER_BENCH_RESULTS keeps the caches of, e.g., an int8 run apart
+RESULTS_DIR = Path(os.environ.get("HETRIEVER_BENCH_RESULTS",
+                                  Path(__file__).resolve().parent / "results"))
 
 _GIT_ENV = {
     "GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@example.invalid",
@@ -93,8 +93,7 @@ def process_repo(repo: Repository, commit: str, settings: Settings, source: str)
         if isinstance(text, Exception):
             out.skipped += 1
             continue
-        outcome = safe_process_text(repo, path, text, settings, resolver=resolver,
-                                    processed_at=PROCESSED_AT)
+        outcome = safe_process_text(repo, path, text, settings, resolver=resolver)
         if outcome.chunks:
             out.files[path] = outcome.chunks
         else:
@@ -145,8 +144,13 @@ def write_windows(files: dict[str, list], size: int) -> list[dict[str, list]]:
 
 
 def bench_settings(root: Path, **overrides: Any) -> Settings:
-    """Settings for an embedded store with its Chroma data and state (BM25, locks) under root."""
-    return Settings(chroma_path=root / "chroma", state_dir=root / "state").replace(**overrides)
+    """Settings for an embedded store with its Chroma data and state (BM25, locks) under root.
+
+    HETRIEVER_EMBEDDING_PRECISION=int8 (with HETRIEVER_BENCH_RESULTS elsewhere) runs a bench
+    on the int8 model."""
+    precision = os.environ.get("HETRIEVER_EMBEDDING_PRECISION", "fp32")
+    return Settings(chroma_path=root / "chroma", state_dir=root / "state",
+                    embedding_precision=precision).replace(**overrides)
 
 
 def make_embedder(settings: Settings) -> Any:

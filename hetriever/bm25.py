@@ -639,6 +639,17 @@ class BM25Index:
             self._check_open()
             return {r[0] for r in self._wconn.execute("SELECT id FROM docs")}
 
+    def missing(self, ids: Sequence[str]) -> list[str]:
+        """Those of `ids` the index does not hold (in order): one indexed lookup per 500."""
+        with self._lock:
+            self._check_open()
+            present: set[str] = set()
+            for part in _chunks(list(ids)):
+                marks = ",".join("?" * len(part))
+                present.update(r[0] for r in self._wconn.execute(
+                    f"SELECT id FROM docs WHERE id IN ({marks})", part))
+        return [doc_id for doc_id in ids if doc_id not in present]
+
     def count(self) -> int:
         with self._lock:
             self._check_open()

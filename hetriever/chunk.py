@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Mapping, Sequence
 
 from hetriever.logs import get_logger
@@ -381,7 +380,6 @@ def chunk_page(
     counter: TokenCounter,
     max_tokens: int = 254,
     min_tokens: int = 24,
-    processed_at: str | None = None,
     extra_metadata: Mapping | None = None,
 ) -> list[Chunk]:
     """Cut a cleaned page into chunks of at most `max_tokens` word-pieces each (whole text).
@@ -399,7 +397,7 @@ def chunk_page(
     pieces = chunker.merge_short(chunker.pack(sections))
     texts = chunker.texts(pieces)
 
-    base = _base_metadata(page, processed_at, extra_metadata)
+    base = _base_metadata(page, extra_metadata)
     chunks: list[Chunk] = []
     seen: dict[str, int] = {}
     for index, (piece, text) in enumerate(texts):
@@ -452,8 +450,7 @@ def has_page_record(page: Page) -> bool:
 
 
 def page_record(page: Page, *, counter: TokenCounter, max_tokens: int = 254,
-                processed_at: str | None = None, extra_metadata: Mapping | None = None
-                ) -> Chunk | None:
+                extra_metadata: Mapping | None = None) -> Chunk | None:
     """One searchable unit for the page as a whole: its title, then `page_summary_lines`.
 
     Its metadata is the page's, with `page_record: True` and `chunk_index` -1 (it comes before
@@ -474,7 +471,7 @@ def page_record(page: Page, *, counter: TokenCounter, max_tokens: int = 254,
                 high = mid - 1
         text = " ".join(words[:low])
     metadata: Metadata = {
-        **_base_metadata(page, processed_at, extra_metadata),
+        **_base_metadata(page, extra_metadata),
         "heading_context": "",
         "chunk_index": -1,
         "has_code": False,
@@ -491,7 +488,9 @@ def display_chunk(chunks: Sequence[Chunk]) -> Chunk:
     return next((c for c in chunks if not c.metadata.get("page_record")), chunks[0])
 
 
-def _base_metadata(page: Page, processed_at: str | None, extra: Mapping | None) -> Metadata:
+def _base_metadata(page: Page, extra: Mapping | None) -> Metadata:
+    # No run timestamp here: it would make every unchanged chunk differ on every run (and be
+    # rewritten); run and file times live in the catalog.
     meta: Metadata = {}
     for key, value in (extra or {}).items():
         if key in REQUIRED_CHUNK_METADATA:
@@ -514,7 +513,6 @@ def _base_metadata(page: Page, processed_at: str | None, extra: Mapping | None) 
         "url": page.url,
         "title": page.title,
         "section": page.section,
-        "processed_at": processed_at or datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
     })
     return meta
 

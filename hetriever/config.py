@@ -52,6 +52,12 @@ class Settings:
     model_dir: Path | None = None  # where the offline ONNX model lives; default under ~/.cache
     ollama_url: str = "http://127.0.0.1:11434"
     embed_batch_size: int = 64
+    # Padded word-pieces per model call (rows x longest row): bounds the model's activation
+    # memory, which otherwise peaks at ~1 GB on 64 rows of 256 pieces.
+    embed_batch_tokens: int = 2048
+    # "int8": the dynamically quantized all-MiniLM-L6-v2 (built by `prepare-model`); another
+    # model to a collection, so switching goes through `hetriever migrate`.
+    embedding_precision: str = "fp32"
     chunk_tokens: int = MODEL_MAX_TOKENS - 2  # budget for a chunk's whole text, prefix included
     min_chunk_tokens: int = 24  # shorter fragments merge into a neighbour
     # Each page's title, description, keywords and section as one searchable unit: "chunk"
@@ -221,6 +227,12 @@ def validate(settings: Settings) -> Settings:
         raise bad("write_window", "must be between 1 and 100000")
     if not 1 <= settings.embed_batch_size <= 4096:
         raise bad("embed_batch_size", "must be between 1 and 4096")
+    if not 1 <= settings.embed_batch_tokens <= 1_000_000:
+        raise bad("embed_batch_tokens", "must be between 1 and 1000000")
+    if settings.embedding_precision not in {"fp32", "int8"}:
+        raise bad("embedding_precision", "must be fp32 or int8")
+    if settings.embedding_precision == "int8" and settings.embedding_model != "all-MiniLM-L6-v2":
+        raise bad("embedding_precision", "int8 is built for all-MiniLM-L6-v2 only")
     if not 32 <= settings.chunk_tokens <= 8192:
         raise bad("chunk_tokens", "must be between 32 and 8192")
     if not 0 <= settings.min_chunk_tokens < settings.chunk_tokens:

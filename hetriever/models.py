@@ -194,7 +194,6 @@ REQUIRED_CHUNK_METADATA = (
     "chunk_index",
     "has_code",
     "content_hash",
-    "processed_at",
 )
 
 

@@ -106,6 +106,8 @@ class _PreparedWrite:
     existing: dict[str, dict[str, Any]]  # id -> stored metadata, for chunks already stored
     to_embed: list[int] = field(default_factory=list)
     meta_only: list[int] = field(default_factory=list)  # same text, new metadata
+    # Unchanged in Chroma but absent from BM25: a crash fell between the two writes.
+    bm25_only: list[int] = field(default_factory=list)
     vectors: Any = None  # embeddings of `to_embed`, in that order
     result: FileWriteResult = field(default_factory=FileWriteResult)
 
@@ -323,7 +325,9 @@ class ChromaKnowledgeStore:
     def fingerprint(self) -> str:
         """What a collection's vectors and chunks depend on; a change needs a new generation."""
         s = self.settings
-        return f"s{SCHEMA_VERSION}:{s.embedding_model}:{s.chunk_tokens}:{s.min_chunk_tokens}"
+        model = s.embedding_model if s.embedding_precision == "fp32" else \
+            f"{s.embedding_model}-{s.embedding_precision}"
+        return f"s{SCHEMA_VERSION}:{model}:{s.chunk_tokens}:{s.min_chunk_tokens}"
 
     def physical_name(self, name: str, *, create: bool = False) -> str | None:
         """The Chroma collection behind repository `name` (pinned, else the catalog's alias);
@@ -760,14 +764,17 @@ class ChromaKnowledgeStore:
         self._prepare(collection, ids, texts, metadatas)
         self.check_embedding_model(collection, col)
         write = _PreparedWrite(ids, texts, metadatas, self._existing(col, ids))
+        unchanged: list[int] = []
         for i, doc_id in enumerate(ids):
             old = write.existing.get(doc_id)
             if old is not None and old.get("content_hash") == metadatas[i]["content_hash"]:
                 write.result.reused += 1  # unchanged content is not re-embedded
-                if old != metadatas[i]:
-                    write.meta_only.append(i)
+                (write.meta_only if old != metadatas[i] else unchanged).append(i)
             else:
                 write.to_embed.append(i)
+        if unchanged:  # an unchanged chunk is not written at all, unless BM25 lost it
+            absent = set(self.bm25(collection).missing([ids[i] for i in unchanged]))
+            write.bm25_only = [i for i in unchanged if ids[i] in absent]
         if write.to_embed:
             write.vectors = self._embed([texts[i] for i in write.to_embed], write.result)
         return write
@@ -777,6 +784,10 @@ class ChromaKnowledgeStore:
         ids, texts, metadatas, existing = write.ids, write.texts, write.metadatas, write.existing
         step = self.max_batch_size()
         index = self.bm25(collection)
+        if write.bm25_only:
+            log.info("bm25_healed", collection=collection, chunks=len(write.bm25_only))
+            index.upsert([ids[i] for i in write.bm25_only], [texts[i] for i in write.bm25_only],
+                         [metadatas[i] for i in write.bm25_only])
         for start in range(0, len(write.meta_only), step):
             part = write.meta_only[start:start + step]
             p_ids = [ids[i] for i in part]
@@ -880,9 +891,10 @@ class ChromaKnowledgeStore:
                 result.deleted = self._delete_ids(collection, col, vanished)
                 if vanished:
                     faults.check("replaced_chunks_deleted", collection)
-                for file_path, chunks in files.items():
-                    if not chunks:  # BM25 rows Chroma never had (a crash between writes)
-                        index.delete_where({"file_path": file_path})
+                # BM25 rows of these files that Chroma no longer has (a crash between writes).
+                stale = index.ids_where({"file_path": {"$in": list(files)}}) - set(ids)
+                if stale:
+                    index.delete(stale)
             faults.check("window_bm25_committed", collection)
         log.debug("files_written", collection=collection, files=len(files),
                   written=result.written, reused=result.reused, deleted=result.deleted)

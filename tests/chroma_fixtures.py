@@ -177,7 +177,6 @@ def make_chunk(repository: str, file_path: str, text: str, index: int = 0,
         "chunk_index": index,
         "has_code": "```" in text,
         "content_hash": hashlib.sha256(text.encode("utf-8")).hexdigest(),
-        "processed_at": "2026-01-01T00:00:00+00:00",
     }
     metadata.update(extra)
     return Chunk(id=chunk_id(repository, file_path, text, occurrence), text=text,

@@ -38,7 +38,6 @@ def outcomes():
             results[rel] = ("skipped", reason)
             continue
         chunks = chunk_page(page, clean_page(page.body), counter=counter,
-                            processed_at="2025-01-01T00:00:00Z",
                             extra_metadata={"access_level": "PUBLIC"})
         results[rel] = ("chunks", chunks) if chunks else ("skipped", "empty body")
     return counter, results, bodies

@@ -112,8 +112,7 @@ def _pipeline(text: str):
     with capture_logs() as logs:
         blocks = clean_page(page.body, path=page.file_path)
     assert not [e for e in logs if e["event"] == "clean_failed"], logs
-    chunks = chunk_page(page, blocks, counter=COUNTER, max_tokens=MAX_TOKENS, min_tokens=8,
-                        processed_at="2026-01-01T00:00:00+00:00")
+    chunks = chunk_page(page, blocks, counter=COUNTER, max_tokens=MAX_TOKENS, min_tokens=8)
     return page, blocks, chunks
 
 

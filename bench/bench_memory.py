@@ -1,0 +1,213 @@
+"""Peak RSS and wall time of real `hetriever` CLI processes: full and incremental ingests, search.
+
+    python bench/bench_memory.py [--corpus hugo-docs] [--search-chunks 100000] [--json]
+    HETRIEVER_EMBEDDING_PRECISION=int8 python bench/bench_memory.py   # the int8 model
+
+Each figure is one child process (`hetriever ingest`, `hetriever search`) started with the
+settings in its environment, as a user would run it; its peak resident set size is the
+kernel's `ru_maxrss` for that child (os.wait4), the same figure `/usr/bin/time -v` prints.
+
+- full: each v2 corpus (committed into a throw-away repo, a submodule of a throw-away parent,
+  as bench_flow does) into fresh Chroma and state directories;
+- incremental: hugo-docs v1 into fresh directories, then v2 over it; the budget is the share
+  of chunks the v2 run embedded times the full v2 run's wall time, plus 5 s;
+- search: `hetriever search` (hybrid) over the full hugo-docs index, and over an index padded
+  to --search-chunks with copies of its chunks (their vectors plus noise, ~10% of the words
+  dropped, written straight to Chroma and BM25 as bench_store does: embedding 100k chunks here
+  would take an hour).
+
+Corpora are looked up at $HETRIEVER_CORPORA, else ../shared/corpora beside the repository.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT))
+os.environ.setdefault("ANONYMIZED_TELEMETRY", "false")
+
+HETRIEVER = Path(sys.executable).with_name("hetriever")
+NAMES = ("hugo-docs", "opentelemetry-io")
+QUERIES = ("how do I filter a collection with where", "shortcode parameters",
+           "configure the collector exporter")
+
+
+def run_child(args: list[str], env: dict[str, str]) -> dict[str, Any]:
+    """Run one CLI process, reaped here so ru_maxrss is this child's alone: its wall time,
+    peak RSS (MB) and parsed --json output."""
+    began = time.perf_counter()
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen([str(HETRIEVER), *args], env={**os.environ, **env},
+                                stdout=out, stderr=err, text=True)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        wall = time.perf_counter() - began
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    if proc.returncode:
+        raise SystemExit(f"`hetriever {' '.join(args)}` failed ({proc.returncode}):\n"
+                         f"{stderr[-2000:]}")
+    try:
+        parsed = json.loads(stdout)
+    except ValueError:
+        parsed = None
+    return {"wall_s": round(wall, 2), "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),
+            "output": parsed}
+
+
+def env_for(workdir: Path, parent: Path) -> dict[str, str]:
+    return {"HETRIEVER_DOCS_ROOT": str(parent), "HETRIEVER_CHROMA_PATH": str(workdir / "chroma"),
+            "HETRIEVER_STATE_DIR": str(workdir / "state"), "HETRIEVER_LOG_LEVEL": "WARNING"}
+
+
+def ingest_counts(result: dict[str, Any]) -> dict[str, Any]:
+    (outcome,) = result["output"] if isinstance(result["output"], list) else [result["output"]]
+    return {k: outcome.get(k) for k in ("mode", "chunks_written", "chunks_reused",
+                                        "chunks_deleted", "embedding_seconds")}
+
+
+def pad_index(workdir: Path, repository: str, total: int) -> int:
+    """Add copies of the repository's chunks until it holds `total`; returns the count."""
+    import numpy as np
+
+    from hetriever.config import load_settings
+    from hetriever.store import ChromaKnowledgeStore, content_hash
+
+    settings = load_settings(env={k: v for k, v in env_for(workdir, Path(".")).items()})
+    store = ChromaKnowledgeStore(settings)
+    try:
+        col = store._chroma(repository)
+        have = col.get(include=["documents", "metadatas", "embeddings"])
+        base = len(have["ids"])
+        rng = np.random.default_rng(0)
+        step = int(store.client.get_max_batch_size())
+        index = store.bm25(repository)
+        made = base
+        copy = 0
+        while made < total:
+            copy += 1
+            n = min(base, total - made)
+            vecs = np.asarray(have["embeddings"][:n], dtype=np.float32)
+            vecs = vecs + rng.normal(0.0, 0.35 / np.sqrt(vecs.shape[1]), vecs.shape)
+            vecs = (vecs / np.linalg.norm(vecs, axis=1, keepdims=True)).astype(np.float32)
+            ids, texts, metas = [], [], []
+            for i in range(n):
+                words = have["documents"][i].split(" ")
+                keep = rng.random(len(words)) >= 0.1
+                text = " ".join(w for w, k in zip(words, keep) if k) or have["documents"][i]
+                meta = dict(have["metadatas"][i])
+                meta["file_path"] = f"copy-{copy}/{meta['file_path']}"
+                meta["content_hash"] = content_hash(text)
+                ids.append(hashlib.sha256(f"{copy}/{have['ids'][i]}".encode()).hexdigest())
+                texts.append(text)
+                metas.append(meta)
+            for start in range(0, n, step):
+                sl = slice(start, start + step)
+                col.add(ids=ids[sl], embeddings=vecs[sl], documents=texts[sl],
+                        metadatas=metas[sl])
+            with index.transaction():
+                index.upsert(ids, texts, metas)
+            made += n
+        return int(col.count())
+    finally:
+        store.close_sync()
+
+
+def search_peak(workdir: Path, parent: Path) -> dict[str, Any]:
+    runs = [run_child(["search", "--json", "-k", "10", q], env_for(workdir, parent))
+            for q in QUERIES]
+    return {"peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
+            "wall_s_median": sorted(r["wall_s"] for r in runs)[len(runs) // 2]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--corpus", action="append", choices=NAMES,
+                        help="only this corpus (repeatable; default both)")
+    parser.add_argument("--search-chunks", type=int, default=100_000,
+                        help="pad the hugo-docs index to this many chunks for the search "
+                             "figure (0: skip)")
+    parser.add_argument("--no-incremental", action="store_true")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+
+    from tests.helpers import build_corpus_parent, update_submodule
+
+    corpora = args.corpus or list(NAMES)
+    precision = os.environ.get("HETRIEVER_EMBEDDING_PRECISION", "fp32")
+    report: dict[str, Any] = {"precision": precision, "full": {}, "search": {}}
+    say = (lambda *_: None) if args.json else print
+    # Build the model (and the int8 variant) before anything is timed.
+    run_child(["prepare-model"], {})
+    with tempfile.TemporaryDirectory(prefix="bench-memory-") as tmp:
+        scratch = Path(tmp)
+        sites = {}
+        for name in corpora:
+            parent, v1, v2 = build_corpus_parent(scratch / name, name)
+            sites[name] = (parent, v1, v2)
+            update_submodule(parent, name, v2)
+            work = scratch / f"{name}-full"
+            result = run_child(["ingest", "--json"], env_for(work, parent))
+            report["full"][name] = {"wall_s": result["wall_s"],
+                                    "peak_rss_mb": result["peak_rss_mb"],
+                                    **ingest_counts(result)}
+            say(f"full {name}: {result['wall_s']:.1f} s, peak RSS {result['peak_rss_mb']:.0f} MB, "
+                f"{report['full'][name]['chunks_written']} chunks")
+
+        if "hugo-docs" in sites and not args.no_incremental:
+            parent, v1, v2 = sites["hugo-docs"]
+            work = scratch / "hugo-docs-inc"
+            update_submodule(parent, "hugo-docs", v1)
+            setup = run_child(["ingest", "--json"], env_for(work, parent))
+            update_submodule(parent, "hugo-docs", v2)
+            inc = run_child(["ingest", "--json"], env_for(work, parent))
+            counts = ingest_counts(inc)
+            full = report["full"]["hugo-docs"]
+            share = counts["chunks_written"] / full["chunks_written"]
+            budget = share * full["wall_s"] + 5.0
+            report["incremental"] = {"wall_s": inc["wall_s"], "peak_rss_mb": inc["peak_rss_mb"],
+                                     "v1_full_wall_s": setup["wall_s"],
+                                     "v1_peak_rss_mb": setup["peak_rss_mb"], **counts,
+                                     "embedded_share": round(share, 3),
+                                     "budget_s": round(budget, 1)}
+            say(f"incremental hugo-docs v1 -> v2: {inc['wall_s']:.1f} s for "
+                f"{counts['chunks_written']} embedded chunks ({share:.0%} of the full run); "
+                f"budget {budget:.1f} s; peak RSS {inc['peak_rss_mb']:.0f} MB")
+
+        if "hugo-docs" in sites:
+            parent = sites["hugo-docs"][0]
+            work = scratch / "hugo-docs-full"
+            report["search"]["hugo-docs"] = {"chunks": full["chunks_written"],
+                                             **search_peak(work, parent)}
+            say(f"search {full['chunks_written']} chunks: peak RSS "
+                f"{report['search']['hugo-docs']['peak_rss_mb']:.0f} MB")
+            if args.search_chunks:
+                began = time.perf_counter()
+                count = pad_index(work, "hugo-docs", args.search_chunks)
+                padded = {"chunks": count, "pad_s": round(time.perf_counter() - began, 1),
+                          **search_peak(work, parent)}
+                report["search"][f"hugo-docs x{count}"] = padded
+                say(f"search {count} chunks: peak RSS {padded['peak_rss_mb']:.0f} MB, "
+                    f"median {padded['wall_s_median']:.1f} s per CLI search")
+
+    out = REPO_ROOT / "bench" / "results"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"bench_memory-{precision}-latest.json").write_text(json.dumps(report, indent=2))
+    if args.json:
+        print(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
