@@ -114,7 +114,7 @@ def test_a_file_that_always_fails_is_reported_and_the_rest_indexed(sample_parent
     store = open_store()
     paths = {p for p, _ in stored(store, "sample-docs").values()}
     assert "content/docs/templates/where.md" not in paths
-    assert len(paths) == 5  # the rest is indexed
+    assert len(paths) == 6  # the rest is indexed
     meta = asyncio.run(store.get_collection_metadata("sample-docs"))
     assert "commit_hash" not in meta or not meta["commit_hash"]  # not recorded as complete
 
@@ -359,4 +359,4 @@ def test_full_reindex_re_embeds_everything_and_migrate_only_what_changed(sample_
     assert row["chunks embedded"] == written  # every chunk embedded again, none reused
     assert row["result"] == f"{before} -> {store.physical_name('sample-docs')}"
     assert store.physical_name("sample-docs") != before
-    assert len({p for p, _ in stored(store, "sample-docs").values()}) == 6  # searchable as before
+    assert len({p for p, _ in stored(store, "sample-docs").values()}) == 7  # searchable as before
