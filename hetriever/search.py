@@ -56,9 +56,9 @@ MAX_QUERY_CHARS = 10_000  # longer queries are truncated for embedding (not an e
 CANDIDATE_FACTOR = 2  # chunk results: each retriever fetches this many times top_k chunks
 # Page results: each retriever fetches PAGE_CANDIDATE_FACTOR x top_k chunks, at least
 # PAGE_MIN_CANDIDATES, so that enough distinct pages reach the fusion. Page-level MRR@10 moved
-# by at most 0.008 between 10 and 100 chunks per retriever on every query set of
+# by at most 0.008 between 20 and 100 chunks per retriever on every query set of
 # bench_quality (2,600 queries); fewer candidates keep filtered queries and fetches cheap.
-PAGE_CANDIDATE_FACTOR = 3
+PAGE_CANDIDATE_FACTOR = 2
 PAGE_MIN_CANDIDATES = 20
 
 
