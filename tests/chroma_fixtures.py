@@ -64,6 +64,26 @@ def minilm_embedder(minilm_model_dir: Path) -> Any:
     return MiniLMEmbedder(minilm_model_dir, batch_size=32, threads=1)
 
 
+def wait_until_answering(proc: subprocess.Popen, url: str, *, what: str, log: Path,
+                         timeout: float, ready: Callable[[int], bool],
+                         interval: float = 0.2) -> None:
+    """Poll `url` until its status is `ready`; fail the test if the process exits first (with
+    the tail of its log) or nothing answers within `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None:
+            pytest.fail(f"{what} exited with {proc.returncode}:\n"
+                        f"{log.read_text(errors='replace')[-3000:]}")
+        try:
+            if ready(httpx.get(url, timeout=2.0).status_code):
+                return
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what} did not answer within {timeout}s")
+        time.sleep(interval)
+
+
 @contextlib.contextmanager
 def running_chroma_server(path: Path) -> Iterator[ChromaServer]:
     """A `chroma run` process on a free port of 127.0.0.1, up (heartbeat) until the block ends."""
@@ -79,19 +99,9 @@ def running_chroma_server(path: Path) -> Iterator[ChromaServer]:
                                 stdin=subprocess.DEVNULL)
     server = ChromaServer("127.0.0.1", port, path, proc)
     try:
-        deadline = time.monotonic() + SERVER_START_TIMEOUT
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"chroma run exited with {proc.returncode}:\n"
-                            f"{log_path.read_text(errors='replace')[-2000:]}")
-            try:
-                if httpx.get(f"{server.url}/api/v2/heartbeat", timeout=1.0).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"chroma run did not answer within {SERVER_START_TIMEOUT}s")
-            time.sleep(0.1)
+        wait_until_answering(proc, f"{server.url}/api/v2/heartbeat", what="chroma run",
+                             log=log_path, timeout=SERVER_START_TIMEOUT,
+                             ready=lambda status: status == 200, interval=0.1)
         yield server
     finally:
         stop_chroma_server(server)

@@ -13,17 +13,15 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from hetriever.serve.keys import hash_key
-from tests.chroma_fixtures import free_port
+from tests.chroma_fixtures import free_port, wait_until_answering
 from tests.helpers import REPO_ROOT, commit_all, init_repo, write_files
 
 HETRIEVER = Path(sys.executable).parent / "hetriever"
@@ -105,19 +103,8 @@ def running(workspace: Workspace, *argv: str, ready_path: str = "/readyz",
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     served = Served(f"http://127.0.0.1:{port}", proc, log)
     try:
-        deadline = time.monotonic() + START_TIMEOUT
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"hetriever {argv[0]} exited with {proc.returncode}:\n"
-                            f"{log.read_text(errors='replace')[-3000:]}")
-            try:
-                if httpx.get(served.url + ready_path, timeout=2).status_code < 500:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"hetriever {argv[0]} did not answer within {START_TIMEOUT}s")
-            time.sleep(0.2)
+        wait_until_answering(proc, served.url + ready_path, what=f"hetriever {argv[0]}",
+                             log=log, timeout=START_TIMEOUT, ready=lambda status: status < 500)
         yield served
     finally:
         proc.terminate()
