@@ -23,10 +23,11 @@ Modes, all one result per page (`group_by="page"`), cut at 10 pages:
 - default: `hybrid_search` as the CLI runs it (exact-title fast path on).
 - hybrid: the same with the exact-title fast path off.
 - dense / bm25: one retriever alone.
-The dense and BM25 chunk rankings are also fetched deep (100 chunks) once per query, and the
-fusion is re-run offline (`hetriever.fusion`) for a sweep of RRF k and of the chunks each
-retriever contributes; the report says how often the offline fusion reproduces `hybrid_search`
-exactly, so the sweep speaks for the product.
+The dense and BM25 chunk rankings (with their scores) are also fetched deep (100 chunks) once
+per query, and the fusion is re-run offline (`hetriever.fusion`) for sweeps: score fusion by
+dense weight and chunks per retriever, RRF by k and chunks per retriever; the report says how
+often the offline fusion reproduces `hybrid_search` exactly, so the sweep speaks for the
+product.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ K = 10
 DEEP = 100  # chunks per retriever fetched once per query for the offline sweep
 SWEEP_K = (1, 5, 10, 20, 30, 60, 100)
 SWEEP_DEPTH = (10, 20, 30, 50, 75, 100)
-SWEEP_WEIGHT = (0.5, 0.75, 1.0, 1.5, 2.0)  # dense's RRF weight, BM25's being 1
+SWEEP_WEIGHT = (0.3, 0.4, 0.5, 0.55, 0.6, 0.65, 0.7, 0.8)  # score fusion: dense's weight
 MODES = ("default", "hybrid", "dense", "bm25")
 SETS = ("questions", "title", "description", "heading")
 
@@ -161,13 +162,21 @@ def score(ranked: list[list[str]], queries: list[Query]) -> dict:
             "ndcg@10": round(ndcg / n, 3)}
 
 
-def offline_pages(dense: list[tuple[str, dict]], bm25: list[tuple[str, dict]], k: int,
-                  depth: int, dense_weight: float = 1.0) -> list[str]:
+Scored = list[tuple[str, dict, float]]  # (chunk id, metadata, the retriever's score)
+
+
+def offline_pages(dense: Scored, bm25: Scored, depth: int, *, fusion: str = "score",
+                  k: int = 5, dense_weight: float = 0.6) -> list[str]:
     """hybrid_search's page fusion, offline, over the first `depth` chunks of each list."""
-    page_of = {d: str(m.get("file_path", "")) for d, m in dense[:depth] + bm25[:depth]}
-    fused = fuse_pages({"dense": [d for d, _ in dense[:depth]],
-                        "bm25": [d for d, _ in bm25[:depth]]}, page_of, k,
-                       {"dense": dense_weight, "bm25": 1.0})
+    page_of = {d: str(m.get("file_path", "")) for d, m, _ in dense[:depth] + bm25[:depth]}
+    rankings = {"dense": [d for d, _, _ in dense[:depth]], "bm25": [d for d, _, _ in bm25[:depth]]}
+    if fusion == "rrf":
+        fused = fuse_pages(rankings, page_of, k)
+    else:
+        scores = {"dense": {d: s for d, _, s in dense[:depth]},
+                  "bm25": {d: s for d, _, s in bm25[:depth]}}
+        fused = fuse_pages(rankings, page_of, k, {"dense": dense_weight, "bm25": 1 - dense_weight},
+                           scores=scores)
     return [p.page for p in fused][:K]
 
 
@@ -180,9 +189,9 @@ def evaluate(store: Any, corpus: CorpusChunks, queries: list[Query],
     for i, (q, _) in enumerate(queries):
         r = search.hybrid_search(store, q, DEEP, namespaces=ns, hybrid=False, exact=False,
                                  group_by="chunk")
-        dense_lists.append([(m.doc_id, m.metadata) for m in r.matches])
-        bm25_lists.append([(h.doc_id, h.metadata) for h in bm25_only(store, q, DEEP,
-                                                                      namespaces=ns)])
+        dense_lists.append([(m.doc_id, m.metadata, m.dense_score or 0.0) for m in r.matches])
+        bm25_lists.append([(h.doc_id, h.metadata, h.bm25_raw or 0.0)
+                           for h in bm25_only(store, q, DEEP, namespaces=ns)])
         began = time.perf_counter()
         got = search.hybrid_search(store, q, K, namespaces=ns)
         ms.append((time.perf_counter() - began) * 1000.0)
@@ -191,23 +200,28 @@ def evaluate(store: Any, corpus: CorpusChunks, queries: list[Query],
         ranked["hybrid"].append(pages([m.metadata for m in got.matches]))
         got = search.hybrid_search(store, q, K, namespaces=ns, exact=False, hybrid=False)
         ranked["dense"].append(pages([m.metadata for m in got.matches]))
-        ranked["bm25"].append(pages([m for _, m in bm25_lists[-1]]))
+        ranked["bm25"].append(pages([m for _, m, _ in bm25_lists[-1]]))
         if i % 100 == 99:
             progress(f"  {i + 1}/{len(queries)} queries")
-    rrf_k = store.settings.rrf_k
+    s = store.settings
     depth = search.candidate_depth(K, "page")
-    simulated = [offline_pages(d, b, rrf_k, depth) for d, b in zip(dense_lists, bm25_lists)]
-    agree = sum(s == h for s, h in zip(simulated, ranked["hybrid"])) / max(1, len(queries))
+    lists = list(zip(dense_lists, bm25_lists))
+    simulated = [offline_pages(d, b, depth, fusion=s.fusion, k=s.rrf_k,
+                               dense_weight=s.dense_weight) for d, b in lists]
+    agree = sum(x == h for x, h in zip(simulated, ranked["hybrid"])) / max(1, len(queries))
     return {
         "queries": len(queries),
         **{mode: score(ranked[mode], queries) for mode in MODES},
-        "hybrid_params": {"rrf_k": rrf_k, "chunks_per_retriever": depth},
+        "hybrid_params": {"fusion": s.fusion, "dense_weight": s.dense_weight, "rrf_k": s.rrf_k,
+                          "chunks_per_retriever": depth},
         "offline_fusion_agreement": round(agree, 3),
         "default_ms": {"p50": round(percentile(ms, 50), 1), "p95": round(percentile(ms, 95), 1)},
-        "sweep": [{"rrf_k": k, "depth": c, "dense_weight": w,
-                   **score([offline_pages(d, b, k, c, w)
-                            for d, b in zip(dense_lists, bm25_lists)], queries)}
-                  for k in SWEEP_K for c in SWEEP_DEPTH for w in SWEEP_WEIGHT],
+        "sweep": [{"fusion": "score", "dense_weight": w, "depth": c,
+                   **score([offline_pages(d, b, c, dense_weight=w) for d, b in lists], queries)}
+                  for w in SWEEP_WEIGHT for c in SWEEP_DEPTH]
+        + [{"fusion": "rrf", "rrf_k": k, "depth": c,
+            **score([offline_pages(d, b, c, fusion="rrf", k=k) for d, b in lists], queries)}
+           for k in SWEEP_K for c in SWEEP_DEPTH],
     }
 
 
@@ -281,10 +295,12 @@ def print_report(report: dict) -> None:
                 continue
             r = entry[set_name]
             best = max(r["sweep"], key=lambda s: (s["mrr@10"], s["recall@10"]))
+            cell = {k: v for k, v in best.items() if k in ("fusion", "dense_weight", "rrf_k",
+                                                             "depth")}
             print(f"  {set_name}: {r['hybrid_params']}, offline fusion agrees on "
                   f"{r['offline_fusion_agreement']:.0%}; default p50/p95 "
                   f"{r['default_ms']['p50']}/{r['default_ms']['p95']} ms; best sweep cell "
-                  f"k={best['rrf_k']} depth={best['depth']}: MRR {best['mrr@10']}")
+                  f"{cell}: MRR {best['mrr@10']}")
 
 
 if __name__ == "__main__":

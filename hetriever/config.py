@@ -71,7 +71,14 @@ class Settings:
     # time ~12%); a crash loses at most one window of work, which the next run redoes.
     write_window: int = 1024
     use_hybrid_search: bool = True
-    # Reciprocal rank fusion constant. Fusing pages (not chunks), k = 5 beat k = 60 on every
+    # How dense and BM25 are fused (hetriever.fusion): "score" (weighted z-scores of each
+    # retriever's page scores) or "rrf" (reciprocal rank fusion, k = rrf_k). Score fusion with
+    # dense weight 0.6 (BM25 0.4) was ahead of RRF on every query set of bench_quality and is
+    # the only one that put hybrid ahead of both retrievers alone on all of them (sweep of the
+    # weight and depth in bench/README.md).
+    fusion: str = "score"
+    dense_weight: float = 0.6
+    # Reciprocal rank fusion constant (fusion = "rrf"). Fusing pages (not chunks), k = 5 beat k = 60 on every
     # query set of bench_quality (2,800 queries, page MRR@10 +0.000 to +0.017; sweep of k in
     # 1..100 in bench/README.md); a smaller k lets a page first in one list count.
     rrf_k: int = 5
@@ -257,6 +264,10 @@ def validate(settings: Settings) -> Settings:
             raise bad(name, "must be positive")
     if settings.rrf_k < 1:
         raise bad("rrf_k", "must be positive")
+    if settings.fusion not in {"score", "rrf"}:
+        raise bad("fusion", "must be score or rrf")
+    if not 0.0 < settings.dense_weight < 1.0:
+        raise bad("dense_weight", "must be between 0 and 1 (BM25 gets the rest)")
     if not 1 <= settings.default_top_k <= settings.max_top_k:
         raise bad("default_top_k", "must be between 1 and max_top_k")
     if not 0.0 <= settings.similarity_threshold <= 1.0:

@@ -232,7 +232,7 @@ class SearchResult(_Serialisable):
     source: str  # "dense", "bm25" or "hybrid" (found by both), "exact" for title hits
     dense_score: float | None = None  # cosine similarity mapped to [0, 1]
     bm25_score: float | None = None  # BM25 normalised to [0, 1] within the candidate set
-    rrf_score: float | None = None  # raw reciprocal-rank-fusion score
+    rrf_score: float | None = None  # raw fused score: RRF, or weighted z-scores (fusion "score")
     # Page results: the page's next best chunks after this one, as
     # {"doc_id", "heading_context", "content"}; empty for chunk results.
     passages: list[dict[str, Any]] = field(default_factory=list)

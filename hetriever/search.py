@@ -1,19 +1,21 @@
-"""Hybrid retrieval: dense kNN (Chroma) + BM25, fused by reciprocal rank fusion.
+"""Hybrid retrieval: dense kNN (Chroma) + BM25, fused over pages (or chunks).
 
-For each collection in scope, both retrievers fetch `2 * top_k` candidates under the same
+For each collection in scope, both retrievers fetch `candidate_depth()` candidates under the same
 normalised filter (for BM25 AND-ed with the collection's own `repository`; dense queries leave
 that clause out for speed and rely on the per-result scope check below, so a caller's filter
 can only narrow the scope; a filtered dense query reads unfiltered neighbours first, then the
 matching ids the BM25 index lists, and only then Chroma's `where`, see `_dense_rows`). The two
-ranked lists are fused with RRF, `sum 1 / (k + rank)`, and the
-fused score is divided by its maximum possible value `2 / (k + 1)` so it lies in [0, 1].
+lists are fused as `settings.fusion` says (`hetriever.fusion`): by default score fusion, the
+weighted sum of each retriever's standardised (z) scores; or RRF, `sum 1 / (k + rank)`.
 
 Scores:
 - dense_score: cosine distance `d` (in [0, 2]) mapped to `1 - d / 2`, so 1.0 is identical,
   0.5 orthogonal, 0.0 opposite. Linear and never clamped for the cosine space.
 - bm25_score: the raw BM25 score divided by the best raw score among the candidates.
-- score: the normalised RRF score in hybrid mode; the dense or BM25 score when only one
-  retriever ran (hybrid off, or the other failed). `similarity_threshold` applies to it.
+- score: in hybrid mode the fused score mapped into [0, 1] keeping its order (score fusion:
+  the logistic of the weighted z-sum, so 0.5 is an average candidate; RRF: divided by its
+  maximum `2 / (k + 1)`); the dense or BM25 score when only one retriever ran (hybrid off, or
+  the other failed). `similarity_threshold` applies to it.
 
 Every result is checked before it is returned: its `repository` must be in scope, its text must
 hash to its `content_hash`, and the caller must be allowed to see it (`hetriever.access`: the
@@ -35,6 +37,7 @@ the Cloud path would be used. That path is not implemented, so the local one alw
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -46,7 +49,7 @@ from chromadb.errors import ChromaError
 from hetriever.access import CollectionPlan, caller_levels, declared_level, denial
 from hetriever.errors import BackendConnectionError, HetrieverError, InvalidLimitError, SearchError
 from hetriever.filters import and_filters, matches, validate_filter
-from hetriever.fusion import fuse_pages, ordered, rrf_fuse
+from hetriever.fusion import FusedPage, fuse_pages, ordered, rrf_fuse, score_fuse
 from hetriever.logs import get_logger
 from hetriever.models import RetrievalResult, SearchResult
 
@@ -55,11 +58,12 @@ log = get_logger(__name__)
 MAX_QUERY_CHARS = 10_000  # longer queries are truncated for embedding (not an error)
 CANDIDATE_FACTOR = 2  # chunk results: each retriever fetches this many times top_k chunks
 # Page results: each retriever fetches PAGE_CANDIDATE_FACTOR x top_k chunks, at least
-# PAGE_MIN_CANDIDATES, so that enough distinct pages reach the fusion. Page-level MRR@10 moved
-# by at most 0.008 between 20 and 100 chunks per retriever on every query set of
-# bench_quality (2,600 queries); fewer candidates keep filtered queries and fetches cheap.
-PAGE_CANDIDATE_FACTOR = 2
-PAGE_MIN_CANDIDATES = 20
+# PAGE_MIN_CANDIDATES, so that enough distinct pages reach the fusion. With score fusion,
+# page MRR@10 rose from 20 to 40-75 chunks per retriever and was flat past that (sweep in
+# bench/README.md); only the chunks that place or show a top page are fetched, so a deeper
+# list costs little.
+PAGE_CANDIDATE_FACTOR = 5
+PAGE_MIN_CANDIDATES = 50
 
 
 def candidate_depth(top_k: int, group_by: str) -> int:
@@ -492,12 +496,11 @@ def _search_once(store: Any, text: str, k: int, user_filter: dict | None,
     rankings = {"dense": dense_ids or [], "bm25": bm25_ids or []}
     check = _Checker(store, hits, plans, levels)
     if group_by == "page":
-        rankings = _verify_top_pages(check, rankings, settings.rrf_k, k + 1)
+        rankings = _verify_top_pages(check, rankings, settings, k + 1)
     else:
         check.verify(list(dict.fromkeys(rankings["dense"] + rankings["bm25"])))
         rankings = {name: [d for d in ids if d in check.trusted] for name, ids in rankings.items()}
-    scored = _Scored(rankings, hits, check.trusted, mode, settings.rrf_k,
-                     settings.similarity_threshold)
+    scored = _Scored(rankings, hits, check.trusted, mode, settings)
     if group_by == "page":
         results = _page_results(scored, exact_hit)
     else:
@@ -549,7 +552,7 @@ class _Checker:
 PAGE_VERIFY_ROUNDS = 4  # a stale chunk dropped from a top page changes the pages: look again
 
 
-def _verify_top_pages(check: _Checker, rankings: dict[str, list[str]], rrf_k: int,
+def _verify_top_pages(check: _Checker, rankings: dict[str, list[str]], settings: Any,
                       pages: int) -> dict[str, list[str]]:
     """Rankings in which every chunk that places or shows one of the top `pages` pages has
     been fetched from Chroma and checked; chunks that failed are removed.
@@ -564,7 +567,7 @@ def _verify_top_pages(check: _Checker, rankings: dict[str, list[str]], rrf_k: in
                 rankings.items()}
         page_of = _page_of(check.hits, live)
         needed: list[str] = []
-        for page in fuse_pages(live, page_of, rrf_k)[:pages]:
+        for page in _fuse_pages(settings, check.hits, live, page_of)[:pages]:
             needed.extend(page.chunks[:PASSAGES_PER_PAGE])
             for ids in live.values():
                 needed.extend(next(([d] for d in ids if page_of.get(d) == page.page), []))
@@ -572,6 +575,26 @@ def _verify_top_pages(check: _Checker, rankings: dict[str, list[str]], rrf_k: in
             return live
         check.verify(needed)
     return {name: [d for d in ids if d in check.trusted] for name, ids in rankings.items()}
+
+
+def _fusion_weights(settings: Any) -> dict[str, float]:
+    return {"dense": settings.dense_weight, "bm25": 1.0 - settings.dense_weight}
+
+
+def _retriever_scores(hits: Mapping[str, _Hit], rankings: Mapping[str, Sequence[str]]
+                      ) -> dict[str, dict[str, float]]:
+    """Each retriever's own score of its candidates: dense similarity, raw BM25."""
+    return {"dense": {d: hits[d].dense_score or 0.0 for d in rankings["dense"]},
+            "bm25": {d: hits[d].bm25_raw or 0.0 for d in rankings["bm25"]}}
+
+
+def _fuse_pages(settings: Any, hits: Mapping[str, _Hit], rankings: Mapping[str, Sequence[str]],
+                page_of: Mapping[str, str]) -> list[FusedPage]:
+    """Pages as `settings.fusion` fuses them (hetriever.fusion)."""
+    if settings.fusion == "rrf":
+        return fuse_pages(rankings, page_of, settings.rrf_k)
+    return fuse_pages(rankings, page_of, settings.rrf_k, _fusion_weights(settings),
+                      scores=_retriever_scores(hits, rankings))
 
 
 def _page_of(hits: Mapping[str, _Hit], rankings: Mapping[str, Sequence[str]]) -> dict[str, str]:
@@ -585,18 +608,26 @@ class _Scored:
     chunks (fetched and checked) may become results; the others still count for ranks."""
 
     def __init__(self, rankings: dict[str, list[str]], hits: dict[str, _Hit], shown: set[str],
-                 mode: str, rrf_k: int, threshold: float) -> None:
-        self.rankings, self.hits, self.mode, self.rrf_k = rankings, hits, mode, rrf_k
-        self.shown, self.threshold = shown, threshold
-        self.max_rrf = 2.0 / (rrf_k + 1)
+                 mode: str, settings: Any) -> None:
+        self.rankings, self.hits, self.mode, self.settings = rankings, hits, mode, settings
+        self.shown, self.threshold = shown, settings.similarity_threshold
+        self.max_rrf = 2.0 / (settings.rrf_k + 1)
         in_bm25 = set(rankings["bm25"])
         best = max((hits[d].bm25_raw or 0.0 for d in in_bm25), default=0.0)
         self.dense = {d: hits[d].dense_score for d in rankings["dense"]}
         self.bm25 = {d: (hits[d].bm25_raw or 0.0) / best if best > 0 else 0.0 for d in in_bm25}
 
+    def fuse_chunks(self) -> dict[str, float]:
+        if self.settings.fusion == "rrf":
+            return rrf_fuse(self.rankings, self.settings.rrf_k)
+        return score_fuse(_retriever_scores(self.hits, self.rankings),
+                          _fusion_weights(self.settings))
+
     def score(self, fused: float, dense: float | None, bm25: float | None) -> float:
-        if self.mode == "hybrid":
+        if self.mode == "hybrid" and self.settings.fusion == "rrf":
             return min(1.0, fused / self.max_rrf)
+        if self.mode == "hybrid":  # weighted z-scores, mapped into (0, 1) keeping the order
+            return 1.0 / (1.0 + math.exp(-fused))
         return (dense if self.mode == "dense" else bm25) or 0.0
 
     def result(self, doc_id: str, *, score: float, dense: float | None, bm25: float | None,
@@ -612,7 +643,7 @@ class _Scored:
 
 def _chunk_results(scored: _Scored, exact_hit: SearchResult | None) -> list[SearchResult]:
     """One result per chunk, by chunk-level RRF."""
-    fused = rrf_fuse(scored.rankings, scored.rrf_k)
+    fused = scored.fuse_chunks()
     results = []
     for doc_id in ordered(fused):
         dense, bm25 = scored.dense.get(doc_id), scored.bm25.get(doc_id)
@@ -633,7 +664,7 @@ def _page_results(scored: _Scored, exact_hit: SearchResult | None) -> list[Searc
     text, its next chunks are `passages`, its scores are the best of its chunks'."""
     page_of = _page_of(scored.hits, scored.rankings)
     results = []
-    for page in fuse_pages(scored.rankings, page_of, scored.rrf_k):
+    for page in _fuse_pages(scored.settings, scored.hits, scored.rankings, page_of):
         shown = [c for c in page.chunks[:PASSAGES_PER_PAGE] if c in scored.shown]
         if not shown:  # below the verified top: not shown
             continue

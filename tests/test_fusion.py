@@ -1,11 +1,21 @@
-"""Reciprocal rank fusion over chunks and over pages (pure functions, no store)."""
+"""Rank fusion and score fusion over chunks and over pages (pure functions, no store)."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hetriever.fusion import fuse_pages, ordered, page_ranking, rrf_fuse
+import pytest
+
+from hetriever.fusion import (
+    best_per_page,
+    fuse_pages,
+    ordered,
+    page_ranking,
+    rrf_fuse,
+    score_fuse,
+    standardised,
+)
 
 
 def _filler(prefix: str, n: int) -> list[str]:
@@ -65,3 +75,61 @@ def test_page_fusion_is_rrf_over_page_rankings(dense, bm25, k):
     chunk_scores = rrf_fuse({"dense": dense, "bm25": bm25}, k)
     for p in pages:
         assert chunk_scores[p.chunks[0]] == max(chunk_scores[c] for c in p.chunks)
+
+
+def test_standardised_scores_have_mean_zero_and_unit_spread():
+    z = standardised({"a": 3.0, "b": 1.0, "c": 2.0})
+    assert z["a"] == pytest.approx(1.2247, abs=1e-4) and z["c"] == 0.0
+    assert sum(z.values()) == pytest.approx(0.0)
+    assert standardised({"a": 2.0, "b": 2.0}) == {"a": 0.0, "b": 0.0}
+    assert standardised({}) == {}
+
+
+def test_score_fusion_keeps_how_far_ahead_a_retriever_is():
+    # BM25 finds page T far ahead of the rest (an exact match); dense puts T 3rd, close behind
+    # two near-ties. RRF sees ranks only and lets dense's first page win; score fusion sees
+    # that BM25 is sure and dense is not.
+    dense = {"U#1": 0.71, "V#1": 0.70, "T#1": 0.69, "W#1": 0.40}
+    bm25 = {"T#2": 30.0, "U#1": 5.0, "W#1": 4.0, "V#1": 3.9}
+    page_of = {c: c.split("#")[0] for c in [*dense, *bm25]}
+    rankings = {"dense": ordered(dense), "bm25": ordered(bm25)}
+    by_rank = fuse_pages(rankings, page_of, 5)
+    assert by_rank[0].page == "U"
+    by_score = fuse_pages(rankings, page_of, 5, {"dense": 0.6, "bm25": 0.4},
+                          scores={"dense": dense, "bm25": bm25})
+    assert by_score[0].page == "T"
+    assert set(by_score[0].chunks) == {"T#1", "T#2"}
+
+
+def test_a_page_one_retriever_missed_takes_that_retrievers_lowest_score():
+    fused = score_fuse({"dense": {"a": 1.0, "b": 0.0}, "bm25": {"a": 2.0, "c": 0.0}})
+    # a: z 1 + 1; b: dense z -1, BM25 floor -1; c: dense floor -1, BM25 z -1.
+    assert fused == {"a": pytest.approx(2.0), "b": pytest.approx(-2.0), "c": pytest.approx(-2.0)}
+    assert score_fuse({"dense": {"a": 0.5}, "bm25": {}}) == {"a": 0.0}
+
+
+def test_a_page_scores_its_best_chunk():
+    assert best_per_page({"A#1": 0.2, "A#2": 0.9, "B#1": 0.5, "x": 1.0},
+                         {"A#1": "A", "A#2": "A", "B#1": "B"}) == {"A": 0.9, "B": 0.5}
+
+
+scores_of = st.dictionaries(st.sampled_from([f"{p}#{i}" for p in "ABCDE" for i in range(4)]),
+                            st.floats(-5, 50, allow_nan=False).map(lambda x: round(x, 3)),
+                            max_size=12)
+
+
+@given(dense=scores_of, bm25=scores_of, w=st.floats(0.05, 0.95))
+def test_score_page_fusion_is_weighted_z_of_best_chunks(dense, bm25, w):
+    page_of = {c: c.split("#")[0] for c in [*dense, *bm25]}
+    weights = {"dense": w, "bm25": 1 - w}
+    pages = fuse_pages({"dense": ordered(dense), "bm25": ordered(bm25)}, page_of, 5, weights,
+                       scores={"dense": dense, "bm25": bm25})
+    expected = score_fuse({"dense": best_per_page(dense, page_of),
+                           "bm25": best_per_page(bm25, page_of)}, weights)
+    assert [p.page for p in pages] == ordered(expected)
+    assert sorted(c for p in pages for c in p.chunks) == sorted({*dense, *bm25})
+    # One retriever alone: its own order of pages.
+    alone = fuse_pages({"dense": ordered(dense), "bm25": []}, page_of, 5, weights,
+                       scores={"dense": dense, "bm25": {}})
+    best = best_per_page(dense, page_of)
+    assert [best[p.page] for p in alone] == sorted(best.values(), reverse=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import asyncio
 from collections.abc import Iterator
 from types import SimpleNamespace
@@ -141,8 +143,10 @@ def test_distinctive_query_ranks_its_document_first(store) -> None:
     assert result.mode == "hybrid" and result.matches
     top = result.matches[0]
     assert top.doc_id == where_id and top.source == "hybrid"
-    assert top.score == pytest.approx(1.0)  # rank 1 in both lists: the maximum
-    assert top.rrf_score == pytest.approx(2 / (store.settings.rrf_k + 1))
+    # Score fusion (the default): first in both lists, so the highest weighted z-sum, and
+    # above an average candidate (0.5 after the logistic).
+    assert top.score > 0.5 and all(top.score > m.score for m in result.matches[1:])
+    assert top.score == pytest.approx(1 / (1 + math.exp(-top.rrf_score)))
     assert top.bm25_score == pytest.approx(1.0)
     assert result.total_results == len(result.matches) <= 5
     assert result.retriever_counts["dense"] >= 1 and result.retriever_counts["bm25"] >= 1
@@ -160,6 +164,16 @@ def test_distinctive_query_ranks_its_document_first(store) -> None:
             assert s is None or 0.0 <= s <= 1.0
     # store.search is the same search, returning the matches.
     assert [m.doc_id for m in run(store.search("SQL where clause parameter"))][0] == where_id
+
+
+def test_rrf_fusion_when_settings_ask_for_it(store) -> None:
+    rrf = ChromaKnowledgeStore(store.settings.replace(fusion="rrf"), embedder=store.embedder,
+                               client=store.client)
+    result = run(retrieve(rrf, "filter pages by parameter value like a SQL where clause"))
+    top = result.matches[0]
+    assert top.doc_id == chunks_of(A)[0].id
+    assert top.score == pytest.approx(1.0)  # rank 1 in both lists: the maximum
+    assert top.rrf_score == pytest.approx(2 / (rrf.settings.rrf_k + 1))
 
 
 def test_dense_only_when_hybrid_is_off(store) -> None:
