@@ -186,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"budget {budget:.1f} s; peak RSS {inc['peak_rss_mb']:.0f} MB")
 
         if "hugo-docs" in sites:
+            full = report["full"]["hugo-docs"]
             parent = sites["hugo-docs"][0]
             work = scratch / "hugo-docs-full"
             report["search"]["hugo-docs"] = {"chunks": full["chunks_written"],

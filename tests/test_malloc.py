@@ -1,0 +1,44 @@
+"""The glibc arena cap set at import (hetriever.malloc): real mallopt calls."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from hetriever.malloc import DEFAULT_ARENAS, limit_arenas
+
+linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc only")
+
+
+@linux
+def test_the_cap_is_set_unless_the_environment_says_otherwise():
+    assert limit_arenas({}) == DEFAULT_ARENAS
+    assert limit_arenas({"HETRIEVER_MALLOC_ARENAS": "4"}) == 4
+    assert limit_arenas({"HETRIEVER_MALLOC_ARENAS": "0"}) is None
+    assert limit_arenas({"MALLOC_ARENA_MAX": "8"}) is None  # glibc's own variable wins
+    assert limit_arenas({"HETRIEVER_MALLOC_ARENAS": "lots"}) == DEFAULT_ARENAS
+
+
+@linux
+def test_a_threaded_process_uses_no_more_arenas_than_the_cap():
+    # malloc_stats() prints one "Arena N:" block per arena to stderr; 8 threads that each
+    # allocate would get arenas of their own without the cap.
+    script = (
+        "import hetriever, ctypes, threading\n"
+        "def work():\n"
+        "    bufs = [bytearray(200_000) for _ in range(50)]\n"
+        "ts = [threading.Thread(target=work) for _ in range(8)]\n"
+        "[t.start() for t in ts]; [t.join() for t in ts]\n"
+        "ctypes.CDLL('libc.so.6').malloc_stats()\n"
+    )
+
+    def arenas(env_value: str) -> int:
+        env = {"HETRIEVER_MALLOC_ARENAS": env_value, "PATH": "/usr/bin:/bin"}
+        out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                             text=True, timeout=120, check=True)
+        return out.stderr.count("Arena ")
+
+    assert arenas("2") <= 2
+    assert arenas("0") > 2
