@@ -21,6 +21,7 @@ import json
 import math
 import re
 import sqlite3
+import sys
 import threading
 from collections import Counter
 from contextlib import contextmanager
@@ -161,6 +162,18 @@ class _Segment:
         return terms, self.docs, self.tfs
 
 
+_UNSHARED_KEYS = frozenset({"content_hash"})  # one value per chunk: nothing to share
+
+
+def _shared(meta: dict) -> dict:
+    """`meta` with its keys and string values interned. Every chunk of a page repeats its
+    repository, path, title, description, URL and section; held once each, a 100k-chunk
+    index's metadata takes ~40% of the memory (opentelemetry-io, 8,275 chunks: 15.8 -> 6.2
+    MB). Interned strings are freed with their last reference."""
+    return {sys.intern(k): (sys.intern(v) if type(v) is str and k not in _UNSHARED_KEYS else v)
+            for k, v in meta.items()}
+
+
 def _value_key(value: Any) -> tuple | None:
     """Key for the equality index, following filters' equality (2 == 2.0, bools apart)."""
     if isinstance(value, bool):
@@ -247,7 +260,7 @@ class _State:
         self.remove(doc_id)
         slot = len(self.doc_ids)
         self.doc_ids.append(doc_id)
-        self.metas.append(meta)
+        self.metas.append(_shared(meta))
         self.id_to_slot[doc_id] = slot
         self._new_lengths.append(float(length))  # arrays grow once per batch, in changed()
         self.total_len += length
@@ -831,17 +844,28 @@ class BM25Index:
             conn.execute("COMMIT")
 
     def _load(self, conn: sqlite3.Connection, gen: int) -> _State:
-        rows = conn.execute(
-            "SELECT id, length, metadata, term_ids, tfs FROM docs ORDER BY rowid").fetchall()
-        doc_ids = [r[0] for r in rows]
-        lengths = np.fromiter((r[1] for r in rows), dtype=np.float64, count=len(rows))
-        metas = [json.loads(r[2]) for r in rows]
-        term_ids = np.frombuffer(b"".join(r[3] for r in rows), dtype="<i4")
-        tfs = np.frombuffer(b"".join(r[4] for r in rows), dtype="<u2").astype(np.float32)
-        per_doc = np.fromiter((len(r[4]) // 2 for r in rows), dtype=np.int64, count=len(rows))
-        docs = np.repeat(np.arange(len(rows), dtype=np.int32), per_doc)
-        state = _State(gen, doc_ids, lengths, metas, term_ids, docs, tfs, len(self._vocab or {}))
-        log.debug("bm25_loaded", path=str(self.path), docs=len(rows), postings=len(term_ids))
+        # Streamed row by row: holding every row's JSON at once cost more than the index.
+        doc_ids: list[str] = []
+        lengths: list[int] = []
+        metas: list[dict] = []
+        term_parts: list[bytes] = []
+        tf_parts: list[bytes] = []
+        for doc_id, length, meta, terms, tf in conn.execute(
+                "SELECT id, length, metadata, term_ids, tfs FROM docs ORDER BY rowid"):
+            doc_ids.append(doc_id)
+            lengths.append(length)
+            metas.append(_shared(json.loads(meta)))
+            term_parts.append(terms)
+            tf_parts.append(tf)
+        per_doc = np.fromiter((len(t) // 2 for t in tf_parts), dtype=np.int64, count=len(tf_parts))
+        term_ids = np.frombuffer(b"".join(term_parts), dtype="<i4")
+        del term_parts
+        tfs = np.frombuffer(b"".join(tf_parts), dtype="<u2").astype(np.float32)
+        del tf_parts
+        docs = np.repeat(np.arange(len(doc_ids), dtype=np.int32), per_doc)
+        state = _State(gen, doc_ids, np.asarray(lengths, dtype=np.float64), metas, term_ids, docs,
+                       tfs, len(self._vocab or {}))
+        log.debug("bm25_loaded", path=str(self.path), docs=len(doc_ids), postings=len(term_ids))
         return state
 
     # -- lifecycle --
