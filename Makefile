@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-fast bench clean prefect-up prefect-down prefect-status
+.PHONY: install demo typecheck test test-fast bench clean prefect-up prefect-down prefect-status
 
 install: $(STAMP)
 
@@ -23,7 +23,10 @@ $(STAMP): pyproject.toml constraints.txt
 demo: install
 	$(BIN)/hetriever demo
 
-test: install
+typecheck: install
+	$(BIN)/python -m mypy
+
+test: install typecheck
 	$(BIN)/python -m pytest
 
 test-fast: install

@@ -14,6 +14,7 @@ import subprocess
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import acreate_markdown_artifact
+from prefect.client.schemas.objects import State
 from prefect.states import Completed, Failed
 from prefect.task_runners import ThreadPoolTaskRunner
 
@@ -72,7 +73,7 @@ def update_checkout(repo: Repository, ref: str | None) -> str:
 
 @flow(name="index-repository", flow_run_name="index-{repo.name}", log_prints=True)
 async def index_repository_flow(repo: Repository, settings: Settings,
-                                force_full: bool = False) -> dict:
+                                force_full: bool = False) -> dict | State:
     """One repository: lock, run the indexing (a task run per file), publish artifacts."""
     store = get_knowledge_store(settings)
     with prefect_run_logging(settings.log_level, settings.log_format):
@@ -127,7 +128,7 @@ async def _ingest(settings: Settings, repositories: list[str] | None, force_full
                 task_runner=make_task_runner(task_runner))(repo, settings, force_full,
                                                            return_state=True)
             data = await state.aresult(raise_on_failure=False)
-            if state.is_completed():
+            if state.is_completed() and isinstance(data, dict):
                 outcomes.append({"repository": repo.name, "ok": True, **data})
             else:
                 details = data if isinstance(data, dict) else {}
@@ -148,21 +149,3 @@ async def _ingest(settings: Settings, repositories: list[str] | None, force_full
     changed = [o["repository"] for o in outcomes if o.get("mode") not in (None, "noop")]
     return Completed(message=f"{len(outcomes)} repositories up to date"
                              + (f" ({len(changed)} updated)" if changed else ""), data=summary)
-
-
-@flow(name="purge", log_prints=True)
-async def purge_flow(older_than_days: float | None = None) -> dict:
-    """Hard-delete chunks soft-deleted longer ago than the retention (or `older_than_days`)."""
-    from hetriever.lifecycle import purge
-
-    logger = get_run_logger()
-    settings = load_settings()
-    report = await purge(get_knowledge_store(settings), older_than_days)
-    logger.info("purged %d chunks deleted before %s: %s", report.total_chunks, report.cutoff,
-                report.chunks)
-    await acreate_table_artifact(
-        key="purge",
-        table=[{"repository": name, "chunks": n, "files": report.files.get(name, 0)}
-               for name, n in report.chunks.items()],
-        description=f"Soft-deleted chunks removed (deleted before {report.cutoff})")
-    return {**report.to_dict(), "total_chunks": report.total_chunks}

@@ -321,9 +321,10 @@ class _State:
             mask = self.allowed_mask(where)
             if mask is None:
                 return None
-            slots = np.flatnonzero(mask & self.alive)
-            if len(slots) > limit:
+            allowed = np.flatnonzero(mask & self.alive)
+            if len(allowed) > limit:
                 return None
+            slots = [int(s) for s in allowed]
             if not only_equalities(where):  # e.g. a `$ne` beside the equalities
                 slots = [s for s in slots if matches(where, self.metas[s])]
             return [self.doc_ids[s] for s in slots]
@@ -345,7 +346,9 @@ class _State:
                         index.setdefault(vkey, set()).add(int(slot))
             found: set[int] = set()
             for value in values:
-                found |= index.get(_value_key(value), set())
+                vkey = _value_key(value)
+                if vkey is not None:
+                    found |= index.get(vkey, set())
             result = found if result is None else result & found
         return result
 
@@ -690,9 +693,9 @@ class BM25Index:
         normalised = validate_filter(where)
         with self._lock:
             state = self._current()
-            slots = state.slots_for(normalised)
-            if slots is None:
-                slots = np.flatnonzero(state.alive)
+            narrowed = state.slots_for(normalised)
+            slots = (narrowed if narrowed is not None
+                     else [int(s) for s in np.flatnonzero(state.alive)])
             found = {state.doc_ids[s] for s in slots
                      if state.alive[s] and matches(normalised, state.metas[s])}
             if self._pending:  # this object's own uncommitted writes

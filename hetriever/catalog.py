@@ -506,6 +506,7 @@ class Catalog:
                                "new_commit, started_at) VALUES (?, ?, ?, ?, ?, ?)",
                                (repository, collection, mode, old_commit or "", new_commit,
                                 now_iso()))
+            assert cur.lastrowid is not None  # an INSERT always sets it
             return int(cur.lastrowid)
 
     def finish_run(self, run_id: int, *, outcome: str, counts: dict[str, Any] | None = None,

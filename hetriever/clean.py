@@ -207,8 +207,8 @@ def _unquote_arg(value: str) -> str:
 def _parse_call(inner: str, raw: str) -> _Call:
     text = inner.strip()
     if text.startswith("/"):
-        name = text[1:].strip().split(None, 1)
-        return _Call(name[0] if name else "", [], {}, raw, closing=True)
+        parts = text[1:].strip().split(None, 1)
+        return _Call(parts[0] if parts else "", [], {}, raw, closing=True)
     self_closing = text.endswith("/")
     if self_closing:
         text = text[:-1].rstrip()
@@ -273,7 +273,7 @@ def _pair(tokens: list[_Token]) -> dict[int, int]:
     for index, (kind, value) in enumerate(tokens):
         if kind != "call":
             continue
-        call = value  # type: ignore[assignment]
+        call = value
         assert isinstance(call, _Call)
         if call.closing:
             for k in range(len(stack) - 1, -1, -1):
@@ -544,9 +544,9 @@ def _strip_html(text: str, in_table: bool) -> str:
         alt = img.get("alt")
         img.replace_with(f" {alt} " if isinstance(alt, str) and alt.strip() else "")
     for row in soup.find_all("tr"):
-        for node in list(row.children):
-            if isinstance(node, NavigableString) and not node.strip():
-                node.extract()  # indentation between cells
+        for child in list(row.children):
+            if isinstance(child, NavigableString) and not child.strip():
+                child.extract()  # indentation between cells
         for cell in row.find_all(["td", "th"], recursive=False)[:-1]:
             cell.insert_after(" | ")
     for el in soup.find_all(_HTML_BLOCK_TAGS):

@@ -137,9 +137,10 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         from flows.ingest import ingest
 
         try:
-            state = asyncio.run(ingest(repositories=args.repository or None,
-                                       force_full=args.full, batch_size=args.batch_size,
-                                       return_state=True))
+            # A flow called with return_state=True returns a coroutine of its State.
+            run = ingest(repositories=args.repository or None, force_full=args.full,
+                         batch_size=args.batch_size, return_state=True)
+            state: Any = asyncio.run(run)  # type: ignore[arg-type]
         except RuntimeError as exc:  # e.g. the Prefect API cannot be reached or started
             raise HetrieverError(f"Prefect is not available: {exc}",
                                  hint="set PREFECT_API_URL to a running server, or use "

@@ -14,6 +14,7 @@ import subprocess
 import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path, PurePosixPath
+from typing import Literal
 
 import git
 
@@ -393,6 +394,7 @@ def compute_change_set(
         log.warning("uncommitted_changes_ignored", repository=repo.name, path=str(repo.path),
                     content_dir=repo.content_dir)
 
+    mode: Literal["full", "incremental", "noop"]
     if old is not None and old == new and not force_full:
         mode, changes = "noop", []
     elif old is None or force_full:

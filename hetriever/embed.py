@@ -341,7 +341,8 @@ def prepare_model(target_dir: Path, *, source_dir: Path | None = None,
     if not force and _prepared_ok(onnx_dir, source):
         return target_dir
     if source is None:
-        default_source_dir()  # raises the install hint
+        found = default_source_dir()  # raises the install hint
+        source = _Source(found, found / WEIGHTS_FILE)
 
     try:
         target_dir.mkdir(parents=True, exist_ok=True)
@@ -457,10 +458,12 @@ class Embedder(Protocol):
     """
 
     name: str
-    dimensions: int
     max_tokens: int
     calls: int
     texts_embedded: int
+
+    @property
+    def dimensions(self) -> int: ...
 
     def embed(self, texts: Sequence[str]) -> np.ndarray: ...
 

@@ -356,8 +356,9 @@ async def apply_outcomes(store, repo: Repository, outcomes: list[FileOutcome],
     catalog, physical = store.catalog, store.physical_name(repo.name, create=True)
     gave_up = [o for o in outcomes if o.failed is not None]
     for outcome in gave_up:  # not written: the file keeps its old chunks
-        result.failed.append(SkippedFile(outcome.path, outcome.failed))
-        catalog.set_files(physical, repo.name, [outcome.path], FAILED, reason=outcome.failed)
+        reason = str(outcome.failed)
+        result.failed.append(SkippedFile(outcome.path, reason))
+        catalog.set_files(physical, repo.name, [outcome.path], FAILED, reason=reason)
     outcomes = [o for o in outcomes if o.failed is None]
     if not outcomes:
         return

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import MutableMapping
+from typing import Any
 
 import structlog
 
@@ -61,7 +63,7 @@ def configure_logging(level: str = "INFO", fmt: str = "console", sink: str = "st
     _configured = True
 
 
-def _render_event(_logger, _name, event_dict: dict) -> str:
+def _render_event(_logger: Any, _name: str, event_dict: MutableMapping[str, Any]) -> str:
     """`event key=value ...` for a handler that adds its own time and level."""
     event = event_dict.pop("event", "")
     exception = event_dict.pop("exception", None)

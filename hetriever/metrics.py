@@ -86,7 +86,8 @@ class MetricsStore:
     def summary(self, last: int = 1000, source: str | None = None) -> MetricsSummary:
         """Over the last `last` queries; `source` ("http", "mcp") keeps only those a server
         recorded, whose mode reads `<source>:<mode>`."""
-        where, params = "", [last]
+        where = ""
+        params: list[int | str] = [last]
         if source:
             where, params = "WHERE mode LIKE ?", [f"{source}:%", last]
         rows = self._db.execute(

@@ -32,7 +32,7 @@ _LIST_KEYS = ("tags", "categories", "keywords", "aliases")
 _PAGE_EXTENSIONS = (".md", ".markdown", ".mdown", ".html", ".htm")
 
 _YAML = YAMLHandler()
-_TOML = TOMLHandler() if TOMLHandler is not None else None  # type: ignore[truthy-function]
+_TOML = TOMLHandler() if TOMLHandler is not None else None
 _JSON_START = re.compile(r"\{\s*(?:\n|\"|\})")
 _HTML_TAG = re.compile(r"<[A-Za-z/!]")
 _MD_LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")

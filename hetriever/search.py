@@ -668,7 +668,7 @@ def _page_results(scored: _Scored, exact_hit: SearchResult | None) -> list[Searc
         shown = [c for c in page.chunks[:PASSAGES_PER_PAGE] if c in scored.shown]
         if not shown:  # below the verified top: not shown
             continue
-        dense = max((scored.dense[c] for c in page.chunks if scored.dense.get(c) is not None),
+        dense = max((d for c in page.chunks if (d := scored.dense.get(c)) is not None),
                     default=None)
         bm25 = max((scored.bm25[c] for c in page.chunks if c in scored.bm25), default=None)
         passages = [_passage(scored.hits[c]) for c in shown[1:]]

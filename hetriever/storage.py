@@ -26,7 +26,7 @@ class StorageError(KnowledgeStoreError):
     """The disk is full or read-only: not retried, the run is not recorded as complete."""
 
 
-def _chain(exc: BaseException) -> Iterable[BaseException]:
+def _chain(exc: BaseException | None) -> Iterable[BaseException]:
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))

@@ -31,7 +31,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Literal, Protocol, TypeVar, overload, runtime_checkable
 
 import chromadb
 import httpx
@@ -329,6 +329,12 @@ class ChromaKnowledgeStore:
             f"{s.embedding_model}-{s.embedding_precision}"
         return f"s{SCHEMA_VERSION}:{model}:{s.chunk_tokens}:{s.min_chunk_tokens}"
 
+    @overload
+    def physical_name(self, name: str, *, create: Literal[True]) -> str: ...
+
+    @overload
+    def physical_name(self, name: str, *, create: bool = False) -> str | None: ...
+
     def physical_name(self, name: str, *, create: bool = False) -> str | None:
         """The Chroma collection behind repository `name` (pinned, else the catalog's alias);
         with `create`, a first generation is allocated when there is none."""
@@ -511,6 +517,7 @@ class ChromaKnowledgeStore:
         try:
             col = self._call("get_collection", lambda: self.client.get_collection(
                 physical, embedding_function=None))
+            self._match_search_ef(col)
         except NotFoundError:
             if not create:
                 return None
@@ -530,6 +537,22 @@ class ChromaKnowledgeStore:
                 # An inherited view is of unknown age: the next access reopens it once.
                 self._seen[physical] = -2 if self._inherited else generation
         return col
+
+    def _match_search_ef(self, col: Any) -> None:
+        """Give an existing collection the configured `ef_search` (the only HNSW parameter
+        Chroma can change in place): collections made before it was raised keep their old,
+        less exact search otherwise. A process that loaded the index already sees the new
+        value when it next reopens the collection."""
+        want = self.settings.hnsw_search_ef
+        hnsw = (getattr(col, "configuration_json", None) or {}).get("hnsw") or {}
+        have = hnsw.get("ef_search")
+        if have is None or have == want:
+            return
+        try:
+            col.modify(configuration={"hnsw": {"ef_search": want}})
+            log.info("collection_search_ef_set", collection=col.name, was=have, now=want)
+        except Exception as exc:  # e.g. a read-only store: search still works, less exactly
+            log.warning("collection_search_ef_unchanged", collection=col.name, error=str(exc))
 
     def _generation(self, physical: str) -> int:
         """The collection's BM25 generation (-1 before it has a BM25 file, or a damaged one)."""
@@ -871,7 +894,7 @@ class ChromaKnowledgeStore:
             return FileWriteResult()
         with self.writer_lock(collection):
             col = self._chroma(collection, create=True)
-            physical = self.physical_name(collection)
+            physical = self.physical_name(collection, create=True)
             # Before writing: a crash after it must never leave levels the catalog misses.
             self.catalog.note_levels(physical, {str(m["access_level"]) for m in metadatas
                                                 if "access_level" in m})
@@ -932,7 +955,7 @@ class ChromaKnowledgeStore:
         with self.writer_lock(collection):
             col = self._chroma(collection, create=True)
             if "access_level" in meta:
-                self.catalog.note_levels(self.physical_name(collection),
+                self.catalog.note_levels(self.physical_name(collection, create=True),
                                          [str(meta["access_level"])])
             self._apply_write(collection, col, self._prepare_write(
                 collection, col, [doc_id], [content], [meta]))
@@ -1055,6 +1078,8 @@ class ChromaKnowledgeStore:
         if col is None:
             return None
         physical = self.physical_name(name)
+        if physical is None:  # dropped since `_chroma` looked
+            return None
         # Fetched fresh: the cached object's metadata is a snapshot from when it was opened.
         fresh = self._call("get_collection", lambda: self.client.get_collection(
             physical, embedding_function=None))

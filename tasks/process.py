@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from typing import AsyncIterator, Iterable
+from functools import partial
+from typing import Any, AsyncIterator, Callable, Iterable
 
 from prefect import task
 from prefect.cache_policies import NONE
@@ -33,6 +34,11 @@ def process_file_task(repo: Repository, path: str, commit: str, settings: Settin
                         resolver=resolver)
 
 
+def _hand_over(loop: asyncio.AbstractEventLoop, finished: asyncio.Queue, done: Any) -> None:
+    """A finished task run's future, from the runner's thread to the flow's event loop."""
+    loop.call_soon_threadsafe(finished.put_nowait, done)
+
+
 async def map_with_tasks(files: Iterable[tuple[str, str | SkipFile]],
                          work: FileWork) -> AsyncIterator[FileOutcome]:
     """The per-file step of `index_repository` as one task run per file (visible in the UI,
@@ -48,15 +54,15 @@ async def map_with_tasks(files: Iterable[tuple[str, str | SkipFile]],
     # task run looking for futures; these hold none. Only for in-process thread runners: a
     # quote pickled to a Dask worker arrives as a plain tuple.
     runner = getattr(FlowRunContext.get(), "task_runner", None)
-    wrap = quote if isinstance(runner, ThreadPoolTaskRunner) else (lambda value: value)
+    wrap: Callable[[Any], Any] = (quote if isinstance(runner, ThreadPoolTaskRunner)
+                                  else (lambda value: value))
     repo, settings, resolver = wrap(work.repo), wrap(work.settings), wrap(work.resolver)
     paths = {}
     for path, text in files:
         future = process_file_task.submit(repo, path, work.commit, settings, work.processed_at,
                                           text=wrap(text), resolver=resolver)
         paths[future] = path
-        future.add_done_callback(
-            lambda done: loop.call_soon_threadsafe(finished.put_nowait, done))
+        future.add_done_callback(partial(_hand_over, loop, finished))
     for _ in range(len(paths)):
         future = await finished.get()
         path = paths[future]

@@ -389,3 +389,24 @@ def test_async_context_manager(make_store) -> None:
             return await store.count(REPO)
 
     assert run(go()) == 2
+
+
+def test_an_existing_collection_gets_the_configured_search_ef(make_store) -> None:
+    # HNSW's ef_search decides how exact dense search is (bench_recall.py); a collection made
+    # with another value is changed in place when a store opens it, and still answers.
+    old = make_store(hnsw_search_ef=10)
+    run(old.upsert_file_chunks(REPO, WHERE, where_chunks(V1)))
+    physical = old.physical_name(REPO)
+
+    def ef(store: Any) -> int:
+        col = store.client.get_collection(physical, embedding_function=None)
+        return int(col.configuration_json["hnsw"]["ef_search"])
+
+    assert ef(old) == 10
+    new = make_store(hnsw_search_ef=300)
+    assert run(new.count(REPO)) == 3
+    assert ef(new) == 300
+    ids = {c.id for c in where_chunks(V1)}
+    found = new.client.get_collection(physical, embedding_function=None).query(
+        query_embeddings=[new.embedder.embed(["where clause"])[0]], n_results=3)
+    assert set(found["ids"][0]) == ids

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import MutableMapping
 from typing import Any
 
 from fastapi import FastAPI, Query, Request
@@ -66,7 +67,7 @@ class GateMiddleware:
         started = time.perf_counter()
         status = {"code": 500}
 
-        async def timed_send(message: dict) -> None:
+        async def timed_send(message: MutableMapping[str, Any]) -> None:
             if message["type"] == "http.response.start":
                 status["code"] = message["status"]
             await send(message)

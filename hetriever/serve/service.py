@@ -158,7 +158,7 @@ class DocsService:
         if pages.is_chunk_id(ref):
             doc = self.store.get_by_id_sync(ref)
             name = str(doc.metadata.get("repository", "")) if doc is not None else ""
-            if name in visible:
+            if doc is not None and name in visible:
                 found = self.store.chunks_where_sync(name, {"file_path": doc.metadata["file_path"]})
         elif "://" in ref or ref.startswith("/"):
             url = urlsplit(ref).path or "/"
