@@ -116,8 +116,9 @@ def build_queries(corpus: CorpusChunks) -> dict[str, list[Query]]:
     }
 
 
-def index_corpus(corpus: CorpusChunks, embedder: Any, record: str) -> tuple[Any, dict]:
-    root = RESULTS_DIR / f"quality-{corpus.name}-{record}-{corpus.commit[:12]}"
+def index_corpus(corpus: CorpusChunks, embedder: Any, record: str,
+                 label: str | None = None) -> tuple[Any, dict]:
+    root = RESULTS_DIR / f"quality-{corpus.name}-{label or record}-{corpus.commit[:12]}"
     store = make_store(root, embedder, page_record=record)
     windows = write_windows(corpus.files, store.settings.write_window)
 

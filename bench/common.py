@@ -15,6 +15,7 @@ Corpora are looked up at $HETRIEVER_CORPORA, else ../shared/corpora beside the r
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -34,7 +35,7 @@ if str(REPO_ROOT) not in sys.path:
 
 from hetriever import search  # noqa: E402
 from hetriever.config import Settings  # noqa: E402
-from hetriever.discover import list_content_files, read_content_files  # noqa: E402
+from hetriever.discover import list_content_files, read_content_files, site_at  # noqa: E402
 from hetriever.indexing import IncludeResolver, safe_process_text  # noqa: E402
 from hetriever.models import Chunk, Repository  # noqa: E402
 
@@ -86,6 +87,7 @@ def corpus_dir(name: str, version: str = "v2") -> Path | None:
 
 def process_repo(repo: Repository, commit: str, settings: Settings, source: str) -> CorpusChunks:
     """What a full pass of `commit` would write, computed by the core alone (no store)."""
+    repo = dataclasses.replace(repo, site=site_at(repo, commit))  # as index_repository does
     resolver = IncludeResolver(repo, commit, settings)
     out = CorpusChunks(name=repo.name, source=source, commit=commit)
     for path, text in read_content_files(repo, list_content_files(repo, commit), commit,

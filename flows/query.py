@@ -29,9 +29,11 @@ async def query(
     hybrid: bool | None = None,
     access_levels: list[str] | None = None,
     group_by: str | None = None,
+    lang: str | None = None,
 ) -> dict:
     """One search. `access_levels`: what the caller may see (default PUBLIC only);
-    `group_by`: "page" (one result per page, the default) or "chunk"."""
+    `group_by`: "page" (one result per page, the default) or "chunk"; `lang`: a language
+    code or "all" (default: each multilingual site's default language)."""
     logger = get_run_logger()
     settings = load_settings()
     with prefect_run_logging(settings.log_level, settings.log_format):
@@ -44,7 +46,7 @@ async def query(
         async def search():
             return await retrieve(store, query, top_k=top_k, filters=filters,
                                   namespaces=repositories, hybrid=hybrid,
-                                  access_levels=access_levels, group_by=group_by)
+                                  access_levels=access_levels, group_by=group_by, lang=lang)
 
         await search()  # warm-up: store, model, BM25 index loaded in this process
         startup_ms = 1000 * (time.perf_counter() - started)

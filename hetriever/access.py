@@ -67,6 +67,16 @@ class CollectionPlan:
     declared: str
     chunk_levels: set[str] = field(default_factory=set)  # levels seen on its chunks
     has_deleted: bool = False  # soft-deleted chunks present (need the is_deleted filter)
+    # The site's languages, default first, as the last ingest read them; empty when unknown
+    # (an index built before languages were recorded).
+    languages: tuple[str, ...] = ()
+
+    def language_clause(self, wanted: str) -> dict[str, Any] | None:
+        """The `lang` filter a search asks of this collection: `wanted` ("" = the site's
+        default language, "all" = any). A single-language site needs none."""
+        if wanted == "all" or (not wanted and len(self.languages) < 2):
+            return None
+        return {"lang": {"$eq": wanted or self.languages[0]}}
 
     def visible(self, allowed: frozenset[str]) -> bool:
         return self.declared in allowed

@@ -70,7 +70,14 @@ yourselves e.g i.e also via
 # (`python bench/bench_bm25.py --stem-eval`); Snowball and identifier splitting are measured
 # in bench/README.md (bench_quality, page level).
 STEM_DEFAULT = True
-TOKENIZER_VERSION = "2"
+TOKENIZER_VERSION = "3"  # 3: CJK runs as character bigrams
+
+# Chinese, Japanese and Korean are written without spaces, so a whole clause is one `_WORD`
+# match. CJK runs become overlapping character bigrams (a lone character stays a unigram),
+# the usual analyzer when no dictionary segmenter is at hand (Lucene's CJKBigramFilter);
+# measured on ja/zh title queries in bench/README.md.
+_CJK = re.compile(r"[\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+                  r"\uac00-\ud7af\uff66-\uff9f]+")
 
 _stemmer = Stemmer.Stemmer("english")
 _STEMS: dict[str, str] = {}
@@ -85,6 +92,22 @@ def _stem(word: str) -> str:
         if len(_STEMS) < _STEM_CACHE_MAX:
             _STEMS[word] = stem
     return stem
+
+
+def _words(text: str) -> Iterator[str]:
+    """`_WORD` matches, with CJK runs cut out of them as words of their own."""
+    for word in _WORD.findall(text):
+        if word.isascii() or not _CJK.search(word):
+            yield word
+            continue
+        at = 0
+        for run in _CJK.finditer(word):
+            if run.start() > at:
+                yield from _WORD.findall(word[at:run.start()])
+            yield run.group()
+            at = run.end()
+        if at < len(word):
+            yield from _WORD.findall(word[at:])
 
 
 def tokenize(text: str, *, stem: bool | None = None) -> list[str]:
@@ -107,7 +130,13 @@ def tokenize(text: str, *, stem: bool | None = None) -> list[str]:
             return lower
         return None
 
-    for word in _WORD.findall(text):
+    for word in _words(text):
+        if _CJK.match(word):
+            if len(word) == 1:
+                append(word)
+            else:
+                out.extend(word[i:i + 2] for i in range(len(word) - 1))
+            continue
         if "." in word or "_" in word or "-" in word:
             lower = word.lower()
             if lower not in STOPWORDS:  # "e.g", "i.e"

@@ -514,6 +514,9 @@ def _base_metadata(page: Page, extra: Mapping | None) -> Metadata:
         "title": page.title,
         "section": page.section,
     })
+    if page.lang:
+        meta["lang"] = page.lang
+        meta["translation_key"] = page.translation_key
     return meta
 
 

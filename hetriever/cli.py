@@ -165,7 +165,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 def _run_search(settings, query: str, repositories: list[str] | None, top_k: int | None,
                 filters: dict | None, hybrid: bool | None, access: list[str] | None = None,
-                group_by: str | None = None):
+                group_by: str | None = None, lang: str | None = None):
     from hetriever.metrics import QueryMetric, metrics_store
     from hetriever.search import retrieve
     from hetriever.store import get_knowledge_store
@@ -180,7 +180,7 @@ def _run_search(settings, query: str, repositories: list[str] | None, top_k: int
         require_known(repositories, store.repository_names())
         return await retrieve(store, query, top_k=top_k, filters=filters,
                               namespaces=repositories, hybrid=hybrid, access_levels=access,
-                              group_by=group_by)
+                              group_by=group_by, lang=lang)
 
     result = asyncio.run(go())
     metrics = metrics_store(settings.resolved_state_dir)
@@ -309,7 +309,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     hybrid = None if args.mode is None else args.mode == "hybrid"
     access = [level for raw in (args.access or []) for level in raw.split(",") if level.strip()]
     result = _run_search(settings, args.query, args.repository or None, args.top_k,
-                         filters, hybrid, access or None, args.group)
+                         filters, hybrid, access or None, args.group, args.lang)
     warnings = _bm25_warnings(settings, args.repository) \
         if (settings.use_hybrid_search if hybrid is None else hybrid) else []
     for warning in warnings:
@@ -599,6 +599,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", choices=["hybrid", "dense"], help="override USE_HYBRID_SEARCH")
     p.add_argument("--group", choices=["page", "chunk"],
                    help="one result per page (default) or per chunk")
+    p.add_argument("--lang", help="results in this language (e.g. ja), or 'all'; default: "
+                                  "each multilingual site's default language")
     p.add_argument("--access", action="append",
                    help="access levels the caller may see, e.g. PUBLIC,TEAM (repeatable; "
                         "default PUBLIC only)")

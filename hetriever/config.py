@@ -88,6 +88,9 @@ class Settings:
     # 1..100 in bench/README.md); a smaller k lets a page first in one list count.
     rrf_k: int = 5
     group_by: str = "page"  # results: one per page (best passage) or "chunk"
+    # Results' language: "" = each multilingual site's default language (single-language
+    # sites are not filtered), a code ("ja"), or "all".
+    search_language: str = ""
     default_top_k: int = 5
     max_top_k: int = 100
     similarity_threshold: float = 0.0

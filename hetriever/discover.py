@@ -20,6 +20,7 @@ import git
 
 from hetriever.errors import InvalidRepositoryNameError, RepositoryNotFoundError, SourceError
 from hetriever.logs import get_logger
+from hetriever.site import Site, load_site
 from hetriever.models import ChangeKind, ChangeSet, FileChange, Repository, SkippedFile
 
 __all__ = [
@@ -661,3 +662,41 @@ def read_content_file(repo: Repository, path: str, commit: str, *, max_bytes: in
             raise result
         return result
     raise AssertionError("unreachable")
+
+
+SITE_CONFIG_DIR = "config/_default"
+SITE_CONFIG_MAX_BYTES = 1_000_000
+
+
+def site_at(repo: Repository, commit: str) -> Site:
+    """The site configuration at `commit` (hetriever.site): languages, content roots, URL
+    prefixes. A repository without one gets today's single-language defaults."""
+    sha = _resolve_commit(repo, commit)
+    if sha is None:
+        raise SourceError(f"commit {commit} is not in repository {repo.name}",
+                          hint="fetch the repository or pass a commit it has")
+
+    def kind(path: str) -> bytes:
+        try:
+            return _git(repo, "cat-file", "-t", f"{sha}:{path}").strip()
+        except SourceError:
+            return b""
+
+    def read(path: str) -> str | None:
+        if kind(path) != b"blob":
+            return None
+        try:
+            return read_content_file(repo, path, sha, max_bytes=SITE_CONFIG_MAX_BYTES)
+        except SkipFile:
+            return None
+
+    listed: list[str] = []
+    if kind(SITE_CONFIG_DIR) == b"tree":
+        out = _git(repo, "ls-tree", "--name-only", sha, SITE_CONFIG_DIR + "/")
+        listed = [p for p in out.decode("utf-8", "replace").splitlines() if p]
+    site = load_site(read, listed, lambda path: kind(path) == b"tree",
+                     content_dir=repo.content_dir)
+    if not site.configured:
+        log.debug("site_config_absent", repository=repo.name,
+                  assumed=f"one language ({site.default_lang}), content in {repo.content_dir}")
+    return site

@@ -24,6 +24,7 @@ as tasks; `index_repository` runs the same steps in-process for the CLI and test
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -40,6 +41,7 @@ from hetriever.config import Settings
 from hetriever.errors import EmbeddingError, IndexingError
 from hetriever.discover import (
     SkipFile,
+    site_at,
     compute_change_set,
     list_content_files,
     read_content_file,
@@ -107,7 +109,7 @@ class IncludeResolver:
         self.commit = commit
         self.settings = settings
         self.content_root = PurePosixPath(repo.content_dir)
-        self._languages = [p for p in ("en",)]
+        self._languages = ["en"]
         self._cache: dict[str, str | None] = {}
 
     def for_page(self, page_path: str) -> Callable[[str], str | None]:
@@ -119,6 +121,8 @@ class IncludeResolver:
             return
         with_ext = name if name.endswith((".md", ".markdown")) else f"{name}.md"
         roots = [self.content_root] + [self.content_root / lang for lang in self._languages]
+        if self.repo.site is not None and self.repo.site.configured:
+            roots += [PurePosixPath(r.source) for r in self.repo.site.roots]
         if name.startswith("/"):
             for root in roots:
                 yield str(root / with_ext.lstrip("/"))
@@ -184,7 +188,7 @@ def process_text(repo: Repository, path: str, text: str, settings: Settings, *,
     lines = text.count("\n") + 1
     if is_snippet_path(path, repo.content_dir):
         return FileOutcome(path, skipped=SkippedFile(path, "snippet (not a page)"), lines=lines)
-    page = parse_page(repo.name, path, text, content_dir=repo.content_dir)
+    page = parse_page(repo.name, path, text, content_dir=repo.content_dir, site=repo.site)
     reason = skip_reason(page, include_drafts=settings.include_drafts)
     if reason:
         return FileOutcome(path, skipped=SkippedFile(path, reason), lines=lines)
@@ -337,7 +341,9 @@ async def begin_run(store, repo: Repository, change_set: ChangeSet) -> None:
         repo.name, url=repo.url, access_level=declared_level(settings, repo.name),
         settings={"embedding_model": settings.embedding_model,
                   "chunk_tokens": settings.chunk_tokens, "content_dir": repo.content_dir,
-                  "retention_days": settings.retention_days})
+                  "retention_days": settings.retention_days,
+                  # default first: what a search without a language keeps to
+                  "languages": list(repo.site.languages) if repo.site else []})
     catalog.start_run(repo.name, physical, mode=change_set.mode, old_commit=change_set.old_commit,
                       new_commit=change_set.new_commit)
     paths = change_set.paths_to_index()
@@ -604,6 +610,11 @@ async def index_repository(repo: Repository, store, settings: Settings, *,
             bound.warning("uncommitted_changes_ignored")
 
         check_schema(store, repo)
+        repo = dataclasses.replace(repo, site=site_at(repo, change_set.new_commit))
+        if repo.site is not None and repo.site.configured:
+            bound.info("site_config", languages=list(repo.site.languages),
+                       default=repo.site.default_lang,
+                       roots=[f"{r.source}:{r.lang or '*'}" for r in repo.site.roots])
         bound.info("index_started", include_dependents=len(change_set.include_dependents),
                    **change_set.counts())
         try:

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Union
 
+from hetriever.site import Site
+
 # What Chroma accepts as one metadata value. Lists must be non-empty and of one type.
 MetadataScalar = Union[str, int, float, bool]
 MetadataValue = Union[MetadataScalar, list[str], list[int], list[float], list[bool]]
@@ -57,6 +59,9 @@ class Repository(_Serialisable):
     # Why the repository cannot be read (a bad or uninitialised submodule): reported for it
     # alone, every git operation on it raises this; "" when it is fine.
     problem: str = ""
+    # The site configuration at the commit being indexed (languages, content roots, URL
+    # prefixes); None until a run reads it, and for callers that parse without one.
+    site: Site | None = None
 
 
 class ChangeKind(str, enum.Enum):
@@ -136,6 +141,10 @@ class Page(_Serialisable):
     # Every scalar of the raw front matter by dotted, lower-case key ("vers.otel"), and those
     # under `params:` without the prefix: what `{{% param "name" %}}` reads.
     params: dict[str, str] = field(default_factory=dict)
+    lang: str = ""  # the page's language ("" when parsed without a site)
+    # Shared by a page and its translations: `translationKey`, else the language-free path.
+    translation_key: str = ""
+    in_site: bool = True  # False: in no content root of the site (e.g. a disabled language)
 
 
 # --- clean -------------------------------------------------------------------------

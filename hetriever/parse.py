@@ -18,6 +18,7 @@ from frontmatter.default_handlers import TOMLHandler, YAMLHandler
 
 from hetriever.logs import get_logger
 from hetriever.models import Metadata, MetadataValue, Page
+from hetriever.site import Site
 
 log = get_logger(__name__)
 
@@ -287,8 +288,11 @@ def derive_title(file_path: str, *, content_dir: str = "content",
 
 
 def parse_page(repository: str, file_path: str, text: str, *, content_dir: str = "content",
-               language_dirs: Collection[str] = ("en",)) -> Page:
-    """Parse one content file. Never raises; malformed front matter is logged and dropped."""
+               language_dirs: Collection[str] = ("en",), site: Site | None = None) -> Page:
+    """Parse one content file. Never raises; malformed front matter is logged and dropped.
+
+    With a `site` (hetriever.site), the page's language, URL and section follow the site's
+    configuration; without one, the content dir and `language_dirs` decide as before."""
     fmt, raw, body, error = split_front_matter(text)
     data: dict[str, Any] = {}
     if fmt and not error:
@@ -296,15 +300,35 @@ def parse_page(repository: str, file_path: str, text: str, *, content_dir: str =
     if error:
         log.warning("front_matter_invalid", repository=repository, path=file_path, error=error)
     front_matter = normalise_front_matter(data)
+    where = site.locate(file_path) if site is not None else None
+    # Paths below the content root decide URL, section and derived title.
+    path_for_url, base, dirs = file_path, content_dir, language_dirs
+    prefix = lang = translation_key = ""
+    if site is not None and where is not None:
+        path_for_url, base, dirs = where.relative, "", ()
+        prefix, lang = site.url_prefix(where.lang), where.lang
+        key = data.get("translationKey") or data.get("translationkey")
+        translation_key = (str(key) if isinstance(key, (str, int)) and str(key).strip()
+                           else where.translation_key)
     title = str(front_matter.get("title") or front_matter.get("linkTitle") or "") or derive_title(
-        file_path, content_dir=content_dir, language_dirs=language_dirs)
+        path_for_url, content_dir=base, language_dirs=dirs)
     tags = front_matter.get("tags", [])
+    url = page_url(path_for_url, front_matter, content_dir=base, language_dirs=dirs)
+    explicit = isinstance(front_matter.get("url"), str) and str(front_matter["url"]).strip()
+    if site is not None and not explicit:
+        if site.ugly_urls and url != "/" and _stem(posixpath.basename(path_for_url)) not in (
+                "_index", "index"):
+            url = url.rstrip("/") + ".html"
+        url = (prefix + url) if prefix else url
     return Page(
         repository=repository,
         file_path=file_path,
-        url=page_url(file_path, front_matter, content_dir=content_dir, language_dirs=language_dirs),
+        url=url,
         title=title,
-        section=page_section(file_path, content_dir=content_dir, language_dirs=language_dirs),
+        lang=lang,
+        translation_key=translation_key,
+        in_site=site is None or where is not None,
+        section=page_section(path_for_url, content_dir=base, language_dirs=dirs),
         body=body,
         front_matter=front_matter,
         tags=[str(t) for t in tags] if isinstance(tags, list) else [],
@@ -321,6 +345,8 @@ def public_metadata(page: Page) -> dict[str, MetadataValue]:
 
 def skip_reason(page: Page, *, include_drafts: bool = False) -> str | None:
     """Why the page must not be indexed, or None. Empty bodies are judged after cleaning."""
+    if not page.in_site:
+        return "not in a content root of the site (language disabled or not mounted)"
     if page.draft and not include_drafts:
         return "draft"
     directories = page.file_path.replace("\\", "/").split("/")[:-1]

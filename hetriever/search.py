@@ -37,7 +37,9 @@ the Cloud path would be used. That path is not implemented, so the local one alw
 from __future__ import annotations
 
 import asyncio
+import json
 import math
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -55,6 +57,7 @@ from hetriever.models import RetrievalResult, SearchResult
 
 log = get_logger(__name__)
 
+_LANG_CODE = re.compile(r"^(all|[a-z]{2,3}(-[a-z0-9]{2,8})*)$")
 MAX_QUERY_CHARS = 10_000  # longer queries are truncated for embedding (not an error)
 CANDIDATE_FACTOR = 2  # chunk results: each retriever fetches this many times top_k chunks
 # Page results: each retriever fetches PAGE_CANDIDATE_FACTOR x top_k chunks, at least
@@ -153,11 +156,13 @@ def plan_collections(store: Any, names: list[str]) -> dict[str, CollectionPlan]:
             continue
         record = catalog.repository(name)
         collection = catalog.collection(physical)
+        languages = (record.settings.get("languages") if record else None) or []
         plans[name] = CollectionPlan(
             repository=name, collection=physical,
             declared=declared_level(store.settings, name, record.access_level if record else None),
             chunk_levels=set(collection.levels) if collection else set(),
-            has_deleted=catalog.has_deleted(physical))
+            has_deleted=catalog.has_deleted(physical),
+            languages=tuple(str(lang) for lang in languages))
     return plans
 
 
@@ -380,7 +385,8 @@ def _trusted(hit: _Hit, plans: Mapping[str, CollectionPlan], levels: frozenset[s
 
 
 def _exact(store: Any, query: str, plans: Mapping[str, CollectionPlan],
-           levels: frozenset[str], user_filter: dict | None) -> SearchResult | None:
+           levels: frozenset[str], user_filter: dict | None,
+           wanted_lang: str = "") -> SearchResult | None:
     """The page whose title / linkTitle / alias / function name equals the query, if any."""
     by_physical = {p.collection: name for name, p in plans.items()}
     try:
@@ -389,9 +395,12 @@ def _exact(store: Any, query: str, plans: Mapping[str, CollectionPlan],
         log.warning("exact_lookup_failed", error=f"{type(exc).__name__}: {exc}")
         return None
     for candidate in candidates:
-        hit = _Hit(candidate.chunk_id, by_physical[candidate.collection])
+        name = by_physical[candidate.collection]
+        hit = _Hit(candidate.chunk_id, name)
         _fill_documents(store, [hit])
         if hit.metadata is None or not matches(user_filter, hit.metadata):
+            continue
+        if not matches(plans[name].language_clause(wanted_lang), hit.metadata):
             continue
         if not _trusted(hit, plans, levels):
             continue
@@ -405,13 +414,16 @@ def hybrid_search(store: Any, query: str, top_k: int | None = None,
                   namespaces: Sequence[str] | None = None,
                   hybrid: bool | None = None,
                   access_levels: Sequence[str] | str | None = None,
-                  exact: bool = True, group_by: str | None = None) -> RetrievalResult:
+                  exact: bool = True, group_by: str | None = None,
+                  lang: str | None = None) -> RetrievalResult:
     """Run one search against `store` (a ChromaKnowledgeStore). See the module docstring.
 
     `access_levels`: the levels the caller may see (default PUBLIC only).
     `exact`: use the exact-title fast path.
     `group_by`: "page" (one result per page, its best chunk first; the default from settings)
     or "chunk".
+    `lang`: a language code, "all", or None for `settings.search_language` ("" = each
+    multilingual site's default language; single-language sites are not filtered).
     """
     started = time.perf_counter()
     settings = store.settings
@@ -423,11 +435,17 @@ def hybrid_search(store: Any, query: str, top_k: int | None = None,
     if group not in ("page", "chunk"):
         raise InvalidLimitError(f"group_by must be 'page' or 'chunk', got {group_by!r}")
     text = query if isinstance(query, str) else ""
+    wanted = (settings.search_language if lang is None else lang).strip().lower()
+    if wanted and not _LANG_CODE.match(wanted):
+        raise InvalidLimitError(f"lang must be a language code such as 'en' or 'pt-br', or "
+                                f"'all', got {lang!r}")
+    if wanted and user_filter is not None and "lang" in json.dumps(user_filter):
+        wanted = "all"  # the caller's own filter on `lang` decides
     for attempt in range(1, EPOCH_RETRIES + 2):
         epoch = store.catalog.alias_epoch()
         try:
             result = _search_once(store, text, k, user_filter, levels, namespaces, use_hybrid,
-                                  exact, group, started)
+                                  exact, group, started, wanted)
         except HetrieverError:
             if store.catalog.alias_epoch() == epoch or attempt > EPOCH_RETRIES:
                 raise
@@ -442,7 +460,8 @@ def hybrid_search(store: Any, query: str, top_k: int | None = None,
 
 def _search_once(store: Any, text: str, k: int, user_filter: dict | None,
                  levels: frozenset[str], namespaces: Sequence[str] | None, use_hybrid: bool,
-                 exact: bool, group_by: str, started: float) -> RetrievalResult:
+                 exact: bool, group_by: str, started: float,
+                 wanted_lang: str = "") -> RetrievalResult:
     settings = store.settings
 
     def done(matches: list[SearchResult], mode: str, counts: dict[str, int]) -> RetrievalResult:
@@ -460,8 +479,9 @@ def _search_once(store: Any, text: str, k: int, user_filter: dict | None,
     if not text.strip() or not names:
         return done([], "hybrid" if use_hybrid else "dense", {"dense": 0, "bm25": 0, "merged": 0})
     # The caller's filter is AND-ed with the access and deletion clauses, so it can only narrow.
-    wheres = {name: and_filters(p.where(levels), user_filter) for name, p in plans.items()}
-    exact_hit = _exact(store, text, plans, levels, user_filter) if exact else None
+    wheres = {name: and_filters(and_filters(p.where(levels), p.language_clause(wanted_lang)),
+                                user_filter) for name, p in plans.items()}
+    exact_hit = _exact(store, text, plans, levels, user_filter, wanted_lang) if exact else None
     if native_sparse_available(store.client):
         log.info("native_sparse_not_used", reason="Cloud search path not implemented")
 
@@ -701,8 +721,10 @@ async def retrieve(store: Any, query: str, top_k: int | None = None,
                    namespaces: Sequence[str] | None = None,
                    hybrid: bool | None = None,
                    access_levels: Sequence[str] | str | None = None,
-                   exact: bool = True, group_by: str | None = None) -> RetrievalResult:
+                   exact: bool = True, group_by: str | None = None,
+                   lang: str | None = None) -> RetrievalResult:
     """`hybrid_search` off the event loop (embedding and Chroma calls block)."""
     return await asyncio.to_thread(hybrid_search, store, query, top_k, filters,
                                    namespaces=namespaces, hybrid=hybrid,
-                                   access_levels=access_levels, exact=exact, group_by=group_by)
+                                   access_levels=access_levels, exact=exact, group_by=group_by,
+                                   lang=lang)

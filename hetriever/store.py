@@ -145,7 +145,8 @@ class KnowledgeStore(Protocol):
                      namespaces: Sequence[str] | None = None,
                      hybrid: bool | None = None,
                      access_levels: Sequence[str] | None = None,
-                     group_by: str | None = None) -> list[SearchResult]: ...
+                     group_by: str | None = None,
+                     lang: str | None = None) -> list[SearchResult]: ...
 
     async def get_by_id(self, doc_id: str) -> Document | None: ...
 
@@ -1189,12 +1190,13 @@ class ChromaKnowledgeStore:
                      namespaces: Sequence[str] | None = None,
                      hybrid: bool | None = None,
                      access_levels: Sequence[str] | None = None,
-                     group_by: str | None = None) -> list[SearchResult]:
+                     group_by: str | None = None,
+                     lang: str | None = None) -> list[SearchResult]:
         from hetriever.search import retrieve
 
         result = await retrieve(self, query, top_k=top_k, filters=filters,
                                 namespaces=namespaces, hybrid=hybrid,
-                                access_levels=access_levels, group_by=group_by)
+                                access_levels=access_levels, group_by=group_by, lang=lang)
         return result.matches
 
     async def get_by_id(self, doc_id: str) -> Document | None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from hetriever.config import Settings
-from hetriever.discover import list_content_files, read_content_files
+from hetriever.discover import list_content_files, read_content_files, site_at
 from hetriever.indexing import IncludeResolver, safe_process_text
 from hetriever.models import Repository
 
@@ -23,6 +25,7 @@ def stored(store, collection: str) -> dict[str, tuple[str, str]]:
 
 def fresh_full_pass(repo: Repository, commit: str, settings: Settings) -> dict[str, tuple[str, str]]:
     """What a full index of `commit` holds, computed by the core alone (no store involved)."""
+    repo = dataclasses.replace(repo, site=site_at(repo, commit))  # as index_repository does
     resolver = IncludeResolver(repo, commit, settings)
     expected = {}
     for path, text in read_content_files(repo, list_content_files(repo, commit), commit,

@@ -37,7 +37,11 @@ PRIVATE_OPS = {
     "content/payroll.md": "---\ntitle: Payroll schedule\n---\n\nThe kestrel payroll schedule "
                           "is private. Salaries are paid on the last day.\n",
 }
+# The sample site made bilingual the way Hugo sites are: a configuration naming the languages,
+# French pages in their own content directory.
 FRENCH_PAGE = {
+    "hugo.toml": 'defaultContentLanguage = "en"\n[languages.en]\ncontentDir = "content"\n'
+                 'weight = 1\n[languages.fr]\ncontentDir = "content/fr"\nweight = 2\n',
     "content/fr/docs/where.md": "---\ntitle: La fonction where\n---\n\nLa fonction where "
                                 "renvoie la collection filtrée selon la condition de comparaison.\n",
 }

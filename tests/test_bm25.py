@@ -46,7 +46,10 @@ def index(tmp_path):
     ("The QUICK, brown fox!", ["quick", "brown", "fox"]),
     ("e.g. a x y", []),
     ("{{ .Title }} -> $.Page", ["title", "page"]),
-    ("café 日本語", ["café", "日本語"]),
+    ("café 日本語", ["café", "日本", "本語"]),  # CJK runs: character bigrams
+    ("OpenTelemetryのトレース", ["opentelemetry", "open", "telemetry", "のト", "トレ", "レー",
+                                 "ース"]),
+    ("可观测性 是", ["可观", "观测", "测性", "是"]),  # a lone CJK character is kept
     ("", []),
 ])
 def test_tokenize(text, expected):

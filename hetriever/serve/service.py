@@ -32,10 +32,6 @@ from hetriever.store import ChromaKnowledgeStore, validate_collection_name
 log = get_logger(__name__)
 
 GROUPS = ("page", "chunk")
-# A language filter drops matches after search: ask search for this many times k so k
-# results usually remain (capped by settings.max_top_k). Not more: at 10k chunks a search
-# for 3k costs ~4x one for k, for 2k ~1.5x (bench_serve).
-OVERFETCH = 2
 
 
 class RequestError(HetrieverError):
@@ -124,19 +120,16 @@ class DocsService:
         names = [validate_collection_name(r) for r in repositories] if repositories else served
         names = [n for n in names if n in served]
         wanted_lang = lang.strip().lower() if lang and lang.strip() else None
-        # k results come straight from search (pages or chunks) unless filtered here
-        fetch = min(k if wanted_lang is None else k * OVERFETCH, self.settings.max_top_k)
         try:
-            result = hybrid_search(self.store, text, fetch, filters, namespaces=names,
+            # The language is a store-side filter (hetriever.search): None keeps each
+            # multilingual site's default language, "all" any.
+            result = hybrid_search(self.store, text, k, filters, namespaces=names,
                                    access_levels=sorted(levels or caller_levels(None)),
-                                   group_by=group)
+                                   group_by=group, lang=wanted_lang)
         except (InvalidFilterError, InvalidLimitError) as exc:
             raise RequestError(str(exc)) from None
-        matches = result.matches
+        matches = result.matches[:k]
         content_dir = self.settings.content_dir
-        if wanted_lang:
-            matches = [m for m in matches if pages.language(m.metadata, content_dir) == wanted_lang]
-        matches = matches[:k]
         return {
             "query": text, "k": k, "group": group, "mode": result.mode,
             "search_ms": round(result.search_time_ms, 2),

@@ -1,0 +1,122 @@
+"""Search by language over the whole multilingual opentelemetry.io site (page level, MRR@10).
+
+    python bench/bench_multilingual.py [--per-language 40] [--json]
+
+The site (`../shared/corpora/opentelemetry-io/v2-site`: 11 languages, its real configuration)
+is indexed by the real pipeline, with real embeddings, into
+bench/results/quality-opentelemetry-io-site-<commit>/ (reused between runs). Query sets:
+
+- per language (ja, zh, es, fr, pt): page titles of that language, `--per-language` of them
+  sampled with a fixed seed (distinct titles; the answer is any page of that language with
+  that title). Searched with `lang` set to the language, in each mode: hybrid (exact-title
+  path off), dense, BM25. The English MiniLM model reads these texts too: the figures say
+  how far that carries.
+- English titles (every distinct title of the English pages), searched with no language
+  given, so each search keeps to the site's default language as a user's would: the same
+  queries over the English-only index (bench_quality's opentelemetry-io store) say whether
+  the other ten languages in one index change English results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_quality import K, Query, index_corpus, pages, score  # noqa: E402
+from common import (  # noqa: E402
+    RESULTS_DIR,
+    bench_settings,
+    bm25_only,
+    load_corpus_chunks,
+    make_embedder,
+    print_table,
+)
+from hetriever import search  # noqa: E402
+from hetriever.logs import configure_logging  # noqa: E402
+
+LANGUAGES = ("ja", "zh", "es", "fr", "pt")
+MODES = ("hybrid", "dense", "bm25")
+NAME = "opentelemetry-io"
+
+
+def title_queries(corpus: Any, lang: str) -> list[Query]:
+    by_title: dict[str, set[str]] = {}
+    for path, chunks in corpus.files.items():
+        meta = chunks[0].metadata
+        if meta.get("lang") == lang and str(meta.get("title", "")).strip():
+            by_title.setdefault(str(meta["title"]).strip(), set()).add(path)
+    return sorted(by_title.items())
+
+
+def run_set(store: Any, queries: list[Query], lang: str | None,
+            bm25_lang: str | None) -> dict[str, Any]:
+    """`lang` as `hybrid_search` takes it; `bm25_lang`: the language BM25 alone keeps to (the
+    BM25-only path is the bench's, which knows no default language)."""
+    ranked: dict[str, list[list[str]]] = {m: [] for m in MODES}
+    for q, _ in queries:
+        for mode in ("hybrid", "dense"):
+            got = search.hybrid_search(store, q, K, namespaces=[NAME], exact=False,
+                                       hybrid=(mode == "hybrid"), lang=lang)
+            ranked[mode].append(pages([m.metadata for m in got.matches]))
+        hits = bm25_only(store, q, K * 10, namespaces=[NAME],
+                         filters={"lang": bm25_lang} if bm25_lang else None)
+        ranked["bm25"].append(pages([h.metadata for h in hits]))
+    return {"queries": len(queries), **{m: score(ranked[m], queries) for m in MODES}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--per-language", type=int, default=40)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    configure_logging("ERROR")
+    site = load_corpus_chunks(NAME, "v2-site")
+    english = load_corpus_chunks(NAME, "v2")
+    if site is None or english is None:
+        print("corpus opentelemetry-io v2-site or v2 not found", file=sys.stderr)
+        return 1
+    embedder = make_embedder(bench_settings(RESULTS_DIR / "unused"))
+    print(f"site: {len(site.chunks)} chunks of {len(site.files)} pages; indexing",
+          file=sys.stderr, flush=True)
+    store, indexed = index_corpus(site, embedder, "chunk", label="site")
+    languages = sorted({str(c[0].metadata.get("lang")) for c in site.files.values()})
+    default = "en"
+    store.catalog.upsert_repository(NAME, settings={"languages": [default] + [
+        lang for lang in languages if lang != default]})
+    report: dict[str, Any] = {"index": indexed, "languages": {}}
+    for lang in LANGUAGES:
+        queries = title_queries(site, lang)
+        if len(queries) > args.per_language:
+            queries = random.Random(args.seed).sample(queries, args.per_language)
+        print(f"{lang}: {len(queries)} title queries", file=sys.stderr, flush=True)
+        report["languages"][lang] = run_set(store, queries, lang, lang)
+    en_queries = title_queries(english, "en")
+    print(f"en: {len(en_queries)} title queries, both indexes", file=sys.stderr, flush=True)
+    report["english_in_site"] = run_set(store, en_queries, None, default)
+    store.close_sync()
+    en_store, _ = index_corpus(english, embedder, "chunk")
+    report["english_alone"] = run_set(en_store, en_queries, None, None)
+    en_store.close_sync()
+    (RESULTS_DIR / "bench_multilingual-latest.json").write_text(json.dumps(report, indent=2))
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    rows = [(lang, r["queries"], *(f"{r[m]['mrr@10']:.3f}" for m in MODES),
+             *(f"{r[m]['recall@10']:.3f}" for m in MODES))
+            for lang, r in [*report["languages"].items(),
+                            ("en, site index", report["english_in_site"]),
+                            ("en, English-only index", report["english_alone"])]]
+    print_table(("set", "n", *(f"MRR {m}" for m in MODES), *(f"R {m}" for m in MODES)), rows)
+    print(f"indexed: {indexed}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,193 @@
+"""The site configuration as Hugo reads it (hetriever.site): languages, roots, URLs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hetriever.errors import ConfigurationError
+from hetriever.parse import parse_page, skip_reason
+from hetriever.site import Site, load_site
+from tests.helpers import corpus_version
+
+
+def site_of(files: dict[str, str], dirs: set[str] | None = None, **kw) -> Site:
+    """A site from in-memory files; directories exist when a file is under them."""
+    present = set(dirs or ())
+    for path in files:
+        parts = path.split("/")
+        present.update("/".join(parts[:i]) for i in range(1, len(parts)))
+    listed = [p for p in files if p.startswith("config/_default/")]
+    return load_site(files.get, listed, lambda d: d in present, **kw)
+
+
+def page(site: Site, path: str, front_matter: str = "title: T") -> object:
+    return parse_page("docs", path, f"---\n{front_matter}\n---\nBody text.\n", site=site)
+
+
+def test_without_configuration_the_site_is_english_with_an_en_directory_dropped():
+    site = site_of({"content/en/docs/a.md": ""})
+    assert not site.configured and site.languages == ("en",)
+    p = page(site, "content/en/docs/a.md")
+    assert (p.lang, p.url, p.section) == ("en", "/docs/a/", "docs")
+    assert page(site, "content/docs/_index.md").url == "/docs/"
+
+
+def test_a_content_directory_per_language():
+    config = """
+defaultContentLanguage = "en"
+[languages.en]
+contentDir = "content/en"
+weight = 1
+[languages.fr]
+contentDir = "content/fr"
+weight = 2
+"""
+    site = site_of({"hugo.toml": config, "content/en/x.md": "", "content/fr/x.md": ""})
+    assert site.configured and site.languages == ("en", "fr") and site.default_lang == "en"
+    en, fr = page(site, "content/en/docs/x.md"), page(site, "content/fr/docs/x.md")
+    assert (en.lang, en.url) == ("en", "/docs/x/")
+    assert (fr.lang, fr.url, fr.section) == ("fr", "/fr/docs/x/", "docs")
+    assert en.translation_key == fr.translation_key == "docs/x"
+    # _index, page bundles and slugs, under the language prefix
+    assert page(site, "content/fr/docs/_index.md").url == "/fr/docs/"
+    assert page(site, "content/fr/_index.md").url == "/fr/"
+    assert page(site, "content/fr/blog/post/index.md").url == "/fr/blog/post/"
+    assert page(site, "content/fr/docs/x.md", "title: T\nslug: autre").url == "/fr/docs/autre/"
+
+
+def test_translation_by_file_name_and_the_default_language_in_a_subdirectory():
+    config = ("defaultContentLanguage: en\ndefaultContentLanguageInSubdir: true\n"
+              "languages:\n  en: {weight: 1}\n  de: {weight: 2}\n")
+    site = site_of({"hugo.yaml": config})
+    en, de = page(site, "content/about.md"), page(site, "content/about.de.md")
+    assert (en.lang, en.url) == ("en", "/en/about/")
+    assert (de.lang, de.url) == ("de", "/de/about/")
+    assert en.translation_key == de.translation_key == "about"
+    # A dotted name that is not a language stays a page of the default language.
+    assert page(site, "content/notes.v2.md").lang == "en"
+    # translationKey in front matter links pages whatever their paths
+    linked = page(site, "content/ueber.de.md", "title: T\ntranslationKey: about-page")
+    assert linked.translation_key == "about-page"
+
+
+def test_disabled_languages_are_left_out_with_a_reason():
+    config = ("defaultContentLanguage: en\nlanguages:\n  en: {contentDir: content/en}\n"
+              "  ja: {contentDir: content/ja, disabled: true}\n")
+    site = site_of({"hugo.yaml": config, "content/en/a.md": "", "content/ja/a.md": ""})
+    assert site.languages == ("en",)
+    ja = page(site, "content/ja/a.md")
+    assert not ja.in_site and "language disabled" in skip_reason(ja)
+
+
+def test_mounts_by_lang_or_sites_matrix_and_what_is_left_out():
+    files = {
+        "config/_default/hugo.yaml": "defaultContentLanguage: en\nbaseURL: https://x.io/docs/\n",
+        "config/_default/languages.yaml": "en: {weight: 1}\nja: {weight: 2}\nzh: {weight: 3}\n",
+        "config/_default/module.yaml": """
+mounts:
+  - {source: content/en, target: content}
+  - {source: content/ja, target: content, lang: ja}
+  - source: content/zh
+    target: content
+    sites: {matrix: {languages: [zh]}}
+  - {source: tmp/specs, target: content/docs/specs}
+  - {source: content/en/docs, target: content/docs, sites: {matrix: {languages: [zh]}}}
+  - {source: missing/dir, target: content, lang: ja}
+  - {source: assets, target: assets}
+""",
+        "content/en/a.md": "", "content/ja/a.md": "", "content/zh/a.md": "",
+    }
+    site = site_of(files)
+    assert site.languages == ("en", "ja", "zh") and site.base_path == "/docs"
+    assert {(r.source, r.lang) for r in site.roots} == {
+        ("content/en", "en"), ("content/ja", "ja"), ("content/zh", "zh")}
+    assert len(site.notes) == 3  # the sub-path mounts and the missing source
+    assert any("missing/dir" in n and "not in the repository" in n for n in site.notes)
+    assert page(site, "content/ja/guide/_index.md").url == "/docs/ja/guide/"
+    assert page(site, "content/en/guide/x.md").url == "/docs/guide/x/"
+
+
+def test_the_module_template_is_read_when_no_module_file_exists():
+    files = {"hugo.yaml": "languages: {en: {}, es: {}}\n",
+             "config/_default/module-template.yaml":
+                 "mounts:\n  - {source: content/en, target: content}\n"
+                 "  - {source: content/es, target: content, sites: {matrix: {languages: [es]}}}\n",
+             "content/en/a.md": "", "content/es/a.md": ""}
+    site = site_of(files)
+    assert page(site, "content/es/a.md").url == "/es/a/"
+
+
+def test_ugly_urls():
+    site = site_of({"hugo.toml": "uglyURLs = true\n"})
+    assert page(site, "content/docs/x.md").url == "/docs/x.html"
+    assert page(site, "content/docs/_index.md").url == "/docs/"
+
+
+def test_a_malformed_configuration_names_the_file_and_the_key():
+    with pytest.raises(ConfigurationError, match="hugo.yaml"):
+        site_of({"hugo.yaml": "languages: [unclosed\n"})
+    with pytest.raises(ConfigurationError, match="defaultContentLanguage"):
+        site_of({"hugo.toml": 'defaultContentLanguage = "fr"\n[languages.en]\n'})
+    with pytest.raises(ConfigurationError, match="`languages`"):
+        site_of({"config/_default/hugo.yaml": "languages: [en, fr]\n"})
+
+
+# --- the real multilingual site ----------------------------------------------------------
+
+
+@pytest.mark.corpus
+def test_opentelemetry_site_pages_are_where_hugo_publishes_them():
+    root = corpus_version("opentelemetry-io", "v2-site")
+
+    def read(path: str) -> str | None:
+        f = root / path
+        return f.read_text(encoding="utf-8") if f.is_file() else None
+
+    listed = [f"config/_default/{p.name}" for p in (root / "config/_default").iterdir()]
+    site = load_site(read, listed, lambda d: (root / d).is_dir())
+    assert site.default_lang == "en" and len(site.languages) == 11
+    assert not site.in_subdir and site.base_path == ""
+
+    def url_of(path: str) -> tuple[str, str]:
+        p = parse_page("opentelemetry-io", path, (root / path).read_text(encoding="utf-8"),
+                       site=site)
+        return p.lang, p.url
+
+    assert url_of("content/en/_index.md") == ("en", "/")
+    assert url_of("content/en/docs/concepts/_index.md") == ("en", "/docs/concepts/")
+    assert url_of("content/ja/_index.md") == ("ja", "/ja/")
+    assert url_of("content/ja/docs/concepts/_index.md") == ("ja", "/ja/docs/concepts/")
+    assert url_of("content/zh/docs/concepts/glossary.md") == ("zh", "/zh/docs/concepts/glossary/")
+    # a page bundle
+    assert url_of("content/ja/blog/2023/otel-arrow/index.md") == ("ja", "/ja/blog/2023/otel-arrow/")
+    assert url_of("content/es/docs/_index.md") == ("es", "/es/docs/")
+    ja = parse_page("opentelemetry-io", "content/ja/docs/concepts/_index.md",
+                    (root / "content/ja/docs/concepts/_index.md").read_text(encoding="utf-8"),
+                    site=site)
+    en = parse_page("opentelemetry-io", "content/en/docs/concepts/_index.md",
+                    (root / "content/en/docs/concepts/_index.md").read_text(encoding="utf-8"),
+                    site=site)
+    assert ja.translation_key == en.translation_key
+
+
+def test_reading_a_site_from_a_git_commit(tmp_path: Path):
+    from hetriever.discover import site_at
+    from hetriever.models import Repository
+    from tests.helpers import commit_all, init_repo, write_files
+
+    repo_dir = init_repo(tmp_path / "site")
+    write_files(repo_dir, {"config/_default/hugo.toml": 'defaultContentLanguage = "en"\n',
+                           "config/_default/languages.toml": "[en]\n[ja]\n",
+                           "content/x.md": "---\ntitle: X\n---\nx\n"})
+    first = commit_all(repo_dir)
+    write_files(repo_dir, {"config/_default/languages.toml": "[en]\n[ja]\n[ko]\n"})
+    commit_all(repo_dir)
+    repo = Repository(name="site-docs", path=repo_dir)
+    assert site_at(repo, first).languages == ("en", "ja")  # the commit, not the worktree
+    assert site_at(repo, "HEAD").languages == ("en", "ja", "ko")
+    plain = init_repo(tmp_path / "plain")
+    write_files(plain, {"content/x.md": "x"})
+    commit_all(plain)
+    assert not site_at(Repository(name="plain-docs", path=plain), "HEAD").configured
