@@ -132,7 +132,7 @@ class _Hit:
 
 def _scope(store: Any, namespaces: Sequence[str] | None) -> list[str]:
     """Repositories in scope: the named ones (validated) that have a searchable collection."""
-    from hetriever.store import validate_collection_name
+    from hetriever.names import validate_collection_name
 
     existing = store.repository_names()  # the catalog: answers while Chroma is down
     if namespaces is None:
@@ -362,7 +362,7 @@ def _bm25_record(stored: Any) -> tuple[str | None, dict[str, Any] | None]:
 
 
 def _trusted(hit: _Hit, plans: Mapping[str, CollectionPlan], levels: frozenset[str]) -> bool:
-    from hetriever.store import content_hash
+    from hetriever.names import content_hash
 
     meta = hit.metadata or {}
     if hit.content is None:

@@ -21,10 +21,8 @@ import asyncio
 import contextlib
 import errno
 import fcntl
-import hashlib
 import os
 import random
-import re
 import threading
 import time
 from collections import Counter
@@ -35,7 +33,6 @@ from typing import Any, Literal, Protocol, TypeVar, overload, runtime_checkable
 
 import chromadb
 import httpx
-from chromadb.api.segment import check_index_name
 from chromadb.api.shared_system_client import SharedSystemClient
 from chromadb.api.types import validate_metadata
 from chromadb.config import Settings as ChromaSettings
@@ -53,18 +50,17 @@ from hetriever.errors import (
     EmbeddingError,
     HetrieverError,
     IndexingError,
-    InvalidCollectionNameError,
     KnowledgeStoreError,
     WriterLockedError,
 )
 from hetriever.logs import get_logger
+from hetriever.names import COLLECTION_NAME_RE, content_hash, validate_collection_name  # noqa: F401
 from hetriever.models import Chunk, Document, Metadata, SearchResult
 
 log = get_logger(__name__)
 
 SCHEMA_VERSION = 1
 # Our names are repository names (^[a-z0-9-]+$, 3..63); Chroma adds: start and end alphanumeric.
-COLLECTION_NAME_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{1,61})[a-z0-9]$")
 WRITE_ATTEMPTS = 4
 EMBED_ATTEMPTS = 3
 RETRY_BASE_SECONDS = 0.2
@@ -79,11 +75,6 @@ TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
 UNREACHABLE_ERRORS: tuple[type[BaseException], ...] = (httpx.ConnectError, ConnectionRefusedError)
 
 T = TypeVar("T")
-
-
-def content_hash(text: str) -> str:
-    """The integrity hash stored with every chunk (sha256 hex of its text)."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 # --- results -------------------------------------------------------------------------
@@ -252,22 +243,6 @@ def _locked(path: Path, what: str) -> WriterLockedError:
 
 
 # --- the Chroma implementation --------------------------------------------------------
-
-
-def validate_collection_name(name: str) -> str:
-    """Our rule (a repository name) and Chroma's; InvalidCollectionNameError otherwise."""
-    ok = isinstance(name, str) and bool(COLLECTION_NAME_RE.match(name))
-    if ok:
-        try:
-            check_index_name(name)
-        except ValueError:
-            ok = False
-    if not ok:
-        raise InvalidCollectionNameError(
-            f"invalid collection name {name!r}",
-            hint="use 3..63 lower-case letters, digits and hyphens, starting and ending with a "
-                 "letter or digit (the repository's name)")
-    return name
 
 
 def _location(settings: Settings) -> str:
