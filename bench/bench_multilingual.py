@@ -28,7 +28,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_quality import K, Query, index_corpus, pages, score  # noqa: E402
+from bench_quality import K, Query, index_corpus, offline_pages, pages, score  # noqa: E402
 from common import (  # noqa: E402
     RESULTS_DIR,
     bench_settings,
@@ -70,10 +70,31 @@ def run_set(store: Any, queries: list[Query], lang: str | None,
     return {"queries": len(queries), **{m: score(ranked[m], queries) for m in MODES}}
 
 
+SWEEP_WEIGHT = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6)
+
+
+def weight_sweep(store: Any, queries: list[Query], lang: str) -> list[dict[str, Any]]:
+    """Score fusion of the same dense and BM25 lists (50 chunks each, as a search of 10
+    pages asks) by dense weight: how much the English model should count for `lang`."""
+    lists = []
+    for q, _ in queries:
+        dense = search.hybrid_search(store, q, 100, namespaces=[NAME], exact=False,
+                                     hybrid=False, group_by="chunk", lang=lang)
+        bm25 = bm25_only(store, q, 100, namespaces=[NAME], filters={"lang": lang})
+        lists.append(([(m.doc_id, m.metadata, m.dense_score or 0.0) for m in dense.matches],
+                      [(h.doc_id, h.metadata, h.bm25_raw or 0.0) for h in bm25]))
+    return [{"dense_weight": w, **score([offline_pages(d, b, 50, dense_weight=w)
+                                          for d, b in lists], queries)}
+            for w in SWEEP_WEIGHT]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--per-language", type=int, default=40)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--sweep", default="",
+                        help="languages (e.g. ja,zh) to sweep the dense weight for, over all "
+                             "their titles; skips the other sets")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     configure_logging("ERROR")
@@ -91,6 +112,16 @@ def main(argv: list[str] | None = None) -> int:
     store.catalog.upsert_repository(NAME, settings={"languages": [default] + [
         lang for lang in languages if lang != default]})
     report: dict[str, Any] = {"index": indexed, "languages": {}}
+    if args.sweep:
+        for lang in args.sweep.split(","):
+            queries = title_queries(site, lang)
+            print(f"{lang}: sweep over {len(queries)} title queries", file=sys.stderr)
+            report["languages"][lang] = {"queries": len(queries),
+                                         "sweep": weight_sweep(store, queries, lang)}
+            for row in report["languages"][lang]["sweep"]:
+                print(lang, len(queries), row)
+        store.close_sync()
+        return 0
     for lang in LANGUAGES:
         queries = title_queries(site, lang)
         if len(queries) > args.per_language:

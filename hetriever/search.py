@@ -37,6 +37,7 @@ the Cloud path would be used. That path is not implemented, so the local one alw
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import math
 import re
@@ -485,6 +486,9 @@ def _search_once(store: Any, text: str, k: int, user_filter: dict | None,
     if native_sparse_available(store.client):
         log.info("native_sparse_not_used", reason="Cloud search path not implemented")
 
+    weight = dense_weight_for(settings, _search_language(wanted_lang, plans))
+    if weight != settings.dense_weight:  # both validated already: no second validation
+        settings = dataclasses.replace(settings, dense_weight=weight)
     n = candidate_depth(k, group_by)
     hits: dict[str, _Hit] = {}
     dense_ids: list[str] | None = None
@@ -595,6 +599,26 @@ def _verify_top_pages(check: _Checker, rankings: dict[str, list[str]], settings:
             return live
         check.verify(needed)
     return {name: [d for d in ids if d in check.trusted] for name, ids in rankings.items()}
+
+
+CJK_LANGUAGES = frozenset({"ja", "zh", "ko"})
+
+
+def dense_weight_for(settings: Any, lang: str) -> float:
+    """Dense's share of score fusion for a search in `lang` ("" or "en": English, the
+    embedding model's language)."""
+    base = lang.split("-")[0]
+    if not base or base == "en" or base == "all":
+        return settings.dense_weight
+    return settings.dense_weight_cjk if base in CJK_LANGUAGES else settings.dense_weight_other
+
+
+def _search_language(wanted: str, plans: Mapping[str, CollectionPlan]) -> str:
+    """The language a search runs in: the one asked for, else the sites' common default."""
+    if wanted:
+        return wanted
+    defaults = {p.languages[0] for p in plans.values() if p.languages}
+    return defaults.pop() if len(defaults) == 1 else ""
 
 
 def _fusion_weights(settings: Any) -> dict[str, float]:

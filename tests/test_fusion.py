@@ -133,3 +133,15 @@ def test_score_page_fusion_is_weighted_z_of_best_chunks(dense, bm25, w):
                        scores={"dense": dense, "bm25": {}})
     best = best_per_page(dense, page_of)
     assert [best[p.page] for p in alone] == sorted(best.values(), reverse=True)
+
+
+def test_dense_counts_less_in_languages_the_english_model_reads_poorly():
+    from hetriever.config import Settings
+    from hetriever.search import dense_weight_for
+
+    s = Settings()
+    assert dense_weight_for(s, "") == dense_weight_for(s, "en") == s.dense_weight
+    assert dense_weight_for(s, "en-us") == s.dense_weight
+    assert dense_weight_for(s, "ja") == dense_weight_for(s, "zh-cn") == s.dense_weight_cjk
+    assert dense_weight_for(s, "es") == dense_weight_for(s, "pt-br") == s.dense_weight_other
+    assert s.dense_weight_cjk < s.dense_weight_other < s.dense_weight
