@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from hetriever.errors import HetrieverError
+from hetriever.errors import HetrieverError, UserError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 DEMO_DIR = Path(".demo")
@@ -123,7 +123,7 @@ def _print_ingest(outcomes: list[dict]) -> None:
 
 def cmd_ingest(args: argparse.Namespace) -> int:
     if args.allow_mass_delete and not args.full:
-        raise HetrieverError("--allow-mass-delete needs --full",
+        raise UserError("--allow-mass-delete needs --full",
                              hint="a run that deletes most of an index must be a full pass")
     settings = _settings(args, batch_size=args.batch_size,
                          allow_mass_delete=True if args.allow_mass_delete else None)
@@ -556,7 +556,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from hetriever.serve.service import Limits
 
     if args.max_concurrency < 1:
-        raise HetrieverError("--max-concurrency must be at least 1")
+        raise UserError("--max-concurrency must be at least 1")
     return serve(_settings(args), host=args.host, port=args.port,
                  limits=Limits(max_concurrency=args.max_concurrency))
 
@@ -679,7 +679,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.func(args)
     except HetrieverError as exc:
         print(f"hetriever: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return EXIT_USAGE if isinstance(exc, UserError) else EXIT_FAILED
     except OSError as exc:  # e.g. a data directory that is a file or cannot be written
         import errno
 
@@ -687,7 +687,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
             print(f"hetriever: error: no space left on the device of{where or ' a data directory'}"
                   " (free some space, then re-run)", file=sys.stderr)
-            return EXIT_USAGE
+            return EXIT_FAILED
         print(f"hetriever: error: cannot use{where}: {exc.strerror or exc} (check that "
               "HETRIEVER_CHROMA_PATH and HETRIEVER_STATE_DIR are writable directories)",
               file=sys.stderr)

@@ -18,7 +18,12 @@ from typing import Literal
 
 import git
 
-from hetriever.errors import InvalidRepositoryNameError, RepositoryNotFoundError, SourceError
+from hetriever.errors import (
+    InvalidRepositoryNameError,
+    RepositoryNotFoundError,
+    SourceError,
+    SourceSettingError,
+)
 from hetriever.logs import get_logger
 from hetriever.site import Site, load_site
 from hetriever.models import ChangeKind, ChangeSet, FileChange, Repository, SkippedFile
@@ -89,7 +94,7 @@ def discover_repositories(
     urls = urls or {}
     _check_content_dir(content_dir)
     if not docs_root.is_dir():
-        raise SourceError(
+        raise SourceSettingError(
             f"documentation root {docs_root} does not exist or is not a directory",
             hint="set docs_root (HETRIEVER_DOCS_ROOT) to a parent repo with .gitmodules, "
             "a git repo, or a directory of git repos",
@@ -106,7 +111,7 @@ def discover_repositories(
             if child.is_dir() and not child.name.startswith(".") and (child / ".git").exists()
         ]
         if not found:
-            raise SourceError(
+            raise SourceSettingError(
                 f"no git repositories found in {root}",
                 hint="point docs_root at a parent repo with .gitmodules, a git repo, "
                 "or a directory whose subdirectories are git repos",
@@ -116,7 +121,7 @@ def discover_repositories(
     for name, path, url, problem in found:
         validate_repository_name(name, path)
         if name in repos:
-            raise SourceError(
+            raise SourceSettingError(
                 f"two repositories are both named {name!r}: {repos[name].path} and {path}",
                 hint="repository names come from the last path component; make them unique",
             )
@@ -232,7 +237,7 @@ def _check_content_dir(content_dir: str) -> None:
         return
     if content_dir.startswith("/") or posixpath.normpath(content_dir) != content_dir \
             or content_dir.split("/")[0] == "..":
-        raise SourceError(
+        raise SourceSettingError(
             f"content_dir {content_dir!r} must be a normalised path inside the repository",
             hint='use e.g. "content" or "content/en"',
         )

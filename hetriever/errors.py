@@ -16,6 +16,24 @@ class HetrieverError(Exception):
         super().__init__(f"{message} ({hint})" if hint else message)
 
 
+class UserError(HetrieverError):
+    """A mistake in what was asked: a setting, a filter, a limit, a name, a flag. The CLI
+    exits 2 for these, as for a usage error; every other HetrieverError is operational (a
+    server down, a run that failed) and exits 1."""
+
+
+class ConfigurationError(UserError):
+    """A setting (or the site's own configuration) is invalid or inconsistent."""
+
+
+class InvalidFilterError(UserError):
+    """A metadata filter is malformed or uses an unsupported operator."""
+
+
+class InvalidLimitError(UserError):
+    """A result limit, language or grouping is out of range."""
+
+
 # --- sources (discover) -------------------------------------------------------------
 
 
@@ -23,11 +41,15 @@ class SourceError(HetrieverError):
     """A documentation source (parent repo, submodule, file) cannot be used."""
 
 
-class InvalidRepositoryNameError(SourceError):
+class SourceSettingError(SourceError, UserError):
+    """docs_root or content_dir names no usable source (a typo, a missing directory)."""
+
+
+class InvalidRepositoryNameError(SourceError, UserError):
     """A repository name does not fit `^[a-z0-9-]+$`, 3..63 characters."""
 
 
-class RepositoryNotFoundError(SourceError):
+class RepositoryNotFoundError(SourceError, UserError):
     """A named repository is not among the discovered ones."""
 
 
@@ -35,11 +57,7 @@ class RepositoryNotFoundError(SourceError):
 
 
 class KnowledgeStoreError(HetrieverError):
-    """Base of every knowledge-store error."""
-
-
-class ConfigurationError(KnowledgeStoreError):
-    """Settings are missing, malformed or contradictory."""
+    """Base of every operational knowledge-store error."""
 
 
 class BackendConnectionError(KnowledgeStoreError):
@@ -54,7 +72,7 @@ class CollectionNotFoundError(KnowledgeStoreError):
     pass
 
 
-class InvalidCollectionNameError(KnowledgeStoreError):
+class InvalidCollectionNameError(UserError):
     pass
 
 
@@ -71,14 +89,6 @@ class SearchError(KnowledgeStoreError):
 
 
 class EmbeddingError(KnowledgeStoreError):
-    pass
-
-
-class InvalidFilterError(KnowledgeStoreError):
-    pass
-
-
-class InvalidLimitError(KnowledgeStoreError):
     pass
 
 

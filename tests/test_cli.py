@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.chroma_fixtures import free_port
 from tests.helpers import REPO_ROOT, commit_all, init_repo
 
 HETRIEVER = Path(sys.executable).parent / "hetriever"
@@ -95,3 +96,14 @@ def test_user_mistakes_get_one_clear_line_and_exit_2(workspace, args, env_extra,
     assert out.returncode == 2, out.stderr
     assert "Traceback" not in out.stderr
     assert message in out.stderr
+
+
+def test_an_operational_failure_exits_1_not_2(workspace):
+    # A Chroma server that is not there is not a usage mistake: exit 1, one clear line.
+    _, env = workspace
+    assert cli(env, "ingest", "--json").returncode == 0
+    down = {**env, "HETRIEVER_CHROMA_HOST": "127.0.0.1",
+            "HETRIEVER_CHROMA_PORT": str(free_port()), "HETRIEVER_CHROMA_TIMEOUT": "3"}
+    out = cli(down, "search", "where")
+    assert out.returncode == 1, out.stderr
+    assert "Traceback" not in out.stderr and "hetriever: error:" in out.stderr

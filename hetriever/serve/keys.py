@@ -24,7 +24,7 @@ from pathlib import Path
 
 from hetriever.access import DEFAULT_CALLER_LEVELS
 from hetriever.config import ACCESS_LEVELS
-from hetriever.errors import ConfigurationError, HetrieverError
+from hetriever.errors import ConfigurationError, UserError
 
 ENV_KEYS = "HETRIEVER_API_KEYS"
 ENV_KEYS_FILE = "HETRIEVER_API_KEYS_FILE"
@@ -35,7 +35,7 @@ MAX_KEY_CHARS = 256
 _HASH = re.compile(r"^sha256:([0-9a-f]{64})$")
 
 
-class InvalidKeyError(HetrieverError):
+class InvalidKeyError(UserError):
     """A presented API key matches no configured key (answered with 401, nothing else said)."""
 
 
