@@ -261,6 +261,48 @@ def page_url(file_path: str, front_matter: Mapping[str, Any], *, content_dir: st
     return "/" + "/".join(segments) + "/" if segments else "/"
 
 
+_MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August",
+           "September", "October", "November", "December")
+_DATE = re.compile(r"^(\d{4})-(\d{2})-(\d{2})")
+_TOKEN = re.compile(r":([a-z]+)")
+
+
+def _permalink(site: Site, lang: str, relative: str, front_matter: Mapping[str, Any],
+               title: str) -> str | None:
+    """The URL a `permalinks` pattern of the site gives the page (Hugo's map form and its
+    common tokens), or None: no pattern for its kind and top-level section, or a token this
+    does not know (the default URL is kept)."""
+    parts = [p for p in relative.split("/") if p]
+    if not parts:
+        return None
+    stem = _stem(parts[-1])
+    kind = "section" if stem == "_index" else "page"
+    section = parts[0] if len(parts) > 1 else ""
+    pattern = site.permalink(lang, kind, section)
+    if not pattern:
+        return None
+    directories = parts[:-1]
+    base = directories[-1] if stem == "index" and directories else stem
+    slug = front_matter.get("slug")
+    slug = str(slug).strip() if isinstance(slug, (str, int, float)) and str(slug).strip() else ""
+    date = _DATE.match(str(front_matter.get("date") or ""))
+    values = {
+        "section": section, "sections": "/".join(directories),
+        "title": _urlize(title), "slug": _urlize(slug or title),
+        "filename": base, "contentbasename": base,
+        "slugorfilename": slug or base, "slugorcontentbasename": slug or base,
+    }
+    if date:
+        values.update(year=date.group(1), month=date.group(2), day=date.group(3),
+                      monthname=_MONTHS[int(date.group(2)) - 1].lower())
+    unknown = [t for t in _TOKEN.findall(pattern) if t not in values]
+    if unknown:
+        return None
+    url = _TOKEN.sub(lambda m: values[m.group(1)], pattern)
+    url = re.sub(r"/{2,}", "/", "/" + url.strip("/") + "/")
+    return url
+
+
 def page_section(file_path: str, *, content_dir: str = "content",
                  language_dirs: Collection[str] = ("en",)) -> str:
     """First directory under the content dir; "" for the home page and root-level pages."""
@@ -315,6 +357,8 @@ def parse_page(repository: str, file_path: str, text: str, *, content_dir: str =
     tags = front_matter.get("tags", [])
     url = page_url(path_for_url, front_matter, content_dir=base, language_dirs=dirs)
     explicit = isinstance(front_matter.get("url"), str) and str(front_matter["url"]).strip()
+    if site is not None and where is not None and not explicit:
+        url = _permalink(site, lang, path_for_url, front_matter, title) or url
     if site is not None and not explicit:
         if site.ugly_urls and url != "/" and _stem(posixpath.basename(path_for_url)) not in (
                 "_index", "index"):

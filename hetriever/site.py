@@ -6,8 +6,8 @@ Hugo looks for `hugo.toml|yaml|json` (or the older `config.*`) at the project ro
 key it is named after (`languages.yaml` -> `languages`, `module.yaml` -> `module`). The keys
 read here decide what a page is and where it goes: `contentDir`, `defaultContentLanguage`,
 `defaultContentLanguageInSubdir`, `languages` (per language `contentDir`, `disabled`,
-`weight`), `disableLanguages`, `baseURL` (its path), `uglyURLs` and `module.mounts` of
-content. A mount maps a source directory onto `content`, for the language its `lang` or
+`weight`), `disableLanguages`, `baseURL` (its path), `uglyURLs`, `permalinks` (the map form,
+site-wide and per language; tokens in `parse._permalink`) and `module.mounts` of content. A mount maps a source directory onto `content`, for the language its `lang` or
 `sites.matrix.languages` names (opentelemetry.io mounts each `content/<lang>` so, from
 `config/_default/module-template.yaml`, which its build renders as `module.yaml`: that
 template is read when no `module.yaml` exists). Mounts onto a sub-path of `content` (another
@@ -67,6 +67,9 @@ class Site:
     roots: tuple[ContentRoot, ...] = (ContentRoot("content"),)
     base_path: str = ""  # baseURL's path, "" or "/docs"
     ugly_urls: bool = False
+    # Permalink patterns: (language or "" for every language, kind "page"/"section", top-level
+    # section) -> pattern such as "/blog/:year/:month/:slug/".
+    permalinks: tuple[tuple[str, str, str, str], ...] = ()
     configured: bool = False  # False: no config was found, today's single-language defaults
     notes: tuple[str, ...] = field(default=(), compare=False)
 
@@ -108,6 +111,17 @@ class Site:
 
     def _known(self) -> set[str]:
         return {lang.lower() for lang in self.languages}
+
+    def permalink(self, lang: str, kind: str, section: str) -> str | None:
+        """The configured pattern for a page of `kind` in top-level `section`, if any (the
+        language's own patterns win over the site's)."""
+        found = None
+        for p_lang, p_kind, p_section, pattern in self.permalinks:
+            if p_kind == kind and p_section == section and p_lang in (lang, ""):
+                if p_lang == lang:
+                    return pattern
+                found = pattern
+        return found
 
     def url_prefix(self, lang: str) -> str:
         """What Hugo puts before a page's path: the baseURL path, then `/<lang>` for every
@@ -269,6 +283,22 @@ def _mounts(config: Mapping[str, Any], exists: Callable[[str], bool], langs: lis
     return roots
 
 
+def _permalinks(config: Mapping[str, Any], lang: str) -> list[tuple[str, str, str, str]]:
+    """Hugo's map form: `permalinks: {section: pattern}` (regular pages), or
+    `permalinks: {page: {section: pattern}, section: {section: pattern}}`."""
+    raw = config.get("permalinks")
+    if not isinstance(raw, Mapping):
+        return []
+    out = []
+    for key, value in raw.items():
+        if isinstance(value, str):
+            out.append((lang, "page", str(key), value))
+        elif key in ("page", "section") and isinstance(value, Mapping):
+            out.extend((lang, str(key), str(section), str(pattern))
+                       for section, pattern in value.items() if isinstance(pattern, str))
+    return out
+
+
 def load_site(read: ReadFile, config_dir_files: Iterable[str], exists: Callable[[str], bool],
               *, content_dir: str = "content") -> Site:
     """The site as Hugo would build it from the repository's configuration files. `read`
@@ -298,8 +328,13 @@ def load_site(read: ReadFile, config_dir_files: Iterable[str], exists: Callable[
         base_path = "/" + base.split("://", 1)[1].partition("/")[2].strip("/")
         base_path = "" if base_path == "/" else base_path
     in_subdir = config.get("defaultcontentlanguageinsubdir") is True
+    permalinks = _permalinks(config, "")
+    for code in langs:
+        entry = raw.get(code)
+        if isinstance(entry, Mapping):
+            permalinks += _permalinks(entry, code)
     if notes:
         log.info("site_config_left_out", count=len(notes), first=notes[:3])
     return Site(default_lang=default, in_subdir=in_subdir, languages=tuple(langs),
                 roots=tuple(roots), base_path=base_path, ugly_urls=config.get("uglyurls") is True,
-                configured=True, notes=tuple(notes))
+                permalinks=tuple(permalinks), configured=True, notes=tuple(notes))

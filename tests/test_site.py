@@ -191,3 +191,30 @@ def test_reading_a_site_from_a_git_commit(tmp_path: Path):
     write_files(plain, {"content/x.md": "x"})
     commit_all(plain)
     assert not site_at(Repository(name="plain-docs", path=plain), "HEAD").configured
+
+
+def test_permalinks_by_section_kind_and_language():
+    config = """
+defaultContentLanguage = "en"
+[permalinks]
+posts = "/:year/:month/:slug/"
+[permalinks.section]
+docs = "/manual/"
+[languages.en]
+weight = 1
+[languages.de]
+weight = 2
+[languages.de.permalinks.page]
+posts = "/artikel/:contentbasename/"
+"""
+    site = site_of({"hugo.toml": config})
+    post = "title: Hello World\ndate: 2024-03-05"
+    assert page(site, "content/posts/hello.md", post).url == "/2024/03/hello-world/"
+    assert page(site, "content/posts/hello.md",
+                post + "\nslug: hi").url == "/2024/03/hi/"
+    assert page(site, "content/posts/hello.de.md", post).url == "/de/artikel/hello/"
+    assert page(site, "content/posts/trip/index.de.md", post).url == "/de/artikel/trip/"
+    assert page(site, "content/docs/_index.md").url == "/manual/"
+    assert page(site, "content/docs/install.md").url == "/docs/install/"  # no page pattern
+    # A post without a date cannot fill :year: the default URL stays.
+    assert page(site, "content/posts/undated.md").url == "/posts/undated/"
