@@ -206,6 +206,9 @@ def _print_results(result) -> None:
         also = [p["heading_context"] for p in match.passages if p.get("heading_context")]
         if also:
             console.print(f"   [dim]also: {'; '.join(also)}[/dim]", highlight=False)
+        if match.translations:
+            other = ", ".join(f"{t['lang']} {t['url']}" for t in match.translations)
+            console.print(f"   [dim]in other languages: {other}[/dim]", highlight=False)
 
 
 def _parse_filter(raw: str | None) -> dict | None:

@@ -245,6 +245,9 @@ class SearchResult(_Serialisable):
     # Page results: the page's next best chunks after this one, as
     # {"doc_id", "heading_context", "content"}; empty for chunk results.
     passages: list[dict[str, Any]] = field(default_factory=list)
+    # The page in the site's other languages, as {"lang", "url", "title"} (multilingual sites;
+    # empty otherwise).
+    translations: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass

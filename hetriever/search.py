@@ -530,6 +530,7 @@ def _search_once(store: Any, text: str, k: int, user_filter: dict | None,
     else:
         results = _chunk_results(scored, exact_hit)
     results = results[:k]
+    _add_translations(store, plans, results)
     counts = {"dense": len(rankings["dense"]), "bm25": len(rankings["bm25"]),
               "merged": len(set(rankings["dense"]) | set(rankings["bm25"]))}
     out = done(results, mode, counts)
@@ -727,6 +728,32 @@ def _page_results(scored: _Scored, exact_hit: SearchResult | None) -> list[Searc
                 if page_key(r.metadata, str(r.metadata.get("repository"))) != exact_page]
         results = [exact_hit] + rest
     return results
+
+
+def _add_translations(store: Any, plans: Mapping[str, CollectionPlan],
+                      results: list[SearchResult]) -> None:
+    """Name each result's other languages: the pages sharing its `translation_key`, looked up
+    in BM25's in-memory metadata (no Chroma call). Only for multilingual sites."""
+    for result in results:
+        meta = result.metadata
+        name = str(meta.get("repository", ""))
+        key = meta.get("translation_key")
+        plan = plans.get(name)
+        if not key or plan is None or len(plan.languages) < 2:
+            continue
+        try:
+            index = store.search_bm25(name)
+            others = index.metadata_of(index.ids_where({"translation_key": key}))
+        except Exception as exc:  # naming translations is an extra; never fail a search
+            log.warning("translations_lookup_failed", repository=name, error=str(exc))
+            continue
+        seen: dict[str, dict[str, Any]] = {}
+        for other in others.values():
+            lang = str(other.get("lang", ""))
+            if lang and lang != meta.get("lang") and lang not in seen:
+                seen[lang] = {"lang": lang, "url": other.get("url", ""),
+                              "title": other.get("title", "")}
+        result.translations = [seen[lang] for lang in sorted(seen)]
 
 
 def page_key(metadata: Mapping[str, Any], collection: str) -> str:

@@ -78,9 +78,12 @@ def test_every_language_is_indexed_with_its_url_and_searched_by_language(site):
     assert (by_path["content/ja/docs/traces.md"]["translation_key"]
             == by_path["content/en/docs/traces.md"]["translation_key"])
 
-    # No language asked: the site's default language only.
+    # No language asked: the site's default language only, each result naming its others.
     default = hybrid_search(store, "traces span request", 10, namespaces=[NAME])
     assert default.matches and {lang for lang, _ in urls(default)} == {"en"}
+    traces = [m for m in default.matches if m.metadata["url"] == "/docs/traces/"]
+    assert traces and traces[0].translations == [
+        {"lang": "ja", "url": "/ja/docs/traces/", "title": "トレース"}]
     # One language, by name, for dense and BM25 alike.
     ja = hybrid_search(store, "トレース スパン", 10, namespaces=[NAME], lang="ja")
     assert urls(ja) == [("ja", "/ja/docs/traces/")]

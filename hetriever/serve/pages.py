@@ -77,6 +77,7 @@ def match_view(match: SearchResult, content_dir: str = "content") -> dict[str, A
         "heading": meta.get("heading_context", ""),
         "section": meta.get("section", ""),
         "lang": language(meta, content_dir),
+        "translations": match.translations,
         "passage": passage(match.content, meta),
         "score": round(float(match.score), 6),
         "source": match.source,
