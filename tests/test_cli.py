@@ -107,3 +107,17 @@ def test_an_operational_failure_exits_1_not_2(workspace):
     out = cli(down, "search", "where")
     assert out.returncode == 1, out.stderr
     assert "Traceback" not in out.stderr and "hetriever: error:" in out.stderr
+
+
+def test_the_same_query_ranks_the_same_in_separate_processes(workspace):
+    # Finding 9 of the reliability round: HNSW answers are exact at this size with the
+    # configured ef_search, BM25 and fusion ties go by id, so two processes agree.
+    _, env = workspace
+    assert cli(env, "ingest", "--json").returncode == 0
+    rankings = []
+    for _ in range(2):
+        out = cli(env, "search", "how do I filter pages", "-k", "10", "--json",
+                  "--group", "chunk")
+        assert out.returncode == 0, out.stderr
+        rankings.append([m["doc_id"] for m in json.loads(out.stdout)["matches"]])
+    assert rankings[0] and rankings[0] == rankings[1]
