@@ -702,6 +702,8 @@ def site_at(repo: Repository, commit: str) -> Site:
     site = load_site(read, listed, lambda path: kind(path) == b"tree",
                      content_dir=repo.content_dir)
     if not site.configured:
-        log.debug("site_config_absent", repository=repo.name,
-                  assumed=f"one language ({site.default_lang}), content in {repo.content_dir}")
+        log.warning("site_config_absent", repository=repo.name,
+                    assumed=f"one language ({site.default_lang}), content in {repo.content_dir}",
+                    hint="add the site's hugo.toml/yaml/json (or config/_default/) to the "
+                         "repository for its languages and URLs")
     return site

@@ -145,6 +145,7 @@ class Page(_Serialisable):
     # Shared by a page and its translations: `translationKey`, else the language-free path.
     translation_key: str = ""
     in_site: bool = True  # False: in no content root of the site (e.g. a disabled language)
+    kind_disabled: bool = False  # the site's disableKinds names its kind (page, section, home)
 
 
 # --- clean -------------------------------------------------------------------------

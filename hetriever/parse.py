@@ -261,6 +261,14 @@ def page_url(file_path: str, front_matter: Mapping[str, Any], *, content_dir: st
     return "/" + "/".join(segments) + "/" if segments else "/"
 
 
+def _kind(relative: str) -> str:
+    """Hugo's page kind of a content file: home, section or page."""
+    parts = [p for p in relative.split("/") if p]
+    if parts and _stem(parts[-1]) == "_index":
+        return "home" if len(parts) == 1 else "section"
+    return "page"
+
+
 _MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August",
            "September", "October", "November", "December")
 _DATE = re.compile(r"^(\d{4})-(\d{2})-(\d{2})")
@@ -372,6 +380,7 @@ def parse_page(repository: str, file_path: str, text: str, *, content_dir: str =
         lang=lang,
         translation_key=translation_key,
         in_site=site is None or where is not None,
+        kind_disabled=site is not None and _kind(path_for_url) in site.disabled_kinds,
         section=page_section(path_for_url, content_dir=base, language_dirs=dirs),
         body=body,
         front_matter=front_matter,
@@ -391,6 +400,8 @@ def skip_reason(page: Page, *, include_drafts: bool = False) -> str | None:
     """Why the page must not be indexed, or None. Empty bodies are judged after cleaning."""
     if not page.in_site:
         return "not in a content root of the site (language disabled or not mounted)"
+    if page.kind_disabled:
+        return "its kind is in the site's disableKinds"
     if page.draft and not include_drafts:
         return "draft"
     directories = page.file_path.replace("\\", "/").split("/")[:-1]

@@ -67,6 +67,7 @@ class Site:
     roots: tuple[ContentRoot, ...] = (ContentRoot("content"),)
     base_path: str = ""  # baseURL's path, "" or "/docs"
     ugly_urls: bool = False
+    disabled_kinds: frozenset[str] = frozenset()  # disableKinds: "page", "section", "home"
     # Permalink patterns: (language or "" for every language, kind "page"/"section", top-level
     # section) -> pattern such as "/blog/:year/:month/:slug/".
     permalinks: tuple[tuple[str, str, str, str], ...] = ()
@@ -337,4 +338,6 @@ def load_site(read: ReadFile, config_dir_files: Iterable[str], exists: Callable[
         log.info("site_config_left_out", count=len(notes), first=notes[:3])
     return Site(default_lang=default, in_subdir=in_subdir, languages=tuple(langs),
                 roots=tuple(roots), base_path=base_path, ugly_urls=config.get("uglyurls") is True,
-                permalinks=tuple(permalinks), configured=True, notes=tuple(notes))
+                permalinks=tuple(permalinks), configured=True, notes=tuple(notes),
+                disabled_kinds=frozenset(str(k).lower() for k in
+                                         (config.get("disablekinds") or []) if isinstance(k, str)))

@@ -218,3 +218,11 @@ posts = "/artikel/:contentbasename/"
     assert page(site, "content/docs/install.md").url == "/docs/install/"  # no page pattern
     # A post without a date cannot fill :year: the default URL stays.
     assert page(site, "content/posts/undated.md").url == "/posts/undated/"
+
+
+def test_disabled_kinds_are_left_out_with_a_reason():
+    site = site_of({"hugo.yaml": "disableKinds: [section, taxonomy]\n"})
+    section = page(site, "content/docs/_index.md")
+    assert skip_reason(section) == "its kind is in the site's disableKinds"
+    assert skip_reason(page(site, "content/docs/x.md")) is None
+    assert skip_reason(page(site, "content/_index.md")) is None  # home is not disabled
