@@ -54,7 +54,7 @@ from hetriever.errors import (
     WriterLockedError,
 )
 from hetriever.logs import get_logger
-from hetriever.names import COLLECTION_NAME_RE, content_hash, validate_collection_name  # noqa: F401
+from hetriever.names import content_hash, validate_collection_name  # noqa: F401 (re-exported)
 from hetriever.models import Chunk, Document, Metadata, SearchResult
 
 log = get_logger(__name__)
