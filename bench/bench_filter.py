@@ -3,9 +3,9 @@
     python bench/bench_filter.py [--size 100000] [--queries 40] [--server] [--json]
 
 Why: search answers a selective filter (one that the unfiltered over-fetch cannot satisfy)
-from the ids the BM25 index lists (`hetriever.search._dense_rows_by_ids`): up to
-`search.EXACT_IDS_MAX` ids it fetches their vectors and ranks them itself ("fetch+rank"), up
-to `search.ID_FILTER_MAX` it asks Chroma's kNN over the ids, and past that Chroma's `where`
+from the ids the BM25 index lists (`hetriever.dense._dense_rows_by_ids`): up to
+`dense.EXACT_IDS_MAX` ids it fetches their vectors and ranks them itself ("fetch+rank"), up
+to `dense.ID_FILTER_MAX` it asks Chroma's kNN over the ids, and past that Chroma's `where`
 runs. This measures the three on the same collection, per filter size.
 
 `--size` random unit vectors (384-d, as MiniLM) with a `section` whose values match from 10

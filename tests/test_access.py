@@ -99,7 +99,7 @@ def mixed_store(make_store, chroma_backend):
 
 def test_mixed_collection_store_side_filter_alone(mixed_store, monkeypatch) -> None:
     # Layer 2 switched off: only the query-side filter stands between the caller and the chunk.
-    monkeypatch.setattr("hetriever.search.denial", lambda plan, meta, allowed: None)
+    monkeypatch.setattr("hetriever.candidates.denial", lambda plan, meta, allowed: None)
     plan = plan_collections(mixed_store, [PUB])[PUB]
     assert plan.mixed and plan.where(frozenset({"PUBLIC"})) == {
         "access_level": {"$in": ["PUBLIC"]}}

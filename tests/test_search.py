@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from hetriever import search as search_module
+from hetriever import dense as dense_module
 from hetriever.embed import MiniLMEmbedder
 from hetriever.errors import (
     BackendConnectionError,
@@ -421,11 +421,11 @@ def test_a_common_filter_is_answered_from_unfiltered_neighbours(sectioned):
     # An equality narrows, the `$ne` is checked per chunk: still only the matching ids.
     {"$and": [{"section": "rare"}, {"hidden": {"$ne": True}}]},
 ])
-@pytest.mark.parametrize("exact_max, way", [(search_module.EXACT_IDS_MAX, "get"), (0, "ids")])
+@pytest.mark.parametrize("exact_max, way", [(dense_module.EXACT_IDS_MAX, "get"), (0, "ids")])
 def test_a_rare_filter_searches_just_the_matching_ids(sectioned, where, exact_max, way,
                                                       monkeypatch):
     # A short list is ranked here from its vectors; a longer one by Chroma's kNN over the ids.
-    monkeypatch.setattr(search_module, "EXACT_IDS_MAX", exact_max)
+    monkeypatch.setattr(dense_module, "EXACT_IDS_MAX", exact_max)
     where = validate_filter(where)
     for _ in range(10):
         vector = sectioned.rng.standard_normal(8).astype("float32")
@@ -444,7 +444,7 @@ def test_a_filter_without_an_equality_falls_back_to_chromas_where(sectioned):
 
 
 def test_too_many_matching_ids_fall_back_to_chromas_where(sectioned, monkeypatch):
-    monkeypatch.setattr(search_module, "ID_FILTER_MAX", 9)  # `rare` has 10
+    monkeypatch.setattr(dense_module, "ID_FILTER_MAX", 9)  # `rare` has 10
     where = validate_filter({"section": "rare"})
     vector = sectioned.rng.standard_normal(8).astype("float32")
     got, asked = sectioned.dense(vector, 5, where)
@@ -455,7 +455,7 @@ def test_too_many_matching_ids_fall_back_to_chromas_where(sectioned, monkeypatch
 def test_an_id_list_behind_chroma_falls_back_to_chromas_where(sectioned, monkeypatch):
     # Mid-write, Chroma has already dropped a chunk that BM25 (committing last) still lists:
     # Chroma's kNN refuses an unknown id, and the answer comes from its own `where`.
-    monkeypatch.setattr(search_module, "EXACT_IDS_MAX", 0)
+    monkeypatch.setattr(dense_module, "EXACT_IDS_MAX", 0)
     where = validate_filter({"section": "rare"})
     sectioned.col.delete(ids=["c0"])
     vector = sectioned.rng.standard_normal(8).astype("float32")

@@ -1,0 +1,168 @@
+"""Dense retrieval: Chroma's kNN for each collection in scope, with the filtered-query
+strategies (unfiltered over-fetch, kNN over the ids BM25's equality index lists, exact ranking
+of a few fetched vectors, Chroma's `where` last) and the distance-to-similarity mapping.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+from chromadb.errors import ChromaError
+
+from hetriever.candidates import _Hit
+from hetriever.errors import HetrieverError
+from hetriever.filters import matches
+from hetriever.logs import get_logger
+
+log = get_logger("hetriever.search")
+
+
+def similarity(distance: float, space: str = "cosine") -> float:
+    """Chroma distance -> similarity in [0, 1] for L2-normalised vectors."""
+    if space == "l2":  # squared L2 of unit vectors = 2 - 2cos, in [0, 4]
+        value = 1.0 - distance / 4.0
+    else:  # cosine and ip: 1 - cos, in [0, 2]
+        value = 1.0 - distance / 2.0
+    return min(1.0, max(0.0, value))
+
+
+def _dense(store: Any, names: list[str], vector: Any, n: int,
+           wheres: Mapping[str, dict | None], hits: dict[str, _Hit]) -> list[str]:
+    found: list[tuple[float, str]] = []
+    for name in names:
+        col = store._chroma(name)
+        if col is None:
+            continue
+        store.check_embedding_model(name, col)
+        # No `repository` clause here, unlike BM25: any `where` makes Chroma pre-filter through
+        # its metadata store, a cost growing with the collection (about 4x per query at 3k
+        # chunks, see bench/bench_store.py). A collection only holds its repository's chunks
+        # (the store checks on write) and `_trusted` drops any hit claiming another one. The
+        # access and deletion clauses are added only to collections that need them.
+        rows = _dense_rows(store, col, vector, n, wheres[name], lambda: store.search_bm25(name))
+        for doc_id, doc, meta, dist in rows:
+            hit = hits.setdefault(doc_id, _Hit(doc_id, name))
+            hit.content, hit.metadata = doc, dict(meta or {})
+            hit.dense_score = similarity(float(dist), store.settings.hnsw_space)
+            found.append((hit.dense_score, doc_id))
+    found.sort(key=lambda t: (-t[0], t[1]))
+    return [doc_id for _, doc_id in found[:n]]
+
+
+OVERFETCH = 4  # unfiltered candidates per wanted one before falling back to a `where` query
+
+
+MIN_OVERFETCH = 50
+
+
+# Most matching ids a dense query is restricted to by `ids=`; past it, Chroma's `where` runs.
+# At 100k chunks an id list beat `where` at every size measured, up to 50k ids (4.6x embedded,
+# 3.6x over HTTP to `chroma run`).
+ID_FILTER_MAX = 50_000
+
+
+# Up to this many, the matching chunks' vectors are fetched and ranked here instead, exactly.
+# Fetching costs ~20 us per id embedded (~55 over HTTP); Chroma's kNN over a short id list
+# walks its graph for few allowed neighbours: 3-4 ms at 10k chunks, 37-60 ms at 100k for up to
+# 300 ids (bench_filter). At 200 ids ranking here is at most ~1 ms slower at 10k and 30-55 ms
+# faster at 100k.
+EXACT_IDS_MAX = 200
+
+
+Row = tuple[str, str, dict, float]
+
+
+def _dense_rows(store: Any, col: Any, vector: Any, n: int, where: dict | None,
+                bm25: Callable[[], Any]) -> list[Row]:
+    """The `n` nearest chunks matching `where`.
+
+    A `where` makes Chroma pre-filter through its metadata store: about 25x the cost of a plain
+    kNN at 10k chunks (bench_access). So filtered queries first fetch OVERFETCH x n neighbours
+    unfiltered and apply the filter here (`filters.matches` mirrors Chroma's semantics, tested
+    against it); that is exact whenever n of them survive, which is the common case for access
+    and deletion clauses. A selective filter (a section, a file) leaves too few: then the
+    query is restricted to the matching ids, which the BM25 index knows from its equality
+    index (a few hundred are ranked here from their vectors), and only when that cannot answer
+    does Chroma's filtered query run.
+    """
+    if where is None:
+        return _knn(store, col, vector, n)
+    wide = max(n * OVERFETCH, MIN_OVERFETCH)
+    rows = _knn(store, col, vector, wide)
+    kept = [row for row in rows if matches(where, row[2])]
+    if len(kept) >= n or len(rows) < wide:  # enough, or the whole collection was seen
+        return kept[:n]
+    by_ids = _dense_rows_by_ids(store, col, vector, n, where, bm25)
+    return by_ids if by_ids is not None else _knn(store, col, vector, n, where=where)
+
+
+def _knn(store: Any, col: Any, vector: Any, n: int, **restrict: Any) -> list[Row]:
+    """Chroma's `n` nearest, optionally restricted by `where=` or `ids=`; never retried."""
+    got = store._call("query", lambda: col.query(
+        query_embeddings=[vector], n_results=n, include=["documents", "metadatas", "distances"],
+        **restrict), retry=False)
+    return list(zip(got["ids"][0], got["documents"][0],
+                    [dict(m or {}) for m in got["metadatas"][0]], got["distances"][0]))
+
+
+def _dense_rows_by_ids(store: Any, col: Any, vector: Any, n: int, where: dict,
+                       bm25: Callable[[], Any]) -> list[Row] | None:
+    """The `n` nearest among the ids the BM25 index says match `where`, or None.
+
+    Up to EXACT_IDS_MAX ids, their records are fetched and ranked here by exact distance; more
+    go to Chroma's kNN over the id list, which beat a `where` at every size measured
+    (bench_filter). The two indexes are written window by window, BM25 committing last, so the
+    list can be briefly behind Chroma: an id Chroma already deleted is skipped by the fetch
+    and makes Chroma's kNN fail, a chunk whose metadata Chroma already changed is dropped by
+    re-checking `where` on Chroma's metadata, and an answer shorter than asked is not given
+    (None: the `where` query runs). A chunk Chroma has but BM25 has not committed yet is
+    missed for that window, as the BM25 side misses it too.
+    """
+    try:
+        ids = bm25().few_ids_where(where, ID_FILTER_MAX)
+        if not ids:  # unknown, too many, or none: let Chroma's `where` decide
+            return None
+        if len(ids) <= EXACT_IDS_MAX:
+            got = store._call("get", lambda: col.get(
+                ids=ids, include=["embeddings", "documents", "metadatas"]), retry=False)
+            rows = rank_records(got, vector, _space(store, col))
+        else:
+            rows = _knn(store, col, vector, min(n, len(ids)), ids=ids)
+    except (HetrieverError, ChromaError) as exc:
+        log.debug("dense_ids_query_fell_back", collection=col.name, error=str(exc))
+        return None
+    rows = [row for row in rows if matches(where, row[2])][:n]
+    if len(rows) < min(n, len(ids)):  # a stale id list: do not answer with less
+        return None
+    return rows
+
+
+def rank_records(got: Mapping[str, Any], vector: Any, space: str) -> list[Row]:
+    """Every record of a Chroma `get` (with embeddings), nearest first, by exact distance."""
+    if not len(got["ids"]):
+        return []
+    dist = vector_distances(np.asarray(got["embeddings"], dtype=np.float32),
+                            np.asarray(vector, dtype=np.float32), space)
+    order = np.lexsort((np.asarray(got["ids"]), dist))  # by distance, ties by id
+    return [(got["ids"][i], got["documents"][i], dict(got["metadatas"][i] or {}),
+             float(dist[i])) for i in order]
+
+
+def vector_distances(matrix: np.ndarray, vector: np.ndarray, space: str) -> np.ndarray:
+    """Chroma's distance from `vector` to each row: squared L2, 1 - dot, or 1 - cosine."""
+    if space == "l2":
+        diff = matrix - vector
+        return np.einsum("ij,ij->i", diff, diff)
+    dots = matrix @ vector
+    if space == "ip":
+        return 1.0 - dots
+    norms = np.linalg.norm(matrix, axis=1) * np.linalg.norm(vector)
+    return 1.0 - dots / np.where(norms == 0.0, 1.0, norms)
+
+
+def _space(store: Any, col: Any) -> str:
+    """The collection's own distance space (it was created with the store's setting)."""
+    hnsw = (getattr(col, "configuration", None) or {}).get("hnsw") or {}
+    return str(hnsw.get("space") or store.settings.hnsw_space)
