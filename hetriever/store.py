@@ -19,17 +19,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import fcntl
-import os
 import random
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol, TypeVar, overload, runtime_checkable
+from typing import Any, Literal, TypeVar, overload
 
 import chromadb
 import httpx
@@ -51,11 +48,18 @@ from hetriever.errors import (
     HetrieverError,
     IndexingError,
     KnowledgeStoreError,
-    WriterLockedError,
 )
 from hetriever.logs import get_logger
 from hetriever.names import content_hash, validate_collection_name  # noqa: F401 (re-exported)
 from hetriever.models import Chunk, Document, Metadata, SearchResult
+from hetriever.locks import file_lock
+from hetriever.store_types import (  # noqa: F401 (re-exported)
+    CollectionInfo,
+    FileWriteResult,
+    KnowledgeStore,
+    RepairResult,
+    _PreparedWrite,
+)
 
 log = get_logger(__name__)
 
@@ -75,171 +79,6 @@ TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
 UNREACHABLE_ERRORS: tuple[type[BaseException], ...] = (httpx.ConnectError, ConnectionRefusedError)
 
 T = TypeVar("T")
-
-
-# --- results -------------------------------------------------------------------------
-
-
-@dataclass
-class FileWriteResult:
-    written: int = 0  # new or changed chunks, embedded and written
-    reused: int = 0  # unchanged chunks kept without re-embedding
-    deleted: int = 0  # the file's old chunks that are gone from the new version
-    embedding_seconds: float = 0.0
-
-
-@dataclass
-class _PreparedWrite:
-    """Chunks sorted and embedded by `_prepare_write`, for `_apply_write` (indexes into ids)."""
-    ids: list[str]
-    texts: list[str]
-    metadatas: list[dict[str, Any]]
-    existing: dict[str, dict[str, Any]]  # id -> stored metadata, for chunks already stored
-    to_embed: list[int] = field(default_factory=list)
-    meta_only: list[int] = field(default_factory=list)  # same text, new metadata
-    # Unchanged in Chroma but absent from BM25: a crash fell between the two writes.
-    bm25_only: list[int] = field(default_factory=list)
-    vectors: Any = None  # embeddings of `to_embed`, in that order
-    result: FileWriteResult = field(default_factory=FileWriteResult)
-
-
-@dataclass
-class CollectionInfo:
-    name: str  # the repository (logical) name
-    count: int
-    metadata: dict[str, Any] = field(default_factory=dict)
-    physical: str = ""  # the Chroma collection behind it
-
-
-@dataclass
-class RepairResult:
-    collection: str
-    added: int = 0  # chunks in Chroma that BM25 lacked
-    removed: int = 0  # BM25 rows with no chunk in Chroma
-    chunk_ids: set[str] = field(default_factory=set)  # what Chroma holds, for the catalog
-    files: set[str] = field(default_factory=set)
-
-    @property
-    def changed(self) -> bool:
-        return bool(self.added or self.removed)
-
-
-# --- protocol ----------------------------------------------------------------------
-
-
-@runtime_checkable
-class KnowledgeStore(Protocol):
-    async def index_document(self, doc_id: str, content: str, metadata: Metadata) -> bool: ...
-
-    async def search(self, query: str, top_k: int | None = None,
-                     filters: dict[str, Any] | None = None, *,
-                     namespaces: Sequence[str] | None = None,
-                     hybrid: bool | None = None,
-                     access_levels: Sequence[str] | None = None,
-                     group_by: str | None = None,
-                     lang: str | None = None) -> list[SearchResult]: ...
-
-    async def get_by_id(self, doc_id: str) -> Document | None: ...
-
-    async def delete(self, doc_id: str) -> bool: ...
-
-    async def health_check(self) -> bool: ...
-
-    async def ensure_collection(self, name: str) -> CollectionInfo: ...
-
-    async def upsert_file_chunks(self, collection: str, file_path: str,
-                                 chunks: list[Chunk]) -> FileWriteResult: ...
-
-    async def upsert_files(self, collection: str,
-                           files: dict[str, list[Chunk]]) -> FileWriteResult: ...
-
-    async def delete_file(self, collection: str, file_path: str) -> int: ...
-
-    async def file_chunk_counts(self, collection: str) -> dict[str, int]: ...
-
-    async def list_files(self, collection: str) -> list[str]: ...
-
-    async def list_collections(self) -> list[CollectionInfo]: ...
-
-    async def get_collection_info(self, name: str) -> CollectionInfo | None: ...
-
-    async def delete_collection(self, name: str) -> int: ...
-
-    async def update_collection_metadata(self, name: str, **fields: Any) -> dict[str, Any]: ...
-
-    async def get_collection_metadata(self, name: str) -> dict[str, Any]: ...
-
-    async def count(self, collection: str) -> int: ...
-
-    async def repair(self, collection: str) -> RepairResult: ...
-
-    async def close(self) -> None: ...
-
-
-# --- writer lock -------------------------------------------------------------------
-
-# flock does not exclude threads of one process that share an open file; this does.
-_thread_locks: dict[str, threading.Lock] = {}
-_thread_locks_guard = threading.Lock()
-
-
-def _thread_lock(key: str) -> threading.Lock:
-    with _thread_locks_guard:
-        return _thread_locks.setdefault(key, threading.Lock())
-
-
-@contextlib.contextmanager
-def file_lock(path: Path, *, timeout: float, what: str) -> Iterator[None]:
-    """Hold an exclusive flock on `path` (a file, created if needed, or a directory).
-
-    Non-blocking attempts until `timeout`, then WriterLockedError naming the path.
-    """
-    key = str(path.resolve())
-    tlock = _thread_lock(key)
-    started = time.monotonic()
-    deadline, next_note = started + timeout, started + LOCK_NOTE_SECONDS
-    if not tlock.acquire(timeout=max(timeout, 0.0)):
-        raise _locked(path, what)
-    fd = -1
-    try:
-        if path.is_dir():
-            fd = os.open(path, os.O_RDONLY)
-        else:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError as exc:
-                if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                    raise
-                now = time.monotonic()
-                if now >= deadline:
-                    raise _locked(path, what) from None
-                if now >= next_note:  # waiting is normal; say so, so it never looks hung
-                    log.info("lock_wait", lock=str(path), holder=what,
-                             waited=round(now - started, 1))
-                    next_note = now + LOCK_NOTE_SECONDS
-                time.sleep(0.05)
-        try:
-            yield
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
-        if fd >= 0:
-            os.close(fd)
-        tlock.release()
-
-
-LOCK_NOTE_SECONDS = 5.0
-
-
-def _locked(path: Path, what: str) -> WriterLockedError:
-    return WriterLockedError(
-        f"another process is writing {what} (lock {path} is held)",
-        hint="wait for the other ingest to finish, or stop it; a lock held by a dead process "
-             "is released by the OS automatically")
 
 
 # --- the Chroma implementation --------------------------------------------------------
