@@ -68,6 +68,10 @@ class BackendConnectionError(KnowledgeStoreError):
         super().__init__(f"{message} [{location}]", hint=hint)
 
 
+class UnusableDirectoryError(BackendConnectionError, UserError):
+    """HETRIEVER_CHROMA_PATH names a file, or lies under one: a setting to fix, not an outage."""
+
+
 class CollectionNotFoundError(KnowledgeStoreError):
     pass
 

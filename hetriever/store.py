@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import fcntl
 import random
 import threading
@@ -48,6 +49,7 @@ from hetriever.errors import (
     HetrieverError,
     IndexingError,
     KnowledgeStoreError,
+    UnusableDirectoryError,
 )
 from hetriever.logs import get_logger
 from hetriever.names import content_hash, validate_collection_name  # noqa: F401 (re-exported)
@@ -88,6 +90,16 @@ def _location(settings: Settings) -> str:
     if settings.server_mode:
         return f"http://{settings.chroma_host}:{settings.chroma_port}"
     return str(settings.chroma_path)
+
+
+def _not_a_directory(exc: BaseException) -> bool:
+    """True when opening failed because the path, or a parent of it, is a file."""
+    current: BaseException | None = exc
+    while current is not None:
+        if getattr(current, "errno", None) in (errno.EEXIST, errno.ENOTDIR):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def _chroma_identifier(client: Any) -> str:
@@ -206,6 +218,9 @@ class ChromaKnowledgeStore:
                         f"{s.chroma_port}`) or unset HETRIEVER_CHROMA_HOST for embedded mode")
             else:
                 hint = "check that HETRIEVER_CHROMA_PATH is a writable directory"
+                if _not_a_directory(exc):
+                    raise UnusableDirectoryError(f"cannot open the Chroma backend: {exc}",
+                                                 location=self.location, hint=hint) from exc
             raise BackendConnectionError(f"cannot open the Chroma backend: {exc}",
                                          location=self.location, hint=hint) from exc
 

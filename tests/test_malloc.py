@@ -23,12 +23,16 @@ def test_the_cap_is_set_unless_the_environment_says_otherwise():
 
 @linux
 def test_a_threaded_process_uses_no_more_arenas_than_the_cap():
-    # malloc_stats() prints one "Arena N:" block per arena to stderr; 8 threads that each
-    # allocate would get arenas of their own without the cap.
+    # malloc_stats() prints one "Arena N:" block per arena to stderr; 8 threads alive at once
+    # (the barrier: a thread that has exited hands its arena to the next one) that each make
+    # small allocations (large ones are mmap'd, outside any arena) get arenas of their own
+    # without the cap.
     script = (
         "import hetriever, ctypes, threading\n"
+        "together = threading.Barrier(8)\n"
         "def work():\n"
-        "    bufs = [bytearray(200_000) for _ in range(50)]\n"
+        "    bufs = [bytearray(2_000) for _ in range(500)]\n"
+        "    together.wait()\n"
         "ts = [threading.Thread(target=work) for _ in range(8)]\n"
         "[t.start() for t in ts]; [t.join() for t in ts]\n"
         "ctypes.CDLL('libc.so.6').malloc_stats()\n"
