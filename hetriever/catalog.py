@@ -347,6 +347,44 @@ class Catalog:
         log.info("alias_switched", repository=repository, old=previous, new=collection)
         return previous
 
+    def adopt(self, repository: str, collection: str, fingerprint: str, *,
+              levels: Iterable[str], commit: str = "") -> str | None:
+        """Make `collection`, built by an ingest elsewhere, the repository's active collection
+        (a follower's copy of the alias); returns the collection it replaced, if another."""
+        split = split_physical(collection)
+        if split is None or split[0] != repository:
+            raise ValueError(f"{collection!r} is not a collection of {repository!r}")
+        with self.transaction() as conn:
+            conn.execute("INSERT OR IGNORE INTO repositories(name) VALUES (?)", (repository,))
+            conn.execute("INSERT OR IGNORE INTO collections(name, repository, generation, "
+                         "fingerprint, state, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+                         (collection, repository, split[1], fingerprint, ACTIVE, now_iso()))
+            conn.execute("UPDATE collections SET levels = ?, state = ? WHERE name = ?",
+                         (json.dumps(sorted({str(v).upper() for v in levels})), ACTIVE,
+                          collection))
+            row = conn.execute("SELECT active_collection FROM repositories WHERE name = ?",
+                               (repository,)).fetchone()
+            previous = row[0] if row else None
+            conn.execute("UPDATE repositories SET active_collection = ?, last_commit = ?, "
+                         "next_generation = MAX(next_generation, ?) WHERE name = ?",
+                         (collection, commit, split[1] + 1, repository))
+            if previous != collection:
+                self._bump(conn)
+        return previous if previous != collection else None
+
+    def noted(self, key: str) -> str | None:
+        """A value kept in the catalog's meta table by `note` (None when never noted)."""
+        rows = self._rows("SELECT value FROM meta WHERE key = ?", (key,))
+        return str(rows[0]["value"]) if rows else None
+
+    def note(self, key: str, value: str | None) -> None:
+        with self.transaction() as conn:
+            if value is None:
+                conn.execute("DELETE FROM meta WHERE key = ?", (key,))
+            else:
+                conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)",
+                             (key, value))
+
     def collection(self, name: str) -> CollectionRecord | None:
         rows = self._rows("SELECT * FROM collections WHERE name = ?", (name,))
         if not rows:

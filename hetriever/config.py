@@ -49,6 +49,11 @@ class Settings:
     hnsw_m: int = 16
     # Seconds any one call to a `chroma run` server may take before it is reported as frozen.
     chroma_timeout: float = 20.0
+    # A search process that reads a Chroma server some other machine ingests into, with a state
+    # directory of its own: its catalog and BM25 index are copies it keeps in step with the
+    # manifest each ingest run publishes in Chroma (hetriever.replica, docs/scale-out.md).
+    follow: bool = False
+    follow_interval: float = 5.0  # seconds a long-lived follower goes between manifest reads
 
     # embedding and chunking
     embedding_model: str = "all-MiniLM-L6-v2"  # or "sentence-transformers:<name>", "ollama:<name>"
@@ -242,6 +247,12 @@ def validate(settings: Settings) -> Settings:
             hint=f"fix {ENV_PREFIX}{name.upper()} or `{name}` in the config file",
         )
 
+    if settings.follow and not settings.server_mode:
+        raise ConfigurationError(
+            "setting 'follow' needs a Chroma server: the manifest it follows is published there",
+            hint=f"set {ENV_PREFIX}CHROMA_HOST (and _PORT) to the server the ingest writes to")
+    if not 0 <= settings.follow_interval <= 86_400:
+        raise bad("follow_interval", "must be between 0 and 86400 seconds")
     if not 1 <= settings.batch_size <= 100_000:
         raise bad("batch_size", "must be between 1 and 100000")
     if not 1 <= settings.write_window <= 100_000:

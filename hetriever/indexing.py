@@ -59,6 +59,7 @@ from hetriever.models import (
     SkippedFile,
 )
 from hetriever.parse import parse_page, skip_reason
+from hetriever.replica import publish_sync
 from hetriever.clean import clean_page
 from hetriever.tokenizer import load_token_counter
 
@@ -502,6 +503,7 @@ async def finish_run(store, repo: Repository, change_set: ChangeSet, result: Ind
     result.completed = True
     faults.check("commit_recorded", repo.name)
     close_run(store, repo, result, "ok", commit=change_set.new_commit)
+    await asyncio.to_thread(publish_sync, store, repo.name)  # for searchers elsewhere
 
 
 def close_run(store, repo: Repository, result: IndexResult, outcome: str, *,

@@ -22,6 +22,7 @@ from hetriever.config import Settings
 from hetriever.errors import IndexingError, RepositoryNotFoundError
 from hetriever.logs import get_logger
 from hetriever.models import IndexResult, Repository, _Serialisable
+from hetriever.replica import publish_sync
 
 log = get_logger(__name__)
 
@@ -85,6 +86,7 @@ def purge_sync(store, older_than_days: float | None = None, *,
         report.chunks[name] = removed
         report.files[name] = catalog.remove_files(physical, gone)
         if removed:
+            publish_sync(store, name)
             log.info("purged", repository=name, chunks=removed, files=report.files[name])
     return report
 
@@ -113,6 +115,7 @@ def forget_repository_sync(store, name: str) -> ForgetReport:
         report.collections.append(physical)
     report.catalog_rows = store.catalog.drop_repository(name)
     report.catalog_rows["files"] += files
+    publish_sync(store, name)  # gone from the manifest: followers drop their copies
     log.info("repository_forgotten", repository=name, chunks=report.chunks,
              collections=report.collections)
     return report
@@ -134,6 +137,7 @@ def forget_file_sync(store, name: str, path: str) -> ForgetReport:
         report.catalog_rows["files"] = report.catalog_rows.get("files", 0) + \
             store.catalog.remove_files(record.name, [path])
         report.collections.append(record.name)
+    publish_sync(store, name)
     log.info("file_forgotten", repository=name, path=path, chunks=report.chunks)
     return report
 
@@ -183,6 +187,7 @@ async def migrate_repository(repo: Repository, store, settings: Settings, *,
     report = MigrateReport(repo.name, old, new, migrated=True, index=result)
     if old is not None and old != new:
         catalog.switch(repo.name, new)
+        await asyncio.to_thread(publish_sync, store, repo.name)
         report.dropped_chunks = await asyncio.to_thread(store.drop_physical_sync, repo.name, old)
     log.info("migration_finished", repository=repo.name, old=old, new=new,
              chunks=result.chunks_written, dropped=report.dropped_chunks)

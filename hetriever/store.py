@@ -124,6 +124,7 @@ class ChromaKnowledgeStore:
         self._embedder = embedder
         self._bm25: dict[str, BM25Index] = {}  # by physical name
         self._frozen_until = 0.0  # a server that timed out is not asked again before this
+        self._followed_at: float | None = None  # a follower's last manifest read (replica)
         self._bm25_ok: set[str] = set()  # physical names whose BM25 index was checked whole
         self._collections: dict[str, Any] = {}  # by physical name
         # Embedded mode: the BM25 generation (physical name -> int) that this process's view of
@@ -181,8 +182,20 @@ class ChromaKnowledgeStore:
                                     pins={**self.pins, repository: physical},
                                     catalog=self.catalog)
 
+    def embedding_with(self, embedder: Any) -> ChromaKnowledgeStore:
+        """A store sharing this one's client, pins and catalog, with another embedder (the
+        workers of a cluster: hetriever.cluster)."""
+        return ChromaKnowledgeStore(self.settings, embedder=embedder,
+                                    lock_timeout=self.lock_timeout, client=self.client,
+                                    pins=self.pins, catalog=self.catalog)
+
     def repository_names(self) -> list[str]:
-        """Repositories with a searchable collection (from the catalog; no backend call)."""
+        """Repositories with a searchable collection (from the catalog; no backend call, but
+        for a follower's manifest read every `follow_interval` seconds)."""
+        if self.settings.follow:
+            from hetriever.replica import follow_quietly
+
+            follow_quietly(self)
         names = set(self.catalog.active_map())
         return sorted(names | set(self.pins))
 
