@@ -9,12 +9,14 @@ and the parent flow ends Failed or Completed honestly with a summary.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import acreate_markdown_artifact
 from prefect.client.schemas.objects import State
+from prefect.context import FlowRunContext
 from prefect.states import Completed, Failed
 from prefect.task_runners import ThreadPoolTaskRunner
 
@@ -51,6 +53,16 @@ def make_task_runner(spec: str):
                       hint='use "threads", "threads:N", "dask" or "dask:tcp://host:port"')
 
 
+def cluster_embedder(settings: Settings):
+    """With a Dask task runner, an embedder on the same cluster's workers (else None)."""
+    runner = getattr(FlowRunContext.get(), "task_runner", None)
+    if runner is None or type(runner).__name__ != "DaskTaskRunner":
+        return None
+    from hetriever.cluster import ClusterEmbedder
+
+    return ClusterEmbedder(str(runner.client.scheduler.address), settings)
+
+
 def _git(repo: Repository, *args: str) -> str:
     done = subprocess.run(["git", *args], cwd=repo.path, capture_output=True, text=True)
     if done.returncode != 0:
@@ -76,9 +88,16 @@ async def index_repository_flow(repo: Repository, settings: Settings,
                                 force_full: bool = False) -> dict | State:
     """One repository: lock, run the indexing (a task run per file), publish artifacts."""
     store = get_knowledge_store(settings)
-    with prefect_run_logging(settings.log_level, settings.log_format):
-        result = await index_repository(repo, store, settings, force_full=force_full,
-                                        map_files=map_with_tasks)
+    cluster = await asyncio.to_thread(cluster_embedder, settings)
+    if cluster is not None:  # a Dask runner: the workers embed too
+        store = store.embedding_with(cluster)
+    try:
+        with prefect_run_logging(settings.log_level, settings.log_format):
+            result = await index_repository(repo, store, settings, force_full=force_full,
+                                            map_files=map_with_tasks)
+    finally:
+        if cluster is not None:
+            cluster.close()
     runs = store.catalog.runs(repo.name, limit=10) if result.mode != "noop" else []
     await publish_repository(result, runs)
     summary = result.to_dict()

@@ -127,6 +127,10 @@ def cmd_ingest(args: argparse.Namespace) -> int:
                              hint="a run that deletes most of an index must be a full pass")
     settings = _settings(args, batch_size=args.batch_size,
                          allow_mass_delete=True if args.allow_mass_delete else None)
+    if args.task_runner != "threads" and args.engine != "prefect":
+        raise UserError("--task-runner needs --engine prefect",
+                        hint="the task runner is the Prefect flow's; the local engine runs "
+                             "in this process")
     if args.engine == "prefect":
         import os
 
@@ -134,12 +138,16 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         # busy machine, and keep it from reaching out for analytics (there may be no network).
         os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
         os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+        # The flow reads its settings from the environment: hand it this command's options.
+        os.environ["HETRIEVER_DOCS_ROOT"] = str(settings.docs_root)
+        os.environ["HETRIEVER_CHROMA_PATH"] = str(settings.chroma_path)
         from flows.ingest import ingest
 
         try:
             # A flow called with return_state=True returns a coroutine of its State.
             run = ingest(repositories=args.repository or None, force_full=args.full,
-                         batch_size=args.batch_size, return_state=True)
+                         batch_size=args.batch_size, task_runner=args.task_runner,
+                         return_state=True)
             state: Any = asyncio.run(run)  # type: ignore[arg-type]
         except RuntimeError as exc:  # e.g. the Prefect API cannot be reached or started
             raise HetrieverError(f"Prefect is not available: {exc}",
@@ -281,6 +289,9 @@ def _require_index(settings) -> None:
     from hetriever.catalog import CATALOG_FILE
     from hetriever.errors import ConfigurationError
 
+    if settings.follow:
+        return  # a follower's catalog is made by following the server's manifest
+
     dirs = [settings.resolved_state_dir] + ([] if settings.server_mode else [settings.chroma_path])
     if any(_blocked(d) for d in dirs):
         return  # a file in the way: the store names it, with what to do
@@ -322,6 +333,23 @@ def cmd_search(args: argparse.Namespace) -> int:
         _print_json({**result.to_dict(), "warnings": warnings})
     else:
         _print_results(result)
+    return EXIT_OK
+
+
+def cmd_follow(args: argparse.Namespace) -> int:
+    from hetriever.replica import follow_sync
+    from hetriever.store import get_knowledge_store
+
+    settings = _settings(args)
+    if not settings.follow:
+        settings = settings.replace(follow=True)  # validated: needs a Chroma server
+    report = follow_sync(get_knowledge_store(settings), force=True)
+    if args.json:
+        _print_json(report.to_dict())
+    else:
+        print(f"followed {len(report.repositories)} repositories ({report.added} BM25 rows "
+              f"written, {report.removed} deleted; {len(report.dropped)} dropped) in "
+              f"{report.seconds:.1f} s")
     return EXIT_OK
 
 
@@ -591,6 +619,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int)
     p.add_argument("--engine", choices=["local", "prefect"], default="local",
                    help="run in-process (default) or as the Prefect ingest flow")
+    p.add_argument("--task-runner", default="threads",
+                   help='with --engine prefect: "threads", "threads:N", "dask" (a local '
+                        'cluster) or "dask:tcp://host:8786" (file tasks and embedding run on '
+                        "its workers)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_ingest)
 
@@ -609,6 +641,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "default PUBLIC only)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_search)
+
+    p = sub.add_parser("follow", help="copy the catalog and BM25 index of a Chroma server that "
+                                      "another machine ingests into (searches do it too)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_follow)
 
     p = sub.add_parser("status", help="indexed commit, files, chunks, failures, last run")
     p.add_argument("--json", action="store_true")
