@@ -19,21 +19,19 @@ import pytest
 
 from hetriever.config import Settings
 from hetriever.embed import (
-    MANIFEST_NAME,
     MINILM_NAME,
     ONNX_SUBDIR,
-    TOKENIZER_FILES,
     Embedder,
     MiniLMEmbedder,
     OllamaEmbedder,
     SentenceTransformerEmbedder,
     clear_embedder_cache,
-    default_source_dir,
     get_embedder,
     parse_model_spec,
     prepare_model,
     prepare_model_main,
 )
+from hetriever.model_build import MANIFEST_NAME, TOKENIZER_FILES, default_source_dir
 from hetriever.errors import ConfigurationError, EmbeddingError
 from tests.helpers import REPO_ROOT
 

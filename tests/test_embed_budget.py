@@ -9,14 +9,8 @@ import numpy as np
 import pytest
 
 from hetriever.config import load_settings
-from hetriever.embed import (
-    INT8_SUBDIR,
-    MINILM_NAME,
-    MODEL_FILE,
-    MiniLMEmbedder,
-    batch_bounds,
-    prepare_int8,
-)
+from hetriever.embed import MINILM_NAME, MODEL_FILE, MiniLMEmbedder, batch_bounds, prepare_int8
+from hetriever.model_build import INT8_SUBDIR
 from hetriever.errors import ConfigurationError, IndexingError
 from hetriever.indexing import index_repository
 from hetriever.lifecycle import migrate_repository
