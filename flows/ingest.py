@@ -116,7 +116,7 @@ async def ingest(
     repositories: list[str] | None = None,
     force_full: bool = False,
     batch_size: int | None = None,
-    task_runner: str = "threads",
+    task_runner: str | None = None,
     fetch: bool = False,
     ref: str | None = None,
 ):
@@ -125,11 +125,13 @@ async def ingest(
     `fetch`: first fetch each repository's `origin` and check out `ref` (default: the remote's
     default branch), so a run picks up commits no webhook announced. The `scheduled`
     deployment sets it. `task_runner`: "threads", "threads:N", "dask" or "dask:tcp://host:port"
-    (the per-file tasks on a Dask cluster; `prefect-dask` is installed).
+    (the per-file tasks and the embedding on a Dask cluster's workers); default: the
+    `task_runner` setting (HETRIEVER_TASK_RUNNER).
     """
     settings = load_settings(batch_size=batch_size)
     with prefect_run_logging(settings.log_level, settings.log_format):
-        return await _ingest(settings, repositories, force_full, task_runner, fetch, ref)
+        return await _ingest(settings, repositories, force_full,
+                             task_runner or settings.task_runner, fetch, ref)
 
 
 async def _ingest(settings: Settings, repositories: list[str] | None, force_full: bool,

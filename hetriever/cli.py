@@ -127,7 +127,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
                              hint="a run that deletes most of an index must be a full pass")
     settings = _settings(args, batch_size=args.batch_size,
                          allow_mass_delete=True if args.allow_mass_delete else None)
-    if args.task_runner != "threads" and args.engine != "prefect":
+    if args.task_runner and args.engine != "prefect":
         raise UserError("--task-runner needs --engine prefect",
                         hint="the task runner is the Prefect flow's; the local engine runs "
                              "in this process")
@@ -619,7 +619,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int)
     p.add_argument("--engine", choices=["local", "prefect"], default="local",
                    help="run in-process (default) or as the Prefect ingest flow")
-    p.add_argument("--task-runner", default="threads",
+    p.add_argument("--task-runner",
                    help='with --engine prefect: "threads", "threads:N", "dask" (a local '
                         'cluster) or "dask:tcp://host:8786" (file tasks and embedding run on '
                         "its workers)")

@@ -113,6 +113,11 @@ class Settings:
     # (or `ingest --full --allow-mass-delete`): a mistyped content_dir must not wipe an index.
     allow_mass_delete: bool = False
 
+    # The Prefect ingest flow's task runner when a run names none: "threads", "threads:N",
+    # "dask" (a local cluster) or "dask:tcp://host:8786" (file tasks and embedding run on the
+    # cluster's workers; docs/scale-out.md).
+    task_runner: str = "threads"
+
     # logging
     log_format: str = "console"  # "console" or "json"
     log_level: str = "INFO"
@@ -251,6 +256,8 @@ def validate(settings: Settings) -> Settings:
         raise ConfigurationError(
             "setting 'follow' needs a Chroma server: the manifest it follows is published there",
             hint=f"set {ENV_PREFIX}CHROMA_HOST (and _PORT) to the server the ingest writes to")
+    if settings.task_runner.partition(":")[0] not in {"threads", "dask"}:
+        raise bad("task_runner", 'use "threads", "threads:N", "dask" or "dask:tcp://host:port"')
     if not 0 <= settings.follow_interval <= 86_400:
         raise bad("follow_interval", "must be between 0 and 86400 seconds")
     if not 1 <= settings.batch_size <= 100_000:

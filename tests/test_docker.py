@@ -57,7 +57,8 @@ def test_services_and_top_level_keys(compose):
     assert set(compose) <= {"name", "services", "volumes", "networks", "secrets", "configs"} | {
         k for k in compose if k.startswith("x-")}
     assert set(compose["services"]) == {"postgres", "prefect-server", "chroma", "deploy",
-                                        "worker", "webhook"}
+                                        "worker", "webhook", "dask-scheduler", "dask-worker",
+                                        "search"}
     for name, svc in compose["services"].items():
         assert ("image" in svc) or ("build" in svc), name
         for net in svc.get("networks", []):
@@ -79,9 +80,9 @@ def test_chroma_is_internal_persistent_and_health_checked(compose):
     assert compose["networks"]["chroma"] == {"internal": True}
     assert any(v.endswith(":/data") for v in chroma["volumes"])
     assert "/api/v2/heartbeat" in " ".join(chroma["healthcheck"]["test"])
-    # Only the worker is on Chroma's network.
+    # Only the worker (which writes) and the follower search API (which reads) reach Chroma.
     on_chroma = [n for n, s in compose["services"].items() if "chroma" in s.get("networks", [])]
-    assert sorted(on_chroma) == ["chroma", "worker"]
+    assert sorted(on_chroma) == ["chroma", "search", "worker"]
 
 
 def test_startup_is_gated_by_health(compose):
@@ -193,3 +194,22 @@ def _included(path: str, patterns: list[str]) -> bool:
         if any(fnmatch.fnmatchcase(prefix, pat) for prefix in prefixes):
             included = negate
     return included
+
+
+def test_scale_profile_adds_dask_workers_and_a_follower(compose):
+    svcs = compose["services"]
+    scale = {n for n, s in svcs.items() if "scale" in s.get("profiles", [])}
+    assert scale == {"dask-scheduler", "dask-worker", "search"}  # `up` without it: unchanged
+    worker = svcs["dask-worker"]
+    assert worker["command"][:3] == ["dask", "worker", "tcp://dask-scheduler:8786"]
+    assert "8786" in " ".join(svcs["dask-scheduler"]["command"])
+    # --scale dask-worker=N needs a service without a fixed name or published port
+    assert "container_name" not in worker and "ports" not in worker
+    assert any(v.startswith("docs:/docs") and v.endswith(":ro") for v in worker["volumes"])
+    assert svcs["worker"]["environment"]["HETRIEVER_TASK_RUNNER"].startswith(
+        "${HETRIEVER_TASK_RUNNER")
+    search = svcs["search"]
+    assert search["environment"]["HETRIEVER_FOLLOW"] == "true"
+    assert search["environment"]["HETRIEVER_CHROMA_HOST"] == "chroma"
+    assert search["volumes"] == ["search-state:/var/lib/hetriever/state"]  # a state of its own
+    assert search["depends_on"]["chroma"]["condition"] == "service_healthy"
