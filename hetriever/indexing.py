@@ -503,7 +503,10 @@ async def finish_run(store, repo: Repository, change_set: ChangeSet, result: Ind
     result.completed = True
     faults.check("commit_recorded", repo.name)
     close_run(store, repo, result, "ok", commit=change_set.new_commit)
-    await asyncio.to_thread(publish_sync, store, repo.name)  # for searchers elsewhere
+    # For searchers elsewhere: after an incremental run, only these files' chunks changed.
+    changed = None if change_set.mode == "full" else \
+        change_set.paths_to_index() + change_set.paths_to_delete()
+    await asyncio.to_thread(publish_sync, store, repo.name, changed)
 
 
 def close_run(store, repo: Repository, result: IndexResult, outcome: str, *,

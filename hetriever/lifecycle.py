@@ -86,7 +86,7 @@ def purge_sync(store, older_than_days: float | None = None, *,
         report.chunks[name] = removed
         report.files[name] = catalog.remove_files(physical, gone)
         if removed:
-            publish_sync(store, name)
+            publish_sync(store, name, sorted({path for _, path in expired}))
             log.info("purged", repository=name, chunks=removed, files=report.files[name])
     return report
 
@@ -137,7 +137,7 @@ def forget_file_sync(store, name: str, path: str) -> ForgetReport:
         report.catalog_rows["files"] = report.catalog_rows.get("files", 0) + \
             store.catalog.remove_files(record.name, [path])
         report.collections.append(record.name)
-    publish_sync(store, name)
+    publish_sync(store, name, [path])
     log.info("file_forgotten", repository=name, path=path, chunks=report.chunks)
     return report
 

@@ -42,6 +42,10 @@ FOLLOWED = "followed:"  # catalog meta key prefix: the manifest version a reposi
 # What a manifest row carries for each repository (all strings: Chroma metadata values).
 _FIELDS = ("collection", "access_level", "url", "settings", "levels", "fingerprint", "commit",
            "version", "published_at")
+# A publish may name the files its run changed ("changed", JSON) and the version it follows
+# ("previous"): a follower at that version then reads only those files' chunks. Longer lists
+# are left out (the follower diffs the whole collection, which it does anyway after a full run).
+MAX_CHANGED_PATHS = 5_000
 
 
 @dataclass
@@ -78,10 +82,13 @@ def _manifest(store: Any) -> Any | None:
 # --- the ingest side ------------------------------------------------------------------------
 
 
-def publish_sync(store: Any, repository: str) -> None:
+def publish_sync(store: Any, repository: str, changed: list[str] | None = None) -> None:
     """Record `repository`'s search view in the manifest (server mode only: an embedded
-    Chroma directory has no other readers). A failure is logged, never raised: the run's
-    work is stored, and followers keep their previous view until the next publish."""
+    Chroma directory has no other readers). `changed`: every file whose chunks changed since
+    the previous publish, when the caller knows them all (None: unknown).
+
+    A failure is logged, never raised: the run's work is stored, and followers keep their
+    previous view until the next publish."""
     if not store.settings.server_mode:
         return
     try:
@@ -94,6 +101,8 @@ def publish_sync(store: Any, repository: str) -> None:
             return
         record = catalog.repository(repository)
         collection = catalog.collection(physical)
+        before = store._call("get", lambda: col.get(ids=[repository], include=["metadatas"]))
+        previous = before["metadatas"][0] if before["ids"] and before["metadatas"] else None
         meta = {
             "collection": physical,
             "access_level": record.access_level if record else "PUBLIC",
@@ -105,6 +114,9 @@ def publish_sync(store: Any, repository: str) -> None:
             "version": uuid.uuid4().hex,
             "published_at": now_iso(),
         }
+        if previous and changed is not None and len(changed) <= MAX_CHANGED_PATHS:
+            meta["previous"] = str(previous.get("version", ""))
+            meta["changed"] = json.dumps(sorted(set(changed)))
         store._call("upsert", lambda: col.upsert(ids=[repository], embeddings=[[0.0]],
                                                  documents=[""], metadatas=[meta]))
         log.info("manifest_published", repository=repository, collection=physical,
@@ -125,7 +137,7 @@ def published(store: Any) -> dict[str, dict[str, str]]:
     out: dict[str, dict[str, str]] = {}
     for name, meta in zip(got["ids"], got["metadatas"] or []):
         if meta and all(k in meta for k in _FIELDS):
-            out[str(name)] = {k: str(meta[k]) for k in _FIELDS}
+            out[str(name)] = {k: str(v) for k, v in meta.items()}
     return out
 
 
@@ -147,9 +159,10 @@ def follow_sync(store: Any, *, force: bool = False) -> FollowReport:
         if catalog.noted(FOLLOWED + name) == entry["version"]:
             continue
         with store.writer_lock(name):
-            if catalog.noted(FOLLOWED + name) == entry["version"]:  # another process did it
+            held = catalog.noted(FOLLOWED + name)
+            if held == entry["version"]:  # another process did it
                 continue
-            added, removed = _follow_repository(store, name, entry)
+            added, removed = _follow_repository(store, name, entry, held)
             catalog.note(FOLLOWED + name, entry["version"])
         report.repositories.append(name)
         report.added += added
@@ -177,7 +190,8 @@ def follow_quietly(store: Any) -> FollowReport | None:
         return None
 
 
-def _follow_repository(store: Any, name: str, entry: dict[str, str]) -> tuple[int, int]:
+def _follow_repository(store: Any, name: str, entry: dict[str, str],
+                       held_version: str | None) -> tuple[int, int]:
     catalog = store.catalog
     physical = entry["collection"]
     catalog.upsert_repository(name, url=entry["url"], access_level=entry["access_level"],
@@ -189,29 +203,107 @@ def _follow_repository(store: Any, name: str, entry: dict[str, str]) -> tuple[in
     col = store._chroma_physical(physical, name)
     if col is None:
         raise RuntimeError(f"the manifest names {physical!r}, which the server does not hold")
+    index = store.bm25_physical(physical)
+    if (not replaced and held_version and entry.get("previous") == held_version
+            and "changed" in entry):
+        how, (written, deleted, files) = "files", _copy_files(
+            store, name, physical, col, index, json.loads(entry["changed"]))
+    elif index.count() == 0:
+        how, (written, deleted, files) = "cold", _copy_all(store, name, physical, col, index)
+    else:
+        how, (written, deleted, files) = "diff", _diff_all(store, name, physical, col, index)
+    log.info("repository_followed", repository=name, collection=physical, how=how,
+             written=written, deleted=deleted, files=files)
+    return written, deleted
+
+
+def _apply(store: Any, index: Any, col: Any, stale: list[str],
+           texts: dict[str, tuple[str, dict]], gone: list[str]) -> None:
+    """Write `stale` rows (from `texts` when at hand, else fetched) and delete `gone`."""
+    step = store.max_batch_size()
+    with index.transaction():
+        missing = [doc_id for doc_id in stale if doc_id not in texts]
+        for start in range(0, len(missing), step):
+            part = missing[start:start + step]
+            got = store._call("get", lambda: col.get(ids=part,
+                                                      include=["documents", "metadatas"]))
+            for doc_id, text, meta in zip(got["ids"], got["documents"], got["metadatas"]):
+                texts[doc_id] = (text, dict(meta or {}))
+        for start in range(0, len(stale), 5_000):
+            part = stale[start:start + 5_000]
+            index.upsert(part, [texts[d][0] for d in part], [texts[d][1] for d in part])
+        if gone:
+            index.delete(gone)
+
+
+def _copy_all(store: Any, name: str, physical: str, col: Any,
+              index: Any) -> tuple[int, int, int]:
+    """An empty copy: every chunk with its text, in one paged pass."""
+    records = store._all(col, ["documents", "metadatas"])
+    ids: list[str] = records["ids"]
+    metas = [dict(m or {}) for m in records["metadatas"]]
+    texts = {d: (t, m) for d, t, m in zip(ids, records["documents"], metas)}
+    _apply(store, index, col, ids, texts, [])
+    paths = {str(m.get("file_path", "")) for m in metas} - {""}
+    _follow_files(store, name, physical, ids, metas, paths)
+    return len(ids), 0, len(paths)
+
+
+def _diff_all(store: Any, name: str, physical: str, col: Any,
+              index: Any) -> tuple[int, int, int]:
+    """Every chunk's id and metadata against the copy; texts only of rows that differ."""
     records = store._all(col, ["metadatas"])
     ids: list[str] = records["ids"]
     metas: list[dict] = [dict(m or {}) for m in records["metadatas"]]
-    index = store.bm25_physical(physical)
     held = index.metadata_of(index.ids())
     stale = [doc_id for doc_id, meta in zip(ids, metas) if not _same(held.get(doc_id), meta)]
     gone = sorted(set(held) - set(ids))
-    touched = {str(held[d].get("file_path", "")) for d in gone}
     by_id = dict(zip(ids, metas))
+    touched = {str(held[d].get("file_path", "")) for d in gone}
     touched |= {str(by_id[d].get("file_path", "")) for d in stale}
+    _apply(store, index, col, stale, {}, gone)
+    touched.discard("")
+    _follow_files(store, name, physical, ids, metas, touched)
+    return len(stale), len(gone), len(touched)
+
+
+def _copy_files(store: Any, name: str, physical: str, col: Any, index: Any,
+                paths: list[str]) -> tuple[int, int, int]:
+    """Only the files the publish named: their chunks in Chroma against their rows here."""
+    ids: list[str] = []
+    metas: list[dict] = []
+    texts: dict[str, tuple[str, dict]] = {}
+    held_ids: set[str] = set()
+    step = 100  # keep each `$in` list small
+    for start in range(0, len(paths), step):
+        part = paths[start:start + step]
+        where = {"file_path": part[0]} if len(part) == 1 else {"file_path": {"$in": part}}
+        got = _all_where(store, col, where)
+        for doc_id, text, meta in zip(got["ids"], got["documents"], got["metadatas"]):
+            ids.append(doc_id)
+            metas.append(dict(meta or {}))
+            texts[doc_id] = (text, metas[-1])
+        held_ids |= index.ids_where(where)
+    held = index.metadata_of(held_ids)
+    stale = [doc_id for doc_id, meta in zip(ids, metas) if not _same(held.get(doc_id), meta)]
+    gone = sorted(held_ids - set(ids))
+    _apply(store, index, col, stale, texts, gone)
+    _follow_files(store, name, physical, ids, metas, set(paths))
+    return len(stale), len(gone), len(paths)
+
+
+def _all_where(store: Any, col: Any, where: dict) -> dict[str, list[Any]]:
+    out: dict[str, list[Any]] = {"ids": [], "documents": [], "metadatas": []}
     step = store.max_batch_size()
-    with index.transaction():
-        for start in range(0, len(stale), step):
-            part = stale[start:start + step]
-            got = store._call("get", lambda: col.get(ids=part,
-                                                      include=["documents", "metadatas"]))
-            index.upsert(got["ids"], got["documents"], [dict(m or {}) for m in got["metadatas"]])
-        if gone:
-            index.delete(gone)
-    _follow_files(store, name, physical, ids, metas, touched - {""})
-    log.info("repository_followed", repository=name, collection=physical, chunks=len(ids),
-             written=len(stale), deleted=len(gone), files=len(touched))
-    return len(stale), len(gone)
+    offset = 0
+    while True:
+        got = store._call("get", lambda: col.get(where=where, limit=step, offset=offset,
+                                                  include=["documents", "metadatas"]))
+        for key in out:
+            out[key].extend(got[key] or [])
+        if len(got["ids"]) < step:
+            return out
+        offset += step
 
 
 def _same(held: dict | None, meta: dict) -> bool:

@@ -79,12 +79,24 @@ def _worker_counts(address: str) -> dict[str, int]:
         return dict(client.run(embedded))
 
 
-def _search(docs: Path, env: dict[str, str], query: str) -> list[tuple[str, float]]:
+def _search(docs: Path, env: dict[str, str], query: str,
+            log: list[str] | None = None) -> list[tuple[str, float]]:
     done = run_cli(docs, env, "search", query, "--json", "-k", "5")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Traceback" not in done.stderr
+    if log is not None:
+        log.append(done.stderr)
     return [(m["metadata"]["file_path"], round(m["score"], 4))
             for m in json.loads(done.stdout)["matches"]]
+
+
+def _followed_how(stderr: str) -> list[str]:
+    """How each repository was brought in step ("cold", "files", "diff"), from JSON logs."""
+    out = []
+    for line in stderr.splitlines():
+        if line.startswith("{") and '"repository_followed"' in line:
+            out.append(json.loads(line)["how"])
+    return out
 
 
 def test_dask_workers_embed_and_followers_search_like_one_process(
@@ -106,20 +118,23 @@ def test_dask_workers_embed_and_followers_search_like_one_process(
         single = cli_env(tmp_path / "single", minilm_model_dir)
         (tmp_path / "single").mkdir()
 
-        def step(expect_mode: str) -> None:
+        def step(expect_mode: str, expect_follow: str) -> None:
             state, summary = run_ingest(task_runner=f"dask:{dask_cluster}")
             assert state.is_completed(), state.message
             (outcome,) = summary["repositories"]
             assert outcome["mode"] == expect_mode
             single_run = run_cli(parent, single, "ingest", "--json")
             assert single_run.returncode == 0, single_run.stderr[-3000:]
+            logs: list[str] = []
             for query in QUERIES:
                 want = _search(parent, single, query)
                 assert want, query
                 for env in followers:
-                    assert _search(parent, env, query) == want, query
+                    assert _search(parent, env, query, logs) == want, query
+            # each follower caught up once, on its first search
+            assert [h for log in logs for h in _followed_how(log)] == [expect_follow] * 2
 
-        step("full")
+        step("full", "cold")
         counts = _worker_counts(dask_cluster)
         # The flow process did not embed: every chunk was embedded on a worker, both took part.
         assert len(counts) == WORKERS and all(n > 0 for n in counts.values()), counts
@@ -132,7 +147,7 @@ def test_dask_workers_embed_and_followers_search_like_one_process(
         bundles.write_text(bundles.read_text() + "\n\nBundles may also hold data files.\n")
         (source / "content/docs/install/_index.md").unlink()
         update_submodule(parent, "sample-docs", commit_all(source, "change"))
-        step("incremental")
+        step("incremental", "files")  # only the files the run named
         assert sum(_worker_counts(dask_cluster).values()) > first
 
         # Each follower holds its own copy: catalog and BM25 under its own state directory.
@@ -143,9 +158,10 @@ def test_dask_workers_embed_and_followers_search_like_one_process(
     clear_store_cache()
 
 
-def test_forget_reaches_followers(tmp_path, minilm_model_dir):
-    """A repository the ingest forgets leaves the manifest; followers drop their copy."""
-    parent, _ = build_sample_parent(tmp_path)
+def test_a_follower_that_missed_a_publish_and_a_forget(tmp_path, minilm_model_dir):
+    """A follower away for two runs diffs the whole collection; a repository the ingest
+    forgets leaves the manifest and followers drop their copy."""
+    parent, source = build_sample_parent(tmp_path)
     with running_chroma_server(tmp_path / "chroma-server") as server:
         where = {"HETRIEVER_CHROMA_HOST": server.host, "HETRIEVER_CHROMA_PORT": str(server.port)}
         ingest = cli_env(tmp_path / "ingest", minilm_model_dir, **where)
@@ -157,6 +173,18 @@ def test_forget_reaches_followers(tmp_path, minilm_model_dir):
         assert json.loads(done.stdout)["repositories"] == ["sample-docs"]
         again = json.loads(run_cli(parent, follower, "follow", "--json").stdout)
         assert again["repositories"] == [] and again["added"] == 0  # nothing changed
+
+        # Two runs while the follower was away: it missed a publish, so it diffs everything.
+        for i in (1, 2):
+            (source / f"content/docs/away-{i}.md").write_text(
+                f"---\ntitle: Away {i}\n---\n\nWritten while the follower was away, take {i}.\n")
+            update_submodule(parent, "sample-docs", commit_all(source, f"away {i}"))
+            assert run_cli(parent, ingest, "ingest").returncode == 0
+        done = run_cli(parent, follower, "follow", "--json")
+        assert _followed_how(done.stderr) == ["diff"]
+        assert json.loads(done.stdout)["added"] >= 2
+        for query in ("written while the follower was away", "Away 2"):
+            assert _search(parent, follower, query) == _search(parent, ingest, query)
 
         assert run_cli(parent, ingest, "forget", "-r", "sample-docs").returncode == 0
         done = run_cli(parent, follower, "follow", "--json")
