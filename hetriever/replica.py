@@ -278,7 +278,7 @@ def _copy_files(store: Any, name: str, physical: str, col: Any, index: Any,
     for start in range(0, len(paths), step):
         part = paths[start:start + step]
         where = {"file_path": part[0]} if len(part) == 1 else {"file_path": {"$in": part}}
-        got = _all_where(store, col, where)
+        got = store._all(col, ["documents", "metadatas"], where)
         for doc_id, text, meta in zip(got["ids"], got["documents"], got["metadatas"]):
             ids.append(doc_id)
             metas.append(dict(meta or {}))
@@ -290,20 +290,6 @@ def _copy_files(store: Any, name: str, physical: str, col: Any, index: Any,
     _apply(store, index, col, stale, texts, gone)
     _follow_files(store, name, physical, ids, metas, set(paths))
     return len(stale), len(gone), len(paths)
-
-
-def _all_where(store: Any, col: Any, where: dict) -> dict[str, list[Any]]:
-    out: dict[str, list[Any]] = {"ids": [], "documents": [], "metadatas": []}
-    step = store.max_batch_size()
-    offset = 0
-    while True:
-        got = store._call("get", lambda: col.get(where=where, limit=step, offset=offset,
-                                                  include=["documents", "metadatas"]))
-        for key in out:
-            out[key].extend(got[key] or [])
-        if len(got["ids"]) < step:
-            return out
-        offset += step
 
 
 def _same(held: dict | None, meta: dict) -> bool:

@@ -804,13 +804,14 @@ class ChromaKnowledgeStore:
                 collection, col, [doc_id], [content], [meta]))
         return True
 
-    def _all(self, col: Any, include: list[str]) -> dict[str, list[Any]]:
-        """Every record of a collection, paged."""
+    def _all(self, col: Any, include: list[str], where: dict | None = None) -> dict[str, list[Any]]:
+        """Every record of a collection (matching `where`, when given), paged."""
         out: dict[str, list[Any]] = {"ids": [], **{k: [] for k in include}}
         step = self.max_batch_size()
         offset = 0
         while True:
-            got = self._call("get", lambda: col.get(include=include, limit=step, offset=offset))
+            got = self._call("get", lambda: col.get(where=where, include=include, limit=step,
+                                                    offset=offset))
             out["ids"].extend(got["ids"])
             for key in include:
                 out[key].extend(got[key] or [])
