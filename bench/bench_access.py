@@ -51,7 +51,7 @@ def pct(values: list[float], q: float) -> float:
 
 def fill(store: ChromaKnowledgeStore, repo: str, n: int, rng: np.random.Generator, *,
          private_share: float = 0.0, deleted_share: float = 0.0) -> None:
-    col = store._chroma(repo, create=True)
+    col = store.collection(repo, create=True)
     physical = store.physical_name(repo)
     step = 1000
     levels = set()
@@ -92,7 +92,7 @@ def measure(store, queries, **kwargs) -> tuple[list[float], int]:
 
 
 def chroma_only(store, repo, vectors, where) -> list[float]:
-    col = store._chroma(repo)
+    col = store.collection(repo)
     times = []
     for v in vectors:
         began = time.perf_counter()

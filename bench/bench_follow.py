@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         settings = Settings(chroma_host="127.0.0.1", chroma_port=port,
                             state_dir=Path(tmp) / "ingest-state")
         store = ChromaKnowledgeStore(settings, embedder=_NoModel())
-        col = store._chroma(NAME, create=True)
+        col = store.collection(NAME, create=True)
         step = store.max_batch_size()
         began = time.perf_counter()
         for start in range(0, len(ids), step):

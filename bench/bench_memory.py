@@ -87,7 +87,7 @@ def pad_index(workdir: Path, repository: str, total: int) -> int:
     settings = load_settings(env={k: v for k, v in env_for(workdir, Path(".")).items()})
     store = ChromaKnowledgeStore(settings)
     try:
-        col = store._chroma(repository)
+        col = store.collection(repository)
         have = col.get(include=["documents", "metadatas", "embeddings"])
         base = len(have["ids"])
         rng = np.random.default_rng(0)

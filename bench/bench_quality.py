@@ -59,7 +59,7 @@ from common import (  # noqa: E402
 )
 from hetriever import search  # noqa: E402
 from hetriever.catalog import title_keys  # noqa: E402
-from hetriever.chunk import display_chunk  # noqa: E402
+from hetriever.page_records import display_chunk  # noqa: E402
 from hetriever.config import Settings  # noqa: E402
 from hetriever.fusion import fuse_pages  # noqa: E402
 from hetriever.logs import configure_logging  # noqa: E402

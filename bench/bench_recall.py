@@ -48,7 +48,7 @@ def real_vectors() -> tuple[np.ndarray, list[str]]:
         if not root.exists():
             continue
         store = make_store(root, None)
-        got = store._chroma(name).get(include=["embeddings"])
+        got = store.collection(name).get(include=["embeddings"])
         vecs.append(np.asarray(got["embeddings"], dtype=np.float32))
         store.close_sync()
         for items in build_queries(corpus).values():

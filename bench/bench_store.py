@@ -187,7 +187,7 @@ def build_latency_store(corpus: CorpusChunks, vectors: np.ndarray, size: int, ro
     for name, n in ((MAIN, size), (SIDE, SIDE_SIZE)):
         ids, texts, metas, vecs = _perturbed(corpus, vectors, n, name, rng, word_rng)
         store.ensure_collection_sync(name)
-        col = store._chroma(name)
+        col = store.collection(name)
         step = int(store.client.get_max_batch_size())
         began = time.perf_counter()
         for start in range(0, n, step):

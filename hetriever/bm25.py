@@ -19,7 +19,6 @@ through `hetriever.analyzer`.
 from __future__ import annotations
 
 import json
-import math
 import sqlite3
 import threading
 from collections import Counter
@@ -35,10 +34,7 @@ from hetriever.analyzer import (  # noqa: F401  (STEM_DEFAULT, STOPWORDS re-expo
     TOKENIZER_VERSION,
     tokenize,
 )
-from hetriever.bm25_memory import (
-    _State,
-    _shared,
-)
+from hetriever.bm25_memory import _State
 from hetriever.errors import (
     DerivedIndexError,
     IndexingError,
@@ -47,6 +43,7 @@ from hetriever.errors import (
 )
 from hetriever.filters import matches, validate_filter
 from hetriever.logs import get_logger
+from hetriever.sqlite_files import connect, in_batches, read_meta
 
 log = get_logger(__name__)
 
@@ -71,12 +68,6 @@ SCHEMA_VERSION = "1"
 _LOG_MAX_IDS = 5000
 # Changelog rows older than this many generations are trimmed.
 _LOG_KEEP_GENERATIONS = 2000
-_SQL_CHUNK = 500
-
-
-def _chunks(seq: Sequence, size: int = _SQL_CHUNK) -> Iterator[Sequence]:
-    for i in range(0, len(seq), size):
-        yield seq[i:i + size]
 
 
 class BM25Index:
@@ -103,11 +94,10 @@ class BM25Index:
         self._txn_ids: set[str] = set()
         self._pending: dict[str, dict | None] = {}
         self._force_reload = False  # the next commit makes every reader reload
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._closed = True
         try:
-            self._wconn = self._connect()
-            self._rconn = self._connect()
+            self._wconn = connect(self.path, timeout=60.0)
+            self._rconn = connect(self.path, timeout=60.0)
             self._closed = False
             self._init_schema()
         except sqlite3.Error as exc:
@@ -124,13 +114,6 @@ class BM25Index:
                                          "rebuilds it from Chroma") from None
 
     # -- connection and schema --
-
-    def _connect(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
-                               timeout=60.0)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
-        return conn
 
     def _init_schema(self) -> None:
         with self._lock:
@@ -151,7 +134,7 @@ class BM25Index:
                         "tokenizer": self._tokenizer_id()}
             self._wconn.executemany("INSERT OR IGNORE INTO meta(key, value) VALUES (?, ?)",
                                     defaults.items())
-            stored = self._meta(self._wconn, "tokenizer")
+            stored = read_meta(self._wconn, "tokenizer")
             self._wconn.execute("COMMIT")
         except BaseException:
             self._wconn.execute("ROLLBACK")
@@ -161,18 +144,13 @@ class BM25Index:
     def _existing_tokenizer(self) -> str:
         """The tokenizer id of an index whose schema is complete, else "" (a plain read)."""
         try:
-            return self._meta(self._rconn, "tokenizer")
+            return read_meta(self._rconn, "tokenizer")
         except sqlite3.OperationalError:  # no tables yet
             return ""
 
     @staticmethod
     def _tokenizer_id() -> str:
         return f"{TOKENIZER_VERSION}{'s' if STEM_DEFAULT else ''}"
-
-    @staticmethod
-    def _meta(conn: sqlite3.Connection, key: str) -> str:
-        row = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-        return row[0] if row else ""
 
     def _retokenize(self, old: str) -> None:
         """The tokenizer changed since this file was written: rebuild postings from texts."""
@@ -181,7 +159,7 @@ class BM25Index:
             rows = self._wconn.execute("SELECT id, text, metadata FROM docs").fetchall()
             self._wconn.execute("DELETE FROM docs")
             self._wconn.execute("DELETE FROM terms")
-            epoch = str(int(self._meta(self._wconn, "vocab_epoch") or 0) + 1)
+            epoch = str(int(read_meta(self._wconn, "vocab_epoch") or 0) + 1)
             self._wconn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('vocab_epoch', ?)",
                                 (epoch,))
             self._vocab, self._vocab_epoch = {}, epoch
@@ -199,7 +177,7 @@ class BM25Index:
     def _sync_vocab(self, conn: sqlite3.Connection) -> None:
         # Term ids are dense and append-only, except that a retokenize renumbers them all
         # and bumps the epoch: then start over.
-        epoch = self._meta(conn, "vocab_epoch")
+        epoch = read_meta(conn, "vocab_epoch")
         if self._vocab is None or epoch != self._vocab_epoch:
             self._vocab = {}
             self._vocab_epoch = epoch
@@ -243,8 +221,8 @@ class BM25Index:
     def _commit(self) -> None:
         conn = self._wconn
         if self._txn_ids:
-            gen = int(self._meta(conn, "generation")) + 1
-            floor = int(self._meta(conn, "log_floor"))
+            gen = int(read_meta(conn, "generation")) + 1
+            floor = int(read_meta(conn, "log_floor"))
             if len(self._txn_ids) > _LOG_MAX_IDS or self._force_reload:
                 conn.execute("DELETE FROM changelog")
                 floor = gen
@@ -322,7 +300,7 @@ class BM25Index:
             return 0
         removed = 0
         with self.transaction():
-            for part in _chunks(ids):
+            for part in in_batches(ids):
                 marks = ",".join("?" * len(part))
                 found = [r[0] for r in self._wconn.execute(
                     f"SELECT id FROM docs WHERE id IN ({marks})", part)]
@@ -357,7 +335,7 @@ class BM25Index:
         with self._lock:
             self._check_open()
             present: set[str] = set()
-            for part in _chunks(list(ids)):
+            for part in in_batches(list(ids)):
                 marks = ",".join("?" * len(part))
                 present.update(r[0] for r in self._wconn.execute(
                     f"SELECT id FROM docs WHERE id IN ({marks})", part))
@@ -414,7 +392,7 @@ class BM25Index:
         """The file's committed generation: it moves with every write, from any process."""
         with self._lock:
             self._check_open()
-            return int(self._meta(self._rconn, "generation"))
+            return int(read_meta(self._rconn, "generation"))
 
     def search(self, query: str, k: int, where: Mapping | None = None) -> list[tuple[str, float]]:
         """Top `k` (id, raw BM25 score) among documents matching `where`; only scores > 0."""
@@ -427,76 +405,16 @@ class BM25Index:
             term_ids = sorted({self._vocab[t] for t in tokenize(query) if t in self._vocab})
             if not term_ids or not state.n_live:
                 return []
-            scores = self._score(state, term_ids)
+            scores = state.scores(term_ids, len(self._vocab), self.k1, self.b)
             candidates = np.flatnonzero(scores > 0)
             if normalised is not None:
                 allowed = state.allowed_mask(normalised)
                 if allowed is not None:
                     candidates = candidates[allowed[candidates]]
-            top = self._top(state, scores, candidates, k, normalised)
+            top = state.top(scores, candidates, k, normalised)
             hits = [(state.doc_ids[s], float(scores[s])) for s in top]
         hits.sort(key=lambda h: (-h[1], h[0]))
         return hits
-
-    def _score(self, state: _State, term_ids: list[int]) -> np.ndarray:
-        assert self._vocab is not None
-        n_terms = len(self._vocab)
-        scores = np.zeros(len(state.doc_ids), dtype=np.float64)
-        norm = state.norm(self.k1, self.b)
-        delta = state.delta(n_terms)
-        n = state.n_live
-        for term in term_ids:
-            docs, tfs = state.main.postings(term)
-            if delta is not None:
-                more_docs, more_tfs = delta.postings(term)
-                if len(more_docs):
-                    docs = np.concatenate([docs, more_docs])
-                    tfs = np.concatenate([tfs, more_tfs])
-            if state.dead and len(docs):
-                keep = state.alive[docs]
-                docs, tfs = docs[keep], tfs[keep]
-            df = len(docs)
-            if not df:
-                continue
-            idf = math.log(1.0 + (n - df + 0.5) / (df + 0.5))
-            # A live doc appears at most once per term, so plain fancy-index += is exact.
-            scores[docs] += idf * tfs * (self.k1 + 1.0) / (tfs + norm[docs])
-        return scores
-
-    @staticmethod
-    def _top(state: _State, scores: np.ndarray, candidates: np.ndarray, k: int,
-             where: dict | None) -> list[int]:
-        """Best-first slots: partial sort, then run the filter only as far as needed."""
-        if not len(candidates):
-            return []
-        first = k if where is None else 4 * k + 64
-        if len(candidates) > first:
-            # Everything scoring at least the first-th best: ties at the cut all come along,
-            # so which of them wins is decided by id below, not by where they were stored.
-            cut = np.partition(-scores[candidates], first - 1)[first - 1]
-            keep = -scores[candidates] <= cut
-            head, rest = candidates[keep], candidates[~keep]
-        else:
-            head, rest = candidates, candidates[:0]
-        head = BM25Index._by_score_then_id(state, scores, head)
-        if where is None:
-            return [int(s) for s in head[:k]]
-        out = [int(s) for s in head if matches(where, state.metas[s])][:k]
-        if len(out) < k and len(rest):
-            rest = BM25Index._by_score_then_id(state, scores, rest)
-            for s in rest:
-                if matches(where, state.metas[s]):
-                    out.append(int(s))
-                    if len(out) == k:
-                        break
-        return out
-
-    @staticmethod
-    def _by_score_then_id(state: _State, scores: np.ndarray, slots: np.ndarray) -> np.ndarray:
-        """Slots best first; equal scores in id order (insertion order differs between an
-        index built fresh and one updated incrementally, ids do not)."""
-        ids = np.array([state.doc_ids[s] for s in slots], dtype=str)
-        return slots[np.lexsort((ids, -scores[slots]))]
 
     # -- keeping the in-memory index current --
 
@@ -511,14 +429,14 @@ class BM25Index:
         conn = self._rconn
         conn.execute("BEGIN")  # one consistent snapshot for everything read below
         try:
-            gen = int(self._meta(conn, "generation"))
+            gen = int(read_meta(conn, "generation"))
             state = self._state
             if state is not None and state.generation == gen and self._vocab is not None:
                 return
-            epoch_changed = self._meta(conn, "vocab_epoch") != self._vocab_epoch
+            epoch_changed = read_meta(conn, "vocab_epoch") != self._vocab_epoch
             self._sync_vocab(conn)
             if (state is None or epoch_changed
-                    or state.generation < int(self._meta(conn, "log_floor"))):
+                    or state.generation < int(read_meta(conn, "log_floor"))):
                 self._state = self._load(conn, gen)
                 return
             changed = [r[0] for r in conn.execute(
@@ -526,46 +444,21 @@ class BM25Index:
             if len(changed) > max(2000, state.n_live // 3):
                 self._state = self._load(conn, gen)
                 return
-            for part in _chunks(changed):
-                rows = {r[0]: r for r in conn.execute(
+            for part in in_batches(changed):
+                state.replay(part, conn.execute(
                     "SELECT id, length, metadata, term_ids, tfs FROM docs WHERE id IN "
-                    f"({','.join('?' * len(part))})", part)}
-                for doc_id in part:
-                    row = rows.get(doc_id)
-                    if row is None:
-                        state.remove(doc_id)
-                    else:
-                        state.add(doc_id, row[1], json.loads(row[2]),
-                                  np.frombuffer(row[3], dtype="<i4"),
-                                  np.frombuffer(row[4], dtype="<u2").astype(np.float32))
+                    f"({','.join('?' * len(part))})", part))
             state.generation = gen
             state.changed(len(self._vocab or {}))
         finally:
             conn.execute("COMMIT")
 
     def _load(self, conn: sqlite3.Connection, gen: int) -> _State:
-        # Streamed row by row: holding every row's JSON at once cost more than the index.
-        doc_ids: list[str] = []
-        lengths: list[int] = []
-        metas: list[dict] = []
-        term_parts: list[bytes] = []
-        tf_parts: list[bytes] = []
-        for doc_id, length, meta, terms, tf in conn.execute(
-                "SELECT id, length, metadata, term_ids, tfs FROM docs ORDER BY rowid"):
-            doc_ids.append(doc_id)
-            lengths.append(length)
-            metas.append(_shared(json.loads(meta)))
-            term_parts.append(terms)
-            tf_parts.append(tf)
-        per_doc = np.fromiter((len(t) // 2 for t in tf_parts), dtype=np.int64, count=len(tf_parts))
-        term_ids = np.frombuffer(b"".join(term_parts), dtype="<i4")
-        del term_parts
-        tfs = np.frombuffer(b"".join(tf_parts), dtype="<u2").astype(np.float32)
-        del tf_parts
-        docs = np.repeat(np.arange(len(doc_ids), dtype=np.int32), per_doc)
-        state = _State(gen, doc_ids, np.asarray(lengths, dtype=np.float64), metas, term_ids, docs,
-                       tfs, len(self._vocab or {}))
-        log.debug("bm25_loaded", path=str(self.path), docs=len(doc_ids), postings=len(term_ids))
+        state = _State.from_rows(gen, conn.execute(
+            "SELECT id, length, metadata, term_ids, tfs FROM docs ORDER BY rowid"),
+            len(self._vocab or {}))
+        log.debug("bm25_loaded", path=str(self.path), docs=len(state.doc_ids),
+                  postings=len(state.main))
         return state
 
     # -- lifecycle --

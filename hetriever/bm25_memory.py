@@ -1,13 +1,14 @@
 """The in-memory side of the BM25 index: postings in CSR segments, tombstones, compaction,
-and the equality index filters use. `hetriever.bm25` loads it from SQLite and keeps it in step
-with other writers; this module only holds and scores nothing itself (scoring is the index's).
+the equality index filters use, and Okapi scoring with a deterministic top k. `hetriever.bm25`
+loads it from SQLite (`_State.from_rows`) and keeps it in step with other writers.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import sys
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -107,6 +108,42 @@ class _State:
         self._masks: dict[str, np.ndarray | None] = {}  # filter -> allowed slots, per state
         self._ids: dict[tuple[str, int], list[str] | None] = {}  # (filter, limit) -> few_ids
         self._new_lengths: list[float] = []
+
+    @classmethod
+    def from_rows(cls, generation: int, rows: Iterable[tuple], n_terms: int) -> _State:
+        """The index of (id, length, metadata JSON, term ids, tfs) rows, as stored in SQLite.
+        Streamed row by row: holding every row's JSON at once cost more than the index."""
+        doc_ids: list[str] = []
+        lengths: list[int] = []
+        metas: list[dict] = []
+        term_parts: list[bytes] = []
+        tf_parts: list[bytes] = []
+        for doc_id, length, meta, terms, tf in rows:
+            doc_ids.append(doc_id)
+            lengths.append(length)
+            metas.append(_shared(json.loads(meta)))
+            term_parts.append(terms)
+            tf_parts.append(tf)
+        per_doc = np.fromiter((len(t) // 2 for t in tf_parts), dtype=np.int64, count=len(tf_parts))
+        term_ids = np.frombuffer(b"".join(term_parts), dtype="<i4")
+        del term_parts
+        tfs = np.frombuffer(b"".join(tf_parts), dtype="<u2").astype(np.float32)
+        del tf_parts
+        docs = np.repeat(np.arange(len(doc_ids), dtype=np.int32), per_doc)
+        return cls(generation, doc_ids, np.asarray(lengths, dtype=np.float64), metas, term_ids,
+                   docs, tfs, n_terms)
+
+    def replay(self, doc_ids: Sequence[str], rows: Iterable[tuple]) -> None:
+        """Catch up with writes to `doc_ids`: their stored rows now (an id with no row was
+        deleted), in the `from_rows` layout."""
+        found = {row[0]: row for row in rows}
+        for doc_id in doc_ids:
+            row = found.get(doc_id)
+            if row is None:
+                self.remove(doc_id)
+            else:
+                self.add(doc_id, row[1], json.loads(row[2]), np.frombuffer(row[3], dtype="<i4"),
+                         np.frombuffer(row[4], dtype="<u2").astype(np.float32))
 
     @property
     def n_live(self) -> int:
@@ -235,3 +272,63 @@ class _State:
                     found |= index.get(vkey, set())
             result = found if result is None else result & found
         return result
+
+    # -- scoring --
+
+    def scores(self, term_ids: list[int], n_terms: int, k1: float, b: float) -> np.ndarray:
+        """Okapi BM25 of every slot for the query's term ids (0 where no term matches)."""
+        state = self
+        scores = np.zeros(len(state.doc_ids), dtype=np.float64)
+        norm = state.norm(k1, b)
+        delta = state.delta(n_terms)
+        n = state.n_live
+        for term in term_ids:
+            docs, tfs = state.main.postings(term)
+            if delta is not None:
+                more_docs, more_tfs = delta.postings(term)
+                if len(more_docs):
+                    docs = np.concatenate([docs, more_docs])
+                    tfs = np.concatenate([tfs, more_tfs])
+            if state.dead and len(docs):
+                keep = state.alive[docs]
+                docs, tfs = docs[keep], tfs[keep]
+            df = len(docs)
+            if not df:
+                continue
+            idf = math.log(1.0 + (n - df + 0.5) / (df + 0.5))
+            # A live doc appears at most once per term, so plain fancy-index += is exact.
+            scores[docs] += idf * tfs * (k1 + 1.0) / (tfs + norm[docs])
+        return scores
+
+    def top(self, scores: np.ndarray, candidates: np.ndarray, k: int,
+            where: dict | None) -> list[int]:
+        """Best-first slots: partial sort, then run the filter only as far as needed."""
+        if not len(candidates):
+            return []
+        first = k if where is None else 4 * k + 64
+        if len(candidates) > first:
+            # Everything scoring at least the first-th best: ties at the cut all come along,
+            # so which of them wins is decided by id below, not by where they were stored.
+            cut = np.partition(-scores[candidates], first - 1)[first - 1]
+            keep = -scores[candidates] <= cut
+            head, rest = candidates[keep], candidates[~keep]
+        else:
+            head, rest = candidates, candidates[:0]
+        head = self.by_score_then_id(scores, head)
+        if where is None:
+            return [int(s) for s in head[:k]]
+        out = [int(s) for s in head if matches(where, self.metas[s])][:k]
+        if len(out) < k and len(rest):
+            rest = self.by_score_then_id(scores, rest)
+            for s in rest:
+                if matches(where, self.metas[s]):
+                    out.append(int(s))
+                    if len(out) == k:
+                        break
+        return out
+
+    def by_score_then_id(self, scores: np.ndarray, slots: np.ndarray) -> np.ndarray:
+        """Slots best first; equal scores in id order (insertion order differs between an
+        index built fresh and one updated incrementally, ids do not)."""
+        ids = np.array([self.doc_ids[s] for s in slots], dtype=str)
+        return slots[np.lexsort((ids, -scores[slots]))]

@@ -13,6 +13,7 @@ from typing import Any
 from hetriever.access import CollectionPlan, denial
 from hetriever.errors import HetrieverError
 from hetriever.logs import get_logger
+from hetriever.store_types import RetrievalStore
 
 log = get_logger("hetriever.search")
 
@@ -34,7 +35,7 @@ class _Hit:
         return self.metadata if self.metadata is not None else (self.label or {})
 
 
-def _fill_documents(store: Any, hits: list[_Hit]) -> None:
+def _fill_documents(store: RetrievalStore, hits: list[_Hit]) -> None:
     """BM25-only hits get their text and metadata from Chroma; BM25's own copy is used only
     while Chroma cannot be reached. A row Chroma answered without is stale (left by a crash
     before BM25 caught up) and is never served."""
@@ -45,8 +46,8 @@ def _fill_documents(store: Any, hits: list[_Hit]) -> None:
     for name, group in by_collection.items():
         ids = [h.doc_id for h in group]
         try:
-            col = store._chroma(name)
-            got = store._call("get", lambda: col.get(ids=ids, include=["documents", "metadatas"]),
+            col = store.collection(name)
+            got = store.call("get", lambda: col.get(ids=ids, include=["documents", "metadatas"]),
                               retry=False) if col is not None else {"ids": []}
             fetched = {i: (d, m) for i, d, m in zip(got["ids"], got.get("documents") or [],
                                                      got.get("metadatas") or [])}

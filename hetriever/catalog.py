@@ -20,205 +20,52 @@ transaction; WAL lets searches read while an ingest writes.
 from __future__ import annotations
 
 import json
-import re
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from hetriever.catalog_records import (  # noqa: F401 (re-exported: states, names, records)
+    ACTIVE,
+    BUILDING,
+    CATALOG_FILE,
+    CATALOG_VERSION,
+    CollectionRecord,
+    DELETED,
+    DISCOVERED,
+    FAILED,
+    FILE_STATES,
+    FileRecord,
+    INDEXED,
+    normalise_title,
+    now_iso,
+    physical_name,
+    PHYSICAL_RE,
+    PROCESSED,
+    RepositoryRecord,
+    _SCHEMA,
+    SKIPPED,
+    split_physical,
+    title_keys,
+    TITLE_KINDS,
+    TitleHit,
+)
 from hetriever.logs import get_logger
+from hetriever.sqlite_files import connect
 
 log = get_logger(__name__)
-
-CATALOG_FILE = "catalog.sqlite"
-CATALOG_VERSION = 1
-
-DISCOVERED, PROCESSED, INDEXED = "DISCOVERED", "PROCESSED", "INDEXED"
-SKIPPED, FAILED, DELETED = "SKIPPED", "FAILED", "DELETED"
-FILE_STATES = (DISCOVERED, PROCESSED, INDEXED, SKIPPED, FAILED, DELETED)
-BUILDING, ACTIVE = "building", "active"
-
-# Physical collection names: the repository name, then `_v<generation>`. Repository names never
-# hold an underscore, so the split is unambiguous (Chroma allows `_` inside names).
-PHYSICAL_RE = re.compile(r"^(?P<repo>[a-z0-9][a-z0-9-]*[a-z0-9])_v(?P<gen>[0-9]+)$")
-
-# Exact-match kinds, best first: a title beats a function name, which beats an alias.
-TITLE_KINDS = {"title": 0, "linkTitle": 1, "function": 2, "alias": 3}
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS repositories (
-    name TEXT PRIMARY KEY,
-    url TEXT NOT NULL DEFAULT '',
-    access_level TEXT NOT NULL DEFAULT 'PUBLIC',
-    settings TEXT NOT NULL DEFAULT '{}',
-    active_collection TEXT,
-    next_generation INTEGER NOT NULL DEFAULT 1,
-    last_commit TEXT NOT NULL DEFAULT '',
-    last_run_at TEXT NOT NULL DEFAULT '',
-    last_run_outcome TEXT NOT NULL DEFAULT ''
-);
-CREATE TABLE IF NOT EXISTS collections (
-    name TEXT PRIMARY KEY,
-    repository TEXT NOT NULL,
-    generation INTEGER NOT NULL,
-    fingerprint TEXT NOT NULL,
-    state TEXT NOT NULL,
-    levels TEXT NOT NULL DEFAULT '[]',
-    created_at TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS files (
-    collection TEXT NOT NULL,
-    repository TEXT NOT NULL,
-    path TEXT NOT NULL,
-    blob TEXT NOT NULL DEFAULT '',
-    last_commit TEXT NOT NULL DEFAULT '',
-    state TEXT NOT NULL,
-    reason TEXT NOT NULL DEFAULT '',
-    chunk_count INTEGER NOT NULL DEFAULT 0,
-    deleted_at TEXT NOT NULL DEFAULT '',
-    updated_at TEXT NOT NULL,
-    PRIMARY KEY (collection, path)
-);
-CREATE TABLE IF NOT EXISTS runs (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    repository TEXT NOT NULL,
-    collection TEXT NOT NULL,
-    mode TEXT NOT NULL DEFAULT '',
-    old_commit TEXT NOT NULL DEFAULT '',
-    new_commit TEXT NOT NULL DEFAULT '',
-    started_at TEXT NOT NULL,
-    finished_at TEXT NOT NULL DEFAULT '',
-    outcome TEXT NOT NULL DEFAULT 'running',
-    counts TEXT NOT NULL DEFAULT '{}',
-    error TEXT NOT NULL DEFAULT ''
-);
-CREATE TABLE IF NOT EXISTS titles (
-    collection TEXT NOT NULL,
-    key TEXT NOT NULL,
-    kind TEXT NOT NULL,
-    priority INTEGER NOT NULL,
-    path TEXT NOT NULL,
-    chunk_id TEXT NOT NULL,
-    PRIMARY KEY (collection, key, path, kind)
-);
-CREATE INDEX IF NOT EXISTS titles_by_key ON titles (key, priority);
-CREATE INDEX IF NOT EXISTS files_by_state ON files (collection, state);
-"""
-
-
-def now_iso() -> str:
-    return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
-
-
-def physical_name(repository: str, generation: int) -> str:
-    return f"{repository}_v{generation}"
-
-
-def split_physical(name: str) -> tuple[str, int] | None:
-    """(repository, generation) of a physical collection name, or None for other names."""
-    m = PHYSICAL_RE.match(name)
-    return (m.group("repo"), int(m.group("gen"))) if m else None
-
-
-def normalise_title(text: str) -> str:
-    """The exact-match key: trimmed, case-folded, inner whitespace collapsed, leading dots
-    and surrounding backticks dropped (`.Site.Params` and `site.params` are one key)."""
-    key = " ".join(str(text).split()).casefold().strip("`\"' ")
-    return key.lstrip(".").strip()
-
-
-def title_keys(metadata: dict[str, Any]) -> list[tuple[str, str]]:
-    """(kind, key) pairs a page is found under, from its first chunk's metadata.
-
-    - title and linkTitle as written;
-    - a function name: `collections.Where` is also `where`; a method page
-      `methods/site/Params.md` titled `Params` is also `.Site.Params`;
-    - aliases (old URLs): the whole path and its last segment (`/functions/where` -> `where`).
-    """
-    out: list[tuple[str, str]] = []
-    title = str(metadata.get("title") or "")
-    for kind, value in (("title", title), ("linkTitle", metadata.get("linkTitle"))):
-        if isinstance(value, str) and value.strip():
-            out.append((kind, normalise_title(value)))
-    if re.fullmatch(r"[A-Za-z]+\.[A-Za-z][A-Za-z0-9]*", title):
-        out.append(("function", normalise_title(title.split(".", 1)[1])))
-    parts = str(metadata.get("file_path") or "").split("/")
-    if "methods" in parts[:-2] and re.fullmatch(r"[A-Za-z][A-Za-z0-9]*", title):
-        owner = parts[parts.index("methods") + 1].replace("-", "")
-        out.append(("function", normalise_title(f".{owner}.{title}")))
-    aliases = metadata.get("aliases")
-    for alias in aliases if isinstance(aliases, list) else []:
-        path = str(alias).strip().strip("/")
-        if path:
-            out.append(("alias", normalise_title(path)))
-            out.append(("alias", normalise_title(path.rsplit("/", 1)[-1])))
-    return [(kind, key) for kind, key in dict.fromkeys(out) if key]
-
-
-@dataclass
-class RepositoryRecord:
-    name: str
-    url: str = ""
-    access_level: str = "PUBLIC"
-    settings: dict[str, Any] = field(default_factory=dict)
-    active_collection: str | None = None
-    last_commit: str = ""
-    last_run_at: str = ""
-    last_run_outcome: str = ""
-
-
-@dataclass
-class CollectionRecord:
-    name: str
-    repository: str
-    generation: int
-    fingerprint: str
-    state: str
-    levels: list[str] = field(default_factory=list)
-    created_at: str = ""
-
-
-@dataclass
-class FileRecord:
-    collection: str
-    repository: str
-    path: str
-    state: str
-    blob: str = ""
-    last_commit: str = ""
-    reason: str = ""
-    chunk_count: int = 0
-    deleted_at: str = ""
-    updated_at: str = ""
-
-
-@dataclass
-class TitleHit:
-    collection: str
-    key: str
-    kind: str
-    path: str
-    chunk_id: str
-
 
 class Catalog:
     """One SQLite catalog; safe to share between threads (one connection behind a lock)."""
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
-        self._conn = sqlite3.connect(str(self.path), timeout=30.0, check_same_thread=False,
-                                     isolation_level=None)
+        self._conn = connect(self.path)
         self._conn.row_factory = sqlite3.Row
         with self._lock:
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute("PRAGMA synchronous=NORMAL")
             self._conn.executescript(_SCHEMA)
             self._conn.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('version', ?)",
                                (str(CATALOG_VERSION),))

@@ -397,7 +397,7 @@ def chunk_page(
     pieces = chunker.merge_short(chunker.pack(sections))
     texts = chunker.texts(pieces)
 
-    base = _base_metadata(page, extra_metadata)
+    base = page_metadata(page, extra_metadata)
     chunks: list[Chunk] = []
     seen: dict[str, int] = {}
     for index, (piece, text) in enumerate(texts):
@@ -414,81 +414,9 @@ def chunk_page(
     return chunks
 
 
-PAGE_RECORD_OCCURRENCE = -1  # keeps a page record's id apart from any body chunk's
-
-
-def page_summary_lines(page: Page) -> list[str]:
-    """What a page says about itself in front matter, one line each, for its page record.
-
-    The linkTitle (when it is not the title), description, summary and keywords, then the
-    section path the URL shows ("functions > collections"). Authors write these to say what the
-    page is for, and section pages often have nothing else.
-    """
-    fm = page.front_matter
-    lines: list[str] = []
-    link_title = fm.get("linkTitle")
-    if isinstance(link_title, str) and _norm(link_title) != _norm(page.title):
-        lines.append(link_title.strip())
-    for key in ("description", "summary"):
-        value = fm.get(key)
-        if isinstance(value, str) and value.strip():
-            lines.append(value.strip())
-    keywords = fm.get("keywords")
-    if isinstance(keywords, list) and keywords:
-        lines.append(", ".join(str(k) for k in keywords))
-    segments = [s for s in page.url.strip("/").split("/") if s and "://" not in s]
-    if len(segments) > 1:
-        lines.append(CONTEXT_SEPARATOR.join(s.replace("-", " ") for s in segments[:-1]))
-    return lines
-
-
-def has_page_record(page: Page) -> bool:
-    """A page with a title or description of its own is a page, even with an empty body."""
-    fm = page.front_matter
-    return any(isinstance(fm.get(k), str) and str(fm.get(k)).strip()
-               for k in ("title", "linkTitle", "description"))
-
-
-def page_record(page: Page, *, counter: TokenCounter, max_tokens: int = 254,
-                extra_metadata: Mapping | None = None) -> Chunk | None:
-    """One searchable unit for the page as a whole: its title, then `page_summary_lines`.
-
-    Its metadata is the page's, with `page_record: True` and `chunk_index` -1 (it comes before
-    the body's chunks); its text is cut at a word boundary to the token budget.
-    """
-    if not has_page_record(page):
-        return None
-    budget = min(max_tokens, counter.max_tokens)
-    text = "\n".join([page.title.strip(), *page_summary_lines(page)]).strip()
-    if counter.count(text) > budget:
-        words = text.split(" ")
-        low, high = 1, len(words)  # the longest prefix of words that fits
-        while low < high:
-            mid = (low + high + 1) // 2
-            if counter.count(" ".join(words[:mid])) <= budget:
-                low = mid
-            else:
-                high = mid - 1
-        text = " ".join(words[:low])
-    metadata: Metadata = {
-        **_base_metadata(page, extra_metadata),
-        "heading_context": "",
-        "chunk_index": -1,
-        "has_code": False,
-        "page_record": True,
-        "content_hash": hashlib.sha256(text.encode("utf-8")).hexdigest(),
-    }
-    return Chunk(chunk_id(page.repository, page.file_path, text, PAGE_RECORD_OCCURRENCE), text,
-                 metadata)
-
-
-def display_chunk(chunks: Sequence[Chunk]) -> Chunk:
-    """The chunk that stands for a page (exact title hits): its first body chunk, or its page
-    record when the page has no body."""
-    return next((c for c in chunks if not c.metadata.get("page_record")), chunks[0])
-
-
-def _base_metadata(page: Page, extra: Mapping | None) -> Metadata:
+def page_metadata(page: Page, extra: Mapping | None) -> Metadata:
+    """The metadata every chunk of `page` carries: `extra` (reserved keys refused), then the
+    page's own fields."""
     # No run timestamp here: it would make every unchanged chunk differ on every run (and be
     # rewritten); run and file times live in the catalog.
     meta: Metadata = {}

@@ -15,6 +15,7 @@ from hetriever.candidates import _Hit
 from hetriever.errors import HetrieverError
 from hetriever.filters import matches
 from hetriever.logs import get_logger
+from hetriever.store_types import RetrievalStore
 
 log = get_logger("hetriever.search")
 
@@ -28,11 +29,11 @@ def similarity(distance: float, space: str = "cosine") -> float:
     return min(1.0, max(0.0, value))
 
 
-def _dense(store: Any, names: list[str], vector: Any, n: int,
+def _dense(store: RetrievalStore, names: list[str], vector: Any, n: int,
            wheres: Mapping[str, dict | None], hits: dict[str, _Hit]) -> list[str]:
     found: list[tuple[float, str]] = []
     for name in names:
-        col = store._chroma(name)
+        col = store.collection(name)
         if col is None:
             continue
         store.check_embedding_model(name, col)
@@ -74,7 +75,7 @@ EXACT_IDS_MAX = 200
 Row = tuple[str, str, dict, float]
 
 
-def _dense_rows(store: Any, col: Any, vector: Any, n: int, where: dict | None,
+def _dense_rows(store: RetrievalStore, col: Any, vector: Any, n: int, where: dict | None,
                 bm25: Callable[[], Any]) -> list[Row]:
     """The `n` nearest chunks matching `where`.
 
@@ -98,16 +99,16 @@ def _dense_rows(store: Any, col: Any, vector: Any, n: int, where: dict | None,
     return by_ids if by_ids is not None else _knn(store, col, vector, n, where=where)
 
 
-def _knn(store: Any, col: Any, vector: Any, n: int, **restrict: Any) -> list[Row]:
+def _knn(store: RetrievalStore, col: Any, vector: Any, n: int, **restrict: Any) -> list[Row]:
     """Chroma's `n` nearest, optionally restricted by `where=` or `ids=`; never retried."""
-    got = store._call("query", lambda: col.query(
+    got = store.call("query", lambda: col.query(
         query_embeddings=[vector], n_results=n, include=["documents", "metadatas", "distances"],
         **restrict), retry=False)
     return list(zip(got["ids"][0], got["documents"][0],
                     [dict(m or {}) for m in got["metadatas"][0]], got["distances"][0]))
 
 
-def _dense_rows_by_ids(store: Any, col: Any, vector: Any, n: int, where: dict,
+def _dense_rows_by_ids(store: RetrievalStore, col: Any, vector: Any, n: int, where: dict,
                        bm25: Callable[[], Any]) -> list[Row] | None:
     """The `n` nearest among the ids the BM25 index says match `where`, or None.
 
@@ -125,7 +126,7 @@ def _dense_rows_by_ids(store: Any, col: Any, vector: Any, n: int, where: dict,
         if not ids:  # unknown, too many, or none: let Chroma's `where` decide
             return None
         if len(ids) <= EXACT_IDS_MAX:
-            got = store._call("get", lambda: col.get(
+            got = store.call("get", lambda: col.get(
                 ids=ids, include=["embeddings", "documents", "metadatas"]), retry=False)
             rows = rank_records(got, vector, _space(store, col))
         else:
@@ -162,7 +163,7 @@ def vector_distances(matrix: np.ndarray, vector: np.ndarray, space: str) -> np.n
     return 1.0 - dots / np.where(norms == 0.0, 1.0, norms)
 
 
-def _space(store: Any, col: Any) -> str:
+def _space(store: RetrievalStore, col: Any) -> str:
     """The collection's own distance space (it was created with the store's setting)."""
     hnsw = (getattr(col, "configuration", None) or {}).get("hnsw") or {}
     return str(hnsw.get("space") or store.settings.hnsw_space)

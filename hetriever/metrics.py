@@ -1,9 +1,11 @@
-"""Query metrics kept beside the index (SQLite), so p50/p95 over recent queries can be reported."""
+"""Query metrics kept beside the index (SQLite), so p50/p95 over recent queries can be reported.
+
+Only the newest `KEEP_QUERIES` queries are kept: a long-lived server records every search.
+"""
 
 from __future__ import annotations
 
 import json
-import sqlite3
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,6 +13,9 @@ from pathlib import Path
 import numpy as np
 
 from hetriever.models import RetrievalResult, _Serialisable
+from hetriever.sqlite_files import connect
+
+KEEP_QUERIES = 100_000  # ~20 MB of rows; summaries read the last 1,000 by default
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS queries (
@@ -64,11 +69,10 @@ class MetricsSummary(_Serialisable):
 
 
 class MetricsStore:
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+    def __init__(self, path: Path, *, keep: int = KEEP_QUERIES) -> None:
         self.path = path
-        self._db = sqlite3.connect(path, timeout=30, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
+        self.keep = keep
+        self._db = connect(path)
         self._db.executescript(SCHEMA)
 
     def record(self, metric: QueryMetric) -> None:
@@ -82,6 +86,9 @@ class MetricsStore:
                 [(m.at, m.query, m.mode, m.latency_ms, m.results, m.top_score,
                   json.dumps(m.retriever_counts), json.dumps(m.repositories)) for m in metrics],
             )
+            # Retention: the newest `keep` queries (ids only grow, so one indexed delete).
+            self._db.execute("DELETE FROM queries WHERE id <= (SELECT MAX(id) FROM queries) - ?",
+                             (self.keep,))
 
     def summary(self, last: int = 1000, source: str | None = None) -> MetricsSummary:
         """Over the last `last` queries; `source` ("http", "mcp") keeps only those a server

@@ -3,7 +3,7 @@
 discover -> `Repository`, `ChangeSet`
 parse    -> `Page`
 chunk    -> `Chunk`
-store    -> `Document`, `DocumentChunk`, `SearchResult`, `RetrievalResult`
+store    -> `Document`, `SearchResult`, `RetrievalResult`
 indexing -> `IndexResult`
 
 Everything here is a dataclass of JSON-friendly values (`to_dict()`), so tasks can pass it
@@ -217,20 +217,6 @@ class Document(_Serialisable):
     doc_id: str
     content: str
     metadata: Metadata = field(default_factory=dict)
-
-
-@dataclass
-class DocumentChunk(_Serialisable):
-    """A chunk ready to write: the store's view of a `Chunk` (plus an optional vector)."""
-
-    doc_id: str
-    content: str
-    metadata: Metadata
-    embedding: list[float] | None = None
-
-    @classmethod
-    def from_chunk(cls, chunk: Chunk) -> DocumentChunk:
-        return cls(doc_id=chunk.id, content=chunk.text, metadata=dict(chunk.metadata))
 
 
 @dataclass

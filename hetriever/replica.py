@@ -66,14 +66,14 @@ class FollowReport:
 
 
 def _manifest_for_writing(store: Any) -> Any:
-    return store._call("create_collection", lambda: store.client.get_or_create_collection(
+    return store.call("create_collection", lambda: store.client.get_or_create_collection(
         MANIFEST, embedding_function=None, metadata={"hetriever": "manifest"}))
 
 
 def _manifest(store: Any) -> Any | None:
     client = store.client
     try:
-        return store._call("get_collection", lambda: client.get_collection(
+        return store.call("get_collection", lambda: client.get_collection(
             MANIFEST, embedding_function=None))
     except NotFoundError:
         return None
@@ -96,12 +96,12 @@ def publish_sync(store: Any, repository: str, changed: list[str] | None = None) 
         catalog = store.catalog
         physical = catalog.active(repository)
         if physical is None:
-            store._call("delete", lambda: col.delete(ids=[repository]))
+            store.call("delete", lambda: col.delete(ids=[repository]))
             log.info("manifest_published", repository=repository, collection=None)
             return
         record = catalog.repository(repository)
         collection = catalog.collection(physical)
-        before = store._call("get", lambda: col.get(ids=[repository], include=["metadatas"]))
+        before = store.call("get", lambda: col.get(ids=[repository], include=["metadatas"]))
         previous = before["metadatas"][0] if before["ids"] and before["metadatas"] else None
         meta = {
             "collection": physical,
@@ -117,7 +117,7 @@ def publish_sync(store: Any, repository: str, changed: list[str] | None = None) 
         if previous and changed is not None and len(changed) <= MAX_CHANGED_PATHS:
             meta["previous"] = str(previous.get("version", ""))
             meta["changed"] = json.dumps(sorted(set(changed)))
-        store._call("upsert", lambda: col.upsert(ids=[repository], embeddings=[[0.0]],
+        store.call("upsert", lambda: col.upsert(ids=[repository], embeddings=[[0.0]],
                                                  documents=[""], metadatas=[meta]))
         log.info("manifest_published", repository=repository, collection=physical,
                  version=meta["version"])
@@ -133,7 +133,7 @@ def published(store: Any) -> dict[str, dict[str, str]]:
     col = _manifest(store)
     if col is None:
         return {}
-    got = store._call("get", lambda: col.get(include=["metadatas"]))
+    got = store.call("get", lambda: col.get(include=["metadatas"]))
     out: dict[str, dict[str, str]] = {}
     for name, meta in zip(got["ids"], got["metadatas"] or []):
         if meta and all(k in meta for k in _FIELDS):
@@ -200,7 +200,7 @@ def _follow_repository(store: Any, name: str, entry: dict[str, str],
                              levels=json.loads(entry["levels"]), commit=entry["commit"])
     if replaced:  # a rebuild switched the alias: the old copy goes
         _drop_collection(store, replaced)
-    col = store._chroma_physical(physical, name)
+    col = store.physical_collection(physical, name)
     if col is None:
         raise RuntimeError(f"the manifest names {physical!r}, which the server does not hold")
     index = store.bm25_physical(physical)
@@ -225,7 +225,7 @@ def _apply(store: Any, index: Any, col: Any, stale: list[str],
         missing = [doc_id for doc_id in stale if doc_id not in texts]
         for start in range(0, len(missing), step):
             part = missing[start:start + step]
-            got = store._call("get", lambda: col.get(ids=part,
+            got = store.call("get", lambda: col.get(ids=part,
                                                       include=["documents", "metadatas"]))
             for doc_id, text, meta in zip(got["ids"], got["documents"], got["metadatas"]):
                 texts[doc_id] = (text, dict(meta or {}))
@@ -239,7 +239,7 @@ def _apply(store: Any, index: Any, col: Any, stale: list[str],
 def _copy_all(store: Any, name: str, physical: str, col: Any,
               index: Any) -> tuple[int, int, int]:
     """An empty copy: every chunk with its text, in one paged pass."""
-    records = store._all(col, ["documents", "metadatas"])
+    records = store.all_records(col, ["documents", "metadatas"])
     ids: list[str] = records["ids"]
     metas = [dict(m or {}) for m in records["metadatas"]]
     texts = {d: (t, m) for d, t, m in zip(ids, records["documents"], metas)}
@@ -252,7 +252,7 @@ def _copy_all(store: Any, name: str, physical: str, col: Any,
 def _diff_all(store: Any, name: str, physical: str, col: Any,
               index: Any) -> tuple[int, int, int]:
     """Every chunk's id and metadata against the copy; texts only of rows that differ."""
-    records = store._all(col, ["metadatas"])
+    records = store.all_records(col, ["metadatas"])
     ids: list[str] = records["ids"]
     metas: list[dict] = [dict(m or {}) for m in records["metadatas"]]
     held = index.metadata_of(index.ids())
@@ -278,7 +278,7 @@ def _copy_files(store: Any, name: str, physical: str, col: Any, index: Any,
     for start in range(0, len(paths), step):
         part = paths[start:start + step]
         where = {"file_path": part[0]} if len(part) == 1 else {"file_path": {"$in": part}}
-        got = store._all(col, ["documents", "metadatas"], where)
+        got = store.all_records(col, ["documents", "metadatas"], where)
         for doc_id, text, meta in zip(got["ids"], got["documents"], got["metadatas"]):
             ids.append(doc_id)
             metas.append(dict(meta or {}))

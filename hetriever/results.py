@@ -15,6 +15,7 @@ from hetriever.candidates import _fill_documents, _Hit, _passage, _trusted, page
 from hetriever.fusion import FusedPage, fuse_pages, ordered, rrf_fuse, score_fuse
 from hetriever.logs import get_logger
 from hetriever.models import SearchResult
+from hetriever.store_types import RetrievalStore
 
 log = get_logger("hetriever.search")
 
@@ -22,7 +23,8 @@ log = get_logger("hetriever.search")
 class _Checker:
     """Fetches candidates' text and metadata from Chroma and checks them (`_trusted`), once."""
 
-    def __init__(self, store: Any, hits: dict[str, _Hit], plans: Mapping[str, CollectionPlan],
+    def __init__(self, store: RetrievalStore, hits: dict[str, _Hit],
+                 plans: Mapping[str, CollectionPlan],
                  levels: frozenset[str]) -> None:
         self.store, self.hits, self.plans, self.levels = store, hits, plans, levels
         self.trusted: set[str] = set()
@@ -208,7 +210,7 @@ def _page_results(scored: _Scored, exact_hit: SearchResult | None) -> list[Searc
     return results
 
 
-def _add_translations(store: Any, plans: Mapping[str, CollectionPlan],
+def _add_translations(store: RetrievalStore, plans: Mapping[str, CollectionPlan],
                       results: list[SearchResult]) -> None:
     """Name each result's other languages: the pages sharing its `translation_key`, looked up
     in BM25's in-memory metadata (no Chroma call). Only for multilingual sites."""

@@ -33,9 +33,8 @@ up in the catalog; the fused results follow, without duplicates.
 Searches read the catalog's alias pointers; if a migration switches one while a search runs
 (the catalog's alias epoch changed), the search runs again, so it never mixes two generations.
 
-Chroma Cloud has a native sparse index and a Search API with RRF built in; local Chroma
-(embedded or `chroma run`) does not. `native_sparse_available()` is the switch: when it is True
-the Cloud path would be used. That path is not implemented, so the local one always runs.
+Local Chroma (embedded or `chroma run`) has no sparse index and no Search/Rrf API (those are
+Chroma Cloud's), so BM25 and fusion run here.
 """
 
 from __future__ import annotations
@@ -84,6 +83,7 @@ from hetriever.errors import BackendConnectionError, HetrieverError, InvalidLimi
 from hetriever.filters import and_filters, matches, validate_filter
 from hetriever.logs import get_logger
 from hetriever.models import RetrievalResult, SearchResult
+from hetriever.store_types import RetrievalStore
 
 log = get_logger(__name__)
 
@@ -104,21 +104,9 @@ def candidate_depth(top_k: int, group_by: str) -> int:
     if group_by == "page":
         return max(top_k * PAGE_CANDIDATE_FACTOR, PAGE_MIN_CANDIDATES)
     return top_k * CANDIDATE_FACTOR
-CLOUD_HOST_SUFFIX = "trychroma.com"
+
+
 EPOCH_RETRIES = 3  # a search re-runs at most this often when an alias switches under it
-
-
-def native_sparse_available(client: Any) -> bool:
-    """True only for Chroma Cloud, which has sparse indexes and the Search/Rrf API.
-
-    Embedded (PersistentClient) and `chroma run` servers (HttpClient) have neither.
-    """
-    try:
-        settings = client.get_settings()
-    except Exception:
-        return False
-    host = str(getattr(settings, "chroma_server_host", "") or "")
-    return host.endswith(CLOUD_HOST_SUFFIX)
 
 
 def resolve_top_k(top_k: Any, default: int, maximum: int) -> int:
@@ -134,7 +122,7 @@ def resolve_top_k(top_k: Any, default: int, maximum: int) -> int:
     return top_k
 
 
-def _scope(store: Any, namespaces: Sequence[str] | None) -> list[str]:
+def _scope(store: RetrievalStore, namespaces: Sequence[str] | None) -> list[str]:
     """Repositories in scope: the named ones (validated) that have a searchable collection."""
     from hetriever.names import validate_collection_name
 
@@ -150,7 +138,7 @@ def _scope(store: Any, namespaces: Sequence[str] | None) -> list[str]:
     return [n for n in wanted if n in existing]
 
 
-def plan_collections(store: Any, names: list[str]) -> dict[str, CollectionPlan]:
+def plan_collections(store: RetrievalStore, names: list[str]) -> dict[str, CollectionPlan]:
     """How each repository's collection is searched: its level, mixed levels, deletions."""
     catalog = store.catalog
     plans: dict[str, CollectionPlan] = {}
@@ -170,7 +158,7 @@ def plan_collections(store: Any, names: list[str]) -> dict[str, CollectionPlan]:
     return plans
 
 
-def _bm25(store: Any, names: list[str], query: str, n: int,
+def _bm25(store: RetrievalStore, names: list[str], query: str, n: int,
           wheres: Mapping[str, dict | None], hits: dict[str, _Hit]) -> list[str]:
     found: list[tuple[float, str]] = []
     for name in names:
@@ -184,7 +172,7 @@ def _bm25(store: Any, names: list[str], query: str, n: int,
     return [doc_id for _, doc_id in found[:n]]
 
 
-def _exact(store: Any, query: str, plans: Mapping[str, CollectionPlan],
+def _exact(store: RetrievalStore, query: str, plans: Mapping[str, CollectionPlan],
            levels: frozenset[str], user_filter: dict | None,
            wanted_lang: str = "") -> SearchResult | None:
     """The page whose title / linkTitle / alias / function name equals the query, if any."""
@@ -209,7 +197,7 @@ def _exact(store: Any, query: str, plans: Mapping[str, CollectionPlan],
     return None
 
 
-def hybrid_search(store: Any, query: str, top_k: int | None = None,
+def hybrid_search(store: RetrievalStore, query: str, top_k: int | None = None,
                   filters: dict[str, Any] | None = None, *,
                   namespaces: Sequence[str] | None = None,
                   hybrid: bool | None = None,
@@ -258,7 +246,7 @@ def hybrid_search(store: Any, query: str, top_k: int | None = None,
     raise AssertionError("unreachable")
 
 
-def _search_once(store: Any, text: str, k: int, user_filter: dict | None,
+def _search_once(store: RetrievalStore, text: str, k: int, user_filter: dict | None,
                  levels: frozenset[str], namespaces: Sequence[str] | None, use_hybrid: bool,
                  exact: bool, group_by: str, started: float,
                  wanted_lang: str = "") -> RetrievalResult:
@@ -282,8 +270,6 @@ def _search_once(store: Any, text: str, k: int, user_filter: dict | None,
     wheres = {name: and_filters(and_filters(p.where(levels), p.language_clause(wanted_lang)),
                                 user_filter) for name, p in plans.items()}
     exact_hit = _exact(store, text, plans, levels, user_filter, wanted_lang) if exact else None
-    if native_sparse_available(store.client):
-        log.info("native_sparse_not_used", reason="Cloud search path not implemented")
 
     weight = dense_weight_for(settings, _search_language(wanted_lang, plans))
     if weight != settings.dense_weight:  # both validated already: no second validation
@@ -340,7 +326,7 @@ def _search_once(store: Any, text: str, k: int, user_filter: dict | None,
     return out
 
 
-async def retrieve(store: Any, query: str, top_k: int | None = None,
+async def retrieve(store: RetrievalStore, query: str, top_k: int | None = None,
                    filters: dict[str, Any] | None = None, *,
                    namespaces: Sequence[str] | None = None,
                    hybrid: bool | None = None,

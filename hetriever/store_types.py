@@ -1,14 +1,20 @@
-"""What the store returns (write counts, collection info, repair results) and the
-`KnowledgeStore` protocol its async methods implement.
+"""What the store returns (write counts, collection info, repair results), the
+`KnowledgeStore` protocol its async methods implement, and the narrower protocols that name
+what retrieval (`RetrievalStore`) and the ingest run (`IndexingStore`) use of it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, TypeVar, overload, runtime_checkable
 
+from hetriever.bm25 import BM25Index
+from hetriever.catalog import Catalog
+from hetriever.config import Settings
 from hetriever.models import Chunk, Document, Metadata, SearchResult
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -97,8 +103,54 @@ class KnowledgeStore(Protocol):
 
     async def get_collection_metadata(self, name: str) -> dict[str, Any]: ...
 
-    async def count(self, collection: str) -> int: ...
+    async def count(self, collection: str, *, live: bool = False) -> int: ...
+
+    async def soft_delete_file(self, collection: str, file_path: str, deleted_at: str) -> int: ...
 
     async def repair(self, collection: str) -> RepairResult: ...
 
     async def close(self) -> None: ...
+
+
+class _Resolving(Protocol):
+    """Repository names -> collections, shared by the protocols below."""
+
+    settings: Settings
+
+    @property
+    def catalog(self) -> Catalog: ...
+
+    def repository_names(self) -> list[str]: ...
+
+    @overload
+    def physical_name(self, name: str, *, create: Literal[True]) -> str: ...
+
+    @overload
+    def physical_name(self, name: str, *, create: bool = False) -> str | None: ...
+
+
+class RetrievalStore(_Resolving, Protocol):
+    """What search (`search`, `dense`, `candidates`, `results`) uses of a store."""
+
+    @property
+    def embedder(self) -> Any: ...
+
+    def collection(self, name: str, *, create: bool = False) -> Any | None: ...
+
+    def call(self, what: str, fn: Callable[[], T], *, retry: bool = True) -> T: ...
+
+    def check_embedding_model(self, name: str, col: Any) -> None: ...
+
+    def search_bm25(self, name: str) -> BM25Index: ...
+
+
+class IndexingStore(KnowledgeStore, _Resolving, Protocol):
+    """What an ingest run (`indexing`) uses of a store: the async API plus the BM25 side."""
+
+    def fingerprint(self) -> str: ...
+
+    def bm25(self, name: str, *, create: bool = False) -> BM25Index: ...
+
+    def bm25_problem(self, name: str) -> str | None: ...
+
+    async def rebuild_bm25(self, collection: str) -> RepairResult: ...

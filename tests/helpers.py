@@ -108,17 +108,17 @@ def build_sample_parent(tmp: Path) -> tuple[Path, Path]:
 
 
 def break_the_cleaner_on_where(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Make indexing's cleaner raise for the sample docs' `where` page (a cleaner bug)."""
-    import hetriever.indexing as indexing
+    """Make the per-file step's cleaner raise for the sample docs' `where` page (a cleaner bug)."""
+    import hetriever.process as process
 
-    real = indexing.clean_page
+    real = process.clean_page
 
     def fragile(body, **kwargs):
         if body.lstrip().startswith("The `where` function"):
             raise ValueError("cleaner bug")
         return real(body, **kwargs)
 
-    monkeypatch.setattr(indexing, "clean_page", fragile)
+    monkeypatch.setattr(process, "clean_page", fragile)
 
 
 def build_corpus_parent(tmp: Path, corpus: str) -> tuple[Path, str, str]:

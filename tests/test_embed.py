@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hetriever.cli import main as cli_main
 from hetriever.config import Settings
 from hetriever.embed import (
     MINILM_NAME,
@@ -29,7 +30,6 @@ from hetriever.embed import (
     get_embedder,
     parse_model_spec,
     prepare_model,
-    prepare_model_main,
 )
 from hetriever.model_build import MANIFEST_NAME, TOKENIZER_FILES, default_source_dir
 from hetriever.errors import ConfigurationError, EmbeddingError
@@ -440,24 +440,25 @@ def test_ollama_dimension_probe_and_missing_model(ollama_url: str) -> None:
 # --- command line -----------------------------------------------------------------------
 
 
-def test_prepare_model_main_reports_the_ready_model(embedder: MiniLMEmbedder, model_dir: Path,
+def test_prepare_model_reports_the_ready_model(embedder: MiniLMEmbedder, model_dir: Path,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
     before = _stat(model_dir / ONNX_SUBDIR / "model.onnx")
-    assert prepare_model_main(["--model-dir", str(model_dir)]) == 0
+    assert cli_main(["prepare-model", "--model-dir", str(model_dir)]) == 0
     assert "model ready" in capsys.readouterr().out
     assert _stat(model_dir / ONNX_SUBDIR / "model.onnx") == before
 
 
-def test_prepare_model_main_fails_cleanly_without_weights(
+def test_prepare_model_fails_cleanly_without_weights(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code = prepare_model_main(["--model-dir", str(tmp_path / "m"), "--source-dir", str(tmp_path)])
+    code = cli_main(["prepare-model", "--model-dir", str(tmp_path / "m"),
+                     "--source-dir", str(tmp_path)])
     assert code == 1
     assert "error:" in capsys.readouterr().err
 
 
-def test_python_dash_m_prepare(embedder: MiniLMEmbedder, model_dir: Path, tmp_path: Path) -> None:
+def test_prepare_model_as_a_fresh_process(embedder: MiniLMEmbedder, model_dir: Path, tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "hetriever.embed", "prepare", "--model-dir", str(model_dir)],
+        [sys.executable, "-m", "hetriever.cli", "prepare-model", "--model-dir", str(model_dir)],
         cwd=tmp_path, capture_output=True, text=True, timeout=120,
         env={"PYTHONPATH": str(REPO_ROOT), "PATH": "", "HOME": str(tmp_path)})
     assert result.returncode == 0, result.stderr

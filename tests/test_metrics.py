@@ -36,3 +36,16 @@ def test_metric_from_retrieval_result(tmp_path):
     assert store.summary().p50_ms == 3.5
     empty = MetricsStore(tmp_path / "e.sqlite").summary()
     assert empty.count == 0 and empty.p50_ms is None
+
+
+def test_only_the_newest_queries_are_kept(tmp_path):
+    store = MetricsStore(tmp_path / "m.sqlite", keep=25)
+    store.record_many([QueryMetric(query=f"q{i}", mode="hybrid", latency_ms=float(i), results=1,
+                                   top_score=0.5) for i in range(1, 41)])
+    for i in range(41, 61):
+        store.record(QueryMetric(query=f"q{i}", mode="hybrid", latency_ms=float(i), results=1,
+                                 top_score=0.5))
+    summary = store.summary(last=1000)
+    assert summary.count == 25  # a long-lived server does not grow the file without bound
+    assert store.summary(last=25).p50_ms == 48.0  # the newest 25: latencies 36..60
+    store.close()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hetriever.chunk import page_record, page_summary_lines
+from hetriever.page_records import page_record, page_summary_lines
 from hetriever.config import Settings
 from hetriever.discover import discover_repositories
 from hetriever.indexing import index_repository, process_text, token_counter
@@ -165,7 +165,7 @@ def test_a_bm25_row_chroma_lacks_is_never_served(indexed):
     """A delete that crashed between Chroma and BM25 leaves a row only BM25 has: the page
     results fetch what they show from Chroma, so that row is dropped, and its page is shown
     from a chunk Chroma still has, or not at all."""
-    col = indexed._chroma("site")
+    col = indexed.collection("site")
     got = col.get(where={"file_path": "content/hosting/netlify.md"}, include=["metadatas"])
     record = [i for i, m in zip(got["ids"], got["metadatas"]) if m.get("page_record")]
     col.delete(ids=record)  # Chroma only: BM25 still lists it

@@ -23,7 +23,6 @@ from hetriever.errors import (
 from hetriever.filters import matches, validate_filter
 from hetriever.search import (
     MAX_QUERY_CHARS,
-    native_sparse_available,
     retrieve,
     similarity,
 )
@@ -321,10 +320,6 @@ def test_hash_mismatch_results_are_dropped(make_store) -> None:
     assert result.matches  # the rest still comes back
 
 
-def test_native_sparse_is_not_available_locally(store) -> None:
-    assert native_sparse_available(store.client) is False
-
-
 @pytest.mark.server
 def test_server_going_down_degrades_to_bm25(tmp_path, minilm_embedder) -> None:
     with running_chroma_server(tmp_path / "server") as server:
@@ -526,7 +521,7 @@ def test_a_rare_filter_through_the_store_matches_chromas_own_where(paged_store, 
     for query in ("image processing", "menus", "how taxonomies work"):
         got = run(paged_store.search(query, top_k=3, filters={"file_path": path}, hybrid=False,
                                      group_by="chunk"))
-        col = paged_store._chroma(A)
+        col = paged_store.collection(A)
         vector = paged_store.embedder.embed([query])[0]
         expected = col.query(query_embeddings=[vector], n_results=3, where={"file_path": path})
         assert [r.doc_id for r in got] == expected["ids"][0]

@@ -24,7 +24,7 @@ import pytest
 import uvicorn
 
 from hetriever.errors import ConfigurationError
-from hetriever.webhook import (
+from webhooks.service import (
     DeliveryStore,
     RepoRoute,
     WebhookConfig,
@@ -341,7 +341,8 @@ def test_missing_deployment_is_503_and_not_recorded(prefect_harness, tmp_path):
 
 def _start_service(port: int, env: dict[str, str]) -> subprocess.Popen:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "hetriever.webhook", "--host", "127.0.0.1", "--port", str(port)],
+        [sys.executable, "-m", "hetriever.cli", "serve-webhook", "--host", "127.0.0.1",
+         "--port", str(port)],
         cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:

@@ -13,7 +13,6 @@ delivery is claimed before Prefect is called and released again if the call fail
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import hashlib
 import hmac
@@ -23,7 +22,7 @@ import re
 import sqlite3
 import threading
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,7 +36,8 @@ from starlette.routing import Route
 
 from hetriever.config import load_settings
 from hetriever.errors import ConfigurationError
-from hetriever.logs import configure_logging, get_logger
+from hetriever.logs import get_logger
+from hetriever.sqlite_files import connect
 
 log = get_logger(__name__)
 
@@ -175,12 +175,10 @@ class DeliveryStore:
     """Delivery ids already acted on, in SQLite so that a restart still dedupes."""
 
     def __init__(self, path: Path, retention_seconds: float = DELIVERY_RETENTION_SECONDS) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self.retention = retention_seconds
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db = connect(path)
         self._db.execute(
             "CREATE TABLE IF NOT EXISTS webhook_deliveries ("
             " delivery_id TEXT PRIMARY KEY, received_at REAL NOT NULL,"
@@ -428,29 +426,3 @@ def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
     log.info("webhook_serving", host=host, port=port, deployment=config.deployment,
              repositories=sorted(r.docs_name for r in config.repos.values()))
     uvicorn.run(create_app(config), host=host, port=port, log_level="warning")
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="hetriever serve-webhook",
-                                     description="GitHub push webhooks -> Prefect ingest runs")
-    parser.add_argument("--host", default=DEFAULT_HOST)
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT)
-    argv = list(argv) if argv is not None else None
-    if argv and argv[0] == "--":  # `hetriever serve-webhook -- --host ...` passes the separator on
-        argv = argv[1:]
-    args = parser.parse_args(argv)
-    try:
-        settings = load_settings()
-        configure_logging(settings.log_level, settings.log_format)
-        config = WebhookConfig.from_env()
-    except ConfigurationError as exc:
-        log.error("webhook_config_invalid", error=str(exc))
-        return 2
-    if not config.repos:
-        log.warning("webhook_no_repositories", hint=f"set {ENV_REPOS}; every push is ignored")
-    serve(args.host, args.port, config)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,0 +1,165 @@
+"""Looking after indexes: `status`, `metrics`, `purge`, `forget`, `migrate`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from typing import Any
+
+from hetriever.commands.common import EXIT_OK, cli_settings, make_console, print_json
+
+def status_rows(settings, repos) -> list[dict[str, Any]]:
+    """Per repository: checked-out and indexed commit, files, chunks, failures, last run.
+
+    The catalog is the source of truth; the collection metadata fills in for a repository the
+    catalog has not seen (an index made before it existed).
+    """
+    from hetriever.catalog import DELETED, FAILED, INDEXED, SKIPPED
+    from hetriever.discover import head_commit
+    from hetriever.errors import SourceError
+    from hetriever.lifecycle import needs_migration
+    from hetriever.store import get_knowledge_store
+
+    store = get_knowledge_store(settings)
+    catalog = store.catalog
+    rows = []
+    for repo in repos:
+        meta = asyncio.run(store.get_collection_metadata(repo.name)) or {}
+        record = catalog.repository(repo.name)
+        physical = store.physical_name(repo.name)
+        counts = catalog.file_counts(physical) if physical else {}
+        failures = catalog.files(physical, FAILED) if physical else []
+        try:
+            head, error = head_commit(repo), ""
+        except SourceError as exc:  # e.g. no commits, a bad submodule: this row says so
+            head, error = "", str(exc)
+        indexed = (record.last_commit if record and record.last_commit
+                   else meta.get("commit_hash", ""))
+        rows.append({
+            "repository": repo.name,
+            "checked_out": head,
+            "indexed_commit": indexed,
+            "up_to_date": bool(indexed) and indexed == head,
+            "status": meta.get("index_status", "never indexed"),
+            "error": error,
+            "collection": physical or "",
+            "access_level": record.access_level if record else
+            settings.access_levels.get(repo.name, "PUBLIC"),
+            "files": counts.get(INDEXED, meta.get("total_documents", 0)),
+            "chunks": meta.get("total_chunks", 0),
+            "skipped": counts.get(SKIPPED, 0),
+            "failures": len(failures),
+            "failed_files": [{"path": f.path, "reason": f.reason} for f in failures],
+            "soft_deleted_files": counts.get(DELETED, 0),
+            "last_run": record.last_run_at if record else "",
+            "last_run_outcome": record.last_run_outcome if record else "",
+            "last_updated": meta.get("last_updated", ""),
+            "needs_migration": bool(physical) and needs_migration(store, repo.name),
+        })
+    return rows
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from hetriever.discover import discover_repositories
+
+    settings = cli_settings(args)
+    repos = discover_repositories(settings.docs_root, content_dir=settings.content_dir,
+                                  urls=settings.repository_urls)
+    rows = status_rows(settings, repos)
+    if args.json:
+        print_json(rows)
+        return EXIT_OK
+    from rich.table import Table
+
+    table = Table(title="status")
+    for col in ("repository", "checked out", "indexed", "status", "files", "chunks",
+                "failures", "last run"):
+        table.add_column(col)
+    for r in rows:
+        mark = "[green]✓[/green]" if r["up_to_date"] else "[yellow]behind[/yellow]"
+        status = r["status"] + (" [red]migrate[/red]" if r["needs_migration"] else "")
+        if r["error"]:
+            mark, status = "[red]error[/red]", f"{status} [red]{r['error'][:80]}[/red]"
+        table.add_row(r["repository"], r["checked_out"][:12],
+                      f"{r['indexed_commit'][:12]} {mark}", status, str(r["files"]),
+                      str(r["chunks"]), str(r["failures"]),
+                      f"{r['last_run']} {r['last_run_outcome']}".strip())
+    make_console().print(table)
+    return EXIT_OK
+
+
+def cmd_purge(args: argparse.Namespace) -> int:
+    from hetriever.lifecycle import purge
+    from hetriever.store import get_knowledge_store
+
+    settings = cli_settings(args)
+    report = asyncio.run(purge(get_knowledge_store(settings), args.older_than))
+    if args.json:
+        print_json({**report.to_dict(), "total_chunks": report.total_chunks})
+    else:
+        make_console().print(f"purged {report.total_chunks} soft-deleted chunks deleted before "
+                         f"{report.cutoff}: {report.chunks}; catalog files removed: "
+                         f"{report.files}")
+    return EXIT_OK
+
+
+def cmd_forget(args: argparse.Namespace) -> int:
+    from hetriever.lifecycle import forget
+    from hetriever.store import get_knowledge_store
+
+    settings = cli_settings(args)
+    report = asyncio.run(forget(get_knowledge_store(settings), args.repository, args.file))
+    if args.json:
+        print_json(report.to_dict())
+    else:
+        what = f"{report.repository}:{report.file}" if report.file else report.repository
+        make_console().print(f"forgot {what}: {report.chunks} chunks, {report.bm25_rows} BM25 rows "
+                         f"from {', '.join(report.collections) or 'no collection'}; catalog "
+                         f"rows {report.catalog_rows}")
+    return EXIT_OK
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from hetriever.discover import discover_repositories
+    from hetriever.lifecycle import migrate_repository
+    from hetriever.store import get_knowledge_store
+
+    settings = cli_settings(args)
+    repos = discover_repositories(settings.docs_root, content_dir=settings.content_dir,
+                                  urls=settings.repository_urls)
+    if args.repository:
+        unknown = sorted(set(args.repository) - {r.name for r in repos})
+        if unknown:
+            from hetriever.errors import RepositoryNotFoundError
+
+            raise RepositoryNotFoundError(f"unknown repositories: {', '.join(unknown)}",
+                                          hint=f"known: {', '.join(r.name for r in repos)}")
+        repos = [r for r in repos if r.name in args.repository]
+    store = get_knowledge_store(settings)
+    reports = [asyncio.run(migrate_repository(r, store, settings, force=args.force))
+               for r in repos]
+    if args.json:
+        print_json([r.to_dict() for r in reports])
+    else:
+        for r in reports:
+            make_console().print(f"{r.repository}: " + (
+                f"{r.old_collection} -> {r.new_collection}, dropped {r.dropped_chunks} chunks"
+                if r.migrated else r.reason))
+    return EXIT_OK
+
+
+def cmd_metrics(args: argparse.Namespace) -> int:
+    from hetriever.metrics import metrics_store
+
+    settings = cli_settings(args)
+    store = metrics_store(settings.resolved_state_dir)
+    summary = store.summary(last=args.last, source=args.source)
+    store.close()
+    if args.json:
+        print_json(summary.to_dict())
+    else:
+        make_console().print(f"queries: {summary.count}  p50: {summary.p50_ms} ms  "
+                         f"p95: {summary.p95_ms} ms  p99: {summary.p99_ms} ms  "
+                         f"mean results: {summary.mean_results}  empty: {summary.empty_rate}  "
+                         f"by mode: {summary.by_mode}")
+    return EXIT_OK

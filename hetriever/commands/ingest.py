@@ -1,0 +1,123 @@
+"""`hetriever ingest`: in-process, or as the Prefect ingest flow."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from typing import Any
+
+from hetriever.commands.common import EXIT_FAILED, EXIT_OK, cli_settings, make_console, print_json
+from hetriever.errors import HetrieverError, UserError
+
+async def ingest_local(settings, names: list[str] | None, force_full: bool,
+                        show_progress: bool) -> list[dict]:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from hetriever.discover import discover_repositories, select_repositories
+    from hetriever.indexing import index_repository
+    from hetriever.logs import get_logger
+    from hetriever.store import get_knowledge_store
+
+    log = get_logger("hetriever.cli")
+    repos = select_repositories(
+        discover_repositories(settings.docs_root, content_dir=settings.content_dir,
+                              urls=settings.repository_urls), names)
+    outcomes = []
+    store = get_knowledge_store(settings)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=make_console(stderr=True), disable=not show_progress,
+                  transient=True) as progress:
+        for repo in repos:
+            task = progress.add_task(f"indexing {repo.name}", total=None)
+
+            def tick(done: int, total: int, task=task) -> None:
+                progress.update(task, completed=done, total=total)
+
+            try:
+                result = await index_repository(repo, store, settings, force_full=force_full,
+                                                progress=tick)
+                outcome = {"repository": repo.name, "ok": result.completed, **result.to_dict()}
+                if not result.completed:
+                    outcome["error"] = (f"{len(result.failed)} file(s) could not be stored; "
+                                        "the commit was not recorded (see the log), re-run")
+                outcomes.append(outcome)
+            except OSError:  # the data directories, the disk: every repository's problem
+                raise
+            except Exception as exc:  # one failing repository does not stop the others
+                storage = store.storage_problem(exc)
+                if storage is not None:  # a full or read-only disk stops every repository
+                    raise storage from exc
+                if isinstance(exc, HetrieverError):
+                    error = str(exc)
+                    log.error("repository_failed", repository=repo.name, error=error)
+                else:  # not a known condition: keep the traceback in the log
+                    error = f"{type(exc).__name__}: {exc}"
+                    log.exception("repository_failed", repository=repo.name, error=error)
+                outcomes.append({"repository": repo.name, "ok": False, "error": error})
+    return outcomes
+
+
+def print_ingest(outcomes: list[dict]) -> None:
+    from rich.table import Table
+
+    table = Table(title="ingest")
+    for col in ("repository", "mode", "commit", "indexed", "skipped", "deleted",
+                "chunks +", "reused", "chunks -", "seconds"):
+        table.add_column(col)
+    for o in outcomes:
+        if not o["ok"]:
+            table.add_row(o["repository"], "[red]failed[/red]", "", "", "", "", "", "", "",
+                          o["error"][:60])
+            continue
+        table.add_row(o["repository"], o["mode"], o["new_commit"][:12], str(o["files_indexed"]),
+                      str(len(o["skipped"])), str(o["files_deleted"]), str(o["chunks_written"]),
+                      str(o["chunks_reused"]), str(o["chunks_deleted"]),
+                      f"{o['total_seconds']:.1f}")
+    make_console().print(table)
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    if args.allow_mass_delete and not args.full:
+        raise UserError("--allow-mass-delete needs --full",
+                             hint="a run that deletes most of an index must be a full pass")
+    settings = cli_settings(args, batch_size=args.batch_size,
+                         allow_mass_delete=True if args.allow_mass_delete else None)
+    if args.task_runner and args.engine != "prefect":
+        raise UserError("--task-runner needs --engine prefect",
+                        hint="the task runner is the Prefect flow's; the local engine runs "
+                             "in this process")
+    if args.engine == "prefect":
+        import os
+
+        # Without PREFECT_API_URL, Prefect starts a temporary local server: give it time on a
+        # busy machine, and keep it from reaching out for analytics (there may be no network).
+        os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+        os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+        # The flow reads its settings from the environment: hand it this command's options.
+        os.environ["HETRIEVER_DOCS_ROOT"] = str(settings.docs_root)
+        os.environ["HETRIEVER_CHROMA_PATH"] = str(settings.chroma_path)
+        from flows.ingest import ingest
+
+        try:
+            # A flow called with return_state=True returns a coroutine of its State.
+            run = ingest(repositories=args.repository or None, force_full=args.full,
+                         batch_size=args.batch_size, task_runner=args.task_runner,
+                         return_state=True)
+            state: Any = asyncio.run(run)  # type: ignore[arg-type]
+        except RuntimeError as exc:  # e.g. the Prefect API cannot be reached or started
+            raise HetrieverError(f"Prefect is not available: {exc}",
+                                 hint="set PREFECT_API_URL to a running server, or use "
+                                      "--engine local") from None
+        summary = state.result(raise_on_failure=False)
+        if not isinstance(summary, dict):  # the flow failed before any repository ran
+            raise summary if isinstance(summary, HetrieverError) else HetrieverError(
+                f"the ingest flow failed: {state.message or summary}")
+        outcomes = summary["repositories"]
+    else:
+        outcomes = asyncio.run(ingest_local(settings, args.repository or None, args.full,
+                                             show_progress=not args.json))
+    if args.json:
+        print_json(outcomes)
+    else:
+        print_ingest(outcomes)
+    return EXIT_OK if all(o["ok"] for o in outcomes) else EXIT_FAILED

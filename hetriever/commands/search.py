@@ -1,0 +1,193 @@
+"""`hetriever search` and `hetriever follow`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from hetriever.commands.common import EXIT_OK, cli_settings, make_console, print_json
+
+def run_search(settings, query: str, repositories: list[str] | None, top_k: int | None,
+                filters: dict | None, hybrid: bool | None, access: list[str] | None = None,
+                group_by: str | None = None, lang: str | None = None):
+    from hetriever.metrics import QueryMetric, metrics_store
+    from hetriever.search import retrieve
+    from hetriever.store import get_knowledge_store
+
+    async def go():
+        from hetriever.discover import require_known
+        from hetriever.store import validate_collection_name
+
+        store = get_knowledge_store(settings)
+        for name in repositories or []:
+            validate_collection_name(name)  # a malformed name says so, before "unknown"
+        require_known(repositories, store.repository_names())
+        return await retrieve(store, query, top_k=top_k, filters=filters,
+                              namespaces=repositories, hybrid=hybrid, access_levels=access,
+                              group_by=group_by, lang=lang)
+
+    result = asyncio.run(go())
+    metrics = metrics_store(settings.resolved_state_dir)
+    metrics.record(QueryMetric.from_result(result, repositories))
+    metrics.close()
+    return result
+
+
+def print_results(result) -> None:
+    console = make_console()
+    console.print(f"[bold]{result.total_results} results[/bold] for {result.query!r} "
+                  f"({result.mode}, {result.search_time_ms:.1f} ms)")
+    for i, match in enumerate(result.matches, start=1):
+        meta = match.metadata
+        heading = f" > {meta['heading_context']}" if meta.get("heading_context") else ""
+        console.print(f"\n[bold cyan]{i}. {meta.get('title', '')}{heading}[/bold cyan]"
+                      f"  [dim]{meta.get('repository', '')}{meta.get('url', '')}[/dim]")
+        console.print(f"   score {match.score:.3f} ({match.source})")
+        # The passage without its "title > heading" prefix (a page record: without its title).
+        cut = "\n" if meta.get("page_record") else "\n\n"
+        body = match.content.split(cut, 1)[-1].replace("\n", " ")
+        console.print(f"   {body[:220]}{'…' if len(body) > 220 else ''}", highlight=False)
+        also = [p["heading_context"] for p in match.passages if p.get("heading_context")]
+        if also:
+            console.print(f"   [dim]also: {'; '.join(also)}[/dim]", highlight=False)
+        if match.translations:
+            other = ", ".join(f"{t['lang']} {t['url']}" for t in match.translations)
+            console.print(f"   [dim]in other languages: {other}[/dim]", highlight=False)
+
+
+def _parse_filter(raw: str | None) -> dict | None:
+    if not raw:
+        return None
+    from hetriever.errors import InvalidFilterError
+
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise InvalidFilterError(f"--filter is not valid JSON: {exc.msg}",
+                                 hint='e.g. --filter \'{"section": "functions"}\'') from None
+    except RecursionError:
+        value = _TOO_DEEP  # deeper than the JSON parser goes: refused below
+    if value is _TOO_DEEP or _depth(value) > MAX_FILTER_DEPTH:
+        raise InvalidFilterError(f"--filter is nested more than {MAX_FILTER_DEPTH} levels deep",
+                                 hint="a filter needs a few levels of $and/$or at most")
+    return value
+
+
+MAX_FILTER_DEPTH = 32
+_TOO_DEEP = object()
+
+
+def _depth(value: Any) -> int:
+    """Nesting depth of a JSON value, without recursion (a value may be deeply nested)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if deepest > MAX_FILTER_DEPTH:
+            break
+        children = item.values() if isinstance(item, dict) else item \
+            if isinstance(item, list) else ()
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def _bm25_warnings(settings, repositories: list[str] | None) -> list[str]:
+    """Why a hybrid search ran without some repositories' BM25 side."""
+    from hetriever.store import get_knowledge_store
+
+    store = get_knowledge_store(settings)
+    problems = (store.bm25_problem(name) for name in repositories or store.repository_names())
+    return [p for p in problems if p]
+
+
+def _absent(path: Path) -> bool:
+    """Not there, under a directory that is (a path under a file is another error, told by
+    the store: it names the file in the way)."""
+    if path.exists():
+        return False
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    return parent.is_dir()
+
+
+def _blocked(directory: Path) -> bool:
+    """A file where the directory, or one of its parents, should be."""
+    node = directory
+    while not node.exists() and node != node.parent:
+        node = node.parent
+    return not node.is_dir()
+
+
+def _require_index(settings) -> None:
+    """Searching a path or state directory that no ingest wrote is a mistake, not 0 results
+    (only `ingest` creates them)."""
+    from hetriever.catalog import CATALOG_FILE
+    from hetriever.errors import ConfigurationError
+
+    if settings.follow:
+        return  # a follower's catalog is made by following the server's manifest
+
+    dirs = [settings.resolved_state_dir] + ([] if settings.server_mode else [settings.chroma_path])
+    if any(_blocked(d) for d in dirs):
+        return  # a file in the way: the store names it, with what to do
+    if not settings.server_mode and _absent(settings.chroma_path):
+        raise ConfigurationError(f"no index at {settings.chroma_path}: the Chroma directory "
+                                 "does not exist",
+                                 hint="check HETRIEVER_CHROMA_PATH / --chroma-path, or run "
+                                      "`hetriever ingest` first")
+    catalog = settings.resolved_state_dir / CATALOG_FILE
+    if _absent(catalog):
+        raise ConfigurationError(f"no catalog at {catalog}: the state directory holds no index",
+                                 hint="set HETRIEVER_STATE_DIR to the one `hetriever ingest` "
+                                      "used (server mode defaults to ./.hetriever), or ingest "
+                                      "first")
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    from hetriever.filters import validate_filter
+    from hetriever.search import resolve_top_k
+    from hetriever.store import validate_collection_name
+
+    settings = cli_settings(args)
+    for name in args.repository or []:  # the arguments first, then whether there is an index
+        validate_collection_name(name)
+    filters = _parse_filter(args.filter)
+    validate_filter(filters)
+    resolve_top_k(args.top_k, settings.default_top_k, settings.max_top_k)
+    _require_index(settings)
+    hybrid = None if args.mode is None else args.mode == "hybrid"
+    access = [level for raw in (args.access or []) for level in raw.split(",") if level.strip()]
+    result = run_search(settings, args.query, args.repository or None, args.top_k,
+                         filters, hybrid, access or None, args.group, args.lang)
+    warnings = _bm25_warnings(settings, args.repository) \
+        if (settings.use_hybrid_search if hybrid is None else hybrid) else []
+    for warning in warnings:
+        print(f"hetriever: warning: {warning}; results are dense-only until `hetriever "
+              "ingest` rebuilds it from Chroma", file=sys.stderr)
+    if args.json:
+        print_json({**result.to_dict(), "warnings": warnings})
+    else:
+        print_results(result)
+    return EXIT_OK
+
+
+def cmd_follow(args: argparse.Namespace) -> int:
+    from hetriever.replica import follow_sync
+    from hetriever.store import get_knowledge_store
+
+    settings = cli_settings(args)
+    if not settings.follow:
+        settings = settings.replace(follow=True)  # validated: needs a Chroma server
+    report = follow_sync(get_knowledge_store(settings), force=True)
+    if args.json:
+        print_json(report.to_dict())
+    else:
+        print(f"followed {len(report.repositories)} repositories ({report.added} BM25 rows "
+              f"written, {report.removed} deleted; {len(report.dropped)} dropped) in "
+              f"{report.seconds:.1f} s")
+    return EXIT_OK

@@ -1,0 +1,240 @@
+"""The per-file step: one content file at a commit -> parse -> skip rules -> clean -> chunk.
+
+Bad content never raises (it comes back as a skip with its reason); transient failures (I/O,
+git) do, so a caller (the in-process map, or a Prefect task with retries) can try again.
+Snippets (files under a `_`-prefixed folder) are not pages: pages include them, so a changed
+snippet re-indexes the pages that include it (`expand_snippet_dependents`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import PurePosixPath
+from typing import Callable, Iterable
+
+from hetriever import faults
+from hetriever.chunk import chunk_page
+from hetriever.clean import clean_page
+from hetriever.config import Settings
+from hetriever.discover import SkipFile, list_content_files, read_content_file, read_content_files
+from hetriever.logs import get_logger
+from hetriever.models import (
+    Block,
+    ChangeKind,
+    ChangeSet,
+    Chunk,
+    FileChange,
+    Repository,
+    SkippedFile,
+)
+from hetriever.page_records import page_record, page_summary_lines
+from hetriever.parse import parse_page, skip_reason
+from hetriever.tokenizer import load_token_counter
+
+log = get_logger(__name__)
+
+
+@dataclass
+class FileOutcome:
+    """What processing one file produced: chunks to store, or why it was skipped."""
+
+    path: str
+    chunks: list[Chunk] = field(default_factory=list)
+    skipped: SkippedFile | None = None
+    lines: int = 0
+    # Set when the per-file step itself gave up (e.g. a task out of retries): the file keeps
+    # its old chunks, is filed under IndexResult.failed, and the commit is not recorded.
+    failed: str | None = None
+
+
+def is_snippet_path(path: str, content_dir: str) -> bool:
+    """Files under a `_`-prefixed directory of the content dir are snippets, not pages."""
+    parts = PurePosixPath(path).parts
+    base = len(PurePosixPath(content_dir).parts)
+    return any(part.startswith("_") for part in parts[base:-1])
+
+
+class IncludeResolver:
+    """Resolves `{{% include "x" %}}` and path-named partials to snippet files at one commit.
+
+    Hugo sites look snippets up in several ways: an absolute path under the content dir
+    (`/_common/x.md`), a path relative to the content dir, or a name looked up in `_includes/`
+    folders from the page's directory upwards (Docsy sites). Reads are cached per run.
+    """
+
+    def __init__(self, repo: Repository, commit: str, settings: Settings) -> None:
+        self.repo = repo
+        self.commit = commit
+        self.settings = settings
+        self.content_root = PurePosixPath(repo.content_dir)
+        self._languages = ["en"]
+        self._cache: dict[str, str | None] = {}
+
+    def for_page(self, page_path: str) -> Callable[[str], str | None]:
+        return lambda name: self.resolve(name, page_path)
+
+    def candidates(self, name: str, page_path: str) -> Iterable[str]:
+        name = name.strip().strip("\"'")
+        if not name:
+            return
+        with_ext = name if name.endswith((".md", ".markdown")) else f"{name}.md"
+        roots = [self.content_root] + [self.content_root / lang for lang in self._languages]
+        if self.repo.site is not None and self.repo.site.configured:
+            roots += [PurePosixPath(r.source) for r in self.repo.site.roots]
+        if name.startswith("/"):
+            for root in roots:
+                yield str(root / with_ext.lstrip("/"))
+            return
+        page_dir = PurePosixPath(page_path).parent
+        # _includes/ folders from the page's directory up to the content root
+        directory = page_dir
+        while True:
+            yield str(directory / "_includes" / with_ext)
+            yield str(directory / with_ext)
+            if directory == self.content_root or directory == directory.parent:
+                break
+            if not str(directory).startswith(str(self.content_root)):
+                break
+            directory = directory.parent
+        for root in roots:
+            yield str(root / with_ext)
+            yield str(root / "_includes" / with_ext)
+
+    def resolve(self, name: str, page_path: str) -> str | None:
+        for candidate in self.candidates(name, page_path):
+            if ".." in PurePosixPath(candidate).parts:
+                continue
+            if candidate not in self._cache:
+                try:
+                    text = read_content_file(self.repo, candidate, self.commit,
+                                             max_bytes=self.settings.max_file_bytes)
+                    self._cache[candidate] = parse_page(
+                        self.repo.name, candidate, text, content_dir=self.repo.content_dir
+                    ).body
+                except SkipFile:
+                    self._cache[candidate] = None
+            if self._cache[candidate] is not None:
+                return self._cache[candidate]
+        return None
+
+
+@lru_cache(maxsize=4)
+def _counter(model: str, model_dir: str | None):
+    from pathlib import Path
+
+    return load_token_counter(model, Path(model_dir) if model_dir else None)
+
+
+def token_counter(settings: Settings):
+    return _counter(settings.embedding_model, str(settings.model_dir) if settings.model_dir else None)
+
+
+def page_extras(page, access: str) -> dict:
+    """Chunk metadata beyond the chunker's own: the access level, and the linkTitle and
+    aliases the exact-match index (and result display) use."""
+    extras: dict = {"access_level": access}
+    for key in ("linkTitle", "aliases"):
+        value = page.front_matter.get(key)
+        if value not in (None, "", []):
+            extras[key] = value
+    return extras
+
+
+def process_text(repo: Repository, path: str, text: str, settings: Settings, *,
+                 include_resolver: Callable[[str], str | None] | None = None) -> FileOutcome:
+    """parse -> skip rules -> clean -> chunk for one file's text."""
+    lines = text.count("\n") + 1
+    if is_snippet_path(path, repo.content_dir):
+        return FileOutcome(path, skipped=SkippedFile(path, "snippet (not a page)"), lines=lines)
+    page = parse_page(repo.name, path, text, content_dir=repo.content_dir, site=repo.site)
+    reason = skip_reason(page, include_drafts=settings.include_drafts)
+    if reason:
+        return FileOutcome(path, skipped=SkippedFile(path, reason), lines=lines)
+    blocks = clean_page(page.body, include_resolver=include_resolver, params=page.params,
+                        path=path)
+    access = settings.access_levels.get(repo.name, "PUBLIC").upper()
+    if settings.page_record == "prefix" and page_summary_lines(page):
+        blocks = [Block("paragraph", "\n".join(page_summary_lines(page))), *blocks]
+    chunks = chunk_page(
+        page,
+        blocks,
+        counter=token_counter(settings),
+        max_tokens=settings.chunk_tokens,
+        min_tokens=settings.min_chunk_tokens,
+        extra_metadata=page_extras(page, access),
+    )
+    if settings.page_record == "chunk":
+        record = page_record(page, counter=token_counter(settings),
+                             max_tokens=settings.chunk_tokens,
+                             extra_metadata=page_extras(page, access))
+        chunks = [record, *chunks] if record is not None else chunks
+    if not chunks:
+        return FileOutcome(path, skipped=SkippedFile(path, "empty body"), lines=lines)
+    return FileOutcome(path, chunks=chunks, lines=lines)
+
+
+def process_file(repo: Repository, path: str, commit: str, settings: Settings, *,
+                 resolver: IncludeResolver | None = None,
+                 processed_at: str | None = None,
+                 text: str | SkipFile | None = None) -> FileOutcome:
+    """Turn one file at `commit` into chunks; `text` is its content when already read
+    (batch reads are several times cheaper than one git process per file), else it is read.
+
+    Bad content never raises (it comes back as a skip); transient failures (I/O, git) do, so
+    the caller can retry them. `processed_at` is accepted for older callers and unused: chunks
+    carry no run time (it would rewrite every unchanged chunk on every run).
+    """
+    faults.check("process_file", path)
+    try:
+        if text is None:
+            text = read_content_file(repo, path, commit, max_bytes=settings.max_file_bytes)
+        elif isinstance(text, SkipFile):
+            raise text
+    except SkipFile as skip:
+        log.warning("file_skipped", repository=repo.name, path=path, reason=skip.reason)
+        return FileOutcome(path, skipped=SkippedFile(path, skip.reason))
+    resolver = resolver or IncludeResolver(repo, commit, settings)
+    return safe_process_text(repo, path, text, settings, resolver=resolver)
+
+
+def safe_process_text(repo: Repository, path: str, text: str, settings: Settings, *,
+                      resolver: IncludeResolver, processed_at: str | None = None) -> FileOutcome:
+    """`process_text` that turns any error into a skip; `processed_at` is unused (see
+    `process_file`)."""
+    try:
+        return process_text(repo, path, text, settings, include_resolver=resolver.for_page(path))
+    except Exception as exc:  # a bad file is logged and skipped; it never stops the run
+        log.error("file_failed", repository=repo.name, path=path,
+                  error=f"{type(exc).__name__}: {exc}")
+        return FileOutcome(path, skipped=SkippedFile(path, f"error: {type(exc).__name__}: {exc}"))
+
+
+def expand_snippet_dependents(repo: Repository, change_set: ChangeSet) -> ChangeSet:
+    """Pages that include a changed snippet must be re-indexed too (their text changed)."""
+    if change_set.mode != "incremental":
+        return change_set
+    snippets = {
+        PurePosixPath(p).stem
+        for c in change_set.changes
+        for p in (c.path, c.old_path)
+        if p and is_snippet_path(p, repo.content_dir)
+    }
+    if not snippets:
+        return change_set
+    already = {c.path for c in change_set.changes}
+    candidates = [p for p in list_content_files(repo, change_set.new_commit)
+                  if p not in already and not is_snippet_path(p, repo.content_dir)]
+    added: list[FileChange] = []
+    for path, text in read_content_files(repo, candidates, change_set.new_commit,
+                                         max_bytes=10**9):
+        if isinstance(text, SkipFile):
+            continue
+        if ("{{%" in text or "{{<" in text) and any(name in text for name in snippets):
+            added.append(FileChange(ChangeKind.MODIFIED, path))
+    if added:
+        log.info("snippet_dependents", repository=repo.name, snippets=sorted(snippets),
+                 pages=len(added))
+    change_set.changes.extend(added)
+    change_set.include_dependents.extend(c.path for c in added)
+    return change_set
