@@ -121,3 +121,15 @@ def test_the_same_query_ranks_the_same_in_separate_processes(workspace):
         assert out.returncode == 0, out.stderr
         rankings.append([m["doc_id"] for m in json.loads(out.stdout)["matches"]])
     assert rankings[0] and rankings[0] == rankings[1]
+
+
+def test_demo_indexes_the_bundled_sample_docs_and_finds_where(tmp_path, minilm_model_dir,
+                                                             monkeypatch, capsys):
+    from hetriever.cli import main
+
+    monkeypatch.chdir(tmp_path)  # the demo works in ./.demo
+    monkeypatch.setenv("HETRIEVER_MODEL_DIR", str(minilm_model_dir))
+    assert main(["-q", "demo"]) == 0
+    out = capsys.readouterr().out
+    assert "where" in out.lower() and "results" in out
+    assert (tmp_path / ".demo" / "docs" / "sample-docs" / ".git").exists()

@@ -18,7 +18,7 @@ DEMO_DIR = Path(".demo")
 DEMO_QUERY = "how do I filter a collection with where"
 
 def _sample_docs_source() -> Path:
-    here = Path(__file__).resolve().parent.parent / "examples" / "sample-docs"
+    here = Path(__file__).resolve().parents[2] / "examples" / "sample-docs"
     if not here.is_dir():
         raise HetrieverError("the bundled sample docs are missing",
                              hint="run the demo from a checkout of the hetriever repository")
