@@ -277,20 +277,19 @@ class _State:
 
     def scores(self, term_ids: list[int], n_terms: int, k1: float, b: float) -> np.ndarray:
         """Okapi BM25 of every slot for the query's term ids (0 where no term matches)."""
-        state = self
-        scores = np.zeros(len(state.doc_ids), dtype=np.float64)
-        norm = state.norm(k1, b)
-        delta = state.delta(n_terms)
-        n = state.n_live
+        scores = np.zeros(len(self.doc_ids), dtype=np.float64)
+        norm = self.norm(k1, b)
+        delta = self.delta(n_terms)
+        n = self.n_live
         for term in term_ids:
-            docs, tfs = state.main.postings(term)
+            docs, tfs = self.main.postings(term)
             if delta is not None:
                 more_docs, more_tfs = delta.postings(term)
                 if len(more_docs):
                     docs = np.concatenate([docs, more_docs])
                     tfs = np.concatenate([tfs, more_tfs])
-            if state.dead and len(docs):
-                keep = state.alive[docs]
+            if self.dead and len(docs):
+                keep = self.alive[docs]
                 docs, tfs = docs[keep], tfs[keep]
             df = len(docs)
             if not df:

@@ -98,8 +98,8 @@ def cmd_purge(args: argparse.Namespace) -> int:
         print_json({**report.to_dict(), "total_chunks": report.total_chunks})
     else:
         make_console().print(f"purged {report.total_chunks} soft-deleted chunks deleted before "
-                         f"{report.cutoff}: {report.chunks}; catalog files removed: "
-                         f"{report.files}")
+                             f"{report.cutoff}: {report.chunks}; catalog files removed: "
+                             f"{report.files}")
     return EXIT_OK
 
 
@@ -114,8 +114,8 @@ def cmd_forget(args: argparse.Namespace) -> int:
     else:
         what = f"{report.repository}:{report.file}" if report.file else report.repository
         make_console().print(f"forgot {what}: {report.chunks} chunks, {report.bm25_rows} BM25 rows "
-                         f"from {', '.join(report.collections) or 'no collection'}; catalog "
-                         f"rows {report.catalog_rows}")
+                             f"from {', '.join(report.collections) or 'no collection'}; catalog "
+                             f"rows {report.catalog_rows}")
     return EXIT_OK
 
 
@@ -159,7 +159,7 @@ def cmd_metrics(args: argparse.Namespace) -> int:
         print_json(summary.to_dict())
     else:
         make_console().print(f"queries: {summary.count}  p50: {summary.p50_ms} ms  "
-                         f"p95: {summary.p95_ms} ms  p99: {summary.p99_ms} ms  "
-                         f"mean results: {summary.mean_results}  empty: {summary.empty_rate}  "
-                         f"by mode: {summary.by_mode}")
+                             f"p95: {summary.p95_ms} ms  p99: {summary.p99_ms} ms  "
+                             f"mean results: {summary.mean_results}  empty: {summary.empty_rate}  "
+                             f"by mode: {summary.by_mode}")
     return EXIT_OK

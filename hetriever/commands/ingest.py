@@ -79,9 +79,9 @@ def print_ingest(outcomes: list[dict]) -> None:
 def cmd_ingest(args: argparse.Namespace) -> int:
     if args.allow_mass_delete and not args.full:
         raise UserError("--allow-mass-delete needs --full",
-                             hint="a run that deletes most of an index must be a full pass")
+                        hint="a run that deletes most of an index must be a full pass")
     settings = cli_settings(args, batch_size=args.batch_size,
-                         allow_mass_delete=True if args.allow_mass_delete else None)
+                            allow_mass_delete=True if args.allow_mass_delete else None)
     if args.task_runner and args.engine != "prefect":
         raise UserError("--task-runner needs --engine prefect",
                         hint="the task runner is the Prefect flow's; the local engine runs "
