@@ -1,19 +1,27 @@
 """Settings: defaults < config file (TOML) < environment variables, validated once.
 
-Environment variables are `HETRIEVER_<FIELD>` (upper case), e.g. `HETRIEVER_CHROMA_PATH`.
-`USE_HYBRID_SEARCH` is also read, unprefixed, as the knowledge-store contract names it.
+One pydantic-settings model. Environment variables are `HETRIEVER_<FIELD>` (upper case), e.g.
+`HETRIEVER_CHROMA_PATH`; `USE_HYBRID_SEARCH` is also read, unprefixed, as the knowledge-store
+contract names it; the webhook service's settings are `HETRIEVER_WEBHOOK_<FIELD>`.
 The config file is `$HETRIEVER_CONFIG`, else `./hetriever.toml` when present; its keys are the
-field names below, at the top level or under a `[hetriever]` table.
+field names below, at the top level or under a `[hetriever]` table (webhook settings under
+`[hetriever.webhook]`, though its secret belongs in the environment or a secret file).
 """
 
 from __future__ import annotations
 
-import dataclasses
+import contextlib
+import contextvars
 import os
 import tomllib
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Annotated, Any, Mapping
+
+from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import (BaseSettings, EnvSettingsSource, NoDecode,
+                               PydanticBaseSettingsSource, SettingsConfigDict)
+from pydantic_settings.sources.utils import parse_env_vars
 
 from hetriever.errors import ConfigurationError
 
@@ -25,15 +33,115 @@ FALSE_WORDS = {"0", "false", "no", "off", ""}
 MODEL_MAX_TOKENS = 256
 
 
-@dataclass(frozen=True)
-class Settings:
+class _Sources:
+    """Where one `load_settings` call reads from: an environment mapping and a config file.
+
+    Held in a context variable so that the nested webhook settings, built by their own
+    pydantic-settings class, read the same environment and file as the outer model.
+    """
+
+    def __init__(self, env: Mapping[str, str], file_data: dict[str, Any]) -> None:
+        self.env = env
+        self.file_data = file_data
+
+
+_SOURCES: contextvars.ContextVar[_Sources | None] = contextvars.ContextVar("_SOURCES", default=None)
+
+
+class _MappingEnvSource(EnvSettingsSource):
+    """pydantic-settings' environment source over the mapping `load_settings` was given."""
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        sources = _SOURCES.get()
+        env = os.environ if sources is None else sources.env
+        return parse_env_vars(env, self.case_sensitive, self.env_ignore_empty,
+                              self.env_parse_none_str)
+
+
+class _FileSource(PydanticBaseSettingsSource):
+    """The config file's table for one settings class (already read and checked)."""
+
+    def __init__(self, settings_cls: type[BaseSettings], table: str | None) -> None:
+        super().__init__(settings_cls)
+        self.table = table
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # __call__ answers for all fields at once
+
+    def __call__(self) -> dict[str, Any]:
+        sources = _SOURCES.get()
+        data = {} if sources is None else sources.file_data
+        if self.table is None:
+            return {k: v for k, v in data.items() if k != "webhook"}
+        return dict(data.get(self.table) or {})
+
+
+def _pairs(raw: Any) -> Any:
+    """ "name=value,name=value" from the environment; a TOML table as it is."""
+    if not isinstance(raw, str):
+        return raw
+    out = {}
+    for pair in (p for p in raw.split(",") if p.strip()):
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise ValueError(f"expected name=value pairs, got {pair!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+Pairs = Annotated[dict[str, str], NoDecode]
+
+
+class _Layered(BaseSettings):
+    """Init arguments > environment > config file > defaults, for every settings class here."""
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls: type[BaseSettings],
+                                   init_settings: PydanticBaseSettingsSource,
+                                   env_settings: PydanticBaseSettingsSource,
+                                   dotenv_settings: PydanticBaseSettingsSource,
+                                   file_secret_settings: PydanticBaseSettingsSource,
+                                   ) -> tuple[PydanticBaseSettingsSource, ...]:
+        table = "webhook" if issubclass(settings_cls, WebhookSettings) else None
+        return (init_settings, _MappingEnvSource(settings_cls), _FileSource(settings_cls, table))
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _empty_is_false(cls, value: Any, info: Any) -> Any:
+        # An empty boolean variable (`HETRIEVER_INCLUDE_DRAFTS=`) means false, as in a shell.
+        field = cls.model_fields.get(info.field_name)
+        if field is not None and field.annotation in (bool, "bool") and value == "":
+            return False
+        return value
+
+
+class WebhookSettings(_Layered):
+    """The GitHub webhook service's settings (checked when the service starts)."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX + "WEBHOOK_", frozen=True,
+                                      extra="forbid")
+
+    secret: SecretStr = SecretStr("")  # never printed, never logged
+    secret_file: Path | None = None  # e.g. a Docker secret under /run/secrets
+    # "owner/name=docs-repo-name[@branch],...": which pushes start which repository's ingest
+    repos: str = ""
+    deployment: str = "ingest/scheduled"
+    max_body: int = 1024 * 1024  # GitHub caps payloads at 25 MB; pushes are far smaller
+    # GitHub gives up on a delivery after 10 s; answer 503 before that so the failure is ours.
+    prefect_timeout: float = 8.0
+
+
+class Settings(_Layered):
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, frozen=True, extra="forbid", populate_by_name=True)
+
     # sources
     docs_root: Path = Path("docs")  # parent repo with .gitmodules, or a directory of git repos
     content_dir: str = "content"  # Hugo content dir inside each documentation repository
     include_drafts: bool = False
     max_file_bytes: int = 2_000_000
-    repository_urls: dict[str, str] = field(default_factory=dict)  # name -> URL override
-    access_levels: dict[str, str] = field(default_factory=dict)  # name -> PUBLIC|TEAM|...
+    repository_urls: Pairs = {}  # name -> URL override
+    access_levels: Pairs = {}  # name -> PUBLIC|TEAM|...
 
     # backend
     chroma_path: Path = Path("chroma_data")  # embedded PersistentClient directory
@@ -80,7 +188,9 @@ class Settings:
     # length-sorted pass, so a larger window pads less (bench_store: 256 -> 1024 cut embedding
     # time ~12%); a crash loses at most one window of work, which the next run redoes.
     write_window: int = 1024
-    use_hybrid_search: bool = True
+    # Also read unprefixed, as the knowledge-store contract names it.
+    use_hybrid_search: bool = Field(True, validation_alias=AliasChoices(
+        "HETRIEVER_USE_HYBRID_SEARCH", "USE_HYBRID_SEARCH", "use_hybrid_search"))
     # How dense and BM25 are fused (hetriever.fusion): "score" (weighted z-scores of each
     # retriever's page scores) or "rrf" (reciprocal rank fusion, k = rrf_k). Score fusion with
     # dense weight 0.6 (BM25 0.4) was ahead of RRF on every query set of bench_quality and is
@@ -118,6 +228,9 @@ class Settings:
     # cluster's workers; docs/scale-out.md).
     task_runner: str = "threads"
 
+    # the GitHub webhook service (webhooks/service.py): HETRIEVER_WEBHOOK_<FIELD>
+    webhook: WebhookSettings = Field(default_factory=lambda: _webhook_settings())
+
     # logging
     log_format: str = "console"  # "console" or "json"
     log_level: str = "INFO"
@@ -143,51 +256,48 @@ class Settings:
 
     def replace(self, **changes: Any) -> Settings:
         """A copy with some fields changed, validated again."""
-        return validate(dataclasses.replace(self, **changes))
+        try:
+            return validate(type(self).model_validate({**dict(self), **changes}))
+        except ValidationError as exc:
+            raise _configuration_error(exc) from None
+
+    @field_validator("repository_urls", "access_levels", mode="before")
+    @classmethod
+    def _parse_pairs(cls, raw: Any) -> Any:
+        return _pairs(raw)
+
+    @field_validator("docs_root", "chroma_path", "state_dir", "model_dir")
+    @classmethod
+    def _expand_user(cls, path: Path | None) -> Path | None:
+        return None if path is None else path.expanduser()
 
 
-def _fields() -> dict[str, dataclasses.Field]:
-    return {f.name: f for f in dataclasses.fields(Settings)}
-
-
-def _coerce(name: str, raw: Any, default: Any) -> Any:
-    """Turn a raw value (a string from the environment, or a TOML value) into the field's type."""
+def _webhook_settings() -> WebhookSettings:
     try:
-        if isinstance(default, bool) or name in {"include_drafts", "use_hybrid_search"}:
-            if isinstance(raw, bool):
-                return raw
-            word = str(raw).strip().lower()
-            if word in TRUE_WORDS:
-                return True
-            if word in FALSE_WORDS:
-                return False
-            raise ValueError(f"expected one of {sorted(TRUE_WORDS | FALSE_WORDS - {''})}")
-        if isinstance(default, int):
-            if isinstance(raw, bool):
-                raise ValueError("expected an integer")
-            return int(raw)
-        if isinstance(default, float):
-            return float(raw)
-        if isinstance(default, dict):
-            if isinstance(raw, Mapping):
-                return {str(k): str(v) for k, v in raw.items()}
-            # "name=value,name=value" from the environment
-            pairs = [p for p in str(raw).split(",") if p.strip()]
-            out = {}
-            for pair in pairs:
-                key, sep, value = pair.partition("=")
-                if not sep:
-                    raise ValueError(f"expected name=value pairs, got {pair!r}")
-                out[key.strip()] = value.strip()
-            return out
-        if name in {"docs_root", "chroma_path", "state_dir", "model_dir"}:
-            return Path(str(raw)).expanduser()
-        return str(raw)
-    except (TypeError, ValueError) as exc:
-        raise ConfigurationError(
-            f"setting {name!r} has an invalid value {raw!r}: {exc}",
-            hint=f"set {ENV_PREFIX}{name.upper()} or `{name}` in the config file to a valid value",
-        ) from None
+        return WebhookSettings()
+    except ValidationError as exc:  # name it as the user writes it: webhook.<field>
+        raise _configuration_error(exc, prefix=("webhook",)) from None
+
+
+def setting_names() -> list[str]:
+    return sorted(Settings.model_fields)
+
+
+def _configuration_error(exc: ValidationError, prefix: tuple[str, ...] = ()) -> ConfigurationError:
+    """pydantic's first complaint, as one line naming the setting and where it is set."""
+    error = exc.errors()[0]
+    # A field read through an alias is reported under the alias (USE_HYBRID_SEARCH).
+    loc = [*prefix, *(str(part).lower().removeprefix("hetriever_")
+                      for part in error.get("loc", ()))]
+    name = loc[0] if loc else "?"
+    dotted = ".".join(loc) or name
+    raw = error.get("input")
+    shown = "" if isinstance(raw, (dict, SecretStr)) or "secret" in loc else f" {raw!r}"
+    env = ENV_PREFIX + "_".join(loc).upper()
+    return ConfigurationError(
+        f"setting {dotted!r} has an invalid value{shown}: {error.get('msg', 'invalid')}",
+        hint=f"set {env} or `{dotted}` in the config file to a valid value",
+    )
 
 
 def _read_file(path: Path) -> dict[str, Any]:
@@ -202,42 +312,44 @@ def _read_file(path: Path) -> dict[str, Any]:
         raise ConfigurationError(f"config file {path} cannot be read: {exc}",
                                  hint="fix the TOML syntax") from None
     data = data.get("hetriever", data)
-    unknown = sorted(set(data) - set(_fields()))
+    unknown = sorted(set(data) - set(Settings.model_fields))
+    unknown += sorted(f"webhook.{k}" for k in set(data.get("webhook") or {})
+                      - set(WebhookSettings.model_fields))
     if unknown:
         raise ConfigurationError(
             f"config file {path} has unknown settings: {', '.join(unknown)}",
-            hint=f"known settings are: {', '.join(sorted(_fields()))}",
+            hint=f"known settings are: {', '.join(setting_names())}",
         )
     return data
+
+
+@contextlib.contextmanager
+def _reading(env: Mapping[str, str], file_data: dict[str, Any]) -> Iterator[None]:
+    token = _SOURCES.set(_Sources(env, file_data))
+    try:
+        yield
+    finally:
+        _SOURCES.reset(token)
 
 
 def load_settings(env: Mapping[str, str] | None = None, config_file: Path | None = None,
                   **overrides: Any) -> Settings:
     """Build validated settings from defaults, the config file, the environment and overrides."""
     env = os.environ if env is None else env
-    fields = _fields()
-    defaults = Settings()
-    values: dict[str, Any] = {}
-
     path = config_file or (Path(env["HETRIEVER_CONFIG"]) if env.get("HETRIEVER_CONFIG") else None)
     if path is None and Path("hetriever.toml").is_file():
         path = Path("hetriever.toml")
-    if path is not None:
-        for name, raw in _read_file(path).items():
-            values[name] = _coerce(name, raw, getattr(defaults, name))
-
-    if "USE_HYBRID_SEARCH" in env:
-        values["use_hybrid_search"] = _coerce("use_hybrid_search", env["USE_HYBRID_SEARCH"], True)
-    for name in fields:
-        key = ENV_PREFIX + name.upper()
-        if key in env:
-            values[name] = _coerce(name, env[key], getattr(defaults, name))
-    for name, raw in overrides.items():
-        if name not in fields:
-            raise ConfigurationError(f"unknown setting {name!r}")
-        if raw is not None:
-            values[name] = _coerce(name, raw, getattr(defaults, name))
-    return validate(Settings(**values))
+    file_data = _read_file(path) if path is not None else {}
+    for name in overrides:
+        if name not in Settings.model_fields:
+            raise ConfigurationError(f"unknown setting {name!r}",
+                                     hint=f"known settings are: {', '.join(setting_names())}")
+    given = {name: raw for name, raw in overrides.items() if raw is not None}
+    try:
+        with _reading(env, file_data):
+            return validate(Settings(**given))
+    except ValidationError as exc:
+        raise _configuration_error(exc) from None
 
 
 ACCESS_LEVELS = ("PUBLIC", "TEAM", "PRIVATE", "SYSTEM")

@@ -40,7 +40,6 @@ Chroma Cloud's), so BM25 and fusion run here.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import re
 import time
@@ -273,7 +272,7 @@ def _search_once(store: RetrievalStore, text: str, k: int, user_filter: dict | N
 
     weight = dense_weight_for(settings, _search_language(wanted_lang, plans))
     if weight != settings.dense_weight:  # both validated already: no second validation
-        settings = dataclasses.replace(settings, dense_weight=weight)
+        settings = settings.model_copy(update={"dense_weight": weight})
     n = candidate_depth(k, group_by)
     hits: dict[str, _Hit] = {}
     dense_ids: list[str] | None = None

@@ -86,3 +86,45 @@ def test_config_file_errors_are_clear(tmp_path):
 def test_state_dir_sits_beside_the_chroma_data(tmp_path):
     settings = load_settings(env={"HETRIEVER_CHROMA_PATH": str(tmp_path / "chroma")})
     assert settings.resolved_state_dir == tmp_path / ".hetriever"
+
+
+def test_webhook_settings_are_nested_and_layered(tmp_path):
+    config = tmp_path / "hetriever.toml"
+    config.write_text('[hetriever]\nbatch_size = 8\n[hetriever.webhook]\n'
+                      'deployment = "ingest/manual"\nmax_body = 4096\n')
+    env = {"HETRIEVER_CONFIG": str(config), "HETRIEVER_WEBHOOK_MAX_BODY": "2048",
+           "HETRIEVER_WEBHOOK_SECRET": "s" * 32}
+    settings = load_settings(env=env)
+    assert settings.batch_size == 8
+    assert settings.webhook.deployment == "ingest/manual"  # from the file
+    assert settings.webhook.max_body == 2048  # the environment beats the file
+    assert settings.webhook.secret.get_secret_value() == "s" * 32
+    assert "s" * 32 not in repr(settings)  # the secret is never printed
+    assert load_settings(env={}).webhook.max_body == 1024 * 1024
+
+
+def test_webhook_setting_errors_name_the_nested_setting(tmp_path):
+    with pytest.raises(ConfigurationError) as info:
+        load_settings(env={"HETRIEVER_WEBHOOK_MAX_BODY": "lots"})
+    assert "webhook.max_body" in str(info.value)
+    assert "HETRIEVER_WEBHOOK_MAX_BODY" in info.value.hint
+    config = tmp_path / "hetriever.toml"
+    config.write_text("[webhook]\nsecert = 'x'\n")
+    with pytest.raises(ConfigurationError, match="unknown settings: webhook.secert"):
+        load_settings(env={}, config_file=config)
+
+
+def test_replace_validates_again():
+    settings = load_settings(env={})
+    assert settings.replace(batch_size=7).batch_size == 7
+    assert settings.batch_size == 100  # settings are frozen: replace returns a copy
+    with pytest.raises(ConfigurationError, match="batch_size"):
+        settings.replace(batch_size=0)
+    with pytest.raises(ConfigurationError, match="batch_size"):
+        settings.replace(batch_size="many")
+
+
+def test_an_empty_boolean_variable_is_false():
+    assert load_settings(env={"HETRIEVER_INCLUDE_DRAFTS": ""}).include_drafts is False
+    assert load_settings(env={"USE_HYBRID_SEARCH": "0",
+                              "HETRIEVER_USE_HYBRID_SEARCH": "1"}).use_hybrid_search is True

@@ -34,7 +34,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from hetriever.config import load_settings
+from hetriever.config import Settings, WebhookSettings, load_settings
 from hetriever.errors import ConfigurationError
 from hetriever.logs import get_logger
 from hetriever.sqlite_files import connect
@@ -46,15 +46,13 @@ ENV_SECRET_FILE = "HETRIEVER_WEBHOOK_SECRET_FILE"  # e.g. a Docker secret under 
 ENV_REPOS = "HETRIEVER_WEBHOOK_REPOS"
 ENV_DEPLOYMENT = "HETRIEVER_WEBHOOK_DEPLOYMENT"
 ENV_MAX_BODY = "HETRIEVER_WEBHOOK_MAX_BODY"
-ENV_PREFECT_TIMEOUT = "HETRIEVER_WEBHOOK_PREFECT_TIMEOUT"
 
-DEFAULT_DEPLOYMENT = "ingest/scheduled"
-DEFAULT_MAX_BODY = 1024 * 1024  # GitHub caps payloads at 25 MB; pushes are far smaller
+DEFAULT_DEPLOYMENT = WebhookSettings.model_fields["deployment"].default
+DEFAULT_MAX_BODY = WebhookSettings.model_fields["max_body"].default
 MIN_SECRET_LENGTH = 16
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
-# GitHub gives up on a delivery after 10 s; answer 503 before that so the failure is ours.
-DEFAULT_PREFECT_TIMEOUT = 8.0
+DEFAULT_PREFECT_TIMEOUT = WebhookSettings.model_fields["prefect_timeout"].default
 DELIVERY_RETENTION_SECONDS = 30 * 24 * 3600  # GitHub keeps deliveries redeliverable for less
 
 _REPO_NAME = re.compile(r"^[a-z0-9-]{3,63}$")
@@ -113,11 +111,17 @@ class WebhookConfig:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> WebhookConfig:
+        return cls.from_settings(load_settings(env), env)
+
+    @classmethod
+    def from_settings(cls, settings: Settings, env: Mapping[str, str] | None = None) -> WebhookConfig:
+        """The service's configuration from `settings.webhook` (HETRIEVER_WEBHOOK_*)."""
         env = os.environ if env is None else env
-        secret = env.get(ENV_SECRET, "")
-        if not secret and env.get(ENV_SECRET_FILE):
+        hook = settings.webhook
+        secret = hook.secret.get_secret_value()
+        if not secret and hook.secret_file is not None:
             try:
-                secret = Path(env[ENV_SECRET_FILE]).read_text(encoding="utf-8").strip()
+                secret = hook.secret_file.read_text(encoding="utf-8").strip()
             except OSError as exc:
                 raise ConfigurationError(f"{ENV_SECRET_FILE} cannot be read: {exc}",
                                          hint="point it at a readable file") from None
@@ -126,20 +130,14 @@ class WebhookConfig:
                 f"{ENV_SECRET} (or {ENV_SECRET_FILE}) is not set",
                 hint="set it to the secret configured on the GitHub webhook",
             )
-        try:
-            max_body = int(env.get(ENV_MAX_BODY, DEFAULT_MAX_BODY))
-            timeout = float(env.get(ENV_PREFECT_TIMEOUT, DEFAULT_PREFECT_TIMEOUT))
-        except ValueError as exc:
-            raise ConfigurationError(f"invalid webhook setting: {exc}",
-                                     hint=f"{ENV_MAX_BODY} and {ENV_PREFECT_TIMEOUT} are numbers")
         return cls(
             secret=secret,
             prefect_api_url=env.get("PREFECT_API_URL") or _prefect_api_url_setting(),
-            repos=parse_repo_routes(env.get(ENV_REPOS, "")),
-            deployment=env.get(ENV_DEPLOYMENT) or DEFAULT_DEPLOYMENT,
-            max_body=max_body,
-            state_dir=load_settings(env).resolved_state_dir,
-            prefect_timeout=timeout,
+            repos=parse_repo_routes(hook.repos),
+            deployment=hook.deployment or DEFAULT_DEPLOYMENT,
+            max_body=hook.max_body,
+            state_dir=settings.resolved_state_dir,
+            prefect_timeout=hook.prefect_timeout,
         )
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 
 from hetriever.commands.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, cli_settings
@@ -33,8 +32,8 @@ def cmd_prepare_model(args: argparse.Namespace) -> int:
                 "prepare_model_unused", embedding_model=settings.embedding_model,
                 reason="the configured model is not all-MiniLM-L6-v2")
         # The MiniLM location even when another model is configured (no re-validation).
-        target = args.model_dir or dataclasses.replace(
-            settings, embedding_model=MINILM_NAME).resolved_model_dir
+        target = args.model_dir or settings.model_copy(
+            update={"embedding_model": MINILM_NAME}).resolved_model_dir
         prepare_model(target, source_dir=args.source_dir, force=args.force)
         int8_path = prepare_int8(target, source_dir=args.source_dir, force=args.force)
         # A one-sentence smoke run proves onnxruntime can load and run what was written.
