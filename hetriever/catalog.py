@@ -34,6 +34,8 @@ from hetriever.catalog_records import (  # noqa: F401 (re-exported: states, name
     CATALOG_VERSION,
     CollectionRecord,
     DELETED,
+    INDEX_STATE_DEFAULTS,
+    INDEX_STATE_KEYS,
     DISCOVERED,
     FAILED,
     FILE_STATES,
@@ -67,6 +69,12 @@ class Catalog:
         self._conn.row_factory = sqlite3.Row
         with self._lock:
             self._conn.executescript(_SCHEMA)
+            columns = {r[1] for r in self._conn.execute("PRAGMA table_info(collections)")}
+            if "index_state" not in columns:  # a version 1 catalog
+                self._conn.execute("ALTER TABLE collections ADD COLUMN index_state TEXT NOT NULL "
+                                   "DEFAULT '{}'")
+                self._conn.execute("UPDATE meta SET value = ? WHERE key = 'version'",
+                                   (str(CATALOG_VERSION),))
             self._conn.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('version', ?)",
                                (str(CATALOG_VERSION),))
             self._conn.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('alias_epoch', '0')")
@@ -206,8 +214,11 @@ class Catalog:
             conn.execute("INSERT OR IGNORE INTO collections(name, repository, generation, "
                          "fingerprint, state, created_at) VALUES (?, ?, ?, ?, ?, ?)",
                          (collection, repository, split[1], fingerprint, ACTIVE, now_iso()))
-            conn.execute("UPDATE collections SET levels = ?, state = ? WHERE name = ?",
+            # Only complete collections are published, so the copy is complete at `commit`.
+            conn.execute("UPDATE collections SET levels = ?, state = ?, index_state = ? "
+                         "WHERE name = ?",
                          (json.dumps(sorted({str(v).upper() for v in levels})), ACTIVE,
+                          json.dumps({"commit_hash": commit, "index_status": "complete"}),
                           collection))
             row = conn.execute("SELECT active_collection FROM repositories WHERE name = ?",
                                (repository,)).fetchone()
@@ -240,7 +251,29 @@ class Catalog:
         return CollectionRecord(name=r["name"], repository=r["repository"],
                                 generation=r["generation"], fingerprint=r["fingerprint"],
                                 state=r["state"], levels=json.loads(r["levels"]),
-                                created_at=r["created_at"])
+                                created_at=r["created_at"],
+                                index_state=json.loads(r["index_state"] or "{}"))
+
+    def index_state(self, collection: str) -> dict[str, Any]:
+        """The collection's commit, status and totals as recorded ({} when never set)."""
+        record = self.collection(collection)
+        return dict(record.index_state) if record else {}
+
+    def set_index_state(self, collection: str, **fields: Any) -> dict[str, Any]:
+        """Merge `fields` into the collection's index state (None removes a key)."""
+        unknown = set(fields) - INDEX_STATE_KEYS
+        if unknown:
+            raise ValueError(f"not index state: {', '.join(sorted(unknown))}")
+        with self.transaction() as conn:
+            row = conn.execute("SELECT index_state FROM collections WHERE name = ?",
+                               (collection,)).fetchone()
+            if row is None:
+                raise KeyError(collection)
+            state = {**json.loads(row[0] or "{}"), **fields}
+            state = {k: v for k, v in state.items() if v is not None}
+            conn.execute("UPDATE collections SET index_state = ? WHERE name = ?",
+                         (json.dumps(state, sort_keys=True), collection))
+        return state
 
     def collections(self, repository: str | None = None) -> list[CollectionRecord]:
         sql = "SELECT name FROM collections" + (" WHERE repository = ?" if repository else "")

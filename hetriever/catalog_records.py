@@ -11,7 +11,15 @@ from typing import Any
 
 
 CATALOG_FILE = "catalog.sqlite"
-CATALOG_VERSION = 1
+CATALOG_VERSION = 2  # 2: collections.index_state
+
+# A collection's index state: the commit it holds, whether a run is writing it, and the totals
+# of the last complete run. The catalog is their one record (`Catalog.index_state`); the
+# store's collection metadata shows them beside Chroma's own (model, dimensions, schema).
+INDEX_STATE_DEFAULTS: dict[str, Any] = {"repository_url": "", "commit_hash": "",
+                                        "last_updated": "", "total_documents": 0,
+                                        "total_chunks": 0}
+INDEX_STATE_KEYS = frozenset(INDEX_STATE_DEFAULTS) | {"index_status", "indexing_commit"}
 
 DISCOVERED, PROCESSED, INDEXED = "DISCOVERED", "PROCESSED", "INDEXED"
 SKIPPED, FAILED, DELETED = "SKIPPED", "FAILED", "DELETED"
@@ -45,7 +53,8 @@ CREATE TABLE IF NOT EXISTS collections (
     fingerprint TEXT NOT NULL,
     state TEXT NOT NULL,
     levels TEXT NOT NULL DEFAULT '[]',
-    created_at TEXT NOT NULL
+    created_at TEXT NOT NULL,
+    index_state TEXT NOT NULL DEFAULT '{}'
 );
 CREATE TABLE IF NOT EXISTS files (
     collection TEXT NOT NULL,
@@ -157,6 +166,7 @@ class CollectionRecord:
     state: str
     levels: list[str] = field(default_factory=list)
     created_at: str = ""
+    index_state: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

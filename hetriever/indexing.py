@@ -7,8 +7,8 @@ Modes (named, as in LangChain's indexing API):
 - ``full``: every content file is processed and files no longer in the tree lose their chunks.
   Unchanged chunks keep their ids, so the store reuses them without re-embedding.
 
-Crash safety: the collection's metadata says ``index_status: indexing`` while a run writes and
-records the new ``commit_hash`` only after every file is stored.
+Crash safety: the collection's index state in the catalog says ``index_status: indexing``
+while a run writes and records the new ``commit_hash`` only after every file is stored.
 
 The catalog (`hetriever.catalog`) follows every file through DISCOVERED -> PROCESSED ->
 INDEXED / SKIPPED / FAILED, records each run, and keeps the exact-match title index. Deleted

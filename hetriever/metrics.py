@@ -12,13 +12,14 @@ from pathlib import Path
 
 import numpy as np
 
+from hetriever.catalog_records import CATALOG_FILE
 from hetriever.models import RetrievalResult, _Serialisable
 from hetriever.sqlite_files import connect
 
 KEEP_QUERIES = 100_000  # ~20 MB of rows; summaries read the last 1,000 by default
 
 SCHEMA = """
-CREATE TABLE IF NOT EXISTS queries (
+CREATE TABLE IF NOT EXISTS query_metrics (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     at REAL NOT NULL,
     query TEXT NOT NULL,
@@ -29,7 +30,7 @@ CREATE TABLE IF NOT EXISTS queries (
     retriever_counts TEXT NOT NULL,
     repositories TEXT NOT NULL
 );
-CREATE INDEX IF NOT EXISTS queries_at ON queries(at);
+CREATE INDEX IF NOT EXISTS query_metrics_at ON query_metrics(at);
 """
 
 
@@ -81,13 +82,13 @@ class MetricsStore:
     def record_many(self, metrics: list[QueryMetric]) -> None:
         with self._db:
             self._db.executemany(
-                "INSERT INTO queries (at, query, mode, latency_ms, results, top_score,"
+                "INSERT INTO query_metrics (at, query, mode, latency_ms, results, top_score,"
                 " retriever_counts, repositories) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 [(m.at, m.query, m.mode, m.latency_ms, m.results, m.top_score,
                   json.dumps(m.retriever_counts), json.dumps(m.repositories)) for m in metrics],
             )
             # Retention: the newest `keep` queries (ids only grow, so one indexed delete).
-            self._db.execute("DELETE FROM queries WHERE id <= (SELECT MAX(id) FROM queries) - ?",
+            self._db.execute("DELETE FROM query_metrics WHERE id <= (SELECT MAX(id) FROM query_metrics) - ?",
                              (self.keep,))
 
     def summary(self, last: int = 1000, source: str | None = None) -> MetricsSummary:
@@ -98,7 +99,7 @@ class MetricsStore:
         if source:
             where, params = "WHERE mode LIKE ?", [f"{source}:%", last]
         rows = self._db.execute(
-            f"SELECT latency_ms, results, mode FROM queries {where} ORDER BY id DESC LIMIT ?",
+            f"SELECT latency_ms, results, mode FROM query_metrics {where} ORDER BY id DESC LIMIT ?",
             params,
         ).fetchall()
         if not rows:
@@ -124,4 +125,5 @@ class MetricsStore:
 
 
 def metrics_store(state_dir: Path) -> MetricsStore:
-    return MetricsStore(state_dir / "metrics.sqlite")
+    """The query metrics: a table of the state directory's catalog file."""
+    return MetricsStore(state_dir / CATALOG_FILE)

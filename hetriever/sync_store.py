@@ -13,6 +13,7 @@ from typing import Any
 
 from chromadb.api.types import validate_metadata
 
+from hetriever.catalog import INDEX_STATE_DEFAULTS, INDEX_STATE_KEYS
 from hetriever.errors import CollectionNotFoundError, IndexingError
 from hetriever.logs import get_logger
 from hetriever.models import Document
@@ -87,7 +88,17 @@ class SyncStore(StoreWrites):
         with self._guard:
             self._collections[physical] = fresh
         return CollectionInfo(name=name, count=int(self.call("count", fresh.count)),
-                              metadata=dict(fresh.metadata or {}), physical=physical)
+                              metadata=self._with_index_state(physical, fresh.metadata),
+                              physical=physical)
+
+    def _with_index_state(self, physical: str, chroma_meta: Any) -> dict[str, Any]:
+        """Chroma's metadata of the collection (model, dimensions, schema) with the index
+        state the catalog records. Collections indexed before the catalog kept that state
+        carry it in their Chroma metadata: it counts until the catalog has its own."""
+        meta = dict(chroma_meta or {})
+        legacy = {k: meta.pop(k) for k in list(meta) if k in INDEX_STATE_KEYS}
+        state = self.catalog.index_state(physical) or legacy
+        return {**meta, **INDEX_STATE_DEFAULTS, **state}
 
     def ensure_collection_sync(self, name: str) -> CollectionInfo:
         col = self.collection(name, create=True)
@@ -118,23 +129,37 @@ class SyncStore(StoreWrites):
         return removed
 
     def update_collection_metadata_sync(self, name: str, **fields: Any) -> dict[str, Any]:
+        """Change collection metadata: index state (commit, status, totals) goes to the
+        catalog, anything else to Chroma's collection metadata. None removes a key."""
         info = self.info_sync(name)
         if info is None:
             raise CollectionNotFoundError(f"collection {name!r} does not exist",
                                           hint="index the repository first")
-        merged = {**info.metadata, **{k: v for k, v in fields.items() if v is not None}}
-        for key in (k for k, v in fields.items() if v is None):
-            merged.pop(key, None)
+        state = {k: v for k, v in fields.items() if k in INDEX_STATE_KEYS}
+        other = {k: v for k, v in fields.items() if k not in INDEX_STATE_KEYS}
+        present = {k: v for k, v in fields.items() if v is not None}
         try:
-            validate_metadata(merged)
+            if present:
+                validate_metadata(present)
         except (ValueError, TypeError) as exc:
             raise IndexingError(f"collection metadata for {name!r} is invalid: {exc}") from None
         col = self._collections[info.physical]
+        chroma_meta = dict(col.metadata or {})
+        legacy = {k: v for k, v in chroma_meta.items() if k in INDEX_STATE_KEYS}
         with self.writer_lock(name):
-            # Chroma replaces collection metadata as a whole, hence the merge above.
-            self.call("modify", lambda: col.modify(metadata=merged))
+            if legacy and not self.catalog.index_state(info.physical):
+                state = {**legacy, **state}  # an older index: its state moves to the catalog
+            if state:
+                self.catalog.set_index_state(info.physical, **state)
+            if other or legacy:
+                merged = {k: v for k, v in {**chroma_meta, **other}.items()
+                          if v is not None and k not in INDEX_STATE_KEYS}
+                # Chroma replaces collection metadata as a whole, hence the merge above.
+                self.call("modify", lambda: col.modify(metadata=merged))
         self._forget(info.physical)
-        return merged
+        info = self.info_sync(name)
+        assert info is not None
+        return info.metadata
 
     def count_sync(self, collection: str, *, live: bool = False) -> int:
         """Chunks in the collection; with `live`, soft-deleted chunks are not counted."""

@@ -147,10 +147,9 @@ class RepositoryViews(ChromaAccess):
             if not create:
                 return None
             embedder = self.embedder
+            # What the collection is; what it holds (commit, status, totals) is the catalog's.
             metadata = {"schema_version": SCHEMA_VERSION, "embedding_model": embedder.name,
-                        "embedding_dimensions": int(embedder.dimensions), "repository_url": "",
-                        "commit_hash": "", "last_updated": "", "total_documents": 0,
-                        "total_chunks": 0, "repository": name,
+                        "embedding_dimensions": int(embedder.dimensions), "repository": name,
                         "schema_fingerprint": self.fingerprint()}
             col = self.call("create_collection", lambda: self.client.get_or_create_collection(
                 physical, configuration=self._hnsw(), metadata=metadata, embedding_function=None))

@@ -195,3 +195,28 @@ def test_status_command_reads_the_catalog(docs, tmp_path, minilm_model_dir, monk
     assert row["last_run_outcome"] == "ok" and row["last_run"]
     assert row["collection"] == "sample-docs_v1" and row["access_level"] == "PUBLIC"
     assert row["needs_migration"] is False
+
+
+def test_a_version_1_catalog_gains_the_index_state_column(tmp_path):
+    import sqlite3
+    path = tmp_path / "catalog.sqlite"
+    conn = sqlite3.connect(path)
+    conn.executescript("""
+        CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+        INSERT INTO meta VALUES ('version', '1');
+        CREATE TABLE collections (name TEXT PRIMARY KEY, repository TEXT NOT NULL,
+            generation INTEGER NOT NULL, fingerprint TEXT NOT NULL, state TEXT NOT NULL,
+            levels TEXT NOT NULL DEFAULT '[]', created_at TEXT NOT NULL);
+        INSERT INTO collections VALUES ('docs_v1', 'docs', 1, 'fp', 'active', '[]', 'then');
+    """)
+    conn.commit()
+    conn.close()
+    catalog = Catalog(path)
+    assert catalog.index_state("docs_v1") == {}
+    catalog.set_index_state("docs_v1", commit_hash="abc", index_status="complete")
+    assert catalog.collection("docs_v1").index_state == {"commit_hash": "abc",
+                                                          "index_status": "complete"}
+    assert catalog.noted("version") == "2"
+    with pytest.raises(ValueError, match="not index state"):
+        catalog.set_index_state("docs_v1", embedding_model="x")
+    catalog.close()

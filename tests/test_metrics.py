@@ -49,3 +49,22 @@ def test_only_the_newest_queries_are_kept(tmp_path):
     assert summary.count == 25  # a long-lived server does not grow the file without bound
     assert store.summary(last=25).p50_ms == 48.0  # the newest 25: latencies 36..60
     store.close()
+
+
+def test_metrics_and_webhook_deliveries_live_in_the_catalog_file(tmp_path):
+    from hetriever.catalog import Catalog
+    from hetriever.metrics import metrics_store
+    from webhooks.service import DeliveryStore
+
+    catalog = Catalog.for_state_dir(tmp_path)
+    metrics = metrics_store(tmp_path)
+    deliveries = DeliveryStore(catalog.path)
+    metrics.record(QueryMetric(query="q", mode="hybrid", latency_ms=2.0, results=1, top_score=1.0))
+    assert deliveries.claim("delivery-1", "hugo-docs")
+    catalog.note("checked", "yes")  # the catalog's own writes go on beside them
+    assert sorted(p.name for p in tmp_path.iterdir() if p.suffix == ".sqlite") == ["catalog.sqlite"]
+    tables = {r[0] for r in catalog._rows("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert {"collections", "query_metrics", "webhook_deliveries"} <= tables
+    assert metrics.summary().count == 1 and not deliveries.claim("delivery-1", "hugo-docs")
+    for handle in (metrics, deliveries, catalog):
+        handle.close()

@@ -202,6 +202,36 @@ def test_collection_metadata_merges(make_store) -> None:
         run(store.update_collection_metadata("missing-docs", commit_hash="x"))
 
 
+def test_index_state_is_recorded_in_the_catalog_only(make_store) -> None:
+    store = make_store()
+    physical = run(store.ensure_collection(REPO)).physical
+    run(store.update_collection_metadata(REPO, commit_hash="abc123", index_status="complete",
+                                         total_chunks=3, hnsw_note="kept"))
+    assert store.catalog.index_state(physical) == {"commit_hash": "abc123",
+                                                   "index_status": "complete", "total_chunks": 3}
+    chroma_meta = store.client.get_collection(physical).metadata
+    assert "commit_hash" not in chroma_meta and "index_status" not in chroma_meta
+    assert chroma_meta["hnsw_note"] == "kept"  # other keys stay Chroma's
+    run(store.update_collection_metadata(REPO, hnsw_note=None))
+    assert "hnsw_note" not in run(store.get_collection_metadata(REPO))
+
+
+def test_an_older_index_keeps_its_commit_and_moves_it_to_the_catalog(make_store) -> None:
+    store = make_store()
+    physical = run(store.ensure_collection(REPO)).physical
+    col = store.client.get_collection(physical)
+    # As an index made before the catalog kept the state: only Chroma's metadata has it.
+    col.modify(metadata={**col.metadata, "commit_hash": "old123", "index_status": "complete"})
+    store.close_sync()
+    reopened = make_store()
+    meta = run(reopened.get_collection_metadata(REPO))
+    assert (meta["commit_hash"], meta["index_status"]) == ("old123", "complete")
+    run(reopened.update_collection_metadata(REPO, index_status="indexing"))
+    assert reopened.catalog.index_state(physical) == {"commit_hash": "old123",
+                                                      "index_status": "indexing"}
+    assert "commit_hash" not in reopened.client.get_collection(physical).metadata
+
+
 def test_single_document_api(make_store, minilm_embedder) -> None:
     store = make_store()
     meta = {"repository": REPO, "file_path": "content/notes.md", "title": "Notes"}

@@ -6,7 +6,7 @@ repository, branch, delivery id (dedup). Only then is Prefect asked for a flow r
 `timeout=0` so the answer comes back as soon as the run is scheduled. Why a service of our own
 rather than Prefect events or Cloud webhooks: docs/webhooks.md.
 
-Delivery ids live in a small SQLite table under the state dir, so a restart still dedupes. A
+Delivery ids live in a table of the state dir's catalog file, so a restart still dedupes. A
 delivery is claimed before Prefect is called and released again if the call fails: GitHub's
 "redeliver" then works once Prefect is back.
 """
@@ -34,6 +34,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from hetriever.catalog_records import CATALOG_FILE
 from hetriever.config import Settings, WebhookSettings, load_settings
 from hetriever.errors import ConfigurationError
 from hetriever.logs import get_logger
@@ -343,7 +344,7 @@ async def start_ingest(config: WebhookConfig, repository: str, commit: str,
 
 def create_app(config: WebhookConfig) -> Starlette:
     """The webhook service as an ASGI app (`serve()` runs it with uvicorn)."""
-    store = DeliveryStore(config.state_dir / "webhook_deliveries.sqlite3")
+    store = DeliveryStore(config.state_dir / CATALOG_FILE)  # a table of the catalog file
 
     async def healthz(request: Request) -> JSONResponse:
         return JSONResponse({"status": "ok"})
