@@ -29,8 +29,9 @@ typecheck: install
 test: install typecheck
 	$(BIN)/python -m pytest
 
+# The logic tier: no corpora, no `chroma run` server, no Prefect harness, no subprocesses.
 test-fast: install
-	$(BIN)/python -m pytest -m "not corpus and not server and not prefect"
+	$(BIN)/python -m pytest -m "not corpus and not server and not prefect and not slow"
 
 # The local Prefect stack (server, work pool, deployments, worker): deployments/stack.py.
 prefect-up: install

@@ -92,6 +92,7 @@ class ChromaAccess:
         self._inherited = False  # set by _connect
         self._guard = threading.RLock()
         self._max_batch: int | None = None
+        self._own_client = client is None  # a client handed in is not ours to reconnect
         self.client = client if client is not None else self._connect()
 
     def _connect(self) -> Any:
@@ -224,8 +225,9 @@ class ChromaAccess:
         path's system is replaced: every client of this path then reads the new one, and
         handles already taken keep answering from the old one until dropped.
         """
-        SharedSystemClient._identifier_to_system.pop(_chroma_identifier(self.client), None)
-        self.client = self._connect()
+        if self._own_client:
+            SharedSystemClient._identifier_to_system.pop(_chroma_identifier(self.client), None)
+            self.client = self._connect()
         self._collections.clear()
         self._seen.clear()
         log.debug("chroma_reopened", path=self.location, collection=physical)

@@ -26,6 +26,7 @@ import httpx
 import pytest
 
 from hetriever.config import Settings, load_settings
+from tests.fakes import MemoryClient
 
 SERVER_START_TIMEOUT = 60.0
 
@@ -135,8 +136,9 @@ def store_settings(tmp_path: Path, server: ChromaServer | None = None,
     return load_settings(env={}, config_file=None, **base)
 
 
-@pytest.fixture(params=["embedded", pytest.param("server", marks=pytest.mark.server)])
+@pytest.fixture(params=["embedded", pytest.param("server", marks=pytest.mark.server), "memory"])
 def chroma_backend(request: pytest.FixtureRequest) -> str:
+    """embedded Chroma, a `chroma run` server, or the fast tier's in-memory client."""
     return str(request.param)
 
 
@@ -147,12 +149,14 @@ def make_store(request: pytest.FixtureRequest, chroma_backend: str, tmp_path: Pa
     from hetriever.store import ChromaKnowledgeStore
 
     server = request.getfixturevalue("chroma_server") if chroma_backend == "server" else None
+    # One in-memory client per test: stores made in one test share it as they share a directory.
+    memory = MemoryClient() if chroma_backend == "memory" else None
     made: list[Any] = []
 
     def make(embedder: Any = None, lock_timeout: float = 2.0, **overrides: Any) -> Any:
         settings = store_settings(tmp_path, server, **overrides)
         store = ChromaKnowledgeStore(settings, embedder=embedder or minilm_embedder,
-                                     lock_timeout=lock_timeout)
+                                     lock_timeout=lock_timeout, client=memory)
         made.append(store)
         return store
 

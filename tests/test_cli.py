@@ -37,6 +37,7 @@ def cli(env, *args, cwd=None):
                           text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_ingest_search_status_metrics(workspace):
     root, env = workspace
     out = cli(env, "ingest", "--json")
@@ -67,6 +68,7 @@ def test_ingest_search_status_metrics(workspace):
     assert json.loads(out.stdout)["count"] == 3
 
 
+@pytest.mark.slow
 def test_search_prints_results_to_stdout_and_rejects_an_unknown_repository(workspace):
     _, env = workspace
     assert cli(env, "ingest", "--json").returncode == 0  # full, or a no-op after the test above
@@ -82,6 +84,7 @@ def test_search_prints_results_to_stdout_and_rejects_an_unknown_repository(works
     assert out.stdout == ""
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args,env_extra,message", [
     (["search", "x", "--filter", "{not json"], {}, "--filter is not valid JSON"),
     (["search", "x", "--filter", '{"a": {"$regex": "."}}'], {}, "$regex"),
@@ -98,6 +101,7 @@ def test_user_mistakes_get_one_clear_line_and_exit_2(workspace, args, env_extra,
     assert message in out.stderr
 
 
+@pytest.mark.slow
 def test_an_operational_failure_exits_1_not_2(workspace):
     # A Chroma server that is not there is not a usage mistake: exit 1, one clear line.
     _, env = workspace
@@ -109,6 +113,7 @@ def test_an_operational_failure_exits_1_not_2(workspace):
     assert "Traceback" not in out.stderr and "hetriever: error:" in out.stderr
 
 
+@pytest.mark.slow
 def test_the_same_query_ranks_the_same_in_separate_processes(workspace):
     # Finding 9 of the reliability round: HNSW answers are exact at this size with the
     # configured ef_search, BM25 and fusion ties go by id, so two processes agree.
@@ -123,6 +128,7 @@ def test_the_same_query_ranks_the_same_in_separate_processes(workspace):
     assert rankings[0] and rankings[0] == rankings[1]
 
 
+@pytest.mark.slow
 def test_demo_indexes_the_bundled_sample_docs_and_finds_where(tmp_path, minilm_model_dir):
     # A process of its own: the demo configures logging for its console.
     env = {**os.environ, "HETRIEVER_MODEL_DIR": str(minilm_model_dir),

@@ -16,6 +16,7 @@ import threading
 import time
 from collections import Counter
 
+import pytest
 from structlog.testing import capture_logs
 
 from hetriever.indexing import index_repository, run_lock
@@ -40,6 +41,8 @@ from tests.test_faults import (
     write_pages,
 )
 from tests.helpers import commit_all, init_repo, write_files
+
+pytestmark = pytest.mark.slow  # CLI subprocesses
 
 SEARCH_SECONDS = 10.0
 SEARCHERS = 4

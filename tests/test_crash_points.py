@@ -106,6 +106,7 @@ CASES = [(point, 0) for point in faults.CRASH_POINTS] + [("window_chroma_written
                                                          ("replaced_chunks_deleted", 1)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("full", [False, True], ids=["incremental", "full"])
 @pytest.mark.parametrize(("point", "skip"), CASES,
                          ids=[f"{p}-{s + 1}" for p, s in CASES])

@@ -29,6 +29,7 @@ def search(docs: Path, env: dict, *args: str) -> dict:
     return {**json.loads(done.stdout), "stderr": done.stderr}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", sorted(DAMAGE))
 def test_a_broken_bm25_file_is_reported_searched_around_and_rebuilt(
         tmp_path, minilm_model_dir, minilm_embedder, damage):

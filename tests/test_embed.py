@@ -77,6 +77,7 @@ def _cos(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 # --- prepare_model ---------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_prepare_model_writes_chroma_layout_and_manifest(embedder: MiniLMEmbedder,
                                                          model_dir: Path) -> None:
     import onnx
@@ -125,6 +126,7 @@ def test_source_with_new_mtime_but_same_weights_is_not_rebuilt(
     assert _stat(model_dir / ONNX_SUBDIR / "model.onnx") == before
 
 
+@pytest.mark.slow
 def test_truncated_model_is_rebuilt(embedder: MiniLMEmbedder, model_dir: Path,
                                     tmp_path: Path) -> None:
     damaged = tmp_path / "damaged"
@@ -143,6 +145,7 @@ def test_truncated_model_is_rebuilt(embedder: MiniLMEmbedder, model_dir: Path,
     np.testing.assert_allclose(rebuilt.embed(SENTENCES), embedder.embed(SENTENCES), atol=1e-6)
 
 
+@pytest.mark.slow
 def test_partial_dir_without_manifest_is_rebuilt_and_force_rebuilds(
         embedder: MiniLMEmbedder, model_dir: Path, tmp_path: Path) -> None:
     partial = tmp_path / "partial"
@@ -157,6 +160,7 @@ def test_partial_dir_without_manifest_is_rebuilt_and_force_rebuilds(
     assert _stat(partial / ONNX_SUBDIR / "model.onnx") != before
 
 
+@pytest.mark.slow
 def test_concurrent_prepares_leave_one_valid_model(
         embedder: MiniLMEmbedder, tmp_path: Path) -> None:
     target = tmp_path / "shared"
@@ -256,6 +260,7 @@ def test_non_string_input_raises(embedder: MiniLMEmbedder) -> None:
 # --- parity with independent implementations -------------------------------------------
 
 
+@pytest.mark.slow
 def test_same_vectors_as_chromas_onnx_minilm_pointed_at_the_prepared_dir(
         embedder: MiniLMEmbedder, model_dir: Path) -> None:
     from chromadb.utils.embedding_functions import ONNXMiniLM_L6_V2
@@ -440,6 +445,7 @@ def test_ollama_dimension_probe_and_missing_model(ollama_url: str) -> None:
 # --- command line -----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_prepare_model_reports_the_ready_model(embedder: MiniLMEmbedder, model_dir: Path,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
     before = _stat(model_dir / ONNX_SUBDIR / "model.onnx")
@@ -456,6 +462,7 @@ def test_prepare_model_fails_cleanly_without_weights(
     assert "error:" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_prepare_model_as_a_fresh_process(embedder: MiniLMEmbedder, model_dir: Path, tmp_path: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "hetriever.cli", "prepare-model", "--model-dir", str(model_dir)],

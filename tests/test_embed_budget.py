@@ -76,6 +76,7 @@ def test_token_capped_batches_give_the_same_vectors(model_dir, fp32):
     np.testing.assert_allclose(capped.embed(TEXTS), fp32.embed(TEXTS), atol=2e-5)
 
 
+@pytest.mark.slow
 def test_int8_is_its_own_model_close_to_fp32(fp32, int8):
     assert fp32.name == MINILM_NAME and int8.name == f"{MINILM_NAME}-int8"
     a, b = fp32.embed(TEXTS), int8.embed(TEXTS)
@@ -88,6 +89,7 @@ def test_int8_is_its_own_model_close_to_fp32(fp32, int8):
     assert list((a @ b.T).argmax(axis=1)) == list(range(len(TEXTS)))
 
 
+@pytest.mark.slow
 def test_int8_model_is_built_once_beside_the_fp32_one(model_dir, int8):
     path = model_dir / INT8_SUBDIR / MODEL_FILE
     assert path.is_file()

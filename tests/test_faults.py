@@ -171,6 +171,7 @@ def assert_equals_fresh_pass(store: ChromaKnowledgeStore, docs_root: Path,
 # --- (1) the process dies mid-run ----------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_sigkill_mid_first_run_then_the_next_run_completes(tmp_path, minilm_embedder,
                                                             minilm_model_dir):
     docs = pages_repo(tmp_path)
@@ -205,6 +206,7 @@ def test_sigkill_mid_first_run_then_the_next_run_completes(tmp_path, minilm_embe
         store.close_sync()
 
 
+@pytest.mark.slow
 def test_crash_on_the_nth_file_of_an_incremental_run(tmp_path, minilm_embedder,
                                                      minilm_model_dir):
     docs = pages_repo(tmp_path)
@@ -301,6 +303,7 @@ def _blocked(tmp_path: Path) -> Path:
     return blocker
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("setting", "where", "command"), [
     ("HETRIEVER_CHROMA_PATH", "is_a_file", ("ingest",)),
     ("HETRIEVER_CHROMA_PATH", "under_a_file", ("search", "alpha")),

@@ -17,6 +17,7 @@ from hetriever.indexing import (
 )
 from hetriever.store import ChromaKnowledgeStore
 from tests.chroma_fixtures import store_settings
+from tests.fakes import HashEmbedder, MemoryClient
 from tests.flow_support import fresh_full_pass, stored
 from tests.helpers import (
     break_the_cleaner_on_where,
@@ -37,10 +38,16 @@ def docs(tmp_path: Path):
     return build_sample_parent(tmp_path)
 
 
-@pytest.fixture
-def store(tmp_path: Path, minilm_embedder):
+@pytest.fixture(params=["chroma", "memory"])
+def store(request, tmp_path: Path):
+    """The algorithm over real Chroma and MiniLM, and over the fast tier's in-memory stand-ins."""
     settings = store_settings(tmp_path, run_lock_timeout=1.0)
-    store = ChromaKnowledgeStore(settings, embedder=minilm_embedder, lock_timeout=2.0)
+    if request.param == "chroma":
+        store = ChromaKnowledgeStore(settings, embedder=request.getfixturevalue("minilm_embedder"),
+                                     lock_timeout=2.0)
+    else:
+        store = ChromaKnowledgeStore(settings, embedder=HashEmbedder(), client=MemoryClient(),
+                                     lock_timeout=2.0)
     yield store
     store.close_sync()
 
@@ -148,6 +155,7 @@ def test_interrupted_run_is_not_recorded_and_the_next_run_repairs(docs, store, t
     assert "The where function is fast." in texts and "installer for your platform" in texts
 
 
+@pytest.mark.slow
 def test_a_second_run_of_the_same_repository_waits_then_exits_clearly(docs, store):
     from hetriever.errors import WriterLockedError
     from hetriever.indexing import run_lock

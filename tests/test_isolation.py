@@ -11,8 +11,12 @@ import json
 import os
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import commit_all, git, init_repo, write_files
 from tests.test_faults import cli_env, page_text, run_cli
+
+pytestmark = pytest.mark.slow  # CLI subprocesses
 
 UNDECODABLE = b"content/docs/caf\xe9.md"  # Latin-1, not UTF-8
 UNDECODABLE_SHOWN = "content/docs/caf\\xe9.md"

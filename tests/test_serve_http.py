@@ -11,6 +11,8 @@ import pytest
 from tests.helpers import commit_all, git, init_repo, write_files
 from tests.serve_fixtures import PRIVATE_KEY, TEAM_KEY, running
 
+pytestmark = pytest.mark.slow  # a real `hetriever serve` / `hetriever mcp` process
+
 TIMEOUT = 60
 
 

@@ -16,6 +16,8 @@ from mcp.client.streamable_http import streamable_http_client
 
 from tests.serve_fixtures import HETRIEVER, PRIVATE_KEY, TEAM_KEY, running
 
+pytestmark = pytest.mark.slow  # a real `hetriever serve` / `hetriever mcp` process
+
 SESSION_TIMEOUT = 240  # seconds for a whole session, model load included
 
 

@@ -47,6 +47,7 @@ def fill(path):
             pass
 
 
+@pytest.mark.slow
 def test_a_full_disk_is_named_not_retried_and_the_next_run_completes(
         tmp_path, small_disk, minilm_model_dir, minilm_embedder):
     docs = pages_repo(tmp_path, n=20)
