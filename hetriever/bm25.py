@@ -12,8 +12,8 @@ Local Chroma has no sparse index, so this module keeps one:
   generation with the file's and catches up by replaying the changelog (or reloads when it is
   too far behind), so several `BM25Index` objects, in any process, see each other's commits.
 
-Scores are raw Okapi BM25 with idf = ln(1 + (N - df + 0.5) / (df + 0.5)). Text becomes terms
-through `hetriever.analyzer`.
+Scores: raw Okapi BM25, idf = ln(1 + (N - df + 0.5) / (df + 0.5)), plus a bonus for query word
+pairs in a candidate's headings (`hetriever.phrases`); terms come from `hetriever.analyzer`.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from hetriever.errors import (
 )
 from hetriever.filters import matches, validate_filter
 from hetriever.logs import get_logger
+from hetriever.phrases import PHRASE_WEIGHT, phrase_bonus
 from hetriever.sqlite_files import connect, in_batches, read_meta
 
 log = get_logger(__name__)
@@ -79,13 +80,15 @@ class BM25Index:
     state only.
     """
 
-    def __init__(self, path: Path, *, k1: float = 1.2, b: float = 0.75):
-        if k1 < 0 or not 0.0 <= b <= 1.0:
-            raise KnowledgeStoreError(f"invalid BM25 parameters k1={k1}, b={b}",
-                                      hint="use k1 >= 0 and 0 <= b <= 1 (defaults 1.2, 0.75)")
+    def __init__(self, path: Path, *, k1: float = 1.2, b: float = 0.75,
+                 phrase_weight: float = PHRASE_WEIGHT):
+        if k1 < 0 or not 0.0 <= b <= 1.0 or phrase_weight < 0:
+            raise KnowledgeStoreError(f"invalid BM25 parameters {k1=}, {b=}, {phrase_weight=}",
+                                      hint="use k1 >= 0, 0 <= b <= 1 and phrase_weight >= 0")
         self.path = Path(path)
         self.k1 = float(k1)
         self.b = float(b)
+        self.phrase_weight = float(phrase_weight)  # hetriever.phrases; 0 = words only
         self._lock = threading.RLock()
         self._state: _State | None = None
         self._vocab: dict[str, int] | None = None
@@ -401,18 +404,19 @@ class BM25Index:
         normalised = validate_filter(where)
         with self._lock:
             state = self._current()
-            assert self._vocab is not None
-            term_ids = sorted({self._vocab[t] for t in tokenize(query) if t in self._vocab})
+            vocab = self._vocab or {}
+            n_terms = len(vocab)
+            terms = tokenize(query)
+            term_ids = sorted({vocab[t] for t in terms if t in vocab})
             if not term_ids or not state.n_live:
                 return []
-            scores = state.scores(term_ids, len(self._vocab), self.k1, self.b)
-            candidates = np.flatnonzero(scores > 0)
-            if normalised is not None:
-                allowed = state.allowed_mask(normalised)
-                if allowed is not None:
-                    candidates = candidates[allowed[candidates]]
-            top = state.top(scores, candidates, k, normalised)
+            top, scores = state.search(term_ids, n_terms, self.k1, self.b, k, normalised)
             hits = [(state.doc_ids[s], float(scores[s])) for s in top]
+            if self.phrase_weight and len(terms) > 1 and hits:
+                bonus = phrase_bonus(terms, [state.metas[s] for s in top],
+                                     lambda t: state.term_idf(vocab.get(t), n_terms))
+                hits = [(doc_id, raw + self.phrase_weight * extra)
+                        for (doc_id, raw), extra in zip(hits, bonus)]
         hits.sort(key=lambda h: (-h[1], h[0]))
         return hits
 

@@ -279,25 +279,48 @@ class _State:
         """Okapi BM25 of every slot for the query's term ids (0 where no term matches)."""
         scores = np.zeros(len(self.doc_ids), dtype=np.float64)
         norm = self.norm(k1, b)
-        delta = self.delta(n_terms)
-        n = self.n_live
         for term in term_ids:
-            docs, tfs = self.main.postings(term)
-            if delta is not None:
-                more_docs, more_tfs = delta.postings(term)
-                if len(more_docs):
-                    docs = np.concatenate([docs, more_docs])
-                    tfs = np.concatenate([tfs, more_tfs])
-            if self.dead and len(docs):
-                keep = self.alive[docs]
-                docs, tfs = docs[keep], tfs[keep]
-            df = len(docs)
-            if not df:
+            docs, tfs = self.live_postings(term, n_terms)
+            if not len(docs):
                 continue
-            idf = math.log(1.0 + (n - df + 0.5) / (df + 0.5))
             # A live doc appears at most once per term, so plain fancy-index += is exact.
-            scores[docs] += idf * tfs * (k1 + 1.0) / (tfs + norm[docs])
+            scores[docs] += self.idf_of(len(docs)) * tfs * (k1 + 1.0) / (tfs + norm[docs])
         return scores
+
+    def live_postings(self, term: int, n_terms: int) -> tuple[np.ndarray, np.ndarray]:
+        """(slots, tfs) of the live docs holding `term`, main and delta segments together."""
+        docs, tfs = self.main.postings(term)
+        delta = self.delta(n_terms)
+        if delta is not None:
+            more_docs, more_tfs = delta.postings(term)
+            if len(more_docs):
+                docs = np.concatenate([docs, more_docs])
+                tfs = np.concatenate([tfs, more_tfs])
+        if self.dead and len(docs):
+            keep = self.alive[docs]
+            docs, tfs = docs[keep], tfs[keep]
+        return docs, tfs
+
+    def idf_of(self, df: int) -> float:
+        return math.log(1.0 + (self.n_live - df + 0.5) / (df + 0.5))
+
+    def term_idf(self, term: int | None, n_terms: int) -> float:
+        """The idf of a term id over the live docs (0.0 for a term the index does not hold)."""
+        if term is None:
+            return 0.0
+        return self.idf_of(len(self.live_postings(term, n_terms)[0]))
+
+    def search(self, term_ids: list[int], n_terms: int, k1: float, b: float, k: int,
+               where: dict | None) -> tuple[list[int], np.ndarray]:
+        """The best `k` slots matching `where` (a normalised filter) with a score > 0, and
+        every slot's score."""
+        scores = self.scores(term_ids, n_terms, k1, b)
+        candidates = np.flatnonzero(scores > 0)
+        if where is not None:
+            allowed = self.allowed_mask(where)
+            if allowed is not None:
+                candidates = candidates[allowed[candidates]]
+        return self.top(scores, candidates, k, where), scores
 
     def top(self, scores: np.ndarray, candidates: np.ndarray, k: int,
             where: dict | None) -> list[int]:

@@ -208,6 +208,10 @@ class Settings(_Layered):
     # query set of bench_quality (2,800 queries, page MRR@10 +0.000 to +0.017; sweep of k in
     # 1..100 in bench/README.md); a smaller k lets a page first in one list count.
     rrf_k: int = 5
+    # BM25's bonus for query word pairs found in a candidate's title and headings
+    # (hetriever.phrases): FAQ headings MRR@10 +0.05, titles/descriptions up to +0.01, flat
+    # from 0.75 to 2 on every set of >= 100 queries (bench/README.md). 0 = words only.
+    bm25_phrase_weight: float = 1.0
     group_by: str = "page"  # results: one per page (best passage) or "chunk"
     # Results' language: "" = each multilingual site's default language (single-language
     # sites are not filtered), a code ("ja"), or "all".
@@ -408,6 +412,8 @@ def validate(settings: Settings) -> Settings:
             raise bad(name, "must be positive")
     if settings.rrf_k < 1:
         raise bad("rrf_k", "must be positive")
+    if settings.bm25_phrase_weight < 0:
+        raise bad("bm25_phrase_weight", "must be 0 (off) or more")
     if settings.fusion not in {"score", "rrf"}:
         raise bad("fusion", "must be score or rrf")
     for name in ("dense_weight", "dense_weight_cjk", "dense_weight_other"):

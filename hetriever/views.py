@@ -268,7 +268,8 @@ class RepositoryViews(ChromaAccess):
         with self._guard:
             index = self._bm25.get(physical)
             if index is None:
-                index = BM25Index(self.bm25_file(physical))
+                index = BM25Index(self.bm25_file(physical),
+                                  phrase_weight=self.settings.bm25_phrase_weight)
                 self._bm25[physical] = index
             return index
 

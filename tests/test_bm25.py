@@ -123,6 +123,44 @@ def test_scores_match_hand_computed_okapi(index):
     assert hits["d2"] == pytest.approx(okapi(1, 2, avgdl, 3, 2))
 
 
+def test_a_word_pair_in_a_heading_adds_the_idf_of_its_rarer_word(index):
+    # Both chunks hold the words "service" and "name"; only the first is titled with the phrase.
+    texts = {"faq": "Any text about a service and its name.",
+             "body": "The service has a name; the name of a service is set.",
+             "other": "Nothing to see."}
+    metas = {"faq": {"title": "FAQ", "heading_context": "How do I set the service name?"},
+             "body": {"title": "Services", "heading_context": "Overview"},
+             "other": {"title": "Other"}}
+    index.upsert(list(texts), list(texts.values()), [metas[i] for i in texts])
+    words = dict(BM25Index(index.path, phrase_weight=0).search("service name", 10))
+    hits = dict(index.search("service name", 10))
+    assert words["body"] > words["faq"]  # by words alone the body chunk wins
+    # "servic name" is found in the FAQ heading: + max(idf(servic), idf(name)), df 2 of 3
+    assert hits["faq"] == pytest.approx(words["faq"] + idf(3, 2))
+    assert hits["body"] == pytest.approx(words["body"])  # the words, not the phrase, in its body
+    assert [h[0] for h in index.search("service name", 10)][0] == "faq"
+    # the order matters: "name service" is not the heading's pair
+    assert dict(index.search("name service", 10))["faq"] == pytest.approx(words["faq"])
+
+
+def test_a_page_record_is_titled_by_its_description(index):
+    index.upsert(["rec", "body"], ["Sampling\nHow to sample traces at the head.",
+                                  "Sampling traces at the head: head sampling."],
+                 [{"title": "Sampling", "page_record": True,
+                   "description": "How to sample traces at the head."},
+                  {"title": "Sampling", "heading_context": "Overview"}])
+    words = dict(BM25Index(index.path, phrase_weight=0).search("sample traces", 10))
+    hits = dict(index.search("sample traces", 10))
+    assert hits["rec"] > words["rec"] and hits["body"] == pytest.approx(words["body"])
+
+
+def test_a_negative_phrase_weight_is_refused(tmp_path):
+    from hetriever.errors import KnowledgeStoreError
+
+    with pytest.raises(KnowledgeStoreError, match="phrase_weight"):
+        BM25Index(tmp_path / "x.sqlite", phrase_weight=-1)
+
+
 def test_custom_k1_b(tmp_path):
     with BM25Index(tmp_path / "x.sqlite", k1=2.0, b=0.0) as ix:
         ix.upsert(list(DOCS), list(DOCS.values()))

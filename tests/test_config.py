@@ -50,6 +50,7 @@ def test_use_hybrid_search_env(word, expected):
     ({"HETRIEVER_TASK_RUNNER": "ray"}, "task_runner"),
     ({"HETRIEVER_FOLLOW_INTERVAL": "-1"}, "follow_interval"),
     ({"HETRIEVER_FOLLOW": "yes"}, "follow"),  # without a Chroma server to follow
+    ({"HETRIEVER_BM25_PHRASE_WEIGHT": "-0.5"}, "bm25_phrase_weight"),
 ])
 def test_invalid_values_name_the_setting(env, name):
     with pytest.raises(ConfigurationError) as info:

@@ -546,3 +546,16 @@ def test_vector_distances_are_chromas(tmp_path, space):
     chroma = dict(zip(got["ids"][0], got["distances"][0]))
     ours = vector_distances(vectors, query, space)
     assert ours == pytest.approx([chroma[f"v{i:02d}"] for i in range(40)], rel=1e-4, abs=1e-4)
+
+
+def test_the_phrase_weight_setting_reaches_the_bm25_index(tmp_path):
+    from hetriever.store import ChromaKnowledgeStore
+    from tests.chroma_fixtures import store_settings
+    from tests.fakes import HashEmbedder, MemoryClient
+
+    store = ChromaKnowledgeStore(store_settings(tmp_path, bm25_phrase_weight=0.0),
+                                 embedder=HashEmbedder(), client=MemoryClient())
+    try:
+        assert store.bm25_physical("docs_v1").phrase_weight == 0.0
+    finally:
+        store.close_sync()
