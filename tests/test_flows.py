@@ -99,6 +99,58 @@ def test_a_file_task_that_fails_once_is_retried(sample_parent, monkeypatch, env)
     assert "content/docs/templates/where.md" in paths
 
 
+def recorded_file_task_runs(ingest_state, expected: int, timeout: float = 60.0) -> list:
+    """The process-file task runs the server recorded under the ingest run's repository
+    subflow, once `expected` of them are final (the server records state events in batches,
+    so they arrive a moment after the flow ends), or whatever is there after `timeout`."""
+    import time
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        FlowRunFilter,
+        FlowRunFilterParentFlowRunId,
+        TaskRunFilter,
+        TaskRunFilterFlowRunId,
+    )
+
+    parent_id = ingest_state.state_details.flow_run_id
+
+    async def read() -> list:
+        async with get_client() as client:
+            subflows = await client.read_flow_runs(flow_run_filter=FlowRunFilter(
+                parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[parent_id])))
+            runs = await client.read_task_runs(task_run_filter=TaskRunFilter(
+                flow_run_id=TaskRunFilterFlowRunId(any_=[r.id for r in subflows])))
+            return [r for r in runs if r.name.startswith("process-")]
+
+    deadline = time.monotonic() + timeout
+    while True:
+        runs = asyncio.run(read())
+        final = [r for r in runs if r.state is not None and r.state.is_final()]
+        if len(final) >= expected or time.monotonic() > deadline:
+            return runs
+        time.sleep(0.5)
+
+
+def test_every_file_is_a_task_run_recorded_on_the_server_retries_included(
+        sample_parent, monkeypatch, env):
+    from hetriever.discover import head_commit, list_content_files
+
+    parent, _ = sample_parent
+    repo = repo_of(parent, "sample-docs")
+    files = list_content_files(repo, head_commit(repo))
+    monkeypatch.setenv("HETRIEVER_FAULTS", "process_file:*/where.md:1")
+    state, summary = run_ingest()
+    assert state.is_completed(), state.message
+
+    runs = recorded_file_task_runs(state, expected=len(files))
+    assert sorted(r.name for r in runs) == sorted(f"process-{path}" for path in files)
+    assert all(r.state.is_completed() for r in runs), [(r.name, r.state) for r in runs]
+    (retried,) = [r for r in runs if r.name.endswith("/where.md")]
+    assert retried.run_count == 2  # failed once, retried by Prefect, completed
+    assert {r.run_count for r in runs if r is not retried} == {1}
+
+
 def test_a_file_that_always_fails_is_reported_and_the_rest_indexed(sample_parent, monkeypatch):
     parent, _ = sample_parent
     monkeypatch.setenv("HETRIEVER_FAULTS", "process_file:*/where.md:always")
