@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from deployments.register import DEFAULT_POOL, PROJECT_ROOT, deploy_all
+from deployments.server_settings import with_server_settings
 
 STOP_GRACE_SECONDS = 15.0
 START_TIMEOUT_SECONDS = 120.0
@@ -51,7 +52,7 @@ class Stack:
         return self.directory / f"{name}.log"
 
     def env(self) -> dict[str, str]:
-        env = dict(os.environ)
+        env = with_server_settings(os.environ)  # the task run recorder's batches
         env.update({
             "PREFECT_HOME": str(self.directory / "home"),
             "PREFECT_API_URL": self.api_url,

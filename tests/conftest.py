@@ -8,7 +8,10 @@ import pytest
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "false")
 
+from deployments.server_settings import apply_server_settings
 from tests.helpers import corpus_version
+
+apply_server_settings()  # the harness's server records task runs as hetriever's servers do
 
 pytest_plugins = ["tests.prefect_fixtures", "tests.chroma_fixtures", "tests.serve_fixtures"]
 

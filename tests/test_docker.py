@@ -105,6 +105,31 @@ def test_prefect_server_uses_postgres(compose):
     assert compose["services"]["prefect-server"]["command"][:3] == ["prefect", "server", "start"]
 
 
+def test_every_prefect_server_gets_the_task_run_recorder_batches(compose, tmp_path):
+    from deployments.server_settings import SERVER_ENV
+    from deployments.stack import Stack
+
+    assert compose["services"]["prefect-server"]["environment"].items() >= SERVER_ENV.items()
+    script = (DOCKER / "run-local.sh").read_text()
+    for key, value in SERVER_ENV.items():
+        assert f'export {key}="${{{key}:-{value}}}"' in script, key
+    env = Stack(tmp_path, 4200).env()
+    assert env.items() >= SERVER_ENV.items()
+
+
+def test_the_callers_server_settings_win(monkeypatch, tmp_path):
+    from deployments.server_settings import apply_server_settings, with_server_settings
+    from deployments.stack import Stack
+
+    key = "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_BATCH_SIZE"
+    assert with_server_settings({key: "7"})[key] == "7"
+    environ = {key: "7"}
+    apply_server_settings(environ)
+    assert environ[key] == "7" and len(environ) > 1
+    monkeypatch.setenv(key, "7")
+    assert Stack(tmp_path, 4200).env()[key] == "7"
+
+
 def test_worker_and_webhook_use_the_dockerfile(compose):
     for name in IMAGE_SERVICES:
         build = compose["services"][name]["build"]

@@ -1,0 +1,38 @@
+"""Settings for the Prefect server that records hetriever's flow runs.
+
+The ingest flow runs one task run per content file (~1,000 for hugo-docs). Task runs are
+orchestrated client-side: each one sends three state events (Pending, Running, Completed), and
+the server's task run recorder service turns them into task runs and states in its database.
+By default it writes every event in a transaction of its own, which cost the server ~24 ms of
+CPU per task run in `bench/bench_flow.py`, on the same cores as the embedder. In batches of up
+to 100 events (at least once a second, so the UI stays current) it cost ~9 ms. The task runs,
+their states and the events are recorded as before.
+
+Every server hetriever starts gets these (the caller's environment wins):
+`deployments/stack.py`, `docker/run-local.sh`, `docker/compose.yaml`, the test harness
+(tests/conftest.py) and `bench/bench_flow.py`; tests/test_docker.py holds the shell script and
+the compose file to the same values.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, MutableMapping
+
+SERVER_ENV: dict[str, str] = {
+    "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_BATCH_SIZE": "100",
+    "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_READ_BATCH_SIZE": "100",
+    "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_FLUSH_INTERVAL": "1",
+}
+
+
+def with_server_settings(env: Mapping[str, str]) -> dict[str, str]:
+    """`env` plus every server setting it does not set itself."""
+    return {**SERVER_ENV, **env}
+
+
+def apply_server_settings(environ: MutableMapping[str, str] = os.environ) -> None:
+    """Set the server settings in `environ` (default: this process's) where they are unset,
+    for a server started from this process (Prefect's test harness passes on its env)."""
+    for key, value in SERVER_ENV.items():
+        environ.setdefault(key, value)
