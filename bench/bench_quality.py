@@ -25,7 +25,10 @@ Modes, all one result per page (`group_by="page"`), cut at 10 pages:
 - dense / bm25: one retriever alone.
 The dense and BM25 chunk rankings (with their scores) are also fetched deep (100 chunks) once
 per query, and the fusion is re-run offline (`hetriever.fusion`) for sweeps: score fusion by
-dense weight and chunks per retriever, RRF by k and chunks per retriever; the report says how
+dense weight and chunks per retriever, RRF by k and chunks per retriever, and BM25's phrase
+weight (`bm25_phrase_weight`, the same dense lists fused with BM25 lists rescored at each
+weight), and dense's weight for short queries by the cut (`dense_weight_short`,
+`short_query_terms`); the report says how
 often the offline fusion reproduces `hybrid_search` exactly, so the sweep speaks for the
 product.
 """
@@ -71,6 +74,9 @@ DEEP = 100  # chunks per retriever fetched once per query for the offline sweep
 SWEEP_K = (1, 5, 10, 20, 30, 60, 100)
 SWEEP_DEPTH = (10, 20, 30, 50, 75, 100)
 SWEEP_WEIGHT = (0.3, 0.4, 0.5, 0.55, 0.6, 0.65, 0.7, 0.8)  # score fusion: dense's weight
+SWEEP_PHRASE = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0)  # BM25's phrase bonus (hetriever.phrases)
+SWEEP_SHORT_WEIGHT = (0.4, 0.45, 0.5, 0.55, 0.6)  # dense's weight for short queries
+SWEEP_SHORT_TERMS = (0, 4, 6, 8, 10)  # what "short" is, in distinct terms (0: no query is)
 MODES = ("default", "hybrid", "dense", "bm25")
 SETS = ("questions", "title", "description", "heading")
 
@@ -207,8 +213,27 @@ def evaluate(store: Any, corpus: CorpusChunks, queries: list[Query],
     s = store.settings
     depth = search.candidate_depth(K, "page")
     lists = list(zip(dense_lists, bm25_lists))
-    simulated = [offline_pages(d, b, depth, fusion=s.fusion, k=s.rrf_k,
-                               dense_weight=s.dense_weight) for d, b in lists]
+    weights = [search.dense_weight_for(s, "", q) for q, _ in queries]  # by the query's length
+    phrase_sweep = []
+    index = store.search_bm25(corpus.name)
+    for weight in SWEEP_PHRASE:  # the same dense lists, BM25 lists with another phrase weight
+        index.phrase_weight = weight
+        runs = [offline_pages(d, [(h.doc_id, h.metadata, h.bm25_raw or 0.0)
+                                  for h in bm25_only(store, q, DEEP, namespaces=ns)], depth,
+                              fusion=s.fusion, k=s.rrf_k, dense_weight=w)
+                for d, (q, _), w in zip(dense_lists, queries, weights)]
+        phrase_sweep.append({"phrase_weight": weight, **score(runs, queries)})
+    index.phrase_weight = s.bm25_phrase_weight
+    short_sweep = []  # dense's weight for short queries, and the cut in distinct terms
+    for short_w in SWEEP_SHORT_WEIGHT:
+        for cut in SWEEP_SHORT_TERMS:
+            t = s.model_copy(update={"dense_weight_short": short_w, "short_query_terms": cut})
+            runs = [offline_pages(d, b, depth, dense_weight=search.dense_weight_for(t, "", q))
+                    for (d, b), (q, _) in zip(lists, queries)]
+            short_sweep.append({"dense_weight_short": short_w, "short_query_terms": cut,
+                                **score(runs, queries)})
+    simulated = [offline_pages(d, b, depth, fusion=s.fusion, k=s.rrf_k, dense_weight=w)
+                 for (d, b), w in zip(lists, weights)]
     agree = sum(x == h for x, h in zip(simulated, ranked["hybrid"])) / max(1, len(queries))
     return {
         "queries": len(queries),
@@ -216,6 +241,8 @@ def evaluate(store: Any, corpus: CorpusChunks, queries: list[Query],
         "hybrid_params": {"fusion": s.fusion, "dense_weight": s.dense_weight, "rrf_k": s.rrf_k,
                           "chunks_per_retriever": depth},
         "offline_fusion_agreement": round(agree, 3),
+        "phrase_sweep": phrase_sweep,
+        "short_query_sweep": short_sweep,
         "default_ms": {"p50": round(percentile(ms, 50), 1), "p95": round(percentile(ms, 95), 1)},
         "sweep": [{"fusion": "score", "dense_weight": w, "depth": c,
                    **score([offline_pages(d, b, c, dense_weight=w) for d, b in lists], queries)}
@@ -302,6 +329,8 @@ def print_report(report: dict) -> None:
                   f"{r['offline_fusion_agreement']:.0%}; default p50/p95 "
                   f"{r['default_ms']['p50']}/{r['default_ms']['p95']} ms; best sweep cell "
                   f"{cell}: MRR {best['mrr@10']}")
+            print("    phrase weight sweep (MRR@10): " + ", ".join(
+                f"{p['phrase_weight']}: {p['mrr@10']:.3f}" for p in r.get("phrase_sweep", [])))
 
 
 if __name__ == "__main__":

@@ -43,7 +43,7 @@ from hetriever.errors import (
 )
 from hetriever.filters import matches, validate_filter
 from hetriever.logs import get_logger
-from hetriever.phrases import PHRASE_WEIGHT, phrase_bonus
+from hetriever.phrases import PHRASE_CANDIDATES, PHRASE_WEIGHT, with_phrases
 from hetriever.sqlite_files import connect, in_batches, read_meta
 
 log = get_logger(__name__)
@@ -76,8 +76,7 @@ class BM25Index:
 
     Thread-safe (one lock per object). Writes are transactional; group several with
     `with index.transaction(): ...`. Inside a transaction, `ids()`, `count()`, `get()`,
-    `ids_where()` and `delete_where()` see its uncommitted writes; `search()` sees committed
-    state only.
+    `ids_where()` and `delete_where()` see its uncommitted writes; `search()` committed state.
     """
 
     def __init__(self, path: Path, *, k1: float = 1.2, b: float = 0.75,
@@ -410,15 +409,16 @@ class BM25Index:
             term_ids = sorted({vocab[t] for t in terms if t in vocab})
             if not term_ids or not state.n_live:
                 return []
-            top, scores = state.search(term_ids, n_terms, self.k1, self.b, k, normalised)
+            phrases = bool(self.phrase_weight) and len(terms) > 1
+            # a fixed depth is rescored: asking for more never reorders the first results
+            top, scores = state.search(term_ids, n_terms, self.k1, self.b,
+                                       max(k, PHRASE_CANDIDATES) if phrases else k, normalised)
             hits = [(state.doc_ids[s], float(scores[s])) for s in top]
-            if self.phrase_weight and len(terms) > 1 and hits:
-                bonus = phrase_bonus(terms, [state.metas[s] for s in top],
-                                     lambda t: state.term_idf(vocab.get(t), n_terms))
-                hits = [(doc_id, raw + self.phrase_weight * extra)
-                        for (doc_id, raw), extra in zip(hits, bonus)]
+            if phrases and hits:
+                hits = with_phrases(hits, terms, [state.metas[s] for s in top], self.phrase_weight,
+                                    lambda t: state.term_idf(vocab.get(t), n_terms))
         hits.sort(key=lambda h: (-h[1], h[0]))
-        return hits
+        return hits[:k]
 
     # -- keeping the in-memory index current --
 

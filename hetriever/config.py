@@ -198,6 +198,12 @@ class Settings(_Layered):
     # weight and depth in bench/README.md).
     fusion: str = "score"
     dense_weight: float = 0.6
+    # A short English query (at most short_query_terms distinct BM25 terms: titles, headings,
+    # names) leans on the words: with BM25's phrase bonus, hybrid was ahead of both retrievers
+    # on 6 of the 7 sets (descriptions 0.003 behind BM25) against 4 of 7 with one weight for
+    # every query (sweep of both weights and the cut, bench/README.md).
+    dense_weight_short: float = 0.45
+    short_query_terms: int = 6
     # all-MiniLM-L6-v2 is an English model: in other languages its vectors carry less, so
     # dense counts less when a search is in one (bench_multilingual sweep over page titles:
     # best weight 0.3 for ja (365 queries), 0.2-0.3 for zh (157), 0.4 for es (126)). With a
@@ -209,9 +215,9 @@ class Settings(_Layered):
     # 1..100 in bench/README.md); a smaller k lets a page first in one list count.
     rrf_k: int = 5
     # BM25's bonus for query word pairs found in a candidate's title and headings
-    # (hetriever.phrases): FAQ headings MRR@10 +0.05, titles/descriptions up to +0.01, flat
-    # from 0.75 to 2 on every set of >= 100 queries (bench/README.md). 0 = words only.
-    bm25_phrase_weight: float = 1.0
+    # (hetriever.phrases): FAQ headings MRR@10 +0.05 to +0.12, titles and descriptions up to
+    # +0.015 (sweep 0-2 in bench/README.md). 0 = words only.
+    bm25_phrase_weight: float = 1.5
     group_by: str = "page"  # results: one per page (best passage) or "chunk"
     # Results' language: "" = each multilingual site's default language (single-language
     # sites are not filtered), a code ("ja"), or "all".
@@ -416,7 +422,9 @@ def validate(settings: Settings) -> Settings:
         raise bad("bm25_phrase_weight", "must be 0 (off) or more")
     if settings.fusion not in {"score", "rrf"}:
         raise bad("fusion", "must be score or rrf")
-    for name in ("dense_weight", "dense_weight_cjk", "dense_weight_other"):
+    if settings.short_query_terms < 0:
+        raise bad("short_query_terms", "must be 0 (off) or more")
+    for name in ("dense_weight", "dense_weight_short", "dense_weight_cjk", "dense_weight_other"):
         if not 0.0 < getattr(settings, name) < 1.0:
             raise bad(name, "must be between 0 and 1 (BM25 gets the rest)")
     if not 1 <= settings.default_top_k <= settings.max_top_k:

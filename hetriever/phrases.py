@@ -10,8 +10,7 @@ title and description: what the page says it is about). Each pair found adds the
 rarer word, times the weight, to the chunk's raw BM25 score.
 
 Only a search's candidates are rescored, from the metadata the BM25 index already holds, so
-it costs no index space. Measured in bench/README.md ("Phrases in headings"): FAQ headings
-MRR@10 +0.05, titles and descriptions +0.01, questions unchanged.
+it costs no index space. Measured in bench/README.md ("Phrases in headings").
 """
 
 from __future__ import annotations
@@ -20,7 +19,8 @@ from collections.abc import Callable, Mapping, Sequence
 
 from hetriever.analyzer import tokenize
 
-PHRASE_WEIGHT = 1.0  # bench/README.md: flat from 0.75 to 2 on every set of >= 100 queries
+PHRASE_WEIGHT = 1.5  # the setting bm25_phrase_weight's default (swept in bench/README.md)
+PHRASE_CANDIDATES = 100  # BM25's best this many (or k, if more) are rescored, whatever k is
 
 Pair = tuple[str, str]
 
@@ -66,3 +66,11 @@ def phrase_bonus(query_terms: Sequence[str], metas: Sequence[Mapping],
         found = wanted & heading_pairs(meta)
         out.append(sum(max(idf(a), idf(b)) for a, b in found))
     return out
+
+
+def with_phrases(hits: Sequence[tuple[str, float]], query_terms: Sequence[str],
+                 metas: Sequence[Mapping], weight: float,
+                 idf: Callable[[str], float]) -> list[tuple[str, float]]:
+    """(id, raw BM25) hits with `weight` x their `phrase_bonus` added (metas in hit order)."""
+    bonus = phrase_bonus(query_terms, metas, idf)
+    return [(doc_id, raw + weight * extra) for (doc_id, raw), extra in zip(hits, bonus)]

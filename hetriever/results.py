@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hetriever.access import CollectionPlan
+from hetriever.analyzer import tokenize
 from hetriever.candidates import _fill_documents, _Hit, _passage, _trusted, page_key
 from hetriever.fusion import FusedPage, fuse_pages, ordered, rrf_fuse, score_fuse
 from hetriever.logs import get_logger
@@ -85,11 +86,15 @@ def _verify_top_pages(check: _Checker, rankings: dict[str, list[str]], settings:
 CJK_LANGUAGES = frozenset({"ja", "zh", "ko"})
 
 
-def dense_weight_for(settings: Any, lang: str) -> float:
+def dense_weight_for(settings: Any, lang: str, query: str = "") -> float:
     """Dense's share of score fusion for a search in `lang` ("" or "en": English, the
-    embedding model's language)."""
+    embedding model's language). An English query of at most `short_query_terms` distinct
+    BM25 terms is a look-up by name (a title, a heading): it leans on the words
+    (`dense_weight_short`); a longer one is a question, where meaning counts more."""
     base = lang.split("-")[0]
     if not base or base == "en" or base == "all":
+        if query and len(set(tokenize(query))) <= settings.short_query_terms:
+            return settings.dense_weight_short
         return settings.dense_weight
     return settings.dense_weight_cjk if base in CJK_LANGUAGES else settings.dense_weight_other
 

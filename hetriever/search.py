@@ -270,7 +270,7 @@ def _search_once(store: RetrievalStore, text: str, k: int, user_filter: dict | N
                                 user_filter) for name, p in plans.items()}
     exact_hit = _exact(store, text, plans, levels, user_filter, wanted_lang) if exact else None
 
-    weight = dense_weight_for(settings, _search_language(wanted_lang, plans))
+    weight = dense_weight_for(settings, _search_language(wanted_lang, plans), text)
     if weight != settings.dense_weight:  # both validated already: no second validation
         settings = settings.model_copy(update={"dense_weight": weight})
     n = candidate_depth(k, group_by)

@@ -136,7 +136,7 @@ def test_a_word_pair_in_a_heading_adds_the_idf_of_its_rarer_word(index):
     hits = dict(index.search("service name", 10))
     assert words["body"] > words["faq"]  # by words alone the body chunk wins
     # "servic name" is found in the FAQ heading: + max(idf(servic), idf(name)), df 2 of 3
-    assert hits["faq"] == pytest.approx(words["faq"] + idf(3, 2))
+    assert hits["faq"] == pytest.approx(words["faq"] + index.phrase_weight * idf(3, 2))
     assert hits["body"] == pytest.approx(words["body"])  # the words, not the phrase, in its body
     assert [h[0] for h in index.search("service name", 10)][0] == "faq"
     # the order matters: "name service" is not the heading's pair
@@ -152,6 +152,19 @@ def test_a_page_record_is_titled_by_its_description(index):
     words = dict(BM25Index(index.path, phrase_weight=0).search("sample traces", 10))
     hits = dict(index.search("sample traces", 10))
     assert hits["rec"] > words["rec"] and hits["body"] == pytest.approx(words["body"])
+
+
+def test_asking_for_more_results_never_reorders_the_first(index):
+    # 30 chunks share the words; the one titled with the phrase ranks low on words alone.
+    ids = [f"c{i:02d}" for i in range(30)]
+    texts = ["service name " * (1 + i % 3) + "filler " * i for i in range(30)]
+    metas = [{"title": "T", "heading_context": "Service name" if i == 29 else f"Part {i}"}
+             for i in range(30)]
+    index.upsert(ids, texts, metas)
+    everything = index.search("service name", 30)
+    assert everything[0][0] == "c29"
+    for k in (1, 3, 10):
+        assert index.search("service name", k) == everything[:k]
 
 
 def test_a_negative_phrase_weight_is_refused(tmp_path):

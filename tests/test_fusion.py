@@ -145,3 +145,21 @@ def test_dense_counts_less_in_languages_the_english_model_reads_poorly():
     assert dense_weight_for(s, "ja") == dense_weight_for(s, "zh-cn") == s.dense_weight_cjk
     assert dense_weight_for(s, "es") == dense_weight_for(s, "pt-br") == s.dense_weight_other
     assert s.dense_weight_cjk < s.dense_weight_other < s.dense_weight
+
+
+def test_a_short_english_query_leans_on_the_words_and_a_question_on_meaning():
+    from hetriever.config import Settings
+    from hetriever.search import dense_weight_for
+
+    s = Settings()
+    title = "Configure the collector"  # 2 distinct terms: a look-up by name
+    question = ("How do I configure the collector so that it exports traces to two backends "
+                "and drops the health check spans?")
+    assert dense_weight_for(s, "", title) == dense_weight_for(s, "en", title) == \
+        s.dense_weight_short < s.dense_weight
+    assert dense_weight_for(s, "", question) == s.dense_weight
+    # other languages keep their own weight whatever the query's length
+    assert dense_weight_for(s, "ja", title) == s.dense_weight_cjk
+    # the cut counts distinct analysed terms: stopwords and repeats do not make a query longer
+    assert dense_weight_for(s, "", "the the collector collector of it") == s.dense_weight_short
+    assert dense_weight_for(Settings(short_query_terms=0), "", title) == s.dense_weight
