@@ -25,6 +25,11 @@ writes; the rest = metadata, listings, deletes). Embedding time is IndexResult.e
 "Prefect overhead" is reported two ways: flow wall time minus the in-process wall time for the
 same scenario (the honest one), and the residual of the flow's wall time after the measured parts
 (an underestimate with a thread runner, whose tasks overlap the writes).
+CPU seconds (`bench/flow_probes.CpuMeter`): this process's and the harness's server process's
+over each lane, then the server's CPU after the lane ends until it has been idle for longer than
+its task run recorder's flush interval (its backlog of task-run events). The harness's server
+gets deployments/server_settings.py, as hetriever's stacks do; `--prefect-defaults` leaves
+Prefect's own defaults.
 Corpora are looked up at $HETRIEVER_CORPORA, else ../shared/corpora beside the repository.
 """
 
@@ -32,18 +37,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import functools
 import json
 import os
 import shutil
 import sys
 import tempfile
-import threading
 import time
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
@@ -53,73 +55,10 @@ if str(REPO_ROOT) not in sys.path:
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "false")
 
+from bench.flow_probes import CpuMeter, Probe, cpu_line, instrumented  # noqa: E402
+
 CORPORA = Path(os.environ.get("HETRIEVER_CORPORA", REPO_ROOT.parent / "shared" / "corpora"))
 NAMES = ("hugo-docs", "opentelemetry-io")
-
-
-# --- probes: cumulative time spent in real functions -----------------------------------
-
-
-class Probe:
-    """Counts calls and sums durations per label; thread-safe (task bodies run in threads)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.calls: dict[str, int] = {}
-        self.seconds: dict[str, float] = {}
-
-    def add(self, label: str, seconds: float) -> None:
-        with self._lock:
-            self.calls[label] = self.calls.get(label, 0) + 1
-            self.seconds[label] = self.seconds.get(label, 0.0) + seconds
-
-    def reset(self) -> None:
-        with self._lock:
-            self.calls.clear()
-            self.seconds.clear()
-
-    def get(self, label: str) -> float:
-        return self.seconds.get(label, 0.0)
-
-    def wrap(self, label: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(fn)
-        def timed(*args: Any, **kwargs: Any) -> Any:
-            start = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                self.add(label, time.perf_counter() - start)
-
-        return timed
-
-
-STORE_OTHER = ("delete_file_sync", "list_files_sync", "info_sync", "ensure_collection_sync",
-               "update_collection_metadata_sync", "count_sync")
-
-
-@contextmanager
-def instrumented(probe: Probe) -> Iterator[None]:
-    """Wrap the pipeline's functions where their callers look them up (module globals)."""
-    import hetriever.indexing as indexing
-    import tasks.process
-    from hetriever.store import ChromaKnowledgeStore
-
-    patches: list[tuple[Any, str, str]] = [
-        (tasks.process, "process_file", "task_body"),
-        (indexing, "safe_process_text", "parse_clean_chunk"),
-        (indexing, "read_content_file", "git_read_single"),
-        (indexing, "plan", "plan"),
-        (ChromaKnowledgeStore, "upsert_files_sync", "store_write"),
-        *[(ChromaKnowledgeStore, name, "store_other") for name in STORE_OTHER],
-    ]
-    originals = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
-    try:
-        for (owner, name, label), (_, _, original) in zip(patches, originals):
-            setattr(owner, name, probe.wrap(label, original))
-        yield
-    finally:
-        for owner, name, original in originals:
-            setattr(owner, name, original)
 
 
 # --- git fixtures and environment -----------------------------------------------------
@@ -190,10 +129,11 @@ class Run:
     embedding_s: float
     calls: dict[str, int] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
+    cpu: dict[str, float] = field(default_factory=dict)
 
 
 def _run_from(corpus: str, scenario: str, lane: str, wall: float, result: dict,
-              probe: Probe) -> Run:
+              probe: Probe, cpu: dict | None = None) -> Run:
     return Run(corpus=corpus, scenario=scenario, lane=lane, wall_s=round(wall, 3),
                inner_s=round(result.get("total_seconds", 0.0), 3), mode=result.get("mode", "?"),
                files_indexed=result.get("files_indexed", 0),
@@ -201,7 +141,8 @@ def _run_from(corpus: str, scenario: str, lane: str, wall: float, result: dict,
                chunks_reused=result.get("chunks_reused", 0),
                chunks_deleted=result.get("chunks_deleted", 0),
                embedding_s=round(result.get("embedding_seconds", 0.0), 3),
-               calls=dict(probe.calls), seconds={k: round(v, 3) for k, v in probe.seconds.items()})
+               calls=dict(probe.calls), seconds={k: round(v, 3) for k, v in probe.seconds.items()},
+               cpu=cpu or {})
 
 
 def run_flow(corpus: str, scenario: str, runner: str, probe: Probe) -> Run:
@@ -209,14 +150,16 @@ def run_flow(corpus: str, scenario: str, runner: str, probe: Probe) -> Run:
 
     probe.reset()
     with instrumented(probe):
+        meter = CpuMeter()
         start = time.perf_counter()
         state = asyncio.run(ingest(task_runner=runner, return_state=True))
         wall = time.perf_counter() - start
+        meter.stop()
     summary = state.result(raise_on_failure=False)
     if not state.is_completed():
         raise SystemExit(f"the ingest flow did not complete: {state.message}: {summary}")
     (result,) = summary["repositories"]
-    return _run_from(corpus, scenario, f"flow[{runner}]", wall, result, probe)
+    return _run_from(corpus, scenario, f"flow[{runner}]", wall, result, probe, meter.settle())
 
 
 def run_in_process(corpus: str, scenario: str, probe: Probe) -> Run:
@@ -231,12 +174,15 @@ def run_in_process(corpus: str, scenario: str, probe: Probe) -> Run:
                if r.name == corpus]
     probe.reset()
     with instrumented(probe):
+        meter = CpuMeter()
         start = time.perf_counter()
         result = asyncio.run(index_repository(repo, get_knowledge_store(settings), settings))
         wall = time.perf_counter() - start
+        meter.stop()
     if not result.completed:
         raise SystemExit(f"in-process indexing of {corpus} did not complete: {result.failed}")
-    return _run_from(corpus, scenario, "in-process", wall, result.to_dict(), probe)
+    return _run_from(corpus, scenario, "in-process", wall, result.to_dict(), probe,
+                     meter.settle())
 
 
 def check_copy(corpus: str, setup: Run) -> None:
@@ -282,6 +228,7 @@ class FanOut:
     per_file_ms: float
     calls: dict[str, int] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
+    cpu: dict[str, float] = field(default_factory=dict)
 
 
 def fan_out(corpus: str, runners: list[str], probe: Probe,
@@ -295,6 +242,7 @@ def fan_out(corpus: str, runners: list[str], probe: Probe,
     from hetriever.discover import discover_repositories, head_commit, list_content_files
     from hetriever.discover import read_content_files
     import hetriever.indexing as indexing
+    import hetriever.process as process
     from hetriever.indexing import IncludeResolver, now_iso
     from hetriever.indexing import FileWork
     from tasks.process import map_with_tasks
@@ -322,8 +270,8 @@ def fan_out(corpus: str, runners: list[str], probe: Probe,
                                           max_bytes=settings.max_file_bytes):
             if isinstance(text, str):
                 # looked up on the module, so the probe sees it
-                indexing.safe_process_text(repo, p, text, settings, resolver=resolver,
-                                           processed_at=stamp)
+                process.safe_process_text(repo, p, text, settings, resolver=resolver,
+                                          processed_at=stamp)
 
     lanes: list[tuple[str, Callable[[], Any]]] = [
         ("in-process batched", batched), ("in-process per file", per_file),
@@ -333,15 +281,18 @@ def fan_out(corpus: str, runners: list[str], probe: Probe,
     for lane, fn in lanes:
         probe.reset()
         with instrumented(probe):
+            meter = CpuMeter()
             start = time.perf_counter()
             pending = fn()
             if asyncio.iscoroutine(pending):  # the async flow, called from sync code
                 asyncio.run(pending)
             wall = time.perf_counter() - start
+            meter.stop()
+        cpu = meter.settle()
         out.append(FanOut(corpus, lane, len(paths), round(wall, 3),
                           round(1000 * wall / max(1, len(paths)), 2), dict(probe.calls),
-                          {k: round(v, 3) for k, v in probe.seconds.items()}))
-        say(f"{corpus}: {'fan-out only':<20} {lane:<18} {wall:8.2f} s")
+                          {k: round(v, 3) for k, v in probe.seconds.items()}, cpu))
+        say(f"{corpus}: {'fan-out only':<20} {lane:<18} {wall:8.2f} s  {cpu_line(cpu)}")
     return out
 
 
@@ -359,7 +310,8 @@ def bench_corpus(corpus: str, runners: list[str], scratch: Path, model_dir: Path
     def one(lane: str | None, scenario: str) -> Run:
         run = (run_in_process(corpus, scenario, probe) if lane is None
                else run_flow(corpus, scenario, lane, probe))
-        say(f"{corpus}: {scenario:<20} {run.lane:<18} {run.wall_s:8.2f} s  ({run.mode})")
+        say(f"{corpus}: {scenario:<20} {run.lane:<18} {run.wall_s:8.2f} s  ({run.mode})  "
+            f"{cpu_line(run.cpu)}  load {os.getloadavg()[0]:.1f}")
         return run
 
     if fan_out_only:
@@ -472,6 +424,9 @@ def print_table(out: dict[str, Any]) -> None:
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
     for row in ((header, *rows) if rows else ()):
         print("  ".join(str(x).rjust(w) for x, w in zip(row, widths)))
+    for r in out["runs"]:
+        if r["cpu"]:
+            print(f"{r['scenario']} {r['lane']}: {cpu_line(r['cpu'])}")
     for d in out["derived"]:
         print(f"\n{d['corpus']} {d['lane']}: full v2 {d['full_wall_s']:.2f} s; "
               f"incremental/full {d['incremental_over_full']}; no-op {d['noop_s']} s")
@@ -505,6 +460,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="only the per-file fan-out (no embedding, no store): minutes less")
     parser.add_argument("--full-only", action="store_true",
                         help="only the full v2 ingest, in-process then flow, back to back")
+    parser.add_argument("--prefect-defaults", action="store_true",
+                        help="the harness's server without deployments/server_settings.py")
     args = parser.parse_args(argv)
     corpora = args.corpus or ["hugo-docs"]
     runners = args.runner or ["threads"]
@@ -525,6 +482,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     from prefect.testing.utilities import prefect_test_harness
+
+    if not args.prefect_defaults:  # the server as hetriever's stacks start it
+        from deployments.server_settings import apply_server_settings
+
+        apply_server_settings()
 
     model_dir = prepare_model_dir(args.model_dir)
     warm_up(model_dir)

@@ -1,0 +1,142 @@
+"""What bench_flow.py measures besides wall time: cumulative time in real functions (wrapped
+for the duration of a run) and CPU seconds of this process against the Prefect server's."""
+
+from __future__ import annotations
+
+import functools
+import os
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+
+# --- probes: cumulative time spent in real functions -----------------------------------
+
+
+class Probe:
+    """Counts calls and sums durations per label; thread-safe (task bodies run in threads)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.calls: dict[str, int] = {}
+        self.seconds: dict[str, float] = {}
+
+    def add(self, label: str, seconds: float) -> None:
+        with self._lock:
+            self.calls[label] = self.calls.get(label, 0) + 1
+            self.seconds[label] = self.seconds.get(label, 0.0) + seconds
+
+    def reset(self) -> None:
+        with self._lock:
+            self.calls.clear()
+            self.seconds.clear()
+
+    def get(self, label: str) -> float:
+        return self.seconds.get(label, 0.0)
+
+    def wrap(self, label: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.add(label, time.perf_counter() - start)
+
+        return timed
+
+
+STORE_OTHER = ("delete_file_sync", "list_files_sync", "info_sync", "ensure_collection_sync",
+               "update_collection_metadata_sync", "count_sync")
+
+
+@contextmanager
+def instrumented(probe: Probe) -> Iterator[None]:
+    """Wrap the pipeline's functions where their callers look them up (module globals)."""
+    import hetriever.indexing as indexing
+    import hetriever.process as process
+    import tasks.process
+    from hetriever.store import ChromaKnowledgeStore
+
+    patches: list[tuple[Any, str, str]] = [
+        (tasks.process, "process_file", "task_body"),
+        (process, "safe_process_text", "parse_clean_chunk"),
+        (process, "read_content_file", "git_read_single"),
+        (indexing, "plan", "plan"),
+        (ChromaKnowledgeStore, "upsert_files_sync", "store_write"),
+        *[(ChromaKnowledgeStore, name, "store_other") for name in STORE_OTHER],
+    ]
+    originals = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
+    try:
+        for (owner, name, label), (_, _, original) in zip(patches, originals):
+            setattr(owner, name, probe.wrap(label, original))
+        yield
+    finally:
+        for owner, name, original in originals:
+            setattr(owner, name, original)
+
+
+# --- CPU accounting: this process against the Prefect server's -------------------------
+
+
+def server_pid() -> int | None:
+    """The harness's API server subprocess (None outside the harness)."""
+    from prefect.server.api.server import SubprocessASGIServer
+
+    process = getattr(SubprocessASGIServer._instances.get(None), "server_process", None)
+    return process.pid if process is not None else None
+
+
+def cpu_of(pid: int | None) -> float:
+    """User + system CPU seconds of a process so far (0 if unknown)."""
+    if pid is None:
+        return 0.0
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuMeter:
+    """CPU seconds of this process and of the Prefect server over a lane, and how long the
+    server stays busy after the lane ends (its backlog of events)."""
+
+    def __init__(self) -> None:
+        self.pid = server_pid()
+        self.own0, self.server0 = time.process_time(), cpu_of(self.pid)
+        self.own = self.server = 0.0
+
+    def stop(self) -> None:
+        self.own = time.process_time() - self.own0
+        self.server = cpu_of(self.pid) - self.server0
+
+    def settle(self, quiet: float = 0.05, step: float = 0.5, limit: float = 120.0) -> dict:
+        """Wait until the server has used less than `quiet` CPU seconds per `step` for longer
+        than its task run recorder's flush interval (a batch may wait that long)."""
+        flush = float(os.environ.get("PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_FLUSH_INTERVAL",
+                                     5))
+        start, before = time.perf_counter(), cpu_of(self.pid)
+        last, busy_until = before, start
+        while self.pid is not None and time.perf_counter() - start < limit:
+            time.sleep(step)
+            now, at = cpu_of(self.pid), time.perf_counter()
+            if now - last >= quiet:
+                busy_until = at
+            elif at - busy_until > flush + step:
+                break
+            last = now
+        return {"flow_process_cpu_s": round(self.own, 2),
+                "server_cpu_s": round(self.server, 2),
+                "server_cpu_after_s": round(cpu_of(self.pid) - before, 2),
+                "server_busy_after_s": round(busy_until - start, 1)}
+
+
+def cpu_line(cpu: dict) -> str:
+    if not cpu:
+        return ""
+    return (f"cpu: this process {cpu['flow_process_cpu_s']:.1f} s, server "
+            f"{cpu['server_cpu_s']:.1f} s (+{cpu['server_cpu_after_s']:.1f} s in "
+            f"{cpu['server_busy_after_s']:.1f} s after)")
