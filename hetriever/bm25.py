@@ -410,9 +410,9 @@ class BM25Index:
             if not term_ids or not state.n_live:
                 return []
             phrases = bool(self.phrase_weight) and len(terms) > 1
-            # a fixed depth is rescored: asking for more never reorders the first results
             top, scores = state.search(term_ids, n_terms, self.k1, self.b,
                                        max(k, PHRASE_CANDIDATES) if phrases else k, normalised)
+            top.sort(key=lambda s: (-scores[s], state.doc_ids[s]))
             hits = [(state.doc_ids[s], float(scores[s])) for s in top]
             if phrases and hits:
                 hits = with_phrases(hits, terms, [state.metas[s] for s in top], self.phrase_weight,

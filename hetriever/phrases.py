@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from hetriever.analyzer import tokenize
 
 PHRASE_WEIGHT = 1.5  # the setting bm25_phrase_weight's default (swept in bench/README.md)
-PHRASE_CANDIDATES = 100  # BM25's best this many (or k, if more) are rescored, whatever k is
+PHRASE_CANDIDATES = 100  # BM25's best this many by words are rescored, whatever k is
 
 Pair = tuple[str, str]
 
@@ -71,6 +71,10 @@ def phrase_bonus(query_terms: Sequence[str], metas: Sequence[Mapping],
 def with_phrases(hits: Sequence[tuple[str, float]], query_terms: Sequence[str],
                  metas: Sequence[Mapping], weight: float,
                  idf: Callable[[str], float]) -> list[tuple[str, float]]:
-    """(id, raw BM25) hits with `weight` x their `phrase_bonus` added (metas in hit order)."""
-    bonus = phrase_bonus(query_terms, metas, idf)
-    return [(doc_id, raw + weight * extra) for (doc_id, raw), extra in zip(hits, bonus)]
+    """(id, raw BM25) hits, best first, with `weight` x `phrase_bonus` added to the first
+    PHRASE_CANDIDATES (metas in hit order). The bonus only adds, so those stay ahead of the
+    rest, and however many hits a search asks for, the first ones rank the same."""
+    head = min(len(hits), PHRASE_CANDIDATES)
+    bonus = phrase_bonus(query_terms, metas[:head], idf)
+    return [(doc_id, raw + weight * extra)
+            for (doc_id, raw), extra in zip(hits[:head], bonus)] + list(hits[head:])

@@ -167,6 +167,21 @@ def test_asking_for_more_results_never_reorders_the_first(index):
         assert index.search("service name", k) == everything[:k]
 
 
+def test_only_a_fixed_depth_is_rescored_so_a_deep_search_keeps_the_order(index, monkeypatch):
+    monkeypatch.setattr(bm25_module, "PHRASE_CANDIDATES", 5)
+    monkeypatch.setattr("hetriever.phrases.PHRASE_CANDIDATES", 5)
+    ids = [f"c{i:02d}" for i in range(12)]
+    texts = ["service name " + "filler " * i for i in range(12)]
+    metas = [{"title": "T", "heading_context": "Service name" if i in (2, 9) else f"Part {i}"}
+             for i in range(12)]
+    index.upsert(ids, texts, metas)
+    deep = index.search("service name", 12)
+    # c02 is among the 5 best by words and gains; c09 is not, and keeps its place by words
+    assert deep[0][0] == "c02" and [h[0] for h in deep].index("c09") == 9
+    for k in (2, 5, 8):
+        assert index.search("service name", k) == deep[:k]
+
+
 def test_a_negative_phrase_weight_is_refused(tmp_path):
     from hetriever.errors import KnowledgeStoreError
 
