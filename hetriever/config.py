@@ -398,7 +398,9 @@ def validate(settings: Settings) -> Settings:
         raise bad("chunk_tokens", "must be between 32 and 8192")
     if not 0 <= settings.min_chunk_tokens < settings.chunk_tokens:
         raise bad("min_chunk_tokens", "must be at least 0 and below chunk_tokens")
-    if settings.embedding_model == "all-MiniLM-L6-v2" and settings.chunk_tokens > MODEL_MAX_TOKENS - 2:
+    # the offline model, or the same model through sentence-transformers under any prefix
+    minilm = settings.embedding_model.lower().endswith("all-minilm-l6-v2")
+    if minilm and settings.chunk_tokens > MODEL_MAX_TOKENS - 2:
         raise bad("chunk_tokens", f"all-MiniLM-L6-v2 reads at most {MODEL_MAX_TOKENS - 2} "
                                   "word-pieces per chunk; longer text would be silently truncated")
     if settings.retention_days < 0:

@@ -261,7 +261,7 @@ class StoreWrites(RepositoryViews):
     def soft_delete_file_sync(self, collection: str, file_path: str, deleted_at: str) -> int:
         """Mark a file's live chunks `is_deleted=True, deleted_at=...` in Chroma and BM25.
 
-        They stay stored (for audit) but every search excludes them; `purge_deleted_sync`
+        They stay stored (for audit) but every search excludes them; `lifecycle.purge`
         removes them later. Returns the number of chunks marked.
         """
         col = self.collection(collection)

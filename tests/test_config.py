@@ -51,6 +51,8 @@ def test_use_hybrid_search_env(word, expected):
     ({"HETRIEVER_FOLLOW_INTERVAL": "-1"}, "follow_interval"),
     ({"HETRIEVER_FOLLOW": "yes"}, "follow"),  # without a Chroma server to follow
     ({"HETRIEVER_BM25_PHRASE_WEIGHT": "-0.5"}, "bm25_phrase_weight"),
+    ({"HETRIEVER_EMBEDDING_MODEL": "sentence-transformers:sentence-transformers/all-MiniLM-L6-v2",
+      "HETRIEVER_CHUNK_TOKENS": "400"}, "chunk_tokens"),
     ({"HETRIEVER_DENSE_WEIGHT_SHORT": "1.5"}, "dense_weight_short"),
     ({"HETRIEVER_SHORT_QUERY_TERMS": "-1"}, "short_query_terms"),
 ])
