@@ -61,11 +61,8 @@ def phrase_bonus(query_terms: Sequence[str], metas: Sequence[Mapping],
     wanted = word_pairs(query_terms)
     if not wanted:
         return [0.0] * len(metas)
-    out = []
-    for meta in metas:
-        found = wanted & heading_pairs(meta)
-        out.append(sum(max(idf(a), idf(b)) for a, b in found))
-    return out
+    weight = {(a, b): max(idf(a), idf(b)) for a, b in wanted}  # once per search, not per hit
+    return [sum(weight[pair] for pair in wanted & heading_pairs(meta)) for meta in metas]
 
 
 def with_phrases(hits: Sequence[tuple[str, float]], query_terms: Sequence[str],
