@@ -67,19 +67,8 @@ def _fill_documents(store: RetrievalStore, hits: list[_Hit]) -> None:
                 stored = store.search_bm25(name).get(hit.doc_id)
             except HetrieverError:  # Chroma down and BM25 damaged: nothing to show
                 stored = None
-            if stored is not None:
-                hit.content, hit.metadata = _bm25_record(stored)
-
-
-def _bm25_record(stored: Any) -> tuple[str | None, dict[str, Any] | None]:
-    """(text, metadata) from whatever `BM25Index.get` returns (a tuple, dict or object)."""
-    if isinstance(stored, tuple):
-        text, meta = stored[0], stored[1]
-    elif isinstance(stored, Mapping):
-        text, meta = stored.get("text"), stored.get("metadata")
-    else:
-        text, meta = getattr(stored, "text", None), getattr(stored, "metadata", None)
-    return text, dict(meta or {})
+            if stored is not None:  # (text, metadata)
+                hit.content, hit.metadata = stored[0], dict(stored[1] or {})
 
 
 def _trusted(hit: _Hit, plans: Mapping[str, CollectionPlan], levels: frozenset[str]) -> bool:

@@ -14,7 +14,7 @@ weighted sum of each retriever's standardised (z) scores; or RRF, `sum 1 / (k + 
 
 Scores:
 - dense_score: cosine distance `d` (in [0, 2]) mapped to `1 - d / 2`, so 1.0 is identical,
-  0.5 orthogonal, 0.0 opposite. Linear and never clamped for the cosine space.
+  0.5 orthogonal, 0.0 opposite. Linear, clamped to [0, 1] only against float rounding.
 - bm25_score: the raw BM25 score divided by the best raw score among the candidates.
 - score: in hybrid mode the fused score mapped into [0, 1] keeping its order (score fusion:
   the logistic of the weighted z-sum, so 0.5 is an average candidate; RRF: divided by its
@@ -48,7 +48,6 @@ from typing import Any
 
 from hetriever.access import CollectionPlan, caller_levels, declared_level
 from hetriever.candidates import (  # noqa: F401 (re-exported for callers of search)
-    _bm25_record,
     _fill_documents,
     _Hit,
     _passage,

@@ -152,3 +152,22 @@ def test_index_search_and_an_incremental_run_over_the_fakes(tmp_path, memory_sto
     assert paths and paths[0].endswith("install/_index.md")
     later = run(memory_store.search("where function", top_k=10))
     assert not any(h.metadata["file_path"].endswith("where.md") for h in later)
+
+
+def test_while_chroma_cannot_answer_bm25_hits_show_bm25s_own_copy(tmp_path, memory_store) -> None:
+    from hetriever.candidates import _fill_documents, _Hit
+
+    parent, _ = build_sample_parent(tmp_path)
+    (repo,) = [r for r in discover_repositories(parent) if r.name == "sample-docs"]
+    run(index_repository(repo, memory_store, memory_store.settings))
+    (doc_id, _), *_ = memory_store.search_bm25("sample-docs").search("where function", 1)
+    text, meta = memory_store.search_bm25("sample-docs").get(doc_id)
+    col = memory_store.collection("sample-docs")
+
+    def down(*args: Any, **kwargs: Any) -> Any:
+        raise ConnectionError("chroma is down")
+
+    col.get = down  # the document fetch fails; BM25 still holds the chunk
+    hit = _Hit(doc_id, "sample-docs")
+    _fill_documents(memory_store, [hit])
+    assert hit.content == text and hit.metadata == meta
