@@ -8,7 +8,8 @@ from __future__ import annotations
 import json
 import math
 import sys
-from typing import Any, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -48,15 +49,91 @@ class _Segment:
 
 
 _UNSHARED_KEYS = frozenset({"content_hash"})  # one value per chunk: nothing to share
+_ABSENT = object()  # a key this chunk's metadata does not have
 
 
-def _shared(meta: dict) -> dict:
-    """`meta` with its keys and string values interned. Every chunk of a page repeats its
-    repository, path, title, description, URL and section; held once each, a 100k-chunk
-    index's metadata takes ~40% of the memory (opentelemetry-io, 8,275 chunks: 15.8 -> 6.2
-    MB). Interned strings are freed with their last reference."""
-    return {sys.intern(k): (sys.intern(v) if type(v) is str and k not in _UNSHARED_KEYS else v)
-            for k, v in meta.items()}
+def _held(key: str, value: Any) -> Any:
+    """How a metadata value is held: strings interned (every chunk of a page repeats its
+    repository, path, title, description, URL and section), lists as tuples, so that holding
+    them shares one copy across chunks."""
+    if type(value) is str:
+        return value if key in _UNSHARED_KEYS else sys.intern(value)
+    if type(value) is list:
+        return tuple(_held(key, v) for v in value)
+    return value
+
+
+def _given(value: Any) -> Any:
+    return list(value) if type(value) is tuple else value
+
+
+class _MetaRow(Mapping):
+    """One chunk's metadata, read from the columns (a view: nothing is copied)."""
+
+    __slots__ = ("_columns", "_slot")
+
+    def __init__(self, columns: dict[str, list], slot: int):
+        self._columns = columns
+        self._slot = slot
+
+    def __getitem__(self, key: str) -> Any:
+        column = self._columns.get(key)
+        value = _ABSENT if column is None else column[self._slot]
+        if value is _ABSENT:
+            raise KeyError(key)
+        return _given(value)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        column = self._columns.get(key)
+        value = _ABSENT if column is None else column[self._slot]
+        return default if value is _ABSENT else _given(value)
+
+    def __iter__(self) -> Iterator[str]:
+        slot = self._slot
+        return (key for key, column in self._columns.items() if column[slot] is not _ABSENT)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+class _Metadata:
+    """Per-chunk metadata held as one list per key instead of one dict per chunk.
+
+    A dict of ~17 keys costs ~0.7 KB per chunk; a column slot costs 8 bytes, and the values
+    themselves are shared (`_held`). Measured at 100k chunks in bench/README.md ("Memory")."""
+
+    def __init__(self) -> None:
+        self._columns: dict[str, list] = {}
+        self._n = 0
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, slot: int) -> _MetaRow:
+        return _MetaRow(self._columns, slot)
+
+    def append(self, meta: Mapping) -> None:
+        n = self._n
+        for key, value in meta.items():
+            column = self._columns.get(key)
+            if column is None:
+                column = self._columns[sys.intern(key)] = [_ABSENT] * n
+            column.append(_held(key, value))
+        self._n = n + 1
+        for column in self._columns.values():
+            if len(column) == n:
+                column.append(_ABSENT)
+
+    def take(self, slots: Iterable[int]) -> _Metadata:
+        """The metadata of `slots`, in that order (compaction)."""
+        slots = list(slots)
+        out = _Metadata()
+        for key, column in self._columns.items():
+            kept = [column[s] for s in slots]
+            if any(v is not _ABSENT for v in kept):
+                out._columns[key] = kept
+        out._n = len(slots)
+        return out
 
 
 def _value_key(value: Any) -> tuple | None:
@@ -88,7 +165,7 @@ class _State:
     compaction; a replaced or deleted doc's slot is tombstoned."""
 
     def __init__(self, generation: int, doc_ids: list[str], lengths: np.ndarray,
-                 metas: list[dict], term_ids: np.ndarray, docs: np.ndarray, tfs: np.ndarray,
+                 metas: _Metadata, term_ids: np.ndarray, docs: np.ndarray, tfs: np.ndarray,
                  n_terms: int):
         self.generation = generation
         self.doc_ids = doc_ids
@@ -115,13 +192,13 @@ class _State:
         Streamed row by row: holding every row's JSON at once cost more than the index."""
         doc_ids: list[str] = []
         lengths: list[int] = []
-        metas: list[dict] = []
+        metas = _Metadata()
         term_parts: list[bytes] = []
         tf_parts: list[bytes] = []
         for doc_id, length, meta, terms, tf in rows:
             doc_ids.append(doc_id)
             lengths.append(length)
-            metas.append(_shared(json.loads(meta)))
+            metas.append(json.loads(meta))
             term_parts.append(terms)
             tf_parts.append(tf)
         per_doc = np.fromiter((len(t) // 2 for t in tf_parts), dtype=np.int64, count=len(tf_parts))
@@ -181,7 +258,7 @@ class _State:
         self.remove(doc_id)
         slot = len(self.doc_ids)
         self.doc_ids.append(doc_id)
-        self.metas.append(_shared(meta))
+        self.metas.append(meta)
         self.id_to_slot[doc_id] = slot
         self._new_lengths.append(float(length))  # arrays grow once per batch, in changed()
         self.total_len += length
@@ -214,7 +291,7 @@ class _State:
         self.main = _Segment(terms[keep], remap[docs[keep]].astype(np.int32), tfs[keep], n_terms)
         live = np.flatnonzero(self.alive)
         self.doc_ids = [self.doc_ids[i] for i in live]
-        self.metas = [self.metas[i] for i in live]
+        self.metas = self.metas.take(int(i) for i in live)
         self.lengths = self.lengths[live]
         self.alive = np.ones(len(live), dtype=bool)
         self.id_to_slot = {doc_id: i for i, doc_id in enumerate(self.doc_ids)}

@@ -528,6 +528,38 @@ def test_compaction_keeps_results(tmp_path, monkeypatch):
         assert_same_hits(fresh.search("common changed word3", 60), before)
 
 
+def test_metadata_comes_back_as_written_through_reopen_updates_and_compaction(tmp_path):
+    """Metadata is held as columns (one list per key); every chunk must still read back its
+    own keys only, lists as lists, and a caller's copy must not reach the index."""
+    path = tmp_path / "bm25.sqlite"
+    written = {f"d{i}": {"title": f"Page {i % 3}", "chunk_index": i, "has_code": i % 2 == 0,
+                         **({"aliases": [f"/a{i}", "/b"]} if i % 4 == 0 else {}),
+                         **({"weight": 1.5} if i == 7 else {})}
+               for i in range(40)}
+    with BM25Index(path) as ix:
+        ix.upsert(list(written), ["common words"] * 40, list(written.values()))
+        ix.search("common", 1)  # load the in-memory state
+        written["d41"] = {"title": "Late", "lang": "de"}  # a key no earlier chunk has
+        ix.upsert(["d41"], ["common late"], [written["d41"]])
+        for i in range(0, 40, 3):
+            written[f"d{i}"] = {"title": "Changed", "aliases": ["/c"]}
+            ix.upsert([f"d{i}"], ["common changed"], [written[f"d{i}"]])
+        ix.delete([f"d{i}" for i in range(1, 40, 5)])
+        for i in range(1, 40, 5):
+            del written[f"d{i}"]
+        ix._state.compact(len(ix._vocab))
+        got = ix.metadata_of(list(written))
+        assert got == written
+        assert all(type(m.get("aliases", [])) is list for m in got.values())
+        got["d0"]["aliases"].append("/mutated")
+        assert ix.metadata_of(["d0"])["d0"] == {"title": "Changed", "aliases": ["/c"]}
+        assert ix.ids_where({"lang": "de"}) == {"d41"}
+        assert ix.ids_where({"aliases": {"$contains": "/b"}}) == {
+            d for d, m in written.items() if "/b" in m.get("aliases", [])}
+    with BM25Index(path) as fresh:
+        assert fresh.metadata_of(list(written)) == written
+
+
 def test_drop_deletes_files(tmp_path):
     path = tmp_path / "sub" / "bm25.sqlite"
     ix = BM25Index(path)
