@@ -31,7 +31,13 @@ from hetriever.embed import (
     parse_model_spec,
     prepare_model,
 )
-from hetriever.model_build import MANIFEST_NAME, TOKENIZER_FILES, default_source_dir
+from hetriever.model_build import (
+    BUILD_VERSION,
+    DATA_FILE,
+    MANIFEST_NAME,
+    TOKENIZER_FILES,
+    default_source_dir,
+)
 from hetriever.errors import ConfigurationError, EmbeddingError
 from tests.helpers import REPO_ROOT
 
@@ -83,15 +89,19 @@ def test_prepare_model_writes_chroma_layout_and_manifest(embedder: MiniLMEmbedde
     import onnx
 
     onnx_dir = model_dir / ONNX_SUBDIR
-    for name in ("model.onnx", *TOKENIZER_FILES, MANIFEST_NAME):
+    for name in ("model.onnx", DATA_FILE, *TOKENIZER_FILES, MANIFEST_NAME):
         assert (onnx_dir / name).is_file(), name
+    # The weights live beside the graph (onnxruntime maps them instead of copying them).
+    assert (onnx_dir / "model.onnx").stat().st_size < 1_000_000
+    assert (onnx_dir / DATA_FILE).stat().st_size > 80_000_000
     source = default_source_dir()
     for name in TOKENIZER_FILES:
         assert (onnx_dir / name).read_bytes() == (source / name).read_bytes()
     manifest = json.loads((onnx_dir / MANIFEST_NAME).read_text())
     expected_sha = hashlib.sha256((source / "model.safetensors").read_bytes()).hexdigest()
     assert manifest["source_sha256"] == expected_sha
-    assert manifest["files"]["model.onnx"] == (onnx_dir / "model.onnx").stat().st_size
+    for name in ("model.onnx", DATA_FILE):
+        assert manifest["files"][name] == (onnx_dir / name).stat().st_size
     # No leftovers of the temporary build directory.
     assert sorted(p.name for p in model_dir.iterdir() if p.name != ".prepare.lock") == [ONNX_SUBDIR]
 
@@ -127,11 +137,12 @@ def test_source_with_new_mtime_but_same_weights_is_not_rebuilt(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("name", ["model.onnx", DATA_FILE])
 def test_truncated_model_is_rebuilt(embedder: MiniLMEmbedder, model_dir: Path,
-                                    tmp_path: Path) -> None:
+                                    tmp_path: Path, name: str) -> None:
     damaged = tmp_path / "damaged"
     shutil.copytree(model_dir, damaged)
-    model_file = damaged / ONNX_SUBDIR / "model.onnx"
+    model_file = damaged / ONNX_SUBDIR / name
     good_size = model_file.stat().st_size
     with model_file.open("r+b") as fh:
         fh.truncate(good_size // 2)
@@ -143,6 +154,34 @@ def test_truncated_model_is_rebuilt(embedder: MiniLMEmbedder, model_dir: Path,
     assert not (damaged / ".onnx-build-crashed").exists()
     rebuilt = MiniLMEmbedder(damaged, threads=1)
     np.testing.assert_allclose(rebuilt.embed(SENTENCES), embedder.embed(SENTENCES), atol=1e-6)
+
+
+@pytest.mark.slow
+def test_a_model_built_with_weights_inside_the_graph_is_rebuilt(
+        embedder: MiniLMEmbedder, model_dir: Path, tmp_path: Path) -> None:
+    old = tmp_path / "old"
+    shutil.copytree(model_dir, old)
+    manifest_path = old / ONNX_SUBDIR / MANIFEST_NAME
+    manifest = json.loads(manifest_path.read_text())
+    (old / ONNX_SUBDIR / DATA_FILE).unlink()  # the previous layout had no weights file
+    del manifest["files"][DATA_FILE]
+    manifest["build_version"] = 1
+    manifest_path.write_text(json.dumps(manifest))
+
+    prepare_model(old)
+
+    assert json.loads(manifest_path.read_text())["build_version"] == BUILD_VERSION
+    assert (old / ONNX_SUBDIR / DATA_FILE).is_file()
+    np.testing.assert_array_equal(MiniLMEmbedder(old, threads=1).embed(SENTENCES),
+                                  embedder.embed(SENTENCES))
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs /proc")
+def test_onnxruntime_maps_the_weights_file_instead_of_copying_it(embedder: MiniLMEmbedder,
+                                                                  model_dir: Path) -> None:
+    weights = str((model_dir / ONNX_SUBDIR / DATA_FILE).resolve())
+    embedder.embed(SENTENCES[:1])
+    assert weights in Path("/proc/self/maps").read_text()
 
 
 @pytest.mark.slow
