@@ -14,7 +14,8 @@ kernel's `ru_maxrss` for that child (os.wait4), the same figure `/usr/bin/time -
 - search: `hetriever search` (hybrid) over the full hugo-docs index, and over an index padded
   to --search-chunks with copies of its chunks (their vectors plus noise, ~10% of the words
   dropped, written straight to Chroma and BM25 as bench_store does: embedding 100k chunks here
-  would take an hour).
+  would take an hour), then the same searches with the vectors served by `chroma run` over
+  that directory (the searching process's peak, and the server's).
 
 Corpora are looked up at $HETRIEVER_CORPORA, else ../shared/corpora beside the repository.
 """
@@ -131,6 +132,23 @@ def search_peak(workdir: Path, parent: Path) -> dict[str, Any]:
             "wall_s_median": sorted(r["wall_s"] for r in runs)[len(runs) // 2]}
 
 
+def server_search_peak(workdir: Path, parent: Path) -> dict[str, Any]:
+    """`search_peak` with the vectors served by `chroma run` over the same Chroma directory:
+    what a searching process holds when the HNSW index lives in the server."""
+    from tests.chroma_fixtures import running_chroma_server
+
+    with running_chroma_server(workdir / "chroma") as server:
+        env = {**env_for(workdir, parent), "HETRIEVER_CHROMA_HOST": server.host,
+               "HETRIEVER_CHROMA_PORT": str(server.port)}
+        runs = [run_child(["search", "--json", "-k", "10", q], env) for q in QUERIES]
+        status = Path(f"/proc/{server.process.pid}/status").read_text()
+        hwm = next(int(line.split()[1]) for line in status.splitlines()
+                   if line.startswith("VmHWM:"))
+    return {"peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
+            "wall_s_median": sorted(r["wall_s"] for r in runs)[len(runs) // 2],
+            "server_peak_rss_mb": round(hwm / 1024, 1)}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpus", action="append", choices=NAMES,
@@ -201,6 +219,12 @@ def main(argv: list[str] | None = None) -> int:
                 report["search"][f"hugo-docs x{count}"] = padded
                 say(f"search {count} chunks: peak RSS {padded['peak_rss_mb']:.0f} MB, "
                     f"median {padded['wall_s_median']:.1f} s per CLI search")
+                served = server_search_peak(work, parent)
+                report["search"][f"hugo-docs x{count} chroma run"] = {"chunks": count, **served}
+                say(f"search {count} chunks against `chroma run`: peak RSS "
+                    f"{served['peak_rss_mb']:.0f} MB (the server's own peak "
+                    f"{served['server_peak_rss_mb']:.0f} MB), median "
+                    f"{served['wall_s_median']:.1f} s per CLI search")
 
     out = REPO_ROOT / "bench" / "results"
     out.mkdir(parents=True, exist_ok=True)

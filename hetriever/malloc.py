@@ -33,3 +33,15 @@ def limit_arenas(environ: dict[str, str] | None = None) -> int | None:
     except OSError:  # another C library (musl): it has no arenas to cap
         return None
     return arenas if libc.mallopt(M_ARENA_MAX, arenas) == 1 else None
+
+
+def release_free_memory() -> bool:
+    """Hand the heap's free pages back to the system (glibc `malloc_trim(0)`): after a load
+    whose temporaries were freed, so the next one's peak does not sit on top of them. False
+    where there is no glibc."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        return bool(ctypes.CDLL("libc.so.6").malloc_trim(0))
+    except (OSError, AttributeError):
+        return False

@@ -560,6 +560,32 @@ def test_metadata_comes_back_as_written_through_reopen_updates_and_compaction(tm
         assert fresh.metadata_of(list(written)) == written
 
 
+@pytest.mark.parametrize("block", [1, 7, 1 << 18])
+@pytest.mark.parametrize("n_terms", [50, 70_000])  # 16-bit radix sort keys, and wider ones
+def test_postings_ordered_block_by_block_equal_one_stable_sort(monkeypatch, block, n_terms):
+    import numpy as np
+
+    from hetriever import bm25_memory
+
+    monkeypatch.setattr(bm25_memory, "SORT_BLOCK", block)
+    rng = np.random.default_rng(block)
+    per_doc = rng.integers(0, 9, size=300)
+    docs = np.repeat(np.arange(len(per_doc), dtype=np.int32), per_doc)
+    terms = rng.integers(0, n_terms, size=len(docs)).astype(np.int32)
+    tfs = rng.integers(1, 5, size=len(docs)).astype(np.uint16)
+    segment = bm25_memory._Segment(terms, docs, tfs, n_terms)
+    order = np.argsort(terms, kind="stable")
+    assert segment.docs.tolist() == docs[order].tolist()
+    by_ends = bm25_memory._Segment(terms, None, tfs, n_terms, doc_ends=np.cumsum(per_doc))
+    assert by_ends.docs.tolist() == segment.docs.tolist()
+    assert by_ends.tfs.tolist() == segment.tfs.tolist()
+    assert segment.tfs.tolist() == tfs[order].astype(np.float32).tolist()
+    assert segment.offsets.tolist() == [0, *np.cumsum(np.bincount(terms, minlength=n_terms))]
+    for term in rng.integers(0, n_terms, size=20):
+        got_docs, _ = segment.postings(int(term))
+        assert got_docs.tolist() == docs[terms == term].tolist()
+
+
 def test_drop_deletes_files(tmp_path):
     path = tmp_path / "sub" / "bm25.sqlite"
     ix = BM25Index(path)
