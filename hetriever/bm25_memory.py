@@ -52,6 +52,7 @@ class _Segment:
             if docs is not None:
                 self.docs[dest] = docs[start:start + SORT_BLOCK][order]
             else:
+                assert doc_ends is not None
                 self.docs[dest] = np.searchsorted(doc_ends, start + order, side="right")
             self.tfs[dest] = tfs[start:start + SORT_BLOCK][order]
             cursor += in_block
@@ -360,7 +361,7 @@ class _State:
             index = self.eq_index.get(key)
             if index is None:
                 index = self.eq_index[key] = {}
-                for slot in np.flatnonzero(self.alive):
+                for slot in np.flatnonzero(self.alive).tolist():
                     vkey = _value_key(self.metas[slot].get(key))
                     if vkey is not None:
                         index.setdefault(vkey, set()).add(int(slot))

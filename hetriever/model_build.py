@@ -420,11 +420,12 @@ def prepare_int8(target_dir: Path, *, source_dir: Path | None = None,
             quantize_dynamic(str(fp32_model), str(build_dir / MODEL_FILE),
                              weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"],
                              per_channel=True, use_external_data_format=True)
-            manifest = {"build_version": INT8_BUILD_VERSION, "fp32_bytes": stat.st_size,
-                        "fp32_mtime_ns": stat.st_mtime_ns,
-                        "model_bytes": (build_dir / MODEL_FILE).stat().st_size,
-                        "data_bytes": (build_dir / DATA_FILE).stat().st_size,
-                        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            manifest: dict[str, Any] = {
+                "build_version": INT8_BUILD_VERSION, "fp32_bytes": stat.st_size,
+                "fp32_mtime_ns": stat.st_mtime_ns,
+                "model_bytes": (build_dir / MODEL_FILE).stat().st_size,
+                "data_bytes": (build_dir / DATA_FILE).stat().st_size,
+                "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
             (build_dir / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n",
                                                    encoding="utf-8")
             if int8_dir.exists():
