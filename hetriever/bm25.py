@@ -363,7 +363,7 @@ class BM25Index:
             for doc_id in doc_ids:
                 slot = state.id_to_slot.get(doc_id)
                 if slot is not None and state.alive[slot]:
-                    out[doc_id] = dict(state.metas[slot])
+                    out[doc_id] = state.metas.dict_of(slot)
             return out
 
     def ids_where(self, where: Mapping | None) -> set[str]:

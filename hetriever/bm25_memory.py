@@ -135,6 +135,11 @@ class _Metadata:
     def __getitem__(self, slot: int) -> _MetaRow:
         return _MetaRow(self._columns, slot)
 
+    def dict_of(self, slot: int) -> dict:
+        """A copy of one chunk's metadata, in one pass over the columns."""
+        return {key: _given(value) for key, column in self._columns.items()
+                if (value := column[slot]) is not _ABSENT}
+
     def append(self, meta: Mapping) -> None:
         n = self._n
         for key, value in meta.items():
