@@ -29,8 +29,8 @@ class _Segment:
     def __init__(self, term_ids: np.ndarray, docs: np.ndarray | None, tfs: np.ndarray,
                  n_terms: int, doc_ends: np.ndarray | None = None):
         """Postings (term, doc, tf) ordered by term, stably: within a term they keep their
-        input order. The docs are given, or by `doc_ends` (postings stored doc by doc: where
-        each doc's end), which spares a loading index an array as long as the postings.
+        input order. The docs are given, or found from `doc_ends` (postings stored doc by doc,
+        each doc's end offset), which spares a loading index an array as long as the postings.
         Ordered a block at a time into the final arrays: sorting all postings at once held an
         int64 order and copies of every input (a 100k-chunk index peaked ~40 MB higher)."""
         n = len(term_ids)
