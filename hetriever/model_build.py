@@ -277,6 +277,14 @@ def _exclusive(lock_path: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+def _readable_by_all(build_dir: Path) -> None:
+    """mkdtemp makes the directory 0700 and onnx writes its external data 0600: a model built
+    by one user (an image built as root) must be readable by the user who runs it."""
+    build_dir.chmod(0o755)
+    for path in build_dir.iterdir():
+        path.chmod(0o644)
+
+
 def _build_into(build_dir: Path, source: _Source) -> dict[str, Any]:
     import onnx
     from safetensors.numpy import load_file
@@ -292,7 +300,7 @@ def _build_into(build_dir: Path, source: _Source) -> dict[str, Any]:
     for name in TOKENIZER_FILES:
         shutil.copyfile(source.dir / name, build_dir / name)
     stat = source.weights.stat()
-    build_dir.chmod(0o755)  # mkdtemp's 0700 would hide the model from other users
+    _readable_by_all(build_dir)
     manifest = {
         "model": MINILM_NAME,
         "build_version": BUILD_VERSION,
@@ -428,6 +436,7 @@ def prepare_int8(target_dir: Path, *, source_dir: Path | None = None,
                 "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
             (build_dir / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n",
                                                    encoding="utf-8")
+            _readable_by_all(build_dir)
             if int8_dir.exists():
                 old = Path(tempfile.mkdtemp(prefix=".onnx-int8-old-", dir=target_dir))
                 os.replace(int8_dir, old / "onnx-int8")

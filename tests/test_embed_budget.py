@@ -136,3 +136,14 @@ def test_switching_to_int8_goes_through_migrate(tmp_path, fp32, int8):
     finally:
         new.close_sync()
         old.close_sync()
+
+
+@pytest.mark.slow
+def test_a_built_model_is_readable_by_every_user(model_dir, int8):
+    # An image builds the model as root and runs as another user: onnx writes its external
+    # data 0600 and mkdtemp makes directories 0700, and neither may reach the prepared dirs.
+    for sub in ("onnx", INT8_SUBDIR):
+        directory = model_dir / sub
+        assert directory.stat().st_mode & 0o005 == 0o005, directory
+        for path in directory.iterdir():
+            assert path.stat().st_mode & 0o004, path
