@@ -6,6 +6,7 @@ a full ingest's peak RSS sat ~60 MB above its live data (bench/README.md: hugo-d
 406 MB with two arenas, same wall time). `mallopt(M_ARENA_MAX)` at import, before any of those
 threads exist, has the effect of the MALLOC_ARENA_MAX environment variable.
 HETRIEVER_MALLOC_ARENAS=0 leaves glibc's default; MALLOC_ARENA_MAX, when set, wins.
+`release_free_memory()` hands freed heap pages back after a large load (`malloc_trim`).
 """
 
 from __future__ import annotations
@@ -28,20 +29,22 @@ def limit_arenas(environ: dict[str, str] | None = None) -> int | None:
     arenas = int(raw) if raw.isdigit() else DEFAULT_ARENAS
     if arenas <= 0:
         return None
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:  # another C library (musl): it has no arenas to cap
-        return None
-    return arenas if libc.mallopt(M_ARENA_MAX, arenas) == 1 else None
+    libc = _glibc()
+    return arenas if libc is not None and libc.mallopt(M_ARENA_MAX, arenas) == 1 else None
 
 
 def release_free_memory() -> bool:
     """Hand the heap's free pages back to the system (glibc `malloc_trim(0)`): after a load
     whose temporaries were freed, so the next one's peak does not sit on top of them. False
     where there is no glibc."""
-    if not sys.platform.startswith("linux"):
-        return False
+    libc = _glibc() if sys.platform.startswith("linux") else None
+    return libc is not None and bool(libc.malloc_trim(0))
+
+
+def _glibc() -> ctypes.CDLL | None:
+    """glibc, or None under another C library (musl: no arenas to cap, nothing to trim)."""
     try:
-        return bool(ctypes.CDLL("libc.so.6").malloc_trim(0))
-    except (OSError, AttributeError):
-        return False
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return None
+    return libc if hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim") else None
