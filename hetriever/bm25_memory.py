@@ -100,11 +100,10 @@ class _MetaRow(Mapping):
         self._slot = slot
 
     def __getitem__(self, key: str) -> Any:
-        column = self._columns.get(key)
-        value = _ABSENT if column is None else column[self._slot]
+        value = self.get(key, _ABSENT)
         if value is _ABSENT:
             raise KeyError(key)
-        return _given(value)
+        return value
 
     def get(self, key: str, default: Any = None) -> Any:
         column = self._columns.get(key)
