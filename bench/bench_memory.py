@@ -26,6 +26,7 @@ import argparse
 import hashlib
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -137,9 +138,10 @@ def pad_in_a_child(workdir: Path, repository: str, total: int) -> int:
         return int(pool.apply(pad_index, (workdir, repository, total)))
 
 
-def search_peak(workdir: Path, parent: Path) -> dict[str, Any]:
-    runs = [run_child(["search", "--json", "-k", "10", q], env_for(workdir, parent))
-            for q in QUERIES]
+def search_peak(workdir: Path, parent: Path,
+                more_env: dict[str, str] | None = None) -> dict[str, Any]:
+    env = {**env_for(workdir, parent), **(more_env or {})}
+    runs = [run_child(["search", "--json", "-k", "10", q], env) for q in QUERIES]
     return {"peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
             "peak_rss_mb_each": [r["peak_rss_mb"] for r in runs],
             "wall_s_median": sorted(r["wall_s"] for r in runs)[len(runs) // 2]}
@@ -151,16 +153,12 @@ def server_search_peak(workdir: Path, parent: Path) -> dict[str, Any]:
     from tests.chroma_fixtures import running_chroma_server
 
     with running_chroma_server(workdir / "chroma") as server:
-        env = {**env_for(workdir, parent), "HETRIEVER_CHROMA_HOST": server.host,
-               "HETRIEVER_CHROMA_PORT": str(server.port)}
-        runs = [run_child(["search", "--json", "-k", "10", q], env) for q in QUERIES]
+        found = search_peak(workdir, parent, {"HETRIEVER_CHROMA_HOST": server.host,
+                                              "HETRIEVER_CHROMA_PORT": str(server.port)})
         status = Path(f"/proc/{server.process.pid}/status").read_text()
         hwm = next(int(line.split()[1]) for line in status.splitlines()
                    if line.startswith("VmHWM:"))
-    return {"peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
-            "peak_rss_mb_each": [r["peak_rss_mb"] for r in runs],
-            "wall_s_median": sorted(r["wall_s"] for r in runs)[len(runs) // 2],
-            "server_peak_rss_mb": round(hwm / 1024, 1)}
+    return {**found, "server_peak_rss_mb": round(hwm / 1024, 1)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -239,8 +237,6 @@ def main(argv: list[str] | None = None) -> int:
                     f"{served['peak_rss_mb']:.0f} MB (the server's own peak "
                     f"{served['server_peak_rss_mb']:.0f} MB), median "
                     f"{served['wall_s_median']:.1f} s per CLI search")
-
-    import resource
 
     # Every child's figure is at least this (see pad_in_a_child): it must stay below them.
     report["bench_process_peak_rss_mb"] = round(
