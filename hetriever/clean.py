@@ -66,7 +66,8 @@ _IMAGE = re.compile(r"!\[([^\]]*)\](?:\((?:<[^>]*>|[^()\s]*(?:\([^()]*\)[^()\s]*
 _LINK = re.compile(r"\[((?:[^\[\]]|\[[^\[\]]*\])*)\]"
                    r"(?:\((?:<[^>]*>|[^()\s]*(?:\([^()]*\)[^()\s]*)*)"
                    r"(?:\s+(?:\"[^\"]*\"|'[^']*'))?\s*\)|\[([^\]]*)\])")
-_SHORTCUT_REF = re.compile(r"\[([^\[\]]+)\](?![(\[:])")
+# Definition lines are gone before inline text is cleaned, so `[label]:` here is a use.
+_SHORTCUT_REF = re.compile(r"\[([^\[\]]+)\](?![(\[])")
 _FOOTNOTE_REF = re.compile(r"\[\^[^\]\s]+\]")
 _EMPHASIS = (
     re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*"),
@@ -180,7 +181,8 @@ def _inline(text: str, ctx: _Context, refs: set[str], *, table: bool = False) ->
         text = _LINK.sub(r"\1", text)
         if refs and "[" in text:
             text = _SHORTCUT_REF.sub(
-                lambda m: m.group(1) if m.group(1).lower() in refs else m.group(0), text)
+                lambda m: m.group(1) if _ref_key(ctx.restore(m.group(1))) in refs
+                else m.group(0), text)
     if "*" in text or "_" in text or "~" in text:
         for pattern in _EMPHASIS:
             text = pattern.sub(r"\1", text)
@@ -296,6 +298,13 @@ def _markdown_blocks(text: str, ctx: _Context, refs: set[str], out: list[Block])
 _REF_LABEL = re.compile(r"^ {0,3}\[([^\]^][^\]]*)\]:", re.M)
 
 
+def _ref_key(label: str) -> str:
+    """A reference label as CommonMark matches it (case and runs of spaces ignored), with code
+    backticks dropped: a use's inline code is already swapped for its text when it is matched
+    (``[`where`]`` must find the definition ``[`where`]: /functions/where/``)."""
+    return " ".join(label.replace("`", " ").split()).casefold()
+
+
 def clean_page(body: str, *, include_resolver: IncludeResolver | None = None,
                params: Mapping[str, str] | None = None, path: str | None = None) -> list[Block]:
     """Turn a page body (Markdown after the front matter) into ordered Blocks. Never raises.
@@ -327,7 +336,7 @@ def _clean(body: str, resolver: IncludeResolver | None, params: Mapping[str, str
     refs: set[str] = set()
     for kind, text in ctx.pieces:
         if kind == "md" and "]:" in text:
-            refs.update(label.lower() for label in _REF_LABEL.findall(text))
+            refs.update(_ref_key(label) for label in _REF_LABEL.findall(text))
     blocks: list[Block] = []
     for kind, text in ctx.pieces:
         if kind == "code":

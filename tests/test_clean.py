@@ -435,6 +435,24 @@ def test_links_images_references_and_emphasis():
     ]
 
 
+def test_shortcut_references_match_labels_as_commonmark_does():
+    # The use's inline code is already text when it is matched; case and spacing do not count.
+    body = doc("""
+        Use the [`resources.GetRemote`] function, see [Cache  Busting] and [`a`  b].
+        Not defined: [`other`]. Before a code block, write a [render hook]:
+
+        [`resources.GetRemote`]: /functions/resources/getremote/
+        [cache busting]: /configuration/build/#cache-busters
+        [`a` b]: /ab/
+        [render hook]:
+          /render-hooks/
+        """)
+    assert texts(clean_page(body)) == [
+        "Use the resources.GetRemote function, see Cache Busting and a b.\n"
+        "Not defined: [other]. Before a code block, write a render hook:",
+    ]
+
+
 def test_lists_quotes_alerts_definition_lists_footnotes():
     body = doc("""
         - one
