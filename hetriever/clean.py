@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from bs4 import BeautifulSoup
 from bs4.element import Comment, Declaration, Doctype, NavigableString, ProcessingInstruction
 
+from hetriever.fences import split_fences
 from hetriever.logs import get_logger
 from hetriever.models import Block
 from hetriever.shortcodes import (  # noqa: F401 (IncludeResolver: re-exported)
@@ -30,7 +31,6 @@ from hetriever.shortcodes import (  # noqa: F401 (IncludeResolver: re-exported)
     IncludeResolver,
     _Context,
     _expand,
-    split_fences,
 )
 
 log = get_logger(__name__)

@@ -1,11 +1,12 @@
 """Hugo shortcodes and fenced code: the first two passes of cleaning a page body.
 
-1. fences: fenced code blocks are cut out first, so nothing below ever looks inside them
-   (Hugo expands only shortcodes there: `param`/`_param` values and escaped examples);
+1. fences (`hetriever.fences`): fenced code blocks are cut out first, so nothing below ever
+   looks inside them (Hugo expands only shortcodes there: `param`/`_param` values and escaped
+   examples);
 2. shortcodes: only `{{<` and `{{%` start one (`{{ .Title }}` is Go-template text and stays);
    pairs are matched by name, not delimiter, so `{{% tab %}}...{{< /tab >}}` works; `include`d
-   snippets and path-named partials are expanded (recursion-guarded), `param` is resolved from
-   the page's front matter.
+   snippets and path-named partials are expanded (recursion-guarded, template variables
+   filled: `hetriever.snippets`), `param` is resolved from the page's front matter.
 
 The result is a `_Context` whose `pieces` are Markdown and code in page order; inline code,
 escaped shortcodes and autolinks in the Markdown become private-use placeholders that the
@@ -19,7 +20,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from hetriever.logs import get_logger
+from hetriever.fences import split_fences
 from hetriever.parse import split_front_matter
+from hetriever.snippets import fill_template, partial_names
 
 log = get_logger(__name__)
 
@@ -74,87 +77,6 @@ class _Context:
         self.pieces.append(("code", text))
 
 
-# --- pass 1: fenced code ------------------------------------------------------------------
-
-_FENCE = re.compile(r"([ \t]*)(`{3,}|~{3,})(.*)")
-_QUOTE_MARK = re.compile(r"[ \t]{0,3}>[ \t]?")
-
-
-def _unquote(line: str, depth: int) -> str | None:
-    """`line` without `depth` block-quote markers, or None when it has fewer."""
-    pos = 0
-    for _ in range(depth):
-        m = _QUOTE_MARK.match(line, pos)
-        if not m:
-            return None
-        pos = m.end()
-    return line[pos:]
-
-
-def _fence_open(line: str) -> tuple[int, str, int] | None:
-    """(quote depth, fence char, fence length) if `line` opens a fenced code block."""
-    depth = 0
-    body = line
-    if line.lstrip().startswith(">"):
-        while True:
-            m = _QUOTE_MARK.match(body)
-            if not m:
-                break
-            depth += 1
-            body = body[m.end():]
-    m = _FENCE.fullmatch(body.rstrip("\n"))
-    if not m:
-        return None
-    fence = m.group(2)
-    if fence[0] == "`" and "`" in m.group(3):
-        return None  # CommonMark: a backtick fence's info string holds no backtick
-    return depth, fence[0], len(fence)
-
-
-def split_fences(text: str) -> list[tuple[str, str]]:
-    """Split Markdown into ("md", text) and ("code", fenced block) pieces, in order.
-
-    A fence may be indented, in a block quote (its quote markers are dropped from the code), or
-    never closed (then it runs to the end, as CommonMark renders it).
-    """
-    if "```" not in text and "~~~" not in text:
-        return [("md", text)] if text else []
-    lines = text.splitlines(keepends=True)
-    out: list[tuple[str, str]] = []
-    md_start = i = 0
-    n = len(lines)
-    while i < n:
-        line = lines[i]
-        if "```" not in line and "~~~" not in line:
-            i += 1
-            continue
-        opened = _fence_open(line)
-        if opened is None:
-            i += 1
-            continue
-        depth, char, length = opened
-        code = [_unquote(line, depth) or line if depth else line]
-        j = i + 1
-        while j < n:
-            current = _unquote(lines[j], depth) if depth else lines[j]
-            if current is None:
-                break  # the block quote holding the fence ended
-            code.append(current)
-            j += 1
-            stripped = current.strip()
-            if stripped and stripped[0] == char and stripped.count(char) == len(stripped) \
-                    and len(stripped) >= length:
-                break
-        if md_start < i:
-            out.append(("md", "".join(lines[md_start:i])))
-        block = "".join(code)
-        out.append(("code", block[:-1] if block.endswith("\n") else block))
-        i = md_start = j
-    if md_start < n:
-        out.append(("md", "".join(lines[md_start:])))
-    return out
-
-
 # --- pass 2: shortcodes -------------------------------------------------------------------
 
 _SC_START = re.compile(r"\{\{([<%])")
@@ -168,7 +90,7 @@ _CODE_SC = re.compile(
     re.S)
 
 _BLOCK_SHORTCODES = {"tab", "tabpane", "tabs", "alert", "details", "note", "warning", "callout",
-                     "code-toggle", "highlight", "comment", "cards", "card"}
+                     "code-toggle", "highlight", "comment", "cards", "card", "config_option"}
 _CODE_SHORTCODES = {"code-toggle", "highlight"}
 _MEDIA_SHORTCODES = {"img", "figure", "youtube", "vimeo", "instagram", "x", "tweet", "imgproc"}
 _ALERT_TYPES = {"note", "tip", "important", "warning", "caution", "danger", "info"}
@@ -336,28 +258,56 @@ def _code_from_call(call: _Call, inner: str, ctx: _Context) -> str:
     return f"{fence}{info}\n{body}\n{fence}"
 
 
-def _include(target: str, ctx: _Context, depth: int) -> None:
+def _include(names: list[str], ctx: _Context, depth: int, args: Mapping[str, str]) -> None:
+    """Expand the first of `names` the resolver finds, its template variables filled from
+    `args` (see `hetriever.snippets.fill_template`)."""
+    target = names[0] if names else ""
     if ctx.resolver is None or not target:
         return
     if depth >= MAX_INCLUDE_DEPTH or target in ctx.chain:
         log.warning("include_skipped", path=ctx.path, include=target,
                     reason="recursion" if target in ctx.chain else "too deep")
         return
-    try:
-        text = ctx.resolver(target)
-    except Exception as exc:  # a resolver bug must not lose the page
-        log.warning("include_failed", path=ctx.path, include=target, error=str(exc))
-        return
+    text = None
+    for name in names:
+        try:
+            text = ctx.resolver(name)
+        except Exception as exc:  # a resolver bug must not lose the page
+            log.warning("include_failed", path=ctx.path, include=name, error=str(exc))
+            return
+        if text:
+            break
     if not text:
         return
     _, _, body, _ = split_front_matter(text)
     ctx.buffer.append("\n\n")
     ctx.chain.append(target)
     try:
-        _expand(body, ctx, depth + 1)
+        _expand(fill_template(body, args) if "{{" in body else body, ctx, depth + 1)
     finally:
         ctx.chain.pop()
     ctx.buffer.append("\n\n")
+
+
+def _include_args(call: _Call, first: int) -> dict[str, str]:
+    """A snippet's template arguments: positional ones from `first` on as `$1`, `$2`, ...,
+    and the named ones by name."""
+    args = {str(i): v for i, v in enumerate(call.positional[first:], start=1)}
+    args.update(call.named)
+    return args
+
+
+def _config_option(call: _Call, ctx: _Context) -> str:
+    """OpenTelemetry's `config_option`: the page shows the system property and the environment
+    variable it maps to (upper case, `.` and `-` as `_`), then the default."""
+    name = call.named.get("name", "").strip()
+    if not name:
+        return "\n\n"
+    env = call.named.get("envVar") or re.sub(r"[.-]", "_", name.upper())
+    lines = [f"System property: {ctx.protect(name)}", f"Environment variable: {ctx.protect(env)}"]
+    if call.named.get("default"):
+        lines.append(f"Default: {ctx.protect(call.named['default'])}")
+    return "\n\n" + "\n".join(lines) + "\n\n"
 
 
 def _call_text(call: _Call, paired: bool) -> str:
@@ -430,10 +380,13 @@ def _expand(text: str, ctx: _Context, depth: int) -> None:
             name = call.positional[0] if call.positional else call.named.get("name", "")
             ctx.buffer.append(ctx.literal(_param(ctx, name)) if name else "")
         elif call.name == "include":
-            _include(call.positional[0] if call.positional else "", ctx, depth)
+            target = call.positional[0] if call.positional else ""
+            _include([target] if target else [], ctx, depth, _include_args(call, 1))
         elif "/" in call.name:
             # OTel-style partials named by path, e.g. `docs/languages/index-intro`.
-            _include(call.name, ctx, depth)
+            _include(partial_names(call.name), ctx, depth, _include_args(call, 0))
+        elif call.name == "config_option":
+            ctx.buffer.append(_config_option(call, ctx))
         else:
             ctx.buffer.append(_call_text(call, close is not None))
     ctx.flush()

@@ -249,11 +249,76 @@ def test_include_is_resolved_cleaned_and_inlined():
         ("paragraph", "Shared text"),
         ("paragraph", "Deep text."),
         ("code", "```sh\nls\n```"),
-        ("paragraph", "Welcome to {{ $name }} docs."),
+        ("paragraph", "Welcome to docs."),
         ("paragraph", "Last."),
     ]
     assert calls == ["/_common/intro.md", "/_common/deep.md", "docs/languages/index-intro",
                      "/_common/missing.md"]
+
+
+def test_path_named_partial_is_found_in_includes_folders_by_its_tail():
+    # OpenTelemetry's `docs/languages/exporters/intro` shortcode includes
+    # `_includes/exporters/intro.md` from the page's folder upwards.
+    snippets = {"_includes/exporters/intro": "Export to the Collector.\n",
+                "_includes/intro": "The wrong, shorter tail.\n"}
+    calls = []
+
+    def resolver(path: str) -> str | None:
+        calls.append(path)
+        return snippets.get(path)
+
+    blocks = clean_page("{{% docs/languages/exporters/intro %}}\n", include_resolver=resolver)
+    assert texts(blocks) == ["Export to the Collector."]
+    assert calls == ["docs/languages/exporters/intro", "_includes/languages/exporters/intro",
+                     "_includes/exporters/intro"]
+
+
+def test_include_fills_the_snippet_template_outside_code():
+    snippet = doc("""
+        ---
+        ---
+        ## Keeping {{ $1 }} information current
+
+        The [interface]({{ $2 }}) of the {{ $name }} SDK, `{{ $name }}` in code stays.
+
+        {{ if $name }}
+        A list for the language.
+        {{ end }}
+
+        {{ if not $name }}
+        A list for every language.
+        {{ end }}
+
+        {{ if $empty }}
+        Never shown.
+        {{ end }}
+
+        ```go-html-template
+        {{ $name := "x" }}{{ $1 }}
+        ```
+        """)
+    blocks = clean_page('{{% include "k.md" vendor "https://x.y/" empty="" %}}\n',
+                        include_resolver=lambda path: snippet)
+    assert [(b.kind, b.text) for b in blocks] == [
+        ("heading", "Keeping vendor information current"),
+        ("paragraph", "The interface of the SDK, {{ $name }} in code stays."),
+        ("paragraph", "A list for the language."),
+        ("code", '```go-html-template\n{{ $name := "x" }}vendor\n```'),
+    ]
+
+
+def test_config_option_shows_the_property_and_its_environment_variable():
+    body = doc("""
+        {{% config_option name="otel.instrumentation.common.db-statement-sanitizer.enabled" default=true %}}
+        Enables the DB statement sanitization.
+        {{% /config_option %}}
+        """)
+    assert texts(clean_page(body)) == [
+        "System property: otel.instrumentation.common.db-statement-sanitizer.enabled\n"
+        "Environment variable: OTEL_INSTRUMENTATION_COMMON_DB_STATEMENT_SANITIZER_ENABLED\n"
+        "Default: true",
+        "Enables the DB statement sanitization.",
+    ]
 
 
 def test_include_without_resolver_is_dropped():
