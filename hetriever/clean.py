@@ -69,12 +69,13 @@ _LINK = re.compile(r"\[((?:[^\[\]]|\[[^\[\]]*\])*)\]"
 # Definition lines are gone before inline text is cleaned, so `[label]:` here is a use.
 _SHORTCUT_REF = re.compile(r"\[([^\[\]]+)\](?![(\[])")
 _FOOTNOTE_REF = re.compile(r"\[\^[^\]\s]+\]")
+# Emphasis may wrap onto the next line of its paragraph (sources wrapped at 80 columns).
 _EMPHASIS = (
-    re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*"),
-    re.compile(r"(?<!\w)__(?=\S)(.+?)(?<=\S)__(?!\w)"),
-    re.compile(r"~~(?=\S)(.+?)(?<=\S)~~"),
-    re.compile(r"(?<![\w*\\])\*(?=[^\s*])(.+?)(?<=[^\s*])\*(?![\w*])"),
-    re.compile(r"(?<![\w\\])_(?=[^\s_])(.+?)(?<=[^\s_])_(?!\w)"),
+    re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*", re.S),
+    re.compile(r"(?<!\w)__(?=\S)(.+?)(?<=\S)__(?!\w)", re.S),
+    re.compile(r"~~(?=\S)(.+?)(?<=\S)~~", re.S),
+    re.compile(r"(?<![\w*\\])\*(?=[^\s*])(.+?)(?<=[^\s*])\*(?![\w*])", re.S),
+    re.compile(r"(?<![\w\\])_(?=[^\s_])(.+?)(?<=[^\s_])_(?!\w)", re.S),
 )
 # A Goldmark block attribute line, e.g. `{.badge .w-75}` or `{class="x" #id}`.
 _ATTR_LINE = re.compile(r"\{(?:\s*(?:[.#][\w-]+|[\w-]+=(?:\"[^\"]*\"|'[^']*'|[^\s}]+)))+\s*\}")
@@ -236,7 +237,7 @@ def _markdown_blocks(text: str, ctx: _Context, refs: set[str], out: list[Block])
             alert = _ALERT.match(line.strip())
             if alert and alert.group(1).lower() in _ALERT_TYPES:
                 flush()
-                title = ctx.restore(alert.group(2)).strip()
+                title = _inline(alert.group(2), ctx, refs).strip()
                 label = alert.group(1).capitalize() + ":" + (f" {title}" if title else "")
                 continue
         s = line.strip()

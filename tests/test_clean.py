@@ -500,6 +500,22 @@ def test_links_images_references_and_emphasis():
     ]
 
 
+def test_emphasis_across_a_wrapped_line_and_in_an_alert_title():
+    body = doc("""
+        Coming to **Tokyo,
+        June 16-17** and _you just
+        need_ it; snake_case_name
+        and other_name stay.
+
+        > [!WARNING] **First time contributors** take note!
+        > Read this.
+        """)
+    assert texts(clean_page(body)) == [
+        "Coming to Tokyo,\nJune 16-17 and you just\nneed it; snake_case_name\nand other_name stay.",
+        "Warning: First time contributors take note! Read this.",
+    ]
+
+
 def test_shortcut_references_match_labels_as_commonmark_does():
     # The use's inline code is already text when it is matched; case and spacing do not count.
     body = doc("""
