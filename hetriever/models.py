@@ -146,6 +146,9 @@ class Page(_Serialisable):
     translation_key: str = ""
     in_site: bool = True  # False: in no content root of the site (e.g. a disabled language)
     kind_disabled: bool = False  # the site's disableKinds names its kind (page, section, home)
+    # What the page's `cascade` front matter passes down to its descendants' `param` lookups
+    # (same keys as `params`); a section's `_index.md` sets it.
+    cascade: dict[str, str] = field(default_factory=dict)
 
 
 # --- clean -------------------------------------------------------------------------

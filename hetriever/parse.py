@@ -181,6 +181,20 @@ def page_params(data: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
+def cascade_params(data: Mapping[str, Any]) -> dict[str, str]:
+    """The `param` values a page's `cascade` passes to its descendants: a map, or a list of
+    maps; an entry with a `target` (or `_target`) page matcher is left out, since which pages
+    it reaches is decided by matching we do not do."""
+    cascade = data.get("cascade")
+    entries = cascade if isinstance(cascade, list) else [cascade]
+    out: dict[str, str] = {}
+    for entry in entries:
+        if isinstance(entry, Mapping) and not ({"target", "_target"} & set(entry)):
+            for key, value in page_params(entry).items():
+                out.setdefault(key, value)
+    return out
+
+
 def normalise_front_matter(data: Mapping[str, Any]) -> Metadata:
     """The kept keys of `data`, each a valid Chroma metadata value; anything else is dropped."""
     out: Metadata = {}
@@ -388,6 +402,7 @@ def parse_page(repository: str, file_path: str, text: str, *, content_dir: str =
         draft=bool(front_matter.get("draft", False)),
         front_matter_error=error,
         params=page_params(data),
+        cascade=cascade_params(data),
     )
 
 

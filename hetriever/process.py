@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import PurePosixPath
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Mapping
 
 from hetriever import faults
 from hetriever.chunk import chunk_page
@@ -70,6 +70,7 @@ class IncludeResolver:
         self.content_root = PurePosixPath(repo.content_dir)
         self._languages = ["en"]
         self._cache: dict[str, str | None] = {}
+        self._cascades: dict[str, dict[str, str]] = {}
 
     def for_page(self, page_path: str) -> Callable[[str], str | None]:
         return lambda name: self.resolve(name, page_path)
@@ -100,6 +101,34 @@ class IncludeResolver:
         for root in roots:
             yield str(root / with_ext)
             yield str(root / "_includes" / with_ext)
+
+    def inherited_params(self, page_path: str) -> dict[str, str]:
+        """`param` values the page inherits from its ancestor sections' `cascade` (the nearest
+        wins; the page's own front matter wins over all, see `process_text`)."""
+        roots = {str(self.content_root)}
+        if self.repo.site is not None and self.repo.site.configured:
+            roots.update(r.source.strip("/") for r in self.repo.site.roots)
+        page = PurePosixPath(page_path)
+        # A section's own cascade is for its descendants, not for itself.
+        directory = page.parent.parent if page.stem == "_index" else page.parent
+        inherited: dict[str, str] = {}
+        while True:
+            for key, value in self._cascade(str(directory / "_index.md")).items():
+                inherited.setdefault(key, value)
+            if str(directory) in roots or directory == directory.parent:
+                return inherited
+            directory = directory.parent
+
+    def _cascade(self, index_path: str) -> dict[str, str]:
+        if index_path not in self._cascades:
+            try:
+                text = read_content_file(self.repo, index_path, self.commit,
+                                         max_bytes=self.settings.max_file_bytes)
+                self._cascades[index_path] = parse_page(
+                    self.repo.name, index_path, text, content_dir=self.repo.content_dir).cascade
+            except SkipFile:
+                self._cascades[index_path] = {}
+        return self._cascades[index_path]
 
     def resolve(self, name: str, page_path: str) -> str | None:
         for candidate in self.candidates(name, page_path):
@@ -142,8 +171,10 @@ def page_extras(page, access: str) -> dict:
 
 
 def process_text(repo: Repository, path: str, text: str, settings: Settings, *,
-                 include_resolver: Callable[[str], str | None] | None = None) -> FileOutcome:
-    """parse -> skip rules -> clean -> chunk for one file's text."""
+                 include_resolver: Callable[[str], str | None] | None = None,
+                 inherited_params: Mapping[str, str] | None = None) -> FileOutcome:
+    """parse -> skip rules -> clean -> chunk for one file's text; `inherited_params` are what
+    ancestor sections cascade to it (`IncludeResolver.inherited_params`)."""
     lines = text.count("\n") + 1
     if is_snippet_path(path, repo.content_dir):
         return FileOutcome(path, skipped=SkippedFile(path, "snippet (not a page)"), lines=lines)
@@ -151,8 +182,8 @@ def process_text(repo: Repository, path: str, text: str, settings: Settings, *,
     reason = skip_reason(page, include_drafts=settings.include_drafts)
     if reason:
         return FileOutcome(path, skipped=SkippedFile(path, reason), lines=lines)
-    blocks = clean_page(page.body, include_resolver=include_resolver, params=page.params,
-                        path=path)
+    params = {**inherited_params, **page.params} if inherited_params else page.params
+    blocks = clean_page(page.body, include_resolver=include_resolver, params=params, path=path)
     access = settings.access_levels.get(repo.name, "PUBLIC").upper()
     if settings.page_record == "prefix" and page_summary_lines(page):
         blocks = [Block("paragraph", "\n".join(page_summary_lines(page))), *blocks]
@@ -203,7 +234,10 @@ def safe_process_text(repo: Repository, path: str, text: str, settings: Settings
     """`process_text` that turns any error into a skip; `processed_at` is unused (see
     `process_file`)."""
     try:
-        return process_text(repo, path, text, settings, include_resolver=resolver.for_page(path))
+        # Only a page that calls `param` needs its ancestors' cascades read.
+        inherited = resolver.inherited_params(path) if "param" in text else None
+        return process_text(repo, path, text, settings, include_resolver=resolver.for_page(path),
+                            inherited_params=inherited)
     except Exception as exc:  # a bad file is logged and skipped; it never stops the run
         log.error("file_failed", repository=repo.name, path=path,
                   error=f"{type(exc).__name__}: {exc}")
@@ -211,16 +245,17 @@ def safe_process_text(repo: Repository, path: str, text: str, settings: Settings
 
 
 def expand_snippet_dependents(repo: Repository, change_set: ChangeSet) -> ChangeSet:
-    """Pages that include a changed snippet must be re-indexed too (their text changed)."""
+    """Pages whose text depends on another changed file are re-indexed too: those that include
+    a changed snippet, and those below a changed section page (`_index.md`, whose `cascade`
+    may give their `param` calls a value). Unchanged chunks are reused, so a page whose text
+    did not change costs its processing only."""
     if change_set.mode != "incremental":
         return change_set
-    snippets = {
-        PurePosixPath(p).stem
-        for c in change_set.changes
-        for p in (c.path, c.old_path)
-        if p and is_snippet_path(p, repo.content_dir)
-    }
-    if not snippets:
+    changed = [p for c in change_set.changes for p in (c.path, c.old_path) if p]
+    snippets = {PurePosixPath(p).stem for p in changed if is_snippet_path(p, repo.content_dir)}
+    sections = {str(PurePosixPath(p).parent) + "/" for p in changed
+                if PurePosixPath(p).stem == "_index" and not is_snippet_path(p, repo.content_dir)}
+    if not snippets and not sections:
         return change_set
     already = {c.path for c in change_set.changes}
     candidates = [p for p in list_content_files(repo, change_set.new_commit)
@@ -228,13 +263,14 @@ def expand_snippet_dependents(repo: Repository, change_set: ChangeSet) -> Change
     added: list[FileChange] = []
     for path, text in read_content_files(repo, candidates, change_set.new_commit,
                                          max_bytes=10**9):
-        if isinstance(text, SkipFile):
+        if isinstance(text, SkipFile) or ("{{%" not in text and "{{<" not in text):
             continue
-        if ("{{%" in text or "{{<" in text) and any(name in text for name in snippets):
+        if any(name in text for name in snippets) or (
+                "param" in text and any(path.startswith(s) for s in sections)):
             added.append(FileChange(ChangeKind.MODIFIED, path))
     if added:
         log.info("snippet_dependents", repository=repo.name, snippets=sorted(snippets),
-                 pages=len(added))
+                 sections=sorted(sections), pages=len(added))
     change_set.changes.extend(added)
     change_set.include_dependents.extend(c.path for c in added)
     return change_set

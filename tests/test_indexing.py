@@ -129,6 +129,33 @@ def test_changed_snippet_reindexes_the_pages_that_include_it(docs, store):
     assert "Windows Terminal" in texts and "PowerShell" not in texts
 
 
+def test_param_takes_a_section_cascade_and_follows_its_changes(docs, store):
+    parent, source = docs
+    write_files(source, {
+        "content/docs/_index.md": "---\ntitle: Documentation\ncascade:\n  vers:\n"
+                                  "    sample: 1.2.3\n    tool: 9.9.9\n---\n",
+        "content/docs/install/upgrade.md": (
+            "---\ntitle: Upgrade\nvers:\n  tool: 4.0.0\n---\n\nUpgrade to Sample "
+            "{{% param vers.sample %}} with the tool {{% param \"vers.tool\" %}}.\n"),
+    })
+    update_submodule(parent, "sample-docs", commit_all(source, "cascade"))
+    run(index_repository(repo_of(parent), store, store.settings))
+    # The nearest ancestor section's cascade, the page's own front matter over it.
+    upgrade = [t for (path, t) in stored(store, "sample-docs").values()
+               if path.endswith("upgrade.md")]
+    assert any("Upgrade to Sample 1.2.3 with the tool 4.0.0." in t for t in upgrade)
+
+    index = source / "content/docs/_index.md"
+    index.write_text(index.read_text().replace("1.2.3", "2.0.0"))
+    update_submodule(parent, "sample-docs", commit_all(source, "new version"))
+    result = run(index_repository(repo_of(parent), store, store.settings))
+    assert result.mode == "incremental" and result.files_modified == 1  # the section page
+    # The pages below it that call param (upgrade.md, and where.md through a code example).
+    assert result.files_include_dependent == 2
+    texts = " ".join(t for _, t in stored(store, "sample-docs").values())
+    assert "Upgrade to Sample 2.0.0" in texts and "1.2.3" not in texts
+
+
 def test_interrupted_run_is_not_recorded_and_the_next_run_repairs(docs, store, tmp_path,
                                                                   monkeypatch):
     parent, source = docs

@@ -238,3 +238,15 @@ def test_skip_redirect_stubs():
 def test_skip_headless_bundle():
     assert skip_reason(parse("---\nheadless: true\n---\n", "content/en/h/index.md")) == \
         "headless bundle"
+
+
+def test_cascade_is_what_a_section_passes_down_and_targets_are_left_out():
+    text = ("---\ntitle: Java\nvers: {own: 1}\ncascade:\n  - vers: {otel: 1.64.0}\n"
+            "    params: {color: blue}\n  - _target: {path: '/blog/**'}\n    vers: {otel: 0.1}\n"
+            "---\n")
+    page = parse_page("r", "content/docs/java/_index.md", text)
+    assert page.cascade == {"vers.otel": "1.64.0", "params.color": "blue", "color": "blue"}
+    assert page.params["vers.own"] == "1" and "vers.otel" not in page.params
+    single = parse_page("r", "content/_index.md", "---\ncascade:\n  draft: false\n---\n")
+    assert single.cascade == {"draft": "false"}
+    assert parse_page("r", "content/x.md", "---\ntitle: X\n---\n").cascade == {}
