@@ -14,7 +14,7 @@ from __future__ import annotations
 import errno
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import chromadb
@@ -241,16 +241,23 @@ class ChromaAccess:
                     where: dict | None = None) -> dict[str, list[Any]]:
         """Every record of a collection (matching `where`, when given), paged."""
         out: dict[str, list[Any]] = {"ids": [], **{k: [] for k in include}}
+        for page in self.record_pages(col, include, where):
+            for key, values in page.items():
+                out[key].extend(values)
+        return out
+
+    def record_pages(self, col: Any, include: list[str],
+                     where: dict | None = None) -> Iterator[dict[str, list[Any]]]:
+        """The records of a collection (matching `where`, when given), one page at a time, so
+        a caller that does not need them all at once never holds them all."""
         step = self.max_batch_size()
         offset = 0
         while True:
             got = self.call("get", lambda: col.get(where=where, include=include, limit=step,
                                                     offset=offset))
-            out["ids"].extend(got["ids"])
-            for key in include:
-                out[key].extend(got[key] or [])
+            yield {"ids": list(got["ids"]), **{k: list(got[k] or []) for k in include}}
             if len(got["ids"]) < step:
-                return out
+                return
             offset += step
 
     def _ids_where(self, col: Any, where: dict[str, Any]) -> list[str]:

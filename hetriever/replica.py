@@ -219,52 +219,75 @@ def _follow_repository(store: Any, name: str, entry: dict[str, str],
 
 def _apply(store: Any, index: Any, col: Any, stale: list[str],
            texts: dict[str, tuple[str, dict]], gone: list[str]) -> None:
-    """Write `stale` rows (from `texts` when at hand, else fetched) and delete `gone`."""
+    """Write `stale` rows (from `texts` when at hand, else fetched a batch at a time) and
+    delete `gone`, in one transaction. A row Chroma no longer holds when it is fetched is
+    left out: the next follow sees it gone."""
     step = store.max_batch_size()
     with index.transaction():
-        missing = [doc_id for doc_id in stale if doc_id not in texts]
-        for start in range(0, len(missing), step):
-            part = missing[start:start + step]
-            got = store.call("get", lambda: col.get(ids=part,
-                                                      include=["documents", "metadatas"]))
-            for doc_id, text, meta in zip(got["ids"], got["documents"], got["metadatas"]):
-                texts[doc_id] = (text, dict(meta or {}))
-        for start in range(0, len(stale), 5_000):
-            part = stale[start:start + 5_000]
-            index.upsert(part, [texts[d][0] for d in part], [texts[d][1] for d in part])
+        for start in range(0, len(stale), step):
+            part = stale[start:start + step]
+            rows = {d: texts[d] for d in part if d in texts}
+            missing = [d for d in part if d not in rows]
+            if missing:
+                got = store.call("get", lambda: col.get(ids=missing,
+                                                          include=["documents", "metadatas"]))
+                for doc_id, text, meta in zip(got["ids"], got["documents"], got["metadatas"]):
+                    rows[doc_id] = (text, dict(meta or {}))
+            ids = [d for d in part if d in rows]
+            index.upsert(ids, [rows[d][0] for d in ids], [rows[d][1] for d in ids])
         if gone:
             index.delete(gone)
 
 
 def _copy_all(store: Any, name: str, physical: str, col: Any,
               index: Any) -> tuple[int, int, int]:
-    """An empty copy: every chunk with its text, in one paged pass."""
-    records = store.all_records(col, ["documents", "metadatas"])
-    ids: list[str] = records["ids"]
-    metas = [dict(m or {}) for m in records["metadatas"]]
-    texts = {d: (t, m) for d, t, m in zip(ids, records["documents"], metas)}
-    _apply(store, index, col, ids, texts, [])
-    paths = {str(m.get("file_path", "")) for m in metas} - {""}
-    _follow_files(store, name, physical, ids, metas, paths)
-    return len(ids), 0, len(paths)
+    """An empty copy: every chunk with its text, a page at a time, in one transaction."""
+    count = 0
+    paths: set[str] = set()
+    with index.transaction():
+        for page in store.record_pages(col, ["documents", "metadatas"]):
+            metas = [dict(m or {}) for m in page["metadatas"]]
+            index.upsert(page["ids"], page["documents"], metas)
+            count += len(page["ids"])
+            paths.update(str(m.get("file_path", "")) for m in metas)
+    paths.discard("")
+    _follow_paths(store, name, physical, index, paths)
+    return count, 0, len(paths)
 
 
 def _diff_all(store: Any, name: str, physical: str, col: Any,
               index: Any) -> tuple[int, int, int]:
-    """Every chunk's id and metadata against the copy; texts only of rows that differ."""
-    records = store.all_records(col, ["metadatas"])
-    ids: list[str] = records["ids"]
-    metas: list[dict] = [dict(m or {}) for m in records["metadatas"]]
-    held = index.metadata_of(index.ids())
-    stale = [doc_id for doc_id, meta in zip(ids, metas) if not _same(held.get(doc_id), meta)]
-    gone = sorted(set(held) - set(ids))
-    by_id = dict(zip(ids, metas))
-    touched = {str(held[d].get("file_path", "")) for d in gone}
-    touched |= {str(by_id[d].get("file_path", "")) for d in stale}
+    """Every chunk's metadata against the copy, a page at a time; texts only of rows that
+    differ."""
+    seen: set[str] = set()
+    stale: list[str] = []
+    touched: set[str] = set()
+    for page in store.record_pages(col, ["metadatas"]):
+        held = index.metadata_of(page["ids"])
+        for doc_id, meta in zip(page["ids"], page["metadatas"]):
+            meta = dict(meta or {})
+            seen.add(doc_id)
+            if not _same(held.get(doc_id), meta):
+                stale.append(doc_id)
+                touched.add(str(meta.get("file_path", "")))
+    gone = sorted(index.ids() - seen)
+    touched |= {str(m.get("file_path", "")) for m in index.metadata_of(gone).values()}
     _apply(store, index, col, stale, {}, gone)
     touched.discard("")
-    _follow_files(store, name, physical, ids, metas, touched)
+    _follow_paths(store, name, physical, index, touched)
     return len(stale), len(gone), len(touched)
+
+
+def _follow_paths(store: Any, name: str, physical: str, index: Any, paths: set[str]) -> None:
+    """`_follow_files` for `paths`, from the copy just brought in step (it holds what Chroma
+    holds), a group of files at a time."""
+    ordered = sorted(paths)
+    step = 500
+    for start in range(0, len(ordered), step):
+        group = ordered[start:start + step]
+        where = {"file_path": group[0]} if len(group) == 1 else {"file_path": {"$in": group}}
+        metas = index.metadata_of(index.ids_where(where))
+        _follow_files(store, name, physical, list(metas), list(metas.values()), set(group))
 
 
 def _copy_files(store: Any, name: str, physical: str, col: Any, index: Any,
