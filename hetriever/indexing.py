@@ -247,9 +247,8 @@ async def remove_paths(store: IndexingStore, repo: Repository, paths: Iterable[s
         if physical:
             catalog.mark_deleted(physical, paths, stamp)
         return
-    for path in paths:
-        result.chunks_deleted += await store.delete_file(repo.name, path)
     if paths:
+        result.chunks_deleted += await store.delete_files(repo.name, paths)
         faults.check("removed_files_deleted", repo.name)
     if physical:
         catalog.remove_files(physical, paths)

@@ -79,6 +79,9 @@ class ChromaKnowledgeStore(SyncStore):
     async def delete_file(self, collection: str, file_path: str) -> int:
         return await asyncio.to_thread(self.delete_file_sync, collection, file_path)
 
+    async def delete_files(self, collection: str, file_paths: list[str]) -> int:
+        return await asyncio.to_thread(self.delete_files_sync, collection, list(file_paths))
+
     async def file_chunk_counts(self, collection: str) -> dict[str, int]:
         return await asyncio.to_thread(self.file_chunk_counts_sync, collection)
 

@@ -230,17 +230,27 @@ class StoreWrites(RepositoryViews):
         return out
 
     def delete_file_sync(self, collection: str, file_path: str) -> int:
+        return self.delete_files_sync(collection, [file_path])
+
+    def delete_files_sync(self, collection: str, file_paths: list[str]) -> int:
+        """Every chunk of `file_paths`: Chroma first, then BM25 in one commit. A run's deleted
+        files go together: Chroma's cost is mostly per call, so one file at a time made an
+        incremental run with 40 removed files spend ~1.6 s here."""
         col = self.collection(collection)
-        if col is None:
+        if col is None or not file_paths:
             return 0
         with self.writer_lock(collection):
-            ids = self._ids_where(col, {"file_path": file_path})
+            ids = self._ids_of_files(col, file_paths)
             removed = self._delete_chroma_ids(col, ids)
-            faults.check("removed_file_chroma_deleted", file_path)
-            if ids:
-                self.bm25(collection).delete(ids)
-            # BM25 rows Chroma never had (a crash between the two writes) go too.
-            self.bm25(collection).delete_where({"file_path": file_path})
+            faults.check("removed_file_chroma_deleted", file_paths[0])
+            index = self.bm25(collection)
+            with index.transaction():
+                if ids:
+                    index.delete(ids)
+                # BM25 rows Chroma never had (a crash between the two writes) go too.
+                where = ({"file_path": file_paths[0]} if len(file_paths) == 1
+                         else {"file_path": {"$in": list(file_paths)}})
+                index.delete(index.ids_where(where))
         return removed
 
     def index_document_sync(self, doc_id: str, content: str, metadata: Metadata) -> bool:

@@ -171,6 +171,23 @@ def test_delete_file_removes_only_that_file(make_store) -> None:
     assert run(store.delete_file("never-indexed", WHERE)) == 0
 
 
+def test_delete_files_removes_several_files_and_their_stray_bm25_rows(make_store) -> None:
+    store = make_store()
+    run(store.upsert_file_chunks(REPO, WHERE, where_chunks(V1)))
+    paths = [f"content/docs/gone-{i}.md" for i in range(3)] + [INSTALL]
+    for path in paths:
+        run(store.upsert_file_chunks(REPO, path, [make_chunk(REPO, path, f"Text of {path}.")]))
+    # A BM25 row Chroma never had (a crash between the two writes of an earlier run).
+    stray = make_chunk(REPO, paths[0], "Left in BM25 alone.")
+    store.bm25(REPO).upsert([stray.id], [stray.text], [stray.metadata])
+    assert run(store.delete_files(REPO, paths + ["content/never.md"])) == 4
+    assert chroma_ids(store, REPO) == {c.id for c in where_chunks(V1)}
+    assert set(store.bm25(REPO).ids()) == {c.id for c in where_chunks(V1)}
+    assert run(store.list_files(REPO)) == [WHERE]
+    assert run(store.delete_files(REPO, [])) == 0
+    assert run(store.delete_files("never-indexed", [WHERE])) == 0
+
+
 def test_delete_collection_returns_count_and_removes_bm25(make_store) -> None:
     store = make_store()
     run(store.upsert_file_chunks(REPO, WHERE, where_chunks(V1)))
