@@ -19,8 +19,8 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from hetriever.logs import get_logger
 from hetriever.fences import split_fences
+from hetriever.logs import get_logger
 from hetriever.parse import split_front_matter
 from hetriever.snippets import fill_template, partial_names
 
