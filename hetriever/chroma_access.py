@@ -248,9 +248,10 @@ class ChromaAccess:
 
     def record_pages(self, col: Any, include: list[str],
                      where: dict | None = None) -> Iterator[dict[str, list[Any]]]:
-        """The records of a collection (matching `where`, when given), one page at a time, so
-        a caller that does not need them all at once never holds them all."""
-        step = self.max_batch_size()
+        """The records of a collection (matching `where`, when given), one page of
+        `read_batch_size` at a time, so a caller that does not need them all at once never
+        holds them all."""
+        step = self.settings.read_batch_size
         offset = 0
         while True:
             got = self.call("get", lambda: col.get(where=where, include=include, limit=step,

@@ -167,7 +167,7 @@ def test_a_follower_that_missed_a_publish_and_a_forget(tmp_path, minilm_model_di
         ingest = cli_env(tmp_path / "ingest", minilm_model_dir, **where)
         # Small pages, so the cold copy and the diff each read the collection in several.
         follower = cli_env(tmp_path / "searcher", minilm_model_dir, HETRIEVER_FOLLOW="1",
-                           HETRIEVER_BATCH_SIZE="7", **where)
+                           HETRIEVER_READ_BATCH_SIZE="7", HETRIEVER_BATCH_SIZE="5", **where)
         assert run_cli(parent, ingest, "ingest").returncode == 0
         done = run_cli(parent, follower, "follow", "--json")
         assert done.returncode == 0, done.stderr[-2000:]
