@@ -186,9 +186,10 @@ class Settings(_Layered):
     # writes and search
     batch_size: int = 100  # chunks per Chroma write (capped by client.get_max_batch_size())
     # Records per page when a whole collection is read (file lists, repair, following). Chroma
-    # pages by offset, which costs more the further in: 100k chunks' metadata read 100 at a
-    # time took 121 s, 5,000 at a time 16 s.
-    read_batch_size: int = 5_000
+    # pages by offset, which costs more the further in, and holds more memory the larger the
+    # page: 100k chunks' metadata, embedded, idle: 100 a page 88.4 s / 338 MB peak, 1,000
+    # 16.8 s / 391 MB, 2,000 11.7 s / 447 MB, 5,000 10.0 s / 625 MB (bench/README.md).
+    read_batch_size: int = 1_000
     # Chunks gathered from finished files before one write: they are embedded in one
     # length-sorted pass, so a larger window pads less (bench_store: 256 -> 1024 cut embedding
     # time ~12%); a crash loses at most one window of work, which the next run redoes.
