@@ -25,6 +25,7 @@ from hetriever.models import (
     ChangeSet,
     Chunk,
     FileChange,
+    Page,
     Repository,
     SkippedFile,
 )
@@ -69,8 +70,7 @@ class IncludeResolver:
         self.settings = settings
         self.content_root = PurePosixPath(repo.content_dir)
         self._languages = ["en"]
-        self._cache: dict[str, str | None] = {}
-        self._cascades: dict[str, dict[str, str]] = {}
+        self._pages: dict[str, Page | None] = {}
 
     def for_page(self, page_path: str) -> Callable[[str], str | None]:
         return lambda name: self.resolve(name, page_path)
@@ -113,39 +113,33 @@ class IncludeResolver:
         directory = page.parent.parent if page.stem == "_index" else page.parent
         inherited: dict[str, str] = {}
         while True:
-            for key, value in self._cascade(str(directory / "_index.md")).items():
+            section = self._page(str(directory / "_index.md"))
+            for key, value in (section.cascade if section is not None else {}).items():
                 inherited.setdefault(key, value)
             if str(directory) in roots or directory == directory.parent:
                 return inherited
             directory = directory.parent
 
-    def _cascade(self, index_path: str) -> dict[str, str]:
-        if index_path not in self._cascades:
-            try:
-                text = read_content_file(self.repo, index_path, self.commit,
-                                         max_bytes=self.settings.max_file_bytes)
-                self._cascades[index_path] = parse_page(
-                    self.repo.name, index_path, text, content_dir=self.repo.content_dir).cascade
-            except SkipFile:
-                self._cascades[index_path] = {}
-        return self._cascades[index_path]
-
     def resolve(self, name: str, page_path: str) -> str | None:
         for candidate in self.candidates(name, page_path):
             if ".." in PurePosixPath(candidate).parts:
                 continue
-            if candidate not in self._cache:
-                try:
-                    text = read_content_file(self.repo, candidate, self.commit,
-                                             max_bytes=self.settings.max_file_bytes)
-                    self._cache[candidate] = parse_page(
-                        self.repo.name, candidate, text, content_dir=self.repo.content_dir
-                    ).body
-                except SkipFile:
-                    self._cache[candidate] = None
-            if self._cache[candidate] is not None:
-                return self._cache[candidate]
+            page = self._page(candidate)
+            if page is not None:
+                return page.body
         return None
+
+    def _page(self, path: str) -> Page | None:
+        """The file at `path` parsed, or None where there is none; read once per run."""
+        if path not in self._pages:
+            try:
+                text = read_content_file(self.repo, path, self.commit,
+                                         max_bytes=self.settings.max_file_bytes)
+                self._pages[path] = parse_page(self.repo.name, path, text,
+                                               content_dir=self.repo.content_dir)
+            except SkipFile:
+                self._pages[path] = None
+        return self._pages[path]
 
 
 @lru_cache(maxsize=4)

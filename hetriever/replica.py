@@ -285,8 +285,7 @@ def _follow_paths(store: Any, name: str, physical: str, index: Any, paths: set[s
     step = 500
     for start in range(0, len(ordered), step):
         group = ordered[start:start + step]
-        where = {"file_path": group[0]} if len(group) == 1 else {"file_path": {"$in": group}}
-        metas = index.metadata_of(index.ids_where(where))
+        metas = index.metadata_of(index.ids_where({"file_path": {"$in": group}}))
         _follow_files(store, name, physical, list(metas), list(metas.values()), set(group))
 
 

@@ -44,8 +44,10 @@ def fill_template(text: str, args: Mapping[str, str]) -> str:
     dropped = _dropped_lines(lines, args)
     out: list[str] = []
     for i, (in_code, line) in enumerate(lines):
-        if i in dropped or "{{" not in line:
-            out.append("" if i in dropped else line)
+        if i in dropped:
+            continue
+        if "{{" not in line:
+            out.append(line)
         elif in_code:
             out.append(_TEMPLATE_VAR.sub(lambda m: args.get(m.group(1), m.group(0)), line))
         else:

@@ -248,9 +248,7 @@ class StoreWrites(RepositoryViews):
                 if ids:
                     index.delete(ids)
                 # BM25 rows Chroma never had (a crash between the two writes) go too.
-                where = ({"file_path": file_paths[0]} if len(file_paths) == 1
-                         else {"file_path": {"$in": list(file_paths)}})
-                index.delete(index.ids_where(where))
+                index.delete_where({"file_path": {"$in": list(file_paths)}})
         return removed
 
     def index_document_sync(self, doc_id: str, content: str, metadata: Metadata) -> bool:
