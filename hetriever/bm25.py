@@ -41,7 +41,7 @@ from hetriever.errors import (
     InvalidLimitError,
     KnowledgeStoreError,
 )
-from hetriever.filters import matches, validate_filter
+from hetriever.filters import matches, only_equalities, validate_filter
 from hetriever.logs import get_logger
 from hetriever.phrases import PHRASE_CANDIDATES, PHRASE_WEIGHT, with_phrases
 from hetriever.sqlite_files import connect, in_batches, read_meta
@@ -373,13 +373,21 @@ class BM25Index:
             narrowed = state.slots_for(normalised)
             slots = (narrowed if narrowed is not None
                      else [int(s) for s in np.flatnonzero(state.alive)])
+            # The equality index alone answers a filter of $eq/$in only (a file's or a
+            # window's chunks): no per-row check, which is O(values) for each row under $in.
+            exact = narrowed is not None and only_equalities(normalised)
             found = {state.doc_ids[s] for s in slots
-                     if state.alive[s] and matches(normalised, state.metas[s])}
+                     if state.alive[s] and (exact or matches(normalised, state.metas[s]))}
             if self._pending:  # this object's own uncommitted writes
                 found -= self._pending.keys()
                 found |= {doc_id for doc_id, meta in self._pending.items()
                           if meta is not None and matches(normalised, meta)}
             return found
+
+    def file_counts(self) -> dict[str, int]:
+        """file_path -> committed live chunks (soft-deleted ones left out), from memory."""
+        with self._lock:
+            return self._current().file_counts()
 
     def few_ids_where(self, where: Mapping, limit: int) -> list[str] | None:
         """Committed ids matching `where` when its equality constraints narrow them to at most

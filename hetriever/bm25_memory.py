@@ -151,6 +151,10 @@ class _Metadata:
             if len(column) == n:
                 column.append(_ABSENT)
 
+    def column(self, key: str) -> list:
+        """Every slot's value of `key` (`_ABSENT` where a chunk lacks it), not copied."""
+        return self._columns.get(key) or [_ABSENT] * self._n
+
     def take(self, slots: Iterable[int]) -> _Metadata:
         """The metadata of `slots`, in that order (compaction)."""
         slots = list(slots)
@@ -354,6 +358,16 @@ class _State:
                 slots = [s for s in slots if matches(where, self.metas[s])]
             return [self.doc_ids[s] for s in slots]
         return _cached(self._ids, (json.dumps(where, sort_keys=True), limit), compute)
+
+    def file_counts(self) -> dict[str, int]:
+        """file_path -> live chunks, soft-deleted ones left out: one pass over two columns."""
+        paths, deleted = self.metas.column("file_path"), self.metas.column("is_deleted")
+        counts: dict[str, int] = {}
+        for slot in np.flatnonzero(self.alive).tolist():
+            path = paths[slot]
+            if type(path) is str and deleted[slot] is not True:
+                counts[path] = counts.get(path, 0) + 1
+        return counts
 
     def slots_for(self, where: dict | None) -> set[int] | None:
         """Slots that can match `where` by its equality constraints (None: no narrowing)."""

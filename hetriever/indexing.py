@@ -273,7 +273,7 @@ async def finish_run(store: IndexingStore, repo: Repository, change_set: ChangeS
                      result: IndexResult) -> None:
     """Record the new commit, only now that every file is stored."""
     total_chunks = await store.count(repo.name, live=True)
-    files = await store.list_files(repo.name)
+    files = await indexed_file_counts(store, repo)
     faults.check("commit_record", repo.name)
     await store.update_collection_metadata(
         repo.name,
@@ -291,6 +291,19 @@ async def finish_run(store: IndexingStore, repo: Repository, change_set: ChangeS
     changed = None if change_set.mode == "full" else \
         change_set.paths_to_index() + change_set.paths_to_delete()
     await asyncio.to_thread(publish_sync, store, repo.name, changed)
+
+
+async def indexed_file_counts(store: IndexingStore, repo: Repository) -> dict[str, int]:
+    """file_path -> live chunks of the repository, from its BM25 index in memory.
+
+    Outside a run BM25 holds exactly Chroma's chunks: writes go to Chroma, then BM25; a run
+    that died is followed by a full one that repairs BM25 from Chroma (`reconcile_derived`);
+    a damaged or missing index is rebuilt first (`heal_bm25`). Reading every chunk's metadata
+    from Chroma instead costs seconds per 10k chunks, twice per incremental run.
+    """
+    if store.physical_name(repo.name) is None:
+        return {}
+    return await asyncio.to_thread(lambda: store.bm25(repo.name).file_counts())
 
 
 def close_run(store: IndexingStore, repo: Repository, result: IndexResult, outcome: str, *,
@@ -452,11 +465,12 @@ async def start_run(store: IndexingStore, repo: Repository, settings: Settings,
                     change_set: ChangeSet, result: IndexResult) -> None:
     """Everything before the files are written: guards, repair, the run marked, deletes."""
     doomed = change_set.paths_to_delete()
-    if doomed or change_set.mode == "full":
+    if change_set.mode == "full":  # Chroma's own list: files indexed before, now absent
         counts = await store.file_chunk_counts(repo.name)
-        if change_set.mode == "full":  # files indexed before, absent from the new tree
-            doomed += sorted(set(counts) - set(change_set.paths_to_index()))
+        doomed += sorted(set(counts) - set(change_set.paths_to_index()))
         check_mass_delete(repo, doomed, counts, settings)
+    elif doomed:
+        check_mass_delete(repo, doomed, await indexed_file_counts(store, repo), settings)
     if change_set.mode == "full":  # chosen after an unfinished run, or asked for
         await reconcile_derived(store, repo)
     await begin_run(store, repo, change_set)

@@ -11,6 +11,7 @@ import pytest
 from hetriever import bm25 as bm25_module
 from hetriever.bm25 import BM25Index, tokenize
 from hetriever.errors import IndexingError, InvalidFilterError, InvalidLimitError
+from hetriever.filters import matches, validate_filter
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -342,6 +343,41 @@ def test_few_ids_where_lists_exact_matches_within_the_limit(index):
     assert index.few_ids_where({"sec": "b"}, 6) is None
     assert index.few_ids_where({"n": {"$gt": 7}}, 100) is None
     assert index.few_ids_where({"$or": [{"sec": "a"}, {"n": 9}]}, 100) is None
+
+
+def test_ids_where_answers_equalities_from_the_index_as_a_scan_would(index):
+    metas = [{"file_path": f"p{i % 4}.md", "n": i % 3, "flag": i % 2 == 0} for i in range(12)]
+    metas[5]["file_path"] = ["p1.md"]  # a list never equals a scalar
+    index.upsert([f"d{i}" for i in range(12)], ["text"] * 12, metas)
+    index.delete(["d0"])
+
+    def scan(where):
+        return {f"d{i}" for i, m in enumerate(metas) if i != 0 and matches(
+            validate_filter(where), m)}
+
+    for where in ({"file_path": {"$in": ["p0.md", "p1.md", "zz.md"]}},
+                  {"file_path": "p2.md"},
+                  {"n": {"$in": [1.0, 2.0]}},  # 1 == 1.0
+                  {"flag": True},  # a bool is not the number 1
+                  {"n": True},
+                  {"$and": [{"file_path": {"$in": ["p0.md", "p1.md"]}}, {"n": 1}]},
+                  {"$and": [{"file_path": {"$in": ["p0.md", "p1.md"]}}, {"n": {"$ne": 1}}]}):
+        assert index.ids_where(where) == scan(where), where
+    assert index.ids_where({"file_path": {"$in": ["p1.md"]}}) == {"d1", "d9"}
+
+
+def test_file_counts_are_live_chunks_per_file(index):
+    index.upsert(["a", "b", "c", "d", "e"], ["t"] * 5,
+                 [{"file_path": "x.md"}, {"file_path": "x.md"}, {"file_path": "y.md"},
+                  {"file_path": "y.md", "is_deleted": True}, {"other": 1}])
+    assert index.file_counts() == {"x.md": 2, "y.md": 1}
+    index.delete(["a"])
+    index.upsert(["c"], ["t"], [{"file_path": "z.md"}])
+    assert index.file_counts() == {"x.md": 1, "z.md": 1}
+    with index.transaction():
+        index.delete(["b"])
+        assert index.file_counts() == {"x.md": 1, "z.md": 1}  # committed state only
+    assert index.file_counts() == {"z.md": 1}
 
 
 def test_few_ids_where_follows_committed_writes_from_another_index(tmp_path):
