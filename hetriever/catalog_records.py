@@ -92,6 +92,9 @@ CREATE TABLE IF NOT EXISTS titles (
     PRIMARY KEY (collection, key, path, kind)
 );
 CREATE INDEX IF NOT EXISTS titles_by_key ON titles (key, priority);
+-- Every stored file replaces its rows: without this, a scan of the collection's titles
+-- (6 ms per file at 100k chunks).
+CREATE INDEX IF NOT EXISTS titles_by_path ON titles (collection, path);
 CREATE INDEX IF NOT EXISTS files_by_state ON files (collection, state);
 """
 

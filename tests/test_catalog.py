@@ -107,6 +107,17 @@ def test_title_keys_and_lookup(tmp_path: Path) -> None:
     cat.close()
 
 
+def test_replacing_a_files_titles_looks_it_up_by_path_not_by_scanning(tmp_path: Path) -> None:
+    # Every stored file replaces its title rows; a scan of them all grows with the index.
+    cat = Catalog.for_state_dir(tmp_path)
+    with cat.transaction() as conn:
+        plan = " ".join(str(row[-1]) for row in conn.execute(
+            "EXPLAIN QUERY PLAN DELETE FROM titles WHERE collection = ? AND path = ?",
+            ("docs_v1", "content/a.md")))
+    assert "USING INDEX titles_by_path" in plan, plan
+    cat.close()
+
+
 # --- what indexing records -------------------------------------------------------------
 
 
