@@ -18,6 +18,8 @@ from hetriever.chunk import chunk_page
 from hetriever.clean import clean_page
 from hetriever.config import Settings
 from hetriever.discover import SkipFile, list_content_files, read_content_file, read_content_files
+from hetriever.errors import SourceError
+from hetriever.git_objects import tree_entries
 from hetriever.logs import get_logger
 from hetriever.models import (
     Block,
@@ -71,6 +73,7 @@ class IncludeResolver:
         self.content_root = PurePosixPath(repo.content_dir)
         self._languages = ["en"]
         self._pages: dict[str, Page | None] = {}
+        self._tree: tuple[frozenset[str], tuple[str, ...]] | None = None  # files, symlinks
 
     def for_page(self, page_path: str) -> Callable[[str], str | None]:
         return lambda name: self.resolve(name, page_path)
@@ -129,8 +132,30 @@ class IncludeResolver:
                 return page.body
         return None
 
+    def _absent(self, path: str) -> bool:
+        """True when the commit's content tree surely has no file at `path`. Most candidates
+        (`_includes/` at every level, every root) do not exist; one tree listing answers for
+        them instead of a git process each (2-3 ms apiece, thousands per run on a big site).
+        Paths outside the content dir, or below a symlink, are left to git to resolve."""
+        content = self.repo.content_dir.strip("/")
+        if content not in ("", ".") and not path.startswith(content + "/"):
+            return False
+        if self._tree is None:
+            try:
+                entries = tree_entries(self.repo, self.commit)
+                links = tuple(p for p, (mode, _, _) in entries.items() if mode == "120000")
+                self._tree = (frozenset(entries), links)
+            except SourceError:  # no listing: git resolves every candidate, as before
+                self._tree = (frozenset(), ("",))
+        files, links = self._tree
+        if path in files:
+            return False
+        return not any(link == "" or path.startswith(link + "/") for link in links)
+
     def _page(self, path: str) -> Page | None:
         """The file at `path` parsed, or None where there is none; read once per run."""
+        if path not in self._pages and self._absent(path):
+            self._pages[path] = None
         if path not in self._pages:
             try:
                 text = read_content_file(self.repo, path, self.commit,
