@@ -24,6 +24,7 @@ from tests.helpers import (
     build_sample_parent,
     commit_all,
     git,
+    init_repo,
     update_submodule,
     write_files,
 )
@@ -111,7 +112,10 @@ def test_full_then_noop_then_incremental(docs, store):
     renamed = sorted(t for p, t in after.values() if p.endswith("bundles/index.md"))
     original = sorted(t for p, t in chunks.values() if p.endswith("page-bundles/index.md"))
     assert renamed == original
-    assert run(store.get_collection_metadata("sample-docs"))["commit_hash"] == new_commit
+    meta = run(store.get_collection_metadata("sample-docs"))
+    assert meta["commit_hash"] == new_commit
+    # the totals are what Chroma holds (the file count is read from BM25's metadata)
+    assert meta["total_documents"] == len(paths) == 7 and meta["total_chunks"] == len(after)
     assert after == fresh_full_pass(repo, new_commit, settings)
 
 
@@ -210,6 +214,40 @@ def test_snippet_paths():
     assert is_snippet_path("content/en/docs/_includes/x.md", "content")
     assert not is_snippet_path("content/docs/_index.md", "content")
     assert not is_snippet_path("content/_index.md", "content")
+
+
+def test_include_candidates_missing_from_the_tree_are_not_read(tmp_path, monkeypatch):
+    # Most lookup candidates (`_includes/` at every level, every root) do not exist; the
+    # commit's tree answers for them, and git still resolves paths below a symlink.
+    import os
+
+    from hetriever import process
+    from hetriever.config import Settings
+    from hetriever.models import Repository
+
+    source = init_repo(tmp_path / "site")
+    write_files(source, {"content/docs/deep/_includes/note.md": "A note.\n",
+                         "shared/tip.md": "A tip.\n",
+                         "content/docs/deep/page.md": "---\ntitle: P\n---\nText.\n"})
+    os.symlink("../shared", source / "content/linked")
+    commit = commit_all(source, "site")
+    reads: list[str] = []
+    real = process.read_content_file
+
+    def counted(repo, path, commit, **kw):
+        reads.append(path)
+        return real(repo, path, commit, **kw)
+
+    monkeypatch.setattr(process, "read_content_file", counted)
+    resolver = process.IncludeResolver(Repository(name="site", path=source), commit, Settings())
+    page = "content/docs/deep/page.md"
+    assert resolver.resolve("note", page) == "A note.\n"
+    assert reads == ["content/docs/deep/_includes/note.md"]
+    assert resolver.resolve("missing", page) is None
+    assert resolver.resolve("/missing", page) is None
+    assert len(reads) == 1
+    assert resolver.resolve("/linked/tip", page) == "A tip.\n"  # below a symlink: git reads it
+    assert reads[-1] == "content/linked/tip.md"
 
 
 def test_the_per_file_step_is_pluggable_and_a_step_that_gives_up_fails_the_run(docs, store):
