@@ -34,7 +34,7 @@ from hetriever.analyzer import (  # noqa: F401  (STEM_DEFAULT, STOPWORDS re-expo
     TOKENIZER_VERSION,
     tokenize,
 )
-from hetriever.bm25_memory import _State
+from hetriever.bm25_memory import _State, equality_matcher
 from hetriever.errors import (
     DerivedIndexError,
     IndexingError,
@@ -373,15 +373,18 @@ class BM25Index:
             narrowed = state.slots_for(normalised)
             slots = (narrowed if narrowed is not None
                      else [int(s) for s in np.flatnonzero(state.alive)])
-            # The equality index alone answers a filter of $eq/$in only (a file's or a
-            # window's chunks): no per-row check, which is O(values) for each row under $in.
-            exact = narrowed is not None and only_equalities(normalised)
-            found = {state.doc_ids[s] for s in slots
-                     if state.alive[s] and (exact or matches(normalised, state.metas[s]))}
+            # A filter of $eq/$in only (a file's or a window's chunks) is answered by value
+            # keys: the equality index for committed rows, a set test for pending ones; a
+            # per-row `matches` compares each row with every value of a `$in` in turn.
+            exact = only_equalities(normalised)
+            found = {state.doc_ids[s] for s in slots if state.alive[s] and (
+                (exact and narrowed is not None) or matches(normalised, state.metas[s]))}
             if self._pending:  # this object's own uncommitted writes
+                test = (equality_matcher(normalised) if exact
+                        else lambda meta: matches(normalised, meta))
                 found -= self._pending.keys()
                 found |= {doc_id for doc_id, meta in self._pending.items()
-                          if meta is not None and matches(normalised, meta)}
+                          if meta is not None and test(meta)}
             return found
 
     def file_counts(self) -> dict[str, int]:

@@ -178,6 +178,14 @@ def _value_key(value: Any) -> tuple | None:
     return None  # lists never equal a scalar
 
 
+def equality_matcher(where: dict) -> Callable[[Mapping], bool]:
+    """For a filter of `$eq`/`$in` only (`only_equalities`): a test by sets of value keys that
+    answers as `matches` does, instead of comparing a value with each listed one in turn."""
+    terms = [(key, {k for v in values if (k := _value_key(v)) is not None})
+             for key, values in equality_terms(where) or []]
+    return lambda meta: all(_value_key(meta.get(key)) in keys for key, keys in terms)
+
+
 FILTER_CACHE_SIZE = 32  # filters remembered per generation (each cache)
 
 

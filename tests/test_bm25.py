@@ -364,6 +364,17 @@ def test_ids_where_answers_equalities_from_the_index_as_a_scan_would(index):
                   {"$and": [{"file_path": {"$in": ["p0.md", "p1.md"]}}, {"n": {"$ne": 1}}]}):
         assert index.ids_where(where) == scan(where), where
     assert index.ids_where({"file_path": {"$in": ["p1.md"]}}) == {"d1", "d9"}
+    with index.transaction():  # uncommitted rows are tested by value keys too
+        index.delete(["d1"])
+        more = [{"file_path": "p1.md", "n": 1.0, "flag": True}, {"file_path": ["p1.md"], "n": 1}]
+        index.upsert(["e0", "e1"], ["text"] * 2, more)
+        metas += more
+        for where in ({"file_path": {"$in": ["p1.md", "zz.md"]}}, {"n": 1},
+                      {"$and": [{"file_path": "p1.md"}, {"flag": True}]}, {"flag": 1}):
+            expected = {f"d{i}" for i, m in enumerate(metas[:12]) if i not in (0, 1)
+                        and matches(validate_filter(where), m)}
+            expected |= {f"e{i}" for i, m in enumerate(more) if matches(validate_filter(where), m)}
+            assert index.ids_where(where) == expected, where
 
 
 def test_file_counts_are_live_chunks_per_file(index):
