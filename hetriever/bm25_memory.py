@@ -178,7 +178,7 @@ def _value_key(value: Any) -> tuple | None:
     return None  # lists never equal a scalar
 
 
-def equality_matcher(where: dict) -> Callable[[Mapping], bool]:
+def equality_matcher(where: dict | None) -> Callable[[Mapping], bool]:
     """For a filter of `$eq`/`$in` only (`only_equalities`): a test by sets of value keys that
     answers as `matches` does, instead of comparing a value with each listed one in turn."""
     terms = [(key, {k for v in values if (k := _value_key(v)) is not None})
