@@ -369,18 +369,11 @@ class BM25Index:
     def ids_where(self, where: Mapping | None) -> set[str]:
         normalised = validate_filter(where)
         with self._lock:
-            state = self._current()
-            narrowed = state.slots_for(normalised)
-            slots = (narrowed if narrowed is not None
-                     else [int(s) for s in np.flatnonzero(state.alive)])
-            # A filter of $eq/$in only (a file's or a window's chunks) is answered by value
-            # keys: the equality index for committed rows, a set test for pending ones; a
-            # per-row `matches` compares each row with every value of a `$in` in turn.
-            exact = only_equalities(normalised)
-            found = {state.doc_ids[s] for s in slots if state.alive[s] and (
-                (exact and narrowed is not None) or matches(normalised, state.metas[s]))}
+            found = self._current().ids_matching(normalised)
             if self._pending:  # this object's own uncommitted writes
-                test = (equality_matcher(normalised) if exact
+                # A filter of $eq/$in only (a file's or a window's chunks) is tested by value
+                # keys, not by comparing each row with every value of a `$in` in turn.
+                test = (equality_matcher(normalised) if only_equalities(normalised)
                         else lambda meta: matches(normalised, meta))
                 found -= self._pending.keys()
                 found |= {doc_id for doc_id, meta in self._pending.items()

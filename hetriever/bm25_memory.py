@@ -361,11 +361,27 @@ class _State:
             allowed = np.flatnonzero(mask & self.alive)
             if len(allowed) > limit:
                 return None
-            slots = [int(s) for s in allowed]
-            if not only_equalities(where):  # e.g. a `$ne` beside the equalities
-                slots = [s for s in slots if matches(where, self.metas[s])]
-            return [self.doc_ids[s] for s in slots]
+            return [self.doc_ids[s] for s in self._checked(where, [int(s) for s in allowed])]
         return _cached(self._ids, (json.dumps(where, sort_keys=True), limit), compute)
+
+    def ids_matching(self, where: dict | None) -> set[str]:
+        """Ids of the live docs matching `where`: narrowed by the equality index where the
+        filter has equalities, then checked row by row only for what the index leaves open."""
+        narrowed = self.slots_for(where)
+        if narrowed is None:
+            slots = [int(s) for s in np.flatnonzero(self.alive)
+                     if matches(where, self.metas[int(s)])]
+        else:
+            slots = self._checked(where, [s for s in narrowed if self.alive[s]])
+        return {self.doc_ids[s] for s in slots}
+
+    def _checked(self, where: dict | None, slots: list[int]) -> list[int]:
+        """`slots` (narrowed by `where`'s equalities) that match all of it: a filter of
+        `$eq`/`$in` only needs no per-row check, which under `$in` compares each row with
+        every listed value in turn."""
+        if only_equalities(where):
+            return slots
+        return [s for s in slots if matches(where, self.metas[s])]  # e.g. a `$ne` as well
 
     def file_counts(self) -> dict[str, int]:
         """file_path -> live chunks, soft-deleted ones left out: one pass over two columns."""

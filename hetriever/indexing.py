@@ -465,14 +465,14 @@ async def start_run(store: IndexingStore, repo: Repository, settings: Settings,
                     change_set: ChangeSet, result: IndexResult) -> None:
     """Everything before the files are written: guards, repair, the run marked, deletes."""
     doomed = change_set.paths_to_delete()
-    if change_set.mode == "full":  # Chroma's own list: files indexed before, now absent
+    if change_set.mode == "full":  # chosen after an unfinished run, or asked for
+        # Chroma's own list: files indexed before, absent from the new tree
         counts = await store.file_chunk_counts(repo.name)
         doomed += sorted(set(counts) - set(change_set.paths_to_index()))
         check_mass_delete(repo, doomed, counts, settings)
+        await reconcile_derived(store, repo)
     elif doomed:
         check_mass_delete(repo, doomed, await indexed_file_counts(store, repo), settings)
-    if change_set.mode == "full":  # chosen after an unfinished run, or asked for
-        await reconcile_derived(store, repo)
     await begin_run(store, repo, change_set)
     await remove_paths(store, repo, doomed, result)
 

@@ -73,7 +73,8 @@ class IncludeResolver:
         self.content_root = PurePosixPath(repo.content_dir)
         self._languages = ["en"]
         self._pages: dict[str, Page | None] = {}
-        self._tree: tuple[frozenset[str], tuple[str, ...]] | None = None  # files, symlinks
+        # The content tree's files and symlinks, listed once; symlinks None: no listing.
+        self._tree: tuple[frozenset[str], tuple[str, ...] | None] | None = None
 
     def for_page(self, page_path: str) -> Callable[[str], str | None]:
         return lambda name: self.resolve(name, page_path)
@@ -143,14 +144,14 @@ class IncludeResolver:
         if self._tree is None:
             try:
                 entries = tree_entries(self.repo, self.commit)
-                links = tuple(p for p, (mode, _, _) in entries.items() if mode == "120000")
-                self._tree = (frozenset(entries), links)
+                self._tree = (frozenset(entries), tuple(
+                    p for p, (mode, _, _) in entries.items() if mode == "120000"))
             except SourceError:  # no listing: git resolves every candidate, as before
-                self._tree = (frozenset(), ("",))
-        files, links = self._tree
-        if path in files:
+                self._tree = (frozenset(), None)
+        files, symlinks = self._tree
+        if symlinks is None or path in files:
             return False
-        return not any(link == "" or path.startswith(link + "/") for link in links)
+        return not any(path.startswith(link + "/") for link in symlinks)
 
     def _page(self, path: str) -> Page | None:
         """The file at `path` parsed, or None where there is none; read once per run."""
