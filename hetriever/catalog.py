@@ -10,7 +10,8 @@
   reason for a skip or failure, and its chunk count;
 - runs: one row per index run with its outcome and counts;
 - titles: the exact-match index, normalised title / linkTitle / alias / function name ->
-  the page's first chunk.
+  the page's first chunk;
+- links: per collection and file, the keys of the pages it links to (`hetriever.links`).
 
 Switching a repository to a new collection is one UPDATE (plus an epoch bump), so a reader sees
 either the old or the new collection, never a half-built one. Every write is one short
@@ -58,6 +59,7 @@ from hetriever.logs import get_logger
 from hetriever.sqlite_files import connect
 
 log = get_logger(__name__)
+_PER_FILE = ("titles", "links")  # tables whose rows belong to one file of a collection
 
 class Catalog:
     """One SQLite catalog; safe to share between threads (one connection behind a lock)."""
@@ -299,9 +301,10 @@ class Catalog:
                          (json.dumps(sorted(have | new)), collection))
 
     def drop_collection(self, name: str) -> None:
-        """Forget a physical collection: its row, files and titles; clears an alias to it."""
+        """Forget a physical collection: its row, files, titles and links; clears an alias to
+        it."""
         with self.transaction() as conn:
-            for table in ("files", "titles"):
+            for table in ("files", *_PER_FILE):
                 conn.execute(f"DELETE FROM {table} WHERE collection = ?", (name,))
             conn.execute("DELETE FROM collections WHERE name = ?", (name,))
             conn.execute("UPDATE repositories SET active_collection = NULL "
@@ -315,7 +318,7 @@ class Catalog:
             cols = [r[0] for r in conn.execute("SELECT name FROM collections WHERE repository = ?",
                                                (name,))]
             marks = ",".join("?" * len(cols))
-            for table in ("files", "titles"):
+            for table in ("files", *_PER_FILE):
                 removed[table] = conn.execute(
                     f"DELETE FROM {table} WHERE collection IN ({marks})", cols).rowcount \
                     if cols else 0
@@ -354,14 +357,15 @@ class Catalog:
                 " updated_at = excluded.updated_at", rows)
 
     def mark_deleted(self, collection: str, paths: Iterable[str], deleted_at: str) -> None:
-        """Soft delete: the rows stay (for audit and purge), their titles go."""
+        """Soft delete: the rows stay (for audit and purge), their titles and links go."""
         paths = list(paths)
         with self.transaction() as conn:
             conn.executemany("UPDATE files SET state = ?, deleted_at = ?, updated_at = ? "
                              "WHERE collection = ? AND path = ?",
                              [(DELETED, deleted_at, deleted_at, collection, p) for p in paths])
-            conn.executemany("DELETE FROM titles WHERE collection = ? AND path = ?",
-                             [(collection, p) for p in paths])
+            for table in _PER_FILE:
+                conn.executemany(f"DELETE FROM {table} WHERE collection = ? AND path = ?",
+                                 [(collection, p) for p in paths])
 
     def remove_files(self, collection: str, paths: Iterable[str]) -> int:
         paths = list(paths)
@@ -370,12 +374,14 @@ class Catalog:
             for p in paths:
                 n += conn.execute("DELETE FROM files WHERE collection = ? AND path = ?",
                                   (collection, p)).rowcount
-                conn.execute("DELETE FROM titles WHERE collection = ? AND path = ?",
-                             (collection, p))
+                for table in _PER_FILE:
+                    conn.execute(f"DELETE FROM {table} WHERE collection = ? AND path = ?",
+                                 (collection, p))
         return n
 
     def prune(self, collection: str, chunk_ids: set[str], files: set[str]) -> int:
-        """Forget title rows of chunks, and INDEXED files, that the collection no longer holds
+        """Forget title rows of chunks, and INDEXED files and link rows of files, that the
+        collection no longer holds
         (left by a run that died between its Chroma write and its catalog update)."""
         with self.transaction() as conn:
             stale_titles = [(collection, r["chunk_id"]) for r in conn.execute(
@@ -387,7 +393,11 @@ class Catalog:
                 "SELECT path FROM files WHERE collection = ? AND state = ?", (collection, INDEXED))
                 if r["path"] not in files]
             conn.executemany("DELETE FROM files WHERE collection = ? AND path = ?", stale_files)
-        return len(stale_titles) + len(stale_files)
+            stale_links = [(collection, r["path"]) for r in conn.execute(
+                "SELECT DISTINCT path FROM links WHERE collection = ?", (collection,))
+                if r["path"] not in files]
+            conn.executemany("DELETE FROM links WHERE collection = ? AND path = ?", stale_links)
+        return len(stale_titles) + len(stale_files) + len(stale_links)
 
     def files(self, collection: str, state: str | None = None) -> list[FileRecord]:
         sql = "SELECT * FROM files WHERE collection = ?" + (" AND state = ?" if state else "")
@@ -452,6 +462,27 @@ class Catalog:
         rows = self._rows("SELECT * FROM runs WHERE repository = ? ORDER BY id DESC LIMIT ?",
                           (repository, limit))
         return [{**dict(r), "counts": json.loads(r["counts"] or "{}")} for r in rows]
+
+    # -- links between pages (hetriever.links) -----------------------------------------
+
+    def set_links(self, collection: str, path: str, keys: Iterable[str]) -> None:
+        """Replace what the file at `path` links to."""
+        with self.transaction() as conn:
+            conn.execute("DELETE FROM links WHERE collection = ? AND path = ?", (collection, path))
+            conn.executemany("INSERT OR IGNORE INTO links(collection, path, key) VALUES (?, ?, ?)",
+                             [(collection, path, key) for key in keys])
+
+    def link_sources(self, collection: str, keys: Iterable[str]) -> dict[str, set[str]]:
+        """{key: the files linking to it} for those of `keys` that some file links to."""
+        keys = list(keys)
+        out: dict[str, set[str]] = {}
+        for start in range(0, len(keys), 500):  # within SQLite's bound on parameters
+            part = keys[start:start + 500]
+            marks = ",".join("?" * len(part))
+            for r in self._rows(f"SELECT key, path FROM links WHERE collection = ? AND key IN "
+                                f"({marks})", (collection, *part)):
+                out.setdefault(r["key"], set()).add(r["path"])
+        return out
 
     # -- exact-match titles -------------------------------------------------------------
 

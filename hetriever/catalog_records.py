@@ -96,6 +96,13 @@ CREATE INDEX IF NOT EXISTS titles_by_key ON titles (key, priority);
 -- (6 ms per file at 100k chunks).
 CREATE INDEX IF NOT EXISTS titles_by_path ON titles (collection, path);
 CREATE INDEX IF NOT EXISTS files_by_state ON files (collection, state);
+CREATE TABLE IF NOT EXISTS links (
+    collection TEXT NOT NULL,
+    path TEXT NOT NULL,
+    key TEXT NOT NULL,
+    PRIMARY KEY (collection, path, key)
+);
+CREATE INDEX IF NOT EXISTS links_by_key ON links (collection, key);
 """
 
 

@@ -224,6 +224,11 @@ class Settings(_Layered):
     # (hetriever.phrases): FAQ headings MRR@10 +0.05 to +0.12, titles and descriptions up to
     # +0.015 (sweep 0-2 in bench/README.md). 0 = words only.
     bm25_phrase_weight: float = 1.5
+    # Page results of a question (an English query longer than short_query_terms) add this
+    # weight x the z-score of log(1 + pages linking to the page) (hetriever.links): real
+    # questions MRR@10 +0.03 (Hugo, 146) and +0.03 (OpenTelemetry, 30), look-ups within
+    # -0.006 (sweep 0-1 in bench/README.md). 0 = off.
+    link_prior_weight: float = 0.3
     group_by: str = "page"  # results: one per page (best passage) or "chunk"
     # Results' language: "" = each multilingual site's default language (single-language
     # sites are not filtered), a code ("ja"), or "all".
@@ -430,6 +435,8 @@ def validate(settings: Settings) -> Settings:
         raise bad("rrf_k", "must be positive")
     if settings.bm25_phrase_weight < 0:
         raise bad("bm25_phrase_weight", "must be 0 (off) or more")
+    if not 0 <= settings.link_prior_weight <= 10:
+        raise bad("link_prior_weight", "must be between 0 (off) and 10")
     if settings.fusion not in {"score", "rrf"}:
         raise bad("fusion", "must be score or rrf")
     if settings.short_query_terms < 0:

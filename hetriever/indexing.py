@@ -174,9 +174,11 @@ async def apply_outcomes(store: IndexingStore, repo: Repository, outcomes: list[
             catalog.set_files(physical, repo.name, [outcome.path], state,
                               reason=outcome.skipped.reason)
             catalog.set_titles(physical, outcome.path, "", [])
+            catalog.set_links(physical, outcome.path, ())
         elif outcome.chunks:
             first = display_chunk(outcome.chunks)
             catalog.set_titles(physical, outcome.path, first.id, title_keys(first.metadata))
+            catalog.set_links(physical, outcome.path, outcome.links)
 
 
 async def _write_outcomes(store: IndexingStore, repo: Repository, outcomes: list[FileOutcome],

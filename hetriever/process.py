@@ -20,6 +20,7 @@ from hetriever.config import Settings
 from hetriever.discover import SkipFile, list_content_files, read_content_file, read_content_files
 from hetriever.errors import SourceError
 from hetriever.git_objects import tree_entries
+from hetriever.links import outbound_keys
 from hetriever.logs import get_logger
 from hetriever.models import (
     Block,
@@ -46,6 +47,7 @@ class FileOutcome:
     chunks: list[Chunk] = field(default_factory=list)
     skipped: SkippedFile | None = None
     lines: int = 0
+    links: tuple[str, ...] = ()  # keys of the pages it links to (hetriever.links)
     # Set when the per-file step itself gave up (e.g. a task out of retries): the file keeps
     # its old chunks, is filed under IndexResult.failed, and the commit is not recorded.
     failed: str | None = None
@@ -222,7 +224,16 @@ def process_text(repo: Repository, path: str, text: str, settings: Settings, *,
         chunks = [record, *chunks] if record is not None else chunks
     if not chunks:
         return FileOutcome(path, skipped=SkippedFile(path, "empty body"), lines=lines)
-    return FileOutcome(path, chunks=chunks, lines=lines)
+    return FileOutcome(path, chunks=chunks, lines=lines, links=page_links(page, repo))
+
+
+def page_links(page: Page, repo: Repository) -> tuple[str, ...]:
+    """What the page links to, as `hetriever.links` keys."""
+    located = repo.site.locate(page.file_path) if repo.site is not None else None
+    relative = located.relative if located is not None else ""
+    root = page.file_path[: len(page.file_path) - len(relative)].rstrip("/") \
+        if relative and page.file_path.endswith(relative) else repo.content_dir
+    return tuple(outbound_keys(page.body, page.file_path, page.url, root))
 
 
 def process_file(repo: Repository, path: str, commit: str, settings: Settings, *,

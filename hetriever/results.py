@@ -14,6 +14,7 @@ from hetriever.access import CollectionPlan
 from hetriever.analyzer import tokenize
 from hetriever.candidates import _fill_documents, _Hit, _passage, _trusted, page_key
 from hetriever.fusion import FusedPage, fuse_pages, ordered, rrf_fuse, score_fuse
+from hetriever.links import LinkPrior
 from hetriever.logs import get_logger
 from hetriever.models import SearchResult
 from hetriever.store_types import RetrievalStore
@@ -59,7 +60,7 @@ PAGE_VERIFY_ROUNDS = 4  # a stale chunk dropped from a top page changes the page
 
 
 def _verify_top_pages(check: _Checker, rankings: dict[str, list[str]], settings: Any,
-                      pages: int) -> dict[str, list[str]]:
+                      pages: int, prior: LinkPrior | None = None) -> dict[str, list[str]]:
     """Rankings in which every chunk that places or shows one of the top `pages` pages has
     been fetched from Chroma and checked; chunks that failed are removed.
 
@@ -73,7 +74,7 @@ def _verify_top_pages(check: _Checker, rankings: dict[str, list[str]], settings:
                 rankings.items()}
         page_of = _page_of(check.hits, live)
         needed: list[str] = []
-        for page in _fuse_pages(settings, check.hits, live, page_of)[:pages]:
+        for page in _fuse_pages(settings, check.hits, live, page_of, prior)[:pages]:
             needed.extend(page.chunks[:PASSAGES_PER_PAGE])
             for ids in live.values():
                 needed.extend(next(([d] for d in ids if page_of.get(d) == page.page), []))
@@ -84,6 +85,13 @@ def _verify_top_pages(check: _Checker, rankings: dict[str, list[str]], settings:
 
 
 CJK_LANGUAGES = frozenset({"ja", "zh", "ko"})
+
+
+def is_question(settings: Any, lang: str, query: str) -> bool:
+    """An English query of more than `short_query_terms` distinct BM25 terms: a question in
+    the asker's words, not a look-up by name (see `dense_weight_for`)."""
+    base = lang.split("-")[0]
+    return base in ("", "en", "all") and len(set(tokenize(query))) > settings.short_query_terms
 
 
 def dense_weight_for(settings: Any, lang: str, query: str = "") -> float:
@@ -119,12 +127,19 @@ def _retriever_scores(hits: Mapping[str, _Hit], rankings: Mapping[str, Sequence[
 
 
 def _fuse_pages(settings: Any, hits: Mapping[str, _Hit], rankings: Mapping[str, Sequence[str]],
-                page_of: Mapping[str, str]) -> list[FusedPage]:
-    """Pages as `settings.fusion` fuses them (hetriever.fusion)."""
+                page_of: Mapping[str, str], prior: LinkPrior | None = None) -> list[FusedPage]:
+    """Pages as `settings.fusion` fuses them (hetriever.fusion); with score fusion, a `prior`
+    is a third score list: each candidate page's links prior, at `prior.weight`."""
     if settings.fusion == "rrf":
         return fuse_pages(rankings, page_of, settings.rrf_k)
-    return fuse_pages(rankings, page_of, settings.rrf_k, _fusion_weights(settings),
-                      scores=_retriever_scores(hits, rankings))
+    weights, scores = _fusion_weights(settings), _retriever_scores(hits, rankings)
+    if prior is not None and page_of:
+        values = prior.values({page: (hits[d].collection, hits[d].page_metadata)
+                               for d, page in page_of.items()})
+        rankings = {**rankings, "links": list(page_of)}
+        scores["links"] = {d: values[page] for d, page in page_of.items()}
+        weights["links"] = prior.weight
+    return fuse_pages(rankings, page_of, settings.rrf_k, weights, scores=scores)
 
 
 def _page_of(hits: Mapping[str, _Hit], rankings: Mapping[str, Sequence[str]]) -> dict[str, str]:
@@ -138,8 +153,9 @@ class _Scored:
     chunks (fetched and checked) may become results; the others still count for ranks."""
 
     def __init__(self, rankings: dict[str, list[str]], hits: dict[str, _Hit], shown: set[str],
-                 mode: str, settings: Any) -> None:
+                 mode: str, settings: Any, prior: LinkPrior | None = None) -> None:
         self.rankings, self.hits, self.mode, self.settings = rankings, hits, mode, settings
+        self.prior = prior
         self.shown, self.threshold = shown, settings.similarity_threshold
         self.max_rrf = 2.0 / (settings.rrf_k + 1)
         in_bm25 = set(rankings["bm25"])
@@ -194,7 +210,8 @@ def _page_results(scored: _Scored, exact_hit: SearchResult | None) -> list[Searc
     text, its next chunks are `passages`, its scores are the best of its chunks'."""
     page_of = _page_of(scored.hits, scored.rankings)
     results = []
-    for page in _fuse_pages(scored.settings, scored.hits, scored.rankings, page_of):
+    for page in _fuse_pages(scored.settings, scored.hits, scored.rankings, page_of,
+                            scored.prior):
         shown = [c for c in page.chunks[:PASSAGES_PER_PAGE] if c in scored.shown]
         if not shown:  # below the verified top: not shown
             continue

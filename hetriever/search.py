@@ -76,9 +76,11 @@ from hetriever.results import (  # noqa: F401
     _search_language,
     _verify_top_pages,
     dense_weight_for,
+    is_question,
 )
 from hetriever.errors import BackendConnectionError, HetrieverError, InvalidLimitError, SearchError
 from hetriever.filters import and_filters, matches, validate_filter
+from hetriever.links import LinkPrior
 from hetriever.logs import get_logger
 from hetriever.models import RetrievalResult, SearchResult
 from hetriever.store_types import RetrievalStore
@@ -269,7 +271,13 @@ def _search_once(store: RetrievalStore, text: str, k: int, user_filter: dict | N
                                 user_filter) for name, p in plans.items()}
     exact_hit = _exact(store, text, plans, levels, user_filter, wanted_lang) if exact else None
 
-    weight = dense_weight_for(settings, _search_language(wanted_lang, plans), text)
+    language = _search_language(wanted_lang, plans)
+    weight = dense_weight_for(settings, language, text)
+    prior = None
+    if (group_by == "page" and settings.fusion == "score" and settings.link_prior_weight > 0
+            and is_question(settings, language, text)):
+        prior = LinkPrior(store.catalog, {name: p.collection for name, p in plans.items()},
+                          settings.link_prior_weight)
     if weight != settings.dense_weight:  # both validated already: no second validation
         settings = settings.model_copy(update={"dense_weight": weight})
     n = candidate_depth(k, group_by)
@@ -303,11 +311,11 @@ def _search_once(store: RetrievalStore, text: str, k: int, user_filter: dict | N
     rankings = {"dense": dense_ids or [], "bm25": bm25_ids or []}
     check = _Checker(store, hits, plans, levels)
     if group_by == "page":
-        rankings = _verify_top_pages(check, rankings, settings, k + 1)
+        rankings = _verify_top_pages(check, rankings, settings, k + 1, prior)
     else:
         check.verify(list(dict.fromkeys(rankings["dense"] + rankings["bm25"])))
         rankings = {name: [d for d in ids if d in check.trusted] for name, ids in rankings.items()}
-    scored = _Scored(rankings, hits, check.trusted, mode, settings)
+    scored = _Scored(rankings, hits, check.trusted, mode, settings, prior)
     if group_by == "page":
         results = _page_results(scored, exact_hit)
     else:
