@@ -61,7 +61,6 @@ class CorpusChunks:
     commit: str  # the throw-away repo's commit: a content key for caches
     files: dict[str, list[Chunk]] = field(default_factory=dict)  # path -> chunks (non-empty)
     skipped: int = 0
-    links: dict[str, tuple[str, ...]] = field(default_factory=dict)  # path -> hetriever.links keys
 
     @property
     def chunks(self) -> list[Chunk]:
@@ -99,7 +98,6 @@ def process_repo(repo: Repository, commit: str, settings: Settings, source: str)
         outcome = safe_process_text(repo, path, text, settings, resolver=resolver)
         if outcome.chunks:
             out.files[path] = outcome.chunks
-            out.links[path] = outcome.links
         else:
             out.skipped += 1
     return out

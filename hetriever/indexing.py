@@ -38,6 +38,7 @@ from hetriever.page_records import display_chunk
 from hetriever.config import Settings
 from hetriever.errors import EmbeddingError, IndexingError
 from hetriever.discover import SkipFile, compute_change_set, read_content_files, site_at
+from hetriever.links import links_of
 from hetriever.logs import get_logger
 from hetriever.models import ChangeSet, IndexResult, Repository, SkippedFile
 from hetriever.process import (  # noqa: F401 (re-exported: the per-file step)
@@ -178,7 +179,7 @@ async def apply_outcomes(store: IndexingStore, repo: Repository, outcomes: list[
         elif outcome.chunks:
             first = display_chunk(outcome.chunks)
             catalog.set_titles(physical, outcome.path, first.id, title_keys(first.metadata))
-            catalog.set_links(physical, outcome.path, outcome.links)
+            catalog.set_links(physical, outcome.path, links_of(first.metadata))
 
 
 async def _write_outcomes(store: IndexingStore, repo: Repository, outcomes: list[FileOutcome],

@@ -7,8 +7,9 @@ match the narrow pages best. So page results of a long English query (a question
 look-up by name: `results.is_question`) add a small prior for the pages linked from more other
 pages (`link_prior_weight`; measured in bench/README.md).
 
-At index time each page's outbound links become keys (`outbound_keys`) that the catalog keeps
-per file, replaced whenever the file is processed, like its titles:
+At index time each page's outbound links become keys (`outbound_keys`), stored in the metadata
+of the chunk that stands for the page (`links_to`, where followers read them too) and kept per
+file in the catalog, replaced whenever the file is processed, like its titles:
 - `url:/a/b/`: a URL link (`[x](/a/b/)`, `[x](../b/)` resolved against the page's URL,
   `<a href=...>`, reference definitions);
 - `path:content/en/a/b`: a link to a content file (`{{< ref "a/b.md" >}}`, `relref`,
@@ -25,6 +26,8 @@ import posixpath
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
+
+LINKS_KEY = "links_to"  # chunk metadata: the keys a page links to (on its display chunk)
 
 # [text](target), ![alt](target), [label]: target, href="target", {{< ref "target" >}}
 _LINKS = re.compile(
@@ -73,6 +76,18 @@ def outbound_keys(body: str, file_path: str, url: str, content_root: str) -> lis
         elif url:
             keys.add(_url_key(posixpath.join(url if url.endswith("/") else url + "/", target)))
     return sorted(keys)
+
+
+def links_of(metadata: Mapping[str, Any]) -> list[str]:
+    """The link keys a page's display chunk carries."""
+    value = metadata.get(LINKS_KEY)
+    return [str(v) for v in value] if isinstance(value, (list, tuple)) else []
+
+
+def shown(metadata: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A chunk's metadata as search results show it: without the link keys (up to dozens per
+    page, for ranking only)."""
+    return {k: v for k, v in (metadata or {}).items() if k != LINKS_KEY}
 
 
 def page_keys(metadata: Mapping[str, Any]) -> list[str]:

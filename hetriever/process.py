@@ -20,7 +20,7 @@ from hetriever.config import Settings
 from hetriever.discover import SkipFile, list_content_files, read_content_file, read_content_files
 from hetriever.errors import SourceError
 from hetriever.git_objects import tree_entries
-from hetriever.links import outbound_keys
+from hetriever.links import LINKS_KEY, outbound_keys
 from hetriever.logs import get_logger
 from hetriever.models import (
     Block,
@@ -32,7 +32,7 @@ from hetriever.models import (
     Repository,
     SkippedFile,
 )
-from hetriever.page_records import page_record, page_summary_lines
+from hetriever.page_records import display_chunk, page_record, page_summary_lines
 from hetriever.parse import parse_page, skip_reason
 from hetriever.tokenizer import load_token_counter
 
@@ -47,7 +47,6 @@ class FileOutcome:
     chunks: list[Chunk] = field(default_factory=list)
     skipped: SkippedFile | None = None
     lines: int = 0
-    links: tuple[str, ...] = ()  # keys of the pages it links to (hetriever.links)
     # Set when the per-file step itself gave up (e.g. a task out of retries): the file keeps
     # its old chunks, is filed under IndexResult.failed, and the commit is not recorded.
     failed: str | None = None
@@ -224,7 +223,10 @@ def process_text(repo: Repository, path: str, text: str, settings: Settings, *,
         chunks = [record, *chunks] if record is not None else chunks
     if not chunks:
         return FileOutcome(path, skipped=SkippedFile(path, "empty body"), lines=lines)
-    return FileOutcome(path, chunks=chunks, lines=lines, links=page_links(page, repo))
+    links = page_links(page, repo)
+    if links:  # on the chunk that stands for the page, as its titles are (followers read it)
+        display_chunk(chunks).metadata[LINKS_KEY] = list(links)
+    return FileOutcome(path, chunks=chunks, lines=lines)
 
 
 def page_links(page: Page, repo: Repository) -> tuple[str, ...]:

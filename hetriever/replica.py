@@ -33,6 +33,7 @@ from typing import Any
 from chromadb.errors import NotFoundError
 
 from hetriever.catalog import DELETED, INDEXED, now_iso, title_keys
+from hetriever.links import links_of
 from hetriever.logs import get_logger
 
 log = get_logger(__name__)
@@ -337,6 +338,7 @@ def _follow_files(store: Any, name: str, physical: str, ids: list[str], metas: l
         if rows and all(m.get("is_deleted") is True for _, _, m in rows):
             deleted.append(path)
             catalog.set_titles(physical, path, "", [])
+            catalog.set_links(physical, path, ())
             continue
         # The page's first body chunk, or its page record when it has no body (display_chunk).
         first = next((r for r in rows if not r[2].get("page_record")), rows[0] if rows else None)
@@ -345,6 +347,7 @@ def _follow_files(store: Any, name: str, physical: str, ids: list[str], metas: l
             continue
         live.append(path)
         catalog.set_titles(physical, path, first[1], title_keys(first[2]))
+        catalog.set_links(physical, path, links_of(first[2]))
     if live:
         catalog.set_files(physical, name, live, INDEXED)
     if deleted:

@@ -14,7 +14,7 @@ from hetriever.access import CollectionPlan
 from hetriever.analyzer import tokenize
 from hetriever.candidates import _fill_documents, _Hit, _passage, _trusted, page_key
 from hetriever.fusion import FusedPage, fuse_pages, ordered, rrf_fuse, score_fuse
-from hetriever.links import LinkPrior
+from hetriever.links import LinkPrior, shown
 from hetriever.logs import get_logger
 from hetriever.models import SearchResult
 from hetriever.store_types import RetrievalStore
@@ -181,7 +181,8 @@ class _Scored:
         hit = self.hits[doc_id]
         source = "hybrid" if dense is not None and bm25 is not None else (
             "dense" if dense is not None else "bm25")
-        return SearchResult(doc_id=doc_id, content=hit.content or "", metadata=hit.metadata or {},
+        return SearchResult(doc_id=doc_id, content=hit.content or "",
+                            metadata=shown(hit.metadata),
                             score=score, source=source, dense_score=dense, bm25_score=bm25,
                             rrf_score=rrf if self.mode == "hybrid" else None,
                             passages=passages or [])

@@ -80,7 +80,7 @@ from hetriever.results import (  # noqa: F401
 )
 from hetriever.errors import BackendConnectionError, HetrieverError, InvalidLimitError, SearchError
 from hetriever.filters import and_filters, matches, validate_filter
-from hetriever.links import LinkPrior
+from hetriever.links import LinkPrior, shown
 from hetriever.logs import get_logger
 from hetriever.models import RetrievalResult, SearchResult
 from hetriever.store_types import RetrievalStore
@@ -192,8 +192,8 @@ def _exact(store: RetrievalStore, query: str, plans: Mapping[str, CollectionPlan
             continue
         if not _trusted(hit, plans, levels):
             continue
-        return SearchResult(doc_id=hit.doc_id, content=hit.content or "", metadata=hit.metadata,
-                            score=1.0, source="exact")
+        return SearchResult(doc_id=hit.doc_id, content=hit.content or "",
+                            metadata=shown(hit.metadata), score=1.0, source="exact")
     return None
 
 

@@ -14,7 +14,7 @@ from hetriever.catalog import Catalog
 from hetriever.config import Settings
 from hetriever.discover import discover_repositories
 from hetriever.indexing import index_repository, process_text
-from hetriever.links import LinkPrior, outbound_keys, page_keys
+from hetriever.links import LINKS_KEY, LinkPrior, links_of, outbound_keys, page_keys
 from hetriever.models import Repository
 from hetriever.results import is_question
 from hetriever.search import hybrid_search
@@ -119,7 +119,10 @@ def test_processing_a_page_records_what_it_links_to():
     text = "---\ntitle: Sections\n---\nRead [menus](/content-management/menus/) first.\n"
     outcome = process_text(Repository(name="docs", path=Path(".")),
                            "content/content-management/sections.md", text, Settings())
-    assert outcome.links == ("url:/content-management/menus/",)
+    (first,) = [c for c in outcome.chunks if not c.metadata.get("page_record")]
+    assert links_of(first.metadata) == ["url:/content-management/menus/"]
+    record = next(c for c in outcome.chunks if c.metadata.get("page_record"))
+    assert LINKS_KEY not in record.metadata  # only the chunk that stands for the page
 
 
 # Two pages answer the question about as well; the hub is linked from three others.

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from hetriever.catalog import Catalog
 from hetriever.store import clear_store_cache
 from tests.chroma_fixtures import free_port, running_chroma_server
 from tests.helpers import build_sample_parent, commit_all, update_submodule
@@ -158,6 +159,14 @@ def test_dask_workers_embed_and_followers_search_like_one_process(
     clear_store_cache()
 
 
+def _linking(state: Path, key: str) -> set[str]:
+    catalog = Catalog.for_state_dir(state)
+    try:
+        return catalog.link_sources(catalog.active("sample-docs") or "", [key]).get(key, set())
+    finally:
+        catalog.close()
+
+
 def test_a_follower_that_missed_a_publish_and_a_forget(tmp_path, minilm_model_dir):
     """A follower away for two runs diffs the whole collection; a repository the ingest
     forgets leaves the manifest and followers drop their copy."""
@@ -178,14 +187,20 @@ def test_a_follower_that_missed_a_publish_and_a_forget(tmp_path, minilm_model_di
         # Two runs while the follower was away: it missed a publish, so it diffs everything.
         for i in (1, 2):
             (source / f"content/docs/away-{i}.md").write_text(
-                f"---\ntitle: Away {i}\n---\n\nWritten while the follower was away, take {i}.\n")
+                f"---\ntitle: Away {i}\n---\n\nWritten while the follower was away, take {i}; "
+                "see [bundles](/docs/content/page-bundles/).\n")
             update_submodule(parent, "sample-docs", commit_all(source, f"away {i}"))
             assert run_cli(parent, ingest, "ingest").returncode == 0
         done = run_cli(parent, follower, "follow", "--json")
         assert _followed_how(done.stderr) == ["diff"]
         assert json.loads(done.stdout)["added"] >= 2
-        for query in ("written while the follower was away", "Away 2"):
+        for query in ("written while the follower was away", "Away 2",
+                      "what did the pages written while the follower was away link to"):
             assert _search(parent, follower, query) == _search(parent, ingest, query)
+        # The links prior of questions reads the same links on both sides.
+        linked = [_linking(tmp_path / side / "state", "url:/docs/content/page-bundles/")
+                  for side in ("ingest", "searcher")]
+        assert linked[0] == linked[1] == {"content/docs/away-1.md", "content/docs/away-2.md"}
 
         assert run_cli(parent, ingest, "forget", "-r", "sample-docs").returncode == 0
         done = run_cli(parent, follower, "follow", "--json")
