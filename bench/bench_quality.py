@@ -27,10 +27,10 @@ The dense and BM25 chunk rankings (with their scores) are also fetched deep (100
 per query, and the fusion is re-run offline (`hetriever.fusion`) for sweeps: score fusion by
 dense weight and chunks per retriever, RRF by k and chunks per retriever, and BM25's phrase
 weight (`bm25_phrase_weight`, the same dense lists fused with BM25 lists rescored at each
-weight), and dense's weight for short queries by the cut (`dense_weight_short`,
-`short_query_terms`); the report says how
-often the offline fusion reproduces `hybrid_search` exactly, so the sweep speaks for the
-product.
+weight), BM25's k1 and b (rescored the same way), the links prior's weight for questions
+(`link_prior_weight`, hetriever.links), and dense's weight for short queries by the cut
+(`dense_weight_short`, `short_query_terms`); the report says how often the offline fusion
+reproduces `hybrid_search` exactly, so the sweep speaks for the product.
 """
 
 from __future__ import annotations
@@ -65,6 +65,8 @@ from hetriever.catalog import title_keys  # noqa: E402
 from hetriever.page_records import display_chunk  # noqa: E402
 from hetriever.config import Settings  # noqa: E402
 from hetriever.fusion import fuse_pages  # noqa: E402
+from hetriever.links import LinkPrior, links_of  # noqa: E402
+from hetriever.results import is_question  # noqa: E402
 from hetriever.logs import configure_logging  # noqa: E402
 
 CORPORA = ("hugo-docs", "opentelemetry-io")
@@ -77,6 +79,8 @@ SWEEP_WEIGHT = (0.3, 0.4, 0.5, 0.55, 0.6, 0.65, 0.7, 0.8)  # score fusion: dense
 SWEEP_PHRASE = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0)  # BM25's phrase bonus (hetriever.phrases)
 SWEEP_SHORT_WEIGHT = (0.4, 0.45, 0.5, 0.55, 0.6)  # dense's weight for short queries
 SWEEP_SHORT_TERMS = (0, 4, 6, 8, 10)  # what "short" is, in distinct terms (0: no query is)
+SWEEP_LINKS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.7, 1.0)  # the links prior's weight (questions)
+SWEEP_BM25 = tuple((k1, b) for k1 in (0.9, 1.2, 1.6, 2.0) for b in (0.4, 0.6, 0.75, 0.9))
 MODES = ("default", "hybrid", "dense", "bm25")
 SETS = ("questions", "title", "description", "heading")
 
@@ -141,6 +145,7 @@ def index_corpus(corpus: CorpusChunks, embedder: Any, record: str,
         for path, chunks in corpus.files.items():
             first = display_chunk(chunks)
             store.catalog.set_titles(physical, path, first.id, title_keys(first.metadata))
+            store.catalog.set_links(physical, path, links_of(first.metadata))
         return written, reused
 
     began = time.perf_counter()
@@ -173,8 +178,10 @@ Scored = list[tuple[str, dict, float]]  # (chunk id, metadata, the retriever's s
 
 
 def offline_pages(dense: Scored, bm25: Scored, depth: int, *, fusion: str = "score",
-                  k: int = 5, dense_weight: float = 0.6) -> list[str]:
-    """hybrid_search's page fusion, offline, over the first `depth` chunks of each list."""
+                  k: int = 5, dense_weight: float = 0.6, prior: LinkPrior | None = None,
+                  corpus: str = "") -> list[str]:
+    """hybrid_search's page fusion, offline, over the first `depth` chunks of each list;
+    `prior`: the links prior of a question (results._fuse_pages)."""
     page_of = {d: str(m.get("file_path", "")) for d, m, _ in dense[:depth] + bm25[:depth]}
     rankings = {"dense": [d for d, _, _ in dense[:depth]], "bm25": [d for d, _, _ in bm25[:depth]]}
     if fusion == "rrf":
@@ -182,8 +189,14 @@ def offline_pages(dense: Scored, bm25: Scored, depth: int, *, fusion: str = "sco
     else:
         scores = {"dense": {d: s for d, _, s in dense[:depth]},
                   "bm25": {d: s for d, _, s in bm25[:depth]}}
-        fused = fuse_pages(rankings, page_of, k, {"dense": dense_weight, "bm25": 1 - dense_weight},
-                           scores=scores)
+        weights = {"dense": dense_weight, "bm25": 1 - dense_weight}
+        if prior is not None and prior.weight > 0:
+            meta = {d: m for d, m, _ in dense[:depth] + bm25[:depth]}
+            values = prior.values({page_of[d]: (corpus, meta[d]) for d in page_of})
+            rankings["links"] = list(page_of)
+            scores["links"] = {d: values[page_of[d]] for d in page_of}
+            weights["links"] = prior.weight
+        fused = fuse_pages(rankings, page_of, k, weights, scores=scores)
     return [p.page for p in fused][:K]
 
 
@@ -214,26 +227,48 @@ def evaluate(store: Any, corpus: CorpusChunks, queries: list[Query],
     depth = search.candidate_depth(K, "page")
     lists = list(zip(dense_lists, bm25_lists))
     weights = [search.dense_weight_for(s, "", q) for q, _ in queries]  # by the query's length
+    # The links prior, for the questions among the queries (as hybrid_search applies it).
+    physical = {corpus.name: store.physical_name(corpus.name)}
+    priors = {w: LinkPrior(store.catalog, physical, w)
+              for w in {*SWEEP_LINKS, s.link_prior_weight}}
+    asks = [is_question(s, "", q) for q, _ in queries]
+
+    def fused(d: Scored, b: Scored, w: float, ask: bool, link_weight: float = s.link_prior_weight,
+              **kw: Any) -> list[str]:
+        return offline_pages(d, b, depth, fusion=s.fusion, k=s.rrf_k, dense_weight=w,
+                             prior=priors[link_weight] if ask else None, corpus=corpus.name, **kw)
+
     phrase_sweep = []
     index = store.search_bm25(corpus.name)
     for weight in SWEEP_PHRASE:  # the same dense lists, BM25 lists with another phrase weight
         index.phrase_weight = weight
-        runs = [offline_pages(d, [(h.doc_id, h.metadata, h.bm25_raw or 0.0)
-                                  for h in bm25_only(store, q, DEEP, namespaces=ns)], depth,
-                              fusion=s.fusion, k=s.rrf_k, dense_weight=w)
-                for d, (q, _), w in zip(dense_lists, queries, weights)]
+        runs = [fused(d, [(h.doc_id, h.metadata, h.bm25_raw or 0.0)
+                          for h in bm25_only(store, q, DEEP, namespaces=ns)], w, ask)
+                for d, (q, _), w, ask in zip(dense_lists, queries, weights, asks)]
         phrase_sweep.append({"phrase_weight": weight, **score(runs, queries)})
     index.phrase_weight = s.bm25_phrase_weight
+    bm25_sweep = []  # Okapi's k1 (term frequency saturation) and b (length normalisation)
+    saved = index.k1, index.b
+    for index.k1, index.b in SWEEP_BM25:
+        rescored = [[(h.doc_id, h.metadata, h.bm25_raw or 0.0)
+                     for h in bm25_only(store, q, DEEP, namespaces=ns)] for q, _ in queries]
+        runs = [fused(d, r, w, ask) for d, r, w, ask in zip(dense_lists, rescored, weights, asks)]
+        bm25_sweep.append({"k1": index.k1, "b": index.b, **score(runs, queries),
+                           "bm25_mrr@10": score([pages([m for _, m, _ in r]) for r in rescored],
+                                                queries)["mrr@10"]})
+    index.k1, index.b = saved
+    link_sweep = [{"link_prior_weight": lw, **score(
+        [fused(d, b, w, ask, lw) for (d, b), w, ask in zip(lists, weights, asks)], queries)}
+        for lw in SWEEP_LINKS]
     short_sweep = []  # dense's weight for short queries, and the cut in distinct terms
     for short_w in SWEEP_SHORT_WEIGHT:
         for cut in SWEEP_SHORT_TERMS:
             t = s.model_copy(update={"dense_weight_short": short_w, "short_query_terms": cut})
-            runs = [offline_pages(d, b, depth, dense_weight=search.dense_weight_for(t, "", q))
+            runs = [fused(d, b, search.dense_weight_for(t, "", q), is_question(t, "", q))
                     for (d, b), (q, _) in zip(lists, queries)]
             short_sweep.append({"dense_weight_short": short_w, "short_query_terms": cut,
                                 **score(runs, queries)})
-    simulated = [offline_pages(d, b, depth, fusion=s.fusion, k=s.rrf_k, dense_weight=w)
-                 for (d, b), w in zip(lists, weights)]
+    simulated = [fused(d, b, w, ask) for (d, b), w, ask in zip(lists, weights, asks)]
     agree = sum(x == h for x, h in zip(simulated, ranked["hybrid"])) / max(1, len(queries))
     return {
         "queries": len(queries),
@@ -243,6 +278,8 @@ def evaluate(store: Any, corpus: CorpusChunks, queries: list[Query],
         "offline_fusion_agreement": round(agree, 3),
         "phrase_sweep": phrase_sweep,
         "short_query_sweep": short_sweep,
+        "bm25_sweep": bm25_sweep,
+        "link_sweep": link_sweep,
         "default_ms": {"p50": round(percentile(ms, 50), 1), "p95": round(percentile(ms, 95), 1)},
         "sweep": [{"fusion": "score", "dense_weight": w, "depth": c,
                    **score([offline_pages(d, b, c, dense_weight=w) for d, b in lists], queries)}
@@ -331,6 +368,11 @@ def print_report(report: dict) -> None:
                   f"{cell}: MRR {best['mrr@10']}")
             print("    phrase weight sweep (MRR@10): " + ", ".join(
                 f"{p['phrase_weight']}: {p['mrr@10']:.3f}" for p in r.get("phrase_sweep", [])))
+            print("    links prior sweep (MRR@10): " + ", ".join(
+                f"{p['link_prior_weight']}: {p['mrr@10']:.3f}" for p in r.get("link_sweep", [])))
+            print("    BM25 k1/b sweep (MRR@10 hybrid / BM25 alone): " + ", ".join(
+                f"{p['k1']}/{p['b']}: {p['mrr@10']:.3f} / {p['bm25_mrr@10']:.3f}"
+                for p in r.get("bm25_sweep", [])))
 
 
 if __name__ == "__main__":
