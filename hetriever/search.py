@@ -273,11 +273,6 @@ def _search_once(store: RetrievalStore, text: str, k: int, user_filter: dict | N
 
     language = _search_language(wanted_lang, plans)
     weight = dense_weight_for(settings, language, text)
-    prior = None
-    if (group_by == "page" and settings.fusion == "score" and settings.link_prior_weight > 0
-            and is_question(settings, language, text)):
-        prior = LinkPrior(store.catalog, {name: p.collection for name, p in plans.items()},
-                          settings.link_prior_weight)
     if weight != settings.dense_weight:  # both validated already: no second validation
         settings = settings.model_copy(update={"dense_weight": weight})
     n = candidate_depth(k, group_by)
@@ -308,6 +303,11 @@ def _search_once(store: RetrievalStore, text: str, k: int, user_filter: dict | N
     else:
         mode = "dense" if dense_ids is not None else "bm25"
 
+    prior = None  # a question's links prior, for fused pages only (hetriever.links)
+    if (mode == "hybrid" and group_by == "page" and settings.fusion == "score"
+            and settings.link_prior_weight > 0 and is_question(settings, language, text)):
+        prior = LinkPrior(store.catalog, {name: p.collection for name, p in plans.items()},
+                          settings.link_prior_weight)
     rankings = {"dense": dense_ids or [], "bm25": bm25_ids or []}
     check = _Checker(store, hits, plans, levels)
     if group_by == "page":

@@ -177,6 +177,15 @@ def test_a_question_prefers_the_page_other_pages_link_to(site):
     store.close_sync()
     store = index()  # the default weight
     assert _first(store, QUESTION) == "content/menus.md"
+    # Only fused pages get the prior: one retriever alone ranks by its own scores, and no
+    # links are looked up for it.
+    calls = []
+    real = store.catalog.link_sources
+    store.catalog.link_sources = lambda *a: calls.append(a) or real(*a)  # type: ignore[method-assign]
+    hybrid_search(store, QUESTION, 3, exact=False, hybrid=False)
+    assert calls == []
+    hybrid_search(store, QUESTION, 3, exact=False)
+    assert len(calls) == 1
     # A look-up by name gets no prior: the narrow page's own title still comes first.
     assert _first(store, "Menu entry parameters") == "content/menu-entry.md"
     store.close_sync()
