@@ -181,7 +181,8 @@ def test_a_question_prefers_the_page_other_pages_link_to(site):
     # links are looked up for it.
     calls = []
     real = store.catalog.link_sources
-    store.catalog.link_sources = lambda *a: calls.append(a) or real(*a)  # type: ignore[method-assign]
+    store.catalog.link_sources = (  # type: ignore[method-assign]
+        lambda *a: calls.append(a) or real(*a))
     hybrid_search(store, QUESTION, 3, exact=False, hybrid=False)
     assert calls == []
     hybrid_search(store, QUESTION, 3, exact=False)
