@@ -87,24 +87,27 @@ def _verify_top_pages(check: _Checker, rankings: dict[str, list[str]], settings:
 CJK_LANGUAGES = frozenset({"ja", "zh", "ko"})
 
 
+def _english(lang: str) -> bool:
+    """A search in English, the embedding model's language ("" and "all" included)."""
+    return lang.split("-")[0] in ("", "en", "all")
+
+
 def is_question(settings: Any, lang: str, query: str) -> bool:
     """An English query of more than `short_query_terms` distinct BM25 terms: a question in
-    the asker's words, not a look-up by name (see `dense_weight_for`)."""
-    base = lang.split("-")[0]
-    return base in ("", "en", "all") and len(set(tokenize(query))) > settings.short_query_terms
+    the asker's words; a shorter one is a look-up by name (a title, a heading)."""
+    return _english(lang) and len(set(tokenize(query))) > settings.short_query_terms
 
 
 def dense_weight_for(settings: Any, lang: str, query: str = "") -> float:
-    """Dense's share of score fusion for a search in `lang` ("" or "en": English, the
-    embedding model's language). An English query of at most `short_query_terms` distinct
-    BM25 terms is a look-up by name (a title, a heading): it leans on the words
-    (`dense_weight_short`); a longer one is a question, where meaning counts more."""
-    base = lang.split("-")[0]
-    if not base or base == "en" or base == "all":
-        if query and len(set(tokenize(query))) <= settings.short_query_terms:
+    """Dense's share of score fusion for a search in `lang`. An English look-up by name
+    (`is_question` false) leans on the words (`dense_weight_short`); a question, where meaning
+    counts more, gets `dense_weight`; other languages less (the model is English)."""
+    if _english(lang):
+        if query and not is_question(settings, lang, query):
             return settings.dense_weight_short
         return settings.dense_weight
-    return settings.dense_weight_cjk if base in CJK_LANGUAGES else settings.dense_weight_other
+    return settings.dense_weight_cjk if lang.split("-")[0] in CJK_LANGUAGES \
+        else settings.dense_weight_other
 
 
 def _search_language(wanted: str, plans: Mapping[str, CollectionPlan]) -> str:
