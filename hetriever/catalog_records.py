@@ -31,7 +31,10 @@ BUILDING, ACTIVE = "building", "active"
 PHYSICAL_RE = re.compile(r"^(?P<repo>[a-z0-9][a-z0-9-]*[a-z0-9])_v(?P<gen>[0-9]+)$")
 
 # Exact-match kinds, best first: a title beats a function name, which beats an alias.
-TITLE_KINDS = {"title": 0, "linkTitle": 1, "function": 2, "alias": 3}
+TITLE_KINDS = {"title": 0, "linkTitle": 1, "function": 2, "alias": 3, "description": 4}
+# A description shorter than this is a label ("Overview"), which a look-up by name would
+# match on pages it does not name; titles serve those.
+DESCRIPTION_MIN_WORDS = 4
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -121,10 +124,11 @@ def split_physical(name: str) -> tuple[str, int] | None:
 
 
 def normalise_title(text: str) -> str:
-    """The exact-match key: trimmed, case-folded, inner whitespace collapsed, leading dots
-    and surrounding backticks dropped (`.Site.Params` and `site.params` are one key)."""
-    key = " ".join(str(text).split()).casefold().strip("`\"' ")
-    return key.lstrip(".").strip()
+    """The exact-match key: trimmed, case-folded, inner whitespace collapsed, leading and
+    trailing dots, surrounding quotes and every backtick dropped (`.Site.Params` and `site.params` are one
+    key; a description's "the `title` property" is "the title property" as the page shows it)."""
+    key = " ".join(str(text).replace("`", "").split()).casefold().strip("\"' ")
+    return key.strip(".").strip()
 
 
 def title_keys(metadata: dict[str, Any]) -> list[tuple[str, str]]:
@@ -133,7 +137,9 @@ def title_keys(metadata: dict[str, Any]) -> list[tuple[str, str]]:
     - title and linkTitle as written;
     - a function name: `collections.Where` is also `where`; a method page
       `methods/site/Params.md` titled `Params` is also `.Site.Params`;
-    - aliases (old URLs): the whole path and its last segment (`/functions/where` -> `where`).
+    - aliases (old URLs): the whole path and its last segment (`/functions/where` -> `where`);
+    - the front matter description (of `DESCRIPTION_MIN_WORDS` words or more): the summary a
+      search engine shows under the page's link, so the text people and agents paste back.
     """
     out: list[tuple[str, str]] = []
     title = str(metadata.get("title") or "")
@@ -152,6 +158,9 @@ def title_keys(metadata: dict[str, Any]) -> list[tuple[str, str]]:
         if path:
             out.append(("alias", normalise_title(path)))
             out.append(("alias", normalise_title(path.rsplit("/", 1)[-1])))
+    description = metadata.get("description")
+    if isinstance(description, str) and len(description.split()) >= DESCRIPTION_MIN_WORDS:
+        out.append(("description", normalise_title(description)))
     return [(kind, key) for kind, key in dict.fromkeys(out) if key]
 
 

@@ -93,6 +93,14 @@ def test_title_keys_and_lookup(tmp_path: Path) -> None:
     assert ("function", "site.params") in title_keys(params)
     assert normalise_title("  .Site.Params ") == "site.params"
     assert normalise_title("`Where`") == "where"
+    # a description is a key from four words on, backticks and the final period aside
+    menu = {"title": "Title", "description": "Returns the `title` property of a menu entry.",
+            "file_path": "content/en/methods/menu-entry/Title.md"}
+    assert ("description", "returns the title property of a menu entry") in title_keys(menu)
+    assert normalise_title("Returns the title property of a menu entry") == \
+        "returns the title property of a menu entry"
+    assert [k for k in title_keys({"title": "A", "description": "An overview page"})
+            if k[0] == "description"] == []
 
     cat = Catalog.for_state_dir(tmp_path)
     col = cat.ensure_active("hugo-docs", "fp")

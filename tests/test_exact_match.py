@@ -32,6 +32,12 @@ PAGES = {
     "content/getting-started/quick-start.md":
         "---\ntitle: Quick start\nlinkTitle: Start here\n---\n\nCreate a site, add content "
         "and publish it in minutes; where to begin.\n",
+    "content/methods/menu-entry/Title.md":
+        "---\ntitle: Title\ndescription: Returns the `title` property of the given menu entry."
+        "\n---\n\nReturns the title property, falling back to the page's title.\n",
+    "content/about/_index.md":
+        "---\ntitle: About\ndescription: Where to begin\n---\n\nWho writes these pages and how "
+        "the project is run.\n",
 }
 
 
@@ -66,6 +72,11 @@ def first_file(store, query: str, **kwargs) -> tuple[str, str]:
     (".Page.Params", "content/methods/page/Params.md"),
     ("start here", "content/getting-started/quick-start.md"),  # linkTitle
     ("Quick Start", "content/getting-started/quick-start.md"),
+    # the description, as the page shows it (no backticks, with or without the period)
+    ("returns the title property of the given menu entry",
+     "content/methods/menu-entry/Title.md"),
+    ("Returns the `title` property of the given menu entry.",
+     "content/methods/menu-entry/Title.md"),
 ])
 def test_exact_queries_rank_the_page_first(store, query, path) -> None:
     assert first_file(store, query) == (path, "exact")
@@ -84,6 +95,9 @@ def test_exact_hit_is_merged_without_duplicates(store) -> None:
 
 def test_non_title_queries_take_the_semantic_path(store) -> None:
     result = hybrid_search(store, "filter a slice by key and value", top_k=5)
+    assert all(m.source != "exact" for m in result.matches)
+    # a description of three words is a label, not a key ("About" is not found by it)
+    result = hybrid_search(store, "where to begin", top_k=5)
     assert all(m.source != "exact" for m in result.matches)
     assert hybrid_search(store, "where", top_k=5, exact=False).matches[0].source != "exact"
 
