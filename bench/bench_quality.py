@@ -61,11 +61,10 @@ from common import (  # noqa: E402
     write_windows,
 )
 from hetriever import search  # noqa: E402
-from hetriever.catalog import title_keys  # noqa: E402
 from hetriever.page_records import display_chunk  # noqa: E402
 from hetriever.config import Settings  # noqa: E402
 from hetriever.fusion import fuse_pages  # noqa: E402
-from hetriever.links import LinkPrior, links_of  # noqa: E402
+from hetriever.links import LinkPrior  # noqa: E402
 from hetriever.results import is_question  # noqa: E402
 from hetriever.logs import configure_logging  # noqa: E402
 
@@ -144,8 +143,7 @@ def index_corpus(corpus: CorpusChunks, embedder: Any, record: str,
         physical = store.physical_name(corpus.name)
         for path, chunks in corpus.files.items():
             first = display_chunk(chunks)
-            store.catalog.set_titles(physical, path, first.id, title_keys(first.metadata))
-            store.catalog.set_links(physical, path, links_of(first.metadata))
+            store.catalog.set_page(physical, path, first.id, first.metadata)
         return written, reused
 
     began = time.perf_counter()

@@ -55,6 +55,7 @@ from hetriever.catalog_records import (  # noqa: F401 (re-exported: states, name
     TITLE_KINDS,
     TitleHit,
 )
+from hetriever.links import links_of
 from hetriever.logs import get_logger
 from hetriever.sqlite_files import connect
 
@@ -468,9 +469,7 @@ class Catalog:
     def set_links(self, collection: str, path: str, keys: Iterable[str]) -> None:
         """Replace what the file at `path` links to."""
         with self.transaction() as conn:
-            conn.execute("DELETE FROM links WHERE collection = ? AND path = ?", (collection, path))
-            conn.executemany("INSERT OR IGNORE INTO links(collection, path, key) VALUES (?, ?, ?)",
-                             [(collection, path, key) for key in keys])
+            _replace_links(conn, collection, path, keys)
 
     def link_sources(self, collection: str, keys: Iterable[str]) -> dict[str, set[str]]:
         """{key: the files linking to it} for those of `keys` that some file links to."""
@@ -488,11 +487,18 @@ class Catalog:
 
     def set_titles(self, collection: str, path: str, chunk_id: str,
                    keys: Iterable[tuple[str, str]]) -> None:
-        rows = [(collection, key, kind, TITLE_KINDS[kind], path, chunk_id) for kind, key in keys]
         with self.transaction() as conn:
-            conn.execute("DELETE FROM titles WHERE collection = ? AND path = ?", (collection, path))
-            conn.executemany("INSERT OR REPLACE INTO titles(collection, key, kind, priority, path,"
-                             " chunk_id) VALUES (?, ?, ?, ?, ?, ?)", rows)
+            _replace_titles(conn, collection, path, chunk_id, keys)
+
+    def set_page(self, collection: str, path: str, chunk_id: str = "",
+                 metadata: dict[str, Any] | None = None) -> None:
+        """Replace the exact-match keys and the outbound links of the file at `path`, in one
+        transaction, from the metadata of the chunk that stands for its page
+        (`page_records.display_chunk`); without one (skipped, failed, deleted) both go."""
+        with self.transaction() as conn:
+            _replace_titles(conn, collection, path, chunk_id,
+                            title_keys(metadata) if metadata else ())
+            _replace_links(conn, collection, path, links_of(metadata) if metadata else ())
 
     def lookup_title(self, query: str, collections: Sequence[str]) -> list[TitleHit]:
         """Pages whose normalised title/linkTitle/function name/alias equals the query's,
@@ -509,3 +515,19 @@ class Catalog:
                 collection=r["collection"], key=r["key"], kind=r["kind"], path=r["path"],
                 chunk_id=r["chunk_id"]))
         return list(hits.values())
+
+
+def _replace_titles(conn: sqlite3.Connection, collection: str, path: str, chunk_id: str,
+                    keys: Iterable[tuple[str, str]]) -> None:
+    conn.execute("DELETE FROM titles WHERE collection = ? AND path = ?", (collection, path))
+    conn.executemany("INSERT OR REPLACE INTO titles(collection, key, kind, priority, path,"
+                     " chunk_id) VALUES (?, ?, ?, ?, ?, ?)",
+                     [(collection, key, kind, TITLE_KINDS[kind], path, chunk_id)
+                      for kind, key in keys])
+
+
+def _replace_links(conn: sqlite3.Connection, collection: str, path: str,
+                   keys: Iterable[str]) -> None:
+    conn.execute("DELETE FROM links WHERE collection = ? AND path = ?", (collection, path))
+    conn.executemany("INSERT OR IGNORE INTO links(collection, path, key) VALUES (?, ?, ?)",
+                     [(collection, path, key) for key in keys])

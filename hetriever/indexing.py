@@ -33,12 +33,11 @@ from typing import AsyncIterator, Callable, Iterable
 
 from hetriever import faults
 from hetriever.access import declared_level
-from hetriever.catalog import DISCOVERED, FAILED, INDEXED, PROCESSED, SKIPPED, title_keys
+from hetriever.catalog import DISCOVERED, FAILED, INDEXED, PROCESSED, SKIPPED
 from hetriever.page_records import display_chunk
 from hetriever.config import Settings
 from hetriever.errors import EmbeddingError, IndexingError
 from hetriever.discover import SkipFile, compute_change_set, read_content_files, site_at
-from hetriever.links import links_of
 from hetriever.logs import get_logger
 from hetriever.models import ChangeSet, IndexResult, Repository, SkippedFile
 from hetriever.process import (  # noqa: F401 (re-exported: the per-file step)
@@ -174,12 +173,10 @@ async def apply_outcomes(store: IndexingStore, repo: Repository, outcomes: list[
             state = FAILED if outcome.skipped.reason.startswith("error:") else SKIPPED
             catalog.set_files(physical, repo.name, [outcome.path], state,
                               reason=outcome.skipped.reason)
-            catalog.set_titles(physical, outcome.path, "", [])
-            catalog.set_links(physical, outcome.path, ())
+            catalog.set_page(physical, outcome.path)
         elif outcome.chunks:
             first = display_chunk(outcome.chunks)
-            catalog.set_titles(physical, outcome.path, first.id, title_keys(first.metadata))
-            catalog.set_links(physical, outcome.path, links_of(first.metadata))
+            catalog.set_page(physical, outcome.path, first.id, first.metadata)
 
 
 async def _write_outcomes(store: IndexingStore, repo: Repository, outcomes: list[FileOutcome],

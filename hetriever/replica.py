@@ -32,8 +32,7 @@ from typing import Any
 
 from chromadb.errors import NotFoundError
 
-from hetriever.catalog import DELETED, INDEXED, now_iso, title_keys
-from hetriever.links import links_of
+from hetriever.catalog import DELETED, INDEXED, now_iso
 from hetriever.logs import get_logger
 
 log = get_logger(__name__)
@@ -337,8 +336,7 @@ def _follow_files(store: Any, name: str, physical: str, ids: list[str], metas: l
         rows = sorted(chunks.get(path, []), key=lambda r: (r[0], r[1]))
         if rows and all(m.get("is_deleted") is True for _, _, m in rows):
             deleted.append(path)
-            catalog.set_titles(physical, path, "", [])
-            catalog.set_links(physical, path, ())
+            catalog.set_page(physical, path)
             continue
         # The page's first body chunk, or its page record when it has no body (display_chunk).
         first = next((r for r in rows if not r[2].get("page_record")), rows[0] if rows else None)
@@ -346,8 +344,7 @@ def _follow_files(store: Any, name: str, physical: str, ids: list[str], metas: l
             catalog.remove_files(physical, [path])
             continue
         live.append(path)
-        catalog.set_titles(physical, path, first[1], title_keys(first[2]))
-        catalog.set_links(physical, path, links_of(first[2]))
+        catalog.set_page(physical, path, first[1], first[2])
     if live:
         catalog.set_files(physical, name, live, INDEXED)
     if deleted:

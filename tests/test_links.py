@@ -115,6 +115,20 @@ def test_the_catalog_keeps_each_files_links_until_it_goes(tmp_path: Path):
     catalog.close()
 
 
+def test_a_page_s_titles_and_links_are_replaced_together(tmp_path: Path):
+    catalog = Catalog(tmp_path / "catalog.sqlite")
+    meta = {"title": "Sections", "file_path": "content/sections.md",
+            LINKS_KEY: ["url:/menus/"]}
+    catalog.set_page("docs_v1", "content/sections.md", "id-1", meta)
+    assert [h.chunk_id for h in catalog.lookup_title("sections", ["docs_v1"])] == ["id-1"]
+    assert catalog.link_sources("docs_v1", ["url:/menus/"]) == {
+        "url:/menus/": {"content/sections.md"}}
+    catalog.set_page("docs_v1", "content/sections.md")  # skipped now: both go
+    assert catalog.lookup_title("sections", ["docs_v1"]) == []
+    assert catalog.link_sources("docs_v1", ["url:/menus/"]) == {}
+    catalog.close()
+
+
 def test_processing_a_page_records_what_it_links_to():
     text = "---\ntitle: Sections\n---\nRead [menus](/content-management/menus/) first.\n"
     outcome = process_text(Repository(name="docs", path=Path(".")),
