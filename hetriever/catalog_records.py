@@ -30,7 +30,8 @@ BUILDING, ACTIVE = "building", "active"
 # hold an underscore, so the split is unambiguous (Chroma allows `_` inside names).
 PHYSICAL_RE = re.compile(r"^(?P<repo>[a-z0-9][a-z0-9-]*[a-z0-9])_v(?P<gen>[0-9]+)$")
 
-# Exact-match kinds, best first: a title beats a function name, which beats an alias.
+# Exact-match kinds, best first: a title beats a function name, which beats an alias,
+# which beats a description.
 TITLE_KINDS = {"title": 0, "linkTitle": 1, "function": 2, "alias": 3, "description": 4}
 # A description shorter than this is a label ("Overview"), which a look-up by name would
 # match on pages it does not name; titles serve those.
@@ -125,8 +126,9 @@ def split_physical(name: str) -> tuple[str, int] | None:
 
 def normalise_title(text: str) -> str:
     """The exact-match key: trimmed, case-folded, inner whitespace collapsed, leading and
-    trailing dots, surrounding quotes and every backtick dropped (`.Site.Params` and `site.params` are one
-    key; a description's "the `title` property" is "the title property" as the page shows it)."""
+    trailing dots, surrounding quotes and every backtick dropped (`.Site.Params` and
+    `site.params` are one key; a description's "the `title` property" is "the title property",
+    as the page shows it)."""
     key = " ".join(str(text).replace("`", "").split()).casefold().strip("\"' ")
     return key.strip(".").strip()
 
