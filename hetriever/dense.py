@@ -30,7 +30,15 @@ def similarity(distance: float, space: str = "cosine") -> float:
 
 
 def _dense(store: RetrievalStore, names: list[str], vector: Any, n: int,
-           wheres: Mapping[str, dict | None], hits: dict[str, _Hit]) -> list[str]:
+           wheres: Mapping[str, dict | None], hits: dict[str, _Hit], *,
+           ids_only: bool = False) -> list[str]:
+    """The `n` nearest chunks over `names`, recorded in `hits` with their similarity.
+
+    `ids_only`: an unfiltered kNN asks Chroma for ids and distances alone, leaving text and
+    metadata to be fetched for the chunks a page search shows (`results._Checker`, which
+    learns every candidate's page from BM25's copy of its metadata first). Chroma reads a
+    row's metadata at ~0.1 ms each: at 50 candidates that was most of the kNN's time
+    (bench/README.md). A filtered kNN still reads them, to apply its filter here."""
     found: list[tuple[float, str]] = []
     for name in names:
         col = store.collection(name)
@@ -42,10 +50,15 @@ def _dense(store: RetrievalStore, names: list[str], vector: Any, n: int,
         # chunks, see bench/bench_store.py). A collection only holds its repository's chunks
         # (the store checks on write) and `_trusted` drops any hit claiming another one. The
         # access and deletion clauses are added only to collections that need them.
-        rows = _dense_rows(store, col, vector, n, wheres[name], lambda: store.search_bm25(name))
+        if ids_only and wheres[name] is None:
+            rows = _knn(store, col, vector, n, bare=True)
+        else:
+            rows = _dense_rows(store, col, vector, n, wheres[name],
+                               lambda: store.search_bm25(name))
         for doc_id, doc, meta, dist in rows:
             hit = hits.setdefault(doc_id, _Hit(doc_id, name))
-            hit.content, hit.metadata = doc, dict(meta or {})
+            if meta is not None:
+                hit.content, hit.metadata = doc, dict(meta)
             hit.dense_score = similarity(float(dist), store.settings.hnsw_space)
             found.append((hit.dense_score, doc_id))
     found.sort(key=lambda t: (-t[0], t[1]))
@@ -72,7 +85,7 @@ ID_FILTER_MAX = 50_000
 EXACT_IDS_MAX = 200
 
 
-Row = tuple[str, str, dict, float]
+Row = tuple[str, str, dict | None, float]  # None: not read (`_knn(bare=True)`)
 
 
 def _dense_rows(store: RetrievalStore, col: Any, vector: Any, n: int, where: dict | None,
@@ -99,13 +112,18 @@ def _dense_rows(store: RetrievalStore, col: Any, vector: Any, n: int, where: dic
     return by_ids if by_ids is not None else _knn(store, col, vector, n, where=where)
 
 
-def _knn(store: RetrievalStore, col: Any, vector: Any, n: int, **restrict: Any) -> list[Row]:
-    """Chroma's `n` nearest, optionally restricted by `where=` or `ids=`; never retried."""
+def _knn(store: RetrievalStore, col: Any, vector: Any, n: int, *, bare: bool = False,
+         **restrict: Any) -> list[Row]:
+    """Chroma's `n` nearest, optionally restricted by `where=` or `ids=`; never retried.
+    `bare`: ids and distances only (rows with no text and None for metadata)."""
+    include = ["distances"] if bare else ["documents", "metadatas", "distances"]
     got = store.call("query", lambda: col.query(
-        query_embeddings=[vector], n_results=n, include=["documents", "metadatas", "distances"],
-        **restrict), retry=False)
-    return list(zip(got["ids"][0], got["documents"][0],
-                    [dict(m or {}) for m in got["metadatas"][0]], got["distances"][0]))
+        query_embeddings=[vector], n_results=n, include=include, **restrict), retry=False)
+    ids, distances = got["ids"][0], got["distances"][0]
+    if bare:
+        return [(doc_id, "", None, dist) for doc_id, dist in zip(ids, distances)]
+    return list(zip(ids, got["documents"][0], [dict(m or {}) for m in got["metadatas"][0]],
+                    distances))
 
 
 def _dense_rows_by_ids(store: RetrievalStore, col: Any, vector: Any, n: int, where: dict,

@@ -41,11 +41,14 @@ class _Checker:
                 hit.doc_id)
 
     def label(self) -> None:
-        """BM25-only hits learn their page from BM25's metadata, without a Chroma fetch."""
+        """Hits without metadata (BM25's, and dense ones read without it) learn their page
+        from BM25's copy of their metadata, without a Chroma fetch; those BM25 does not hold
+        (written to Chroma, not yet to BM25) or cannot tell are fetched and checked at once."""
         by_collection: dict[str, list[str]] = {}
         for d, hit in self.hits.items():
             if hit.metadata is None and hit.label is None:
                 by_collection.setdefault(hit.collection, []).append(d)
+        unknown: list[str] = []
         for name, ids in by_collection.items():
             try:
                 known = self.store.search_bm25(name).metadata_of(ids)
@@ -54,6 +57,10 @@ class _Checker:
                 known = {}
             for d in ids:
                 self.hits[d].label = known.get(d)
+                if self.hits[d].label is None:
+                    unknown.append(d)
+        if unknown:
+            self.verify(unknown)
 
 
 PAGE_VERIFY_ROUNDS = 4  # a stale chunk dropped from a top page changes the pages: look again

@@ -283,7 +283,9 @@ def _search_once(store: RetrievalStore, text: str, k: int, user_filter: dict | N
     bm25_ids: list[str] | None = None
     try:
         vector = store.embedder.embed([text[:MAX_QUERY_CHARS]])[0]
-        dense_ids = _dense(store, names, vector, n, wheres, hits)
+        # A hybrid page search labels candidates from BM25 and fetches only what it shows.
+        dense_ids = _dense(store, names, vector, n, wheres, hits,
+                           ids_only=use_hybrid and group_by == "page")
     except BackendConnectionError:
         if not use_hybrid:  # dense was asked for and its backend is down: say so
             raise

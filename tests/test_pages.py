@@ -179,3 +179,60 @@ def test_a_bm25_row_chroma_lacks_is_never_served(indexed):
         netlify = [m for m in result.matches
                    if m.metadata["file_path"] == "content/hosting/netlify.md"]
         assert netlify and not netlify[0].metadata.get("page_record")
+
+
+def test_a_chunk_bm25_lacks_is_still_found_and_shown_from_chroma(indexed):
+    """A write that crashed between Chroma and BM25 leaves chunks only Chroma has: a hybrid
+    page search reads dense candidates without their metadata and learns pages from BM25's
+    copy, so those are fetched from Chroma at once instead of being lost to the page ranking."""
+    col = indexed.collection("site")
+    got = col.get(where={"file_path": "content/hosting/netlify.md"}, include=["documents"])
+    index = indexed.bm25("site")
+    with index.transaction():
+        assert index.delete(got["ids"]) == len(got["ids"])  # BM25 only: Chroma keeps them
+    result = hybrid_search(indexed, "deploy my site to Netlify with a build command", 3,
+                           exact=False)
+    top = result.matches[0]
+    assert top.metadata["file_path"] == "content/hosting/netlify.md"
+    assert top.source == "dense" and top.doc_id in got["ids"]
+    assert top.content == got["documents"][got["ids"].index(top.doc_id)]
+
+
+def test_a_hybrid_page_search_reads_metadata_only_for_what_it_shows(indexed, monkeypatch):
+    """Chroma reads a row's metadata at ~0.1 ms: the dense kNN of a hybrid page search asks
+    for ids and distances only; the text and metadata of what is shown come from one fetch."""
+    col = indexed.collection("site")
+    asked: list[tuple[str, list[str], int]] = []
+
+    class Recording:
+        def __init__(self, inner):
+            self._inner = inner
+
+        def __getattr__(self, name):
+            return getattr(self._inner, name)
+
+        def query(self, **kw):
+            got = self._inner.query(**kw)
+            asked.append(("query", list(kw["include"]), len(got["ids"][0])))
+            return got
+
+        def get(self, **kw):
+            got = self._inner.get(**kw)
+            asked.append(("get", list(kw.get("include") or []), len(got["ids"])))
+            return got
+
+    monkeypatch.setattr(indexed, "collection", lambda name: Recording(col))
+    result = hybrid_search(indexed, "where function collections templates", 2, exact=False)
+    queries = [a for a in asked if a[0] == "query"]
+    assert queries and all(include == ["distances"] for _, include, _ in queries)
+    fetched = sum(n for kind, _, n in asked if kind == "get")
+    shown = len(result.matches) + sum(len(m.passages) for m in result.matches)
+    assert shown <= fetched < queries[0][2]  # fewer rows read than the kNN's candidates
+    for match in result.matches:  # what is shown is Chroma's, text and metadata
+        (row_meta,) = col.get(ids=[match.doc_id], include=["metadatas"])["metadatas"]
+        assert match.metadata["file_path"] == row_meta["file_path"] and match.content
+    # a dense-only or chunk search still reads rows with the kNN (nothing to label them)
+    asked.clear()
+    hybrid_search(indexed, "where function collections templates", 2, exact=False,
+                  hybrid=False)
+    assert all("metadatas" in include for kind, include, _ in asked if kind == "query")
