@@ -501,8 +501,9 @@ class Catalog:
             _replace_links(conn, collection, path, links_of(metadata) if metadata else ())
 
     def lookup_title(self, query: str, collections: Sequence[str]) -> list[TitleHit]:
-        """Pages whose normalised title/linkTitle/function name/alias equals the query's,
-        best kind first, within `collections`."""
+        """Pages whose normalised title/linkTitle/function name/alias/description equals the
+        query's, best kind first, within `collections`; a description only when one page
+        has it."""
         key = normalise_title(query)
         if not key or not collections:
             return []
@@ -514,7 +515,11 @@ class Catalog:
             hits.setdefault((r["collection"], r["path"]), TitleHit(
                 collection=r["collection"], key=r["key"], kind=r["kind"], path=r["path"],
                 chunk_id=r["chunk_id"]))
-        return list(hits.values())
+        found = list(hits.values())
+        if sum(h.kind == "description" for h in found) > 1:
+            # A summary several pages share ("Get started in 5 minutes") names none of them.
+            found = [h for h in found if h.kind != "description"]
+        return found
 
 
 def _replace_titles(conn: sqlite3.Connection, collection: str, path: str, chunk_id: str,

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from hetriever.analyzer import tokenize
+
 
 CATALOG_FILE = "catalog.sqlite"
 CATALOG_VERSION = 2  # 2: collections.index_state
@@ -33,9 +35,10 @@ PHYSICAL_RE = re.compile(r"^(?P<repo>[a-z0-9][a-z0-9-]*[a-z0-9])_v(?P<gen>[0-9]+
 # Exact-match kinds, best first: a title beats a function name, which beats an alias,
 # which beats a description.
 TITLE_KINDS = {"title": 0, "linkTitle": 1, "function": 2, "alias": 3, "description": 4}
-# A description shorter than this is a label ("Overview"), which a look-up by name would
-# match on pages it does not name; titles serve those.
-DESCRIPTION_MIN_WORDS = 4
+# A description of one search term (`analyzer.tokenize`: stop words aside, CJK as character
+# pairs, so Japanese and Chinese count too) is a label ("Overview", "About us"), which a
+# look-up by name would match on pages it does not name; titles serve those.
+DESCRIPTION_MIN_TERMS = 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -140,7 +143,7 @@ def title_keys(metadata: dict[str, Any]) -> list[tuple[str, str]]:
     - a function name: `collections.Where` is also `where`; a method page
       `methods/site/Params.md` titled `Params` is also `.Site.Params`;
     - aliases (old URLs): the whole path and its last segment (`/functions/where` -> `where`);
-    - the front matter description (of `DESCRIPTION_MIN_WORDS` words or more): the summary a
+    - the front matter description (of `DESCRIPTION_MIN_TERMS` terms or more): the summary a
       search engine shows under the page's link, so the text people and agents paste back.
     """
     out: list[tuple[str, str]] = []
@@ -161,7 +164,7 @@ def title_keys(metadata: dict[str, Any]) -> list[tuple[str, str]]:
             out.append(("alias", normalise_title(path)))
             out.append(("alias", normalise_title(path.rsplit("/", 1)[-1])))
     description = metadata.get("description")
-    if isinstance(description, str) and len(description.split()) >= DESCRIPTION_MIN_WORDS:
+    if isinstance(description, str) and len(set(tokenize(description))) >= DESCRIPTION_MIN_TERMS:
         out.append(("description", normalise_title(description)))
     return [(kind, key) for kind, key in dict.fromkeys(out) if key]
 

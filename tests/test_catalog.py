@@ -93,14 +93,18 @@ def test_title_keys_and_lookup(tmp_path: Path) -> None:
     assert ("function", "site.params") in title_keys(params)
     assert normalise_title("  .Site.Params ") == "site.params"
     assert normalise_title("`Where`") == "where"
-    # a description is a key from four words on, backticks and the final period aside
+    # a description is a key from two search terms on, backticks and the final period aside
     menu = {"title": "Title", "description": "Returns the `title` property of a menu entry.",
             "file_path": "content/en/methods/menu-entry/Title.md"}
     assert ("description", "returns the title property of a menu entry") in title_keys(menu)
     assert normalise_title("Returns the title property of a menu entry") == \
         "returns the title property of a menu entry"
-    assert [k for k in title_keys({"title": "A", "description": "An overview page"})
-            if k[0] == "description"] == []
+
+    def described(text: str) -> list:
+        return [k for k in title_keys({"title": "A", "description": text}) if k[0] == "description"]
+    assert described("A recording of an event.") == [("description", "a recording of an event")]
+    assert described("The overview") == [] and described("About us") == []  # one term: a label
+    assert described("OpenTelemetry の認定資格とコース")  # CJK: character pairs are terms
 
     cat = Catalog.for_state_dir(tmp_path)
     col = cat.ensure_active("hugo-docs", "fp")
@@ -112,6 +116,14 @@ def test_title_keys_and_lookup(tmp_path: Path) -> None:
     assert cat.lookup_title("where", ["other_v1"]) == []
     cat.set_titles(col, "content/en/where-guide.md", "id-guide", [])  # replaced: gone
     assert [h.chunk_id for h in cat.lookup_title("where", [col])] == ["id-where"]
+    # a description one page has finds it; one several pages share finds none of them
+    cat.set_titles(col, menu["file_path"], "id-title", title_keys(menu))
+    assert [h.chunk_id for h in cat.lookup_title("returns the title property of a menu entry",
+                                                 [col])] == ["id-title"]
+    shared = [("description", "get started in five minutes")]
+    cat.set_titles(col, "content/en/go/start.md", "id-go", shared)
+    cat.set_titles(col, "content/en/js/start.md", "id-js", shared)
+    assert cat.lookup_title("Get started in five minutes.", [col]) == []
     cat.close()
 
 

@@ -96,7 +96,7 @@ def test_exact_hit_is_merged_without_duplicates(store) -> None:
 def test_non_title_queries_take_the_semantic_path(store) -> None:
     result = hybrid_search(store, "filter a slice by key and value", top_k=5)
     assert all(m.source != "exact" for m in result.matches)
-    # a description of three words is a label, not a key ("About" is not found by it)
+    # a description of one search term is a label, not a key ("About" is not found by it)
     result = hybrid_search(store, "where to begin", top_k=5)
     assert all(m.source != "exact" for m in result.matches)
     assert hybrid_search(store, "where", top_k=5, exact=False).matches[0].source != "exact"
