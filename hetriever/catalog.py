@@ -466,11 +466,6 @@ class Catalog:
 
     # -- links between pages (hetriever.links) -----------------------------------------
 
-    def set_links(self, collection: str, path: str, keys: Iterable[str]) -> None:
-        """Replace what the file at `path` links to."""
-        with self.transaction() as conn:
-            _replace_links(conn, collection, path, keys)
-
     def link_sources(self, collection: str, keys: Iterable[str]) -> dict[str, set[str]]:
         """{key: the files linking to it} for those of `keys` that some file links to."""
         keys = list(keys)
@@ -484,11 +479,6 @@ class Catalog:
         return out
 
     # -- exact-match titles -------------------------------------------------------------
-
-    def set_titles(self, collection: str, path: str, chunk_id: str,
-                   keys: Iterable[tuple[str, str]]) -> None:
-        with self.transaction() as conn:
-            _replace_titles(conn, collection, path, chunk_id, keys)
 
     def set_page(self, collection: str, path: str, chunk_id: str = "",
                  metadata: dict[str, Any] | None = None) -> None:

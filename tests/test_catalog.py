@@ -108,21 +108,21 @@ def test_title_keys_and_lookup(tmp_path: Path) -> None:
 
     cat = Catalog.for_state_dir(tmp_path)
     col = cat.ensure_active("hugo-docs", "fp")
-    cat.set_titles(col, where["file_path"], "id-where", keys)
-    cat.set_titles(col, "content/en/where-guide.md", "id-guide", [("title", "where")])
+    cat.set_page(col, where["file_path"], "id-where", where)
+    cat.set_page(col, "content/en/where-guide.md", "id-guide", {"title": "where"})
     # a page titled exactly "where" outranks the page whose function name is where
     hits = cat.lookup_title(" WHERE ", [col])
     assert [h.chunk_id for h in hits] == ["id-guide", "id-where"]
     assert cat.lookup_title("where", ["other_v1"]) == []
-    cat.set_titles(col, "content/en/where-guide.md", "id-guide", [])  # replaced: gone
+    cat.set_page(col, "content/en/where-guide.md")  # replaced: gone
     assert [h.chunk_id for h in cat.lookup_title("where", [col])] == ["id-where"]
     # a description one page has finds it; one several pages share finds none of them
-    cat.set_titles(col, menu["file_path"], "id-title", title_keys(menu))
+    cat.set_page(col, menu["file_path"], "id-title", menu)
     assert [h.chunk_id for h in cat.lookup_title("returns the title property of a menu entry",
                                                  [col])] == ["id-title"]
-    shared = [("description", "get started in five minutes")]
-    cat.set_titles(col, "content/en/go/start.md", "id-go", shared)
-    cat.set_titles(col, "content/en/js/start.md", "id-js", shared)
+    for lang in ("go", "js"):
+        cat.set_page(col, f"content/en/{lang}/start.md", f"id-{lang}",
+                     {"title": lang, "description": "Get started in five minutes"})
     assert cat.lookup_title("Get started in five minutes.", [col]) == []
     cat.close()
 

@@ -96,18 +96,18 @@ def test_only_english_questions_get_the_prior():
 
 def test_the_catalog_keeps_each_files_links_until_it_goes(tmp_path: Path):
     catalog = Catalog(tmp_path / "catalog.sqlite")
-    catalog.set_links("docs_v1", "a.md", ["url:/menus/", "url:/urls/"])
-    catalog.set_links("docs_v1", "b.md", ["url:/menus/"])
-    catalog.set_links("other_v1", "c.md", ["url:/menus/"])
+    catalog.set_page("docs_v1", "a.md", metadata={LINKS_KEY: ["url:/menus/", "url:/urls/"]})
+    catalog.set_page("docs_v1", "b.md", metadata={LINKS_KEY: ["url:/menus/"]})
+    catalog.set_page("other_v1", "c.md", metadata={LINKS_KEY: ["url:/menus/"]})
     assert catalog.link_sources("docs_v1", ["url:/menus/", "url:/urls/", "url:/x/"]) == {
         "url:/menus/": {"a.md", "b.md"}, "url:/urls/": {"a.md"}}
-    catalog.set_links("docs_v1", "a.md", ["url:/urls/"])  # re-processed: replaced
+    catalog.set_page("docs_v1", "a.md", metadata={LINKS_KEY: ["url:/urls/"]})  # re-processed: replaced
     assert catalog.link_sources("docs_v1", ["url:/menus/"]) == {"url:/menus/": {"b.md"}}
     catalog.mark_deleted("docs_v1", ["b.md"], "2026-01-01T00:00:00Z")
     assert catalog.link_sources("docs_v1", ["url:/menus/"]) == {}
     catalog.remove_files("docs_v1", ["a.md"])
     assert catalog.link_sources("docs_v1", ["url:/urls/"]) == {}
-    catalog.set_links("docs_v1", "d.md", ["url:/menus/"])
+    catalog.set_page("docs_v1", "d.md", metadata={LINKS_KEY: ["url:/menus/"]})
     catalog.prune("docs_v1", set(), set())  # a file the collection no longer holds
     assert catalog.link_sources("docs_v1", ["url:/menus/"]) == {}
     catalog.drop_collection("other_v1")
