@@ -24,12 +24,12 @@ Modes, all one result per page (`group_by="page"`), cut at 10 pages:
 - hybrid: the same with the exact-title fast path off.
 - dense / bm25: one retriever alone.
 The dense and BM25 chunk rankings (with their scores) are also fetched deep (100 chunks) once
-per query, and the fusion is re-run offline (`hetriever.fusion`) for sweeps: score fusion by
-dense weight and chunks per retriever, RRF by k and chunks per retriever, and BM25's phrase
-weight (`bm25_phrase_weight`, the same dense lists fused with BM25 lists rescored at each
-weight), BM25's k1 and b (rescored the same way), the links prior's weight for questions
-(`link_prior_weight`, hetriever.links), and dense's weight for short queries by the cut
-(`dense_weight_short`, `short_query_terms`); the report says how often the offline fusion
+per query, and the page fusion is re-run offline by the product's own `results._fuse_pages`
+for sweeps: score fusion by dense weight and chunks per retriever, RRF by k and chunks per
+retriever, BM25's phrase weight (`bm25_phrase_weight`, the same dense lists fused with BM25
+lists rescored at each weight), BM25's k1 and b (rescored the same way), the links prior's
+weight for questions (`link_prior_weight`, hetriever.links), and dense's weight for short
+queries by the cut (`dense_weight_short`, `short_query_terms`); the report says how often the offline fusion
 reproduces `hybrid_search` exactly, so the sweep speaks for the product.
 """
 
@@ -44,6 +44,7 @@ import re
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -63,9 +64,9 @@ from common import (  # noqa: E402
 from hetriever import search  # noqa: E402
 from hetriever.page_records import display_chunk  # noqa: E402
 from hetriever.config import Settings  # noqa: E402
-from hetriever.fusion import fuse_pages  # noqa: E402
 from hetriever.links import LinkPrior  # noqa: E402
-from hetriever.results import is_question  # noqa: E402
+from hetriever.candidates import _Hit  # noqa: E402
+from hetriever.results import _fuse_pages, _page_of, is_question  # noqa: E402
 from hetriever.logs import configure_logging  # noqa: E402
 
 CORPORA = ("hugo-docs", "opentelemetry-io")
@@ -178,24 +179,18 @@ Scored = list[tuple[str, dict, float]]  # (chunk id, metadata, the retriever's s
 def offline_pages(dense: Scored, bm25: Scored, depth: int, *, fusion: str = "score",
                   k: int = 5, dense_weight: float = 0.6, prior: LinkPrior | None = None,
                   corpus: str = "") -> list[str]:
-    """hybrid_search's page fusion, offline, over the first `depth` chunks of each list;
-    `prior`: the links prior of a question (results._fuse_pages)."""
-    page_of = {d: str(m.get("file_path", "")) for d, m, _ in dense[:depth] + bm25[:depth]}
+    """hybrid_search's page fusion (`results._fuse_pages`, the links prior of a question
+    included), offline, over the first `depth` chunks of each list."""
+    hits: dict[str, _Hit] = {}
+    for d, m, s in dense[:depth]:
+        hits.setdefault(d, _Hit(d, corpus, metadata=m)).dense_score = s
+    for d, m, s in bm25[:depth]:
+        hits.setdefault(d, _Hit(d, corpus, metadata=m)).bm25_raw = s
     rankings = {"dense": [d for d, _, _ in dense[:depth]], "bm25": [d for d, _, _ in bm25[:depth]]}
-    if fusion == "rrf":
-        fused = fuse_pages(rankings, page_of, k)
-    else:
-        scores = {"dense": {d: s for d, _, s in dense[:depth]},
-                  "bm25": {d: s for d, _, s in bm25[:depth]}}
-        weights = {"dense": dense_weight, "bm25": 1 - dense_weight}
-        if prior is not None and prior.weight > 0:
-            meta = {d: m for d, m, _ in dense[:depth] + bm25[:depth]}
-            values = prior.values({page_of[d]: (corpus, meta[d]) for d in page_of})
-            rankings["links"] = list(page_of)
-            scores["links"] = {d: values[page_of[d]] for d in page_of}
-            weights["links"] = prior.weight
-        fused = fuse_pages(rankings, page_of, k, weights, scores=scores)
-    return [p.page for p in fused][:K]
+    settings = SimpleNamespace(fusion=fusion, rrf_k=k, dense_weight=dense_weight)
+    fused = _fuse_pages(settings, hits, rankings, _page_of(hits, rankings),
+                        prior if prior is not None and prior.weight > 0 else None)
+    return [hits[p.chunks[0]].page_metadata.get("file_path", "") for p in fused][:K]
 
 
 def evaluate(store: Any, corpus: CorpusChunks, queries: list[Query],
