@@ -29,8 +29,8 @@ for sweeps: score fusion by dense weight and chunks per retriever, RRF by k and 
 retriever, BM25's phrase weight (`bm25_phrase_weight`, the same dense lists fused with BM25
 lists rescored at each weight), BM25's k1 and b (rescored the same way), the links prior's
 weight for questions (`link_prior_weight`, hetriever.links), and dense's weight for short
-queries by the cut (`dense_weight_short`, `short_query_terms`); the report says how often the offline fusion
-reproduces `hybrid_search` exactly, so the sweep speaks for the product.
+queries by the cut (`dense_weight_short`, `short_query_terms`); the report says how often
+the offline fusion reproduces `hybrid_search` exactly, so the sweep speaks for the product.
 """
 
 from __future__ import annotations
