@@ -68,6 +68,7 @@ class _Piece:
     parts: list[str]
     tokens: int  # body tokens, separators included
     has_code: bool
+    merged: list[str] = field(default_factory=list)  # headings of sections folded into the body
 
 
 class _Chunker:
@@ -325,6 +326,7 @@ class _Chunker:
         """Append `second` to `first` (keeping `first`'s context) if the result fits."""
         parts = list(second.parts)
         tokens = second.tokens
+        new: tuple[str, ...] = ()
         if second.context != first.context:
             # The later part's own headings become a line of the body, so they are not lost.
             common = 0
@@ -343,6 +345,7 @@ class _Chunker:
         first.parts.extend(parts)
         first.tokens = total
         first.has_code = first.has_code or second.has_code
+        first.merged.extend([*new, *second.merged])
         return True
 
     # --- final texts ----------------------------------------------------------------------
@@ -410,6 +413,8 @@ def chunk_page(
             "has_code": piece.has_code,
             "content_hash": hashlib.sha256(text.encode("utf-8")).hexdigest(),
         }
+        if piece.merged:  # a short section folded in keeps its heading as a key (catalog)
+            metadata["merged_headings"] = list(dict.fromkeys(piece.merged))
         chunks.append(Chunk(chunk_id(page.repository, page.file_path, text, occurrence), text, metadata))
     return chunks
 

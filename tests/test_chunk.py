@@ -227,6 +227,18 @@ def test_short_section_merges_with_the_next(counter):
     assert chunks[0].metadata["heading_context"] == "Linux"
     assert chunks[0].text == f"Install on Linux > Linux\n\nUse snap.\n\nSnap\n\n{prose(3)}"
     assert [c.metadata["heading_context"] for c in chunks] == ["Linux", "Windows"]
+    # the folded section's heading is still recorded, for look-ups by heading
+    assert chunks[0].metadata["merged_headings"] == ["Snap"]
+    assert "merged_headings" not in chunks[1].metadata
+
+
+def test_a_short_intro_records_the_heading_it_absorbs(counter):
+    blocks = [P("Read this first."), H("Install the snap", 2), P(prose(2)),
+              H("Windows", 2), P(prose(4, 2))]
+    chunks = chunk_page(page(), blocks, counter=counter)
+    assert chunks[0].metadata["heading_context"] == ""
+    assert chunks[0].metadata["merged_headings"] == ["Install the snap"]
+    validate_metadata(chunks[0].metadata)  # a list of strings: Chroma takes it
 
 
 def test_short_page_still_yields_one_chunk(counter):
