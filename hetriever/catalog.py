@@ -9,8 +9,8 @@
   (DISCOVERED -> PROCESSED -> INDEXED / SKIPPED / FAILED, or DELETED while soft-deleted), the
   reason for a skip or failure, and its chunk count;
 - runs: one row per index run with its outcome and counts;
-- titles: the exact-match index, normalised title / linkTitle / alias / function name ->
-  the page's first chunk;
+- titles: the exact-match index, normalised title / linkTitle / alias / function name /
+  description -> the page's first chunk, section heading -> the chunk its section starts in;
 - links: per collection and file, the keys of the pages it links to (`hetriever.links`).
 
 Switching a repository to a new collection is one UPDATE (plus an epoch bump), so a reader sees
@@ -41,6 +41,7 @@ from hetriever.catalog_records import (  # noqa: F401 (re-exported: states, name
     FAILED,
     FILE_STATES,
     FileRecord,
+    heading_keys,
     INDEXED,
     normalise_title,
     now_iso,
@@ -54,6 +55,7 @@ from hetriever.catalog_records import (  # noqa: F401 (re-exported: states, name
     title_keys,
     TITLE_KINDS,
     TitleHit,
+    UNIQUE_KINDS,
 )
 from hetriever.links import links_of
 from hetriever.logs import get_logger
@@ -481,19 +483,23 @@ class Catalog:
     # -- exact-match titles -------------------------------------------------------------
 
     def set_page(self, collection: str, path: str, chunk_id: str = "",
-                 metadata: dict[str, Any] | None = None) -> None:
+                 metadata: dict[str, Any] | None = None,
+                 sections: Iterable[tuple[str, Any]] = ()) -> None:
         """Replace the exact-match keys and the outbound links of the file at `path`, in one
         transaction, from the metadata of the chunk that stands for its page
-        (`page_records.display_chunk`); without one (skipped, failed, deleted) both go."""
+        (`page_records.display_chunk`) and its chunks' (id, metadata) for the section
+        headings (`heading_keys`); without a chunk (skipped, failed, deleted) all go."""
+        keys = [(kind, key, chunk_id) for kind, key in title_keys(metadata)] if metadata else []
+        if metadata:
+            keys += [("heading", key, section) for key, section in heading_keys(sections)]
         with self.transaction() as conn:
-            _replace_titles(conn, collection, path, chunk_id,
-                            title_keys(metadata) if metadata else ())
+            _replace_titles(conn, collection, path, keys)
             _replace_links(conn, collection, path, links_of(metadata) if metadata else ())
 
     def lookup_title(self, query: str, collections: Sequence[str]) -> list[TitleHit]:
-        """Pages whose normalised title/linkTitle/function name/alias/description equals the
-        query's, best kind first, within `collections`; a description only when one page
-        has it."""
+        """Pages whose normalised title/linkTitle/function name/alias/description/section
+        heading equals the query's, best kind first, within `collections`; a description or
+        heading only when one page has it."""
         key = normalise_title(query)
         if not key or not collections:
             return []
@@ -506,19 +512,20 @@ class Catalog:
                 collection=r["collection"], key=r["key"], kind=r["kind"], path=r["path"],
                 chunk_id=r["chunk_id"]))
         found = list(hits.values())
-        if sum(h.kind == "description" for h in found) > 1:
-            # A summary several pages share ("Get started in 5 minutes") names none of them.
-            found = [h for h in found if h.kind != "description"]
+        for kind in UNIQUE_KINDS:
+            if sum(h.kind == kind for h in found) > 1:
+                found = [h for h in found if h.kind != kind]
         return found
 
 
-def _replace_titles(conn: sqlite3.Connection, collection: str, path: str, chunk_id: str,
-                    keys: Iterable[tuple[str, str]]) -> None:
+def _replace_titles(conn: sqlite3.Connection, collection: str, path: str,
+                    keys: Iterable[tuple[str, str, str]]) -> None:
+    """`keys`: (kind, key, chunk id) rows of the file."""
     conn.execute("DELETE FROM titles WHERE collection = ? AND path = ?", (collection, path))
     conn.executemany("INSERT OR REPLACE INTO titles(collection, key, kind, priority, path,"
                      " chunk_id) VALUES (?, ?, ?, ?, ?, ?)",
-                     [(collection, key, kind, TITLE_KINDS[kind], path, chunk_id)
-                      for kind, key in keys])
+                     [(collection, key, kind, TITLE_KINDS[kind], path, chunk)
+                      for kind, key, chunk in keys])
 
 
 def _replace_links(conn: sqlite3.Connection, collection: str, path: str,

@@ -7,9 +7,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from collections.abc import Iterable
 from typing import Any
 
 from hetriever.analyzer import tokenize
+from hetriever.chunk import CONTEXT_SEPARATOR
 
 
 CATALOG_FILE = "catalog.sqlite"
@@ -33,12 +35,17 @@ BUILDING, ACTIVE = "building", "active"
 PHYSICAL_RE = re.compile(r"^(?P<repo>[a-z0-9][a-z0-9-]*[a-z0-9])_v(?P<gen>[0-9]+)$")
 
 # Exact-match kinds, best first: a title beats a function name, which beats an alias,
-# which beats a description.
-TITLE_KINDS = {"title": 0, "linkTitle": 1, "function": 2, "alias": 3, "description": 4}
-# A description of one search term (`analyzer.tokenize`: stop words aside, CJK as character
-# pairs, so Japanese and Chinese count too) is a label ("Overview", "About us"), which a
-# look-up by name would match on pages it does not name; titles serve those.
+# which beats a description, which beats a section heading.
+TITLE_KINDS = {"title": 0, "linkTitle": 1, "function": 2, "alias": 3, "description": 4,
+               "heading": 5}
+# A description or heading of one search term (`analyzer.tokenize`: stop words aside, CJK as
+# character pairs, so Japanese and Chinese count too) is a label ("Overview", "Examples"),
+# which a look-up by name would match on pages it does not name; titles serve those.
 DESCRIPTION_MIN_TERMS = 2
+# Kinds that name a page only when no other page in scope has the same key: a summary or a
+# section heading several pages share ("Get started in 5 minutes", "How can I use it?")
+# names none of them.
+UNIQUE_KINDS = frozenset({"description", "heading"})
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -129,11 +136,12 @@ def split_physical(name: str) -> tuple[str, int] | None:
 
 def normalise_title(text: str) -> str:
     """The exact-match key: trimmed, case-folded, inner whitespace collapsed, leading and
-    trailing dots, surrounding quotes and every backtick dropped (`.Site.Params` and
-    `site.params` are one key; a description's "the `title` property" is "the title property",
-    as the page shows it)."""
+    trailing dots, a final question or exclamation mark, surrounding quotes and every backtick
+    dropped (`.Site.Params` and `site.params` are one key; a description's "the `title`
+    property" is "the title property", as the page shows it; "Why is my page missing?" is
+    found without its question mark)."""
     key = " ".join(str(text).replace("`", "").split()).casefold().strip("\"' ")
-    return key.strip(".").strip()
+    return key.strip(".").rstrip("?!. ").strip()
 
 
 def title_keys(metadata: dict[str, Any]) -> list[tuple[str, str]]:
@@ -167,6 +175,27 @@ def title_keys(metadata: dict[str, Any]) -> list[tuple[str, str]]:
     if isinstance(description, str) and len(set(tokenize(description))) >= DESCRIPTION_MIN_TERMS:
         out.append(("description", normalise_title(description)))
     return [(kind, key) for kind, key in dict.fromkeys(out) if key]
+
+
+def heading_keys(sections: Iterable[tuple[str, Any]]) -> list[tuple[str, str]]:
+    """(key, chunk id) for each section heading of a page, from its chunks' (id, metadata) in
+    page order: every heading of `heading_context` and of `merged_headings` (short sections
+    the chunker folded into a neighbour) of `DESCRIPTION_MIN_TERMS` terms or more, under the
+    first chunk that carries it (the section's start, the passage a hit shows).
+
+    A heading is what a page's table of contents and its anchor links show, so what people
+    and agents copy from it (an FAQ's "How do I ...?", "Configure internal traces")."""
+    out: dict[str, str] = {}
+    for chunk_id, metadata in sections:
+        context = str((metadata or {}).get("heading_context") or "")
+        merged = (metadata or {}).get("merged_headings")
+        headings = [*(context.split(CONTEXT_SEPARATOR) if context else ()),
+                    *(str(h) for h in (merged if isinstance(merged, list) else ()))]
+        for heading in headings:
+            key = normalise_title(heading)
+            if key and key not in out and len(set(tokenize(heading))) >= DESCRIPTION_MIN_TERMS:
+                out[key] = chunk_id
+    return list(out.items())
 
 
 @dataclass

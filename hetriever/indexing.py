@@ -176,7 +176,8 @@ async def apply_outcomes(store: IndexingStore, repo: Repository, outcomes: list[
             catalog.set_page(physical, outcome.path)
         elif outcome.chunks:
             first = display_chunk(outcome.chunks)
-            catalog.set_page(physical, outcome.path, first.id, first.metadata)
+            catalog.set_page(physical, outcome.path, first.id, first.metadata,
+                             [(c.id, c.metadata) for c in outcome.chunks])
 
 
 async def _write_outcomes(store: IndexingStore, repo: Repository, outcomes: list[FileOutcome],

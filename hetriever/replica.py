@@ -344,7 +344,7 @@ def _follow_files(store: Any, name: str, physical: str, ids: list[str], metas: l
             catalog.remove_files(physical, [path])
             continue
         live.append(path)
-        catalog.set_page(physical, path, first[1], first[2])
+        catalog.set_page(physical, path, first[1], first[2], [(r[1], r[2]) for r in rows])
     if live:
         catalog.set_files(physical, name, live, INDEXED)
     if deleted:

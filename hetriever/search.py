@@ -27,9 +27,10 @@ collection's level and the chunk's own level, not soft-deleted); anything else i
 logged. Collections the caller may not see are never queried.
 
 Exact-match fast path: a query equal (trimmed, case-insensitive) to a page's title, linkTitle,
-alias, function name or description (catalog_records.title_keys) returns that page's first
-chunk first (source "exact", score 1.0), looked up in the catalog; the fused results follow,
-without duplicates.
+alias, function name, description (catalog_records.title_keys) or section heading
+(catalog_records.heading_keys) returns that page first (source "exact", score 1.0): its first
+chunk, or the chunk where the heading's section starts; looked up in the catalog; the fused
+results follow, without duplicates.
 
 Searches read the catalog's alias pointers; if a migration switches one while a search runs
 (the catalog's alias epoch changed), the search runs again, so it never mixes two generations.
@@ -176,8 +177,8 @@ def _bm25(store: RetrievalStore, names: list[str], query: str, n: int,
 def _exact(store: RetrievalStore, query: str, plans: Mapping[str, CollectionPlan],
            levels: frozenset[str], user_filter: dict | None,
            wanted_lang: str = "") -> SearchResult | None:
-    """The page whose title / linkTitle / alias / function name / description equals the
-    query, if any."""
+    """The page whose title / linkTitle / alias / function name / description / section
+    heading equals the query, if any."""
     by_physical = {p.collection: name for name, p in plans.items()}
     try:
         candidates = store.catalog.lookup_title(query, list(by_physical))

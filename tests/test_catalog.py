@@ -16,6 +16,7 @@ from hetriever.catalog import (
     INDEXED,
     SKIPPED,
     Catalog,
+    heading_keys,
     normalise_title,
     split_physical,
     title_keys,
@@ -93,6 +94,7 @@ def test_title_keys_and_lookup(tmp_path: Path) -> None:
     assert ("function", "site.params") in title_keys(params)
     assert normalise_title("  .Site.Params ") == "site.params"
     assert normalise_title("`Where`") == "where"
+    assert normalise_title("What is Hugo?") == normalise_title("what is hugo") == "what is hugo"
     # a description is a key from two search terms on, backticks and the final period aside
     menu = {"title": "Title", "description": "Returns the `title` property of a menu entry.",
             "file_path": "content/en/methods/menu-entry/Title.md"}
@@ -124,6 +126,39 @@ def test_title_keys_and_lookup(tmp_path: Path) -> None:
         cat.set_page(col, f"content/en/{lang}/start.md", f"id-{lang}",
                      {"title": lang, "description": "Get started in five minutes"})
     assert cat.lookup_title("Get started in five minutes.", [col]) == []
+    cat.close()
+
+
+def test_heading_keys_and_lookup(tmp_path: Path) -> None:
+    sections = [("c0", {"heading_context": ""}),  # the page record: no heading
+                ("c1", {"heading_context": "Install `hugo` on Linux"}),
+                ("c2", {"heading_context": "Install `hugo` on Linux > Snap package"}),
+                ("c3", {"heading_context": "Install `hugo` on Linux > Snap package"}),
+                ("c4", {"heading_context": "Examples"}),  # one term: a label
+                ("c5", {"heading_context": "How do I build the site?",
+                        "merged_headings": ["Build for production", "Deploy"]})]
+    # every level of the heading path and the short sections folded into a chunk, under the
+    # first chunk that holds them
+    assert heading_keys(sections) == [("install hugo on linux", "c1"), ("snap package", "c2"),
+                                      ("how do i build the site", "c5"),
+                                      ("build for production", "c5")]
+    cat = Catalog.for_state_dir(tmp_path)
+    col = cat.ensure_active("docs", "fp")
+    page = {"title": "Installation", "file_path": "content/install.md"}
+    cat.set_page(col, "content/install.md", "c0", page, sections)
+    hits = cat.lookup_title("How do I build the site", [col])
+    assert [(h.kind, h.path, h.chunk_id) for h in hits] == [
+        ("heading", "content/install.md", "c5")]
+    # a title beats a heading; a heading two pages share names neither
+    cat.set_page(col, "content/snap.md", "s0", {"title": "Snap package"},
+                 [("s1", {"heading_context": "How do I build the site?"})])
+    assert [(h.kind, h.path) for h in cat.lookup_title("snap package", [col])] == [
+        ("title", "content/snap.md"), ("heading", "content/install.md")]
+    assert cat.lookup_title("How do I build the site?", [col]) == []
+    # without a chunk (skipped, deleted) the file's headings go with its other keys
+    cat.set_page(col, "content/snap.md")
+    assert [h.path for h in cat.lookup_title("how do i build the site!", [col])] == [
+        "content/install.md"]
     cat.close()
 
 

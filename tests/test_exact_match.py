@@ -1,5 +1,5 @@
-"""The exact-match fast path: title / linkTitle / alias / function-name queries return that page
-first, from the catalog, merged with the semantic results (real repo, Chroma, BM25, model)."""
+"""The exact-match fast path: title / linkTitle / alias / function-name / description / section
+heading queries return that page first, from the catalog, merged with the semantic results (real repo, Chroma, BM25, model)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ PAGES = {
         "## Examples\n\nUse it in range loops over pages of a section.\n",
     "content/functions/collections/First.md":
         "---\ntitle: collections.First\n---\n\nReturns the first N elements of a slice, "
-        "much like where returns the matching ones.\n",
+        "much like where returns the matching ones.\n\n## Related functions\n\n"
+        "Last returns the final N elements instead.\n",
     "content/methods/site/Params.md":
         "---\ntitle: Params\n---\n\nReturns a map of custom parameters from the project "
         "configuration.\n",
@@ -35,6 +36,14 @@ PAGES = {
     "content/methods/menu-entry/Title.md":
         "---\ntitle: Title\ndescription: Returns the `title` property of the given menu entry."
         "\n---\n\nReturns the title property, falling back to the page's title.\n",
+    "content/troubleshooting/faq.md":
+        "---\ntitle: Frequently asked questions\n---\n\nAnswers to the questions people ask "
+        "most.\n\n## How do I list pages by `date`?\n\nRange over the ByDate method of a page "
+        "collection, newest last, or over its Reverse method to show the newest pages at the top "
+        "of a list.\n\n## Why is my page missing?\n\nDrafts and pages dated in the future are "
+        "not built unless you ask for them with the buildDrafts and buildFuture options, and "
+        "an expired page is left out too.\n\n## Related functions\n\nSort and GroupBy order a "
+        "collection by any key, and First and Last keep a number of its pages.\n",
     "content/about/_index.md":
         "---\ntitle: About\ndescription: Where to begin\n---\n\nWho writes these pages and how "
         "the project is run.\n",
@@ -77,6 +86,10 @@ def first_file(store, query: str, **kwargs) -> tuple[str, str]:
      "content/methods/menu-entry/Title.md"),
     ("Returns the `title` property of the given menu entry.",
      "content/methods/menu-entry/Title.md"),
+    # a section heading one page has, as its table of contents shows it (the first is
+    # folded into the short introduction's chunk: `merged_headings`)
+    ("How do I list pages by date?", "content/troubleshooting/faq.md"),
+    ("why is my page missing", "content/troubleshooting/faq.md"),
 ])
 def test_exact_queries_rank_the_page_first(store, query, path) -> None:
     assert first_file(store, query) == (path, "exact")
@@ -100,6 +113,14 @@ def test_non_title_queries_take_the_semantic_path(store) -> None:
     result = hybrid_search(store, "where to begin", top_k=5)
     assert all(m.source != "exact" for m in result.matches)
     assert hybrid_search(store, "where", top_k=5, exact=False).matches[0].source != "exact"
+
+
+def test_a_heading_hit_shows_its_section(store) -> None:
+    top = hybrid_search(store, "Why is my page missing?", top_k=5).matches[0]
+    assert top.source == "exact" and "Drafts and pages dated in the future" in top.content
+    # a heading two pages share names neither of them; one term is a label, not a key
+    for query in ("Related functions", "Examples"):
+        assert all(m.source != "exact" for m in hybrid_search(store, query, top_k=5).matches)
 
 
 def test_exact_hits_respect_filters_access_and_deletion(store, tmp_path, minilm_embedder) -> None:

@@ -27,7 +27,8 @@ from tests.test_flows import run_ingest
 pytestmark = [pytest.mark.server, pytest.mark.prefect]
 
 QUERIES = ["filter a collection with where", "page bundles and their resources",
-           "front matter formats", "install the binary", "headless bundle"]
+           "front matter formats", "install the binary", "headless bundle",
+           "nested keys"]  # a section heading: an exact hit, from each follower's own catalog
 WORKERS = 2
 
 
@@ -127,6 +128,8 @@ def test_dask_workers_embed_and_followers_search_like_one_process(
             single_run = run_cli(parent, single, "ingest", "--json")
             assert single_run.returncode == 0, single_run.stderr[-3000:]
             logs: list[str] = []
+            assert _search(parent, single, "nested keys")[0] == (
+                "content/docs/templates/where.md", 1.0)
             for query in QUERIES:
                 want = _search(parent, single, query)
                 assert want, query
