@@ -18,6 +18,10 @@ Query sets (the answer is a page, a chunk's `file_path`; a query may accept seve
   page by its summary rather than paraphrase.
 - heading: each body heading phrased as a question ("How do I ...?", FAQ pages); the answer is
   the page holding it.
+- section: every other body heading of two words or more that is not also a page title
+  ("Configure internal traces"), short sections the chunker folded into a neighbour
+  included; the answer is any page holding it. At most 600 per corpus,
+  the same seeded sample every run.
 
 Modes, all one result per page (`group_by="page"`), cut at 10 pages:
 - default: `hybrid_search` as the CLI runs it (exact-title fast path on).
@@ -81,8 +85,9 @@ SWEEP_SHORT_WEIGHT = (0.4, 0.45, 0.5, 0.55, 0.6)  # dense's weight for short que
 SWEEP_SHORT_TERMS = (0, 4, 6, 8, 10)  # what "short" is, in distinct terms (0: no query is)
 SWEEP_LINKS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.7, 1.0)  # the links prior's weight (questions)
 SWEEP_BM25 = tuple((k1, b) for k1 in (0.9, 1.2, 1.6, 2.0) for b in (0.4, 0.6, 0.75, 0.9))
+SECTION_SAMPLE = 600  # section headings per corpus (opentelemetry-io has ~2,700)
 MODES = ("default", "hybrid", "dense", "bm25")
-SETS = ("questions", "title", "description", "heading")
+SETS = ("questions", "title", "description", "heading", "section")
 
 Query = tuple[str, set[str]]
 
@@ -108,6 +113,7 @@ def build_queries(corpus: CorpusChunks) -> dict[str, list[Query]]:
     desc: list[Query] = []
     by_title: dict[str, set[str]] = {}
     by_heading: dict[str, set[str]] = {}
+    by_section: dict[str, set[str]] = {}
     for path, chunks in corpus.files.items():
         meta = chunks[0].metadata
         d = meta.get("description")
@@ -116,14 +122,28 @@ def build_queries(corpus: CorpusChunks) -> dict[str, list[Query]]:
         by_title.setdefault(str(meta["title"]), set()).add(path)
         for chunk in chunks:
             for heading in str(chunk.metadata.get("heading_context") or "").split(" > "):
-                if heading.strip().endswith("?") and len(heading.split()) >= 3:
-                    by_heading.setdefault(heading.strip(), set()).add(path)
+                heading = heading.strip()
+                if heading.endswith("?") and len(heading.split()) >= 3:
+                    by_heading.setdefault(heading, set()).add(path)
+                elif len(heading.split()) >= 2:
+                    by_section.setdefault(heading, set()).add(path)
+            for heading in chunk.metadata.get("merged_headings") or ():  # short sections folded
+                if not heading.endswith("?") and len(heading.split()) >= 2:
+                    by_section.setdefault(heading.strip(), set()).add(path)
+    titles = {_norm(t) for t in by_title}
     return {
         "questions": real_questions(corpus.name),
         "title": [(t, paths) for t, paths in sorted(by_title.items()) if t.strip()],
         "description": desc,
         "heading": sorted(by_heading.items()),
+        "section": sample([(h, paths) for h, paths in sorted(by_section.items())
+                           if _norm(h) not in titles], SECTION_SAMPLE),
     }
+
+
+def sample(queries: list[Query], n: int) -> list[Query]:
+    """At most `n` of `queries`, the same ones every run."""
+    return queries if len(queries) <= n else random.Random(0).sample(queries, n)
 
 
 def index_corpus(corpus: CorpusChunks, embedder: Any, record: str,
@@ -144,7 +164,8 @@ def index_corpus(corpus: CorpusChunks, embedder: Any, record: str,
         physical = store.physical_name(corpus.name)
         for path, chunks in corpus.files.items():
             first = display_chunk(chunks)
-            store.catalog.set_page(physical, path, first.id, first.metadata)
+            store.catalog.set_page(physical, path, first.id, first.metadata,
+                                   [(c.id, c.metadata) for c in chunks])
         return written, reused
 
     began = time.perf_counter()
