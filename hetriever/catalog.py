@@ -38,6 +38,7 @@ from hetriever.catalog_records import (  # noqa: F401 (re-exported: states, name
     INDEX_STATE_DEFAULTS,
     INDEX_STATE_KEYS,
     DISCOVERED,
+    drop_shared,
     FAILED,
     FILE_STATES,
     FileRecord,
@@ -55,7 +56,6 @@ from hetriever.catalog_records import (  # noqa: F401 (re-exported: states, name
     title_keys,
     TITLE_KINDS,
     TitleHit,
-    UNIQUE_KINDS,
 )
 from hetriever.links import links_of
 from hetriever.logs import get_logger
@@ -496,10 +496,12 @@ class Catalog:
             _replace_titles(conn, collection, path, keys)
             _replace_links(conn, collection, path, links_of(metadata) if metadata else ())
 
-    def lookup_title(self, query: str, collections: Sequence[str]) -> list[TitleHit]:
+    def lookup_title(self, query: str, collections: Sequence[str], *,
+                     unique: bool = True) -> list[TitleHit]:
         """Pages whose normalised title/linkTitle/function name/alias/description/section
         heading equals the query's, best kind first, within `collections`; a description or
-        heading only when one page has it."""
+        heading only when one page has it (`unique`; else the caller applies `drop_shared`
+        to the pages its own scope keeps)."""
         key = normalise_title(query)
         if not key or not collections:
             return []
@@ -512,10 +514,7 @@ class Catalog:
                 collection=r["collection"], key=r["key"], kind=r["kind"], path=r["path"],
                 chunk_id=r["chunk_id"]))
         found = list(hits.values())
-        for kind in UNIQUE_KINDS:
-            if sum(h.kind == kind for h in found) > 1:
-                found = [h for h in found if h.kind != kind]
-        return found
+        return drop_shared(found) if unique else found
 
 
 def _replace_titles(conn: sqlite3.Connection, collection: str, path: str,

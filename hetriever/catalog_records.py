@@ -236,6 +236,14 @@ class FileRecord:
     updated_at: str = ""
 
 
+def drop_shared(hits: list[TitleHit]) -> list[TitleHit]:
+    """`hits` less the description and heading hits when more than one page has them."""
+    for kind in UNIQUE_KINDS:
+        if sum(h.kind == kind for h in hits) > 1:
+            hits = [h for h in hits if h.kind != kind]
+    return hits
+
+
 @dataclass
 class TitleHit:
     collection: str

@@ -49,6 +49,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hetriever.access import CollectionPlan, caller_levels, declared_level
+from hetriever.catalog_records import drop_shared
 from hetriever.candidates import (  # noqa: F401 (re-exported for callers of search)
     _fill_documents,
     _Hit,
@@ -178,23 +179,26 @@ def _exact(store: RetrievalStore, query: str, plans: Mapping[str, CollectionPlan
            levels: frozenset[str], user_filter: dict | None,
            wanted_lang: str = "") -> SearchResult | None:
     """The page whose title / linkTitle / alias / function name / description / section
-    heading equals the query, if any."""
+    heading equals the query, if any. A description or heading names a page only when no
+    other page the search may return has it (a translation that kept an English heading
+    does not hide the English page from an English search)."""
     by_physical = {p.collection: name for name, p in plans.items()}
     try:
-        candidates = store.catalog.lookup_title(query, list(by_physical))
+        candidates = store.catalog.lookup_title(query, list(by_physical), unique=False)
     except Exception as exc:  # the fast path is an extra; it never fails a search
         log.warning("exact_lookup_failed", error=f"{type(exc).__name__}: {exc}")
         return None
+    hits = {id(c): _Hit(c.chunk_id, by_physical[c.collection]) for c in candidates}
+    _fill_documents(store, list(hits.values()))  # one read per collection
+    in_scope = []
     for candidate in candidates:
-        name = by_physical[candidate.collection]
-        hit = _Hit(candidate.chunk_id, name)
-        _fill_documents(store, [hit])
-        if hit.metadata is None or not matches(user_filter, hit.metadata):
-            continue
-        if not matches(plans[name].language_clause(wanted_lang), hit.metadata):
-            continue
-        if not _trusted(hit, plans, levels):
-            continue
+        hit = hits[id(candidate)]
+        if (hit.metadata is not None and matches(user_filter, hit.metadata)
+                and matches(plans[hit.collection].language_clause(wanted_lang), hit.metadata)
+                and _trusted(hit, plans, levels)):
+            in_scope.append(candidate)
+    for candidate in drop_shared(in_scope)[:1]:
+        hit = hits[id(candidate)]
         return SearchResult(doc_id=hit.doc_id, content=hit.content or "",
                             metadata=shown(hit.metadata), score=1.0, source="exact")
     return None

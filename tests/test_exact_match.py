@@ -121,6 +121,10 @@ def test_a_heading_hit_shows_its_section(store) -> None:
     # a heading two pages share names neither of them; one term is a label, not a key
     for query in ("Related functions", "Examples"):
         assert all(m.source != "exact" for m in hybrid_search(store, query, top_k=5).matches)
+    # ... unless the search's own scope keeps one of them
+    top = hybrid_search(store, "Related functions", top_k=5,
+                        filters={"section": "troubleshooting"}).matches[0]
+    assert (top.source, top.metadata["file_path"]) == ("exact", "content/troubleshooting/faq.md")
 
 
 def test_exact_hits_respect_filters_access_and_deletion(store, tmp_path, minilm_embedder) -> None:
