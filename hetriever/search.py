@@ -49,7 +49,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hetriever.access import CollectionPlan, caller_levels, declared_level
-from hetriever.catalog_records import drop_shared
+from hetriever.catalog_records import UNIQUE_KINDS, TitleHit, drop_shared
 from hetriever.candidates import (  # noqa: F401 (re-exported for callers of search)
     _fill_documents,
     _Hit,
@@ -188,20 +188,27 @@ def _exact(store: RetrievalStore, query: str, plans: Mapping[str, CollectionPlan
     except Exception as exc:  # the fast path is an extra; it never fails a search
         log.warning("exact_lookup_failed", error=f"{type(exc).__name__}: {exc}")
         return None
-    hits = {id(c): _Hit(c.chunk_id, by_physical[c.collection]) for c in candidates}
-    _fill_documents(store, list(hits.values()))  # one read per collection
-    in_scope = []
-    for candidate in candidates:
-        hit = hits[id(candidate)]
-        if (hit.metadata is not None and matches(user_filter, hit.metadata)
+
+    def in_scope(group: list[TitleHit]) -> list[tuple[TitleHit, _Hit]]:
+        hits = [(c, _Hit(c.chunk_id, by_physical[c.collection])) for c in group]
+        _fill_documents(store, [hit for _, hit in hits])  # one read per collection
+        return [(c, hit) for c, hit in hits if hit.metadata is not None
+                and matches(user_filter, hit.metadata)
                 and matches(plans[hit.collection].language_clause(wanted_lang), hit.metadata)
-                and _trusted(hit, plans, levels)):
-            in_scope.append(candidate)
-    for candidate in drop_shared(in_scope)[:1]:
-        hit = hits[id(candidate)]
-        return SearchResult(doc_id=hit.doc_id, content=hit.content or "",
-                            metadata=shown(hit.metadata), score=1.0, source="exact")
-    return None
+                and _trusted(hit, plans, levels)]
+
+    for candidate in candidates:  # a name: the first the caller may see (one read, usually)
+        if candidate.kind not in UNIQUE_KINDS:
+            for _, hit in in_scope([candidate]):
+                return _exact_result(hit)
+    kept = in_scope([c for c in candidates if c.kind in UNIQUE_KINDS])
+    named = drop_shared([c for c, _ in kept])
+    return next((_exact_result(hit) for c, hit in kept if named and c is named[0]), None)
+
+
+def _exact_result(hit: _Hit) -> SearchResult:
+    return SearchResult(doc_id=hit.doc_id, content=hit.content or "",
+                        metadata=shown(hit.metadata or {}), score=1.0, source="exact")
 
 
 def hybrid_search(store: RetrievalStore, query: str, top_k: int | None = None,
