@@ -42,6 +42,11 @@ TITLE_KINDS = {"title": 0, "linkTitle": 1, "function": 2, "alias": 3, "descripti
 # character pairs, so Japanese and Chinese count too) is a label ("Overview", "Examples"),
 # which a look-up by name would match on pages it does not name; titles serve those.
 DESCRIPTION_MIN_TERMS = 2
+# A heading of two terms is mostly a topic's name ("Asset pipelines" on the feature list,
+# "Reference links" closing a hosting guide), which people also type meaning the topic's own
+# page: it is a key from three terms on, or two when it asks a question ("Why is my page
+# missing?"), the forms people copy from a table of contents.
+HEADING_MIN_TERMS = 3
 # Kinds that name a page only when no other page in scope has the same key: a summary or a
 # section heading several pages share ("Get started in 5 minutes", "How can I use it?")
 # names none of them.
@@ -180,8 +185,9 @@ def title_keys(metadata: dict[str, Any]) -> list[tuple[str, str]]:
 def heading_keys(sections: Iterable[tuple[str, Any]]) -> list[tuple[str, str]]:
     """(key, chunk id) for each section heading of a page, from its chunks' (id, metadata) in
     page order: every heading of `heading_context` and of `merged_headings` (short sections
-    the chunker folded into a neighbour) of `DESCRIPTION_MIN_TERMS` terms or more, under the
-    first chunk that carries it (the section's start, the passage a hit shows).
+    the chunker folded into a neighbour) of `HEADING_MIN_TERMS` terms or more (a question:
+    `DESCRIPTION_MIN_TERMS`), under the first chunk that carries it (the section's start, the
+    passage a hit shows).
 
     A heading is what a page's table of contents and its anchor links show, so what people
     and agents copy from it (an FAQ's "How do I ...?", "Configure internal traces")."""
@@ -193,7 +199,8 @@ def heading_keys(sections: Iterable[tuple[str, Any]]) -> list[tuple[str, str]]:
                     *(str(h) for h in (merged if isinstance(merged, list) else ()))]
         for heading in headings:
             key = normalise_title(heading)
-            if key and key not in out and len(set(tokenize(heading))) >= DESCRIPTION_MIN_TERMS:
+            least = DESCRIPTION_MIN_TERMS if heading.rstrip().endswith("?") else HEADING_MIN_TERMS
+            if key and key not in out and len(set(tokenize(heading))) >= least:
                 out[key] = chunk_id
     return list(out.items())
 

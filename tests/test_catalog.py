@@ -132,27 +132,29 @@ def test_title_keys_and_lookup(tmp_path: Path) -> None:
 def test_heading_keys_and_lookup(tmp_path: Path) -> None:
     sections = [("c0", {"heading_context": ""}),  # the page record: no heading
                 ("c1", {"heading_context": "Install `hugo` on Linux"}),
-                ("c2", {"heading_context": "Install `hugo` on Linux > Snap package"}),
-                ("c3", {"heading_context": "Install `hugo` on Linux > Snap package"}),
+                ("c2", {"heading_context": "Install `hugo` on Linux > Install the snap package"}),
+                ("c3", {"heading_context": "Install `hugo` on Linux > Install the snap package"}),
                 ("c4", {"heading_context": "Examples"}),  # one term: a label
-                ("c5", {"heading_context": "How do I build the site?",
-                        "merged_headings": ["Build for production", "Deploy"]})]
+                ("c5", {"heading_context": "Snap channels"}),  # two: a topic's name
+                ("c6", {"heading_context": "How do I build the site?",  # a question: two do
+                        "merged_headings": ["Build for production sites", "Deploy"]})]
     # every level of the heading path and the short sections folded into a chunk, under the
     # first chunk that holds them
-    assert heading_keys(sections) == [("install hugo on linux", "c1"), ("snap package", "c2"),
-                                      ("how do i build the site", "c5"),
-                                      ("build for production", "c5")]
+    assert heading_keys(sections) == [("install hugo on linux", "c1"),
+                                      ("install the snap package", "c2"),
+                                      ("how do i build the site", "c6"),
+                                      ("build for production sites", "c6")]
     cat = Catalog.for_state_dir(tmp_path)
     col = cat.ensure_active("docs", "fp")
     page = {"title": "Installation", "file_path": "content/install.md"}
     cat.set_page(col, "content/install.md", "c0", page, sections)
     hits = cat.lookup_title("How do I build the site", [col])
     assert [(h.kind, h.path, h.chunk_id) for h in hits] == [
-        ("heading", "content/install.md", "c5")]
+        ("heading", "content/install.md", "c6")]
     # a title beats a heading; a heading two pages share names neither
-    cat.set_page(col, "content/snap.md", "s0", {"title": "Snap package"},
+    cat.set_page(col, "content/snap.md", "s0", {"title": "Install the snap package"},
                  [("s1", {"heading_context": "How do I build the site?"})])
-    assert [(h.kind, h.path) for h in cat.lookup_title("snap package", [col])] == [
+    assert [(h.kind, h.path) for h in cat.lookup_title("install the snap package", [col])] == [
         ("title", "content/snap.md"), ("heading", "content/install.md")]
     assert cat.lookup_title("How do I build the site?", [col]) == []
     # without a chunk (skipped, deleted) the file's headings go with its other keys

@@ -22,7 +22,7 @@ PAGES = {
         "## Examples\n\nUse it in range loops over pages of a section.\n",
     "content/functions/collections/First.md":
         "---\ntitle: collections.First\n---\n\nReturns the first N elements of a slice, "
-        "much like where returns the matching ones.\n\n## Related functions\n\n"
+        "much like where returns the matching ones.\n\n## Related collection functions\n\n"
         "Last returns the final N elements instead.\n",
     "content/methods/site/Params.md":
         "---\ntitle: Params\n---\n\nReturns a map of custom parameters from the project "
@@ -42,7 +42,7 @@ PAGES = {
         "collection, newest last, or over its Reverse method to show the newest pages at the top "
         "of a list.\n\n## Why is my page missing?\n\nDrafts and pages dated in the future are "
         "not built unless you ask for them with the buildDrafts and buildFuture options, and "
-        "an expired page is left out too.\n\n## Related functions\n\nSort and GroupBy order a "
+        "an expired page is left out too.\n\n## Related collection functions\n\nSort and GroupBy order a "
         "collection by any key, and First and Last keep a number of its pages.\n",
     "content/about/_index.md":
         "---\ntitle: About\ndescription: Where to begin\n---\n\nWho writes these pages and how "
@@ -118,11 +118,11 @@ def test_non_title_queries_take_the_semantic_path(store) -> None:
 def test_a_heading_hit_shows_its_section(store) -> None:
     top = hybrid_search(store, "Why is my page missing?", top_k=5).matches[0]
     assert top.source == "exact" and "Drafts and pages dated in the future" in top.content
-    # a heading two pages share names neither of them; one term is a label, not a key
-    for query in ("Related functions", "Examples"):
+    # a heading two pages share names neither of them; one term is a label, two a topic
+    for query in ("Related collection functions", "Examples", "Related functions"):
         assert all(m.source != "exact" for m in hybrid_search(store, query, top_k=5).matches)
     # ... unless the search's own scope keeps one of them
-    top = hybrid_search(store, "Related functions", top_k=5,
+    top = hybrid_search(store, "Related collection functions", top_k=5,
                         filters={"section": "troubleshooting"}).matches[0]
     assert (top.source, top.metadata["file_path"]) == ("exact", "content/troubleshooting/faq.md")
 

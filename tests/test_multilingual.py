@@ -32,12 +32,12 @@ languages:
 """
 PAGES = {
     "content/en/docs/traces.md": "---\ntitle: Traces\n---\nTraces follow a request through "
-                                 "every service it touches, span by span.\n\n## Span events\n\n"
+                                 "every service it touches, span by span.\n\n## Record span events\n\n"
                                  "An event marks a moment within a span, such as an exception "
                                  "being thrown or a retry being attempted.\n",
     # a translation that kept a heading in English, as translations often do
     "content/ja/docs/traces.md": "---\ntitle: トレース\n---\nトレースは、リクエストが通過する"
-                                 "すべてのサービスをスパンごとに追跡します。\n\n## Span events\n\n"
+                                 "すべてのサービスをスパンごとに追跡します。\n\n## Record span events\n\n"
                                  "イベントはスパンの中の一瞬を記録します。例外の発生や再試行の"
                                  "開始などです。\n",
     "content/en/docs/_index.md": "---\ntitle: Documentation\ndescription: Everything about "
@@ -108,10 +108,11 @@ def test_every_language_is_indexed_with_its_url_and_searched_by_language(site):
     assert exact.matches[0].source == "exact" and exact.matches[0].metadata["lang"] == "ja"
     # A heading both languages have names one page in each language's search, none in all.
     for lang, url in (("en", "/docs/traces/"), ("ja", "/ja/docs/traces/")):
-        top = hybrid_search(store, "Span events", 5, namespaces=[NAME], lang=lang).matches[0]
+        top = hybrid_search(store, "Record span events", 5, namespaces=[NAME],
+                            lang=lang).matches[0]
         assert (top.source, top.metadata["url"]) == ("exact", url)
-        assert "## Span events" not in top.content and "Span events" in top.content
-    both_exact = hybrid_search(store, "Span events", 5, namespaces=[NAME], lang="all")
+        assert "Record span events" in top.content
+    both_exact = hybrid_search(store, "Record span events", 5, namespaces=[NAME], lang="all")
     assert all(m.source != "exact" for m in both_exact.matches)
 
 
