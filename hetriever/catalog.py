@@ -38,7 +38,7 @@ from hetriever.catalog_records import (  # noqa: F401 (re-exported: states, name
     INDEX_STATE_DEFAULTS,
     INDEX_STATE_KEYS,
     DISCOVERED,
-    drop_shared,
+    drop_shared,  # applied by the caller to lookup_title's hits
     FAILED,
     FILE_STATES,
     FileRecord,
@@ -489,19 +489,19 @@ class Catalog:
         transaction, from the metadata of the chunk that stands for its page
         (`page_records.display_chunk`) and its chunks' (id, metadata) for the section
         headings (`heading_keys`); without a chunk (skipped, failed, deleted) all go."""
-        keys = [(kind, key, chunk_id) for kind, key in title_keys(metadata)] if metadata else []
+        keys: list[tuple[str, str, str]] = []
         if metadata:
-            keys += [("heading", key, section) for key, section in heading_keys(sections)]
+            keys = ([(kind, key, chunk_id) for kind, key in title_keys(metadata)]
+                    + [("heading", key, section) for key, section in heading_keys(sections)])
         with self.transaction() as conn:
             _replace_titles(conn, collection, path, keys)
             _replace_links(conn, collection, path, links_of(metadata) if metadata else ())
 
-    def lookup_title(self, query: str, collections: Sequence[str], *,
-                     unique: bool = True) -> list[TitleHit]:
+    def lookup_title(self, query: str, collections: Sequence[str]) -> list[TitleHit]:
         """Pages whose normalised title/linkTitle/function name/alias/description/section
-        heading equals the query's, best kind first, within `collections`; a description or
-        heading only when one page has it (`unique`; else the caller applies `drop_shared`
-        to the pages its own scope keeps)."""
+        heading equals the query's, one hit per page under its best kind, best kind first,
+        within `collections`. A description or heading names a page only when no other page
+        the caller may return has it: the caller applies `drop_shared` to those it keeps."""
         key = normalise_title(query)
         if not key or not collections:
             return []
@@ -513,8 +513,7 @@ class Catalog:
             hits.setdefault((r["collection"], r["path"]), TitleHit(
                 collection=r["collection"], key=r["key"], kind=r["kind"], path=r["path"],
                 chunk_id=r["chunk_id"]))
-        found = list(hits.values())
-        return drop_shared(found) if unique else found
+        return list(hits.values())
 
 
 def _replace_titles(conn: sqlite3.Connection, collection: str, path: str,

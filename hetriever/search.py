@@ -184,7 +184,7 @@ def _exact(store: RetrievalStore, query: str, plans: Mapping[str, CollectionPlan
     does not hide the English page from an English search)."""
     by_physical = {p.collection: name for name, p in plans.items()}
     try:
-        candidates = store.catalog.lookup_title(query, list(by_physical), unique=False)
+        candidates = store.catalog.lookup_title(query, list(by_physical))
     except Exception as exc:  # the fast path is an extra; it never fails a search
         log.warning("exact_lookup_failed", error=f"{type(exc).__name__}: {exc}")
         return None
@@ -203,7 +203,7 @@ def _exact(store: RetrievalStore, query: str, plans: Mapping[str, CollectionPlan
                 return _exact_result(hit)
     kept = in_scope([c for c in candidates if c.kind in UNIQUE_KINDS])
     named = drop_shared([c for c, _ in kept])
-    return next((_exact_result(hit) for c, hit in kept if named and c is named[0]), None)
+    return next((_exact_result(hit) for c, hit in kept if c in named), None)
 
 
 def _exact_result(hit: _Hit) -> SearchResult:
