@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import RESULTS_DIR, chroma_server, percentile, print_table  # noqa: E402
 
-from hetriever.search import rank_records  # noqa: E402
+from hetriever.search import exact_nearest  # noqa: E402
 
 # Section name -> share of every 100,000 consecutive items.
 SHARES = {"s-0.01": 0.0001, "s-0.3": 0.003, "s-1": 0.01, "s-2.5": 0.025, "s-10": 0.10,
@@ -69,9 +69,9 @@ def build(client, size: int, rng: np.random.Generator) -> tuple[object, np.ndarr
 
 
 def fetch_and_rank(col, vector: np.ndarray, ids: list[str]) -> list[str]:
-    """What search does for a short id list: fetch the records, rank by exact distance."""
-    got = col.get(ids=ids, include=["embeddings", "documents", "metadatas"])
-    return [row[0] for row in rank_records(got, vector, "cosine")[:TOP_K]]
+    """What search does for a short id list: fetch the vectors, rank by exact distance, then
+    read the nearest records."""
+    return [row[0] for row in exact_nearest(col.get, vector, ids, TOP_K, "cosine")]
 
 
 def timed(fn) -> tuple[float, object]:

@@ -394,6 +394,11 @@ class BM25Index:
         with self._lock:
             return self._current().few_ids(normalised, limit)
 
+    def live_count(self) -> int:
+        """Committed live documents, read from memory (no count query)."""
+        with self._lock:
+            return self._current().n_live
+
     def generation(self) -> int:
         """The file's committed generation: it moves with every write, from any process."""
         with self._lock:

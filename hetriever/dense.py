@@ -83,6 +83,15 @@ ID_FILTER_MAX = 50_000
 # 300 ids (bench_filter). At 200 ids ranking here is at most ~1 ms slower at 10k and 30-55 ms
 # faster at 100k.
 EXACT_IDS_MAX = 200
+# Chroma's kNN over a short id list slows down as the collection grows (its graph walk meets
+# fewer allowed neighbours), fetching does not: at 100k chunks 1,000 ids took 24.6 ms by kNN
+# and 22.1 by fetching, so a list of up to 1% of the collection is ranked here too.
+EXACT_IDS_SHARE = 0.01
+
+
+def exact_ids_max(live: int) -> int:
+    """Most ids ranked here rather than by Chroma's kNN, in a collection of `live` chunks."""
+    return max(EXACT_IDS_MAX, int(live * EXACT_IDS_SHARE))
 
 
 Row = tuple[str, str, dict | None, float]  # None: not read (`_knn(bare=True)`)
@@ -93,23 +102,39 @@ def _dense_rows(store: RetrievalStore, col: Any, vector: Any, n: int, where: dic
     """The `n` nearest chunks matching `where`.
 
     A `where` makes Chroma pre-filter through its metadata store: about 25x the cost of a plain
-    kNN at 10k chunks (bench_access). So filtered queries first fetch OVERFETCH x n neighbours
-    unfiltered and apply the filter here (`filters.matches` mirrors Chroma's semantics, tested
-    against it); that is exact whenever n of them survive, which is the common case for access
-    and deletion clauses. A selective filter (a section, a file) leaves too few: then the
-    query is restricted to the matching ids, which the BM25 index knows from its equality
-    index (a few hundred are ranked here from their vectors), and only when that cannot answer
-    does Chroma's filtered query run.
+    kNN at 10k chunks (bench_access). When the BM25 index lists the matching ids (its equality
+    index: a section, a file, a language) and they are fewer than one in OVERFETCH of the
+    collection, an unfiltered look would rarely hold n of them, so the query goes straight to
+    those ids (a few hundred are ranked here from their vectors). Otherwise OVERFETCH x n
+    neighbours are fetched unfiltered and the filter applied here (`filters.matches` mirrors
+    Chroma's semantics, tested against it); that is exact whenever n of them survive, the
+    common case for access and deletion clauses. What neither answers goes to the id list,
+    and only then to Chroma's filtered query.
     """
     if where is None:
         return _knn(store, col, vector, n)
+    listed, live = _listed_ids(bm25, where)
+    if listed and len(listed) * OVERFETCH < live:
+        rows = _dense_rows_by_ids(store, col, vector, n, where, listed, live)
+        return rows if rows is not None else _knn(store, col, vector, n, where=where)
     wide = max(n * OVERFETCH, MIN_OVERFETCH)
     rows = _knn(store, col, vector, wide)
     kept = [row for row in rows if matches(where, row[2])]
     if len(kept) >= n or len(rows) < wide:  # enough, or the whole collection was seen
         return kept[:n]
-    by_ids = _dense_rows_by_ids(store, col, vector, n, where, bm25)
+    by_ids = _dense_rows_by_ids(store, col, vector, n, where, listed, live) if listed else None
     return by_ids if by_ids is not None else _knn(store, col, vector, n, where=where)
+
+
+def _listed_ids(bm25: Callable[[], Any], where: dict) -> tuple[list[str] | None, int]:
+    """The ids the BM25 index lists for `where` (None: unknown or more than ID_FILTER_MAX)
+    and how many live chunks it holds; (None, 0) if it cannot tell."""
+    try:
+        index = bm25()
+        return index.few_ids_where(where, ID_FILTER_MAX), index.live_count()
+    except (HetrieverError, ChromaError) as exc:
+        log.debug("dense_ids_unlisted", error=str(exc))
+        return None, 0
 
 
 def _knn(store: RetrievalStore, col: Any, vector: Any, n: int, *, bare: bool = False,
@@ -127,12 +152,13 @@ def _knn(store: RetrievalStore, col: Any, vector: Any, n: int, *, bare: bool = F
 
 
 def _dense_rows_by_ids(store: RetrievalStore, col: Any, vector: Any, n: int, where: dict,
-                       bm25: Callable[[], Any]) -> list[Row] | None:
-    """The `n` nearest among the ids the BM25 index says match `where`, or None.
+                       ids: list[str], live: int) -> list[Row] | None:
+    """The `n` nearest among `ids`, which the BM25 index says match `where` (of `live`
+    chunks), or None.
 
-    Up to EXACT_IDS_MAX ids, their records are fetched and ranked here by exact distance; more
-    go to Chroma's kNN over the id list, which beat a `where` at every size measured
-    (bench_filter). The two indexes are written window by window, BM25 committing last, so the
+    A short list (`exact_ids_max`) is ranked here by exact distance from the fetched vectors;
+    a longer one goes to Chroma's kNN over the id list, which beat a `where` at every size
+    measured (bench_filter). The two indexes are written window by window, BM25 committing last, so the
     list can be briefly behind Chroma: an id Chroma already deleted is skipped by the fetch
     and makes Chroma's kNN fail, a chunk whose metadata Chroma already changed is dropped by
     re-checking `where` on Chroma's metadata, and an answer shorter than asked is not given
@@ -140,13 +166,10 @@ def _dense_rows_by_ids(store: RetrievalStore, col: Any, vector: Any, n: int, whe
     missed for that window, as the BM25 side misses it too.
     """
     try:
-        ids = bm25().few_ids_where(where, ID_FILTER_MAX)
-        if not ids:  # unknown, too many, or none: let Chroma's `where` decide
-            return None
-        if len(ids) <= EXACT_IDS_MAX:
-            got = store.call("get", lambda: col.get(
-                ids=ids, include=["embeddings", "documents", "metadatas"]), retry=False)
-            rows = rank_records(got, vector, _space(store, col))
+        if len(ids) <= exact_ids_max(live):
+            rows = exact_nearest(lambda **kw: store.call("get", lambda: col.get(**kw),
+                                                         retry=False),
+                                 vector, ids, n, _space(store, col))
         else:
             rows = _knn(store, col, vector, min(n, len(ids)), ids=ids)
     except (HetrieverError, ChromaError) as exc:
@@ -158,15 +181,24 @@ def _dense_rows_by_ids(store: RetrievalStore, col: Any, vector: Any, n: int, whe
     return rows
 
 
-def rank_records(got: Mapping[str, Any], vector: Any, space: str) -> list[Row]:
-    """Every record of a Chroma `get` (with embeddings), nearest first, by exact distance."""
+def exact_nearest(get: Callable[..., Any], vector: Any, ids: list[str], n: int,
+                  space: str) -> list[Row]:
+    """The `n` nearest of `ids` by exact distance, through `get` (Chroma's `col.get`): their
+    vectors first, then the text and metadata of the nearest only. A real chunk's text and
+    metadata cost ~4x its vector to read (hugo-docs at 100k chunks: 864 records 91 ms with
+    them, 26 ms without). An id Chroma no longer holds is skipped."""
+    got = get(ids=ids, include=["embeddings"])
     if not len(got["ids"]):
         return []
     dist = vector_distances(np.asarray(got["embeddings"], dtype=np.float32),
                             np.asarray(vector, dtype=np.float32), space)
-    order = np.lexsort((np.asarray(got["ids"]), dist))  # by distance, ties by id
-    return [(got["ids"][i], got["documents"][i], dict(got["metadatas"][i] or {}),
-             float(dist[i])) for i in order]
+    order = np.lexsort((np.asarray(got["ids"]), dist))[:n]  # by distance, ties by id
+    nearest = {got["ids"][i]: float(dist[i]) for i in order}
+    rows = get(ids=list(nearest), include=["documents", "metadatas"])
+    found = {doc_id: (doc, dict(meta or {}))
+             for doc_id, doc, meta in zip(rows["ids"], rows["documents"], rows["metadatas"])}
+    return [(doc_id, *found[doc_id], dist) for doc_id, dist in nearest.items()
+            if doc_id in found]
 
 
 def vector_distances(matrix: np.ndarray, vector: np.ndarray, space: str) -> np.ndarray:

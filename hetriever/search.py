@@ -7,8 +7,9 @@ and turning fused rankings into results `hetriever.results`.
 For each collection in scope, both retrievers fetch `candidate_depth()` candidates under the same
 normalised filter (for BM25 AND-ed with the collection's own `repository`; dense queries leave
 that clause out for speed and rely on the per-result scope check below, so a caller's filter
-can only narrow the scope; a filtered dense query reads unfiltered neighbours first, then the
-matching ids the BM25 index lists, and only then Chroma's `where`, see `_dense_rows`). The two
+can only narrow the scope; a filtered dense query searches the matching ids the BM25 index
+lists when they are few, else reads unfiltered neighbours first, and only then Chroma's
+`where`, see `dense._dense_rows`). The two
 lists are fused as `settings.fusion` says (`hetriever.fusion`): by default score fusion, the
 weighted sum of each retriever's standardised (z) scores; or RRF, `sum 1 / (k + rank)`.
 
@@ -65,7 +66,7 @@ from hetriever.dense import (  # noqa: F401
     _dense,
     _dense_rows,
     _dense_rows_by_ids,
-    rank_records,
+    exact_nearest,
     similarity,
     vector_distances,
 )

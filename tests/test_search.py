@@ -340,12 +340,13 @@ def test_server_going_down_degrades_to_bm25(tmp_path, minilm_embedder) -> None:
             run(store.upsert_file_chunks(A, "content/x.md", [make_chunk(A, "content/x.md", "x")]))
 
 
-# --- filtered dense queries: unfiltered over-fetch, then the matching ids, then `where` --
+# --- filtered dense queries: the matching ids, or an unfiltered over-fetch, then `where` ---
 
 
 class CountingCollection:
     """A real Chroma collection that records how it was asked: a "plain" kNN, a kNN over
-    "ids", a kNN with a `where` (recorded as the filter), or a "get" of vectors."""
+    "ids", a kNN with a `where` (recorded as the filter), a "get" of vectors, or a
+    ("records", n) read of n chunks' text and metadata."""
 
     def __init__(self, col: Any) -> None:
         self.col, self.asked = col, []
@@ -358,7 +359,8 @@ class CountingCollection:
         return self.col.query(**kwargs)
 
     def get(self, **kwargs: Any) -> Any:
-        self.asked.append("get")
+        vectors = "embeddings" in kwargs.get("include", [])
+        self.asked.append("get" if vectors else ("records", len(kwargs["ids"])))
         return self.col.get(**kwargs)
 
 
@@ -416,17 +418,38 @@ def test_a_common_filter_is_answered_from_unfiltered_neighbours(sectioned):
     # An equality narrows, the `$ne` is checked per chunk: still only the matching ids.
     {"$and": [{"section": "rare"}, {"hidden": {"$ne": True}}]},
 ])
-@pytest.mark.parametrize("exact_max, way", [(dense_module.EXACT_IDS_MAX, "get"), (0, "ids")])
+@pytest.mark.parametrize("exact_max, way", [(dense_module.EXACT_IDS_MAX, ["get", ("records", 5)]),
+                                            (0, ["ids"])])
 def test_a_rare_filter_searches_just_the_matching_ids(sectioned, where, exact_max, way,
                                                       monkeypatch):
-    # A short list is ranked here from its vectors; a longer one by Chroma's kNN over the ids.
+    # 10 (or 5) of 1,000 chunks: no unfiltered look first, which would rarely hold 5 of them.
+    # A short list is ranked here from its vectors, and only the 5 nearest chunks' text and
+    # metadata are read; a longer one is ranked by Chroma's kNN over the ids.
     monkeypatch.setattr(dense_module, "EXACT_IDS_MAX", exact_max)
+    monkeypatch.setattr(dense_module, "EXACT_IDS_SHARE", 0.0)
     where = validate_filter(where)
     for _ in range(10):
         vector = sectioned.rng.standard_normal(8).astype("float32")
         got, asked = sectioned.dense(vector, 5, where)
         assert got == sectioned.nearest(vector, 5, where)
-        assert asked == ["plain", way]
+        assert asked == way
+
+
+def test_short_id_lists_are_ranked_here_up_to_one_percent_of_a_large_collection():
+    assert dense_module.exact_ids_max(10_000) == dense_module.EXACT_IDS_MAX == 200
+    assert dense_module.exact_ids_max(100_000) == 1_000
+
+
+def test_a_filter_matching_under_a_quarter_goes_straight_to_its_ids(sectioned, monkeypatch):
+    # `s5`: 100 of 1,000 chunks, under one in OVERFETCH, and over EXACT_IDS_MAX here.
+    monkeypatch.setattr(dense_module, "EXACT_IDS_MAX", 20)
+    where = validate_filter({"section": "s5"})
+    assert len(sectioned.bm25.few_ids_where(where, 10_000)) * dense_module.OVERFETCH < 1000
+    for _ in range(5):
+        vector = sectioned.rng.standard_normal(8).astype("float32")
+        got, asked = sectioned.dense(vector, 10, where)
+        assert got == sectioned.nearest(vector, 10, where)
+        assert asked == ["ids"]
 
 
 def test_a_filter_without_an_equality_falls_back_to_chromas_where(sectioned):
@@ -451,17 +474,18 @@ def test_an_id_list_behind_chroma_falls_back_to_chromas_where(sectioned, monkeyp
     # Mid-write, Chroma has already dropped a chunk that BM25 (committing last) still lists:
     # Chroma's kNN refuses an unknown id, and the answer comes from its own `where`.
     monkeypatch.setattr(dense_module, "EXACT_IDS_MAX", 0)
+    monkeypatch.setattr(dense_module, "EXACT_IDS_SHARE", 0.0)
     where = validate_filter({"section": "rare"})
     sectioned.col.delete(ids=["c0"])
     vector = sectioned.rng.standard_normal(8).astype("float32")
     expected = [i for i in sectioned.nearest(vector, 6, where) if i != "c0"][:5]
     got, asked = sectioned.dense(vector, 5, where)
     assert got == expected
-    assert asked == ["plain", "ids", where]
+    assert asked == ["ids", where]
     # Once BM25 commits the same deletion, the id list answers again.
     sectioned.bm25.delete(["c0"])
     got_after, asked = sectioned.dense(vector, 5, where)
-    assert got_after == expected and asked == ["plain", "ids"]
+    assert got_after == expected and asked == ["ids"]
 
 
 def test_a_short_id_list_behind_chroma_ranks_what_chroma_holds(sectioned):
@@ -471,10 +495,10 @@ def test_a_short_id_list_behind_chroma_ranks_what_chroma_holds(sectioned):
     vector = sectioned.rng.standard_normal(8).astype("float32")
     got, asked = sectioned.dense(vector, 5, where)
     assert got == [i for i in sectioned.nearest(vector, 6, where) if i != "c0"][:5]
-    assert asked == ["plain", "get"]
+    assert asked == ["get", ("records", 5)]
     # Asked for more than Chroma still holds of the list, it does not answer short.
     got, asked = sectioned.dense(vector, 10, where)
-    assert len(got) == 9 and asked == ["plain", "get", where]
+    assert len(got) == 9 and asked == ["get", ("records", 9), where]
 
 
 def test_metadata_changed_in_chroma_first_is_not_answered_from_the_id_list(sectioned):
@@ -486,7 +510,7 @@ def test_metadata_changed_in_chroma_first_is_not_answered_from_the_id_list(secti
     vector = sectioned.rng.standard_normal(8).astype("float32")
     got, asked = sectioned.dense(vector, 5, where)
     assert got == ["c1"]
-    assert asked == ["plain", "get", where]
+    assert asked == ["get", ("records", 5), where]
 
 
 @pytest.fixture(params=["embedded", pytest.param("server", marks=pytest.mark.server)])
