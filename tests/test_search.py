@@ -401,7 +401,11 @@ def sectioned(tmp_path):
     store.close_sync()
 
 
-def test_a_common_filter_is_answered_from_unfiltered_neighbours(sectioned):
+def test_a_common_filter_in_a_large_collection_is_answered_from_unfiltered_neighbours(
+        sectioned, monkeypatch):
+    # `big` is 29% of the chunks; in a collection large enough that its list were longer
+    # than IDS_FIRST_MAX, an unfiltered look is tried first.
+    monkeypatch.setattr(dense_module, "IDS_FIRST_MAX", 0)
     where = validate_filter({"section": "big"})
     unfiltered = 0
     for _ in range(30):
@@ -440,11 +444,15 @@ def test_short_id_lists_are_ranked_here_up_to_one_percent_of_a_large_collection(
     assert dense_module.exact_ids_max(100_000) == 1_000
 
 
-def test_a_filter_matching_under_a_quarter_goes_straight_to_its_ids(sectioned, monkeypatch):
-    # `s5`: 100 of 1,000 chunks, under one in OVERFETCH, and over EXACT_IDS_MAX here.
+@pytest.mark.parametrize("section, ids_first_max", [
+    ("s5", 0),  # 100 of 1,000 chunks: under one in OVERFETCH, however long the list
+    ("big", 300),  # 290 of 1,000: a common filter, but its list is short enough
+])
+def test_a_selective_filter_or_a_short_list_goes_straight_to_the_ids(
+        sectioned, monkeypatch, section, ids_first_max):
     monkeypatch.setattr(dense_module, "EXACT_IDS_MAX", 20)
-    where = validate_filter({"section": "s5"})
-    assert len(sectioned.bm25.few_ids_where(where, 10_000)) * dense_module.OVERFETCH < 1000
+    monkeypatch.setattr(dense_module, "IDS_FIRST_MAX", ids_first_max)
+    where = validate_filter({"section": section})
     for _ in range(5):
         vector = sectioned.rng.standard_normal(8).astype("float32")
         got, asked = sectioned.dense(vector, 10, where)
