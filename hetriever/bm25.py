@@ -355,15 +355,18 @@ class BM25Index:
                                       (doc_id,)).fetchone()
         return (row[0], json.loads(row[1])) if row else None
 
-    def metadata_of(self, doc_ids: Iterable[str]) -> dict[str, dict]:
-        """The committed metadata of those of `doc_ids` this index holds, from memory."""
+    def metadata_of(self, doc_ids: Iterable[str],
+                    keys: Sequence[str] | None = None) -> dict[str, dict]:
+        """The committed metadata of those of `doc_ids` this index holds, from memory: all of
+        it, or only `keys` (those a chunk has)."""
         with self._lock:
             state = self._current()
             out = {}
             for doc_id in doc_ids:
                 slot = state.id_to_slot.get(doc_id)
                 if slot is not None and state.alive[slot]:
-                    out[doc_id] = state.metas.dict_of(slot)
+                    out[doc_id] = (state.metas.dict_of(slot) if keys is None
+                                   else state.metas.fields_of(slot, keys))
             return out
 
     def ids_where(self, where: Mapping | None) -> set[str]:

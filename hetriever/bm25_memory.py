@@ -139,6 +139,15 @@ class _Metadata:
         return {key: _given(value) for key, column in self._columns.items()
                 if (value := column[slot]) is not _ABSENT}
 
+    def fields_of(self, slot: int, keys: Sequence[str]) -> dict:
+        """`keys` of one chunk's metadata (those it has)."""
+        out = {}
+        for key in keys:
+            column = self._columns.get(key)
+            if column is not None and (value := column[slot]) is not _ABSENT:
+                out[key] = _given(value)
+        return out
+
     def append(self, meta: Mapping) -> None:
         n = self._n
         for key, value in meta.items():
@@ -462,6 +471,8 @@ class _State:
             allowed = self.allowed_mask(where)
             if allowed is not None:
                 candidates = candidates[allowed[candidates]]
+                if only_equalities(where):  # the mask is the whole filter: no row to check
+                    where = None
         return self.top(scores, candidates, k, where), scores
 
     def top(self, scores: np.ndarray, candidates: np.ndarray, k: int,

@@ -256,7 +256,8 @@ def _add_translations(store: RetrievalStore, plans: Mapping[str, CollectionPlan]
             continue
         try:
             index = store.search_bm25(name)
-            others = index.metadata_of(index.ids_where({"translation_key": key}))
+            others = index.metadata_of(index.ids_where({"translation_key": key}),
+                                       keys=("lang", "url", "title"))
         except Exception as exc:  # naming translations is an extra; never fail a search
             log.warning("translations_lookup_failed", repository=name, error=str(exc))
             continue

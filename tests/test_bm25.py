@@ -603,6 +603,10 @@ def test_metadata_comes_back_as_written_through_reopen_updates_and_compaction(tm
         assert ix.ids_where({"lang": "de"}) == {"d41"}
         assert ix.ids_where({"aliases": {"$contains": "/b"}}) == {
             d for d, m in written.items() if "/b" in m.get("aliases", [])}
+        # Only some keys (what a result's translations show): those each chunk has.
+        assert ix.metadata_of(list(written), keys=("lang", "aliases")) == {
+            d: {k: v for k, v in m.items() if k in ("lang", "aliases")}
+            for d, m in written.items()}
     with BM25Index(path) as fresh:
         assert fresh.metadata_of(list(written)) == written
 
