@@ -59,6 +59,7 @@ from common import (  # noqa: E402
     print_table,
     write_windows,
 )
+from hetriever import dense as dense_mod  # noqa: E402
 from hetriever import search as search_mod  # noqa: E402
 from hetriever.logs import configure_logging  # noqa: E402
 from hetriever.store import content_hash  # noqa: E402
@@ -265,11 +266,12 @@ def bench_latency(corpus: CorpusChunks, vectors: np.ndarray, embedder: Any, size
             fn = make(scope)
 
             def run(q: str, e: dict) -> Any:
-                saved, search_mod.ID_FILTER_MAX = search_mod.ID_FILTER_MAX, 0
+                # dense reads its own module's limit (search only re-exports it)
+                saved, dense_mod.ID_FILTER_MAX = dense_mod.ID_FILTER_MAX, 0
                 try:
                     return fn(q, e)
                 finally:
-                    search_mod.ID_FILTER_MAX = saved
+                    dense_mod.ID_FILTER_MAX = saved
             return run
         return wrapped
 
@@ -299,12 +301,12 @@ def bench_latency(corpus: CorpusChunks, vectors: np.ndarray, embedder: Any, size
     rows.append({"mode": "hybrid", "scope": "all, after reopen", **summary(reopened)})
     few = store.bm25(MAIN)
     sections = [e["section"] for _, e in queries]
-    listed = sum(few.few_ids_where({"section": s}, search_mod.ID_FILTER_MAX) is not None
+    listed = sum(few.few_ids_where({"section": s}, dense_mod.ID_FILTER_MAX) is not None
                  for s in sections)
     store.close_sync()
     return {"size": size, "side_collection": SIDE_SIZE, "build_seconds": round(build_s, 1),
             "build": build, "rows": rows, "section_queries_with_id_list": listed,
-            "id_filter_max": search_mod.ID_FILTER_MAX}
+            "id_filter_max": dense_mod.ID_FILTER_MAX}
 
 
 def _scope_args(scope: str, extra: dict) -> dict:

@@ -67,13 +67,6 @@ def _dense(store: RetrievalStore, names: list[str], vector: Any, n: int,
 
 OVERFETCH = 4  # unfiltered candidates per wanted one before falling back to a `where` query
 
-# Up to this many listed ids, a filtered query searches them rather than looking unfiltered
-# first: Chroma's kNN over 20,000 ids took 12.8 ms at 100k chunks (bench_filter), reading
-# OVERFETCH x 50 neighbours with the metadata to filter them 26-27 ms (opentelemetry.io's
-# 24k-chunk site and hugo-docs padded to 100k), and the list skips the second query when too
-# few of them match.
-IDS_FIRST_MAX = 20_000
-
 
 MIN_OVERFETCH = 50
 
@@ -110,18 +103,19 @@ def _dense_rows(store: RetrievalStore, col: Any, vector: Any, n: int, where: dic
 
     A `where` makes Chroma pre-filter through its metadata store: about 25x the cost of a plain
     kNN at 10k chunks (bench_access). When the BM25 index lists the matching ids (its equality
-    index: a section, a file, a language) and they are fewer than one in OVERFETCH of the
-    collection (an unfiltered look would rarely hold n of them) or at most IDS_FIRST_MAX, the
-    query goes straight to those ids (a short list is ranked here from its vectors).
-    Otherwise OVERFETCH x n neighbours are fetched unfiltered and the filter applied here
-    (`filters.matches` mirrors Chroma's semantics, tested against it); that is exact whenever
-    n of them survive, the common case for broad access and deletion clauses. What neither
-    answers goes to the id list, and only then to Chroma's filtered query.
+    index: a section, a file, a language, access levels; at most ID_FILTER_MAX), the query
+    searches just those ids (a short list is ranked here from its vectors): reading the
+    metadata of an unfiltered look's neighbours to filter them cost more than Chroma's kNN
+    over the list at every size measured, and a selective filter needed a second query
+    after it (bench/README.md, "Filtered searches"). A filter the index cannot list fetches
+    OVERFETCH x n neighbours unfiltered and applies the filter here (`filters.matches`
+    mirrors Chroma's semantics, tested against it): exact whenever n of them survive. What
+    neither answers goes to Chroma's filtered query.
     """
     if where is None:
         return _knn(store, col, vector, n)
     listed, live = _listed_ids(bm25, where)
-    if listed and (len(listed) * OVERFETCH < live or len(listed) <= IDS_FIRST_MAX):
+    if listed:
         rows = _dense_rows_by_ids(store, col, vector, n, where, listed, live)
         return rows if rows is not None else _knn(store, col, vector, n, where=where)
     wide = max(n * OVERFETCH, MIN_OVERFETCH)
@@ -129,8 +123,7 @@ def _dense_rows(store: RetrievalStore, col: Any, vector: Any, n: int, where: dic
     kept = [row for row in rows if matches(where, row[2])]
     if len(kept) >= n or len(rows) < wide:  # enough, or the whole collection was seen
         return kept[:n]
-    by_ids = _dense_rows_by_ids(store, col, vector, n, where, listed, live) if listed else None
-    return by_ids if by_ids is not None else _knn(store, col, vector, n, where=where)
+    return _knn(store, col, vector, n, where=where)
 
 
 def _listed_ids(bm25: Callable[[], Any], where: dict) -> tuple[list[str] | None, int]:

@@ -401,19 +401,20 @@ def sectioned(tmp_path):
     store.close_sync()
 
 
-def test_a_common_filter_in_a_large_collection_is_answered_from_unfiltered_neighbours(
-        sectioned, monkeypatch):
-    # `big` is 29% of the chunks; in a collection large enough that its list were longer
-    # than IDS_FIRST_MAX, an unfiltered look is tried first.
-    monkeypatch.setattr(dense_module, "IDS_FIRST_MAX", 0)
+def test_a_filter_too_broad_to_list_is_answered_from_unfiltered_neighbours(sectioned,
+                                                                          monkeypatch):
+    # `big` is 290 of the 1,000 chunks; were that more than the index lists, an unfiltered
+    # look answers, and only a miss goes to Chroma's `where`.
+    monkeypatch.setattr(dense_module, "ID_FILTER_MAX", 289)
     where = validate_filter({"section": "big"})
     unfiltered = 0
     for _ in range(30):
         vector = sectioned.rng.standard_normal(8).astype("float32")
         got, asked = sectioned.dense(vector, 10, where)
         assert got == sectioned.nearest(vector, 10, where)
+        assert asked in (["plain"], ["plain", where])
         unfiltered += asked == ["plain"]  # one unfiltered look was enough
-    assert unfiltered >= 25  # 50 neighbours keep ~15 of 30%: anything more is rare here
+    assert unfiltered >= 25  # 50 neighbours keep ~15 of 29%: anything more is rare here
 
 
 @pytest.mark.parametrize("where", [
@@ -426,8 +427,7 @@ def test_a_common_filter_in_a_large_collection_is_answered_from_unfiltered_neigh
                                             (0, ["ids"])])
 def test_a_rare_filter_searches_just_the_matching_ids(sectioned, where, exact_max, way,
                                                       monkeypatch):
-    # 10 (or 5) of 1,000 chunks: no unfiltered look first, which would rarely hold 5 of them.
-    # A short list is ranked here from its vectors, and only the 5 nearest chunks' text and
+    # 10 (or 5) of 1,000 chunks. A short list is ranked here from its vectors, and only the 5 nearest chunks' text and
     # metadata are read; a longer one is ranked by Chroma's kNN over the ids.
     monkeypatch.setattr(dense_module, "EXACT_IDS_MAX", exact_max)
     monkeypatch.setattr(dense_module, "EXACT_IDS_SHARE", 0.0)
@@ -444,14 +444,11 @@ def test_short_id_lists_are_ranked_here_up_to_one_percent_of_a_large_collection(
     assert dense_module.exact_ids_max(100_000) == 1_000
 
 
-@pytest.mark.parametrize("section, ids_first_max", [
-    ("s5", 0),  # 100 of 1,000 chunks: under one in OVERFETCH, however long the list
-    ("big", 300),  # 290 of 1,000: a common filter, but its list is short enough
-])
-def test_a_selective_filter_or_a_short_list_goes_straight_to_the_ids(
-        sectioned, monkeypatch, section, ids_first_max):
+@pytest.mark.parametrize("section", ["s5", "big"])  # 100 and 290 of the 1,000 chunks
+def test_a_listed_filter_searches_its_ids_however_common(sectioned, monkeypatch, section):
+    # No unfiltered look first: reading its neighbours' metadata to filter them costs more
+    # than a kNN over the ids, and a rare filter would need a second query after it.
     monkeypatch.setattr(dense_module, "EXACT_IDS_MAX", 20)
-    monkeypatch.setattr(dense_module, "IDS_FIRST_MAX", ids_first_max)
     where = validate_filter({"section": section})
     for _ in range(5):
         vector = sectioned.rng.standard_normal(8).astype("float32")
