@@ -158,12 +158,12 @@ def _dense_rows_by_ids(store: RetrievalStore, col: Any, vector: Any, n: int, whe
 
     A short list (`exact_ids_max`) is ranked here by exact distance from the fetched vectors;
     a longer one goes to Chroma's kNN over the id list, which beat a `where` at every size
-    measured (bench_filter). The two indexes are written window by window, BM25 committing last, so the
-    list can be briefly behind Chroma: an id Chroma already deleted is skipped by the fetch
-    and makes Chroma's kNN fail, a chunk whose metadata Chroma already changed is dropped by
-    re-checking `where` on Chroma's metadata, and an answer shorter than asked is not given
-    (None: the `where` query runs). A chunk Chroma has but BM25 has not committed yet is
-    missed for that window, as the BM25 side misses it too.
+    measured (bench_filter). The two indexes are written window by window, BM25 committing
+    last, so the list can be briefly behind Chroma: an id Chroma already deleted is skipped by
+    the fetch and makes Chroma's kNN fail, a chunk whose metadata Chroma already changed is
+    dropped by re-checking `where` on Chroma's metadata, and an answer shorter than asked is
+    not given (None: the `where` query runs). A chunk Chroma has but BM25 has not committed
+    yet is missed for that window, as the BM25 side misses it too.
     """
     try:
         if len(ids) <= exact_ids_max(live):

@@ -423,12 +423,14 @@ def test_a_filter_too_broad_to_list_is_answered_from_unfiltered_neighbours(secti
     # An equality narrows, the `$ne` is checked per chunk: still only the matching ids.
     {"$and": [{"section": "rare"}, {"hidden": {"$ne": True}}]},
 ])
-@pytest.mark.parametrize("exact_max, way", [(dense_module.EXACT_IDS_MAX, ["get", ("records", 5)]),
-                                            (0, ["ids"])])
+@pytest.mark.parametrize("exact_max, way", [
+    (dense_module.EXACT_IDS_MAX, ["get", ("records", 5)]),
+    (0, ["ids"]),
+])
 def test_a_rare_filter_searches_just_the_matching_ids(sectioned, where, exact_max, way,
                                                       monkeypatch):
-    # 10 (or 5) of 1,000 chunks. A short list is ranked here from its vectors, and only the 5 nearest chunks' text and
-    # metadata are read; a longer one is ranked by Chroma's kNN over the ids.
+    # 10 (or 5) of 1,000 chunks. A short list is ranked here from its vectors, and only the 5
+    # nearest chunks' text and metadata are read; a longer one by Chroma's kNN over the ids.
     monkeypatch.setattr(dense_module, "EXACT_IDS_MAX", exact_max)
     monkeypatch.setattr(dense_module, "EXACT_IDS_SHARE", 0.0)
     where = validate_filter(where)
