@@ -128,10 +128,11 @@ def _dense_rows(store: RetrievalStore, col: Any, vector: Any, n: int, where: dic
 
 def _listed_ids(bm25: Callable[[], Any], where: dict) -> tuple[list[str] | None, int]:
     """The ids the BM25 index lists for `where` (None: unknown or more than ID_FILTER_MAX)
-    and how many live chunks it holds; (None, 0) if it cannot tell."""
+    and, when it lists some, how many live chunks it holds; (None, 0) if it cannot tell."""
     try:
         index = bm25()
-        return index.few_ids_where(where, ID_FILTER_MAX), index.live_count()
+        listed = index.few_ids_where(where, ID_FILTER_MAX)
+        return listed, index.live_count() if listed else 0
     except (HetrieverError, ChromaError) as exc:
         log.debug("dense_ids_unlisted", error=str(exc))
         return None, 0

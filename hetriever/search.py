@@ -7,11 +7,11 @@ and turning fused rankings into results `hetriever.results`.
 For each collection in scope, both retrievers fetch `candidate_depth()` candidates under the same
 normalised filter (for BM25 AND-ed with the collection's own `repository`; dense queries leave
 that clause out for speed and rely on the per-result scope check below, so a caller's filter
-can only narrow the scope; a filtered dense query searches the matching ids the BM25 index
-lists when they are few, else reads unfiltered neighbours first, and only then Chroma's
-`where`, see `dense._dense_rows`). The two
-lists are fused as `settings.fusion` says (`hetriever.fusion`): by default score fusion, the
-weighted sum of each retriever's standardised (z) scores; or RRF, `sum 1 / (k + rank)`.
+can only narrow the scope; a filtered dense query searches the ids the BM25 index lists for
+the filter, or, for a filter it cannot list, reads unfiltered neighbours first, and only then
+Chroma's `where`, see `dense._dense_rows`). The two lists are fused as `settings.fusion` says
+(`hetriever.fusion`): by default score fusion, the weighted sum of each retriever's
+standardised (z) scores; or RRF, `sum 1 / (k + rank)`.
 
 Scores:
 - dense_score: cosine distance `d` (in [0, 2]) mapped to `1 - d / 2`, so 1.0 is identical,
