@@ -22,6 +22,8 @@ Query sets (the answer is a page, a chunk's `file_path`; a query may accept seve
   ("Configure internal traces"), short sections the chunker folded into a neighbour
   included; the answer is any page holding it. At most 600 per corpus,
   the same seeded sample every run.
+- url: each page's address as a browser shows it (`https://gohugo.io/functions/...`; the
+  home page aside), what people and agents paste; the answer is that page.
 
 Modes, all one result per page (`group_by="page"`), cut at 10 pages:
 - default: `hybrid_search` as the CLI runs it (exact-title fast path on).
@@ -87,7 +89,9 @@ SWEEP_LINKS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.7, 1.0)  # the links prior's weig
 SWEEP_BM25 = tuple((k1, b) for k1 in (0.9, 1.2, 1.6, 2.0) for b in (0.4, 0.6, 0.75, 0.9))
 SECTION_SAMPLE = 600  # section headings per corpus (opentelemetry-io has ~2,700)
 MODES = ("default", "hybrid", "dense", "bm25")
-SETS = ("questions", "title", "description", "heading", "section")
+SETS = ("questions", "title", "description", "heading", "section", "url")
+# Where each corpus is published: the url set pastes a page's address as a browser shows it.
+SITE_ROOTS = {"hugo-docs": "https://gohugo.io", "opentelemetry-io": "https://opentelemetry.io"}
 
 Query = tuple[str, set[str]]
 
@@ -131,6 +135,10 @@ def build_queries(corpus: CorpusChunks) -> dict[str, list[Query]]:
                 if not heading.endswith("?") and len(heading.split()) >= 2:
                     by_section.setdefault(heading.strip(), set()).add(path)
     titles = {_norm(t) for t in by_title}
+    root = SITE_ROOTS.get(corpus.name, "https://example.org")
+    urls = sorted((root + str(chunks[0].metadata["url"]), {path})
+                  for path, chunks in corpus.files.items()
+                  if str(chunks[0].metadata.get("url") or "/") != "/")
     return {
         "questions": real_questions(corpus.name),
         "title": [(t, paths) for t, paths in sorted(by_title.items()) if t.strip()],
@@ -138,6 +146,7 @@ def build_queries(corpus: CorpusChunks) -> dict[str, list[Query]]:
         "heading": sorted(by_heading.items()),
         "section": sample([(h, paths) for h, paths in sorted(by_section.items())
                            if _norm(h) not in titles], SECTION_SAMPLE),
+        "url": urls,
     }
 
 

@@ -30,6 +30,7 @@ from typing import Any
 
 from hetriever.catalog_records import (  # noqa: F401 (re-exported: states, names, records)
     ACTIVE,
+    address_key,
     BUILDING,
     CATALOG_FILE,
     CATALOG_VERSION,
@@ -498,16 +499,18 @@ class Catalog:
             _replace_links(conn, collection, path, links_of(metadata) if metadata else ())
 
     def lookup_title(self, query: str, collections: Sequence[str]) -> list[TitleHit]:
-        """Pages whose normalised title/linkTitle/function name/alias/description/section
-        heading equals the query's, one hit per page under its best kind, best kind first,
-        within `collections`. A description or heading names a page only when no other page
-        the caller may return has it: the caller applies `drop_shared` to those it keeps."""
-        key = normalise_title(query)
-        if not key or not collections:
+        """Pages whose normalised title/linkTitle/function name/URL/alias/description/section
+        heading equals the query's (an address, such as a pasted URL, by `address_key`), one
+        hit per page under its best kind, best kind first, within `collections`. A
+        description or heading names a page only when no other page the caller may return
+        has it: the caller applies `drop_shared` to those it keeps."""
+        keys = [k for k in dict.fromkeys((normalise_title(query), address_key(query))) if k]
+        if not keys or not collections:
             return []
-        marks = ",".join("?" * len(collections))
-        rows = self._rows(f"SELECT * FROM titles WHERE key = ? AND collection IN ({marks}) "
-                          "ORDER BY priority, collection, path", (key, *collections))
+        key_marks, marks = ",".join("?" * len(keys)), ",".join("?" * len(collections))
+        rows = self._rows(f"SELECT * FROM titles WHERE key IN ({key_marks}) AND collection IN "
+                          f"({marks}) ORDER BY priority, collection, path",
+                          (*keys, *collections))
         hits: dict[tuple[str, str], TitleHit] = {}
         for r in rows:  # one hit per page, under its best kind
             hits.setdefault((r["collection"], r["path"]), TitleHit(

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from collections.abc import Iterable
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from hetriever.analyzer import tokenize
 from hetriever.chunk import CONTEXT_SEPARATOR
@@ -34,9 +35,10 @@ BUILDING, ACTIVE = "building", "active"
 # hold an underscore, so the split is unambiguous (Chroma allows `_` inside names).
 PHYSICAL_RE = re.compile(r"^(?P<repo>[a-z0-9][a-z0-9-]*[a-z0-9])_v(?P<gen>[0-9]+)$")
 
-# Exact-match kinds, best first: a title beats a function name, which beats an alias,
-# which beats a description, which beats a section heading.
-TITLE_KINDS = {"title": 0, "linkTitle": 1, "function": 2, "alias": 3, "description": 4,
+# Exact-match kinds, best first: a title beats a function name, which beats an address (the
+# page's URL, or an alias: an old URL Hugo redirects), which beats a description, which beats
+# a section heading.
+TITLE_KINDS = {"title": 0, "linkTitle": 1, "function": 2, "alias": 3, "url": 3, "description": 4,
                "heading": 5}
 # A description or heading of one search term (`analyzer.tokenize`: stop words aside, CJK as
 # character pairs, so Japanese and Chinese count too) is a label ("Overview", "Examples"),
@@ -149,12 +151,40 @@ def normalise_title(text: str) -> str:
     return key.strip(".").rstrip("?!. ").strip()
 
 
+# The first segment of an address pasted without its scheme ("gohugo.io/functions/"): a host.
+_HOST = re.compile(r"[a-z0-9-]+(?:\.[a-z0-9-]+)+(?::[0-9]+)?", re.IGNORECASE)
+
+
+def address_key(text: str) -> str:
+    """The exact-match key of a page address as people paste it: a URL
+    (`https://gohugo.io/functions/collections/where/#examples`), the same without its scheme,
+    or a URL path (`/functions/where/`). The host, query and fragment go (the path names the
+    page on the live site, a mirror or `hugo server` alike), so do `index.html` and the slashes
+    at both ends: a page's URL, its aliases and what was pasted meet in one form. "" when
+    `text` is no address (it has spaces, or no slash)."""
+    text = text.strip()
+    if "/" not in text or any(ch.isspace() for ch in text):
+        return ""
+    parts = urlsplit(text)
+    if parts.scheme and (parts.scheme not in ("http", "https") or not parts.netloc):
+        return ""  # mailto:, file:, a Windows drive...
+    path = parts.path
+    if not parts.netloc:
+        head, _, rest = path.partition("/")
+        path = rest if _HOST.fullmatch(head) else path
+    path = unquote(path)
+    if path.rsplit("/", 1)[-1] == "index.html":
+        path = path[: -len("index.html")]
+    return normalise_title(path.strip("/"))
+
+
 def title_keys(metadata: dict[str, Any]) -> list[tuple[str, str]]:
     """(kind, key) pairs a page is found under, from its first chunk's metadata.
 
     - title and linkTitle as written;
     - a function name: `collections.Where` is also `where`; a method page
       `methods/site/Params.md` titled `Params` is also `.Site.Params`;
+    - the page's URL (`address_key`: what people and agents paste, with or without the host);
     - aliases (old URLs): the whole path and its last segment (`/functions/where` -> `where`);
     - the front matter description (of `DESCRIPTION_MIN_TERMS` terms or more): the summary a
       search engine shows under the page's link, so the text people and agents paste back.
@@ -170,6 +200,9 @@ def title_keys(metadata: dict[str, Any]) -> list[tuple[str, str]]:
     if "methods" in parts[:-2] and re.fullmatch(r"[A-Za-z][A-Za-z0-9]*", title):
         owner = parts[parts.index("methods") + 1].replace("-", "")
         out.append(("function", normalise_title(f".{owner}.{title}")))
+    url = address_key(str(metadata.get("url") or ""))
+    if url:
+        out.append(("url", url))
     aliases = metadata.get("aliases")
     for alias in aliases if isinstance(aliases, list) else []:
         path = str(alias).strip().strip("/")

@@ -28,10 +28,12 @@ collection's level and the chunk's own level, not soft-deleted); anything else i
 logged. Collections the caller may not see are never queried.
 
 Exact-match fast path: a query equal (trimmed, case-insensitive) to a page's title, linkTitle,
-alias, function name, description (catalog_records.title_keys) or section heading
+function name, URL or alias (a pasted address, with or without its host:
+catalog_records.address_key), description (catalog_records.title_keys) or section heading
 (catalog_records.heading_keys) returns that page first (source "exact", score 1.0): its first
 chunk, or the chunk where the heading's section starts; looked up in the catalog; the fused
-results follow, without duplicates.
+results follow, without duplicates. A URL finds its page in the URL's language unless the
+search names one.
 
 Searches read the catalog's alias pointers; if a migration switches one while a search runs
 (the catalog's alias epoch changed), the search runs again, so it never mixes two generations.
@@ -179,7 +181,7 @@ def _bm25(store: RetrievalStore, names: list[str], query: str, n: int,
 def _exact(store: RetrievalStore, query: str, plans: Mapping[str, CollectionPlan],
            levels: frozenset[str], user_filter: dict | None,
            wanted_lang: str = "") -> SearchResult | None:
-    """The page whose title / linkTitle / alias / function name / description / section
+    """The page whose title / linkTitle / function name / URL / alias / description / section
     heading equals the query, if any. A description or heading names a page only when no
     other page the search may return has it (a translation that kept an English heading
     does not hide the English page from an English search)."""
@@ -195,7 +197,8 @@ def _exact(store: RetrievalStore, query: str, plans: Mapping[str, CollectionPlan
         _fill_documents(store, [hit for _, hit in hits])  # one read per collection
         return [(c, hit) for c, hit in hits if hit.metadata is not None
                 and matches(user_filter, hit.metadata)
-                and matches(plans[hit.collection].language_clause(wanted_lang), hit.metadata)
+                and matches(plans[hit.collection].language_clause(_language(c, wanted_lang)),
+                            hit.metadata)
                 and _trusted(hit, plans, levels)]
 
     for candidate in candidates:  # a name: the first the caller may see (one read, usually)
@@ -205,6 +208,12 @@ def _exact(store: RetrievalStore, query: str, plans: Mapping[str, CollectionPlan
     kept = in_scope([c for c in candidates if c.kind in UNIQUE_KINDS])
     named = drop_shared([c for c, _ in kept])
     return next((_exact_result(hit) for c, hit in kept if c in named), None)
+
+
+def _language(hit: TitleHit, wanted: str) -> str:
+    """The language an exact hit must be in: the search's, except that a pasted URL names its
+    page in whatever language the URL is (`/ja/docs/`) unless the caller asked for one."""
+    return "all" if hit.kind == "url" and not wanted else wanted
 
 
 def _exact_result(hit: _Hit) -> SearchResult:

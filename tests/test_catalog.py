@@ -16,6 +16,7 @@ from hetriever.catalog import (
     INDEXED,
     SKIPPED,
     Catalog,
+    address_key,
     drop_shared,
     heading_keys,
     normalise_title,
@@ -91,6 +92,8 @@ def test_title_keys_and_lookup(tmp_path: Path) -> None:
     keys = title_keys(where)
     assert ("title", "collections.where") in keys and ("function", "where") in keys
     assert ("alias", "functions/where") in keys
+    assert ("url", "functions/collections/where") in title_keys(
+        {**where, "url": "/functions/collections/where/"})
     params = {"title": "Params", "file_path": "content/en/methods/site/Params.md"}
     assert ("function", "site.params") in title_keys(params)
     assert normalise_title("  .Site.Params ") == "site.params"
@@ -128,7 +131,26 @@ def test_title_keys_and_lookup(tmp_path: Path) -> None:
                      {"title": lang, "description": "Get started in five minutes"})
     assert len(cat.lookup_title("Get started in five minutes.", [col])) == 2
     assert drop_shared(cat.lookup_title("Get started in five minutes.", [col])) == []
+    # an address finds the page by its URL or its alias, however it is pasted
+    cat.set_page(col, where["file_path"], "id-where",
+                 {**where, "url": "/functions/collections/where/"})
+    for address in ("https://gohugo.io/functions/collections/where/#examples",
+                    "gohugo.io/functions/collections/WHERE", "/functions/where/"):
+        assert [(h.chunk_id, h.kind) for h in cat.lookup_title(address, [col])] == [
+            ("id-where", "alias" if "collections" not in address.lower() else "url")]
     cat.close()
+
+
+def test_address_key() -> None:
+    """A URL, a URL without its scheme and a URL path meet in one key; other text has none."""
+    for text in ("https://gohugo.io/functions/where/#ex", "http://localhost:1313/functions/where/",
+                 "gohugo.io/functions/where?x=1", "/functions/where/", "functions/where",
+                 "/functions/where/index.html"):
+        assert address_key(text) == "functions/where", text
+    assert address_key("https://opentelemetry.io/ja/docs/%E6%A6%82%E8%A6%81/") == "ja/docs/概要"
+    for text in ("collections.Where", "what is /functions/where/", "mailto:a@example.org",
+                 "C:/docs/where", "https://gohugo.io/", "/", ""):
+        assert address_key(text) == "", text
 
 
 def test_heading_keys_and_lookup(tmp_path: Path) -> None:

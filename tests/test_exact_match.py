@@ -90,6 +90,15 @@ def first_file(store, query: str, **kwargs) -> tuple[str, str]:
     # folded into the short introduction's chunk: `merged_headings`)
     ("How do I list pages by date?", "content/troubleshooting/faq.md"),
     ("why is my page missing", "content/troubleshooting/faq.md"),
+    # an address as people paste it: the page's URL with or without host, query or
+    # fragment, or an alias (an old URL) with its slashes
+    ("https://example.org/functions/collections/where/#examples",
+     "content/functions/collections/Where.md"),
+    ("example.org/getting-started/quick-start/?utm_source=x",
+     "content/getting-started/quick-start.md"),
+    ("http://localhost:1313/methods/page/params/", "content/methods/page/Params.md"),
+    ("/troubleshooting/faq/index.html", "content/troubleshooting/faq.md"),
+    ("https://example.org/functions/where/", "content/functions/collections/Where.md"),
 ])
 def test_exact_queries_rank_the_page_first(store, query, path) -> None:
     assert first_file(store, query) == (path, "exact")
@@ -109,6 +118,9 @@ def test_exact_hit_is_merged_without_duplicates(store) -> None:
 def test_non_title_queries_take_the_semantic_path(store) -> None:
     result = hybrid_search(store, "filter a slice by key and value", top_k=5)
     assert all(m.source != "exact" for m in result.matches)
+    # an address no page has (the home page's among them) is searched like any text
+    for query in ("https://example.org/functions/collections/nowhere/", "https://example.org/"):
+        assert all(m.source != "exact" for m in hybrid_search(store, query, top_k=5).matches)
     # a description of one search term is a label, not a key ("About" is not found by it)
     result = hybrid_search(store, "where to begin", top_k=5)
     assert all(m.source != "exact" for m in result.matches)

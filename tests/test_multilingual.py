@@ -114,6 +114,14 @@ def test_every_language_is_indexed_with_its_url_and_searched_by_language(site):
         assert "Record span events" in top.content
     both_exact = hybrid_search(store, "Record span events", 5, namespaces=[NAME], lang="all")
     assert all(m.source != "exact" for m in both_exact.matches)
+    # A pasted URL names its page in the URL's language, unless the search names another.
+    for query, url in (("https://example.org/ja/docs/traces/", "/ja/docs/traces/"),
+                       ("/docs/traces", "/docs/traces/")):
+        top = hybrid_search(store, query, 5, namespaces=[NAME]).matches[0]
+        assert (top.source, top.metadata["url"]) == ("exact", url)
+    pasted = hybrid_search(store, "https://example.org/ja/docs/traces/", 5, namespaces=[NAME],
+                           lang="en")
+    assert all(m.metadata["lang"] == "en" and m.source != "exact" for m in pasted.matches)
 
 
 def test_adding_or_deleting_a_translation_touches_only_that_file(site):
