@@ -30,6 +30,7 @@ from typing import Any
 
 from hetriever.catalog_records import (  # noqa: F401 (re-exported: states, names, records)
     ACTIVE,
+    address_fragment,
     address_key,
     BUILDING,
     CATALOG_FILE,
@@ -40,6 +41,7 @@ from hetriever.catalog_records import (  # noqa: F401 (re-exported: states, name
     INDEX_STATE_KEYS,
     DISCOVERED,
     drop_shared,  # applied by the caller to lookup_title's hits
+    heading_anchor,
     FAILED,
     FILE_STATES,
     FileRecord,

@@ -178,6 +178,19 @@ def address_key(text: str) -> str:
     return normalise_title(path.strip("/"))
 
 
+def address_fragment(text: str) -> str:
+    """The fragment of an address (`#define-in-front-matter`: a heading's anchor), "" for
+    none or for text that is no address."""
+    return unquote(urlsplit(text.strip()).fragment).casefold() if address_key(text) else ""
+
+
+def heading_anchor(heading: str) -> str:
+    """The anchor Hugo gives a heading (`autoHeadingIDType` "github", its default): letters,
+    digits and underscores lower-cased, spaces and hyphens as hyphens, the rest dropped."""
+    return "".join("-" if ch in " -" else ch.lower() for ch in heading.strip()
+                   if ch in " -_" or ch.isalnum())
+
+
 def title_keys(metadata: dict[str, Any]) -> list[tuple[str, str]]:
     """(kind, key) pairs a page is found under, from its first chunk's metadata.
 

@@ -33,7 +33,7 @@ catalog_records.address_key), description (catalog_records.title_keys) or sectio
 (catalog_records.heading_keys) returns that page first (source "exact", score 1.0): its first
 chunk, or the chunk where the heading's section starts; looked up in the catalog; the fused
 results follow, without duplicates. A URL finds its page in the URL's language unless the
-search names one.
+search names one, and shows the section its fragment names (a heading's anchor), if any.
 
 Searches read the catalog's alias pointers; if a migration switches one while a search runs
 (the catalog's alias epoch changed), the search runs again, so it never mixes two generations.
@@ -52,7 +52,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hetriever.access import CollectionPlan, caller_levels, declared_level
-from hetriever.catalog_records import UNIQUE_KINDS, TitleHit, drop_shared
+from hetriever.catalog_records import (UNIQUE_KINDS, TitleHit, address_fragment, drop_shared,
+                                       heading_anchor)
+from hetriever.chunk import CONTEXT_SEPARATOR
 from hetriever.candidates import (  # noqa: F401 (re-exported for callers of search)
     _fill_documents,
     _Hit,
@@ -204,10 +206,36 @@ def _exact(store: RetrievalStore, query: str, plans: Mapping[str, CollectionPlan
     for candidate in candidates:  # a name: the first the caller may see (one read, usually)
         if candidate.kind not in UNIQUE_KINDS:
             for _, hit in in_scope([candidate]):
+                if candidate.kind in ("url", "alias"):
+                    hit = _section(store, hit, address_fragment(query), plans, levels)
                 return _exact_result(hit)
     kept = in_scope([c for c in candidates if c.kind in UNIQUE_KINDS])
     named = drop_shared([c for c, _ in kept])
     return next((_exact_result(hit) for c, hit in kept if c in named), None)
+
+
+def _section(store: RetrievalStore, page: _Hit, anchor: str,
+             plans: Mapping[str, CollectionPlan], levels: frozenset[str]) -> _Hit:
+    """The first chunk of `page` under the heading whose anchor a pasted URL's fragment
+    names (`/content-management/menus/#define-in-front-matter`), else `page` itself."""
+    if not anchor or page.metadata is None:
+        return page
+    try:
+        index = store.search_bm25(page.collection)
+        chunks = index.metadata_of(index.ids_where({"file_path": page.metadata["file_path"]}),
+                                   keys=("heading_context", "merged_headings", "chunk_index"))
+    except Exception as exc:  # the section is an extra: the page is still the answer
+        log.warning("exact_section_failed", error=f"{type(exc).__name__}: {exc}")
+        return page
+    for doc_id, meta in sorted(chunks.items(), key=lambda c: (c[1].get("chunk_index", 0), c[0])):
+        headings = [*str(meta.get("heading_context") or "").split(CONTEXT_SEPARATOR),
+                    *(meta.get("merged_headings") or ())]
+        if any(heading_anchor(h) == anchor for h in headings):
+            section = _Hit(doc_id, page.collection)
+            _fill_documents(store, [section])
+            return section if section.metadata is not None and \
+                _trusted(section, plans, levels) else page
+    return page
 
 
 def _language(hit: TitleHit, wanted: str) -> str:

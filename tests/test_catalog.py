@@ -16,8 +16,10 @@ from hetriever.catalog import (
     INDEXED,
     SKIPPED,
     Catalog,
+    address_fragment,
     address_key,
     drop_shared,
+    heading_anchor,
     heading_keys,
     normalise_title,
     split_physical,
@@ -148,6 +150,12 @@ def test_address_key() -> None:
                  "/functions/where/index.html"):
         assert address_key(text) == "functions/where", text
     assert address_key("https://opentelemetry.io/ja/docs/%E6%A6%82%E8%A6%81/") == "ja/docs/概要"
+    assert address_fragment("https://gohugo.io/functions/where/#Examples") == "examples"
+    assert address_fragment("/functions/where/") == address_fragment("Examples #1") == ""
+    # Hugo's own anchors ("github" style): "Why is my `page` missing?" -> why-is-my-page-missing
+    assert heading_anchor("Why is my `page` missing?") == "why-is-my-page-missing"
+    assert heading_anchor("Front matter & .Params (v0.140)") == "front-matter--params-v0140"
+    assert heading_anchor("Über_uns 日本") == "über_uns-日本"
     for text in ("collections.Where", "what is /functions/where/", "mailto:a@example.org",
                  "C:/docs/where", "https://gohugo.io/", "/", ""):
         assert address_key(text) == "", text

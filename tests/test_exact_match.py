@@ -139,6 +139,22 @@ def test_a_heading_hit_shows_its_section(store) -> None:
     assert (top.source, top.metadata["file_path"]) == ("exact", "content/troubleshooting/faq.md")
 
 
+def test_a_pasted_url_shows_the_section_its_fragment_names(store) -> None:
+    def top(query: str):
+        match = hybrid_search(store, query, top_k=5).matches[0]
+        assert match.source == "exact"
+        return match.metadata["file_path"], match.content
+
+    path, content = top("https://example.org/troubleshooting/faq/#why-is-my-page-missing")
+    assert path == "content/troubleshooting/faq.md" and "Drafts and pages dated" in content
+    # a heading the chunker folded into its neighbour (merged_headings), via an alias too
+    path, content = top("https://example.org/functions/where/#examples")
+    assert path == "content/functions/collections/Where.md" and "range loops" in content
+    # an anchor no heading has (a custom id, an old link) shows the page as without one
+    for fragment in ("", "#no-such-heading"):
+        assert top(f"/troubleshooting/faq/{fragment}") == top("Frequently asked questions")
+
+
 def test_exact_hits_respect_filters_access_and_deletion(store, tmp_path, minilm_embedder) -> None:
     # a filter that excludes the page excludes its exact hit too
     result = hybrid_search(store, "where", top_k=5, filters={"section": "methods"})
