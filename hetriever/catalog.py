@@ -506,13 +506,16 @@ class Catalog:
         hit per page under its best kind, best kind first, within `collections`. A
         description or heading names a page only when no other page the caller may return
         has it: the caller applies `drop_shared` to those it keeps."""
-        keys = [k for k in dict.fromkeys((normalise_title(query), address_key(query))) if k]
+        address = address_key(query)
+        keys = [k for k in dict.fromkeys((normalise_title(query), address)) if k]
         if not keys or not collections:
             return []
         key_marks, marks = ",".join("?" * len(keys)), ",".join("?" * len(collections))
-        rows = self._rows(f"SELECT * FROM titles WHERE key IN ({key_marks}) AND collection IN "
-                          f"({marks}) ORDER BY priority, collection, path",
-                          (*keys, *collections))
+        # Alias paths written before addresses had their leading slash are found as well.
+        rows = self._rows(f"SELECT * FROM titles WHERE (key IN ({key_marks}) OR (kind = 'alias'"
+                          f" AND key = ?)) AND collection IN ({marks}) "
+                          "ORDER BY priority, collection, path",
+                          (*keys, address[1:] if address else "", *collections))
         hits: dict[tuple[str, str], TitleHit] = {}
         for r in rows:  # one hit per page, under its best kind
             hits.setdefault((r["collection"], r["path"]), TitleHit(

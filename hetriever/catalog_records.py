@@ -35,11 +35,11 @@ BUILDING, ACTIVE = "building", "active"
 # hold an underscore, so the split is unambiguous (Chroma allows `_` inside names).
 PHYSICAL_RE = re.compile(r"^(?P<repo>[a-z0-9][a-z0-9-]*[a-z0-9])_v(?P<gen>[0-9]+)$")
 
-# Exact-match kinds, best first: a title beats a function name, which beats an address (the
-# page's URL, or an alias: an old URL Hugo redirects), which beats a description, which beats
-# a section heading.
-TITLE_KINDS = {"title": 0, "linkTitle": 1, "function": 2, "alias": 3, "url": 3, "description": 4,
-               "heading": 5}
+# Exact-match kinds, best first: a title beats a function name, which beats the page's URL,
+# which beats an alias (an old URL Hugo redirects: a page served at an address beats another
+# page's stale alias for it), which beats a description, which beats a section heading.
+TITLE_KINDS = {"title": 0, "linkTitle": 1, "function": 2, "url": 3, "alias": 4, "description": 5,
+               "heading": 6}
 # A description or heading of one search term (`analyzer.tokenize`: stop words aside, CJK as
 # character pairs, so Japanese and Chinese count too) is a label ("Overview", "Examples"),
 # which a look-up by name would match on pages it does not name; titles serve those.
@@ -160,8 +160,10 @@ def address_key(text: str) -> str:
     (`https://gohugo.io/functions/collections/where/#examples`), the same without its scheme,
     or a URL path (`/functions/where/`). The host, query and fragment go (the path names the
     page on the live site, a mirror or `hugo server` alike), so do `index.html` and the slashes
-    at both ends: a page's URL, its aliases and what was pasted meet in one form. "" when
-    `text` is no address (it has spaces, or no slash)."""
+    at both ends; one leading slash keeps addresses apart from names (the page at
+    `/documentation/` is not the page titled "Documentation"). A page's URL, its aliases and
+    what was pasted meet in that form. "" when `text` is no address (it has spaces, or no
+    slash) or names the site's root."""
     text = text.strip()
     if "/" not in text or any(ch.isspace() for ch in text):
         return ""
@@ -175,7 +177,8 @@ def address_key(text: str) -> str:
     path = unquote(path)
     if path.rsplit("/", 1)[-1] == "index.html":
         path = path[: -len("index.html")]
-    return normalise_title(path.strip("/"))
+    path = normalise_title(path.strip("/"))
+    return "/" + path if path else ""
 
 
 def address_fragment(text: str) -> str:
@@ -220,7 +223,7 @@ def title_keys(metadata: dict[str, Any]) -> list[tuple[str, str]]:
     for alias in aliases if isinstance(aliases, list) else []:
         path = str(alias).strip().strip("/")
         if path:
-            out.append(("alias", normalise_title(path)))
+            out.append(("alias", address_key("/" + path)))
             out.append(("alias", normalise_title(path.rsplit("/", 1)[-1])))
     description = metadata.get("description")
     if isinstance(description, str) and len(set(tokenize(description))) >= DESCRIPTION_MIN_TERMS:

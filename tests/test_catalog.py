@@ -93,8 +93,8 @@ def test_title_keys_and_lookup(tmp_path: Path) -> None:
              "file_path": "content/en/functions/collections/Where.md"}
     keys = title_keys(where)
     assert ("title", "collections.where") in keys and ("function", "where") in keys
-    assert ("alias", "functions/where") in keys
-    assert ("url", "functions/collections/where") in title_keys(
+    assert ("alias", "/functions/where") in keys
+    assert ("url", "/functions/collections/where") in title_keys(
         {**where, "url": "/functions/collections/where/"})
     params = {"title": "Params", "file_path": "content/en/methods/site/Params.md"}
     assert ("function", "site.params") in title_keys(params)
@@ -140,6 +140,20 @@ def test_title_keys_and_lookup(tmp_path: Path) -> None:
                     "gohugo.io/functions/collections/WHERE", "/functions/where/"):
         assert [(h.chunk_id, h.kind) for h in cat.lookup_title(address, [col])] == [
             ("id-where", "alias" if "collections" not in address.lower() else "url")]
+    # an address is not a name: the page at /guide/ is not the page titled "Guide"; a page
+    # served at an address beats another page's stale alias for it
+    cat.set_page(col, "content/en/guide.md", "id-guide-page", {"title": "A guide", "url": "/guide/"})
+    cat.set_page(col, "content/en/other.md", "id-other",
+                 {"title": "Guide", "url": "/other/", "aliases": ["/guide/"]})
+    assert [h.chunk_id for h in cat.lookup_title("Guide", [col])] == ["id-other"]
+    assert [h.chunk_id for h in cat.lookup_title("https://gohugo.io/guide/", [col])] == [
+        "id-guide-page", "id-other"]
+    # alias paths a catalog wrote before addresses had their leading slash still answer
+    with cat.transaction() as conn:
+        conn.execute("INSERT INTO titles(collection, key, kind, priority, path, chunk_id) "
+                     "VALUES (?, 'old/place', 'alias', 3, 'content/en/old.md', 'id-old')", (col,))
+    assert [h.chunk_id for h in cat.lookup_title("/old/place/", [col])] == ["id-old"]
+    assert cat.lookup_title("old/place", [col])[0].chunk_id == "id-old"
     cat.close()
 
 
@@ -148,8 +162,8 @@ def test_address_key() -> None:
     for text in ("https://gohugo.io/functions/where/#ex", "http://localhost:1313/functions/where/",
                  "gohugo.io/functions/where?x=1", "/functions/where/", "functions/where",
                  "/functions/where/index.html"):
-        assert address_key(text) == "functions/where", text
-    assert address_key("https://opentelemetry.io/ja/docs/%E6%A6%82%E8%A6%81/") == "ja/docs/概要"
+        assert address_key(text) == "/functions/where", text
+    assert address_key("https://opentelemetry.io/ja/docs/%E6%A6%82%E8%A6%81/") == "/ja/docs/概要"
     assert address_fragment("https://gohugo.io/functions/where/#Examples") == "examples"
     assert address_fragment("/functions/where/") == address_fragment("Examples #1") == ""
     # Hugo's own anchors ("github" style): "Why is my `page` missing?" -> why-is-my-page-missing
