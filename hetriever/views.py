@@ -32,6 +32,14 @@ from hetriever.names import validate_collection_name
 log = get_logger(__name__)
 
 SCHEMA_VERSION = 1
+# Chroma writes its HNSW graph to disk after every `sync_threshold` additions and, each time
+# a process loads the collection, inserts the newer vectors from its log into the graph in
+# an order that differs from process to process: the same query's nearest chunks then
+# differed at the margin between two processes (hugo-docs, 3,792 chunks: 100 queries, three
+# processes, three different answers at Chroma's default of 1,000). At its batch size (100),
+# what is not yet on disk stays in Chroma's exact brute-force buffer, and every process
+# answers alike, for ~4% more write time (bench/README.md).
+HNSW_SYNC_THRESHOLD = 100
 
 
 class RepositoryViews(ChromaAccess):
@@ -122,7 +130,8 @@ class RepositoryViews(ChromaAccess):
     def _hnsw(self) -> dict[str, Any]:
         s = self.settings
         return {"hnsw": {"space": s.hnsw_space, "ef_construction": s.hnsw_construction_ef,
-                         "ef_search": s.hnsw_search_ef, "max_neighbors": s.hnsw_m}}
+                         "ef_search": s.hnsw_search_ef, "max_neighbors": s.hnsw_m,
+                         "sync_threshold": HNSW_SYNC_THRESHOLD}}
 
     def collection(self, name: str, *, create: bool = False) -> Any | None:
         """Repository `name`'s Chroma collection, or None when absent (created when `create`)."""
@@ -142,7 +151,7 @@ class RepositoryViews(ChromaAccess):
         try:
             col = self.call("get_collection", lambda: self.client.get_collection(
                 physical, embedding_function=None))
-            self._match_search_ef(col)
+            self._match_hnsw(col)
         except NotFoundError:
             if not create:
                 return None
@@ -162,21 +171,22 @@ class RepositoryViews(ChromaAccess):
                 self._seen[physical] = -2 if self._inherited else generation
         return col
 
-    def _match_search_ef(self, col: Any) -> None:
-        """Give an existing collection the configured `ef_search` (the only HNSW parameter
-        Chroma can change in place): collections made before it was raised keep their old,
-        less exact search otherwise. A process that loaded the index already sees the new
-        value when it next reopens the collection."""
-        want = self.settings.hnsw_search_ef
+    def _match_hnsw(self, col: Any) -> None:
+        """Give an existing collection the configured `ef_search` and HNSW_SYNC_THRESHOLD (HNSW
+        parameters Chroma can change in place): collections made before they changed keep a
+        less exact search, or answer differently in each process, otherwise. A process that
+        loaded the index already sees the new values when it next reopens the collection."""
+        want = {"ef_search": self.settings.hnsw_search_ef, "sync_threshold": HNSW_SYNC_THRESHOLD}
         hnsw = (getattr(col, "configuration_json", None) or {}).get("hnsw") or {}
-        have = hnsw.get("ef_search")
-        if have is None or have == want:
+        change = {k: v for k, v in want.items() if hnsw.get(k) is not None and hnsw[k] != v}
+        if not change:
             return
         try:
-            col.modify(configuration={"hnsw": {"ef_search": want}})
-            log.info("collection_search_ef_set", collection=col.name, was=have, now=want)
+            col.modify(configuration={"hnsw": change})
+            log.info("collection_hnsw_set", collection=col.name,
+                     was={k: hnsw[k] for k in change}, now=change)
         except Exception as exc:  # e.g. a read-only store: search still works, less exactly
-            log.warning("collection_search_ef_unchanged", collection=col.name, error=str(exc))
+            log.warning("collection_hnsw_unchanged", collection=col.name, error=str(exc))
 
     def _generation(self, physical: str) -> int:
         """The collection's BM25 generation (-1 before it has a BM25 file, or a damaged one)."""

@@ -4,6 +4,7 @@ real MiniLM embedder."""
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 import subprocess
 import sys
@@ -29,6 +30,7 @@ from hetriever.store import (
     get_knowledge_store,
     validate_collection_name,
 )
+from hetriever.views import HNSW_SYNC_THRESHOLD
 from tests.chroma_fixtures import free_port, make_chunk, store_settings
 from tests.flow_support import stored
 
@@ -452,10 +454,46 @@ def test_an_existing_collection_gets_the_configured_search_ef(make_store, chroma
         return int(col.configuration_json["hnsw"]["ef_search"])
 
     assert ef(old) == 10
+    # ... as is the sync threshold of a collection made with Chroma's default
+    old.client.get_collection(physical, embedding_function=None).modify(
+        configuration={"hnsw": {"sync_threshold": 1000}})
     new = make_store(hnsw_search_ef=300)
     assert run(new.count(REPO)) == 3
     assert ef(new) == 300
+    col = new.client.get_collection(physical, embedding_function=None)
+    assert col.configuration_json["hnsw"]["sync_threshold"] == HNSW_SYNC_THRESHOLD
     ids = {c.id for c in where_chunks(V1)}
     found = new.client.get_collection(physical, embedding_function=None).query(
         query_embeddings=[new.embedder.embed(["where clause"])[0]], n_results=3)
     assert set(found["ids"][0]) == ids
+
+
+_NEAREST = """
+import json, sys
+import chromadb, numpy as np
+col = chromadb.PersistentClient(path=sys.argv[1]).get_collection(sys.argv[2])
+print(json.dumps(col.query(query_embeddings=np.load(sys.argv[3]), n_results=20, include=[])["ids"]))
+"""
+
+
+@pytest.mark.slow
+def test_dense_neighbours_are_the_same_in_every_process(tmp_path, minilm_embedder) -> None:
+    # Chroma replays the vectors it has not yet written to its HNSW graph into the graph each
+    # time a process loads the collection, in another order each time; past its default sync
+    # threshold (1,000) three processes gave three answers (HNSW_SYNC_THRESHOLD).
+    store = ChromaKnowledgeStore(store_settings(tmp_path, hnsw_search_ef=50),
+                                 embedder=minilm_embedder)
+    col = store.collection(REPO, create=True)
+    vectors = np.random.default_rng(0).standard_normal((1500, 384)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    for start in range(0, len(vectors), 1024):  # write windows, as an ingest writes them
+        col.add(ids=[f"c{i}" for i in range(start, min(len(vectors), start + 1024))],
+                embeddings=vectors[start:start + 1024])
+    physical = store.physical_name(REPO)
+    store.close_sync()
+    np.save(tmp_path / "queries.npy", vectors[:50])
+    answers = {subprocess.run([sys.executable, "-c", _NEAREST, str(tmp_path / "chroma"),
+                               physical, str(tmp_path / "queries.npy")],
+                              capture_output=True, text=True, check=True, timeout=120).stdout
+               for _ in range(3)}
+    assert len(answers) == 1 and len(json.loads(answers.pop())[0]) == 20
