@@ -38,7 +38,7 @@ SCHEMA_VERSION = 1
 # differed at the margin between two processes (hugo-docs, 3,792 chunks: 100 queries, three
 # processes, three different answers at Chroma's default of 1,000). At its batch size (100),
 # what is not yet on disk stays in Chroma's exact brute-force buffer, and every process
-# answers alike, for ~4% more write time (bench/README.md).
+# answers alike; writes take no measurably longer (bench/README.md).
 HNSW_SYNC_THRESHOLD = 100
 
 
