@@ -507,17 +507,20 @@ class Catalog:
         description or heading names a page only when no other page the caller may return
         has it: the caller applies `drop_shared` to those it keeps."""
         address = address_key(query)
-        keys = [k for k in dict.fromkeys((normalise_title(query), address)) if k]
-        if not keys or not collections:
+        keys = {k for k in (normalise_title(query), address) if k}
+        # Alias paths a catalog wrote before addresses had their leading slash, too.
+        legacy = {address[1:]} - keys if address else set()
+        wanted = sorted(keys | legacy)
+        if not wanted or not collections:
             return []
-        key_marks, marks = ",".join("?" * len(keys)), ",".join("?" * len(collections))
-        # Alias paths written before addresses had their leading slash are found as well.
-        rows = self._rows(f"SELECT * FROM titles WHERE (key IN ({key_marks}) OR (kind = 'alias'"
-                          f" AND key = ?)) AND collection IN ({marks}) "
-                          "ORDER BY priority, collection, path",
-                          (*keys, address[1:] if address else "", *collections))
+        key_marks, marks = ",".join("?" * len(wanted)), ",".join("?" * len(collections))
+        rows = self._rows(f"SELECT * FROM titles WHERE key IN ({key_marks}) AND collection IN "
+                          f"({marks}) ORDER BY priority, collection, path",
+                          (*wanted, *collections))
         hits: dict[tuple[str, str], TitleHit] = {}
         for r in rows:  # one hit per page, under its best kind
+            if r["key"] in legacy and r["kind"] != "alias":
+                continue
             hits.setdefault((r["collection"], r["path"]), TitleHit(
                 collection=r["collection"], key=r["key"], kind=r["kind"], path=r["path"],
                 chunk_id=r["chunk_id"]))
