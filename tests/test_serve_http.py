@@ -87,6 +87,9 @@ def test_page_by_id_url_and_chunk_id_in_order(api):
     assert "Usage" in [c["heading"] for c in by_id["chunks"]]
     by_url = get(api, "/pages/https://docs.example.com/docs/templates/where").json()
     assert by_url["chunks"] == by_id["chunks"]
+    # an old link (the page's alias) and another spelling of its URL name it too
+    for ref in ("https://docs.example.com/functions/where/", "/Docs/Templates/Where/"):
+        assert get(api, "/pages/" + ref).json()["chunks"] == by_id["chunks"], ref
     by_chunk = get(api, "/pages/" + by_id["chunks"][-1]["chunk_id"]).json()
     assert by_chunk["page_id"] == by_id["page_id"]
 

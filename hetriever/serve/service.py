@@ -154,13 +154,9 @@ class DocsService:
             if doc is not None and name in visible:
                 found = self.store.chunks_where_sync(name, {"file_path": doc.metadata["file_path"]})
         elif "://" in ref or ref.startswith("/"):
-            url = urlsplit(ref).path or "/"
-            for name in visible:
-                hits = self._by_url(name, url)
-                if hits:
-                    path = hits[0].metadata["file_path"]
-                    found = self.store.chunks_where_sync(name, {"file_path": path})
-                    break
+            at = self._page_at(ref, visible)
+            if at is not None:
+                found = self.store.chunks_where_sync(at[0], {"file_path": at[1]})
         else:
             parts = pages.split_page_id(ref)
             if parts and parts[0] in visible:
@@ -198,6 +194,21 @@ class DocsService:
     def _visible_plans(self, levels: frozenset[str]) -> dict[str, Any]:
         plans = plan_collections(self.store, self.served_names())
         return {name: p for name, p in plans.items() if p.visible(levels)}
+
+    def _page_at(self, ref: str, visible: dict[str, Any]) -> tuple[str, str] | None:
+        """(repository, file path) of the page a URL names: by the catalog's address keys (its
+        URL or an alias, any case, with or without host), else by the `url` of its chunks (an
+        index written before pages had address keys)."""
+        physical = {plan.collection: name for name, plan in visible.items()}
+        for hit in self.store.catalog.lookup_title(ref, list(physical)):
+            if hit.kind in ("url", "alias"):
+                return physical[hit.collection], hit.path
+        url = urlsplit(ref).path or "/"
+        for name in visible:
+            hits = self._by_url(name, url)
+            if hits:
+                return name, str(hits[0].metadata["file_path"])
+        return None
 
     def _by_url(self, name: str, url: str) -> list[Any]:
         variants = dict.fromkeys([url, url.rstrip("/") + "/", url.rstrip("/") or "/"])
