@@ -52,9 +52,15 @@ def test_stdio_tools_search_page_and_repositories(served_docs):
         by_url = await client.call_tool("get_page", {"url_or_id": "/docs/templates/where/"})
         repos = await client.call_tool("list_repositories", {})
         hidden = await client.call_tool("search_docs", {"query": "kestrel rotation payroll"})
-        return found, page, by_url, repos, hidden
+        # an agent pastes a link it was given: the page first, at the section it points to
+        link = await client.call_tool("search_docs", {
+            "query": "https://docs.example.org/docs/templates/where/#operators", "k": 2})
+        return found, page, by_url, repos, hidden, link
 
-    found, page, by_url, repos, hidden = in_session(stdio(served_docs), steps)
+    found, page, by_url, repos, hidden, link = in_session(stdio(served_docs), steps)
+    first_link = text_of(link).split("[2]")[0]
+    assert "[1] where > Operators" in first_link and "contained in a slice" in first_link, \
+        text_of(link)
     text = text_of(found)
     assert not found.is_error, text
     assert text.startswith("3 result(s)") or "result(s) for" in text

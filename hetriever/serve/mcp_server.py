@@ -115,8 +115,10 @@ def create_mcp(service: DocsService, keys: KeyRing, *, fixed_key: str | None = N
                           lang: str | None = None, k: int = DEFAULT_K,
                           max_tokens: int | None = None) -> str:
         """Search the documentation. Returns the best pages, each with its title, URL, page id
-        and the passage that matched. `repository` limits to one repository (see
-        list_repositories), `lang` to a content language (e.g. "en"), `k` is how many pages."""
+        and the passage that matched. `query` is a question, words, a page's title or heading,
+        or a docs URL (its page first; a `#anchor` shows that section). `repository` limits
+        to one repository (see list_repositories), `lang` to a content language (e.g. "en"),
+        `k` is how many pages."""
         budget = _budget(max_tokens)
         started = time.perf_counter()
         answer = await call(service.search, query, k=k,
