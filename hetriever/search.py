@@ -227,15 +227,41 @@ def _section(store: RetrievalStore, page: _Hit, anchor: str,
     except Exception as exc:  # the section is an extra: the page is still the answer
         log.warning("exact_section_failed", error=f"{type(exc).__name__}: {exc}")
         return page
+    doc_id = _anchored(_section_starts(chunks), anchor)
+    if doc_id is None:
+        return page
+    section = _Hit(doc_id, page.collection)
+    _fill_documents(store, [section])
+    return section if section.metadata is not None and _trusted(section, plans, levels) \
+        else page
+
+
+def _section_starts(chunks: Mapping[str, Mapping[str, Any]]) -> dict[str, list[str]]:
+    """{heading anchor: the first chunk of each section under a heading so anchored, in page
+    order}, from a page's chunks' metadata: a section starts where a chunk's heading path
+    differs from the chunk's before it at that heading's depth; a folded section
+    (`merged_headings`) where its chunk is."""
+    starts: dict[str, list[str]] = {}
+    previous: tuple[str, ...] = ()
     for doc_id, meta in sorted(chunks.items(), key=lambda c: (c[1].get("chunk_index", 0), c[0])):
-        headings = [*str(meta.get("heading_context") or "").split(CONTEXT_SEPARATOR),
-                    *(meta.get("merged_headings") or ())]
-        if any(heading_anchor(h) == anchor for h in headings):
-            section = _Hit(doc_id, page.collection)
-            _fill_documents(store, [section])
-            return section if section.metadata is not None and \
-                _trusted(section, plans, levels) else page
-    return page
+        path = tuple(h for h in str(meta.get("heading_context") or "").split(CONTEXT_SEPARATOR)
+                     if h)
+        fresh = [h for depth, h in enumerate(path) if path[:depth + 1] != previous[:depth + 1]]
+        previous = path
+        for heading in (*fresh, *(meta.get("merged_headings") or ())):
+            starts.setdefault(heading_anchor(heading), []).append(doc_id)
+    return starts
+
+
+def _anchored(starts: Mapping[str, list[str]], anchor: str) -> str | None:
+    """The chunk an anchor names: its heading's first section, or for `<anchor>-<n>` (Hugo
+    numbers a repeated heading's anchors) its (n+1)th."""
+    if anchor in starts:
+        return starts[anchor][0]
+    base, _, number = anchor.rpartition("-")
+    if base and number.isdigit() and int(number) < len(starts.get(base, ())):
+        return starts[base][int(number)]
+    return None
 
 
 def _language(hit: TitleHit, wanted: str) -> str:

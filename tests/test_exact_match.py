@@ -44,6 +44,17 @@ PAGES = {
         "not built unless you ask for them with the buildDrafts and buildFuture options, and "
         "an expired page is left out too.\n\n## Related collection functions\n\nSort and GroupBy order a "
         "collection by any key, and First and Last keep a number of its pages.\n",
+    "content/tutorials/two-sites.md":
+        "---\ntitle: Two sites from one repository\n---\n\nBuild a blog and a documentation "
+        "site from the same repository, each with its own content folder and templates.\n\n"
+        "## Blog\n\nThe blog keeps its posts by date and lists the newest first on its home "
+        "page, with a summary of each post and a link to read the rest of it.\n\n"
+        "### Example\n\nPosts live under content/posts and the list template of that "
+        "section ranges over them newest first, ten to a page, with a pager at the bottom.\n\n"
+        "## Docs\n\nThe documentation keeps its pages by weight and shows them in a side "
+        "menu, grouped by section, with the current page marked in the menu.\n\n"
+        "### Example\n\nManuals live under content/docs and the menu template orders them by "
+        "weight, lightest first, each section folding open when one of its pages is shown.\n",
     "content/about/_index.md":
         "---\ntitle: About\ndescription: Where to begin\n---\n\nWho writes these pages and how "
         "the project is run.\n",
@@ -150,6 +161,11 @@ def test_a_pasted_url_shows_the_section_its_fragment_names(store) -> None:
     # a heading the chunker folded into its neighbour (merged_headings), via an alias too
     path, content = top("https://example.org/functions/where/#examples")
     assert path == "content/functions/collections/Where.md" and "range loops" in content
+    # a repeated heading: Hugo anchors the second one `example-1`
+    for fragment, words in (("#example", "ten to a page"), ("#example-1", "lightest first"),
+                            ("#docs", "side menu")):
+        path, content = top(f"/tutorials/two-sites/{fragment}")
+        assert path == "content/tutorials/two-sites.md" and words in content, (fragment, content)
     # an anchor no heading has (a custom id, an old link) shows the page as without one
     for fragment in ("", "#no-such-heading"):
         assert top(f"/troubleshooting/faq/{fragment}") == top("Frequently asked questions")
