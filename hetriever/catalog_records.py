@@ -167,7 +167,10 @@ def address_key(text: str) -> str:
     text = text.strip()
     if "/" not in text or any(ch.isspace() for ch in text):
         return ""
-    parts = urlsplit(text)
+    try:
+        parts = urlsplit(text)
+    except ValueError:  # e.g. an unclosed IPv6 host: not an address of a page
+        return ""
     if parts.scheme and (parts.scheme not in ("http", "https") or not parts.netloc):
         return ""  # mailto:, file:, a Windows drive...
     path = parts.path
@@ -184,7 +187,7 @@ def address_key(text: str) -> str:
 def address_fragment(text: str) -> str:
     """The fragment of an address (`#define-in-front-matter`: a heading's anchor), "" for
     none or for text that is no address."""
-    return unquote(urlsplit(text.strip()).fragment).casefold() if address_key(text) else ""
+    return unquote(text.strip().partition("#")[2]).casefold() if address_key(text) else ""
 
 
 def heading_anchor(heading: str) -> str:

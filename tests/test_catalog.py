@@ -171,7 +171,7 @@ def test_address_key() -> None:
     assert heading_anchor("Front matter & .Params (v0.140)") == "front-matter--params-v0140"
     assert heading_anchor("Über_uns 日本") == "über_uns-日本"
     for text in ("collections.Where", "what is /functions/where/", "mailto:a@example.org",
-                 "C:/docs/where", "https://gohugo.io/", "/", ""):
+                 "C:/docs/where", "https://gohugo.io/", "/", "", "http://[::1/where/"):
         assert address_key(text) == "", text
 
 

@@ -90,6 +90,7 @@ def test_page_by_id_url_and_chunk_id_in_order(api):
     # an old link (the page's alias) and another spelling of its URL name it too
     for ref in ("https://docs.example.com/functions/where/", "/Docs/Templates/Where/"):
         assert get(api, "/pages/" + ref).json()["chunks"] == by_id["chunks"], ref
+    assert get(api, "/pages/http://[::1/docs/").status_code == 404  # no page, no traceback
     by_chunk = get(api, "/pages/" + by_id["chunks"][-1]["chunk_id"]).json()
     assert by_chunk["page_id"] == by_id["page_id"]
 

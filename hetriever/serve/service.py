@@ -203,7 +203,10 @@ class DocsService:
         for hit in self.store.catalog.lookup_title(ref, list(physical)):
             if hit.kind in ("url", "alias"):
                 return physical[hit.collection], hit.path
-        url = urlsplit(ref).path or "/"
+        try:
+            url = urlsplit(ref).path or "/"
+        except ValueError:  # e.g. an unclosed IPv6 host: names no page
+            return None
         for name in visible:
             hits = self._by_url(name, url)
             if hits:
