@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -234,6 +234,25 @@ def title_keys(metadata: dict[str, Any]) -> list[tuple[str, str]]:
     return [(kind, key) for kind, key in dict.fromkeys(out) if key]
 
 
+def section_starts(chunks: Iterable[tuple[str, Any]]) -> Iterator[tuple[str, str]]:
+    """(heading, chunk id) where each section of a page starts, from its chunks' (id,
+    metadata) in page order: where a chunk's heading path (`heading_context`) differs from the
+    chunk's before it at that heading's depth, and a short section the chunker folded into a
+    neighbour (`merged_headings`) where that chunk is. A heading the page repeats starts a
+    section each time."""
+    previous: tuple[str, ...] = ()
+    for chunk_id, metadata in chunks:
+        context = str((metadata or {}).get("heading_context") or "")
+        path = tuple(context.split(CONTEXT_SEPARATOR)) if context else ()
+        for depth, heading in enumerate(path):
+            if path[:depth + 1] != previous[:depth + 1]:
+                yield heading, chunk_id
+        previous = path
+        merged = (metadata or {}).get("merged_headings")
+        for heading in merged if isinstance(merged, list) else ():
+            yield str(heading), chunk_id
+
+
 def heading_keys(sections: Iterable[tuple[str, Any]]) -> list[tuple[str, str]]:
     """(key, chunk id) for each section heading of a page, from its chunks' (id, metadata) in
     page order: every heading of `heading_context` and of `merged_headings` (short sections
@@ -244,16 +263,11 @@ def heading_keys(sections: Iterable[tuple[str, Any]]) -> list[tuple[str, str]]:
     A heading is what a page's table of contents and its anchor links show, so what people
     and agents copy from it (an FAQ's "How do I ...?", "Configure internal traces")."""
     out: dict[str, str] = {}
-    for chunk_id, metadata in sections:
-        context = str((metadata or {}).get("heading_context") or "")
-        merged = (metadata or {}).get("merged_headings")
-        headings = [*(context.split(CONTEXT_SEPARATOR) if context else ()),
-                    *(str(h) for h in (merged if isinstance(merged, list) else ()))]
-        for heading in headings:
-            key = normalise_title(heading)
-            least = DESCRIPTION_MIN_TERMS if heading.rstrip().endswith("?") else HEADING_MIN_TERMS
-            if key and key not in out and len(set(tokenize(heading))) >= least:
-                out[key] = chunk_id
+    for heading, chunk_id in section_starts(sections):
+        key = normalise_title(heading)
+        least = DESCRIPTION_MIN_TERMS if heading.rstrip().endswith("?") else HEADING_MIN_TERMS
+        if key and key not in out and len(set(tokenize(heading))) >= least:
+            out[key] = chunk_id
     return list(out.items())
 
 

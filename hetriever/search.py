@@ -53,8 +53,7 @@ from typing import Any
 
 from hetriever.access import CollectionPlan, caller_levels, declared_level
 from hetriever.catalog_records import (UNIQUE_KINDS, TitleHit, address_fragment, drop_shared,
-                                       heading_anchor)
-from hetriever.chunk import CONTEXT_SEPARATOR
+                                       heading_anchor, section_starts)
 from hetriever.candidates import (  # noqa: F401 (re-exported for callers of search)
     _fill_documents,
     _Hit,
@@ -227,30 +226,17 @@ def _section(store: RetrievalStore, page: _Hit, anchor: str,
     except Exception as exc:  # the section is an extra: the page is still the answer
         log.warning("exact_section_failed", error=f"{type(exc).__name__}: {exc}")
         return page
-    doc_id = _anchored(_section_starts(chunks), anchor)
+    starts: dict[str, list[str]] = {}  # anchor -> the first chunk of each section so headed
+    for heading, chunk_id in section_starts(sorted(
+            chunks.items(), key=lambda c: (c[1].get("chunk_index", 0), c[0]))):
+        starts.setdefault(heading_anchor(heading), []).append(chunk_id)
+    doc_id = _anchored(starts, anchor)
     if doc_id is None:
         return page
     section = _Hit(doc_id, page.collection)
     _fill_documents(store, [section])
     return section if section.metadata is not None and _trusted(section, plans, levels) \
         else page
-
-
-def _section_starts(chunks: Mapping[str, Mapping[str, Any]]) -> dict[str, list[str]]:
-    """{heading anchor: the first chunk of each section under a heading so anchored, in page
-    order}, from a page's chunks' metadata: a section starts where a chunk's heading path
-    differs from the chunk's before it at that heading's depth; a folded section
-    (`merged_headings`) where its chunk is."""
-    starts: dict[str, list[str]] = {}
-    previous: tuple[str, ...] = ()
-    for doc_id, meta in sorted(chunks.items(), key=lambda c: (c[1].get("chunk_index", 0), c[0])):
-        path = tuple(h for h in str(meta.get("heading_context") or "").split(CONTEXT_SEPARATOR)
-                     if h)
-        fresh = [h for depth, h in enumerate(path) if path[:depth + 1] != previous[:depth + 1]]
-        previous = path
-        for heading in (*fresh, *(meta.get("merged_headings") or ())):
-            starts.setdefault(heading_anchor(heading), []).append(doc_id)
-    return starts
 
 
 def _anchored(starts: Mapping[str, list[str]], anchor: str) -> str | None:
