@@ -463,8 +463,7 @@ def test_an_existing_collection_gets_the_configured_search_ef(make_store, chroma
     col = new.client.get_collection(physical, embedding_function=None)
     assert col.configuration_json["hnsw"]["sync_threshold"] == HNSW_SYNC_THRESHOLD
     ids = {c.id for c in where_chunks(V1)}
-    found = new.client.get_collection(physical, embedding_function=None).query(
-        query_embeddings=[new.embedder.embed(["where clause"])[0]], n_results=3)
+    found = col.query(query_embeddings=[new.embedder.embed(["where clause"])[0]], n_results=3)
     assert set(found["ids"][0]) == ids
 
 
