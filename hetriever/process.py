@@ -8,6 +8,7 @@ snippet re-indexes the pages that include it (`expand_snippet_dependents`).
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import PurePosixPath
@@ -65,6 +66,9 @@ class IncludeResolver:
     Hugo sites look snippets up in several ways: an absolute path under the content dir
     (`/_common/x.md`), a path relative to the content dir, or a name looked up in `_includes/`
     folders from the page's directory upwards (Docsy sites). Reads are cached per run.
+
+    One resolver serves a run's concurrent per-file tasks (the flow's thread runner): a lock
+    keeps them from reading the same file, or listing the tree, once each.
     """
 
     def __init__(self, repo: Repository, commit: str, settings: Settings) -> None:
@@ -76,6 +80,7 @@ class IncludeResolver:
         self._pages: dict[str, Page | None] = {}
         # The content tree's files and symlinks, listed once; symlinks None: no listing.
         self._tree: tuple[frozenset[str], tuple[str, ...] | None] | None = None
+        self._reading = threading.Lock()
 
     def for_page(self, page_path: str) -> Callable[[str], str | None]:
         return lambda name: self.resolve(name, page_path)
@@ -156,17 +161,20 @@ class IncludeResolver:
 
     def _page(self, path: str) -> Page | None:
         """The file at `path` parsed, or None where there is none; read once per run."""
-        if path not in self._pages and self._absent(path):
-            self._pages[path] = None
-        if path not in self._pages:
-            try:
-                text = read_content_file(self.repo, path, self.commit,
-                                         max_bytes=self.settings.max_file_bytes)
-                self._pages[path] = parse_page(self.repo.name, path, text,
-                                               content_dir=self.repo.content_dir)
-            except SkipFile:
+        if path in self._pages:  # no lock for what is cached: entries are only ever added
+            return self._pages[path]
+        with self._reading:
+            if path not in self._pages and self._absent(path):
                 self._pages[path] = None
-        return self._pages[path]
+            if path not in self._pages:
+                try:
+                    text = read_content_file(self.repo, path, self.commit,
+                                             max_bytes=self.settings.max_file_bytes)
+                    self._pages[path] = parse_page(self.repo.name, path, text,
+                                                   content_dir=self.repo.content_dir)
+                except SkipFile:
+                    self._pages[path] = None
+            return self._pages[path]
 
 
 @lru_cache(maxsize=4)

@@ -250,6 +250,47 @@ def test_include_candidates_missing_from_the_tree_are_not_read(tmp_path, monkeyp
     assert reads[-1] == "content/linked/tip.md"
 
 
+def test_one_resolver_shared_by_concurrent_tasks_reads_each_file_once(tmp_path, monkeypatch):
+    # The flow's per-file tasks run on several threads and share the run's resolver: eight
+    # pages including the same snippet at once cost one git read, not one per thread.
+    import threading
+    import time
+
+    from hetriever import process
+    from hetriever.config import Settings
+    from hetriever.models import Repository
+
+    source = init_repo(tmp_path / "site")
+    write_files(source, {"content/_includes/note.md": "A note.\n",
+                         **{f"content/docs/p{i}.md": f"---\ntitle: P{i}\n---\nText.\n"
+                            for i in range(8)}})
+    commit = commit_all(source, "site")
+    reads: list[str] = []
+    real = process.read_content_file
+
+    def slow_read(repo, path, commit, **kw):  # a read long enough for the threads to meet
+        reads.append(path)
+        time.sleep(0.05)
+        return real(repo, path, commit, **kw)
+
+    monkeypatch.setattr(process, "read_content_file", slow_read)
+    resolver = process.IncludeResolver(Repository(name="site", path=source), commit, Settings())
+    start = threading.Barrier(8)
+    found: list[str | None] = []
+
+    def include(i: int) -> None:
+        start.wait()
+        found.append(resolver.resolve("note", f"content/docs/p{i}.md"))
+
+    threads = [threading.Thread(target=include, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert found == ["A note.\n"] * 8
+    assert reads == ["content/_includes/note.md"]
+
+
 def test_the_per_file_step_is_pluggable_and_a_step_that_gives_up_fails_the_run(docs, store):
     """A mapper other than the in-process one (the flow passes a task-per-file mapper): its
     outcomes are written as usual; a file it gives up on is filed under `failed`, keeps no new
