@@ -1,6 +1,7 @@
 """End-to-end ingest through the Prefect `ingest` flow, against the same work done in-process.
 
     python bench/bench_flow.py [--corpus hugo-docs] [--runner threads] [--runner threads:4] [--json]
+    python bench/bench_flow.py --incremental-only --repeat 2   # lanes alternating, twice each
 
 For each corpus (v1 and v2 of ../shared/corpora/<corpus>, committed into a throw-away source
 repo and added as a submodule of a throw-away parent repo), every scenario gets fresh Chroma
@@ -298,7 +299,8 @@ def fan_out(corpus: str, runners: list[str], probe: Probe,
 
 def bench_corpus(corpus: str, runners: list[str], scratch: Path, model_dir: Path,
                  probe: Probe, say: Callable[[str], None],
-                 fan_out_only: bool, full_only: bool = False) -> tuple[list[Run], list[FanOut]]:
+                 fan_out_only: bool, full_only: bool = False, incremental_only: bool = False,
+                 repeat: int = 1) -> tuple[list[Run], list[FanOut]]:
     from tests.helpers import build_corpus_parent
 
     parent, v1, v2 = build_corpus_parent(scratch / corpus, corpus)
@@ -336,14 +338,17 @@ def bench_corpus(corpus: str, runners: list[str], scratch: Path, model_dir: Path
     setup = one(None, "setup v1 (untimed)")
     point_env_at(scratch, parent, model_dir)  # closes the store, so the copies are complete
     site.checkout(v2)
-    for lane in lanes:
-        workdir = Path(tempfile.mkdtemp(prefix="inc-", dir=scratch))
-        shutil.copytree(base, workdir, dirs_exist_ok=True)
-        point_env_at(workdir, parent, model_dir)
-        check_copy(corpus, setup)
-        runs.append(one(lane, "incremental v1->v2"))
-        shutil.rmtree(workdir, ignore_errors=True)
+    for _ in range(repeat):  # lanes alternate, so a change in the machine's load hits both
+        for lane in lanes:
+            workdir = Path(tempfile.mkdtemp(prefix="inc-", dir=scratch))
+            shutil.copytree(base, workdir, dirs_exist_ok=True)
+            point_env_at(workdir, parent, model_dir)
+            check_copy(corpus, setup)
+            runs.append(one(lane, "incremental v1->v2"))
+            shutil.rmtree(workdir, ignore_errors=True)
     shutil.rmtree(base, ignore_errors=True)
+    if incremental_only:
+        return runs, []
 
     # Full v2 in fresh directories, then a no-op run on the same commit and directories.
     for lane in lanes:
@@ -460,6 +465,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="only the per-file fan-out (no embedding, no store): minutes less")
     parser.add_argument("--full-only", action="store_true",
                         help="only the full v2 ingest, in-process then flow, back to back")
+    parser.add_argument("--incremental-only", action="store_true",
+                        help="only the incremental v1 -> v2 run, in-process then flow")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="incremental runs per lane, the lanes alternating (default 1)")
     parser.add_argument("--prefect-defaults", action="store_true",
                         help="the harness's server without deployments/server_settings.py")
     args = parser.parse_args(argv)
@@ -498,7 +507,8 @@ def main(argv: list[str] | None = None) -> int:
         with prefect_test_harness(server_startup_timeout=120):
             for corpus in present:
                 got, fans = bench_corpus(corpus, runners, scratch, model_dir, probe, say,
-                                         args.fan_out_only, args.full_only)
+                                         args.fan_out_only, args.full_only,
+                                         args.incremental_only, max(1, args.repeat))
                 runs += got
                 fanouts += fans
     finally:
