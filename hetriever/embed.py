@@ -167,10 +167,12 @@ class MiniLMEmbedder(_Counters):
             options.inter_op_num_threads = 1
             options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
             options.log_severity_level = 3
-            # Idle intra-op threads spin for a while after each run, burning a core the rest
-            # of an ingest needs (parse/clean/chunk, Chroma, Prefect's task runs): stopping
-            # them at the end of a run took the incremental hugo-docs flow from 21.7 to 20.1 s
-            # and cost a query nothing (spinning off altogether: 19.5 s, but +0.4 ms a query).
+            # onnxruntime's idle intra-op threads spin for a while after each run, taking a
+            # core from the rest of an ingest (parse/clean/chunk, Chroma, a flow's per-file
+            # task runs). Stopped at the end of each run, the incremental hugo-docs flow took
+            # 20.1 s instead of 21.7 (in-process ~15.3 s either way) and a query no longer.
+            # Not spinning at all: 18.5 s, but full in-process ingests 3-14% slower and a
+            # lone query +0.4 ms (bench/README.md).
             options.add_session_config_entry("session.force_spinning_stop", "1")
             # The arena keeps the largest batch's activations for the life of the process;
             # `batch_tokens` bounds that batch. Arena off was slower and, through malloc
