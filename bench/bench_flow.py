@@ -29,8 +29,8 @@ same scenario (the honest one), and the residual of the flow's wall time after t
 CPU seconds (`bench/flow_probes.CpuMeter`): this process's and the harness's server process's
 over each lane, then the server's CPU after the lane ends until it has been idle for longer than
 its task run recorder's flush interval (its backlog of task-run events). The harness's server
-gets deployments/server_settings.py, as hetriever's stacks do; `--prefect-defaults` leaves
-Prefect's own defaults.
+gets deployments/server_settings.py and runs niced, as hetriever's stacks start it;
+`--prefect-defaults` leaves Prefect's own settings and priority.
 Corpora are looked up at $HETRIEVER_CORPORA, else ../shared/corpora beside the repository.
 """
 
@@ -470,7 +470,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=1,
                         help="incremental runs per lane, the lanes alternating (default 1)")
     parser.add_argument("--prefect-defaults", action="store_true",
-                        help="the harness's server without deployments/server_settings.py")
+                        help="the harness's server without deployments/server_settings.py "
+                             "(Prefect's settings, not niced)")
     args = parser.parse_args(argv)
     corpora = args.corpus or ["hugo-docs"]
     runners = args.runner or ["threads"]
@@ -505,6 +506,13 @@ def main(argv: list[str] | None = None) -> int:
     scratch = Path(tempfile.mkdtemp(prefix="bench-flow-"))
     try:
         with prefect_test_harness(server_startup_timeout=120):
+            if not args.prefect_defaults:  # niced, as hetriever's stacks start it
+                from bench.flow_probes import server_pid
+                from deployments.server_settings import lower_priority
+
+                pid = server_pid()
+                if pid is not None:
+                    lower_priority(pid)
             for corpus in present:
                 got, fans = bench_corpus(corpus, runners, scratch, model_dir, probe, say,
                                          args.fan_out_only, args.full_only,

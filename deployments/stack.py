@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from deployments.register import DEFAULT_POOL, PROJECT_ROOT, deploy_all
-from deployments.server_settings import with_server_settings
+from deployments.server_settings import niced, with_server_settings
 
 STOP_GRACE_SECONDS = 15.0
 START_TIMEOUT_SECONDS = 120.0
@@ -95,12 +95,14 @@ def api_ready(stack: Stack) -> bool:
         return False
 
 
-def start(stack: Stack, name: str, args: list[str]) -> int:
-    """Start `prefect <args>` detached in its own session, logging to <name>.log."""
+def start(stack: Stack, name: str, args: list[str], *, low_priority: bool = False) -> int:
+    """Start `prefect <args>` detached in its own session, logging to <name>.log
+    (`low_priority`: at SERVER_NICENESS, for the server; never for the worker that runs flows)."""
     with open(stack.log_file(name), "ab") as log:
         process = subprocess.Popen([sys.executable, "-m", "prefect", *args], cwd=PROJECT_ROOT,
                                    env=stack.env(), stdout=log, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL, start_new_session=True)
+                                   stdin=subprocess.DEVNULL, start_new_session=True,
+                                   preexec_fn=niced if low_priority else None)
     stack.pid_file(name).write_text(str(process.pid))
     return process.pid
 
@@ -123,7 +125,7 @@ def up(stack: Stack) -> int:
                   "not start; set HETRIEVER_PREFECT_PORT to another port", file=sys.stderr)
             return 1
         start(stack, "server", ["server", "start", "--host", "127.0.0.1",
-                                "--port", str(stack.port)])
+                                "--port", str(stack.port)], low_priority=True)
         print(f"server    starting on {stack.api_url} (log {stack.log_file('server')})")
     wait_for(lambda: api_ready(stack), START_TIMEOUT_SECONDS, "the Prefect server",
              stack.log_file("server"))

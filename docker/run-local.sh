@@ -105,7 +105,8 @@ PY
   echo "ok   $name: $url"
 }
 
-start prefect-server "$BIN/prefect" server start --host "$HOST" --port "$PREFECT_PORT"
+# Niced (deployments/server_settings.py SERVER_NICENESS): its bookkeeping yields the cores to ingests.
+start prefect-server nice -n 10 "$BIN/prefect" server start --host "$HOST" --port "$PREFECT_PORT"
 start chroma "$BIN/chroma" run --path "$RUN_DIR/chroma" --host "$HOST" --port "$CHROMA_PORT"
 wait_http prefect-server "$PREFECT_API_URL/health"
 wait_http chroma "http://$HOST:$CHROMA_PORT/api/v2/heartbeat"

@@ -117,6 +117,15 @@ def test_every_prefect_server_gets_the_task_run_recorder_batches(compose, tmp_pa
     assert env.items() >= SERVER_ENV.items()
 
 
+def test_every_prefect_server_yields_the_cores_to_ingests(compose):
+    from deployments.server_settings import SERVER_NICENESS
+
+    script = (DOCKER / "run-local.sh").read_text()
+    assert f'start prefect-server nice -n {SERVER_NICENESS} "$BIN/prefect" server start' in script
+    assert compose["services"]["prefect-server"]["cpu_shares"] < 1024  # Docker's default weight
+    assert "cpu_shares" not in compose["services"]["worker"]
+
+
 def test_the_callers_server_settings_win(monkeypatch, tmp_path):
     from deployments.server_settings import apply_server_settings, with_server_settings
     from deployments.stack import Stack

@@ -68,6 +68,14 @@ def test_stack_up_runs_the_schedule_that_catches_a_missed_push_and_down_stops_it
         up = stack("up", env, directory)
         assert up.returncode == 0, up.stdout + up.stderr
         assert "deploy    ingest/scheduled" in up.stdout and "worker    started" in up.stdout and f"PREFECT_API_URL={api}" in up.stdout
+        # The server's bookkeeping yields the cores to the flows the worker runs.
+        from deployments.server_settings import SERVER_NICENESS
+
+        ours = os.getpriority(os.PRIO_PROCESS, 0)
+        server_pid = int((directory / "server.pid").read_text())
+        worker_pid = int((directory / "worker.pid").read_text())
+        assert os.getpriority(os.PRIO_PROCESS, server_pid) == min(19, ours + SERVER_NICENESS)
+        assert os.getpriority(os.PRIO_PROCESS, worker_pid) == ours
         again = stack("up", env, directory)  # idempotent: nothing new is started
         assert again.returncode == 0 and "worker    already running" in again.stdout
 
