@@ -2,6 +2,7 @@
 
     python bench/bench_flow.py [--corpus hugo-docs] [--runner threads] [--runner threads:4] [--json]
     python bench/bench_flow.py --incremental-only --repeat 2   # lanes alternating, twice each
+    python bench/bench_flow.py --full-only --server-not-niced  # the server at the flow's priority
 
 For each corpus (v1 and v2 of ../shared/corpora/<corpus>, committed into a throw-away source
 repo and added as a submodule of a throw-away parent repo), every scenario gets fresh Chroma
@@ -469,6 +470,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="only the incremental v1 -> v2 run, in-process then flow")
     parser.add_argument("--repeat", type=int, default=1,
                         help="incremental runs per lane, the lanes alternating (default 1)")
+    parser.add_argument("--server-not-niced", action="store_true",
+                        help="the harness's server at this process's priority (to compare)")
     parser.add_argument("--prefect-defaults", action="store_true",
                         help="the harness's server without deployments/server_settings.py "
                              "(Prefect's settings, not niced)")
@@ -506,7 +509,7 @@ def main(argv: list[str] | None = None) -> int:
     scratch = Path(tempfile.mkdtemp(prefix="bench-flow-"))
     try:
         with prefect_test_harness(server_startup_timeout=120):
-            if not args.prefect_defaults:  # niced, as hetriever's stacks start it
+            if not (args.prefect_defaults or args.server_not_niced):  # as the stacks start it
                 from bench.flow_probes import server_pid
                 from deployments.server_settings import lower_priority
 
