@@ -98,11 +98,12 @@ def api_ready(stack: Stack) -> bool:
 def start(stack: Stack, name: str, args: list[str], *, low_priority: bool = False) -> int:
     """Start `prefect <args>` detached in its own session, logging to <name>.log
     (`low_priority`: at SERVER_NICENESS, for the server; never for the worker that runs flows)."""
+    lower = niced if low_priority and os.name == "posix" else None
     with open(stack.log_file(name), "ab") as log:
         process = subprocess.Popen([sys.executable, "-m", "prefect", *args], cwd=PROJECT_ROOT,
                                    env=stack.env(), stdout=log, stderr=subprocess.STDOUT,
                                    stdin=subprocess.DEVNULL, start_new_session=True,
-                                   preexec_fn=niced if low_priority else None)
+                                   preexec_fn=lower)
     stack.pid_file(name).write_text(str(process.pid))
     return process.pid
 
