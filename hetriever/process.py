@@ -82,6 +82,16 @@ class IncludeResolver:
         self._tree: tuple[frozenset[str], tuple[str, ...] | None] | None = None
         self._reading = threading.Lock()
 
+    def __getstate__(self) -> dict:
+        # A Dask task runner pickles the resolver to its workers; each copy gets its own lock.
+        state = dict(self.__dict__)
+        del state["_reading"]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._reading = threading.Lock()
+
     def for_page(self, page_path: str) -> Callable[[str], str | None]:
         return lambda name: self.resolve(name, page_path)
 

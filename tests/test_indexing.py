@@ -289,6 +289,11 @@ def test_one_resolver_shared_by_concurrent_tasks_reads_each_file_once(tmp_path, 
         thread.join(timeout=30)
     assert found == ["A note.\n"] * 8
     assert reads == ["content/_includes/note.md"]
+    # A Dask task runner pickles the resolver to its workers: the copy resolves on its own.
+    import pickle
+
+    copy = pickle.loads(pickle.dumps(resolver))
+    assert copy.resolve("note", "content/docs/p0.md") == "A note.\n"
 
 
 def test_the_per_file_step_is_pluggable_and_a_step_that_gives_up_fails_the_run(docs, store):
