@@ -10,10 +10,10 @@ their states and the events are recorded as before.
 
 The server also runs at a lower scheduling priority (`SERVER_NICENESS`, a `cpu_shares` weight
 in the compose file): its bookkeeping then takes the cores only when the ingest leaves them
-idle, and still keeps up. A full hugo-docs ingest through the flow, the harness's server on the
-same two cores: 41.96 s at the same priority, 37.58 s niced (in-process 31.5 s); the server
-used 6.7 s of CPU in both and had no backlog after either run, and the flow process itself
-used 6 s less (less contention for the cores).
+idle, and still keeps up. Full hugo-docs ingests through the flow, the harness's server on the
+same two cores: flow / in-process median 1.29 at the same priority, 1.21 niced (eight pairs
+each, bench/README.md); the server's CPU within the run the same, no backlog after it, and
+the flow process itself used less (less contention for the cores).
 
 Every server hetriever starts gets these (the caller's environment wins):
 `deployments/stack.py`, `docker/run-local.sh`, `docker/compose.yaml`, the test harness
