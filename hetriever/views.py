@@ -23,6 +23,7 @@ from chromadb.errors import NotFoundError
 from hetriever.bm25 import BM25Index
 from hetriever.catalog import Catalog, split_physical
 from hetriever.chroma_access import ChromaAccess
+from hetriever.chunk_records import ChunkCollection
 from hetriever.config import Settings
 from hetriever.errors import CollectionNotFoundError, DerivedIndexError, EmbeddingError
 from hetriever.locks import file_lock
@@ -164,6 +165,7 @@ class RepositoryViews(ChromaAccess):
                 physical, configuration=self._hnsw(), metadata=metadata, embedding_function=None))
             log.info("collection_created", collection=physical, repository=name,
                      model=embedder.name, dimensions=embedder.dimensions)
+        col = ChunkCollection(col)
         with self._guard:
             self._collections[physical] = col
             if generation is not None:

@@ -16,6 +16,7 @@ from chromadb.api.types import validate_metadata
 
 from hetriever import faults
 from hetriever.backoff import retrying
+from hetriever.chunk_records import TEXT_KEY
 from hetriever.errors import EmbeddingError, IndexingError
 from hetriever.logs import get_logger
 from hetriever.models import Chunk, Metadata
@@ -45,6 +46,9 @@ class StoreWrites(RepositoryViews):
             if not isinstance(text, str) or not text.strip():
                 raise IndexingError(f"chunk {doc_id!r} of {collection!r} has empty content",
                                     hint="drop empty chunks before writing")
+            if TEXT_KEY in meta:
+                raise IndexingError(f"chunk {doc_id!r} has metadata key {TEXT_KEY!r}, which "
+                                    "holds the chunk's text", hint="rename that metadata key")
             repo = meta.setdefault("repository", collection)
             if repo != collection:
                 raise IndexingError(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from hetriever.chunk_records import ChunkCollection
 from hetriever.config import Settings
 from hetriever.discover import list_content_files, read_content_files, site_at
 from hetriever.indexing import IncludeResolver, safe_process_text
@@ -12,7 +13,7 @@ from hetriever.models import Repository
 
 def stored(store, collection: str) -> dict[str, tuple[str, str]]:
     """id -> (file_path, text) as stored in Chroma; asserts BM25 holds exactly the same."""
-    col = store.client.get_collection(store.physical_name(collection))
+    col = ChunkCollection(store.client.get_collection(store.physical_name(collection)))
     got = col.get(include=["documents", "metadatas"])
     chroma = {i: (m["file_path"], d) for i, d, m in zip(got["ids"], got["documents"],
                                                          got["metadatas"])}

@@ -18,6 +18,7 @@ import pytest
 
 from hetriever import faults
 from hetriever.catalog import INDEXED
+from hetriever.chunk_records import ChunkCollection
 from hetriever.indexing import STATUS_COMPLETE, STATUS_INDEXING, index_repository
 from hetriever.search import retrieve
 from hetriever.store import ChromaKnowledgeStore
@@ -54,7 +55,7 @@ def snapshot(root: Path, embedder: Any, model_dir: Path) -> dict[str, Any]:
     store = _open(root, embedder, model_dir)
     try:
         physical = store.physical_name(REPO_NAME)
-        got = store.client.get_collection(physical).get(include=["documents"])
+        got = ChunkCollection(store.client.get_collection(physical)).get(include=["documents"])
         bm25 = store.bm25(REPO_NAME)
         titles = sorted(tuple(r)[1:] for r in store.catalog._rows(
             "SELECT * FROM titles WHERE collection = ?", (physical,)))

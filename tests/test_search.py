@@ -13,6 +13,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from hetriever import dense as dense_module
+from hetriever.chunk_records import ChunkCollection
 from hetriever.embed import MiniLMEmbedder
 from hetriever.errors import (
     BackendConnectionError,
@@ -309,7 +310,8 @@ def test_out_of_scope_metadata_is_dropped(make_store) -> None:
 def test_hash_mismatch_results_are_dropped(make_store) -> None:
     store = populate(make_store())
     target = chunks_of(A)[4]  # partials
-    col = store.client.get_collection(store.physical_name(A), embedding_function=None)
+    col = ChunkCollection(store.client.get_collection(store.physical_name(A),
+                                                      embedding_function=None))
     got = col.get(ids=[target.id], include=["embeddings"])
     col.update(ids=[target.id], embeddings=got["embeddings"],
                documents=["Partials are reusable template fragments. (tampered)"])
