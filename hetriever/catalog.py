@@ -41,7 +41,6 @@ from hetriever.catalog_records import (  # noqa: F401 (re-exported: states, name
     INDEX_STATE_KEYS,
     DISCOVERED,
     drop_shared,  # applied by the caller to lookup_title's hits
-    heading_anchor,
     FAILED,
     FILE_STATES,
     FileRecord,

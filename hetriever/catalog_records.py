@@ -7,12 +7,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from hetriever.analyzer import tokenize
-from hetriever.chunk import CONTEXT_SEPARATOR
+from hetriever.sections import section_starts
 
 
 CATALOG_FILE = "catalog.sqlite"
@@ -190,13 +190,6 @@ def address_fragment(text: str) -> str:
     return unquote(text.strip().partition("#")[2]).casefold() if address_key(text) else ""
 
 
-def heading_anchor(heading: str) -> str:
-    """The anchor Hugo gives a heading (`autoHeadingIDType` "github", its default): letters,
-    digits and underscores lower-cased, spaces and hyphens as hyphens, the rest dropped."""
-    return "".join("-" if ch in " -" else ch.lower() for ch in heading.strip()
-                   if ch in " -_" or ch.isalnum())
-
-
 def title_keys(metadata: dict[str, Any]) -> list[tuple[str, str]]:
     """(kind, key) pairs a page is found under, from its first chunk's metadata.
 
@@ -232,25 +225,6 @@ def title_keys(metadata: dict[str, Any]) -> list[tuple[str, str]]:
     if isinstance(description, str) and len(set(tokenize(description))) >= DESCRIPTION_MIN_TERMS:
         out.append(("description", normalise_title(description)))
     return [(kind, key) for kind, key in dict.fromkeys(out) if key]
-
-
-def section_starts(chunks: Iterable[tuple[str, Any]]) -> Iterator[tuple[str, str]]:
-    """(heading, chunk id) where each section of a page starts, from its chunks' (id,
-    metadata) in page order: where a chunk's heading path (`heading_context`) differs from the
-    chunk's before it at that heading's depth, and a short section the chunker folded into a
-    neighbour (`merged_headings`) where that chunk is. A heading the page repeats starts a
-    section each time."""
-    previous: tuple[str, ...] = ()
-    for chunk_id, metadata in chunks:
-        context = str((metadata or {}).get("heading_context") or "")
-        path = tuple(context.split(CONTEXT_SEPARATOR)) if context else ()
-        for depth, heading in enumerate(path):
-            if path[:depth + 1] != previous[:depth + 1]:
-                yield heading, chunk_id
-        previous = path
-        merged = (metadata or {}).get("merged_headings")
-        for heading in merged if isinstance(merged, list) else ():
-            yield str(heading), chunk_id
 
 
 def heading_keys(sections: Iterable[tuple[str, Any]]) -> list[tuple[str, str]]:

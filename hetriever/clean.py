@@ -53,6 +53,7 @@ _TAG = re.compile(r"<(/?)([A-Za-z][A-Za-z0-9-]*)(?=[\s/>])")
 
 _ATX = re.compile(r" {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")
 _HEADING_ATTRS = re.compile(r"\s*\{\s*[#.][^{}]*\}\s*$")
+_HEADING_ID = re.compile(r"(?:^|\s)#([^\s{}#]+)")  # the id in `{#id .class key=value}`
 _SETEXT = re.compile(r" {0,3}(=+|-+)[ \t]*$")
 _THEMATIC = re.compile(r" {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$")
 _REF_DEF = re.compile(r" {0,3}\[([^\]]+)\]:(.*)$")
@@ -225,9 +226,11 @@ def _markdown_blocks(text: str, ctx: _Context, refs: set[str], out: list[Block])
         if label:
             out.append(Block("paragraph", label))
             label = ""
-        title = _inline(_HEADING_ATTRS.sub("", raw), ctx, refs).replace("\n", " ")
+        attrs = _HEADING_ATTRS.search(raw)
+        title = _inline(raw[:attrs.start()] if attrs else raw, ctx, refs).replace("\n", " ")
         if title:
-            out.append(Block("heading", title, level))
+            given = _HEADING_ID.search(attrs.group().strip().strip("{}")) if attrs else None
+            out.append(Block("heading", title, level, given.group(1) if given else ""))
 
     for line in text.split("\n"):
         quoted = False

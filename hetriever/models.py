@@ -160,7 +160,8 @@ BlockKind = Literal["heading", "paragraph", "code"]
 class Block(_Serialisable):
     """One structural piece of a cleaned page, in document order.
 
-    heading:   `text` is the heading's plain text, `level` 1..6.
+    heading:   `text` is the heading's plain text, `level` 1..6, `anchor` the id its author
+               gave it (`## Settings {#settings-asciidoc}`), "" when Hugo makes one up.
     paragraph: plain text (Markdown, HTML and shortcode markup removed; lists, tables and
                quotes flattened to lines of text).
     code:      a fenced code block exactly as written, fences included ("```go\n...\n```").
@@ -169,6 +170,7 @@ class Block(_Serialisable):
     kind: BlockKind
     text: str
     level: int = 0
+    anchor: str = ""
 
 
 # --- chunk -------------------------------------------------------------------------

@@ -35,6 +35,7 @@ from hetriever.models import (
 )
 from hetriever.page_records import display_chunk, page_record, page_summary_lines
 from hetriever.parse import parse_page, skip_reason
+from hetriever.sections import keep_given_anchors
 from hetriever.tokenizer import load_token_counter
 
 log = get_logger(__name__)
@@ -234,6 +235,7 @@ def process_text(repo: Repository, path: str, text: str, settings: Settings, *,
         min_tokens=settings.min_chunk_tokens,
         extra_metadata=page_extras(page, access),
     )
+    keep_given_anchors(chunks, blocks)
     if settings.page_record == "chunk":
         record = page_record(page, counter=token_counter(settings),
                              max_tokens=settings.chunk_tokens,

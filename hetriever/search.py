@@ -52,8 +52,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hetriever.access import CollectionPlan, caller_levels, declared_level
-from hetriever.catalog_records import (UNIQUE_KINDS, TitleHit, address_fragment, drop_shared,
-                                       heading_anchor, section_starts)
+from hetriever.catalog_records import UNIQUE_KINDS, TitleHit, address_fragment, drop_shared
 from hetriever.candidates import (  # noqa: F401 (re-exported for callers of search)
     _fill_documents,
     _Hit,
@@ -90,6 +89,7 @@ from hetriever.filters import and_filters, matches, validate_filter
 from hetriever.links import LinkPrior, shown
 from hetriever.logs import get_logger
 from hetriever.models import RetrievalResult, SearchResult
+from hetriever.sections import ANCHORS_KEY, anchored_sections
 from hetriever.store_types import RetrievalStore
 
 log = get_logger(__name__)
@@ -222,15 +222,13 @@ def _section(store: RetrievalStore, page: _Hit, anchor: str,
     try:
         index = store.search_bm25(page.collection)
         chunks = index.metadata_of(index.ids_where({"file_path": page.metadata["file_path"]}),
-                                   keys=("heading_context", "merged_headings", "chunk_index"))
+                                   keys=("heading_context", "merged_headings", "chunk_index",
+                                         ANCHORS_KEY))
     except Exception as exc:  # the section is an extra: the page is still the answer
         log.warning("exact_section_failed", error=f"{type(exc).__name__}: {exc}")
         return page
-    starts: dict[str, list[str]] = {}  # anchor -> the first chunk of each section so headed
-    for heading, chunk_id in section_starts(sorted(
-            chunks.items(), key=lambda c: (c[1].get("chunk_index", 0), c[0]))):
-        starts.setdefault(heading_anchor(heading), []).append(chunk_id)
-    doc_id = _anchored(starts, anchor)
+    doc_id = _anchored(anchored_sections(sorted(
+        chunks.items(), key=lambda c: (c[1].get("chunk_index", 0), c[0]))), anchor)
     if doc_id is None:
         return page
     section = _Hit(doc_id, page.collection)

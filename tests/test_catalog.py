@@ -19,7 +19,6 @@ from hetriever.catalog import (
     address_fragment,
     address_key,
     drop_shared,
-    heading_anchor,
     heading_keys,
     normalise_title,
     split_physical,
@@ -28,6 +27,7 @@ from hetriever.catalog import (
 from hetriever.cli import main
 from hetriever.discover import discover_repositories
 from hetriever.indexing import index_repository
+from hetriever.sections import heading_anchor
 from hetriever.store import ChromaKnowledgeStore
 from tests.chroma_fixtures import store_settings
 from tests.helpers import (

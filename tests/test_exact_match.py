@@ -55,6 +55,14 @@ PAGES = {
         "menu, grouped by section, with the current page marked in the menu.\n\n"
         "### Example\n\nManuals live under content/docs and the menu template orders them by "
         "weight, lightest first, each section folding open when one of its pages is shown.\n",
+    "content/configuration/markup.md":
+        "---\ntitle: Markup\n---\n\nHow each markup language renders.\n\n"
+        "## AsciiDoc\n\n### Settings {#settings-asciidoc}\n\nThe asciidoctor backend, its "
+        "safe mode and the extensions to load, each named as its gem names it, with the working "
+        "folder set to the page's own.\n\n"
+        "## reStructuredText\n\n### Settings {#settings-rst .wide}\n\nThe rst2html command "
+        "and its arguments, with the stylesheet left out so the theme's own styles apply to "
+        "every rendered page.\n",
     "content/about/_index.md":
         "---\ntitle: About\ndescription: Where to begin\n---\n\nWho writes these pages and how "
         "the project is run.\n",
@@ -166,7 +174,12 @@ def test_a_pasted_url_shows_the_section_its_fragment_names(store) -> None:
                             ("#docs", "side menu")):
         path, content = top(f"/tutorials/two-sites/{fragment}")
         assert path == "content/tutorials/two-sites.md" and words in content, (fragment, content)
-    # an anchor no heading has (a custom id, an old link) shows the page as without one
+    # an id the author gave a heading (`### Settings {#settings-rst}`), in any case
+    for fragment, words in (("#settings-asciidoc", "asciidoctor backend"),
+                            ("#SETTINGS-RST", "rst2html command"), ("#settings", "asciidoctor")):
+        path, content = top(f"/configuration/markup/{fragment}")
+        assert path == "content/configuration/markup.md" and words in content, (fragment, content)
+    # an anchor no heading has (an old link) shows the page as without one
     for fragment in ("", "#no-such-heading"):
         assert top(f"/troubleshooting/faq/{fragment}") == top("Frequently asked questions")
 
