@@ -12,6 +12,7 @@ import posixpath
 import re
 import subprocess
 import threading
+import weakref
 from collections.abc import Iterable, Iterator
 
 import git
@@ -260,6 +261,31 @@ def read_content_files(
                 yield path, skip
     finally:
         reader.close()
+
+
+class FileReader:
+    """Reads single files at one commit, one after another, through one `git cat-file` process
+    kept open (about 3 ms of process start saved per file). Not for concurrent use: callers
+    serialise their reads. The process ends with `close()`, or when the reader is collected."""
+
+    def __init__(self, repo: Repository, commit: str) -> None:
+        self.repo, self.commit = repo, commit
+        self._reader: _BlobReader | None = None
+        self._finalizer: weakref.finalize | None = None
+
+    def read(self, path: str, *, max_bytes: int) -> str:
+        """The text of `path` (LF line endings, no BOM), or raise SkipFile."""
+        check_path(path)
+        if self._reader is None:
+            self._reader = _BlobReader(self.repo, self.commit)
+            self._finalizer = weakref.finalize(self, self._reader.close)
+        self._reader._send(f"{self._reader.sha}:{path}\n".encode("utf-8", "surrogateescape"))
+        return self._reader.next_text(max_bytes)
+
+    def close(self) -> None:
+        if self._finalizer is not None:
+            self._finalizer()
+        self._reader = self._finalizer = None
 
 
 def read_content_file(repo: Repository, path: str, commit: str, *, max_bytes: int) -> str:

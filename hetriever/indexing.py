@@ -491,9 +491,12 @@ async def _run(store: IndexingStore, repo: Repository, settings: Settings, chang
     # One batched git read for every file (a git process per file cost 5x the parse work).
     files = read_content_files(repo, paths, change_set.new_commit,
                                max_bytes=settings.max_file_bytes)
-    async for outcome in map_files(files, work):
-        await writer.add(outcome)
-        tracker.file_done()
+    try:
+        async for outcome in map_files(files, work):
+            await writer.add(outcome)
+            tracker.file_done()
+    finally:
+        work.resolver.close()
     await writer.flush()
     if result.failed:  # the commit stays unrecorded: the next run reconciles and retries
         log.error("index_incomplete", repository=repo.name, failed=len(result.failed))

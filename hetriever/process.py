@@ -20,7 +20,7 @@ from hetriever.clean import clean_page
 from hetriever.config import Settings
 from hetriever.discover import SkipFile, list_content_files, read_content_file, read_content_files
 from hetriever.errors import SourceError
-from hetriever.git_objects import tree_entries
+from hetriever.git_objects import FileReader, tree_entries
 from hetriever.links import LINKS_KEY, outbound_keys
 from hetriever.logs import get_logger
 from hetriever.models import (
@@ -82,16 +82,24 @@ class IncludeResolver:
         # The content tree's files and symlinks, listed once; symlinks None: no listing.
         self._tree: tuple[frozenset[str], tuple[str, ...] | None] | None = None
         self._reading = threading.Lock()
+        self._files = FileReader(repo, commit)  # one git process for the run's reads
 
     def __getstate__(self) -> dict:
-        # A Dask task runner pickles the resolver to its workers; each copy gets its own lock.
+        # A Dask task runner pickles the resolver to its workers; each copy gets its own lock
+        # and git process.
         state = dict(self.__dict__)
-        del state["_reading"]
+        del state["_reading"], state["_files"]
         return state
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._reading = threading.Lock()
+        self._files = FileReader(self.repo, self.commit)
+
+    def close(self) -> None:
+        """End the git process of the reads (a later read starts another)."""
+        with self._reading:
+            self._files.close()
 
     def for_page(self, page_path: str) -> Callable[[str], str | None]:
         return lambda name: self.resolve(name, page_path)
@@ -179,8 +187,7 @@ class IncludeResolver:
                 self._pages[path] = None
             if path not in self._pages:
                 try:
-                    text = read_content_file(self.repo, path, self.commit,
-                                             max_bytes=self.settings.max_file_bytes)
+                    text = self._files.read(path, max_bytes=self.settings.max_file_bytes)
                     self._pages[path] = parse_page(self.repo.name, path, text,
                                                    content_dir=self.repo.content_dir)
                 except SkipFile:

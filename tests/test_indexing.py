@@ -221,7 +221,7 @@ def test_include_candidates_missing_from_the_tree_are_not_read(tmp_path, monkeyp
     # commit's tree answers for them, and git still resolves paths below a symlink.
     import os
 
-    from hetriever import process
+    from hetriever import git_objects, process
     from hetriever.config import Settings
     from hetriever.models import Repository
 
@@ -232,13 +232,20 @@ def test_include_candidates_missing_from_the_tree_are_not_read(tmp_path, monkeyp
     os.symlink("../shared", source / "content/linked")
     commit = commit_all(source, "site")
     reads: list[str] = []
-    real = process.read_content_file
+    real = git_objects.FileReader.read
+    processes: list[str] = []
+    real_start = git_objects._BlobReader.__init__
 
-    def counted(repo, path, commit, **kw):
+    def counted(self, path, **kw):
         reads.append(path)
-        return real(repo, path, commit, **kw)
+        return real(self, path, **kw)
 
-    monkeypatch.setattr(process, "read_content_file", counted)
+    def started(self, repo, commit):
+        processes.append(commit)
+        real_start(self, repo, commit)
+
+    monkeypatch.setattr(git_objects.FileReader, "read", counted)
+    monkeypatch.setattr(git_objects._BlobReader, "__init__", started)
     resolver = process.IncludeResolver(Repository(name="site", path=source), commit, Settings())
     page = "content/docs/deep/page.md"
     assert resolver.resolve("note", page) == "A note.\n"
@@ -248,6 +255,12 @@ def test_include_candidates_missing_from_the_tree_are_not_read(tmp_path, monkeyp
     assert len(reads) == 1
     assert resolver.resolve("/linked/tip", page) == "A tip.\n"  # below a symlink: git reads it
     assert reads[-1] == "content/linked/tip.md"
+    assert resolver.resolve("/linked/gone", page) is None  # git says missing; the stream goes on
+    assert resolver.resolve("tip", "content/linked/page.md") == "A tip.\n"  # cached
+    assert len(processes) == 1  # every read through one git process
+    resolver.close()
+    assert resolver.resolve("/docs/deep/page", page) == "Text.\n"  # a new one after close
+    assert len(processes) == 2
 
 
 def test_one_resolver_shared_by_concurrent_tasks_reads_each_file_once(tmp_path, monkeypatch):
@@ -256,7 +269,7 @@ def test_one_resolver_shared_by_concurrent_tasks_reads_each_file_once(tmp_path, 
     import threading
     import time
 
-    from hetriever import process
+    from hetriever import git_objects, process
     from hetriever.config import Settings
     from hetriever.models import Repository
 
@@ -266,14 +279,14 @@ def test_one_resolver_shared_by_concurrent_tasks_reads_each_file_once(tmp_path, 
                             for i in range(8)}})
     commit = commit_all(source, "site")
     reads: list[str] = []
-    real = process.read_content_file
+    real = git_objects.FileReader.read
 
-    def slow_read(repo, path, commit, **kw):  # a read long enough for the threads to meet
+    def slow_read(self, path, **kw):  # a read long enough for the threads to meet
         reads.append(path)
         time.sleep(0.05)
-        return real(repo, path, commit, **kw)
+        return real(self, path, **kw)
 
-    monkeypatch.setattr(process, "read_content_file", slow_read)
+    monkeypatch.setattr(git_objects.FileReader, "read", slow_read)
     resolver = process.IncludeResolver(Repository(name="site", path=source), commit, Settings())
     start = threading.Barrier(8)
     found: list[str | None] = []
