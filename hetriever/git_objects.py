@@ -280,7 +280,11 @@ class FileReader:
             self._reader = _BlobReader(self.repo, self.commit)
             self._finalizer = weakref.finalize(self, self._reader.close)
         self._reader._send(f"{self._reader.sha}:{path}\n".encode("utf-8", "surrogateescape"))
-        return self._reader.next_text(max_bytes)
+        try:
+            return self._reader.next_text(max_bytes)
+        except SourceError:  # git stopped: the next read starts another process
+            self.close()
+            raise
 
     def close(self) -> None:
         if self._finalizer is not None:

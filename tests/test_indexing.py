@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from hetriever.discover import discover_repositories
+from hetriever.errors import SourceError
 from hetriever.faults import InjectedFault
 from hetriever.indexing import (
     STATUS_COMPLETE,
@@ -261,6 +262,13 @@ def test_include_candidates_missing_from_the_tree_are_not_read(tmp_path, monkeyp
     resolver.close()
     assert resolver.resolve("/docs/deep/page", page) == "Text.\n"  # a new one after close
     assert len(processes) == 2
+    # git dying mid-run fails that read clearly; the next read starts another process
+    resolver._files._reader.proc.kill()
+    resolver._files._reader.proc.wait()
+    with pytest.raises(SourceError, match="cat-file stopped"):
+        resolver.resolve("/linked/other", page)
+    assert resolver.resolve("/linked/other", page) is None  # git answers again: "missing"
+    assert len(processes) == 3
 
 
 def test_one_resolver_shared_by_concurrent_tasks_reads_each_file_once(tmp_path, monkeypatch):
