@@ -14,7 +14,6 @@ from typing import Any
 from chromadb.api.types import validate_metadata
 
 from hetriever.catalog import INDEX_STATE_DEFAULTS, INDEX_STATE_KEYS
-from hetriever.chunk_records import ChunkCollection
 from hetriever.errors import CollectionNotFoundError, IndexingError
 from hetriever.logs import get_logger
 from hetriever.models import Document
@@ -84,8 +83,7 @@ class SyncStore(StoreWrites):
         if physical is None:  # dropped since `collection()` looked
             return None
         # Fetched fresh: the cached object's metadata is a snapshot from when it was opened.
-        fresh = ChunkCollection(self.call("get_collection", lambda: self.client.get_collection(
-            physical, embedding_function=None)))
+        fresh = self.open_collection(physical)
         with self._guard:
             self._collections[physical] = fresh
         return CollectionInfo(name=name, count=int(self.call("count", fresh.count)),

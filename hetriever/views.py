@@ -150,8 +150,7 @@ class RepositoryViews(ChromaAccess):
         # generation (every writer writes Chroma first, then BM25).
         generation = None if self.settings.server_mode else self._generation(physical)
         try:
-            col = self.call("get_collection", lambda: self.client.get_collection(
-                physical, embedding_function=None))
+            col = self.open_collection(physical)
             self._match_hnsw(col)
         except NotFoundError:
             if not create:
@@ -161,17 +160,23 @@ class RepositoryViews(ChromaAccess):
             metadata = {"schema_version": SCHEMA_VERSION, "embedding_model": embedder.name,
                         "embedding_dimensions": int(embedder.dimensions), "repository": name,
                         "schema_fingerprint": self.fingerprint()}
-            col = self.call("create_collection", lambda: self.client.get_or_create_collection(
-                physical, configuration=self._hnsw(), metadata=metadata, embedding_function=None))
+            col = ChunkCollection(self.call("create_collection", lambda: (
+                self.client.get_or_create_collection(physical, configuration=self._hnsw(),
+                                                     metadata=metadata, embedding_function=None))))
             log.info("collection_created", collection=physical, repository=name,
                      model=embedder.name, dimensions=embedder.dimensions)
-        col = ChunkCollection(col)
         with self._guard:
             self._collections[physical] = col
             if generation is not None:
                 # An inherited view is of unknown age: the next access reopens it once.
                 self._seen[physical] = -2 if self._inherited else generation
         return col
+
+    def open_collection(self, physical: str) -> ChunkCollection:
+        """The physical collection as chunks are read and written (`chunk_records`);
+        NotFoundError when absent."""
+        return ChunkCollection(self.call("get_collection", lambda: self.client.get_collection(
+            physical, embedding_function=None)))
 
     def _match_hnsw(self, col: Any) -> None:
         """Give an existing collection the configured `ef_search` and HNSW_SYNC_THRESHOLD (HNSW
