@@ -294,9 +294,8 @@ class FileReader:
 
 def read_content_file(repo: Repository, path: str, commit: str, *, max_bytes: int) -> str:
     """The text of `path` at `commit` (LF line endings, no BOM), or raise SkipFile."""
-    check_path(path)
-    for _, result in read_content_files(repo, [path], commit, max_bytes):
-        if isinstance(result, SkipFile):
-            raise result
-        return result
-    raise AssertionError("unreachable")
+    reader = FileReader(repo, commit)
+    try:
+        return reader.read(path, max_bytes=max_bytes)
+    finally:
+        reader.close()
