@@ -40,6 +40,14 @@ def _hand_over(loop: asyncio.AbstractEventLoop, finished: asyncio.Queue, done: A
     loop.call_soon_threadsafe(finished.put_nowait, done)
 
 
+async def _returned(future: Any) -> FileOutcome:
+    """A finished task run's return value (or its exception), read on the flow's event loop.
+    `future.result()` would look the result up through Prefect's loop thread and block this
+    loop until it answers (~2 ms a file in `bench/bench_flow.py --fan-out-only`)."""
+    future.wait()  # finished already: records its final state without blocking
+    return await future.state.aresult()
+
+
 async def map_with_tasks(files: Iterable[tuple[str, str | SkipFile]],
                          work: FileWork) -> AsyncIterator[FileOutcome]:
     """The per-file step of `index_repository` as one task run per file (visible in the UI,
@@ -80,7 +88,7 @@ async def map_with_tasks(files: Iterable[tuple[str, str | SkipFile]],
             future = await finished.get()
             path = paths[future]
             try:
-                outcome = future.result()  # already final: returns at once
+                outcome = await _returned(future)
             except Exception as exc:  # retries exhausted: report the file, index the rest
                 reason = f"failed after retries: {type(exc).__name__}: {exc}"
                 log.error("file_failed", repository=work.repo.name, path=path, error=reason)
