@@ -240,6 +240,7 @@ def fan_out(corpus: str, runners: list[str], probe: Probe,
     `index_repository` runs (one git reader, one shared include resolver)."""
     from prefect import flow
     from flows.ingest import make_task_runner
+    from flows.run_logs import prefect_run_logging
     from hetriever.config import load_settings
     from hetriever.discover import discover_repositories, head_commit, list_content_files
     from hetriever.discover import read_content_files
@@ -257,10 +258,12 @@ def fan_out(corpus: str, runners: list[str], probe: Probe,
 
     @flow(name="bench-fan-out")
     async def fan_out_flow() -> int:
-        # as the ingest flow does: one batched read, one include cache, the task-per-file mapper
+        # as the ingest flow does: one batched read, one include cache, the task-per-file
+        # mapper, the run's logging (which drops each task run's routine "Finished" line)
         work = FileWork(repo, commit, settings, IncludeResolver(repo, commit, settings), stamp)
         files = read_content_files(repo, paths, commit, max_bytes=settings.max_file_bytes)
-        return sum([1 async for _ in map_with_tasks(files, work)])
+        with prefect_run_logging(settings.log_level, settings.log_format):
+            return sum([1 async for _ in map_with_tasks(files, work)])
 
     def per_file() -> None:
         for p in paths:
