@@ -86,7 +86,7 @@ async def map_with_tasks(files: Iterable[tuple[str, str | SkipFile]],
             future.add_done_callback(partial(_hand_over, loop, finished))
         for _ in range(len(paths)):
             future = await finished.get()
-            path = paths[future]
+            path = paths.pop(future)  # its future holds the outcome: not kept past here
             try:
                 outcome = await _returned(future)
             except Exception as exc:  # retries exhausted: report the file, index the rest
