@@ -93,6 +93,10 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         # busy machine, and keep it from reaching out for analytics (there may be no network).
         os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
         os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+        # ... and record the task runs as every server hetriever starts does (in batches).
+        from deployments.server_settings import apply_server_settings
+
+        apply_server_settings()
         # The flow reads its settings from the environment: hand it this command's options.
         os.environ["HETRIEVER_DOCS_ROOT"] = str(settings.docs_root)
         os.environ["HETRIEVER_CHROMA_PATH"] = str(settings.chroma_path)
