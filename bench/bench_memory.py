@@ -2,6 +2,11 @@
 
     python bench/bench_memory.py [--corpus hugo-docs] [--search-chunks 100000] [--json]
     HETRIEVER_EMBEDDING_PRECISION=int8 python bench/bench_memory.py   # the int8 model
+    python bench/bench_memory.py --engine prefect --search-chunks 0   # ingests through the flow
+
+With `--engine prefect` the ingests run the Prefect flow; without PREFECT_API_URL, Prefect
+starts a temporary server as a child of the ingest process, and `ru_maxrss` is then the larger
+of the two processes' peaks.
 
 Each figure is one child process (`hetriever ingest`, `hetriever search`) started with the
 settings in its environment, as a user would run it; its peak resident set size is the
@@ -169,6 +174,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="pad the hugo-docs index to this many chunks for the search "
                              "figure (0: skip)")
     parser.add_argument("--no-incremental", action="store_true")
+    parser.add_argument("--engine", choices=("local", "prefect"), default="local",
+                        help="ingest in the CLI process (default) or through the Prefect ingest "
+                             "flow (a temporary Prefect server unless PREFECT_API_URL is set)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
 
@@ -176,7 +184,9 @@ def main(argv: list[str] | None = None) -> int:
 
     corpora = args.corpus or list(NAMES)
     precision = os.environ.get("HETRIEVER_EMBEDDING_PRECISION", "fp32")
-    report: dict[str, Any] = {"precision": precision, "full": {}, "search": {}}
+    report: dict[str, Any] = {"precision": precision, "engine": args.engine, "full": {},
+                              "search": {}}
+    ingest = ["ingest", "--engine", args.engine, "--json"]
     say = (lambda *_: None) if args.json else print
     # Build the model (and the int8 variant) before anything is timed.
     run_child(["prepare-model"], {})
@@ -188,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
             sites[name] = (parent, v1, v2)
             update_submodule(parent, name, v2)
             work = scratch / f"{name}-full"
-            result = run_child(["ingest", "--json"], env_for(work, parent))
+            result = run_child(ingest, env_for(work, parent))
             report["full"][name] = {"wall_s": result["wall_s"],
                                     "peak_rss_mb": result["peak_rss_mb"],
                                     **ingest_counts(result)}
@@ -199,9 +209,9 @@ def main(argv: list[str] | None = None) -> int:
             parent, v1, v2 = sites["hugo-docs"]
             work = scratch / "hugo-docs-inc"
             update_submodule(parent, "hugo-docs", v1)
-            setup = run_child(["ingest", "--json"], env_for(work, parent))
+            setup = run_child(ingest, env_for(work, parent))
             update_submodule(parent, "hugo-docs", v2)
-            inc = run_child(["ingest", "--json"], env_for(work, parent))
+            inc = run_child(ingest, env_for(work, parent))
             counts = ingest_counts(inc)
             full = report["full"]["hugo-docs"]
             share = counts["chunks_written"] / full["chunks_written"]
