@@ -34,8 +34,8 @@ from tasks.process import map_with_tasks
 # One thread: the per-file work (parse, clean, chunk) holds the GIL, so a second thread does
 # not finish the fan-out sooner; it only contends with the flow's event loop, the writer and
 # Prefect's own threads. Full hugo-docs ingests through the flow (bench/README.md): one
-# thread ahead of four in each of seven runs, by 0.1-6.6 s, with less CPU. A retry's delay
-# (at most a few seconds) holds the next files back meanwhile.
+# thread ahead of four in each of seven runs, by 0.1-6.6 s. A retry's delay (at most a few
+# seconds) holds the next files back meanwhile.
 DEFAULT_THREADS = 1
 
 
