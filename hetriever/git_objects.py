@@ -160,11 +160,8 @@ class _BlobReader:
         Symlinks and unknown paths still go by path, so git resolves (or rejects) them.
         """
         blobs = blobs or {}
-        payload = b"".join(
-            (blobs[p] + "\n").encode() if p in blobs
-            else f"{self.sha}:{p}\n".encode("utf-8", "surrogateescape")
-            for p in paths
-        )
+        payload = b"".join((blobs[p] + "\n").encode() if p in blobs else self._by_path(p)
+                           for p in paths)
 
         def feed() -> None:
             self._send(payload)
@@ -175,6 +172,13 @@ class _BlobReader:
 
         self.writer = threading.Thread(target=feed, name="cat-file-feed", daemon=True)
         self.writer.start()
+
+    def ask(self, path: str) -> None:
+        """Queue one path (already checked) and keep git's input open for more."""
+        self._send(self._by_path(path))
+
+    def _by_path(self, path: str) -> bytes:
+        return f"{self.sha}:{path}\n".encode("utf-8", "surrogateescape")
 
     def _header(self) -> bytes:
         assert self.proc.stdout
@@ -279,7 +283,7 @@ class FileReader:
         if self._reader is None:
             self._reader = _BlobReader(self.repo, self.commit)
             self._finalizer = weakref.finalize(self, self._reader.close)
-        self._reader._send(f"{self._reader.sha}:{path}\n".encode("utf-8", "surrogateescape"))
+        self._reader.ask(path)
         try:
             return self._reader.next_text(max_bytes)
         except SourceError:  # git stopped: the next read starts another process
