@@ -4,9 +4,9 @@
     HETRIEVER_EMBEDDING_PRECISION=int8 python bench/bench_memory.py   # the int8 model
     python bench/bench_memory.py --engine prefect --search-chunks 0   # ingests through the flow
 
-With `--engine prefect` the ingests run the Prefect flow; without PREFECT_API_URL, Prefect
-starts a temporary server as a child of the ingest process, and `ru_maxrss` is then the larger
-of the two processes' peaks.
+With `--engine prefect` the ingests run the Prefect flow; without PREFECT_API_URL, the CLI
+starts a temporary server (deployments/temporary_server.py) as a child process, and `ru_maxrss`
+is then the larger of the two processes' peaks (the server's stays below the flow's).
 
 Each figure is one child process (`hetriever ingest`, `hetriever search`) started with the
 settings in its environment, as a user would run it; its peak resident set size is the

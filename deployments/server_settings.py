@@ -17,7 +17,7 @@ the flow process itself used less (less contention for the cores).
 
 Every server hetriever starts gets these (the caller's environment wins):
 `deployments/stack.py`, `docker/run-local.sh`, `docker/compose.yaml`, the temporary server of
-`hetriever ingest --engine prefect` (not niced: Prefect starts it), the test harness
+`hetriever ingest --engine prefect` (deployments/temporary_server.py), the test harness
 (tests/conftest.py) and `bench/bench_flow.py`; tests/test_docker.py holds the shell script and
 the compose file to the same values.
 """

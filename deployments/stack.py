@@ -23,13 +23,13 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from deployments.register import DEFAULT_POOL, PROJECT_ROOT, deploy_all
 from deployments.server_settings import niced, with_server_settings
+from deployments.temporary_server import api_answers
 
 STOP_GRACE_SECONDS = 15.0
 START_TIMEOUT_SECONDS = 120.0
@@ -88,11 +88,7 @@ def running_pid(stack: Stack, name: str) -> int | None:
 
 
 def api_ready(stack: Stack) -> bool:
-    try:
-        with urllib.request.urlopen(stack.api_url + "/health", timeout=2) as response:
-            return response.status == 200
-    except OSError:
-        return False
+    return api_answers(stack.api_url)
 
 
 def start(stack: Stack, name: str, args: list[str], *, low_priority: bool = False) -> int:

@@ -36,7 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --full: let the run delete more than half of a repository's chunks")
     p.add_argument("--batch-size", type=int)
     p.add_argument("--engine", choices=["local", "prefect"], default="local",
-                   help="run in-process (default) or as the Prefect ingest flow")
+                   help="run in-process (default) or as the Prefect ingest flow (against "
+                        "PREFECT_API_URL, else a temporary server for this run)")
     p.add_argument("--task-runner",
                    help='with --engine prefect: "threads", "threads:N", "dask" (a local '
                         'cluster) or "dask:tcp://host:8786" (file tasks and embedding run on '

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
 from pathlib import Path
 
@@ -61,20 +60,20 @@ def repo_of(parent: Path, name: str):
     return repo
 
 
-def test_cli_prefect_engine_runs_the_flow_with_hetrievers_server_settings(
-        sample_parent, monkeypatch):
-    """`hetriever ingest --engine prefect` runs the ingest flow; a temporary server Prefect
-    starts for it (no PREFECT_API_URL) inherits hetriever's server settings from this
-    process's environment, as the stack's and the harness's servers get them."""
-    from deployments.server_settings import SERVER_ENV
+def test_cli_prefect_engine_runs_the_flow_on_the_configured_server(sample_parent, monkeypatch):
+    """`hetriever ingest --engine prefect` with an API configured (here the harness's) runs
+    the ingest flow against that server and starts none of its own (tests/
+    test_temporary_server.py covers the case without one)."""
+    import deployments.temporary_server
     from hetriever.cli import main
 
-    for key in SERVER_ENV:
-        monkeypatch.delenv(key, raising=False)
+    def no_second_server(*_, **__):
+        raise AssertionError("a temporary server was started although an API is configured")
+
+    monkeypatch.setattr(deployments.temporary_server, "temporary_server", no_second_server)
     # No capsys: Prefect's console handler keeps the stream it first sees, and a per-test
     # capture closes it under the tests that follow.
     assert main(["ingest", "--engine", "prefect", "--json"]) == 0
-    assert {key: os.environ.get(key) for key in SERVER_ENV} == SERVER_ENV
     state, summary = run_ingest()  # the CLI's run recorded the commit: nothing left to do
     assert state.is_completed() and summary["repositories"][0]["mode"] == "noop"
 

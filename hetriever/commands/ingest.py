@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from typing import Any
+from contextlib import ExitStack
 
 from hetriever.commands.common import EXIT_FAILED, EXIT_OK, cli_settings, make_console, print_json
 from hetriever.errors import HetrieverError, UserError
@@ -76,6 +76,49 @@ def print_ingest(outcomes: list[dict]) -> None:
     make_console().print(table)
 
 
+def run_ingest_flow(args: argparse.Namespace, settings) -> list[dict]:
+    """The ingest flow in this process; one outcome per repository. Against PREFECT_API_URL
+    when one is configured, else against a temporary server of its own
+    (deployments.temporary_server: outside this process, with hetriever's server settings,
+    stopped at the end)."""
+    import os
+
+    from prefect.client.schemas.objects import State
+    from prefect.settings import (PREFECT_API_URL, PREFECT_UI_URL, get_current_settings,
+                                  temporary_settings)
+
+    from deployments.temporary_server import temporary_server
+
+    # The flow reads its settings from the environment: hand it this command's options.
+    os.environ["HETRIEVER_DOCS_ROOT"] = str(settings.docs_root)
+    os.environ["HETRIEVER_CHROMA_PATH"] = str(settings.chroma_path)
+    with ExitStack() as stack:
+        if not get_current_settings().api.url:
+            timeout = float(os.environ.get("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS",
+                                           "120"))
+            server = stack.enter_context(temporary_server(timeout))
+            # No "View at" links: the server has no UI and stops with this command.
+            stack.enter_context(temporary_settings({PREFECT_API_URL: server.api_url,
+                                                    PREFECT_UI_URL: ""}))
+        from flows.ingest import ingest
+
+        try:
+            # A flow called with return_state=True returns a coroutine of its State.
+            run = ingest(repositories=args.repository or None, force_full=args.full,
+                         batch_size=args.batch_size, task_runner=args.task_runner,
+                         return_state=True)
+            state: State = asyncio.run(run)  # type: ignore[arg-type]
+        except RuntimeError as exc:  # e.g. the Prefect API cannot be reached
+            raise HetrieverError(f"Prefect is not available: {exc}",
+                                 hint="set PREFECT_API_URL to a running server, or use "
+                                      "--engine local") from None
+        summary = state.result(raise_on_failure=False)
+    if not isinstance(summary, dict):  # the flow failed before any repository ran
+        raise summary if isinstance(summary, HetrieverError) else HetrieverError(
+            f"the ingest flow failed: {state.message or summary}")
+    return summary["repositories"]
+
+
 def cmd_ingest(args: argparse.Namespace) -> int:
     if args.allow_mass_delete and not args.full:
         raise UserError("--allow-mass-delete needs --full",
@@ -87,36 +130,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
                         hint="the task runner is the Prefect flow's; the local engine runs "
                              "in this process")
     if args.engine == "prefect":
-        import os
-
-        # Without PREFECT_API_URL, Prefect starts a temporary local server: give it time on a
-        # busy machine, and keep it from reaching out for analytics (there may be no network).
-        os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
-        os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-        # ... and record the task runs as every server hetriever starts does (in batches).
-        from deployments.server_settings import apply_server_settings
-
-        apply_server_settings()
-        # The flow reads its settings from the environment: hand it this command's options.
-        os.environ["HETRIEVER_DOCS_ROOT"] = str(settings.docs_root)
-        os.environ["HETRIEVER_CHROMA_PATH"] = str(settings.chroma_path)
-        from flows.ingest import ingest
-
-        try:
-            # A flow called with return_state=True returns a coroutine of its State.
-            run = ingest(repositories=args.repository or None, force_full=args.full,
-                         batch_size=args.batch_size, task_runner=args.task_runner,
-                         return_state=True)
-            state: Any = asyncio.run(run)  # type: ignore[arg-type]
-        except RuntimeError as exc:  # e.g. the Prefect API cannot be reached or started
-            raise HetrieverError(f"Prefect is not available: {exc}",
-                                 hint="set PREFECT_API_URL to a running server, or use "
-                                      "--engine local") from None
-        summary = state.result(raise_on_failure=False)
-        if not isinstance(summary, dict):  # the flow failed before any repository ran
-            raise summary if isinstance(summary, HetrieverError) else HetrieverError(
-                f"the ingest flow failed: {state.message or summary}")
-        outcomes = summary["repositories"]
+        outcomes = run_ingest_flow(args, settings)
     else:
         outcomes = asyncio.run(ingest_local(settings, args.repository or None, args.full,
                                              show_progress=not args.json))
