@@ -216,7 +216,7 @@ class StoreWrites(RepositoryViews):
                 if vanished:
                     faults.check("replaced_chunks_deleted", collection)
                 # BM25 rows of these files that Chroma no longer has (a crash between writes).
-                stale = index.ids_where({"file_path": {"$in": list(files)}}) - set(ids)
+                stale = index.ids_of_files(files) - set(ids)
                 if stale:
                     index.delete(stale)
             faults.check("window_bm25_committed", collection)
@@ -252,7 +252,7 @@ class StoreWrites(RepositoryViews):
                 if ids:
                     index.delete(ids)
                 # BM25 rows Chroma never had (a crash between the two writes) go too.
-                index.delete_where({"file_path": {"$in": list(file_paths)}})
+                index.delete(index.ids_of_files(file_paths))
         return removed
 
     def index_document_sync(self, doc_id: str, content: str, metadata: Metadata) -> bool:

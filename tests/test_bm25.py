@@ -391,6 +391,58 @@ def test_file_counts_are_live_chunks_per_file(index):
     assert index.file_counts() == {"z.md": 1}
 
 
+def test_file_counts_read_from_the_file_agree_with_the_in_memory_index(tmp_path):
+    path = tmp_path / "bm25.sqlite"
+    metas = [{"file_path": "x.md"}, {"file_path": "x.md"}, {"file_path": "y.md"},
+             {"file_path": "y.md", "is_deleted": True}, {"file_path": "z.md", "is_deleted": False},
+             {"other": 1}, {"file_path": 7}]
+    with BM25Index(path) as writer:
+        writer.upsert([f"d{i}" for i in range(len(metas))], ["t"] * len(metas), metas)
+        from_file = writer.file_counts()
+        assert writer._state is None  # answered without loading the in-memory index
+        with writer.transaction():
+            writer.delete(["d0"])
+            assert writer.file_counts() == from_file  # committed state only
+        after_delete = writer.file_counts()
+    with BM25Index(path) as reader:
+        reader.search("t", 1)  # a searching process: its index is in memory
+        assert reader._state is not None
+        assert reader.file_counts() == after_delete == {"x.md": 1, "y.md": 1, "z.md": 1}
+    assert from_file == {"x.md": 2, "y.md": 1, "z.md": 1}
+
+
+def test_ids_of_files_match_ids_where_and_see_the_open_transaction(index):
+    index.upsert(["a1", "a2", "b1", "c1"], ["t"] * 4,
+                 [{"file_path": "a.md"}, {"file_path": "a.md", "is_deleted": True},
+                  {"file_path": "b.md"}, {"file_path": "c.md"}])
+    files = ["a.md", "b.md", "missing.md"]
+    assert index.ids_of_files(files) == index.ids_where({"file_path": {"$in": files}}) \
+        == {"a1", "a2", "b1"}
+    with index.transaction():
+        index.delete(["a1"])
+        index.upsert(["b2"], ["t"], [{"file_path": "b.md"}])
+        assert index.ids_of_files(files) == {"a2", "b1", "b2"}
+    assert index.ids_of_files(["c.md"]) == {"c1"} and index.ids_of_files([]) == set()
+
+
+def test_the_first_write_adds_the_index_of_documents_by_file(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "bm25.sqlite"
+    with BM25Index(path) as ix:
+        ix.upsert(["a"], ["t"], [{"file_path": "a.md"}])
+    with sqlite3.connect(path) as db:  # an index file written before the index existed
+        db.execute("DROP INDEX docs_file_path")
+    with BM25Index(path) as ix:
+        assert ix.ids_of_files(["a.md"]) == {"a"}  # a scan until then
+        ix.upsert(["b"], ["t"], [{"file_path": "a.md"}])
+    with sqlite3.connect(path) as db:
+        plan = " ".join(str(row) for row in db.execute(
+            "EXPLAIN QUERY PLAN SELECT id FROM docs "
+            "WHERE json_extract(metadata, '$.file_path') IN ('a.md')"))
+    assert "docs_file_path" in plan
+
+
 def test_few_ids_where_follows_committed_writes_from_another_index(tmp_path):
     path = tmp_path / "bm25.sqlite"
     with BM25Index(path) as writer, BM25Index(path) as reader:
