@@ -12,6 +12,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -93,6 +94,33 @@ def test_a_server_that_does_not_answer_in_time_is_a_clear_error_and_is_stopped(t
     assert "did not answer within 0 s" in error and "PREFECT_API_URL" in error
     assert "Traceback" not in done.stdout + done.stderr
     assert "LEFT []" in done.stdout
+
+
+KILLED = """
+import os, signal
+from deployments.temporary_server import temporary_server
+with temporary_server() as server:
+    print(server.pid, flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)  # no `finally` runs: the command dies abruptly
+"""
+
+
+def gone(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal")
+def test_the_server_does_not_outlive_a_command_killed_outright(tmp_path):
+    done = python(KILLED, clean_env(tmp_path))
+    assert done.returncode == -9, done.stderr[-2000:]
+    pid = int(done.stdout.split()[0])
+    deadline = time.monotonic() + 30
+    while not gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert gone(pid)
 
 
 CLI = """
