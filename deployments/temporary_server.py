@@ -66,11 +66,17 @@ def server_command(port: int) -> list[str]:
 
 def server_env() -> dict[str, str]:
     """This process's environment and Prefect settings (a profile's database, home...), plus
-    hetriever's server settings where unset, plus Prefect's flags for a temporary server."""
+    hetriever's server settings where unset, plus Prefect's flags for a temporary server.
+    PREFECT_HOME is created if missing."""
     from prefect.settings import get_current_settings
 
+    settings = get_current_settings()
+    try:  # where its database goes by default; Prefect makes only the last level
+        Path(settings.home).mkdir(parents=True, exist_ok=True)
+    except OSError:
+        pass  # the server says what it cannot open
     env = with_server_settings(os.environ)
-    env.update(get_current_settings().to_environment_variables(exclude_unset=True))
+    env.update(settings.to_environment_variables(exclude_unset=True))
     env.update(TEMPORARY_SERVER_ENV)
     env.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")  # there may be no network
     return env
@@ -130,7 +136,7 @@ def _wait_until_it_answers(process: subprocess.Popen, api_url: str, timeout: flo
     while not api_answers(api_url, timeout=1.0):
         if process.poll() is not None or time.monotonic() >= deadline:
             output.seek(0)
-            tail = output.read()[-1500:].strip()
+            tail = "\n".join(last_messages(output.read()))
             what = (f"exited with code {process.returncode}" if process.poll() is not None
                     else f"did not answer within {timeout:.0f} s")
             raise HetrieverError(
@@ -138,6 +144,15 @@ def _wait_until_it_answers(process: subprocess.Popen, api_url: str, timeout: flo
                 hint="set PREFECT_API_URL to a running server (`make prefect-up`), raise "
                      "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS, or use --engine local")
         time.sleep(0.2)
+
+
+def last_messages(output: str, count: int = 3) -> list[str]:
+    """The last `count` lines of a server's output that are messages, not traceback frames
+    (the exception's own line, uvicorn's "Application startup failed")."""
+    lines = [line.strip() for line in output.splitlines()
+             if line.strip() and not line[0].isspace()
+             and not line.startswith(("Traceback", "The above exception", "During handling"))]
+    return lines[-count:]
 
 
 def stop(process: subprocess.Popen) -> None:

@@ -28,7 +28,8 @@ TIMEOUT = 300
 def clean_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PREFECT_", "HETRIEVER_"))}
-    env.update({"PREFECT_HOME": str(tmp_path / "prefect-home"),
+    # Two levels that do not exist yet: Prefect itself makes only the last one.
+    env.update({"PREFECT_HOME": str(tmp_path / "prefect" / "home"),
                 "PREFECT_SERVER_ANALYTICS_ENABLED": "false", **extra})
     return env
 
@@ -62,7 +63,7 @@ def test_the_server_answers_niced_with_the_server_settings_and_is_gone_afterward
     environ = seen["environ"]
     assert {key: environ.get(key) for key in SERVER_ENV} == SERVER_ENV
     assert environ["PREFECT__SERVER_EPHEMERAL"] == "1" and environ["PREFECT_UI_ENABLED"] == "0"
-    assert environ["PREFECT_HOME"] == str(tmp_path / "prefect-home")
+    assert environ["PREFECT_HOME"] == str(tmp_path / "prefect" / "home")
 
 
 NO_ANSWER = """
@@ -94,6 +95,27 @@ def test_a_server_that_does_not_answer_in_time_is_a_clear_error_and_is_stopped(t
     assert "did not answer within 0 s" in error and "PREFECT_API_URL" in error
     assert "Traceback" not in done.stdout + done.stderr
     assert "LEFT []" in done.stdout
+
+
+UNUSABLE_HOME = """
+from deployments.temporary_server import temporary_server
+from hetriever.errors import HetrieverError
+try:
+    with temporary_server(timeout=120):
+        raise SystemExit("a server started on a home it cannot write")
+except HetrieverError as exc:
+    print("ERROR", exc)
+"""
+
+
+def test_a_server_that_cannot_start_says_why_in_a_few_lines(tmp_path):
+    (tmp_path / "a-file").write_text("not a directory\n")
+    home = tmp_path / "a-file" / "home"
+    done = python(UNUSABLE_HOME, clean_env(tmp_path, PREFECT_HOME=str(home)))
+    assert done.returncode == 0, done.stderr[-2000:]
+    message = done.stdout[done.stdout.index("ERROR"):]
+    assert "exited with code" in message and "unable to open database file" in message
+    assert "File \"" not in message and len(message.splitlines()) <= 4  # no traceback frames
 
 
 KILLED = """
@@ -147,7 +169,7 @@ def test_cli_prefect_engine_without_an_api_runs_the_flow_on_a_temporary_server(
     # Everything the run logged reached the server before it stopped; no links to a UI that
     # was never served.
     assert "Error logging to API" not in done.stderr and "View at" not in done.stderr
-    with sqlite3.connect(tmp_path / "prefect-home" / "prefect.db") as db:
+    with sqlite3.connect(tmp_path / "prefect" / "home" / "prefect.db") as db:
         flows = db.execute("SELECT f.name, r.state_type FROM flow_run r JOIN flow f "
                            "ON f.id = r.flow_id").fetchall()
     assert ("ingest", "COMPLETED") in flows and ("index-repository", "COMPLETED") in flows
