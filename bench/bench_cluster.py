@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 import statistics
 import subprocess
 import sys
@@ -29,13 +28,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
 from bench.common import RESULTS_DIR, bench_settings, load_corpus_chunks, load_sample_chunks  # noqa: E402
+from deployments.temporary_server import free_port  # noqa: E402
 from hetriever.logs import configure_logging  # noqa: E402
-
-
-def _port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @contextmanager
@@ -43,7 +37,7 @@ def dask_cluster(workers: int, threads: int) -> Iterator[str]:
     from distributed import Client
 
     dask = str(Path(sys.executable).parent / "dask")
-    address = f"tcp://127.0.0.1:{_port()}"
+    address = f"tcp://127.0.0.1:{free_port()}"
     procs = [subprocess.Popen([dask, "scheduler", "--host", "127.0.0.1", "--port",
                                address.rsplit(":", 1)[1], "--no-dashboard"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]

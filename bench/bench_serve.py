@@ -41,19 +41,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_store import build_latency_store, embeddings_for, load_chunks, query_set  # noqa: E402
 from common import RESULTS_DIR, bench_settings, make_embedder, percentile, print_table  # noqa: E402
 
+from deployments.temporary_server import free_port  # noqa: E402
 from hetriever.logs import configure_logging  # noqa: E402
 from hetriever.search import hybrid_search  # noqa: E402
 
 TOP_K = 10
 START_TIMEOUT = 300.0
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def start_server(workdir: Path, model_dir: Path) -> tuple[subprocess.Popen, str]:

@@ -211,13 +211,11 @@ def print_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
 @contextlib.contextmanager
 def chroma_server(path: Path) -> Iterator[int]:
     """`chroma run` (beside this Python) on a free port of 127.0.0.1 until the block ends."""
-    import socket
-
     import httpx
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
+    from deployments.temporary_server import free_port
+
+    port = free_port()
     path.mkdir(parents=True)
     proc = subprocess.Popen([str(Path(sys.executable).parent / "chroma"), "run", "--path",
                              str(path), "--host", "127.0.0.1", "--port", str(port)],

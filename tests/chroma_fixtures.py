@@ -13,7 +13,6 @@ Registered as a plugin by tests/conftest.py, so every test module sees these fix
 from __future__ import annotations
 
 import contextlib
-import socket
 import subprocess
 import sys
 import time
@@ -25,16 +24,11 @@ from typing import Any
 import httpx
 import pytest
 
+from deployments.temporary_server import free_port
 from hetriever.config import Settings, load_settings
 from tests.fakes import MemoryClient
 
 SERVER_START_TIMEOUT = 60.0
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def chroma_executable() -> Path:
