@@ -157,6 +157,9 @@ class MiniLMEmbedder(_Counters):
             import onnxruntime as ort
             from tokenizers import Tokenizer
 
+            from hetriever.tokenizer import encode_sequentially
+
+            encode_sequentially()
             self._tokenizer = Tokenizer.from_file(str(onnx_dir / "tokenizer.json"))
             # tokenizer.json ships fixed 128-token padding/truncation; we read up to 256
             # (as sentence-transformers and Chroma do) and pad per batch ourselves.

