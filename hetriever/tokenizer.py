@@ -29,8 +29,8 @@ def encode_sequentially() -> None:
 
     Chunks are measured while the embedder's threads keep the cores busy; tokenizers' own
     thread pool for batch encoding then competes with them for those cores. Sequential, the
-    incremental hugo-docs v1 -> v2 ingest took 14.7 s instead of 15.1-16.6 s in-process and
-    18.5-18.9 s instead of 19.4-19.6 s through the flow; full ingests no slower
+    incremental hugo-docs v1 -> v2 ingest took 14.78 s instead of 15.28 s in-process and 18.69 s
+    instead of 19.63 s through the flow (medians of three or four runs); full ingests no slower
     (bench/README.md). A lone query's encoding has nothing to share out either way."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
