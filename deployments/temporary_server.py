@@ -64,6 +64,17 @@ def server_command(port: int) -> list[str]:
             "--port", str(port), "--log-level", "error", "--lifespan", "on"]
 
 
+def make_prefect_home() -> None:
+    """Create PREFECT_HOME, parents included, if the environment names one. Called before
+    Prefect is imported: the import makes only the last level and, failing that, warns."""
+    home = os.environ.get("PREFECT_HOME")
+    if home:
+        try:
+            Path(home).expanduser().mkdir(parents=True, exist_ok=True)
+        except OSError:
+            pass  # Prefect's own warning, then the server's error, say what is wrong
+
+
 def server_env() -> dict[str, str]:
     """This process's environment and Prefect settings (a profile's database, home...), plus
     hetriever's server settings where unset, plus Prefect's flags for a temporary server.

@@ -163,6 +163,8 @@ def test_cli_prefect_engine_without_an_api_runs_the_flow_on_a_temporary_server(
     # Everything the run logged reached the server before it stopped; no links to a UI that
     # was never served.
     assert "Error logging to API" not in done.stderr and "View at" not in done.stderr
+    # PREFECT_HOME two levels deep is made before Prefect's import would warn about it.
+    assert "Failed to create the Prefect home" not in done.stderr
     with sqlite3.connect(tmp_path / "prefect" / "home" / "prefect.db") as db:
         flows = db.execute("SELECT f.name, r.state_type FROM flow_run r JOIN flow f "
                            "ON f.id = r.flow_id").fetchall()
@@ -172,3 +174,24 @@ def test_cli_prefect_engine_without_an_api_runs_the_flow_on_a_temporary_server(
                    "--json")  # a second temporary server, the same database: nothing to do
     assert again.returncode == 0, again.stderr[-3000:]
     assert json.loads(again.stdout)[0]["mode"] == "noop"
+
+
+def test_cli_prefect_engine_on_a_docs_root_without_repositories_says_so_in_one_line(tmp_path):
+    (tmp_path / "docs").mkdir()
+    env = clean_env(tmp_path, HETRIEVER_CHROMA_PATH=str(tmp_path / "chroma"),
+                    HETRIEVER_STATE_DIR=str(tmp_path / "state"))
+    for extra in ([], ["--repository", "nowhere"]):
+        done = python(CLI, env, "--docs-root", str(tmp_path / "docs"), "ingest", "--engine",
+                      "prefect", *extra)
+        assert done.returncode != 0
+        assert "no git repositories found" in done.stderr
+        assert "Traceback" not in done.stderr + done.stdout
+        # Found before any server started or the flow ran: no database, nothing recorded.
+        assert not (tmp_path / "prefect" / "home" / "prefect.db").exists()
+
+    parent, _ = build_sample_parent(tmp_path / "sample")
+    done = python(CLI, env, "--docs-root", str(parent), "ingest", "--engine", "prefect",
+                  "--repository", "nowhere")
+    assert done.returncode != 0 and "nowhere" in done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
+    assert not (tmp_path / "prefect" / "home" / "prefect.db").exists()

@@ -83,11 +83,18 @@ def run_ingest_flow(args: argparse.Namespace, settings) -> list[dict]:
     stopped at the end)."""
     import os
 
+    from deployments.temporary_server import make_prefect_home, temporary_server
+    from hetriever.discover import discover_repositories, select_repositories
+
+    # A docs root without repositories or an unknown repository name is the user's mistake:
+    # one line, before any server starts (inside the flow it is a failed run and a traceback).
+    select_repositories(discover_repositories(settings.docs_root, content_dir=settings.content_dir,
+                                              urls=settings.repository_urls),
+                        args.repository or None)
+    make_prefect_home()
     from prefect.client.schemas.objects import State
     from prefect.settings import (PREFECT_API_URL, PREFECT_UI_URL, get_current_settings,
                                   temporary_settings)
-
-    from deployments.temporary_server import temporary_server
 
     # The flow reads its settings from the environment: hand it this command's options.
     os.environ["HETRIEVER_DOCS_ROOT"] = str(settings.docs_root)
