@@ -10,6 +10,7 @@ from __future__ import annotations
 import posixpath
 import re
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 
 import git
 
@@ -21,6 +22,9 @@ from hetriever.errors import (
 )
 from hetriever.logs import get_logger
 from hetriever.models import Repository
+
+if TYPE_CHECKING:
+    from hetriever.config import Settings
 
 log = get_logger(__name__)
 
@@ -108,6 +112,15 @@ def select_repositories(repos: list[Repository], names: list[str] | None) -> lis
         return repos
     require_known(names, [r.name for r in repos])
     return [r for r in repos if r.name in names]
+
+
+def configured_repositories(settings: Settings,
+                            names: list[str] | None = None) -> list[Repository]:
+    """The repositories under the settings' docs root (with their content dir and URLs), only
+    the named ones if any are named; no repositories or an unknown name is a clear error."""
+    return select_repositories(
+        discover_repositories(settings.docs_root, content_dir=settings.content_dir,
+                              urls=settings.repository_urls), names)
 
 
 def _from_gitmodules(parent: Path) -> list[tuple[str, Path, str, str]]:

@@ -7,8 +7,8 @@ from prefect import task
 from prefect.cache_policies import NONE
 
 from hetriever.config import Settings
-from hetriever.discover import discover_repositories
 from hetriever.models import Repository
+from hetriever.repositories import configured_repositories
 from tasks.retry import RETRIES, RETRY_DELAYS, RETRY_JITTER, retry_transient
 
 
@@ -16,5 +16,4 @@ from tasks.retry import RETRIES, RETRY_DELAYS, RETRY_JITTER, retry_transient
       retry_delay_seconds=RETRY_DELAYS, retry_jitter_factor=RETRY_JITTER,
       retry_condition_fn=retry_transient)
 def discover_task(settings: Settings) -> list[Repository]:
-    return discover_repositories(settings.docs_root, content_dir=settings.content_dir,
-                                 urls=settings.repository_urls)
+    return configured_repositories(settings)

@@ -90,6 +90,8 @@ def test_search_prints_results_to_stdout_and_rejects_an_unknown_repository(works
     (["search", "x", "--filter", '{"a": {"$regex": "."}}'], {}, "$regex"),
     (["search", "x", "-k", "1000"], {}, "1000"),
     (["ingest", "-r", "missing-docs"], {}, "unknown repositories: missing-docs"),
+    (["migrate", "-r", "missing-docs"], {}, "unknown repositories: missing-docs"),
+    (["status"], {"HETRIEVER_DOCS_ROOT": "/nonexistent/docs"}, "/nonexistent/docs"),
     (["ingest"], {"HETRIEVER_BATCH_SIZE": "lots"}, "batch_size"),
     (["ingest"], {"HETRIEVER_DOCS_ROOT": "/nonexistent/docs"}, "/nonexistent/docs"),
 ])

@@ -107,6 +107,26 @@ def test_directory_of_git_repos(tmp_path):
     assert repos[1].path == (root / "zeta-docs").resolve()
 
 
+def test_configured_repositories_follow_the_settings_and_the_names_asked_for(tmp_path):
+    from hetriever.config import Settings
+    from hetriever.errors import RepositoryNotFoundError
+    from hetriever.repositories import configured_repositories
+
+    root = tmp_path / "root"
+    doc_repo(root, "zeta-docs")
+    doc_repo(root, "alpha-docs")
+    settings = Settings(docs_root=root, content_dir="content/en",
+                        repository_urls={"zeta-docs": "https://example.org/zeta.git"})
+
+    repos = configured_repositories(settings)
+    assert [(r.name, r.url, r.content_dir) for r in repos] == [
+        ("alpha-docs", "", "content/en"), ("zeta-docs", "https://example.org/zeta.git",
+                                           "content/en")]
+    assert [r.name for r in configured_repositories(settings, ["zeta-docs"])] == ["zeta-docs"]
+    with pytest.raises(RepositoryNotFoundError, match="unknown repositories: beta-docs"):
+        configured_repositories(settings, ["beta-docs", "zeta-docs"])
+
+
 def test_docs_root_is_itself_a_repo(tmp_path):
     path, _ = doc_repo(tmp_path, "single-site")
     repos = discover_repositories(path, urls={"single-site": "u"})

@@ -60,11 +60,10 @@ def status_rows(settings, repos) -> list[dict[str, Any]]:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from hetriever.discover import discover_repositories
+    from hetriever.repositories import configured_repositories
 
     settings = cli_settings(args)
-    repos = discover_repositories(settings.docs_root, content_dir=settings.content_dir,
-                                  urls=settings.repository_urls)
+    repos = configured_repositories(settings)
     rows = status_rows(settings, repos)
     if args.json:
         print_json(rows)
@@ -120,21 +119,12 @@ def cmd_forget(args: argparse.Namespace) -> int:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    from hetriever.discover import discover_repositories
     from hetriever.lifecycle import migrate_repository
+    from hetriever.repositories import configured_repositories
     from hetriever.store import get_knowledge_store
 
     settings = cli_settings(args)
-    repos = discover_repositories(settings.docs_root, content_dir=settings.content_dir,
-                                  urls=settings.repository_urls)
-    if args.repository:
-        unknown = sorted(set(args.repository) - {r.name for r in repos})
-        if unknown:
-            from hetriever.errors import RepositoryNotFoundError
-
-            raise RepositoryNotFoundError(f"unknown repositories: {', '.join(unknown)}",
-                                          hint=f"known: {', '.join(r.name for r in repos)}")
-        repos = [r for r in repos if r.name in args.repository]
+    repos = configured_repositories(settings, args.repository)
     store = get_knowledge_store(settings)
     reports = [asyncio.run(migrate_repository(r, store, settings, force=args.force))
                for r in repos]

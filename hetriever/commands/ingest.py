@@ -10,26 +10,17 @@ from hetriever.commands.common import EXIT_FAILED, EXIT_OK, cli_settings, make_c
 from hetriever.errors import HetrieverError, UserError
 
 
-def _repositories(settings, names: list[str] | None) -> list:
-    """The configured repositories, only the named ones if any are named; a docs root without
-    repositories or an unknown name is a clear error."""
-    from hetriever.discover import discover_repositories, select_repositories
-
-    return select_repositories(
-        discover_repositories(settings.docs_root, content_dir=settings.content_dir,
-                              urls=settings.repository_urls), names)
-
-
 async def ingest_local(settings, names: list[str] | None, force_full: bool,
                         show_progress: bool) -> list[dict]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from hetriever.indexing import index_repository
     from hetriever.logs import get_logger
+    from hetriever.repositories import configured_repositories
     from hetriever.store import get_knowledge_store
 
     log = get_logger("hetriever.cli")
-    repos = _repositories(settings, names)
+    repos = configured_repositories(settings, names)
     outcomes = []
     store = get_knowledge_store(settings)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -92,10 +83,11 @@ def run_ingest_flow(args: argparse.Namespace, settings) -> list[dict]:
     import os
 
     from deployments.temporary_server import make_prefect_home, temporary_server
+    from hetriever.repositories import configured_repositories
 
     # A docs root without repositories or an unknown repository name is the user's mistake:
     # one line, before any server starts (inside the flow it is a failed run and a traceback).
-    _repositories(settings, args.repository or None)
+    configured_repositories(settings, args.repository or None)
     make_prefect_home()
     from prefect.client.schemas.objects import State
     from prefect.settings import (PREFECT_API_URL, PREFECT_UI_URL, get_current_settings,

@@ -247,12 +247,11 @@ class DocsService:
         return rows
 
     def _checked_out(self) -> dict[str, str]:
-        from hetriever.discover import discover_repositories, head_commit
+        from hetriever.discover import head_commit
+        from hetriever.repositories import configured_repositories
 
         try:
-            repos = discover_repositories(self.settings.docs_root,
-                                          content_dir=self.settings.content_dir,
-                                          urls=self.settings.repository_urls)
+            repos = configured_repositories(self.settings)
             return {r.name: head_commit(r) for r in repos}
         except HetrieverError:  # no docs root beside this server: commits unknown, not an error
             return {}
