@@ -92,6 +92,7 @@ def test_search_prints_results_to_stdout_and_rejects_an_unknown_repository(works
     (["ingest", "-r", "missing-docs"], {}, "unknown repositories: missing-docs"),
     (["migrate", "-r", "missing-docs"], {}, "unknown repositories: missing-docs"),
     (["status"], {"HETRIEVER_DOCS_ROOT": "/nonexistent/docs"}, "/nonexistent/docs"),
+    (["serve", "--new-key", ""], {}, "no level given"),
     (["ingest"], {"HETRIEVER_BATCH_SIZE": "lots"}, "batch_size"),
     (["ingest"], {"HETRIEVER_DOCS_ROOT": "/nonexistent/docs"}, "/nonexistent/docs"),
 ])

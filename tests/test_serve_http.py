@@ -171,6 +171,46 @@ def test_bad_bodies_get_4xx_never_500(api):
         assert resp.json()["error"]
 
 
+def test_malformed_text_and_json_get_a_400_and_every_error_one_shape(api):
+    deep = "[" * 3000 + "]" * 3000  # a small body that overflows the JSON decoder's recursion
+    for body, message in (
+            (b'{"q": "\\ud83d cut in half"}', "surrogate"),  # a client cut an emoji in two
+            (b'{"q": "where", "filter": {"section": "\\udc00"}}', "surrogate"),
+            (('{"q": "where", "filter": ' + deep + "}").encode(), "nested too deeply"),
+            (b'{"q": "\xff"}', "not valid JSON")):
+        resp = httpx.post(api.url + "/search", content=body, timeout=TIMEOUT)
+        assert resp.status_code == 400, (body[:40], resp.text)
+        assert message in resp.json()["error"]
+    assert "nested too deeply" in get(api, "/search", q="where", filter=deep).json()["error"]
+    missing = get(api, "/no/such/path")
+    assert missing.status_code == 404 and missing.json() == {"error": "Not Found"}
+    wrong = httpx.put(api.url + "/search", timeout=TIMEOUT)
+    assert wrong.status_code == 405 and wrong.json() == {"error": "Method Not Allowed"}
+    assert "GET" in wrong.headers["allow"]
+
+
+def test_default_k_and_grouping_follow_the_settings(served_docs):
+    # A default_top_k above what a server answers gets the server's limit, not an error for
+    # every search that gives no k; group_by applies when a request names no group.
+    with running(served_docs, "serve", HETRIEVER_DEFAULT_TOP_K="80",
+                 HETRIEVER_GROUP_BY="chunk") as served:
+        answer = search(served, q="where function")
+        posted = httpx.post(served.url + "/search", json={"q": "where function"},
+                            timeout=TIMEOUT)
+        log = served.log.read_text()
+    assert (answer["k"], answer["group"]) == (50, "chunk")
+    assert posted.status_code == 200 and posted.json()["group"] == "chunk"
+    assert "default_top_k_capped" in log
+
+
+def test_a_server_with_no_index_says_so_at_start(served_docs, tmp_path):
+    with running(served_docs, "serve", HETRIEVER_CHROMA_PATH=str(tmp_path / "typo" / "chroma"),
+                 HETRIEVER_STATE_DIR=str(tmp_path / "typo" / "state")) as served:
+        assert search(served, q="where")["results"] == []
+        log = served.log.read_text()
+    assert "nothing_indexed" in log and "hetriever ingest" in log
+
+
 def test_health_readiness_openapi_and_metrics(api, served_docs):
     assert get(api, "/healthz").json() == {"status": "ok"}
     assert get(api, "/readyz").json() == {"status": "ready"}

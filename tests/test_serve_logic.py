@@ -13,7 +13,7 @@ from hetriever.models import SearchResult
 from hetriever.serve import pages
 from hetriever.serve.keys import InvalidKeyError, KeyRing, hash_key, key_from_headers, new_key
 from hetriever.serve.mcp_server import clip
-from hetriever.serve.service import Busy, DocsService, Limits
+from hetriever.serve.service import Busy, DocsService, Limits, RequestError
 
 
 def ring(text: str) -> KeyRing:
@@ -143,3 +143,56 @@ def test_the_concurrency_cap_queues_then_refuses():
 
     anyio.run(go)
     assert sorted(outcomes) == ["busy", "ran", "ran"]
+
+
+def test_readiness_is_not_queued_behind_searches(tmp_path):
+    # A server whose search queue is full is busy, not unready: a probe that went through the
+    # queue would take every instance out of a load balancer at peak load.
+    import httpx
+
+    from hetriever.serve.http_api import create_app
+    from hetriever.serve.telemetry import Telemetry
+
+    class Answering:  # the index backend's health check, as a store answers it
+        def health_check_sync(self) -> bool:
+            return True
+
+    service = DocsService(load_settings(env={}, config_file=None), store=Answering(),
+                          limits=Limits(max_concurrency=1, max_waiting=0))
+    telemetry = Telemetry(tmp_path, "http")
+    app = create_app(service, telemetry=telemetry)
+    release = threading.Event()
+
+    async def go():
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            with anyio.fail_after(30):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(service.call, release.wait, 30)
+                    await anyio.sleep(0.05)
+                    try:
+                        with pytest.raises(Busy):  # the queue is full
+                            await service.call(lambda: None)
+                        return await client.get("/readyz")
+                    finally:
+                        release.set()
+
+    try:
+        ready = anyio.run(go)
+    finally:
+        telemetry.close()
+    assert ready.status_code == 200 and ready.json() == {"status": "ready"}
+
+
+def test_a_default_k_above_the_servers_limit_is_the_limit():
+    settings = load_settings(env={"HETRIEVER_DEFAULT_TOP_K": "80"}, config_file=None)
+    service = DocsService(settings, store=object())
+    assert service.check_query("where", None) == ("where", 50)
+    small = DocsService(load_settings(env={"HETRIEVER_MAX_TOP_K": "3",
+                                           "HETRIEVER_DEFAULT_TOP_K": "2"}, config_file=None),
+                        store=object())
+    assert small.check_query("where", None) == ("where", 2)
+    with pytest.raises(RequestError, match="k must be an integer from 1 to 3"):
+        small.check_query("where", 4)
+    with pytest.raises(RequestError, match="surrogate"):
+        small.check_query("where \ud83d", 2)

@@ -4,6 +4,9 @@ subprocess, as a coding assistant starts it) and over streamable HTTP, against a
 from __future__ import annotations
 
 import json
+import select
+import signal
+import subprocess
 from typing import Any
 
 import anyio
@@ -117,6 +120,38 @@ def test_stdio_bad_key_fails_at_start_with_one_line(served_docs):
     assert out.returncode == 2
     assert out.stderr.strip().splitlines()[-1] == "hetriever: error: invalid API key"
     assert "Traceback" not in out.stderr
+
+
+def test_stdio_key_without_a_key_file_says_what_is_missing(served_docs):
+    out = served_docs.cli("mcp", HETRIEVER_API_KEY=TEAM_KEY, HETRIEVER_API_KEYS_FILE="",
+                          HETRIEVER_API_KEYS="")
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    last = out.stderr.strip().splitlines()[-1]
+    assert "no key file grants it" in last and "HETRIEVER_API_KEYS_FILE" in last
+
+
+def test_stdio_server_stops_on_ctrl_c_while_the_client_keeps_stdin_open(served_docs):
+    proc = subprocess.Popen([str(HETRIEVER), "mcp"], env=served_docs.env, cwd=served_docs.root,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        proc.stdin.write(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "test", "version": "1"}}}) + "\n")
+        proc.stdin.flush()
+        ready, _, _ = select.select([proc.stdout], [], [], SESSION_TIMEOUT)
+        assert ready and '"id":1' in proc.stdout.readline().replace(" ", "")
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=20)  # stdin still open: the client has not gone away
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=15)
+        proc.stdin.close()
+    err = proc.stderr.read()
+    proc.stdout.close()
+    proc.stderr.close()
+    assert code == 130 and "hetriever: interrupted" in err and "Traceback" not in err
 
 
 def test_streamable_http_with_keys(served_docs):

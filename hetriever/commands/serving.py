@@ -52,7 +52,7 @@ def cmd_prepare_model(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    if args.new_key:
+    if args.new_key is not None:  # `--new-key ''` is a mistake to report, not a server start
         from hetriever.serve.keys import new_key
 
         key, line = new_key(args.new_key)

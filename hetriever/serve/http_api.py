@@ -14,9 +14,11 @@ import time
 from collections.abc import MutableMapping
 from typing import Any
 
+import anyio.to_thread
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException
 
 from hetriever.errors import (
     BackendConnectionError,
@@ -40,6 +42,18 @@ BAD_REQUEST = (RequestError, InvalidFilterError, InvalidLimitError, InvalidColle
 
 def _error(status: int, message: str, **headers: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status, headers=headers or None)
+
+
+def _json(raw: str | bytes, what: str) -> Any:
+    """Decoded JSON, or a 400: deep nesting overflows the decoder's recursion, and invalid
+    UTF-8 fails decoding; both are the caller's mistake."""
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        raise RequestError(f"{what} is nested too deeply") from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+        detail = exc.msg if isinstance(exc, json.JSONDecodeError) else "not UTF-8"
+        raise RequestError(f"{what} is not valid JSON: {detail}") from None
 
 
 def status_of(exc: HetrieverError) -> int:
@@ -132,6 +146,11 @@ def create_app(service: DocsService, *, keys: KeyRing | None = None,
             log.error("request_failed", path=request.url.path, error=str(exc))
         return _error(status, str(exc), **({"Retry-After": "1"} if status == 503 else {}))
 
+    @app.exception_handler(HTTPException)
+    async def on_http(request: Request, exc: HTTPException) -> JSONResponse:
+        # An unknown path or a wrong method: the same {"error": ...} shape as every answer.
+        return _error(exc.status_code, str(exc.detail), **(exc.headers or {}))
+
     @app.exception_handler(RequestValidationError)
     async def on_invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {}
@@ -145,7 +164,7 @@ def create_app(service: DocsService, *, keys: KeyRing | None = None,
 
     async def run_search(request: Request, q: str | None, k: int | None,
                          repository: list[str] | None, filters: Any, lang: str | None,
-                         group: str) -> JSONResponse:
+                         group: str | None) -> JSONResponse:
         started = time.perf_counter()
         answer = await service.call(service.search, q, k=k, repositories=repository or None,
                                     filters=filters, lang=lang, group=group,
@@ -164,22 +183,15 @@ def create_app(service: DocsService, *, keys: KeyRing | None = None,
         filter: str | None = Query(None, description='metadata filter as JSON, '
                                                      'e.g. {"section": "functions"}'),
         lang: str | None = Query(None, description="content language, e.g. en"),
-        group: str = Query("page", description="page (one result per page) or chunk"),
+        group: str | None = Query(None, description="page (one result per page) or chunk; "
+                                                    "the group_by setting when not given"),
     ) -> JSONResponse:
-        filters = None
-        if filter:
-            try:
-                filters = json.loads(filter)
-            except json.JSONDecodeError as exc:
-                raise RequestError(f"filter is not valid JSON: {exc.msg}") from None
-        return await run_search(request, q, k, repository, filters, lang, group)
+        filters = _json(filter, "filter") if filter else None
+        return await run_search(request, q, k, repository, filters, lang, group or None)
 
     @app.post("/search", summary="Search with a JSON body: {q, k, repository, filter, lang, group}")
     async def search_post(request: Request) -> JSONResponse:
-        try:
-            body = json.loads(await request.body() or b"null")
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise RequestError("the body is not valid JSON") from None
+        body = _json(await request.body() or b"null", "the body")
         if not isinstance(body, dict):
             raise RequestError('the body must be a JSON object, e.g. {"q": "where"}')
         unknown = sorted(set(body) - {"q", "k", "repository", "filter", "lang", "group"})
@@ -195,7 +207,7 @@ def create_app(service: DocsService, *, keys: KeyRing | None = None,
             if body.get(field) is not None and not isinstance(body[field], str):
                 raise RequestError(f"{field} must be a string")
         return await run_search(request, body.get("q"), body.get("k"), repos,
-                                body.get("filter"), body.get("lang"), body.get("group") or "page")
+                                body.get("filter"), body.get("lang"), body.get("group") or None)
 
     @app.get("/pages/{ref:path}", summary="A page's chunks in order (page id, chunk id or URL)")
     async def page(request: Request, ref: str) -> JSONResponse:
@@ -212,7 +224,8 @@ def create_app(service: DocsService, *, keys: KeyRing | None = None,
 
     @app.get("/readyz", summary="The index backend answers")
     async def readyz() -> JSONResponse:
-        ok = await service.call(service.ready)
+        # Not behind the search queue: a busy server is still a ready one.
+        ok = await anyio.to_thread.run_sync(service.ready)
         return JSONResponse({"status": "ready" if ok else "unavailable"},
                             status_code=200 if ok else 503)
 

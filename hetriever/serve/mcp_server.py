@@ -25,7 +25,6 @@ from hetriever.serve.telemetry import Telemetry
 CHARS_PER_TOKEN = 4
 DEFAULT_TOKEN_BUDGET = 2000
 MAX_TOKEN_BUDGET = 8000
-DEFAULT_K = 5
 INSTRUCTIONS = ("Search up-to-date documentation kept in step with its git repositories. "
                 "Call search_docs first, then get_page with a result's page id for the whole "
                 "page. Cite the URL shown with each passage.")
@@ -112,13 +111,13 @@ def create_mcp(service: DocsService, keys: KeyRing, *, fixed_key: str | None = N
 
     @server.tool()
     async def search_docs(query: str, ctx: Context, repository: str | None = None,
-                          lang: str | None = None, k: int = DEFAULT_K,
+                          lang: str | None = None, k: int | None = None,
                           max_tokens: int | None = None) -> str:
         """Search the documentation. Returns the best pages, each with its title, URL, page id
         and the passage that matched. `query` is a question, words, a page's title or heading,
         or a docs URL (its page first; a `#anchor` shows that section). `repository` limits
         to one repository (see list_repositories), `lang` to a content language (e.g. "en"),
-        `k` is how many pages."""
+        `k` is how many pages (the server's default_top_k, 5 unless configured)."""
         budget = _budget(max_tokens)
         started = time.perf_counter()
         answer = await call(service.search, query, k=k,

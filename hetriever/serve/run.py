@@ -2,20 +2,46 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import sys
 from typing import Any
 
 from hetriever.config import Settings
 from hetriever.logs import get_logger
-from hetriever.serve.keys import KeyRing
+from hetriever.serve.keys import (ENV_CLIENT_KEY, ENV_KEYS, ENV_KEYS_FILE, InvalidKeyError,
+                                  KeyRing)
 from hetriever.serve.service import DocsService, Limits
 from hetriever.serve.telemetry import Telemetry
 
 log = get_logger(__name__)
 
 
+def _exit_on_interrupt(*closing: Any) -> None:
+    """Ctrl-C ends a stdio server at once, after closing `closing`. Left to asyncio, it
+    cancels the server's tasks and waits for them, and the one reading stdin waits on a
+    thread blocked in a read that only the client closing stdin ends."""
+    def stop(signum: int, frame: Any) -> None:
+        print("hetriever: interrupted", file=sys.stderr, flush=True)
+        for resource in closing:
+            resource.close()
+        os._exit(130)
+
+    signal.signal(signal.SIGINT, stop)  # asyncio keeps a handler it did not install
+
+
 def _service(settings: Settings, limits: Limits | None = None) -> DocsService:
     service = DocsService(settings, limits=limits)
     service.warm_up()  # the first request is served warm, and a broken model fails here
+    if not service.served_names():  # a mistyped path serves nothing: say so at once
+        index = (f"chroma {settings.chroma_host}:{settings.chroma_port}" if settings.chroma_host
+                 else str(settings.chroma_path.resolve()))
+        log.warning("nothing_indexed", index=index, state_dir=str(settings.resolved_state_dir),
+                    hint="run `hetriever ingest` first, or point HETRIEVER_CHROMA_PATH and "
+                         "HETRIEVER_STATE_DIR at an index; searches find nothing until then")
+    if settings.default_top_k > service.max_k:
+        log.warning("default_top_k_capped", default_top_k=settings.default_top_k,
+                    served=service.max_k)
     return service
 
 
@@ -43,14 +69,19 @@ def mcp(settings: Settings, *, transport: str, host: str, port: int) -> int:
 
     keys = KeyRing.from_env()
     fixed = stdio_key() if transport == "stdio" else None
-    if fixed is not None:
-        keys.levels(fixed)  # a wrong key in the assistant's config: fail now, not per call
+    if fixed is not None:  # a wrong key in the assistant's config: fail now, not per call
+        if not keys.grants:
+            raise InvalidKeyError(
+                f"{ENV_CLIENT_KEY} is set but no key file grants it",
+                hint=f"set {ENV_KEYS_FILE} (or {ENV_KEYS}) in the same environment")
+        keys.levels(fixed)
     service = _service(settings)
     telemetry = Telemetry(settings.resolved_state_dir, "mcp")
     server = create_mcp(service, keys, fixed_key=fixed if transport == "stdio" else None,
                         telemetry=telemetry)
     try:
         if transport == "stdio":
+            _exit_on_interrupt(telemetry, service)
             server.run("stdio")
         else:
             import uvicorn

@@ -12,6 +12,7 @@ is treated exactly like one that does not exist.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -61,6 +62,16 @@ class Limits:
     max_waiting: int = 64  # requests queued behind them before answering 503
 
 
+def check_text(value: Any, what: str) -> None:
+    """A lone UTF-16 surrogate (half an emoji, cut by a client) is no text: the store and
+    the JSON answer cannot encode it, so it is the caller's mistake, not a crash."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise RequestError(f"{what} holds a lone UTF-16 surrogate (part of a character)",
+                           hint="send valid UTF-8 text") from None
+
+
 class DocsService:
     def __init__(self, settings: Settings, *, store: ChromaKnowledgeStore | None = None,
                  limits: Limits | None = None) -> None:
@@ -91,6 +102,15 @@ class DocsService:
     def ready(self) -> bool:
         return self.store.health_check_sync()
 
+    @property
+    def max_k(self) -> int:
+        return min(self.limits.max_k, self.settings.max_top_k)
+
+    @property
+    def default_k(self) -> int:
+        """`default_top_k`, within what a server answers (a larger setting gets the limit)."""
+        return min(self.settings.default_top_k, self.max_k)
+
     # -- search --------------------------------------------------------------------
 
     def check_query(self, query: str | None, k: int | None) -> tuple[str, int]:
@@ -100,22 +120,26 @@ class DocsService:
         if len(text) > self.limits.max_query_chars:
             raise RequestError(f"the query is {len(text)} characters, above the limit of "
                                f"{self.limits.max_query_chars}")
-        k = self.settings.default_top_k if k is None else k
-        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= self.limits.max_k:
-            raise RequestError(f"k must be an integer from 1 to {self.limits.max_k}, got {k!r}")
+        check_text(text, "the query")
+        k = self.default_k if k is None else k
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= self.max_k:
+            raise RequestError(f"k must be an integer from 1 to {self.max_k}, got {k!r}")
         return text, k
 
     def search(self, query: str | None, *, k: int | None = None,
                repositories: list[str] | None = None, filters: dict[str, Any] | None = None,
-               lang: str | None = None, group: str = "page",
+               lang: str | None = None, group: str | None = None,
                levels: frozenset[str] | None = None) -> dict[str, Any]:
+        """`group`: "page" or "chunk"; None takes the `group_by` setting."""
         started = time.perf_counter()
         text, k = self.check_query(query, k)
+        group = self.settings.group_by if group is None else group
         if group not in GROUPS:
             raise RequestError(f"group must be one of {', '.join(GROUPS)}, got {group!r}")
         if filters is not None and not isinstance(filters, dict):
             raise RequestError("filters must be a JSON object",
                                hint='e.g. {"section": "functions"}')
+        check_text([filters, repositories, lang], "the request")
         served = self.served_names()
         names = [validate_collection_name(r) for r in repositories] if repositories else served
         names = [n for n in names if n in served]
@@ -146,6 +170,7 @@ class DocsService:
         ref = (ref or "").strip()
         if not ref or len(ref) > 2048:
             raise RequestError("give a page id (<repository>/<file_path>), a chunk id or a URL")
+        check_text(ref, "the page reference")
         visible = self._visible_plans(levels)
         found: list[Any] = []
         if pages.is_chunk_id(ref):
