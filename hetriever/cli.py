@@ -9,6 +9,7 @@ never a traceback. `--json` prints machine-readable output on stdout.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -20,6 +21,21 @@ from hetriever.commands.ingest import cmd_ingest
 from hetriever.commands.search import cmd_follow, cmd_search
 from hetriever.commands.serving import cmd_mcp, cmd_prepare_model, cmd_serve, cmd_serve_webhook
 from hetriever.errors import HetrieverError, UserError
+
+
+def _days(raw: str) -> float:
+    """A number of days for `purge --older-than`: 0 (everything soft-deleted) to 100 years."""
+    value = float(raw)  # a ValueError is argparse's "invalid _days value"
+    if not (math.isfinite(value) and 0 <= value <= 36_500):
+        raise argparse.ArgumentTypeError(f"{raw!r} is not a number of days from 0 to 36500")
+    return value
+
+
+def _query_count(raw: str) -> int:
+    value = int(raw)
+    if not 1 <= value <= 1_000_000_000:
+        raise argparse.ArgumentTypeError(f"{raw!r} is not a count from 1 to 1000000000")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -71,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("purge", help="remove soft-deleted chunks older than the retention")
-    p.add_argument("--older-than", type=float, help="days (default: retention_days)")
+    p.add_argument("--older-than", type=_days, help="days (default: retention_days)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_purge)
 
@@ -89,7 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_migrate)
 
     p = sub.add_parser("metrics", help="latency percentiles over recent queries")
-    p.add_argument("--last", type=int, default=1000)
+    p.add_argument("--last", type=_query_count, default=1000,
+                   help="the newest this many queries (default 1000)")
     p.add_argument("--source", choices=["http", "mcp"],
                    help="only searches served by `hetriever serve` or `hetriever mcp`")
     p.add_argument("--json", action="store_true")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import math
 import os
 import tomllib
 from collections.abc import Iterator
@@ -287,6 +288,14 @@ class Settings(_Layered):
     def _parse_pairs(cls, raw: Any) -> Any:
         return _pairs(raw)
 
+    @field_validator("docs_root", "chroma_path", "state_dir", "model_dir", mode="before")
+    @classmethod
+    def _not_empty(cls, raw: Any) -> Any:
+        # An empty value would become Path("."): the current directory, silently.
+        if isinstance(raw, str) and not raw.strip():
+            raise ValueError("must not be empty (leave it unset for the default)")
+        return raw
+
     @field_validator("docs_root", "chroma_path", "state_dir", "model_dir")
     @classmethod
     def _expand_user(cls, path: Path | None) -> Path | None:
@@ -385,6 +394,10 @@ def validate(settings: Settings) -> Settings:
             hint=f"fix {ENV_PREFIX}{name.upper()} or `{name}` in the config file",
         )
 
+    for name in Settings.model_fields:  # nan passes every range check below; inf most
+        value = getattr(settings, name)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise bad(name, "must be a finite number")
     if settings.follow and not settings.server_mode:
         raise ConfigurationError(
             "setting 'follow' needs a Chroma server: the manifest it follows is published there",
@@ -418,10 +431,10 @@ def validate(settings: Settings) -> Settings:
                                   "word-pieces per chunk; longer text would be silently truncated")
     if settings.retention_days < 0:
         raise bad("retention_days", "must be zero (delete at once) or a number of days")
-    if settings.run_lock_timeout < 0:
-        raise bad("run_lock_timeout", "must be zero or more seconds")
-    if not settings.chroma_timeout > 0:
-        raise bad("chroma_timeout", "must be a positive number of seconds")
+    if not 0 <= settings.run_lock_timeout <= 86_400:
+        raise bad("run_lock_timeout", "must be between 0 and 86400 seconds")
+    if not 0 < settings.chroma_timeout <= 3_600:
+        raise bad("chroma_timeout", "must be a positive number of seconds, at most 3600")
     if settings.max_file_bytes < 1:
         raise bad("max_file_bytes", "must be positive")
     if not 1 <= settings.chroma_port <= 65535:

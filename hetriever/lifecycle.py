@@ -19,7 +19,7 @@ from datetime import datetime, timedelta, timezone
 
 from hetriever.catalog import DELETED
 from hetriever.config import Settings
-from hetriever.errors import IndexingError, RepositoryNotFoundError
+from hetriever.errors import IndexingError, RepositoryNotFoundError, UserError
 from hetriever.logs import get_logger
 from hetriever.models import IndexResult, Repository, _Serialisable
 from hetriever.replica import publish_sync
@@ -143,7 +143,12 @@ def forget_file_sync(store, name: str, path: str) -> ForgetReport:
 
 
 async def forget(store, repository: str, file: str | None = None) -> ForgetReport:
-    if file:
+    """Erase `repository`, or only its `file` when one is given."""
+    if file is not None and not file.strip():  # not "no file": that erases everything
+        raise UserError("the file to forget is empty",
+                        hint="give a repository-relative path, or leave out --file to "
+                             "forget the whole repository")
+    if file is not None:
         return await asyncio.to_thread(forget_file_sync, store, repository, file)
     return await asyncio.to_thread(forget_repository_sync, store, repository)
 

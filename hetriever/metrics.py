@@ -69,6 +69,12 @@ class MetricsSummary(_Serialisable):
     by_mode: dict[str, int]
 
 
+def _storable(text: str) -> str:
+    """`text` as SQLite can store it: a lone surrogate (undecodable input) would fail the
+    whole batch of metrics, so it becomes U+FFFD."""
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
 class MetricsStore:
     def __init__(self, path: Path, *, keep: int = KEEP_QUERIES) -> None:
         self.path = path
@@ -84,7 +90,7 @@ class MetricsStore:
             self._db.executemany(
                 "INSERT INTO query_metrics (at, query, mode, latency_ms, results, top_score,"
                 " retriever_counts, repositories) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                [(m.at, m.query, m.mode, m.latency_ms, m.results, m.top_score,
+                [(m.at, _storable(m.query), m.mode, m.latency_ms, m.results, m.top_score,
                   json.dumps(m.retriever_counts), json.dumps(m.repositories)) for m in metrics],
             )
             # Retention: the newest `keep` queries (ids only grow, so one indexed delete).

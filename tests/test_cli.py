@@ -93,6 +93,12 @@ def test_search_prints_results_to_stdout_and_rejects_an_unknown_repository(works
     (["migrate", "-r", "missing-docs"], {}, "unknown repositories: missing-docs"),
     (["status"], {"HETRIEVER_DOCS_ROOT": "/nonexistent/docs"}, "/nonexistent/docs"),
     (["serve", "--new-key", ""], {}, "no level given"),
+    (["forget", "-r", "sample-docs", "--file", ""], {}, "the file to forget is empty"),
+    (["search", "caf\udce9"], {}, "not valid UTF-8"),  # the bytes b"caf\xe9", as Python gets them
+    (["purge", "--older-than", "nan"], {}, "number of days"),
+    (["metrics", "--last", "99999999999999999999"], {}, "count from 1"),
+    (["status"], {"HETRIEVER_DOCS_ROOT": ""}, "docs_root"),
+    (["search", "where"], {"HETRIEVER_RUN_LOCK_TIMEOUT": "nan"}, "run_lock_timeout"),
     (["ingest"], {"HETRIEVER_BATCH_SIZE": "lots"}, "batch_size"),
     (["ingest"], {"HETRIEVER_DOCS_ROOT": "/nonexistent/docs"}, "/nonexistent/docs"),
 ])

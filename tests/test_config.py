@@ -55,6 +55,16 @@ def test_use_hybrid_search_env(word, expected):
       "HETRIEVER_CHUNK_TOKENS": "400"}, "chunk_tokens"),
     ({"HETRIEVER_DENSE_WEIGHT_SHORT": "1.5"}, "dense_weight_short"),
     ({"HETRIEVER_SHORT_QUERY_TERMS": "-1"}, "short_query_terms"),
+    # an empty path would be the current directory; nan and inf pass range checks
+    ({"HETRIEVER_DOCS_ROOT": ""}, "docs_root"),
+    ({"HETRIEVER_CHROMA_PATH": " "}, "chroma_path"),
+    ({"HETRIEVER_STATE_DIR": ""}, "state_dir"),
+    ({"HETRIEVER_MODEL_DIR": ""}, "model_dir"),
+    ({"HETRIEVER_RUN_LOCK_TIMEOUT": "nan"}, "run_lock_timeout"),
+    ({"HETRIEVER_RUN_LOCK_TIMEOUT": "1e12"}, "run_lock_timeout"),
+    ({"HETRIEVER_BM25_PHRASE_WEIGHT": "inf"}, "bm25_phrase_weight"),
+    ({"HETRIEVER_CHROMA_TIMEOUT": "inf"}, "chroma_timeout"),
+    ({"HETRIEVER_DENSE_WEIGHT": "nan"}, "dense_weight"),
 ])
 def test_invalid_values_name_the_setting(env, name):
     with pytest.raises(ConfigurationError) as info:

@@ -68,3 +68,14 @@ def test_metrics_and_webhook_deliveries_live_in_the_catalog_file(tmp_path):
     assert metrics.summary().count == 1 and not deliveries.claim("delivery-1", "hugo-docs")
     for handle in (metrics, deliveries, catalog):
         handle.close()
+
+
+def test_a_query_that_is_not_valid_text_does_not_lose_the_batch(tmp_path):
+    # Undecodable input reaches Python as lone surrogates, which SQLite cannot store.
+    store = MetricsStore(tmp_path / "m.sqlite")
+    store.record_many([QueryMetric(query="caf\udce9", mode="bm25", latency_ms=2.0, results=1,
+                                   top_score=0.1),
+                       QueryMetric(query="where", mode="hybrid", latency_ms=3.0, results=2,
+                                   top_score=0.5)])
+    assert store.summary().count == 2
+    store.close()

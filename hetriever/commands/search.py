@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from hetriever.commands.common import EXIT_OK, cli_settings, make_console, print_json
+from hetriever.errors import UserError
 
 def run_search(settings, query: str, repositories: list[str] | None, top_k: int | None,
                 filters: dict | None, hybrid: bool | None, access: list[str] | None = None,
@@ -154,6 +155,11 @@ def cmd_search(args: argparse.Namespace) -> int:
     from hetriever.store import validate_collection_name
 
     settings = cli_settings(args)
+    try:  # bytes that are not UTF-8 reach Python as lone surrogates, which nothing can encode
+        args.query.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UserError("the query is not valid UTF-8 text",
+                        hint="check the encoding of the shell or script that passes it") from None
     for name in args.repository or []:  # the arguments first, then whether there is an index
         validate_collection_name(name)
     filters = _parse_filter(args.filter)
