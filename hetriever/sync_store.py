@@ -53,6 +53,15 @@ class SyncStore(StoreWrites):
         return [Document(doc_id=i, content=d or "", metadata=dict(m or {}))
                 for i, d, m in zip(got["ids"], got["documents"] or [], got["metadatas"] or [])]
 
+    def chunks_by_ids_sync(self, collection: str, ids: list[str]) -> list[Document]:
+        """The collection's chunks with these ids (those it holds), unordered."""
+        col = self.collection(collection)
+        if col is None or not ids:
+            return []
+        got = self.call("get", lambda: col.get(ids=ids, include=["documents", "metadatas"]))
+        return [Document(doc_id=i, content=d or "", metadata=dict(m or {}))
+                for i, d, m in zip(got["ids"], got["documents"] or [], got["metadatas"] or [])]
+
     def deleted_chunks_sync(self, collection: str) -> list[tuple[str, str, str]]:
         """(id, file_path, deleted_at) of every soft-deleted chunk of the collection."""
         col = self.collection(collection)

@@ -33,6 +33,10 @@ from hetriever.store import ChromaKnowledgeStore, validate_collection_name
 log = get_logger(__name__)
 
 GROUPS = ("page", "chunk")
+# A page read that meets a file mid-rewrite waits this long, growing, between tries
+# (a write window's BM25 commit follows its Chroma delete within milliseconds).
+PAGE_READ_ATTEMPTS = 5
+PAGE_READ_PAUSE = 0.02
 
 
 class RequestError(HetrieverError):
@@ -177,15 +181,15 @@ class DocsService:
             doc = self.store.get_by_id_sync(ref)
             name = str(doc.metadata.get("repository", "")) if doc is not None else ""
             if doc is not None and name in visible:
-                found = self.store.chunks_where_sync(name, {"file_path": doc.metadata["file_path"]})
+                found = self._file_chunks(name, str(doc.metadata["file_path"]))
         elif "://" in ref or ref.startswith("/"):
             at = self._page_at(ref, visible)
             if at is not None:
-                found = self.store.chunks_where_sync(at[0], {"file_path": at[1]})
+                found = self._file_chunks(*at)
         else:
             parts = pages.split_page_id(ref)
             if parts and parts[0] in visible:
-                found = self.store.chunks_where_sync(parts[0], {"file_path": parts[1]})
+                found = self._file_chunks(*parts)
         chunks = []
         for doc in found:
             plan = visible.get(str(doc.metadata.get("repository", "")))
@@ -204,6 +208,29 @@ class DocsService:
                         "heading": d.metadata.get("heading_context", ""),
                         "text": pages.passage(d.content, d.metadata)} for d in chunks],
         }
+
+    def _file_chunks(self, name: str, path: str) -> list[Any]:
+        """A file's chunks as one version: the ids BM25 last committed for it, read from Chroma.
+
+        Chroma alone would show both versions of a file an ingest is rewriting (its new chunks
+        are written before the replaced ones are deleted, so a crash never loses a page). BM25
+        commits a file's old ids for its new ones at once, after Chroma holds the new ones; an
+        id Chroma no longer has means the commit is moments away, so the read is tried again.
+        Chroma's own list is the answer when BM25 cannot give one (damaged, or behind Chroma
+        after a crash until the next ingest heals it).
+        """
+        for attempt in range(PAGE_READ_ATTEMPTS):
+            try:
+                ids = sorted(self.store.search_bm25(name).ids_where({"file_path": path}))
+            except HetrieverError:
+                break
+            found = self.store.chunks_by_ids_sync(name, ids)
+            if ids and len(found) == len(ids):
+                return found
+            if not ids:
+                break
+            time.sleep(PAGE_READ_PAUSE * (attempt + 1))
+        return self.store.chunks_where_sync(name, {"file_path": path})
 
     def served_names(self) -> list[str]:
         """Repositories with a complete index: a run finished with its commit recorded, or no
