@@ -136,6 +136,13 @@ class Catalog:
                                 last_commit=r["last_commit"], last_run_at=r["last_run_at"],
                                 last_run_outcome=r["last_run_outcome"])
 
+    def complete(self, name: str) -> bool:
+        """Whether `name`'s index is whole: a run finished with its commit recorded, or no run
+        recorded at all (an index written before the catalog kept runs). A first ingest that
+        started and never completed (running, crashed, failed) leaves it partial."""
+        record = self.repository(name)
+        return record is None or bool(record.last_commit) or not self.runs(name, limit=1)
+
     def repositories(self) -> list[RepositoryRecord]:
         names = [r["name"] for r in self._rows("SELECT name FROM repositories ORDER BY name")]
         return [rec for rec in (self.repository(n) for n in names) if rec is not None]

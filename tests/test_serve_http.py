@@ -268,6 +268,9 @@ def test_a_first_ingest_that_did_not_complete_is_not_served(api, served_docs):
     assert crashed.returncode != 0
     direct = served_docs.cli("search", "wombat burrow guide", "-r", "late-docs", "--json")
     assert json.loads(direct.stdout)["matches"]  # its first file is in Chroma ...
+    # ... which the CLI searches, saying the results are partial
+    assert "late-docs: its first ingest has not completed" in direct.stderr
+    assert "first ingest has not completed" in json.loads(direct.stdout)["warnings"][0]
     assert "late-docs" not in repositories_of(search(api, q="wombat burrow guide", k=10))
     assert search(api, q="wombat burrow guide", repository="late-docs")["results"] == []
     assert "late-docs" not in {r["repository"] for r in

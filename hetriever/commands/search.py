@@ -96,13 +96,20 @@ def _depth(value: Any) -> int:
     return deepest
 
 
-def _bm25_warnings(settings, repositories: list[str] | None) -> list[str]:
-    """Why a hybrid search ran without some repositories' BM25 side."""
+def _warnings(settings, repositories: list[str] | None, hybrid: bool) -> list[str]:
+    """What the results lack: repositories whose first ingest has not completed (`serve`
+    leaves those out; here they are searched, and said to be partial), and why a hybrid search
+    ran without some repositories' BM25 side."""
     from hetriever.store import get_knowledge_store
 
     store = get_knowledge_store(settings)
-    problems = (store.bm25_problem(name) for name in repositories or store.repository_names())
-    return [p for p in problems if p]
+    names = repositories or store.repository_names()
+    out = [f"{name}: its first ingest has not completed, so its results are partial (run "
+           "`hetriever ingest`)" for name in names if not store.catalog.complete(name)]
+    if hybrid:
+        out += [f"{problem}; results are dense-only until `hetriever ingest` rebuilds it from "
+                "Chroma" for problem in map(store.bm25_problem, names) if problem]
+    return out
 
 
 def _absent(path: Path) -> bool:
@@ -170,11 +177,10 @@ def cmd_search(args: argparse.Namespace) -> int:
     access = [level for raw in (args.access or []) for level in raw.split(",") if level.strip()]
     result = run_search(settings, args.query, args.repository or None, args.top_k,
                          filters, hybrid, access or None, args.group, args.lang)
-    warnings = _bm25_warnings(settings, args.repository) \
-        if (settings.use_hybrid_search if hybrid is None else hybrid) else []
+    warnings = _warnings(settings, args.repository,
+                         settings.use_hybrid_search if hybrid is None else hybrid)
     for warning in warnings:
-        print(f"hetriever: warning: {warning}; results are dense-only until `hetriever "
-              "ingest` rebuilds it from Chroma", file=sys.stderr)
+        print(f"hetriever: warning: {warning}", file=sys.stderr)
     if args.json:
         print_json({**result.to_dict(), "warnings": warnings})
     else:

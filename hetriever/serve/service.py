@@ -235,13 +235,8 @@ class DocsService:
     def served_names(self) -> list[str]:
         """Repositories with a complete index: a run finished with its commit recorded, or no
         run recorded at all (an index written before the catalog kept runs)."""
-        catalog = self.store.catalog
-        out = []
-        for name in self.store.repository_names():
-            record = catalog.repository(name)
-            if record is None or record.last_commit or not catalog.runs(name, limit=1):
-                out.append(name)
-        return out
+        return [name for name in self.store.repository_names()
+                if self.store.catalog.complete(name)]
 
     def _visible_plans(self, levels: frozenset[str]) -> dict[str, Any]:
         plans = plan_collections(self.store, self.served_names())
