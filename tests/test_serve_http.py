@@ -216,6 +216,9 @@ def test_health_readiness_openapi_and_metrics(api, served_docs):
     assert get(api, "/readyz").json() == {"status": "ready"}
     paths = get(api, "/openapi.json").json()["paths"]
     assert {"/search", "/pages/{ref}", "/repositories"} <= set(paths)
+    body = paths["/search"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert body["required"] == ["q"] and {"q", "k", "filter"} <= set(body["properties"])
+    assert "400" in paths["/search"]["get"]["responses"]
     assert get(api, "/docs").status_code == 200
     search(api, q="install sample on linux")
     text = get(api, "/metrics").text

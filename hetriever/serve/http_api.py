@@ -56,6 +56,32 @@ def _json(raw: str | bytes, what: str) -> Any:
         raise RequestError(f"{what} is not valid JSON: {detail}") from None
 
 
+_ERROR_BODY = {"application/json": {"schema": {
+    "type": "object", "properties": {"error": {"type": "string"}}, "required": ["error"]}}}
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    400: {"description": "A malformed request: one sentence says what", "content": _ERROR_BODY},
+    401: {"description": "An API key that matches no configured key", "content": _ERROR_BODY},
+    413: {"description": "A request body over the limit", "content": _ERROR_BODY},
+    503: {"description": "Busy or the index backend unavailable (see Retry-After)",
+          "content": _ERROR_BODY},
+}
+# POST /search reads its body itself (to answer every malformed body with a 400), so FastAPI
+# cannot derive the body's schema: it is written out for the OpenAPI document.
+SEARCH_BODY = {"required": True, "content": {"application/json": {"schema": {
+    "type": "object", "required": ["q"], "additionalProperties": False,
+    "properties": {
+        "q": {"type": "string", "description": "the query"},
+        "k": {"type": "integer", "minimum": 1, "description": "results wanted"},
+        "repository": {"description": "only this repository, or these",
+                       "oneOf": [{"type": "string"},
+                                 {"type": "array", "items": {"type": "string"}}]},
+        "filter": {"type": "object", "description": 'metadata filter, e.g. {"section": '
+                                                    '"functions"}'},
+        "lang": {"type": "string", "description": "content language, e.g. en, or all"},
+        "group": {"type": "string", "enum": ["page", "chunk"]},
+    }}}}}
+
+
 def status_of(exc: HetrieverError) -> int:
     if isinstance(exc, TooLarge):
         return 413
@@ -174,7 +200,8 @@ def create_app(service: DocsService, *, keys: KeyRing | None = None,
                          repository)
         return JSONResponse(answer)
 
-    @app.get("/search", summary="Search the docs: pages (or chunks) with passages")
+    @app.get("/search", summary="Search the docs: pages (or chunks) with passages",
+             responses=ERROR_RESPONSES)
     async def search_get(
         request: Request,
         q: str | None = Query(None, description="the query"),
@@ -189,7 +216,8 @@ def create_app(service: DocsService, *, keys: KeyRing | None = None,
         filters = _json(filter, "filter") if filter else None
         return await run_search(request, q, k, repository, filters, lang, group or None)
 
-    @app.post("/search", summary="Search with a JSON body: {q, k, repository, filter, lang, group}")
+    @app.post("/search", summary="Search with a JSON body: {q, k, repository, filter, lang, group}",
+              responses=ERROR_RESPONSES, openapi_extra={"requestBody": SEARCH_BODY})
     async def search_post(request: Request) -> JSONResponse:
         body = _json(await request.body() or b"null", "the body")
         if not isinstance(body, dict):
@@ -209,7 +237,9 @@ def create_app(service: DocsService, *, keys: KeyRing | None = None,
         return await run_search(request, body.get("q"), body.get("k"), repos,
                                 body.get("filter"), body.get("lang"), body.get("group") or None)
 
-    @app.get("/pages/{ref:path}", summary="A page's chunks in order (page id, chunk id or URL)")
+    @app.get("/pages/{ref:path}", summary="A page's chunks in order (page id, chunk id or URL)",
+             responses={**ERROR_RESPONSES, 404: {"description": "No such page for this caller",
+                                                 "content": _ERROR_BODY}})
     async def page(request: Request, ref: str) -> JSONResponse:
         return JSONResponse(await service.call(service.page, ref, levels=request.state.levels))
 
