@@ -26,6 +26,7 @@ from hetriever.discover import select_repositories
 from hetriever.errors import HetrieverError, SourceError
 from hetriever.indexing import index_repository
 from hetriever.models import Repository
+from hetriever.repositories import check_usable
 from hetriever.store import get_knowledge_store
 from tasks.discover import discover_task
 from tasks.process import map_with_tasks
@@ -121,6 +122,7 @@ async def ingest(
     task_runner: str | None = None,
     fetch: bool = False,
     ref: str | None = None,
+    allow_mass_delete: bool = False,
 ):
     """Bring every (or the named) documentation repository's index to its checked-out commit.
 
@@ -128,9 +130,11 @@ async def ingest(
     default branch), so a run picks up commits no webhook announced. The `scheduled`
     deployment sets it. `task_runner`: "threads", "threads:N", "dask" or "dask:tcp://host:port"
     (the per-file tasks and the embedding on a Dask cluster's workers); default: the
-    `task_runner` setting (HETRIEVER_TASK_RUNNER).
+    `task_runner` setting (HETRIEVER_TASK_RUNNER). `allow_mass_delete`: let a full run delete
+    most of an index (`ingest --full --allow-mass-delete`).
     """
-    settings = load_settings(batch_size=batch_size)
+    settings = load_settings(batch_size=batch_size,
+                             allow_mass_delete=True if allow_mass_delete else None)
     with prefect_run_logging(settings.log_level, settings.log_format):
         return await _ingest(settings, repositories, force_full,
                              task_runner or settings.task_runner, fetch, ref)
@@ -145,6 +149,7 @@ async def _ingest(settings: Settings, repositories: list[str] | None, force_full
     for repo in repos:
         try:
             if fetch:
+                check_usable(repo)  # git would run in its placeholder path, and say less
                 sha = update_checkout(repo, ref)
                 logger.info("%s: fetched, at %s", repo.name, sha[:12])
             state = await index_repository_flow.with_options(

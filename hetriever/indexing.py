@@ -271,8 +271,9 @@ def check_mass_delete(repo: Repository, doomed: list[str], counts: dict[str, int
 
 
 async def finish_run(store: IndexingStore, repo: Repository, change_set: ChangeSet,
-                     result: IndexResult) -> None:
-    """Record the new commit, only now that every file is stored."""
+                     result: IndexResult, started: float | None = None) -> None:
+    """Record the new commit, only now that every file is stored; `started`: the run's
+    `time.perf_counter()` at its start, for the seconds its catalog record shows."""
     total_chunks = await store.count(repo.name, live=True)
     files = await indexed_file_counts(store, repo)
     faults.check("commit_record", repo.name)
@@ -287,6 +288,8 @@ async def finish_run(store: IndexingStore, repo: Repository, change_set: ChangeS
     )
     result.completed = True
     faults.check("commit_recorded", repo.name)
+    if started is not None:
+        result.total_seconds = time.perf_counter() - started
     close_run(store, repo, result, "ok", commit=change_set.new_commit)
     # For searchers elsewhere: after an incremental run, only these files' chunks changed.
     changed = None if change_set.mode == "full" else \
@@ -421,8 +424,9 @@ async def index_repository(repo: Repository, store: IndexingStore, settings: Set
         bound.info("index_started", include_dependents=len(change_set.include_dependents),
                    **change_set.counts())
         try:
-            await _run(store, repo, settings, change_set, result, progress, map_files)
+            await _run(store, repo, settings, change_set, result, progress, map_files, started)
         except BaseException as exc:
+            result.total_seconds = time.perf_counter() - started
             close_run(store, repo, result, "failed", error=f"{type(exc).__name__}: {exc}")
             raise
     result.total_seconds = time.perf_counter() - started
@@ -480,7 +484,7 @@ async def start_run(store: IndexingStore, repo: Repository, settings: Settings,
 
 async def _run(store: IndexingStore, repo: Repository, settings: Settings, change_set: ChangeSet,
                result: IndexResult, progress: Callable[[int, int], None] | None,
-               map_files: FileMapper) -> None:
+               map_files: FileMapper, started: float) -> None:
     await start_run(store, repo, settings, change_set, result)
 
     paths = change_set.paths_to_index()
@@ -500,7 +504,8 @@ async def _run(store: IndexingStore, repo: Repository, settings: Settings, chang
     await writer.flush()
     if result.failed:  # the commit stays unrecorded: the next run reconciles and retries
         log.error("index_incomplete", repository=repo.name, failed=len(result.failed))
+        result.total_seconds = time.perf_counter() - started
         close_run(store, repo, result, "failed",
                   error=f"{len(result.failed)} file(s) could not be stored")
         return
-    await finish_run(store, repo, change_set, result)
+    await finish_run(store, repo, change_set, result, started)

@@ -340,6 +340,32 @@ def test_a_fetch_that_cannot_reach_the_remote_fails_that_repository_clearly(samp
     assert "remote `origin`" in repo["error"]  # the hint travels with the error
 
 
+def test_a_fetching_run_names_a_submodule_that_is_not_checked_out(sample_parent):
+    parent, _ = sample_parent
+    subprocess.run(["git", "submodule", "deinit", "-q", "-f", "docs/sample-docs"], cwd=parent,
+                   check=True)
+    state, summary = run_ingest(fetch=True)
+    assert state.is_failed()
+    (repo,) = summary["repositories"]
+    assert not repo["ok"] and "git submodule update --init" in repo["error"], repo["error"]
+
+
+def test_a_full_run_deletes_most_of_an_index_only_when_allowed(sample_parent):
+    parent, source = sample_parent
+    assert run_ingest()[0].is_completed()
+    for path in ("content/blog", "content/docs"):
+        subprocess.run(["git", "rm", "-q", "-r", path], cwd=source, check=True)
+    update_submodule(parent, "sample-docs", commit_all(source, "remove most pages"))
+    refused, summary = run_ingest(force_full=True)
+    assert refused.is_failed() and "would delete" in summary["repositories"][0]["error"]
+    state, summary = run_ingest(force_full=True, allow_mass_delete=True)
+    assert state.is_completed(), summary
+    (repo,) = summary["repositories"]
+    assert repo["chunks_deleted"] > 0
+    assert all(not p.startswith(("content/blog", "content/docs"))
+               for p, _ in stored(open_store(), "sample-docs").values())
+
+
 def test_an_exception_in_a_run_closes_its_catalog_run_as_failed(sample_parent, monkeypatch):
     import hetriever.indexing as indexing
 

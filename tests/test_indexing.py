@@ -73,6 +73,8 @@ def test_full_then_noop_then_incremental(docs, store):
     assert len(chunks) == first.chunks_written > 0
     meta = run(store.get_collection_metadata("sample-docs"))
     assert meta["commit_hash"] == first.new_commit
+    (recorded,) = store.catalog.runs("sample-docs")  # the run history shows its duration
+    assert 0 < recorded["counts"]["total_seconds"] <= first.total_seconds
     assert meta["index_status"] == STATUS_COMPLETE
     assert meta["total_chunks"] == len(chunks) and meta["total_documents"] == 7
 

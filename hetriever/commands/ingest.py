@@ -82,6 +82,8 @@ def run_ingest_flow(args: argparse.Namespace, settings) -> list[dict]:
     stopped at the end)."""
     import os
 
+    import httpx
+
     from deployments.temporary_server import make_prefect_home, temporary_server
     from hetriever.repositories import configured_repositories
 
@@ -110,13 +112,15 @@ def run_ingest_flow(args: argparse.Namespace, settings) -> list[dict]:
             # A flow called with return_state=True returns a coroutine of its State.
             run = ingest(repositories=args.repository or None, force_full=args.full,
                          batch_size=args.batch_size, task_runner=args.task_runner,
-                         return_state=True)
+                         allow_mass_delete=settings.allow_mass_delete, return_state=True)
             state: State = asyncio.run(run)  # type: ignore[arg-type]
-        except RuntimeError as exc:  # e.g. the Prefect API cannot be reached
-            raise HetrieverError(f"Prefect is not available: {exc}",
+            summary = state.result(raise_on_failure=False)
+        except (RuntimeError, httpx.HTTPError) as exc:  # the Prefect API cannot be reached,
+            # or stopped answering during the run: the runs' record is incomplete, so say so
+            raise HetrieverError(f"Prefect is not available: {exc or type(exc).__name__}",
                                  hint="set PREFECT_API_URL to a running server, or use "
-                                      "--engine local") from None
-        summary = state.result(raise_on_failure=False)
+                                      "--engine local; `hetriever status` shows what the "
+                                      "index holds") from None
     if not isinstance(summary, dict):  # the flow failed before any repository ran
         raise summary if isinstance(summary, HetrieverError) else HetrieverError(
             f"the ingest flow failed: {state.message or summary}")
