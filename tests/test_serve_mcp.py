@@ -4,7 +4,7 @@ subprocess, as a coding assistant starts it) and over streamable HTTP, against a
 from __future__ import annotations
 
 import json
-import select
+import selectors
 import signal
 import subprocess
 from typing import Any
@@ -139,8 +139,10 @@ def test_stdio_server_stops_on_ctrl_c_while_the_client_keeps_stdin_open(served_d
             "protocolVersion": "2025-06-18", "capabilities": {},
             "clientInfo": {"name": "test", "version": "1"}}}) + "\n")
         proc.stdin.flush()
-        ready, _, _ = select.select([proc.stdout], [], [], SESSION_TIMEOUT)
-        assert ready and '"id":1' in proc.stdout.readline().replace(" ", "")
+        with selectors.DefaultSelector() as waiting:  # select() fails on fds >= 1024
+            waiting.register(proc.stdout, selectors.EVENT_READ)
+            assert waiting.select(SESSION_TIMEOUT), "no answer to initialize"
+        assert '"id":1' in proc.stdout.readline().replace(" ", "")
         proc.send_signal(signal.SIGINT)
         code = proc.wait(timeout=20)  # stdin still open: the client has not gone away
     finally:
