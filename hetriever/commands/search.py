@@ -12,6 +12,7 @@ from typing import Any
 from hetriever.commands.common import EXIT_OK, cli_settings, make_console, print_json
 from hetriever.errors import UserError
 
+
 def run_search(settings, query: str, repositories: list[str] | None, top_k: int | None,
                 filters: dict | None, hybrid: bool | None, access: list[str] | None = None,
                 group_by: str | None = None, lang: str | None = None):
