@@ -117,6 +117,14 @@ def test_access_levels_follow_the_key(api):
     absent = get(api, "/pages/team-notes/content/nothing.md")
     assert hidden.status_code == absent.status_code == 404
     assert get(api, "/pages/team-notes/content/oncall.md", TEAM_KEY).status_code == 200
+    # a repository named but not searchable is said to be so, hidden and missing alike
+    hidden, missing = (search(api, q="kestrel", repository=name)
+                       for name in ("team-notes", "no-such-docs"))
+    assert hidden["results"] == missing["results"] == []
+    assert hidden["unknown_repositories"] == ["team-notes"]
+    assert missing["unknown_repositories"] == ["no-such-docs"]
+    both = search(api, TEAM_KEY, q="kestrel", repository=["team-notes", "sample-docs"])
+    assert "unknown_repositories" not in both
 
 
 @pytest.mark.parametrize("headers", [

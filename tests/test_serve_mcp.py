@@ -102,10 +102,12 @@ def test_stdio_bad_input_is_a_tool_error_and_budgets_hold(served_docs):
             ("get_page", {"url_or_id": "sample-docs/content/docs/templates/where.md",
                           "max_tokens": 100}),
             ("search_docs", {"query": "where function usage", "k": 10, "max_tokens": 300}),
+            ("search_docs", {"query": "where", "repository": "no-such-docs"}),
         )]
 
-    empty, too_many, tiny, hidden, short_page, short_search = in_session(stdio(served_docs),
-                                                                         steps)
+    empty, too_many, tiny, hidden, short_page, short_search, unknown = in_session(
+        stdio(served_docs), steps)
+    assert not unknown.is_error and "No repository named 'no-such-docs'" in text_of(unknown)
     assert empty.is_error and "query is empty" in text_of(empty)
     assert too_many.is_error and "k must be" in text_of(too_many)
     assert tiny.is_error and "max_tokens" in text_of(tiny)

@@ -45,7 +45,10 @@ def clip(text: str, budget_tokens: int,
 def format_results(answer: dict[str, Any], budget_tokens: int) -> str:
     results = answer["results"]
     if not results:
-        return f"No documentation found for {answer['query']!r}."
+        unknown = answer.get("unknown_repositories")
+        hint = (f" No repository named {', '.join(map(repr, unknown))} can be searched here; "
+                "list_repositories shows those that can." if unknown else "")
+        return f"No documentation found for {answer['query']!r}.{hint}"
     share = max(40, budget_tokens // len(results) - 40)  # tokens per passage
     lines = [f"{len(results)} result(s) for {answer['query']!r}:"]
     for i, r in enumerate(results, start=1):

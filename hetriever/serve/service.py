@@ -147,6 +147,10 @@ class DocsService:
         served = self.served_names()
         names = [validate_collection_name(r) for r in repositories] if repositories else served
         names = [n for n in names if n in served]
+        # Named repositories this caller cannot search: missing and hidden ones alike, so the
+        # answer says nothing about which exists.
+        unknown = sorted(set(repositories or ()) - set(self._visible_plans(
+            levels or caller_levels(None)))) if repositories else []
         wanted_lang = lang.strip().lower() if lang and lang.strip() else None
         try:
             # The language is a store-side filter (hetriever.search): None keeps each
@@ -163,6 +167,7 @@ class DocsService:
             "search_ms": round(result.search_time_ms, 2),
             "took_ms": round((time.perf_counter() - started) * 1000.0, 2),
             "results": [pages.match_view(m, content_dir) for m in matches],
+            **({"unknown_repositories": unknown} if unknown else {}),
             "_result": result,  # for metrics; dropped before answering
         }
 
