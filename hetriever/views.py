@@ -25,7 +25,12 @@ from hetriever.catalog import Catalog, split_physical
 from hetriever.chroma_access import ChromaAccess
 from hetriever.chunk_records import ChunkCollection
 from hetriever.config import Settings
-from hetriever.errors import CollectionNotFoundError, DerivedIndexError, EmbeddingError
+from hetriever.errors import (
+    CollectionNotFoundError,
+    ConfigurationError,
+    DerivedIndexError,
+    EmbeddingError,
+)
 from hetriever.locks import file_lock
 from hetriever.logs import get_logger
 from hetriever.names import validate_collection_name
@@ -42,6 +47,30 @@ SCHEMA_VERSION = 1
 # answers alike; writes take no measurably longer (bench/README.md).
 HNSW_SYNC_THRESHOLD = 100
 
+
+
+INDEX_LOCATION = "index_location"  # the catalog's meta key: the Chroma directory it describes
+
+
+def claim_state_dir(catalog: Catalog, settings: Settings) -> None:
+    """A state directory describes one embedded Chroma directory. By default it sits beside
+    the Chroma directory, so `chroma_data` and `chroma_test` in one folder would share it:
+    the second index's runs would be recorded as the first's, and an ingest into one would
+    find the other's commit and do nothing. The first store to open the catalog records
+    where its Chroma directory is; a store over another one, while that one still exists,
+    is refused (one that no longer exists was moved, and the record follows it)."""
+    here = str(Path(settings.chroma_path).resolve())
+    owner = catalog.noted(INDEX_LOCATION)
+    if owner == here:
+        return
+    if owner is not None and Path(owner).is_dir():
+        catalog.close()
+        raise ConfigurationError(
+            f"the state directory {settings.resolved_state_dir} belongs to the index at "
+            f"{owner}, not to {here}",
+            hint="give each index its own state directory (HETRIEVER_STATE_DIR), or use the "
+                 "Chroma path that state directory was made for")
+    catalog.note(INDEX_LOCATION, here)
 
 class RepositoryViews(ChromaAccess):
     """Repository names -> Chroma collections and BM25 indexes, the embedder, the writer lock."""
@@ -65,7 +94,10 @@ class RepositoryViews(ChromaAccess):
     def catalog(self) -> Catalog:
         with self._guard:
             if self._catalog is None:
-                self._catalog = Catalog.for_state_dir(self.settings.resolved_state_dir)
+                catalog = Catalog.for_state_dir(self.settings.resolved_state_dir)
+                if self._owns_catalog and not self.settings.server_mode:
+                    claim_state_dir(catalog, self.settings)
+                self._catalog = catalog
             return self._catalog
 
     def fingerprint(self) -> str:

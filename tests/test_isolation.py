@@ -148,3 +148,33 @@ def test_searching_a_path_or_state_dir_no_ingest_wrote_is_an_error(tmp_path, min
                    "search", "alpha")
     assert done.returncode == 2 and "the state directory holds no index" in done.stderr
     assert run_cli(repo, env, "search", "alpha").returncode == 0
+
+
+def test_two_indexes_beside_each_other_do_not_share_a_state_directory(tmp_path,
+                                                                      minilm_model_dir):
+    # The state directory defaults to the Chroma directory's parent: `chroma_data` and
+    # `chroma_test` in one folder would share it, and the second index would look up to
+    # date while empty (its runs recorded as the first's).
+    repo = init_repo(tmp_path / "load-docs")
+    pages(repo, 2)
+    commit_all(repo, "v1")
+    env = cli_env(tmp_path, minilm_model_dir)
+    del env["HETRIEVER_STATE_DIR"]
+    first = {**env, "HETRIEVER_CHROMA_PATH": str(tmp_path / "data" / "chroma_data")}
+    second = {**env, "HETRIEVER_CHROMA_PATH": str(tmp_path / "data" / "chroma_test")}
+    assert json_run(repo, first, "ingest")[0] == 0
+
+    for args in (("ingest",), ("status",), ("search", "page")):
+        refused = run_cli(repo, second, *args)
+        assert refused.returncode == 2 and "Traceback" not in refused.stderr, args
+        assert "belongs to the index at" in refused.stderr and "HETRIEVER_STATE_DIR" in \
+            refused.stderr
+    own = {**second, "HETRIEVER_STATE_DIR": str(tmp_path / "data" / "test-state")}
+    code, outcomes, _ = json_run(repo, own, "ingest")
+    assert code == 0 and outcomes[0]["mode"] == "full" and outcomes[0]["chunks_written"] > 0
+
+    # A Chroma directory moved elsewhere takes its state directory's record with it.
+    (tmp_path / "data" / "chroma_data").rename(tmp_path / "data" / "chroma_moved")
+    moved = {**env, "HETRIEVER_CHROMA_PATH": str(tmp_path / "data" / "chroma_moved")}
+    code, rows, _ = json_run(repo, moved, "status")
+    assert code == 0 and rows[0]["status"] == "complete"

@@ -23,6 +23,7 @@ async def ingest_local(settings, names: list[str] | None, force_full: bool,
     repos = configured_repositories(settings, names)
     outcomes = []
     store = get_knowledge_store(settings)
+    store.catalog  # a state directory made for another index is refused before any repository
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=make_console(stderr=True), disable=not show_progress,
                   transient=True) as progress:
