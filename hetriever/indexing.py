@@ -52,6 +52,7 @@ from hetriever.process import (  # noqa: F401 (re-exported: the per-file step)
     token_counter,
 )
 from hetriever.replica import publish_sync
+from hetriever.repositories import check_usable
 from hetriever.store_types import IndexingStore
 
 log = get_logger(__name__)
@@ -397,6 +398,7 @@ async def index_repository(repo: Repository, store: IndexingStore, settings: Set
     the per-file step (in-process by default); `progress(done, total)` is called per file.
     """
     started = time.perf_counter()
+    check_usable(repo)  # a submodule not checked out, a bad name: this repository fails alone
     with run_lock(settings, repo.name):
         last_commit, last_status = await last_indexed(store, repo)
         change_set = plan(repo, last_commit, last_status, force_full=force_full)

@@ -23,6 +23,7 @@ from hetriever.errors import IndexingError, RepositoryNotFoundError, UserError
 from hetriever.logs import get_logger
 from hetriever.models import IndexResult, Repository, _Serialisable
 from hetriever.replica import publish_sync
+from hetriever.repositories import check_usable
 
 log = get_logger(__name__)
 
@@ -168,6 +169,7 @@ async def migrate_repository(repo: Repository, store, settings: Settings, *,
     """
     from hetriever.indexing import index_repository
 
+    check_usable(repo)  # before a generation is allocated for a repository that cannot be read
     catalog = store.catalog
     old = catalog.active(repo.name)
     if old is not None and not force and not needs_migration(store, repo.name):

@@ -32,9 +32,15 @@ NAME_RE = re.compile(r"^[a-z0-9-]+$")
 NAME_MIN, NAME_MAX = 3, 63
 
 
+def is_valid_repository_name(name: str) -> bool:
+    """Whether `name` can name an index: `^[a-z0-9-]+$`, 3..63 characters (discovery keeps a
+    badly named repository among several, with its problem, so it fails alone)."""
+    return NAME_MIN <= len(name) <= NAME_MAX and bool(NAME_RE.match(name))
+
+
 def validate_repository_name(name: str, path: str | Path) -> str:
     """Return `name` if it fits `^[a-z0-9-]+$` and 3..63 characters, else raise."""
-    if not (NAME_MIN <= len(name) <= NAME_MAX) or not NAME_RE.match(name):
+    if not is_valid_repository_name(name):
         raise InvalidRepositoryNameError(
             f"repository name {name!r} (from {path}) is invalid: it must match ^[a-z0-9-]+$ "
             f"and be {NAME_MIN}..{NAME_MAX} characters long (it is {len(name)})",
@@ -84,7 +90,14 @@ def discover_repositories(
 
     repos: dict[str, Repository] = {}
     for name, path, url, problem in found:
-        validate_repository_name(name, path)
+        try:
+            validate_repository_name(name, path)
+        except InvalidRepositoryNameError as exc:
+            if len(found) == 1:
+                raise
+            # One badly named repository fails alone, like one that is not checked out.
+            log.error("repository_name_invalid", repository=name, error=str(exc))
+            problem = problem or str(exc)
         if name in repos:
             raise SourceSettingError(
                 f"two repositories are both named {name!r}: {repos[name].path} and {path}",
@@ -173,6 +186,7 @@ def check_usable(repo: Repository) -> None:
     """Raise the repository's own problem, if discovery found one."""
     if repo.problem:
         raise SourceError(repo.problem)
+
 
 
 def _submodule_dir(parent: Path, sub_name: str, rel: str) -> Path:

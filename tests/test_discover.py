@@ -20,6 +20,7 @@ from hetriever.discover import (
     validate_repository_name,
 )
 from hetriever.errors import InvalidRepositoryNameError, SourceError
+from hetriever.repositories import check_usable
 from hetriever.models import ChangeKind, FileChange, Repository
 from tests.helpers import (
     commit_all,
@@ -149,6 +150,15 @@ def test_invalid_name_in_directory_layout(tmp_path):
     doc_repo(tmp_path / "root", "Bad_Name")
     with pytest.raises(InvalidRepositoryNameError, match="Bad_Name"):
         discover_repositories(tmp_path / "root")
+
+
+def test_an_invalid_name_beside_good_repositories_is_that_repositorys_problem(tmp_path):
+    doc_repo(tmp_path / "root", "Bad_Name")
+    doc_repo(tmp_path / "root", "good-docs")
+    bad, good = discover_repositories(tmp_path / "root")
+    assert (bad.name, good.name, good.problem) == ("Bad_Name", "good-docs", "")
+    with pytest.raises(SourceError, match="Bad_Name.*is invalid"):
+        check_usable(bad)
 
 
 def test_duplicate_names_are_an_error(tmp_path):

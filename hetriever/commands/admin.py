@@ -8,6 +8,7 @@ from typing import Any
 
 from hetriever.commands.common import EXIT_OK, cli_settings, make_console, print_json
 
+
 def status_rows(settings, repos) -> list[dict[str, Any]]:
     """Per repository: checked-out and indexed commit, files, chunks, failures, last run.
 
@@ -18,12 +19,22 @@ def status_rows(settings, repos) -> list[dict[str, Any]]:
     from hetriever.discover import head_commit
     from hetriever.errors import SourceError
     from hetriever.lifecycle import needs_migration
+    from hetriever.repositories import is_valid_repository_name
     from hetriever.store import get_knowledge_store
 
     store = get_knowledge_store(settings)
     catalog = store.catalog
     rows = []
     for repo in repos:
+        if not is_valid_repository_name(repo.name):  # it has no index: only its problem
+            rows.append({
+                "repository": repo.name, "checked_out": "", "indexed_commit": "",
+                "up_to_date": False, "status": "unusable", "error": repo.problem,
+                "collection": "", "access_level": settings.access_levels.get(repo.name, "PUBLIC"),
+                "files": 0, "chunks": 0, "skipped": 0, "failures": 0, "failed_files": [],
+                "soft_deleted_files": 0, "last_run": "", "last_run_outcome": "",
+                "last_updated": "", "needs_migration": False})
+            continue
         meta = asyncio.run(store.get_collection_metadata(repo.name)) or {}
         record = catalog.repository(repo.name)
         physical = store.physical_name(repo.name)

@@ -304,9 +304,15 @@ class DocsService:
 
         try:
             repos = configured_repositories(self.settings)
-            return {r.name: head_commit(r) for r in repos}
         except HetrieverError:  # no docs root beside this server: commits unknown, not an error
             return {}
+        heads = {}
+        for repo in repos:
+            try:
+                heads[repo.name] = head_commit(repo)
+            except HetrieverError:  # this one cannot be read (not checked out...): unknown
+                continue
+        return heads
 
     def close(self) -> None:
         self.store.close_sync()
