@@ -95,6 +95,8 @@ def test_search_prints_results_to_stdout_and_rejects_an_unknown_repository(works
     (["serve", "--new-key", ""], {}, "no level given"),
     (["forget", "-r", "sample-docs", "--file", ""], {}, "the file to forget is empty"),
     (["search", "caf\udce9"], {}, "not valid UTF-8"),  # the bytes b"caf\xe9", as Python gets them
+    (["search", "  "], {}, "the query is empty"),
+    (["search", "where", "-k", "0"], {}, "-k must be at least 1"),
     (["purge", "--older-than", "nan"], {}, "number of days"),
     (["metrics", "--last", "99999999999999999999"], {}, "count from 1"),
     (["status"], {"HETRIEVER_DOCS_ROOT": ""}, "docs_root"),

@@ -163,6 +163,10 @@ def cmd_search(args: argparse.Namespace) -> int:
     from hetriever.store import validate_collection_name
 
     settings = cli_settings(args)
+    if not args.query.strip():
+        raise UserError("the query is empty", hint="give some words to search for")
+    if args.top_k is not None and args.top_k < 1:
+        raise UserError(f"-k must be at least 1, got {args.top_k}")
     try:  # bytes that are not UTF-8 reach Python as lone surrogates, which nothing can encode
         args.query.encode("utf-8")
     except UnicodeEncodeError:

@@ -66,8 +66,10 @@ def format_page(page: dict[str, Any], budget_tokens: int) -> str:
     for chunk in page["chunks"]:
         heading = f"## {chunk['heading']}\n" if chunk["heading"] else ""
         body.append(heading + chunk["text"].strip())
-    return clip(head + "\n" + "\n\n".join(body), budget_tokens,
-                more="call again with a larger max_tokens for more")
+    more = ("call again with a larger max_tokens for more" if budget_tokens < MAX_TOKEN_BUDGET
+            else "the page is longer than the largest budget; search_docs with words from a "
+                 "later section shows that section")
+    return clip(head + "\n" + "\n\n".join(body), budget_tokens, more=more)
 
 
 def format_repositories(rows: list[dict[str, Any]]) -> str:
