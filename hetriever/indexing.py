@@ -401,7 +401,8 @@ async def index_repository(repo: Repository, store: IndexingStore, settings: Set
     check_usable(repo)  # a submodule not checked out, a bad name: this repository fails alone
     with run_lock(settings, repo.name):
         last_commit, last_status = await last_indexed(store, repo)
-        change_set = plan(repo, last_commit, last_status, force_full=force_full)
+        change_set = plan(repo, last_commit, last_status,
+                          force_full=force_full or content_dir_changed(store, repo))
         result = IndexResult(repository=repo.name, mode=change_set.mode, old_commit=last_commit,
                              new_commit=change_set.new_commit, skipped=list(change_set.skipped))
         _count_changes(result, change_set)
@@ -437,6 +438,19 @@ async def index_repository(repo: Repository, store: IndexingStore, settings: Set
                chunks_written=result.chunks_written, chunks_reused=result.chunks_reused,
                chunks_deleted=result.chunks_deleted, seconds=round(result.total_seconds, 2))
     return result
+
+
+def content_dir_changed(store: IndexingStore, repo: Repository) -> bool:
+    """Whether the repository was last indexed from another content directory: then the
+    commit says nothing about what is indexed, so the run is a full pass (which refuses a
+    content directory the commit does not have, and a mass delete)."""
+    record = store.catalog.repository(repo.name)
+    before = record.settings.get("content_dir") if record and record.last_commit else None
+    if before is None or before == repo.content_dir:
+        return False
+    log.warning("content_dir_changed", repository=repo.name, before=before,
+                now=repo.content_dir, action="a full pass")
+    return True
 
 
 async def heal_bm25(store, repo: Repository, settings: Settings) -> None:

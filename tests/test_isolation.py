@@ -111,9 +111,10 @@ def test_a_mistyped_content_dir_or_a_mass_delete_changes_nothing(tmp_path, minil
     code, _, _ = json_run(repo, env, "ingest")
     assert code == 0
 
-    code, outcomes, _ = json_run(repo, {**env, "HETRIEVER_CONTENT_DIR": "contnet"},
-                                 "ingest", "--full")
-    assert code == 1 and "'contnet' does not exist at commit" in outcomes[0]["error"]
+    for args in (("--full",), ()):  # a changed content_dir is a full pass: no silent no-op
+        code, outcomes, _ = json_run(repo, {**env, "HETRIEVER_CONTENT_DIR": "contnet"},
+                                     "ingest", *args)
+        assert code == 1 and "'contnet' does not exist at commit" in outcomes[0]["error"], args
     code, rows, _ = json_run(repo, env, "status")
     assert rows[0]["chunks"] == 8 and rows[0]["status"] == "complete"
 
