@@ -24,7 +24,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from deployments.register import DEFAULT_POOL, PROJECT_ROOT, deploy_all
@@ -84,7 +84,33 @@ def running_pid(stack: Stack, name: str) -> int | None:
         return None
     except PermissionError:  # alive, someone else's: not ours to manage
         return None
-    return pid
+    return pid if _is_ours(pid, name) else None
+
+
+def _is_ours(pid: int, name: str) -> bool:
+    """Whether `pid` still runs this stack's `prefect server|worker start`: after a reboot a
+    pid file can name an unrelated process, which must be neither trusted nor signalled."""
+    try:
+        words = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return True  # no /proc here: trust the pid file
+    return "prefect" in words and name in words
+
+
+def recorded_port(stack: Stack) -> int | None:
+    """The port this stack's server was started on (HETRIEVER_PREFECT_PORT may differ now)."""
+    try:
+        return int((stack.directory / "port").read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def running_stack(stack: Stack) -> Stack:
+    """`stack` with the port its running server listens on."""
+    port = recorded_port(stack)
+    if port is None or port == stack.port or running_pid(stack, "server") is None:
+        return stack
+    return replace(stack, port=port)
 
 
 def api_ready(stack: Stack) -> bool:
@@ -116,6 +142,11 @@ def wait_for(check, timeout: float, what: str, log: Path) -> None:
 def up(stack: Stack) -> int:
     stack.directory.mkdir(parents=True, exist_ok=True)
     (stack.directory / "home").mkdir(exist_ok=True)
+    if running_stack(stack).port != stack.port:  # registering would go to another server
+        print(f"prefect-up: this stack's server runs on port {recorded_port(stack)}, not "
+              f"{stack.port}: set HETRIEVER_PREFECT_PORT={recorded_port(stack)}, or run "
+              "`make prefect-down` first", file=sys.stderr)
+        return 1
     if running_pid(stack, "server") is None:
         if api_ready(stack):
             print(f"prefect-up: port {stack.port} already has a Prefect API that this stack did "
@@ -123,6 +154,7 @@ def up(stack: Stack) -> int:
             return 1
         start(stack, "server", ["server", "start", "--host", "127.0.0.1",
                                 "--port", str(stack.port)], low_priority=True)
+        (stack.directory / "port").write_text(str(stack.port))
         print(f"server    starting on {stack.api_url} (log {stack.log_file('server')})")
     wait_for(lambda: api_ready(stack), START_TIMEOUT_SECONDS, "the Prefect server",
              stack.log_file("server"))
@@ -197,11 +229,13 @@ def down(stack: Stack) -> int:
 
 
 def status(stack: Stack) -> int:
+    stack = running_stack(stack)
     for name in ("server", "worker"):
         pid = running_pid(stack, name)
         print(f"{name:<9} {'running, pid ' + str(pid) if pid else 'not running'}")
-    print(f"api       {stack.api_url} {'answers' if api_ready(stack) else 'does not answer'}")
-    return 0 if running_pid(stack, "server") and running_pid(stack, "worker") else 3
+    answers = api_ready(stack)
+    print(f"api       {stack.api_url} {'answers' if answers else 'does not answer'}")
+    return 0 if answers and running_pid(stack, "server") and running_pid(stack, "worker") else 3
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -78,6 +78,12 @@ def test_stack_up_runs_the_schedule_that_catches_a_missed_push_and_down_stops_it
         assert os.getpriority(os.PRIO_PROCESS, worker_pid) == ours
         again = stack("up", env, directory)  # idempotent: nothing new is started
         assert again.returncode == 0 and "worker    already running" in again.stdout
+        # Another port while this stack runs would register the deployments elsewhere.
+        elsewhere = stack("up", {**env, "HETRIEVER_PREFECT_PORT": str(free_port())}, directory)
+        assert elsewhere.returncode == 1 and f"runs on port {port}" in elsewhere.stderr
+        unset = stack("status", {k: v for k, v in env.items() if k != "HETRIEVER_PREFECT_PORT"},
+                      directory)
+        assert unset.returncode == 0 and f"{api} answers" in unset.stdout
 
         first = run_deployment(api, "ingest/scheduled")
         assert first["state"]["type"] == "COMPLETED", first["state"]
@@ -105,3 +111,23 @@ def test_stack_up_runs_the_schedule_that_catches_a_missed_push_and_down_stops_it
     assert not list(directory.glob("*.pid"))
     with pytest.raises(httpx.HTTPError):
         httpx.get(api + "/health", timeout=2)
+
+
+def test_a_pid_file_naming_another_process_is_neither_trusted_nor_signalled(tmp_path):
+    # After a reboot the pid in server.pid can belong to anything.
+    directory = tmp_path / "stack"
+    directory.mkdir()
+    other = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        for name in ("server", "worker"):
+            (directory / f"{name}.pid").write_text(str(other.pid))
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+        env["HETRIEVER_PREFECT_PORT"] = str(free_port())
+        status = stack("status", env, directory)
+        assert status.returncode == 3 and "server    not running" in status.stdout
+        down = stack("down", env, directory)
+        assert down.returncode == 0 and "server    not running" in down.stdout
+        assert other.poll() is None  # still running: not ours to stop
+    finally:
+        other.kill()
+        other.wait(timeout=10)
