@@ -18,6 +18,7 @@ each process group, SIGKILL after a grace period, so one command is always enoug
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import subprocess
@@ -225,7 +226,43 @@ def _reaped(pid: int) -> bool:
 def down(stack: Stack) -> int:
     for name in ("worker", "server"):  # the worker first: it reports to the server as it stops
         print(f"{name:<9} {'stopped' if stop(stack, name) else 'not running'}")
+    left = _stop_leftovers(stack)
+    if left:
+        print(f"flow runs {left} left behind by a worker that is gone: stopped")
     return 0
+
+
+def _flow_run_processes(stack: Stack) -> list[int]:
+    """This stack's flow-run processes (`python -m prefect.engine` under its PREFECT_HOME)
+    that still run: they start in sessions of their own, so a worker that died or was killed
+    leaves them behind, and signalling its process group does not reach them."""
+    marker = f"PREFECT_HOME={stack.directory / 'home'}".encode()
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            if (b"prefect.engine" in (entry / "cmdline").read_bytes().split(b"\0")
+                    and marker in (entry / "environ").read_bytes().split(b"\0")):
+                found.append(int(entry.name))
+        except (OSError, ValueError):  # gone meanwhile, or not ours to read
+            continue
+    return [pid for pid in found if not _reaped(pid)]
+
+
+def _stop_leftovers(stack: Stack) -> int:
+    """Stop the flow runs a gone worker left; how many there were."""
+    pids = _flow_run_processes(stack)
+    left = pids
+    for sig, wait in ((signal.SIGTERM, STOP_GRACE_SECONDS), (signal.SIGKILL, 5.0)):
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + wait
+        while left and time.monotonic() < deadline:
+            time.sleep(0.2)
+            left = [pid for pid in left if Path(f"/proc/{pid}").exists() and not _reaped(pid)]
+        if not left:
+            break
+    return len(pids)
 
 
 def status(stack: Stack) -> int:

@@ -131,3 +131,26 @@ def test_a_pid_file_naming_another_process_is_neither_trusted_nor_signalled(tmp_
     finally:
         other.kill()
         other.wait(timeout=10)
+
+
+def test_down_stops_flow_runs_a_dead_worker_left_behind(tmp_path):
+    # Flow runs start in sessions of their own: with the worker gone, nothing else stops them,
+    # and one still writing holds the repository's run lock.
+    directory = tmp_path / "stack"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env["HETRIEVER_PREFECT_PORT"] = str(free_port())
+    orphan = subprocess.Popen(  # a flow run's command line, under the stack's Prefect home
+        [sys.executable, "-c", "import time; time.sleep(120)", "prefect.engine"],
+        env={**env, "PREFECT_HOME": str(directory / "home")}, start_new_session=True)
+    stranger = subprocess.Popen(  # the same command under another Prefect home: not ours
+        [sys.executable, "-c", "import time; time.sleep(120)", "prefect.engine"],
+        env={**env, "PREFECT_HOME": str(tmp_path / "other-home")}, start_new_session=True)
+    try:
+        down = stack("down", env, directory)
+        assert down.returncode == 0 and "flow runs 1 left behind" in down.stdout, down.stdout
+        assert orphan.wait(timeout=30) is not None
+        assert stranger.poll() is None
+    finally:
+        for process in (orphan, stranger):
+            process.kill()
+            process.wait(timeout=10)
