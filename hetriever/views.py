@@ -49,21 +49,25 @@ HNSW_SYNC_THRESHOLD = 100
 
 
 
-INDEX_LOCATION = "index_location"  # the catalog's meta key: the Chroma directory it describes
+INDEX_LOCATION = "index_location"  # the catalog's meta keys: the Chroma directory it
+STATE_LOCATION = "state_location"  # describes, and where the catalog itself was then
 
 
 def claim_state_dir(catalog: Catalog, settings: Settings) -> None:
     """A state directory describes one embedded Chroma directory. By default it sits beside
     the Chroma directory, so `chroma_data` and `chroma_test` in one folder would share it:
     the second index's runs would be recorded as the first's, and an ingest into one would
-    find the other's commit and do nothing. The first store to open the catalog records
-    where its Chroma directory is; a store over another one, while that one still exists,
-    is refused (one that no longer exists was moved, and the record follows it)."""
+    find the other's commit and do nothing. The catalog records both places; a store over
+    another Chroma directory, from the same state directory, while the recorded one still
+    exists, is refused. A pair copied or moved together (a backup restored elsewhere), or a
+    Chroma directory that moved, takes the record with it."""
     here = str(Path(settings.chroma_path).resolve())
+    state = str(Path(settings.resolved_state_dir).resolve())
     owner = catalog.noted(INDEX_LOCATION)
-    if owner == here:
+    if owner == here and catalog.noted(STATE_LOCATION) == state:
         return
-    if owner is not None and Path(owner).is_dir():
+    if (owner is not None and owner != here and catalog.noted(STATE_LOCATION) == state
+            and Path(owner).is_dir()):
         catalog.close()
         raise ConfigurationError(
             f"the state directory {settings.resolved_state_dir} belongs to the index at "
@@ -71,6 +75,7 @@ def claim_state_dir(catalog: Catalog, settings: Settings) -> None:
             hint="give each index its own state directory (HETRIEVER_STATE_DIR), or use the "
                  "Chroma path that state directory was made for")
     catalog.note(INDEX_LOCATION, here)
+    catalog.note(STATE_LOCATION, state)
 
 class RepositoryViews(ChromaAccess):
     """Repository names -> Chroma collections and BM25 indexes, the embedder, the writer lock."""

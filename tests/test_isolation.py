@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -174,6 +175,11 @@ def test_two_indexes_beside_each_other_do_not_share_a_state_directory(tmp_path,
     code, outcomes, _ = json_run(repo, own, "ingest")
     assert code == 0 and outcomes[0]["mode"] == "full" and outcomes[0]["chunks_written"] > 0
 
+    # A copy of an index with its state directory (a backup restored elsewhere) is that index.
+    shutil.copytree(tmp_path / "data", tmp_path / "copy")
+    copied = {**env, "HETRIEVER_CHROMA_PATH": str(tmp_path / "copy" / "chroma_data")}
+    code, rows, _ = json_run(repo, copied, "status")
+    assert code == 0 and rows[0]["status"] == "complete"
     # A Chroma directory moved elsewhere takes its state directory's record with it.
     (tmp_path / "data" / "chroma_data").rename(tmp_path / "data" / "chroma_moved")
     moved = {**env, "HETRIEVER_CHROMA_PATH": str(tmp_path / "data" / "chroma_moved")}
