@@ -188,7 +188,6 @@ def check_usable(repo: Repository) -> None:
         raise SourceError(repo.problem)
 
 
-
 def _submodule_dir(parent: Path, sub_name: str, rel: str) -> Path:
     """The submodule's working tree, checked to lie inside `parent` and to be checked out."""
     pure = PurePosixPath(rel)
