@@ -46,6 +46,13 @@ def test_stdio_tools_search_page_and_repositories(served_docs):
         tools = {t.name: t for t in (await client.list_tools()).tools}
         assert set(tools) == {"search_docs", "get_page", "list_repositories"}
         assert tools["search_docs"].input_schema["required"] == ["query"]
+        # every argument says what it is, and the bounds are in the schema
+        for tool in tools.values():
+            for name, prop in tool.input_schema.get("properties", {}).items():
+                assert prop.get("description"), (tool.name, name)
+        (k,) = [v for v in tools["search_docs"].input_schema["properties"]["k"]["anyOf"]
+                if v.get("type") == "integer"]
+        assert (k["minimum"], k["maximum"]) == (1, 50)
         found = await client.call_tool("search_docs", {"query": "where function comparison",
                                                        "k": 3})
         page = None
@@ -109,7 +116,7 @@ def test_stdio_bad_input_is_a_tool_error_and_budgets_hold(served_docs):
         stdio(served_docs), steps)
     assert not unknown.is_error and "No repository named 'no-such-docs'" in text_of(unknown)
     assert empty.is_error and "query is empty" in text_of(empty)
-    assert too_many.is_error and "k must be" in text_of(too_many)
+    assert too_many.is_error and "50" in text_of(too_many)  # the schema's bound
     assert tiny.is_error and "max_tokens" in text_of(tiny)
     assert hidden.is_error and "no page" in text_of(hidden)
     assert not short_page.is_error and "cut to the token budget" in text_of(short_page)

@@ -12,19 +12,25 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import Field
 
 from hetriever.errors import HetrieverError
 from hetriever.serve.keys import ENV_CLIENT_KEY, InvalidKeyError, KeyRing, key_from_headers
-from hetriever.serve.service import DocsService
+from hetriever.serve.service import DocsService, Limits
 from hetriever.serve.telemetry import Telemetry
 
 CHARS_PER_TOKEN = 4
 DEFAULT_TOKEN_BUDGET = 2000
 MAX_TOKEN_BUDGET = 8000
+MAX_K = Limits().max_k
+# Bounds in the tools' schemas, so an agent sees them before it calls.
+MAX_TOKENS_FIELD = Field(ge=100, le=MAX_TOKEN_BUDGET,
+                         description=f"the answer's budget in tokens (default "
+                                     f"{DEFAULT_TOKEN_BUDGET})")
 INSTRUCTIONS = ("Search up-to-date documentation kept in step with its git repositories. "
                 "Call search_docs first, then get_page with a result's page id for the whole "
                 "page. Cite the URL shown with each passage.")
@@ -115,14 +121,20 @@ def create_mcp(service: DocsService, keys: KeyRing, *, fixed_key: str | None = N
             raise ToolError(str(exc)) from None
 
     @server.tool()
-    async def search_docs(query: str, ctx: Context, repository: str | None = None,
-                          lang: str | None = None, k: int | None = None,
-                          max_tokens: int | None = None) -> str:
+    async def search_docs(
+            query: Annotated[str, Field(description="a question, words, a page's title or "
+                                                    "heading, or a docs URL")],
+            ctx: Context,
+            repository: Annotated[str | None, Field(description="only this repository "
+                                                               "(see list_repositories)")] = None,
+            lang: Annotated[str | None, Field(description='a content language, e.g. "en"; '
+                                                          '"all" for every one')] = None,
+            k: Annotated[int | None, Field(ge=1, le=MAX_K, description="how many pages "
+                                           "(default: the server's default_top_k, 5)")] = None,
+            max_tokens: Annotated[int | None, MAX_TOKENS_FIELD] = None) -> str:
         """Search the documentation. Returns the best pages, each with its title, URL, page id
-        and the passage that matched. `query` is a question, words, a page's title or heading,
-        or a docs URL (its page first; a `#anchor` shows that section). `repository` limits
-        to one repository (see list_repositories), `lang` to a content language (e.g. "en"),
-        `k` is how many pages (the server's default_top_k, 5 unless configured)."""
+        and the passage that matched. A docs URL as the query puts its page first (a `#anchor`
+        shows that section)."""
         budget = _budget(max_tokens)
         started = time.perf_counter()
         answer = await call(service.search, query, k=k,
@@ -135,7 +147,11 @@ def create_mcp(service: DocsService, keys: KeyRing, *, fixed_key: str | None = N
         return format_results(answer, budget)
 
     @server.tool()
-    async def get_page(url_or_id: str, ctx: Context, max_tokens: int | None = None) -> str:
+    async def get_page(
+            url_or_id: Annotated[str, Field(description="a page id from search_docs "
+                                                        "(<repository>/<file path>), a chunk "
+                                                        "id, or the page's URL")],
+            ctx: Context, max_tokens: Annotated[int | None, MAX_TOKENS_FIELD] = None) -> str:
         """The whole page, its sections in order: pass a page id from search_docs
         (`<repository>/<file path>`), a chunk id, or the page's URL."""
         budget = _budget(max_tokens)
