@@ -24,7 +24,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -194,25 +194,35 @@ def stop(stack: Stack, name: str) -> bool:
     if pid is None:
         stack.pid_file(name).unlink(missing_ok=True)
         return False
-    for sig, wait in ((signal.SIGTERM, STOP_GRACE_SECONDS), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(pid, sig)  # the process and its children (flow runs, uvicorn workers)
-        except ProcessLookupError:
-            break
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                break
-            if _reaped(pid):
-                break
-            time.sleep(0.2)
-        else:
-            continue
-        break
+    _terminate([pid], os.killpg)  # the process and its children (flow runs, uvicorn workers)
     stack.pid_file(name).unlink(missing_ok=True)
     return True
+
+
+def _terminate(pids: list[int], send: Callable[[int, int], None]) -> None:
+    """SIGTERM through `send` (os.kill, or os.killpg for a process group), SIGKILL after the
+    grace period, until every pid has exited (a zombie is as good as gone)."""
+    for sig, wait in ((signal.SIGTERM, STOP_GRACE_SECONDS), (signal.SIGKILL, 5.0)):
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                send(pid, sig)
+        deadline = time.monotonic() + wait
+        pids = [pid for pid in pids if _alive(pid)]
+        while pids and time.monotonic() < deadline:
+            time.sleep(0.2)
+            pids = [pid for pid in pids if _alive(pid)]
+        if not pids:
+            return
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, someone else's
+        return True
+    return not _reaped(pid)
 
 
 def _reaped(pid: int) -> bool:
@@ -251,17 +261,7 @@ def _flow_run_processes(stack: Stack) -> list[int]:
 def _stop_leftovers(stack: Stack) -> int:
     """Stop the flow runs a gone worker left; how many there were."""
     pids = _flow_run_processes(stack)
-    left = pids
-    for sig, wait in ((signal.SIGTERM, STOP_GRACE_SECONDS), (signal.SIGKILL, 5.0)):
-        for pid in left:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, sig)
-        deadline = time.monotonic() + wait
-        while left and time.monotonic() < deadline:
-            time.sleep(0.2)
-            left = [pid for pid in left if Path(f"/proc/{pid}").exists() and not _reaped(pid)]
-        if not left:
-            break
+    _terminate(pids, os.kill)
     return len(pids)
 
 

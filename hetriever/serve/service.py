@@ -149,8 +149,8 @@ class DocsService:
         names = [n for n in names if n in served]
         # Named repositories this caller cannot search: missing and hidden ones alike, so the
         # answer says nothing about which exists.
-        unknown = sorted(set(repositories or ()) - set(self._visible_plans(
-            levels or caller_levels(None)))) if repositories else []
+        unknown = sorted(set(repositories) - set(self._visible_plans(
+            levels or caller_levels(None), served))) if repositories else []
         wanted_lang = lang.strip().lower() if lang and lang.strip() else None
         try:
             # The language is a store-side filter (hetriever.search): None keeps each
@@ -243,8 +243,10 @@ class DocsService:
         return [name for name in self.store.repository_names()
                 if self.store.catalog.complete(name)]
 
-    def _visible_plans(self, levels: frozenset[str]) -> dict[str, Any]:
-        plans = plan_collections(self.store, self.served_names())
+    def _visible_plans(self, levels: frozenset[str],
+                       served: list[str] | None = None) -> dict[str, Any]:
+        """Served repositories (`served` when the caller has them) the caller may see."""
+        plans = plan_collections(self.store, self.served_names() if served is None else served)
         return {name: p for name, p in plans.items() if p.visible(levels)}
 
     def _page_at(self, ref: str, visible: dict[str, Any]) -> tuple[str, str] | None:
