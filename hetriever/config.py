@@ -33,6 +33,7 @@ FALSE_WORDS = {"0", "false", "no", "off", ""}
 # MiniLM reads 256 word-pieces including [CLS] and [SEP]: 254 are left for the chunk text.
 MODEL_MAX_TOKENS = 256
 MINILM_NAME = "all-MiniLM-L6-v2"  # the offline model, built from a PyPI package
+MODEL_SPECS = f"{MINILM_NAME!r}, 'sentence-transformers:<name-or-path>' or 'ollama:<model>'"
 
 
 class _Sources:
@@ -323,8 +324,7 @@ def parse_model_spec(spec: str) -> tuple[str, str]:
         return kind, arg.strip()
     raise ConfigurationError(
         f"unknown embedding model {spec!r}",
-        hint=f"set HETRIEVER_EMBEDDING_MODEL to {MINILM_NAME!r}, "
-             "'sentence-transformers:<name-or-path>' or 'ollama:<model>'")
+        hint=f"set HETRIEVER_EMBEDDING_MODEL to {MODEL_SPECS}")
 
 
 def setting_names() -> list[str]:
@@ -498,6 +498,5 @@ def validate(settings: Settings) -> Settings:
     try:
         parse_model_spec(settings.embedding_model)
     except ConfigurationError:
-        raise bad("embedding_model", f"use {MINILM_NAME!r}, 'sentence-transformers:<name-or-path>' "
-                                     "or 'ollama:<model>'") from None
+        raise bad("embedding_model", f"use {MODEL_SPECS}") from None
     return settings

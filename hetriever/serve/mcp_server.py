@@ -25,10 +25,10 @@ from hetriever.serve.telemetry import Telemetry
 
 CHARS_PER_TOKEN = 4
 DEFAULT_TOKEN_BUDGET = 2000
-MAX_TOKEN_BUDGET = 8000
+MIN_TOKEN_BUDGET, MAX_TOKEN_BUDGET = 100, 8000
 MAX_K = Limits().max_k
 # Bounds in the tools' schemas, so an agent sees them before it calls.
-MAX_TOKENS_FIELD = Field(ge=100, le=MAX_TOKEN_BUDGET,
+MAX_TOKENS_FIELD = Field(ge=MIN_TOKEN_BUDGET, le=MAX_TOKEN_BUDGET,
                          description=f"the answer's budget in tokens (default "
                                      f"{DEFAULT_TOKEN_BUDGET})")
 INSTRUCTIONS = ("Search up-to-date documentation kept in step with its git repositories. "
@@ -94,8 +94,8 @@ def format_repositories(rows: list[dict[str, Any]]) -> str:
 def _budget(max_tokens: int | None) -> int:
     if max_tokens is None:
         return DEFAULT_TOKEN_BUDGET
-    if not 100 <= max_tokens <= MAX_TOKEN_BUDGET:
-        raise ToolError(f"max_tokens must be from 100 to {MAX_TOKEN_BUDGET}")
+    if not MIN_TOKEN_BUDGET <= max_tokens <= MAX_TOKEN_BUDGET:
+        raise ToolError(f"max_tokens must be from {MIN_TOKEN_BUDGET} to {MAX_TOKEN_BUDGET}")
     return max_tokens
 
 
@@ -152,8 +152,7 @@ def create_mcp(service: DocsService, keys: KeyRing, *, fixed_key: str | None = N
                                                         "(<repository>/<file path>), a chunk "
                                                         "id, or the page's URL")],
             ctx: Context, max_tokens: Annotated[int | None, MAX_TOKENS_FIELD] = None) -> str:
-        """The whole page, its sections in order: pass a page id from search_docs
-        (`<repository>/<file path>`), a chunk id, or the page's URL."""
+        """The whole page, its sections in order."""
         budget = _budget(max_tokens)
         return format_page(await call(service.page, url_or_id, levels=levels(ctx)), budget)
 
