@@ -143,9 +143,16 @@ def test_searching_a_path_or_state_dir_no_ingest_wrote_is_an_error(tmp_path, min
     env = cli_env(tmp_path, minilm_model_dir)
     assert run_cli(repo, env, "ingest").returncode == 0
     mistyped = tmp_path / "chroam"
-    done = run_cli(repo, {**env, "HETRIEVER_CHROMA_PATH": str(mistyped)}, "search", "alpha")
-    assert done.returncode == 2 and "the Chroma directory does not exist" in done.stderr
-    assert not mistyped.exists()  # searching never creates a store
+    typo = {**env, "HETRIEVER_CHROMA_PATH": str(mistyped)}
+    for argv in (("search", "alpha"), ("purge", "--older-than", "0"),
+                 ("forget", "-r", "load-docs")):
+        done = run_cli(repo, typo, *argv)
+        assert done.returncode == 2 and "the Chroma directory does not exist" in done.stderr, argv
+    code, rows, _ = json_run(repo, typo, "status")  # nothing indexed there, and it says so
+    assert code == 0 and rows[0]["status"] == "never indexed" and rows[0]["chunks"] == 0
+    assert not mistyped.exists()  # reading never creates a store
+    code, rows, _ = json_run(repo, env, "status")  # the real index was not touched
+    assert rows[0]["chunks"] > 0 and rows[0]["up_to_date"]
     done = run_cli(repo, {**env, "HETRIEVER_STATE_DIR": str(tmp_path / "elsewhere")},
                    "search", "alpha")
     assert done.returncode == 2 and "the state directory holds no index" in done.stderr

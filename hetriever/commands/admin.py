@@ -6,14 +6,16 @@ import argparse
 import asyncio
 from typing import Any
 
-from hetriever.commands.common import EXIT_OK, cli_settings, make_console, print_json
+from hetriever.commands.common import (EXIT_OK, cli_settings, has_index, make_console, print_json,
+                                       require_index)
 
 
 def status_rows(settings, repos) -> list[dict[str, Any]]:
     """Per repository: checked-out and indexed commit, files, chunks, failures, last run.
 
     The catalog is the source of truth; the collection metadata fills in for a repository the
-    catalog has not seen (an index made before it existed).
+    catalog has not seen (an index made before it existed). Where no ingest has written an
+    index yet, every repository is "never indexed" and nothing is created.
     """
     from hetriever.catalog import DELETED, FAILED, INDEXED, SKIPPED
     from hetriever.discover import head_commit
@@ -22,8 +24,7 @@ def status_rows(settings, repos) -> list[dict[str, Any]]:
     from hetriever.repositories import is_valid_repository_name
     from hetriever.store import get_knowledge_store
 
-    store = get_knowledge_store(settings)
-    catalog = store.catalog
+    store = get_knowledge_store(settings) if has_index(settings) else None
     rows = []
     for repo in repos:
         if not is_valid_repository_name(repo.name):  # it has no index: only its problem
@@ -35,11 +36,11 @@ def status_rows(settings, repos) -> list[dict[str, Any]]:
                 "soft_deleted_files": 0, "last_run": "", "last_run_outcome": "",
                 "last_updated": "", "needs_migration": False})
             continue
-        meta = asyncio.run(store.get_collection_metadata(repo.name)) or {}
-        record = catalog.repository(repo.name)
-        physical = store.physical_name(repo.name)
-        counts = catalog.file_counts(physical) if physical else {}
-        failures = catalog.files(physical, FAILED) if physical else []
+        meta = (asyncio.run(store.get_collection_metadata(repo.name)) or {}) if store else {}
+        record = store.catalog.repository(repo.name) if store else None
+        physical = store.physical_name(repo.name) if store else None
+        counts = store.catalog.file_counts(physical) if store and physical else {}
+        failures = store.catalog.files(physical, FAILED) if store and physical else []
         try:
             head, error = head_commit(repo), ""
         except SourceError as exc:  # e.g. no commits, a bad submodule: this row says so
@@ -65,7 +66,7 @@ def status_rows(settings, repos) -> list[dict[str, Any]]:
             "last_run": record.last_run_at if record else "",
             "last_run_outcome": record.last_run_outcome if record else "",
             "last_updated": meta.get("last_updated", ""),
-            "needs_migration": bool(physical) and needs_migration(store, repo.name),
+            "needs_migration": bool(store and physical) and needs_migration(store, repo.name),
         })
     return rows
 
@@ -103,6 +104,7 @@ def cmd_purge(args: argparse.Namespace) -> int:
     from hetriever.store import get_knowledge_store
 
     settings = cli_settings(args)
+    require_index(settings)
     report = asyncio.run(purge(get_knowledge_store(settings), args.older_than))
     if args.json:
         print_json({**report.to_dict(), "total_chunks": report.total_chunks})
@@ -118,6 +120,7 @@ def cmd_forget(args: argparse.Namespace) -> int:
     from hetriever.store import get_knowledge_store
 
     settings = cli_settings(args)
+    require_index(settings)
     report = asyncio.run(forget(get_knowledge_store(settings), args.repository, args.file))
     if args.json:
         print_json(report.to_dict())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -38,3 +39,60 @@ def cli_settings(args: argparse.Namespace, **extra: Any):
 
 def print_json(data: Any) -> None:
     print(json.dumps(data, indent=2, default=str))
+
+
+def _absent(path: Path) -> bool:
+    """Not there, under a directory that is (a path under a file is another error, told by
+    the store: it names the file in the way)."""
+    if path.exists():
+        return False
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    return parent.is_dir()
+
+
+def _blocked(directory: Path) -> bool:
+    """A file where the directory, or one of its parents, should be."""
+    node = directory
+    while not node.exists() and node != node.parent:
+        node = node.parent
+    return not node.is_dir()
+
+
+def require_index(settings) -> None:
+    """Searching, purging or forgetting in a path or state directory that no ingest wrote is
+    a mistake (a typo, another working directory), not 0 results; opening the store there
+    would also create an empty index. Only `ingest` (and `serve`, waiting for one) create
+    them."""
+    from hetriever.catalog import CATALOG_FILE
+    from hetriever.errors import ConfigurationError
+
+    if settings.follow:
+        return  # a follower's catalog is made by following the server's manifest
+
+    dirs = [settings.resolved_state_dir] + ([] if settings.server_mode else [settings.chroma_path])
+    if any(_blocked(d) for d in dirs):
+        return  # a file in the way: the store names it, with what to do
+    if not settings.server_mode and _absent(settings.chroma_path):
+        raise ConfigurationError(f"no index at {settings.chroma_path}: the Chroma directory "
+                                 "does not exist",
+                                 hint="check HETRIEVER_CHROMA_PATH / --chroma-path, or run "
+                                      "`hetriever ingest` first")
+    catalog = settings.resolved_state_dir / CATALOG_FILE
+    if _absent(catalog):
+        raise ConfigurationError(f"no catalog at {catalog}: the state directory holds no index",
+                                 hint="set HETRIEVER_STATE_DIR to the one `hetriever ingest` "
+                                      "used (server mode defaults to ./.hetriever), or ingest "
+                                      "first")
+
+
+def has_index(settings) -> bool:
+    """Whether an ingest wrote the index these settings name (see `require_index`)."""
+    from hetriever.errors import ConfigurationError
+
+    try:
+        require_index(settings)
+    except ConfigurationError:
+        return False
+    return True

@@ -6,10 +6,10 @@ import argparse
 import asyncio
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
-from hetriever.commands.common import EXIT_OK, cli_settings, make_console, print_json
+from hetriever.commands.common import (EXIT_OK, cli_settings, make_console, print_json,
+                                       require_index)
 from hetriever.errors import UserError
 
 
@@ -113,50 +113,6 @@ def _warnings(settings, repositories: list[str] | None, hybrid: bool) -> list[st
     return out
 
 
-def _absent(path: Path) -> bool:
-    """Not there, under a directory that is (a path under a file is another error, told by
-    the store: it names the file in the way)."""
-    if path.exists():
-        return False
-    parent = path.parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
-    return parent.is_dir()
-
-
-def _blocked(directory: Path) -> bool:
-    """A file where the directory, or one of its parents, should be."""
-    node = directory
-    while not node.exists() and node != node.parent:
-        node = node.parent
-    return not node.is_dir()
-
-
-def _require_index(settings) -> None:
-    """Searching a path or state directory that no ingest wrote is a mistake, not 0 results
-    (only `ingest` creates them)."""
-    from hetriever.catalog import CATALOG_FILE
-    from hetriever.errors import ConfigurationError
-
-    if settings.follow:
-        return  # a follower's catalog is made by following the server's manifest
-
-    dirs = [settings.resolved_state_dir] + ([] if settings.server_mode else [settings.chroma_path])
-    if any(_blocked(d) for d in dirs):
-        return  # a file in the way: the store names it, with what to do
-    if not settings.server_mode and _absent(settings.chroma_path):
-        raise ConfigurationError(f"no index at {settings.chroma_path}: the Chroma directory "
-                                 "does not exist",
-                                 hint="check HETRIEVER_CHROMA_PATH / --chroma-path, or run "
-                                      "`hetriever ingest` first")
-    catalog = settings.resolved_state_dir / CATALOG_FILE
-    if _absent(catalog):
-        raise ConfigurationError(f"no catalog at {catalog}: the state directory holds no index",
-                                 hint="set HETRIEVER_STATE_DIR to the one `hetriever ingest` "
-                                      "used (server mode defaults to ./.hetriever), or ingest "
-                                      "first")
-
-
 def cmd_search(args: argparse.Namespace) -> int:
     from hetriever.filters import validate_filter
     from hetriever.search import resolve_top_k
@@ -177,7 +133,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     filters = _parse_filter(args.filter)
     validate_filter(filters)
     resolve_top_k(args.top_k, settings.default_top_k, settings.max_top_k)
-    _require_index(settings)
+    require_index(settings)
     hybrid = None if args.mode is None else args.mode == "hybrid"
     access = [level for raw in (args.access or []) for level in raw.split(",") if level.strip()]
     result = run_search(settings, args.query, args.repository or None, args.top_k,
