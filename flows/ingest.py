@@ -75,15 +75,35 @@ def _git(repo: Repository, *args: str) -> str:
     return done.stdout.strip()
 
 
+def _resolves(repo: Repository, rev: str) -> bool:
+    return subprocess.run(["git", "rev-parse", "--verify", "--quiet", rev], cwd=repo.path,
+                          capture_output=True).returncode == 0
+
+
+def followed_branch(repo: Repository) -> str:
+    """The remote branch fetching runs check out: the submodule's `branch` in .gitmodules,
+    else the remote's default branch."""
+    return f"origin/{repo.branch}" if repo.branch else "origin/HEAD"
+
+
 def update_checkout(repo: Repository, ref: str | None) -> str:
-    """Fetch `origin` and check out `ref` (default: the remote's default branch); the sha."""
+    """Fetch `origin` and check out `ref`, by default the followed branch; the sha."""
     _git(repo, "fetch", "--quiet", "origin")
-    target = ref or "origin/HEAD"
-    if ref is None and subprocess.run(["git", "rev-parse", "--verify", "--quiet", target],
-                                      cwd=repo.path, capture_output=True).returncode != 0:
+    followed = followed_branch(repo)
+    if not _resolves(repo, followed):
+        if repo.branch:
+            raise SourceError(f"{repo.name}: .gitmodules names the branch {repo.branch!r}, "
+                              "which the remote `origin` does not have",
+                              hint="fix the submodule's `branch` in .gitmodules, or remove it "
+                                   "to follow the remote's default branch")
         _git(repo, "remote", "set-head", "origin", "--auto")  # clones made without it
-    _git(repo, "checkout", "--quiet", "--detach", target)
+    _git(repo, "checkout", "--quiet", "--detach", ref or followed)
     return _git(repo, "rev-parse", "HEAD")
+
+
+def on_followed_branch(repo: Repository, sha: str) -> bool:
+    return subprocess.run(["git", "merge-base", "--is-ancestor", sha, followed_branch(repo)],
+                          cwd=repo.path, capture_output=True).returncode == 0
 
 
 @flow(name="index-repository", flow_run_name="index-{repo.name}", log_prints=True)
@@ -126,9 +146,9 @@ async def ingest(
 ):
     """Bring every (or the named) documentation repository's index to its checked-out commit.
 
-    `fetch`: first fetch each repository's `origin` and check out `ref` (default: the remote's
-    default branch), so a run picks up commits no webhook announced. The `scheduled`
-    deployment sets it. `task_runner`: "threads", "threads:N", "dask" or "dask:tcp://host:port"
+    `fetch`: first fetch each repository's `origin` and check out `ref` (default: the branch
+    the repository follows, its `branch` in .gitmodules or the remote's default branch), so
+    a run picks up commits no webhook announced. The `scheduled` deployment sets it. `task_runner`: "threads", "threads:N", "dask" or "dask:tcp://host:port"
     (the per-file tasks and the embedding on a Dask cluster's workers); default: the
     `task_runner` setting (HETRIEVER_TASK_RUNNER). `allow_mass_delete`: let a full run delete
     most of an index (`ingest --full --allow-mass-delete`).
@@ -152,6 +172,12 @@ async def _ingest(settings: Settings, repositories: list[str] | None, force_full
                 check_usable(repo)  # git would run in its placeholder path, and say less
                 sha = update_checkout(repo, ref)
                 logger.info("%s: fetched, at %s", repo.name, sha[:12])
+                if ref and not on_followed_branch(repo, sha):  # e.g. a webhook's other branch
+                    logger.warning(
+                        "%s: commit %s is not on %s, the branch scheduled runs check out: the "
+                        "next scheduled run indexes that branch again (set the submodule's "
+                        "`branch` in .gitmodules to the branch the webhook route names)",
+                        repo.name, sha[:12], followed_branch(repo))
             state = await index_repository_flow.with_options(
                 task_runner=make_task_runner(task_runner))(repo, settings, force_full,
                                                            return_state=True)

@@ -56,6 +56,9 @@ class Repository(_Serialisable):
     path: Path  # the repository's working tree
     url: str = ""  # remote URL from .gitmodules ("" when unknown)
     content_dir: str = "content"  # Hugo content dir, relative to `path`
+    # The branch a fetching run checks out (the submodule's `branch` in .gitmodules, as
+    # `git submodule update --remote` reads it); "" = the remote's default branch.
+    branch: str = ""
     # Why the repository cannot be read (a bad or uninitialised submodule): reported for it
     # alone, every git operation on it raises this; "" when it is fine.
     problem: str = ""

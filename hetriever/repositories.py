@@ -74,10 +74,10 @@ def discover_repositories(
     if (root / ".gitmodules").is_file():
         found = _from_gitmodules(root)
     elif (root / ".git").exists():
-        found = [(root.name, root, _origin_url(root), "")]
+        found = [(root.name, root, _origin_url(root), "", "")]
     else:
         found = [
-            (child.name, child.resolve(), _origin_url(child), "")
+            (child.name, child.resolve(), _origin_url(child), "", "")
             for child in sorted(root.iterdir())
             if child.is_dir() and not child.name.startswith(".") and (child / ".git").exists()
         ]
@@ -89,7 +89,7 @@ def discover_repositories(
             )
 
     repos: dict[str, Repository] = {}
-    for name, path, url, problem in found:
+    for name, path, url, problem, branch in found:
         try:
             validate_repository_name(name, path)
         except InvalidRepositoryNameError as exc:
@@ -105,7 +105,7 @@ def discover_repositories(
             )
         repos[name] = Repository(
             name=name, path=path, url=urls.get(name, url), content_dir=content_dir,
-            problem=problem,
+            problem=problem, branch=branch,
         )
     return [repos[name] for name in sorted(repos)]
 
@@ -136,8 +136,9 @@ def configured_repositories(settings: Settings,
                               urls=settings.repository_urls), names)
 
 
-def _from_gitmodules(parent: Path) -> list[tuple[str, Path, str, str]]:
-    """(name, checked-out path, url, problem) for each submodule in `parent/.gitmodules`.
+def _from_gitmodules(parent: Path) -> list[tuple[str, Path, str, str, str]]:
+    """(name, checked-out path, url, problem, branch) for each submodule in
+    `parent/.gitmodules`.
 
     A submodule that cannot be used (a path leading out, not checked out) is kept with its
     problem, so it fails alone and the others are indexed; its path is a placeholder that
@@ -145,7 +146,7 @@ def _from_gitmodules(parent: Path) -> list[tuple[str, Path, str, str]]:
     try:
         raw = git.Git(parent).execute(
             ["git", "config", "--file", ".gitmodules", "-z", "--get-regexp",
-             r"^submodule\..*\.(path|url)$"],
+             r"^submodule\..*\.(path|url|branch)$"],
             stdout_as_string=False, strip_newline_in_stdout=False,
         )
     except git.GitCommandError as exc:
@@ -167,19 +168,32 @@ def _from_gitmodules(parent: Path) -> list[tuple[str, Path, str, str]]:
                           hint="add documentation repos with `git submodule add <url> docs/<name>`")
 
     found = []
+    parent_branch = None
     for sub_name, entry in sorted(entries.items()):
+        if entry.get("branch") == ".":  # git's "the superproject's current branch"
+            if parent_branch is None:
+                parent_branch = _current_branch(parent)
+            entry["branch"] = parent_branch
         if "path" not in entry:
             log.warning("submodule_without_path", submodule=sub_name, parent=str(parent))
             continue
         name = PurePosixPath(entry["path"]).name or sub_name
         try:
             found.append((name, _submodule_dir(parent, sub_name, entry["path"]),
-                          entry.get("url", ""), ""))
+                          entry.get("url", ""), "", entry.get("branch", "")))
         except SourceError as exc:
             log.error("submodule_unusable", submodule=sub_name, error=str(exc))
             found.append((name, parent / ".git" / "unusable-submodule" / name,
-                          entry.get("url", ""), str(exc)))
+                          entry.get("url", ""), str(exc), entry.get("branch", "")))
     return found
+
+
+def _current_branch(path: Path) -> str:
+    """The branch checked out at `path`; "" when HEAD is detached."""
+    try:
+        return git.Git(path).execute(["git", "symbolic-ref", "--quiet", "--short", "HEAD"])
+    except git.GitCommandError:
+        return ""
 
 
 def check_usable(repo: Repository) -> None:

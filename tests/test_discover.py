@@ -93,6 +93,21 @@ def test_parent_with_submodules(tmp_path):
     assert all(r.content_dir == "content/en" for r in repos)
 
 
+def test_the_branch_a_submodule_follows_comes_from_gitmodules(tmp_path):
+    zeta, _ = doc_repo(tmp_path / "src", "zeta-docs")
+    alpha, _ = doc_repo(tmp_path / "src", "alpha-docs")
+    parent = make_parent_with_submodule(tmp_path, zeta, "zeta-docs")
+    git(parent, "submodule", "add", "-q", str(alpha), "docs/alpha-docs")
+    git(parent, "config", "--file", ".gitmodules", "submodule.docs/zeta-docs.branch", "release")
+    assert {r.name: r.branch for r in discover_repositories(parent)} == {
+        "alpha-docs": "", "zeta-docs": "release"}  # "": the remote's default branch
+
+    # "." is git's "the parent's current branch" (`git submodule update --remote`)
+    git(parent, "config", "--file", ".gitmodules", "submodule.docs/alpha-docs.branch", ".")
+    git(parent, "checkout", "-q", "-b", "stable")
+    assert {r.name: r.branch for r in discover_repositories(parent)}["alpha-docs"] == "stable"
+
+
 def test_directory_of_git_repos(tmp_path):
     root = tmp_path / "root"
     doc_repo(root, "zeta-docs")

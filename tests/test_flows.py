@@ -15,6 +15,7 @@ from tests.helpers import (
     build_corpus_parent,
     build_sample_parent,
     commit_all,
+    git,
     init_repo,
     update_submodule,
     write_files,
@@ -326,6 +327,58 @@ def test_a_fetching_run_picks_up_a_commit_no_webhook_announced(sample_parent):
 
     state, summary = run_ingest(fetch=True)  # the next scheduled run: up to date
     assert summary["repositories"][0]["mode"] == "noop"
+
+
+def _warnings_since(started) -> list[tuple[str, str]]:
+    """(logger, message) of the run logs at WARNING or above recorded since `started`."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterTimestamp
+    from prefect.logging.handlers import APILogHandler
+
+    asyncio.run(APILogHandler.aflush())
+
+    async def read_logs():
+        async with get_client() as client:
+            return await client.read_logs(log_filter=LogFilter(
+                timestamp=LogFilterTimestamp(after_=started)), limit=200)
+
+    return [(log.name, log.message) for log in asyncio.run(read_logs()) if log.level >= 30]
+
+
+def test_a_fetching_run_follows_the_branch_gitmodules_names(sample_parent):
+    """A webhook route to a branch other than the remote's default: the scheduled runs check
+    out the branch the submodule names in .gitmodules, so they do not undo the webhook's."""
+    from datetime import datetime, timezone
+
+    parent, source = sample_parent
+    default = git(source, "symbolic-ref", "--short", "HEAD")
+    git(source, "checkout", "-q", "-b", "release")
+    write_files(source, {"content/docs/release-notes.md":
+                         "---\ntitle: Release notes\n---\n\nA dirigible release.\n"})
+    on_release = commit_all(source, "on the release branch only")
+    git(source, "checkout", "-q", default)
+    write_files(source, {"content/docs/next.md": "---\ntitle: Next\n---\n\nA blimp.\n"})
+    on_default = commit_all(source, "on the default branch only")
+
+    state, summary = run_ingest(fetch=True)  # .gitmodules names no branch: the default one
+    assert summary["repositories"][0]["new_commit"] == on_default, state.message
+
+    git(parent, "config", "--file", ".gitmodules", "submodule.docs/sample-docs.branch",
+        "release")
+    state, summary = run_ingest(fetch=True)
+    assert state.is_completed() and summary["repositories"][0]["new_commit"] == on_release
+
+    started = datetime.now(timezone.utc)  # a push to the default branch, routed by a webhook
+    state, summary = run_ingest(fetch=True, ref=on_default)
+    assert summary["repositories"][0]["new_commit"] == on_default, state.message
+    assert any("is not on origin/release" in message for _, message in _warnings_since(started))
+    state, summary = run_ingest(fetch=True)  # the next scheduled run follows release again
+    assert summary["repositories"][0]["new_commit"] == on_release
+
+    git(parent, "config", "--file", ".gitmodules", "submodule.docs/sample-docs.branch", "gone")
+    state, summary = run_ingest(fetch=True)
+    (repo,) = summary["repositories"]
+    assert not repo["ok"] and "names the branch 'gone'" in repo["error"], repo
 
 
 def test_a_fetch_that_cannot_reach_the_remote_fails_that_repository_clearly(sample_parent):
