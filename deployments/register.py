@@ -39,6 +39,38 @@ def ensure_work_pool(name: str = DEFAULT_POOL, pool_type: str = "process") -> bo
     return True
 
 
+def crash_orphaned_runs(pool: str = DEFAULT_POOL) -> int:
+    """Mark Crashed the pool's flow runs the server still shows as in flight; how many.
+
+    Only for a pool none of whose workers or flow runs are alive (the caller knows): a run in
+    flight when its stack stopped stays `Running` on the server, holding its deployment's
+    concurrency slot. Its lease lived in the server's memory, so a restarted server never
+    expires it, and every later run of that deployment would wait for the slot for ever.
+    Leaving Running releases the slot (Prefect's own rule, through the deployment's limit
+    when the lease is gone); the index is safe (the run never recorded its commit)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        FlowRunFilter,
+        FlowRunFilterState,
+        FlowRunFilterStateType,
+        WorkPoolFilter,
+        WorkPoolFilterName,
+    )
+    from prefect.client.schemas.objects import StateType
+    from prefect.states import Crashed
+
+    in_flight = FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(
+        any_=[StateType.PENDING, StateType.RUNNING, StateType.CANCELLING])))
+    with get_client(sync_client=True) as client:
+        runs = client.read_flow_runs(flow_run_filter=in_flight, work_pool_filter=WorkPoolFilter(
+            name=WorkPoolFilterName(any_=[pool])))
+        for run in runs:
+            client.set_flow_run_state(run.id, Crashed(
+                message="the stack stopped while this run was in flight (marked by prefect-up)"),
+                force=True)
+    return len(runs)
+
+
 def deploy_all(prefect_file: Path = PROJECT_ROOT / "prefect.yaml", *, quiet: bool = False) -> int:
     """`prefect --no-prompt deploy --all` from the project root; returns its exit code.
     `quiet`: its output is shown only if it fails."""

@@ -166,11 +166,18 @@ def up(stack: Stack) -> int:
     try:
         from prefect.settings import temporary_settings, PREFECT_API_URL
 
-        from deployments.register import ensure_work_pool
+        from deployments.register import crash_orphaned_runs, ensure_work_pool
 
         with temporary_settings({PREFECT_API_URL: stack.api_url}):
             created = ensure_work_pool(stack.pool)
+            # Nothing of this stack runs flows yet: a run the server shows in flight is one
+            # the stack's last stop cut short, and it holds its deployment's slot.
+            idle = running_pid(stack, "worker") is None and not _flow_run_processes(stack)
+            crashed = crash_orphaned_runs(stack.pool) if idle else 0
         print(f"pool      {stack.pool} {'created' if created else 'exists'}")
+        if crashed:
+            print(f"flow runs {crashed} in flight when the stack last stopped: marked Crashed, "
+                  "their concurrency slots freed")
         code = deploy_all(quiet=True)
     finally:
         os.environ.clear()

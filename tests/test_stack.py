@@ -154,3 +154,45 @@ def test_down_stops_flow_runs_a_dead_worker_left_behind(tmp_path):
         for process in (orphan, stranger):
             process.kill()
             process.wait(timeout=10)
+
+
+def test_up_frees_the_slot_of_a_run_the_last_stop_cut_short(tmp_path):
+    # A run in flight when the stack stops stays Running on the server and holds its
+    # deployment's one concurrency slot; the restarted server lost the lease that would have
+    # expired it, so every later run of that deployment would wait for ever.
+    parent, _ = build_sample_parent(tmp_path)
+    directory = tmp_path / "stack"
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env.update({
+        "HETRIEVER_PREFECT_PORT": str(port),
+        "HETRIEVER_DOCS_ROOT": str(parent),
+        "HETRIEVER_CHROMA_PATH": str(tmp_path / "chroma"),
+        "HETRIEVER_STATE_DIR": str(tmp_path / "state"),
+        "HETRIEVER_FAULTS_STATE": str(tmp_path / "faults"),
+        "PREFECT_WORKER_QUERY_SECONDS": "2",
+    })
+    api = f"http://127.0.0.1:{port}/api"
+    try:
+        up = stack("up", {**env, "HETRIEVER_FAULTS": "window_write:*:1:slow300"}, directory)
+        assert up.returncode == 0, up.stdout + up.stderr
+        with httpx.Client(base_url=api, timeout=30) as client:
+            deployment = client.get("/deployments/name/ingest/scheduled").raise_for_status()
+            cut = client.post(f"/deployments/{deployment.json()['id']}/create_flow_run",
+                              json={}).raise_for_status().json()
+            deadline = time.monotonic() + RUN_TIMEOUT
+            while (client.get(f"/flow_runs/{cut['id']}").json()["state"]["type"] != "RUNNING"
+                   and time.monotonic() < deadline):
+                time.sleep(1)
+        assert stack("down", env, directory).returncode == 0  # the run is in flight
+
+        up = stack("up", env, directory)
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert "flow runs 1 in flight when the stack last stopped" in up.stdout, up.stdout
+        with httpx.Client(base_url=api, timeout=30) as client:
+            assert client.get(f"/flow_runs/{cut['id']}").json()["state"]["type"] == "CRASHED"
+        after = run_deployment(api, "ingest/scheduled")  # not left AwaitingConcurrencySlot
+        assert after["state"]["type"] == "COMPLETED", after["state"]
+        assert "flow runs" not in stack("up", env, directory).stdout  # nothing more to mark
+    finally:
+        assert stack("down", env, directory).returncode == 0
