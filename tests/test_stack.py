@@ -30,6 +30,19 @@ def stack(action: str, env: dict[str, str], directory: Path) -> subprocess.Compl
                           text=True, timeout=STACK_TIMEOUT)
 
 
+def stack_env(tmp_path: Path, parent: Path, port: int) -> dict[str, str]:
+    """The caller's environment without Prefect's settings, and a stack over `parent`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env.update({
+        "HETRIEVER_PREFECT_PORT": str(port),
+        "HETRIEVER_DOCS_ROOT": str(parent),
+        "HETRIEVER_CHROMA_PATH": str(tmp_path / "chroma"),
+        "HETRIEVER_STATE_DIR": str(tmp_path / "state"),
+        "PREFECT_WORKER_QUERY_SECONDS": "2",  # the worker picks runs up sooner than its 10 s
+    })
+    return env
+
+
 def run_deployment(api: str, name: str) -> dict:
     """Create a run of deployment `name` and wait for the worker to finish it."""
     with httpx.Client(base_url=api, timeout=30) as client:
@@ -55,14 +68,7 @@ def test_stack_up_runs_the_schedule_that_catches_a_missed_push_and_down_stops_it
     parent, source = build_sample_parent(tmp_path)
     directory = tmp_path / "stack"
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    env.update({
-        "HETRIEVER_PREFECT_PORT": str(port),
-        "HETRIEVER_DOCS_ROOT": str(parent),
-        "HETRIEVER_CHROMA_PATH": str(tmp_path / "chroma"),
-        "HETRIEVER_STATE_DIR": str(tmp_path / "state"),
-        "PREFECT_WORKER_QUERY_SECONDS": "2",  # the worker picks runs up sooner than its 10 s
-    })
+    env = stack_env(tmp_path, parent, port)
     api = f"http://127.0.0.1:{port}/api"
     try:
         up = stack("up", env, directory)
@@ -163,15 +169,7 @@ def test_up_frees_the_slot_of_a_run_the_last_stop_cut_short(tmp_path):
     parent, _ = build_sample_parent(tmp_path)
     directory = tmp_path / "stack"
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    env.update({
-        "HETRIEVER_PREFECT_PORT": str(port),
-        "HETRIEVER_DOCS_ROOT": str(parent),
-        "HETRIEVER_CHROMA_PATH": str(tmp_path / "chroma"),
-        "HETRIEVER_STATE_DIR": str(tmp_path / "state"),
-        "HETRIEVER_FAULTS_STATE": str(tmp_path / "faults"),
-        "PREFECT_WORKER_QUERY_SECONDS": "2",
-    })
+    env = {**stack_env(tmp_path, parent, port), "HETRIEVER_FAULTS_STATE": str(tmp_path / "faults")}
     api = f"http://127.0.0.1:{port}/api"
     try:
         up = stack("up", {**env, "HETRIEVER_FAULTS": "window_write:*:1:slow300"}, directory)
