@@ -386,6 +386,11 @@ def parse_page(repository: str, file_path: str, text: str, *, content_dir: str =
                 "_index", "index"):
             url = url.rstrip("/") + ".html"
         url = (prefix + url) if prefix else url
+    elif site is not None and where is not None and "://" not in url:
+        # A front-matter url is relative to the baseURL; in a multilingual site one without a
+        # leading slash is relative to the language's prefix too (Hugo's URL management).
+        under_lang = site.multilingual and not str(front_matter["url"]).strip().startswith("/")
+        url = (site.url_prefix(lang) if under_lang else site.base_path_of(lang)) + url
     return Page(
         repository=repository,
         file_path=file_path,

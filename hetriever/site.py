@@ -6,13 +6,17 @@ Hugo looks for `hugo.toml|yaml|json` (or the older `config.*`) at the project ro
 key it is named after (`languages.yaml` -> `languages`, `module.yaml` -> `module`). The keys
 read here decide what a page is and where it goes: `contentDir`, `defaultContentLanguage`,
 `defaultContentLanguageInSubdir`, `languages` (per language `contentDir`, `disabled`,
-`weight`), `disableLanguages`, `baseURL` (its path), `uglyURLs`, `permalinks` (the map form,
+`weight`, `baseURL`), `disableLanguages`, `baseURL`, `uglyURLs`, `permalinks` (the map form,
 site-wide and per language; tokens in `parse._permalink`) and `module.mounts` of content. A mount maps a source directory onto `content`, for the language its `lang` or
 `sites.matrix.languages` names (opentelemetry.io mounts each `content/<lang>` so, from
 `config/_default/module-template.yaml`, which its build renders as `module.yaml`: that
 template is read when no `module.yaml` exists). Mounts onto a sub-path of `content` (another
 language's pages published as fallbacks) and mounts whose source is missing are left out
 with a note.
+
+A page's URL is what Hugo calls its relative permalink: the baseURL's path, the language
+prefix, the page's path. Hugo's full permalink is that on the baseURL's scheme and host (a
+language's own baseURL in a multihost site), which `absolute_base_urls` records.
 
 Two layouts of translations: a content directory per language, and translation by file name
 (`page.fr.md` beside `page.md`). Without any configuration the site is what hetriever always
@@ -27,6 +31,7 @@ import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import yaml
 
@@ -65,7 +70,10 @@ class Site:
     in_subdir: bool = False  # defaultContentLanguageInSubdir
     languages: tuple[str, ...] = ("en",)  # enabled, by weight
     roots: tuple[ContentRoot, ...] = (ContentRoot("content"),)
-    base_path: str = ""  # baseURL's path, "" or "/docs"
+    base_url: str = ""  # baseURL as configured: "https://example.org/docs/", "/" or ""
+    # Languages with a baseURL of their own. With more than one language enabled this is
+    # Hugo's multihost site: each language is published at its own baseURL, without `/<lang>`.
+    language_base_urls: tuple[tuple[str, str], ...] = ()
     ugly_urls: bool = False
     disabled_kinds: frozenset[str] = frozenset()  # disableKinds: "page", "section", "home"
     # Permalink patterns: (language or "" for every language, kind "page"/"section", top-level
@@ -77,6 +85,26 @@ class Site:
     @property
     def multilingual(self) -> bool:
         return len(self.languages) > 1
+
+    @property
+    def multihost(self) -> bool:
+        return self.multilingual and bool(self.language_base_urls)
+
+    def base_url_of(self, lang: str) -> str:
+        """The baseURL a language's pages are published under: its own, else the site's."""
+        return dict(self.language_base_urls).get(lang, self.base_url)
+
+    def base_path_of(self, lang: str) -> str:
+        """That baseURL's path: "" or "/docs"."""
+        return _base_path(self.base_url_of(lang))
+
+    def absolute_base_urls(self) -> dict[str, str]:
+        """Where the site is published, to make its site-relative URLs full links: the site's
+        absolute http(s) baseURL under "", a language's own under its code; nothing for a
+        baseURL such as "/" or a missing one."""
+        found = {"": _absolute(self.base_url)}
+        found.update((lang, _absolute(url)) for lang, url in self.language_base_urls)
+        return {lang: url for lang, url in found.items() if url}
 
     def locate(self, file_path: str) -> Located | None:
         """The language and content-relative path of a repository file, or None when the file
@@ -126,9 +154,31 @@ class Site:
 
     def url_prefix(self, lang: str) -> str:
         """What Hugo puts before a page's path: the baseURL path, then `/<lang>` for every
-        language but the default (and for it too with defaultContentLanguageInSubdir)."""
+        language but the default (and for it too with defaultContentLanguageInSubdir); a
+        multihost site tells its languages apart by their baseURLs instead."""
+        if self.multihost:
+            return self.base_path_of(lang)
         lang_part = f"/{lang}" if (lang != self.default_lang or self.in_subdir) else ""
-        return self.base_path + lang_part
+        return self.base_path_of(lang) + lang_part
+
+
+def _base_path(base_url: str) -> str:
+    """The path of a baseURL, as Hugo puts it before every page's path: "" or "/docs"."""
+    if "://" not in base_url:
+        return ""
+    path = "/" + base_url.split("://", 1)[1].partition("/")[2].strip("/")
+    return "" if path == "/" else path
+
+
+def _absolute(base_url: str) -> str:
+    """An http(s) baseURL with a host, ending in "/" as Hugo keeps it; "" for any other."""
+    try:
+        parts = urlsplit(base_url.strip())
+    except ValueError:  # e.g. an unclosed IPv6 host
+        return ""
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        return ""
+    return urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/") + "/", "", ""))
 
 
 def _translation_key(relative: str, languages: Iterable[str]) -> str:
@@ -324,20 +374,21 @@ def load_site(read: ReadFile, config_dir_files: Iterable[str], exists: Callable[
         if not roots or len(roots) < len(langs):
             roots.append(ContentRoot(site_dir, ""))  # translation by file name, else default
     base = config.get("baseurl")
-    base_path = ""
-    if isinstance(base, str) and "://" in base:
-        base_path = "/" + base.split("://", 1)[1].partition("/")[2].strip("/")
-        base_path = "" if base_path == "/" else base_path
     in_subdir = config.get("defaultcontentlanguageinsubdir") is True
     permalinks = _permalinks(config, "")
+    language_bases = []
     for code in langs:
         entry = raw.get(code)
         if isinstance(entry, Mapping):
             permalinks += _permalinks(entry, code)
+            lang_base = entry.get("baseurl")
+            if isinstance(lang_base, str) and lang_base.strip():
+                language_bases.append((code, lang_base.strip()))
     if notes:
         log.info("site_config_left_out", count=len(notes), first=notes[:3])
     return Site(default_lang=default, in_subdir=in_subdir, languages=tuple(langs),
-                roots=tuple(roots), base_path=base_path, ugly_urls=config.get("uglyurls") is True,
+                roots=tuple(roots), base_url=base.strip() if isinstance(base, str) else "",
+                language_base_urls=tuple(language_bases), ugly_urls=config.get("uglyurls") is True,
                 permalinks=tuple(permalinks), configured=True, notes=tuple(notes),
                 disabled_kinds=frozenset(str(k).lower() for k in
                                          (config.get("disablekinds") or []) if isinstance(k, str)))

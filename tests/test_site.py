@@ -100,7 +100,7 @@ mounts:
         "content/en/a.md": "", "content/ja/a.md": "", "content/zh/a.md": "",
     }
     site = site_of(files)
-    assert site.languages == ("en", "ja", "zh") and site.base_path == "/docs"
+    assert site.languages == ("en", "ja", "zh") and site.base_path_of("ja") == "/docs"
     assert {(r.source, r.lang) for r in site.roots} == {
         ("content/en", "en"), ("content/ja", "ja"), ("content/zh", "zh")}
     assert len(site.notes) == 3  # the sub-path mounts and the missing source
@@ -123,6 +123,47 @@ def test_ugly_urls():
     site = site_of({"hugo.toml": "uglyURLs = true\n"})
     assert page(site, "content/docs/x.md").url == "/docs/x.html"
     assert page(site, "content/docs/_index.md").url == "/docs/"
+
+
+@pytest.mark.parametrize("base_url, absolute, path", [
+    ("https://example.org/docs/", "https://example.org/docs/", "/docs"),
+    ("https://example.org/docs", "https://example.org/docs/", "/docs"),  # Hugo adds the slash
+    ("http://example.org", "http://example.org/", ""),
+    ("/", None, ""),  # no host: URLs stay site-relative
+    ("", None, ""),
+])
+def test_where_the_site_is_published_follows_its_base_url(base_url, absolute, path):
+    site = site_of({"hugo.toml": f'baseURL = "{base_url}"\n'})
+    assert site.absolute_base_urls() == ({"": absolute} if absolute else {})
+    assert page(site, "content/functions/where.md").url == f"{path}/functions/where/"
+    # a front-matter url is relative to the baseURL too
+    assert page(site, "content/about.md", "title: T\nurl: /about/").url == f"{path}/about/"
+    assert not site_of({"content/a.md": ""}).absolute_base_urls()  # no configuration
+
+
+def test_languages_with_their_own_base_url_are_published_at_their_own_hosts():
+    config = ('baseURL = "https://example.org/"\n[languages.en]\nweight = 1\n'
+              'baseURL = "https://en.example.org/docs/"\n[languages.fr]\nweight = 2\n'
+              'baseURL = "https://fr.example.org"\n[languages.de]\nweight = 3\n')
+    site = site_of({"hugo.toml": config})
+    assert site.multihost
+    assert site.absolute_base_urls() == {"": "https://example.org/",
+                                         "en": "https://en.example.org/docs/",
+                                         "fr": "https://fr.example.org/"}
+    # no /<lang> prefix: each language has its host; each its own baseURL path
+    assert page(site, "content/guide.md").url == "/docs/guide/"
+    assert page(site, "content/guide.fr.md").url == "/guide/"
+    assert page(site, "content/guide.de.md").url == "/guide/"  # the site's baseURL
+
+
+def test_a_relative_front_matter_url_of_a_multilingual_site_is_under_its_language():
+    config = ('baseURL = "https://example.org/docs/"\n'
+              '[languages.en]\nweight = 1\n[languages.de]\nweight = 2\n')
+    site = site_of({"hugo.toml": config})
+    assert not site.multihost
+    assert page(site, "content/about.de.md", "title: T\nurl: about/").url == "/docs/de/about/"
+    assert page(site, "content/about.de.md", "title: T\nurl: /about/").url == "/docs/about/"
+    assert page(site, "content/about.md", "title: T\nurl: about/").url == "/docs/about/"
 
 
 def test_a_malformed_configuration_names_the_file_and_the_key():
@@ -148,7 +189,7 @@ def test_opentelemetry_site_pages_are_where_hugo_publishes_them():
     listed = [f"config/_default/{p.name}" for p in (root / "config/_default").iterdir()]
     site = load_site(read, listed, lambda d: (root / d).is_dir())
     assert site.default_lang == "en" and len(site.languages) == 11
-    assert not site.in_subdir and site.base_path == ""
+    assert not site.in_subdir and site.base_path_of("en") == ""
 
     def url_of(path: str) -> tuple[str, str]:
         p = parse_page("opentelemetry-io", path, (root / path).read_text(encoding="utf-8"),
