@@ -128,7 +128,9 @@ async def begin_run(store: IndexingStore, repo: Repository, change_set: ChangeSe
                   "chunk_tokens": settings.chunk_tokens, "content_dir": repo.content_dir,
                   "retention_days": settings.retention_days,
                   # default first: what a search without a language keeps to
-                  "languages": list(repo.site.languages) if repo.site else []})
+                  "languages": list(repo.site.languages) if repo.site else [],
+                  # where the site is published: served results get full links
+                  "base_urls": repo.site.absolute_base_urls() if repo.site else {}})
     catalog.start_run(repo.name, physical, mode=change_set.mode, old_commit=change_set.old_commit,
                       new_commit=change_set.new_commit)
     paths = change_set.paths_to_index()

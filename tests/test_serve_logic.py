@@ -114,8 +114,8 @@ def test_page_ids_split_on_the_first_slash():
 def test_a_page_over_the_largest_budget_does_not_ask_for_a_larger_one():
     from hetriever.serve.mcp_server import MAX_TOKEN_BUDGET, format_page
 
-    page = {"title": "Long", "url": "/long/", "repository": "r-docs", "page_id": "r-docs/l.md",
-            "chunks": [{"heading": "", "text": "word " * 50_000}]}
+    page = {"title": "Long", "url": "/long/", "link": "/long/", "repository": "r-docs",
+            "page_id": "r-docs/l.md", "chunks": [{"heading": "", "text": "word " * 50_000}]}
     assert "larger max_tokens" in format_page(page, 1000)
     last = format_page(page, MAX_TOKEN_BUDGET)
     assert "larger max_tokens" not in last and "search_docs" in last

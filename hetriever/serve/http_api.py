@@ -81,6 +81,11 @@ SEARCH_BODY = {"required": True, "content": {"application/json": {"schema": {
         "group": {"type": "string", "enum": ["page", "chunk"]},
     }}}}}
 
+# The answers' JSON has no declared schema (JSONResponse): what a page's address fields mean.
+ADDRESS_FIELDS = ("`url` is the page's site-relative path (`/docs/functions/where/`); `link` "
+                  "its full address (`https://example.org/docs/functions/where/`) when the "
+                  "site's baseURL is an absolute http(s) one, else the same path as `url`.")
+
 
 def status_of(exc: HetrieverError) -> int:
     if isinstance(exc, TooLarge):
@@ -201,7 +206,7 @@ def create_app(service: DocsService, *, keys: KeyRing | None = None,
         return JSONResponse(answer)
 
     @app.get("/search", summary="Search the docs: pages (or chunks) with passages",
-             responses=ERROR_RESPONSES)
+             description=ADDRESS_FIELDS, responses=ERROR_RESPONSES)
     async def search_get(
         request: Request,
         q: str | None = Query(None, description="the query"),
@@ -217,7 +222,8 @@ def create_app(service: DocsService, *, keys: KeyRing | None = None,
         return await run_search(request, q, k, repository, filters, lang, group or None)
 
     @app.post("/search", summary="Search with a JSON body: {q, k, repository, filter, lang, group}",
-              responses=ERROR_RESPONSES, openapi_extra={"requestBody": SEARCH_BODY})
+              description=ADDRESS_FIELDS, responses=ERROR_RESPONSES,
+              openapi_extra={"requestBody": SEARCH_BODY})
     async def search_post(request: Request) -> JSONResponse:
         body = _json(await request.body() or b"null", "the body")
         if not isinstance(body, dict):
@@ -238,6 +244,7 @@ def create_app(service: DocsService, *, keys: KeyRing | None = None,
                                 body.get("filter"), body.get("lang"), body.get("group") or None)
 
     @app.get("/pages/{ref:path}", summary="A page's chunks in order (page id, chunk id or URL)",
+             description=ADDRESS_FIELDS,
              responses={**ERROR_RESPONSES, 404: {"description": "No such page for this caller",
                                                  "content": _ERROR_BODY}})
     async def page(request: Request, ref: str) -> JSONResponse:

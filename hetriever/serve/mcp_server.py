@@ -59,14 +59,14 @@ def format_results(answer: dict[str, Any], budget_tokens: int) -> str:
     lines = [f"{len(results)} result(s) for {answer['query']!r}:"]
     for i, r in enumerate(results, start=1):
         title = r["title"] + (f" > {r['heading']}" if r["heading"] else "")
-        lines.append(f"\n[{i}] {title}\nURL: {r['url']}\nrepository: {r['repository']}  "
+        lines.append(f"\n[{i}] {title}\nURL: {r['link']}\nrepository: {r['repository']}  "
                      f"page id: {r['page_id']}  score: {r['score']:.3f}\n"
                      + clip(r["passage"].strip(), share))
     return clip("\n".join(lines), budget_tokens)
 
 
 def format_page(page: dict[str, Any], budget_tokens: int) -> str:
-    head = (f"{page['title']}\nURL: {page['url']}\nrepository: {page['repository']}  "
+    head = (f"{page['title']}\nURL: {page['link']}\nrepository: {page['repository']}  "
             f"page id: {page['page_id']}\n")
     body = []
     for chunk in page["chunks"]:

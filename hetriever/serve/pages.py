@@ -1,4 +1,4 @@
-"""Search matches as the served API shows them: page ids, passages and languages.
+"""Search matches as the served API shows them: page ids, passages, languages and links.
 
 A page is one (repository, file_path); its id is `<repository>/<file_path>` (repository names
 have no `/`, so the first one splits it). Search groups results by page itself; these are pure
@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 from hetriever.models import SearchResult
 
@@ -64,20 +65,38 @@ def language(metadata: Mapping[str, Any], content_dir: str = "content") -> str:
     return DEFAULT_LANGUAGE
 
 
-def match_view(match: SearchResult, content_dir: str = "content") -> dict[str, Any]:
-    """What the API returns for one match."""
+def full_link(url: str, lang: str, base_urls: Mapping[str, str]) -> str:
+    """A page's address to open: its site-relative `url` (which holds the baseURL's path, as
+    Hugo's relative permalink does) on the scheme and host of the baseURL its language is
+    published under (`hetriever.site.Site.absolute_base_urls`, recorded at ingest); the `url`
+    itself when no such baseURL is known."""
+    base = base_urls.get(lang) or base_urls.get("")
+    if not base or not url.startswith("/") or url.startswith("//"):
+        return url
+    parts = urlsplit(base)
+    return f"{parts.scheme}://{parts.netloc}{url}"
+
+
+def match_view(match: SearchResult, content_dir: str = "content",
+               base_urls: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """What the API returns for one match; `base_urls`: where its site is published."""
     meta = match.metadata
+    lang = language(meta, content_dir)
+    url = str(meta.get("url", ""))
+    base_urls = base_urls or {}
     return {
         "page_id": page_id(meta),
         "chunk_id": match.doc_id,
         "title": meta.get("title", ""),
-        "url": meta.get("url", ""),
+        "url": url,
+        "link": full_link(url, lang, base_urls),
         "repository": meta.get("repository", ""),
         "file_path": meta.get("file_path", ""),
         "heading": meta.get("heading_context", ""),
         "section": meta.get("section", ""),
-        "lang": language(meta, content_dir),
-        "translations": match.translations,
+        "lang": lang,
+        "translations": [{**t, "link": full_link(str(t.get("url", "")), str(t.get("lang", "")),
+                                                 base_urls)} for t in match.translations],
         "passage": passage(match.content, meta),
         "score": round(float(match.score), 6),
         "source": match.source,

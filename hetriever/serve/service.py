@@ -162,11 +162,15 @@ class DocsService:
             raise RequestError(str(exc)) from None
         matches = result.matches[:k]
         content_dir = self.settings.content_dir
+        sites = {name: self._base_urls(name)
+                 for name in {str(m.metadata.get("repository", "")) for m in matches}}
         return {
             "query": text, "k": k, "group": group, "mode": result.mode,
             "search_ms": round(result.search_time_ms, 2),
             "took_ms": round((time.perf_counter() - started) * 1000.0, 2),
-            "results": [pages.match_view(m, content_dir) for m in matches],
+            "results": [pages.match_view(m, content_dir,
+                                         sites[str(m.metadata.get("repository", ""))])
+                        for m in matches],
             **({"unknown_repositories": unknown} if unknown else {}),
             "_result": result,  # for metrics; dropped before answering
         }
@@ -204,11 +208,12 @@ class DocsService:
             raise NotFound(f"no page {ref!r}")
         chunks.sort(key=lambda d: (int(d.metadata.get("chunk_index", 0)), d.doc_id))
         meta = chunks[0].metadata
+        url, lang = str(meta.get("url", "")), pages.language(meta, self.settings.content_dir)
+        name = str(meta.get("repository", ""))
         return {
             "page_id": pages.page_id(meta), "title": meta.get("title", ""),
-            "url": meta.get("url", ""), "repository": meta.get("repository", ""),
-            "file_path": meta.get("file_path", ""),
-            "lang": pages.language(meta, self.settings.content_dir),
+            "url": url, "link": pages.full_link(url, lang, self._base_urls(name)),
+            "repository": name, "file_path": meta.get("file_path", ""), "lang": lang,
             "chunks": [{"chunk_id": d.doc_id, "index": d.metadata.get("chunk_index", 0),
                         "heading": d.metadata.get("heading_context", ""),
                         "text": pages.passage(d.content, d.metadata)} for d in chunks],
@@ -236,6 +241,13 @@ class DocsService:
                 break
             time.sleep(PAGE_READ_PAUSE * (attempt + 1))
         return self.store.chunks_where_sync(name, {"file_path": path})
+
+    def _base_urls(self, name: str) -> dict[str, str]:
+        """Where a repository's site is published, as its last ingest recorded it (an index
+        built before that was recorded has none: its results keep site-relative URLs)."""
+        record = self.store.catalog.repository(name)
+        recorded = record.settings.get("base_urls") if record else None
+        return {str(k): str(v) for k, v in recorded.items()} if isinstance(recorded, dict) else {}
 
     def served_names(self) -> list[str]:
         """Repositories with a complete index: a run finished with its commit recorded, or no

@@ -1,0 +1,146 @@
+"""Served results carry a full link when the site's baseURL is known.
+
+Tiny Hugo sites in real git repositories, ingested for real, then asked through the service,
+the HTTP API (its ASGI app) and an MCP client session with the server in process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from mcp.client import Client
+
+from hetriever.discover import discover_repositories
+from hetriever.indexing import index_repository
+from hetriever.serve.http_api import create_app
+from hetriever.serve.keys import KeyRing
+from hetriever.serve.mcp_server import create_mcp
+from hetriever.serve.service import DocsService
+from hetriever.serve.telemetry import Telemetry
+from hetriever.store import ChromaKnowledgeStore
+from tests.chroma_fixtures import store_settings
+from tests.helpers import commit_all, init_repo, write_files
+
+TIMEOUT = 120  # seconds for an MCP session or an HTTP exchange
+
+
+def page(title: str, body: str, extra: str = "") -> str:
+    return f"---\ntitle: {title}\n{extra}---\n\n{body}\n"
+
+
+SITES = {
+    # published under a sub-path, baseURL written without its trailing slash
+    "subpath-docs": {
+        "hugo.toml": 'baseURL = "https://example.org/docs"\ntitle = "Sub-path docs"\n',
+        "content/functions/where.md": page("where", "The where function keeps the kestrel "
+                                                    "pages whose key compares true."),
+        "content/about.md": page("About the heron", "The heron team writes these docs.",
+                                 "url: /about/\n"),
+    },
+    # baseURL without a host: only site-relative paths are known
+    "rooted-docs": {
+        "hugo.toml": 'baseURL = "/"\n',
+        "content/guide.md": page("Ptarmigan guide", "The ptarmigan guide explains molting."),
+    },
+    # each language at its own host (Hugo's multihost), French by file name
+    "hosted-docs": {
+        "hugo.toml": 'defaultContentLanguage = "en"\n[languages.en]\nweight = 1\n'
+                     'baseURL = "https://en.example.net/"\n[languages.fr]\nweight = 2\n'
+                     'baseURL = "https://fr.example.net/"\n',
+        "content/tern.md": page("Tern migration", "The tern migration route crosses the sea."),
+        "content/tern.fr.md": page("Migration de la sterne", "La migration de la sterne "
+                                                               "traverse la mer."),
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory, minilm_embedder: Any):
+    root = tmp_path_factory.mktemp("linked")
+    for name, files in SITES.items():
+        repo = init_repo(root / "docs" / name)
+        write_files(repo, files)
+        commit_all(repo, name)
+    store = ChromaKnowledgeStore(store_settings(root), embedder=minilm_embedder)
+    docs = DocsService(store.settings, store=store)
+    try:
+        for repo in discover_repositories(root / "docs"):
+            assert asyncio.run(index_repository(repo, store, store.settings)).completed
+        yield docs
+    finally:
+        docs.close()
+
+
+def top(service: DocsService, query: str, **kw: Any) -> dict[str, Any]:
+    return service.search(query, k=3, **kw)["results"][0]
+
+
+def test_results_and_pages_carry_full_links_under_the_base_url_path(service):
+    where = top(service, "where function kestrel pages")
+    assert where["url"] == "/docs/functions/where/"  # unchanged: site-relative
+    assert where["link"] == "https://example.org/docs/functions/where/"
+    about = top(service, "heron team writes these docs")
+    assert (about["url"], about["link"]) == ("/docs/about/", "https://example.org/docs/about/")
+    # the link an agent was given opens the page, which carries it too
+    opened = service.page(where["link"])
+    assert opened["page_id"] == where["page_id"] and opened["link"] == where["link"]
+
+
+def test_a_base_url_without_a_host_keeps_site_relative_links(service):
+    guide = top(service, "ptarmigan guide molting")
+    assert guide["url"] == guide["link"] == "/guide/"
+
+
+def test_each_language_links_to_its_own_host(service):
+    english = top(service, "tern migration route crosses the sea", lang="en")
+    assert (english["url"], english["link"]) == ("/tern/", "https://en.example.net/tern/")
+    assert english["translations"] == [{"lang": "fr", "url": "/tern/",
+                                        "title": "Migration de la sterne",
+                                        "link": "https://fr.example.net/tern/"}]
+    french = top(service, "migration de la sterne traverse la mer", lang="fr")
+    assert french["link"] == "https://fr.example.net/tern/"
+
+
+def test_the_http_api_answers_url_and_link(service, tmp_path):
+    telemetry = Telemetry(tmp_path, "http")
+    app = create_app(service, telemetry=telemetry)
+
+    async def go():
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            with anyio.fail_after(TIMEOUT):
+                return (await client.get("/search", params={"q": "where function kestrel"}),
+                        await client.get("/pages/subpath-docs/content/functions/where.md"),
+                        await client.get("/openapi.json"))
+
+    try:
+        found, opened, openapi = anyio.run(go)
+    finally:
+        telemetry.close()
+    first = found.json()["results"][0]
+    assert first["url"] == "/docs/functions/where/"
+    assert first["link"] == "https://example.org/docs/functions/where/"
+    assert opened.json()["link"] == first["link"]
+    for path, method in (("/search", "get"), ("/search", "post"), ("/pages/{ref}", "get")):
+        assert "`link`" in openapi.json()["paths"][path][method]["description"]
+
+
+def test_mcp_answers_show_the_full_link(service):
+    server = create_mcp(service, KeyRing({}, {}))
+
+    async def go():
+        with anyio.fail_after(TIMEOUT):
+            async with Client(server) as client:
+                found = await client.call_tool("search_docs", {"query": "where function kestrel",
+                                                               "k": 2})
+                link = found.content[0].text.split("URL: ", 1)[1].split()[0]
+                opened = await client.call_tool("get_page", {"url_or_id": link})
+                return found.content[0].text, link, opened.content[0].text
+
+    found, link, opened = anyio.run(go)
+    assert link == "https://example.org/docs/functions/where/", found
+    assert "URL: https://example.org/docs/functions/where/" in opened.split("\n", 2)[1]
