@@ -14,6 +14,7 @@ from typing import Any
 import structlog
 
 _configured = False
+_level, _format = "INFO", "console"  # as last configured, for libraries' loggers
 
 
 def configure_logging(level: str = "INFO", fmt: str = "console", sink: str = "stderr") -> None:
@@ -24,7 +25,8 @@ def configure_logging(level: str = "INFO", fmt: str = "console", sink: str = "st
     at their own level, without a timestamp: the handlers there (Prefect's, inside a flow run)
     add theirs, so a line carries one timestamp and filtering on WARNING works.
     """
-    global _configured
+    global _configured, _level, _format
+    _level, _format = level.upper(), fmt
     if sink == "stdlib":
         structlog.configure(
             processors=[
@@ -40,11 +42,6 @@ def configure_logging(level: str = "INFO", fmt: str = "console", sink: str = "st
         )
         _configured = True
         return
-    renderer = (
-        structlog.processors.JSONRenderer()
-        if fmt == "json"
-        else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
-    )
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
@@ -52,7 +49,7 @@ def configure_logging(level: str = "INFO", fmt: str = "console", sink: str = "st
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.StackInfoRenderer(),
             structlog.processors.format_exc_info,
-            renderer,
+            _renderer(fmt),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(
             logging.getLevelName(level.upper())
@@ -61,6 +58,31 @@ def configure_logging(level: str = "INFO", fmt: str = "console", sink: str = "st
         cache_logger_on_first_use=False,
     )
     _configured = True
+
+
+def _renderer(fmt: str) -> Any:
+    return (structlog.processors.JSONRenderer() if fmt == "json"
+            else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty()))
+
+
+def follow_level(*libraries: str) -> None:
+    """Libraries' stdlib log records on stderr, rendered as hetriever's own lines: those of the
+    loggers `libraries` names (and their children) from hetriever's level, any other library's
+    from WARNING (their INFO lines, such as httpx's one per request, are noise). With a handler
+    on the root logger, a library's own `logging.basicConfig` (the MCP SDK calls it, at INFO,
+    with a handler of its own) does nothing."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[structlog.stdlib.add_logger_name, structlog.processors.add_log_level,
+                           structlog.processors.TimeStamper(fmt="iso", utc=True)],
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                    structlog.processors.format_exc_info, _renderer(_format)]))
+    root = logging.getLogger()
+    root.handlers = [handler]
+    level = logging.getLevelName(_level)
+    root.setLevel(max(level, logging.WARNING))
+    for name in libraries:
+        logging.getLogger(name).setLevel(level)
 
 
 def _render_event(_logger: Any, _name: str, event_dict: MutableMapping[str, Any]) -> str:

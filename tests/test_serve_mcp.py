@@ -4,6 +4,7 @@ subprocess, as a coding assistant starts it) and over streamable HTTP, against a
 from __future__ import annotations
 
 import json
+import logging
 import selectors
 import signal
 import subprocess
@@ -14,7 +15,7 @@ import httpx
 import httpx2
 import pytest
 from mcp.client import Client
-from mcp.client.stdio import StdioServerParameters
+from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from tests.serve_fixtures import HETRIEVER, PRIVATE_KEY, TEAM_KEY, running
@@ -122,6 +123,28 @@ def test_stdio_bad_input_is_a_tool_error_and_budgets_hold(served_docs):
     assert not short_page.is_error and "cut to the token budget" in text_of(short_page)
     assert len(text_of(short_page)) <= 100 * 4 + 80
     assert len(text_of(short_search)) <= 300 * 4 + 80
+
+
+def test_stdio_sdk_log_lines_follow_the_log_level_and_stdout_is_protocol_only(
+        served_docs, tmp_path, caplog):
+    async def steps(client):
+        # the SDK logs a tool call that fails at INFO
+        return await client.call_tool("search_docs", {"query": ""})
+
+    def stderr_of(level: str) -> str:
+        path = tmp_path / f"stderr-{level}.txt"
+        with path.open("w") as errlog:
+            failed = in_session(stdio_client(stdio(served_docs, HETRIEVER_LOG_LEVEL=level),
+                                             errlog=errlog), steps)
+        assert failed.is_error
+        return path.read_text()
+
+    # the client logs each stdout line that is not a protocol message
+    with caplog.at_level(logging.ERROR, logger="mcp.client.stdio"):
+        quiet, told = stderr_of("WARNING"), stderr_of("INFO")
+    assert "search_docs" not in quiet, quiet
+    assert "Tool 'search_docs' failed" in told, told
+    assert not [r for r in caplog.records if r.name.startswith("mcp.client")], caplog.text
 
 
 def test_stdio_bad_key_fails_at_start_with_one_line(served_docs):

@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from hetriever.config import Settings
-from hetriever.logs import get_logger
+from hetriever.logs import follow_level, get_logger
 from hetriever.serve.keys import (ENV_CLIENT_KEY, ENV_KEYS, ENV_KEYS_FILE, InvalidKeyError,
                                   KeyRing)
 from hetriever.serve.service import DocsService, Limits
@@ -67,6 +67,7 @@ def serve(settings: Settings, *, host: str, port: int, limits: Limits | None = N
 def mcp(settings: Settings, *, transport: str, host: str, port: int) -> int:
     from hetriever.serve.mcp_server import KeyGate, create_mcp, stdio_key
 
+    follow_level("mcp")  # the SDK's lines (a tool failing, a session opening) at our level
     keys = KeyRing.from_env()
     fixed = stdio_key() if transport == "stdio" else None
     if fixed is not None:  # a wrong key in the assistant's config: fail now, not per call
