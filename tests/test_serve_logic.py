@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 
 import anyio
@@ -206,3 +208,16 @@ def test_a_default_k_above_the_servers_limit_is_the_limit():
         small.check_query("where", 4)
     with pytest.raises(RequestError, match="surrogate"):
         small.check_query("where \ud83d", 2)
+
+
+def test_mcp_start_up_writes_nothing_to_the_stdio_wire():
+    # A stray write while the model and index load, from Python or from a native library
+    # (straight to fd 1), lands on stderr; stdout is the wire again afterwards.
+    script = ("import os\nfrom hetriever.serve.run import _stdout_to_stderr\n"
+              "with _stdout_to_stderr():\n    print('stray print')\n"
+              "    os.write(1, b'native write\\n')\nprint('protocol')\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "protocol\n"
+    assert "stray print" in out.stderr and "native write" in out.stderr

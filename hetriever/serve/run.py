@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 from hetriever.config import Settings
@@ -28,6 +30,22 @@ def _exit_on_interrupt(*closing: Any) -> None:
         os._exit(130)
 
     signal.signal(signal.SIGINT, stop)  # asyncio keeps a handler it did not install
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """Whatever writes to stdout (fd 1, from Python or a native library) goes to stderr until
+    the block ends: over stdio, stdout carries the MCP protocol alone, and the SDK diverts it
+    only once it serves, after the model and the index are loaded."""
+    sys.stdout.flush()
+    wire = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(wire, 1)
+        os.close(wire)
 
 
 def _service(settings: Settings, limits: Limits | None = None) -> DocsService:
@@ -76,10 +94,11 @@ def mcp(settings: Settings, *, transport: str, host: str, port: int) -> int:
                 f"{ENV_CLIENT_KEY} is set but no key file grants it",
                 hint=f"set {ENV_KEYS_FILE} (or {ENV_KEYS}) in the same environment")
         keys.levels(fixed)
-    service = _service(settings)
-    telemetry = Telemetry(settings.resolved_state_dir, "mcp")
-    server = create_mcp(service, keys, fixed_key=fixed if transport == "stdio" else None,
-                        telemetry=telemetry)
+    with _stdout_to_stderr() if transport == "stdio" else contextlib.nullcontext():
+        service = _service(settings)
+        telemetry = Telemetry(settings.resolved_state_dir, "mcp")
+        server = create_mcp(service, keys, fixed_key=fixed if transport == "stdio" else None,
+                            telemetry=telemetry)
     try:
         if transport == "stdio":
             _exit_on_interrupt(telemetry, service)
