@@ -3,19 +3,24 @@ serve, mcp, serve-webhook, demo, prepare-model.
 
 One parser tree; each subcommand's work lives in `hetriever.commands`. User mistakes (bad
 settings, bad names, bad filters) print one clear line and exit 2, operational failures exit 1,
-never a traceback. `--json` prints machine-readable output on stdout.
+never a traceback. Ctrl-C exits 130 and SIGTERM 143, both after the run under way is closed.
+`--json` prints machine-readable output on stdout.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
+import signal
 import sys
+import threading
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Iterator, Sequence
 
 from hetriever.commands.admin import cmd_forget, cmd_metrics, cmd_migrate, cmd_purge, cmd_status
-from hetriever.commands.common import EXIT_FAILED, EXIT_USAGE
+from hetriever.commands.common import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_TERMINATED,
+                                       EXIT_USAGE)
 from hetriever.commands.demo import cmd_demo
 from hetriever.commands.ingest import cmd_ingest
 from hetriever.commands.search import cmd_follow, cmd_search
@@ -148,8 +153,44 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# They stop on SIGTERM their own way: uvicorn shuts down gracefully, a stdio MCP server at once.
+SERVERS = {"serve", "mcp", "serve-webhook"}
+_terminated = False  # a SIGTERM came: the interruption it caused exits 143, not 130
+
+
+def _interrupt_on_sigterm(signum: int, frame: Any) -> None:
+    """SIGTERM (docker stop, systemd, Kubernetes) takes Ctrl-C's path instead of ending the
+    process where it stands, so a run is closed with its outcome and its locks are released.
+    The SIGINT handler in force is the right one to hand it to: inside `asyncio.run` it
+    cancels the main task (`index_repository` closes its run, and `asyncio.run` waits for a
+    write window on a worker thread to finish), outside it raises KeyboardInterrupt."""
+    global _terminated
+    _terminated = True
+    handler = signal.getsignal(signal.SIGINT)
+    (handler if callable(handler) else signal.default_int_handler)(signal.SIGINT, frame)
+
+
+@contextlib.contextmanager
+def _sigterm_as_ctrl_c(command: str) -> Iterator[None]:
+    global _terminated
+    _terminated = False
+    if command in SERVERS or threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be set from the main thread
+        return
+    previous = signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    with _sigterm_as_ctrl_c(args.command):
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         return args.func(args)
     except HetrieverError as exc:
@@ -168,8 +209,11 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
+        if _terminated:
+            print("hetriever: stopped by SIGTERM", file=sys.stderr)
+            return EXIT_TERMINATED
         print("hetriever: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

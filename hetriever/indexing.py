@@ -430,6 +430,10 @@ async def index_repository(repo: Repository, store: IndexingStore, settings: Set
                    **change_set.counts())
         try:
             await _run(store, repo, settings, change_set, result, progress, map_files, started)
+        except (KeyboardInterrupt, asyncio.CancelledError):  # Ctrl-C, SIGTERM (the CLI takes
+            # it as Ctrl-C), a cancelled flow: stopped, not broken
+            close_run(store, repo, result, "interrupted", started, error="stopped before the end")
+            raise
         except BaseException as exc:
             close_run(store, repo, result, "failed", started,
                       error=f"{type(exc).__name__}: {exc}")

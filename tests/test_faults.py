@@ -104,7 +104,8 @@ def ingest_ok(docs_root: Path, env: dict[str, str]) -> list[dict]:
 
 
 class LogWatcher:
-    """Reads a subprocess's JSON log lines (stderr) in a thread; waits for an event."""
+    """Reads a subprocess's JSON log lines (stderr) in a thread; waits for an event. A line
+    of Prefect's log format counts by the JSON record it ends with."""
 
     def __init__(self, proc: subprocess.Popen) -> None:
         self.proc = proc
@@ -131,7 +132,7 @@ class LogWatcher:
                                      + "".join(self.lines)[-3000:])
             self.lines.append(line)
             try:
-                record = json.loads(line)
+                record = json.loads(line[line.find("{"):]) if "{" in line else {}
             except json.JSONDecodeError:
                 continue
             if record.get("event") == event:
@@ -148,6 +149,22 @@ class LogWatcher:
             if line is not None:
                 self.lines.append(line)
         return "".join(self.lines)
+
+
+def signal_when(proc: subprocess.Popen, event: str, sig: int,
+                timeout: float = RUN_TIMEOUT) -> str:
+    """Send `sig` to `proc` once it logs `event` and wait for it to end (killed if it has not
+    within `timeout`); returns its log."""
+    watcher = LogWatcher(proc)
+    try:
+        watcher.wait_for(event, timeout=timeout)
+        proc.send_signal(sig)
+        proc.wait(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return watcher.rest()
 
 
 def open_store(tmp_path: Path, embedder: Any, **overrides: Any) -> ChromaKnowledgeStore:
@@ -202,6 +219,41 @@ def test_sigkill_mid_first_run_then_the_next_run_completes(tmp_path, minilm_embe
     try:
         got = assert_equals_fresh_pass(store, docs, minilm_model_dir)
         assert len(got) == PAGES
+    finally:
+        store.close_sync()
+
+
+@pytest.mark.slow
+def test_sigterm_mid_run_closes_the_run_and_the_next_run_completes(tmp_path, minilm_embedder,
+                                                                   minilm_model_dir):
+    # SIGTERM is what `docker stop`, systemd and Kubernetes send. It comes while the first
+    # write window is under way on the worker thread that embeds and writes (held 5 s there).
+    docs = pages_repo(tmp_path)
+    env = cli_env(tmp_path, minilm_model_dir)
+    proc = subprocess.Popen(cli_command(docs, "ingest", "--json"),
+                            env={**env, "HETRIEVER_FAULTS": "window_write:*:1:slow5"},
+                            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+    log_text = signal_when(proc, "fault_slow", signal.SIGTERM)
+    assert proc.returncode == 143, log_text[-3000:]
+    assert "hetriever: stopped by SIGTERM" in log_text and "Traceback" not in log_text
+
+    status = run_cli(docs, env, "status", "--json")
+    assert json.loads(status.stdout)[0]["last_run_outcome"] == "interrupted"  # not "running"
+    store = open_store(tmp_path, minilm_embedder)
+    try:
+        meta = run(store.get_collection_metadata(REPO_NAME))
+        assert meta["index_status"] == STATUS_INDEXING and meta["commit_hash"] == ""
+        assert run(store.count(REPO_NAME)) == WINDOW  # the window under way was finished
+    finally:
+        store.close_sync()
+
+    # The run lock was let go: a run that may not wait for it starts at once.
+    outcomes = ingest_ok(docs, {**env, "HETRIEVER_RUN_LOCK_TIMEOUT": "0"})
+    assert outcomes[0]["mode"] == "full" and outcomes[0]["chunks_reused"] == WINDOW
+    store = open_store(tmp_path, minilm_embedder)
+    try:
+        assert len(assert_equals_fresh_pass(store, docs, minilm_model_dir)) == PAGES
     finally:
         store.close_sync()
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -19,7 +20,9 @@ import pytest
 
 from deployments.server_settings import SERVER_ENV, SERVER_NICENESS
 from deployments.stack import _reaped
+from hetriever.catalog import Catalog
 from tests.helpers import REPO_ROOT, build_sample_parent
+from tests.test_faults import REPO_NAME, pages_repo, signal_when
 
 pytestmark = [pytest.mark.prefect, pytest.mark.slow]
 
@@ -174,6 +177,32 @@ def test_cli_prefect_engine_without_an_api_runs_the_flow_on_a_temporary_server(
                    "--json")  # a second temporary server, the same database: nothing to do
     assert again.returncode == 0, again.stderr[-3000:]
     assert json.loads(again.stdout)[0]["mode"] == "noop"
+
+
+def test_cli_prefect_engine_stopped_by_sigterm_closes_its_runs_and_exits_143(
+        tmp_path, minilm_embedder, minilm_model_dir):
+    # During a flow run Prefect's engine holds SIGTERM (it raises TerminationSignal); the
+    # command still ends as a local run does. The signal comes during the first write window.
+    docs = pages_repo(tmp_path)
+    env = clean_env(tmp_path, HETRIEVER_CHROMA_PATH=str(tmp_path / "chroma"),
+                    HETRIEVER_STATE_DIR=str(tmp_path / "state"),
+                    HETRIEVER_MODEL_DIR=str(minilm_model_dir), HETRIEVER_LOG_FORMAT="json",
+                    HETRIEVER_FAULTS="window_write:*:1:slow5",
+                    HETRIEVER_FAULTS_STATE=str(tmp_path / "faults"))
+    proc = subprocess.Popen([sys.executable, "-c", CLI, "--docs-root", str(docs), "ingest",
+                             "--engine", "prefect", "--json"], cwd=REPO_ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    log_text = signal_when(proc, "fault_slow", signal.SIGTERM, timeout=TIMEOUT)
+    assert proc.returncode == 143, log_text[-3000:]
+    assert "hetriever: stopped by SIGTERM" in log_text and "Traceback" not in log_text
+    catalog = Catalog.for_state_dir(tmp_path / "state")
+    try:
+        assert [r["outcome"] for r in catalog.runs(REPO_NAME)] == ["interrupted"]
+    finally:
+        catalog.close()
+    with sqlite3.connect(tmp_path / "prefect" / "home" / "prefect.db") as db:
+        states = {state for (state,) in db.execute("SELECT state_type FROM flow_run")}
+    assert states == {"CRASHED"}  # both flow runs are closed in Prefect's record too
 
 
 def test_cli_prefect_engine_on_a_docs_root_without_repositories_says_so_in_one_line(tmp_path):

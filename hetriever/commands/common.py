@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143  # 128 + the signal: SIGINT (Ctrl-C), SIGTERM
 
 
 def make_console(stderr: bool = False):

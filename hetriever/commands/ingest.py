@@ -82,6 +82,7 @@ def run_ingest_flow(args: argparse.Namespace, settings) -> list[dict]:
     (deployments.temporary_server: outside this process, with hetriever's server settings,
     stopped at the end)."""
     import os
+    import signal
 
     import httpx
 
@@ -93,6 +94,7 @@ def run_ingest_flow(args: argparse.Namespace, settings) -> list[dict]:
     configured_repositories(settings, args.repository or None)
     make_prefect_home()
     from prefect.client.schemas.objects import State
+    from prefect.exceptions import TerminationSignal
     from prefect.settings import (PREFECT_API_URL, PREFECT_UI_URL, get_current_settings,
                                   temporary_settings)
 
@@ -114,7 +116,13 @@ def run_ingest_flow(args: argparse.Namespace, settings) -> list[dict]:
             run = ingest(repositories=args.repository or None, force_full=args.full,
                          batch_size=args.batch_size, task_runner=args.task_runner,
                          allow_mass_delete=settings.allow_mass_delete, return_state=True)
-            state: State = asyncio.run(run)  # type: ignore[arg-type]
+            try:
+                state: State = asyncio.run(run)  # type: ignore[arg-type]
+            except TerminationSignal as exc:
+                # Prefect's engine holds SIGTERM while a flow runs and raises this instead; the
+                # runs it stopped are closed by now. The handler it stood in for takes over.
+                signal.raise_signal(exc.signal)
+                raise
             summary = state.result(raise_on_failure=False)
         except (RuntimeError, httpx.HTTPError) as exc:  # the Prefect API cannot be reached,
             # or stopped answering during the run: the runs' record is incomplete, so say so
