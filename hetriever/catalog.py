@@ -314,10 +314,13 @@ class Catalog:
 
     def drop_collection(self, name: str) -> None:
         """Forget a physical collection: its row, files, titles and links; clears an alias to
-        it."""
+        it. Its runs stay, as history; one still `running` (its process died) is
+        `interrupted`: it can never finish now."""
         with self.transaction() as conn:
             for table in ("files", *_PER_FILE):
                 conn.execute(f"DELETE FROM {table} WHERE collection = ?", (name,))
+            conn.execute("UPDATE runs SET outcome = 'interrupted' WHERE collection = ? AND "
+                         "outcome = 'running'", (name,))
             conn.execute("DELETE FROM collections WHERE name = ?", (name,))
             conn.execute("UPDATE repositories SET active_collection = NULL "
                          "WHERE active_collection = ?", (name,))

@@ -399,45 +399,53 @@ async def index_repository(repo: Repository, store: IndexingStore, settings: Set
     Holds the repository's run lock from planning to the recorded commit; `map_files` runs
     the per-file step (in-process by default); `progress(done, total)` is called per file.
     """
-    started = time.perf_counter()
     check_usable(repo)  # a submodule not checked out, a bad name: this repository fails alone
     with run_lock(settings, repo.name):
-        last_commit, last_status = await last_indexed(store, repo)
-        change_set = plan(repo, last_commit, last_status,
-                          force_full=force_full or content_dir_changed(store, repo))
-        result = IndexResult(repository=repo.name, mode=change_set.mode, old_commit=last_commit,
-                             new_commit=change_set.new_commit, skipped=list(change_set.skipped))
-        _count_changes(result, change_set)
-        bound = log.bind(repository=repo.name, mode=change_set.mode,
-                         old_commit=(last_commit or "")[:12],
-                         new_commit=change_set.new_commit[:12])
-        await heal_bm25(store, repo, settings)
-        if change_set.mode == "noop":
-            bound.info("index_noop")
-            result.completed = True
-            result.total_seconds = time.perf_counter() - started
-            return result
-        if change_set.dirty:
-            bound.warning("uncommitted_changes_ignored")
+        return await index_holding_lock(repo, store, settings, force_full=force_full,
+                                        progress=progress, map_files=map_files)
 
-        check_schema(store, repo)
-        repo = dataclasses.replace(repo, site=site_at(repo, change_set.new_commit))
-        if repo.site is not None and repo.site.configured:
-            bound.info("site_config", languages=list(repo.site.languages),
-                       default=repo.site.default_lang,
-                       roots=[f"{r.source}:{r.lang or '*'}" for r in repo.site.roots])
-        bound.info("index_started", include_dependents=len(change_set.include_dependents),
-                   **change_set.counts())
-        try:
-            await _run(store, repo, settings, change_set, result, progress, map_files, started)
-        except (KeyboardInterrupt, asyncio.CancelledError):  # Ctrl-C, SIGTERM (the CLI takes
-            # it as Ctrl-C), a cancelled flow: stopped, not broken
-            close_run(store, repo, result, "interrupted", started, error="stopped before the end")
-            raise
-        except BaseException as exc:
-            close_run(store, repo, result, "failed", started,
-                      error=f"{type(exc).__name__}: {exc}")
-            raise
+
+async def index_holding_lock(repo: Repository, store: IndexingStore, settings: Settings, *,
+                             force_full: bool = False,
+                             progress: Callable[[int, int], None] | None = None,
+                             map_files: FileMapper = map_in_process) -> IndexResult:
+    """`index_repository` for a caller that holds the repository's run lock (a migration
+    holds it from before it allocates its generation until the switch)."""
+    started = time.perf_counter()
+    last_commit, last_status = await last_indexed(store, repo)
+    change_set = plan(repo, last_commit, last_status,
+                      force_full=force_full or content_dir_changed(store, repo))
+    result = IndexResult(repository=repo.name, mode=change_set.mode, old_commit=last_commit,
+                         new_commit=change_set.new_commit, skipped=list(change_set.skipped))
+    _count_changes(result, change_set)
+    bound = log.bind(repository=repo.name, mode=change_set.mode,
+                     old_commit=(last_commit or "")[:12], new_commit=change_set.new_commit[:12])
+    await heal_bm25(store, repo, settings)
+    if change_set.mode == "noop":
+        bound.info("index_noop")
+        result.completed = True
+        result.total_seconds = time.perf_counter() - started
+        return result
+    if change_set.dirty:
+        bound.warning("uncommitted_changes_ignored")
+
+    check_schema(store, repo)
+    repo = dataclasses.replace(repo, site=site_at(repo, change_set.new_commit))
+    if repo.site is not None and repo.site.configured:
+        bound.info("site_config", languages=list(repo.site.languages),
+                   default=repo.site.default_lang,
+                   roots=[f"{r.source}:{r.lang or '*'}" for r in repo.site.roots])
+    bound.info("index_started", include_dependents=len(change_set.include_dependents),
+               **change_set.counts())
+    try:
+        await _run(store, repo, settings, change_set, result, progress, map_files, started)
+    except (KeyboardInterrupt, asyncio.CancelledError):  # Ctrl-C, SIGTERM (the CLI takes it
+        # as Ctrl-C), a cancelled flow: stopped, not broken
+        close_run(store, repo, result, "interrupted", started, error="stopped before the end")
+        raise
+    except BaseException as exc:
+        close_run(store, repo, result, "failed", started, error=f"{type(exc).__name__}: {exc}")
+        raise
     result.total_seconds = time.perf_counter() - started
     bound.info("index_finished", files_indexed=result.files_indexed,
                files_skipped=result.files_skipped, files_failed=len(result.failed),

@@ -8,7 +8,8 @@
   `fingerprint()` differs from the active collection's), a full index is built into a new
   physical collection beside the old one; only once it is complete does the catalog's alias
   switch to it (one UPDATE), and then the old collection is dropped. Searches read the alias, so
-  they see the old index or the new one, never an empty or half-built one.
+  they see the old index or the new one, never an empty or half-built one. A generation a
+  killed migration left `building` is dropped by the next migration (`drop_abandoned_builds`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import asyncio
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
-from hetriever.catalog import DELETED
+from hetriever.catalog import BUILDING, DELETED
 from hetriever.config import Settings
 from hetriever.errors import IndexingError, RepositoryNotFoundError, UserError
 from hetriever.logs import get_logger
@@ -160,16 +161,41 @@ def needs_migration(store, repository: str) -> bool:
     return record is not None and record.fingerprint != store.fingerprint()
 
 
+async def drop_abandoned_builds(store, repository: str) -> list[str]:
+    """Drop the generations of `repository` a migration left `building` when it died (a
+    kill, a crash, a lost machine): their Chroma collection, BM25 index and catalog rows, so
+    their disk is not held until a `forget`. The caller holds the repository's run lock, so
+    none of them is being built; the active generation is never one of them."""
+    active = store.catalog.active(repository)
+    abandoned = [c.name for c in store.catalog.collections(repository)
+                 if c.state == BUILDING and c.name != active]
+    for physical in abandoned:
+        log.warning("abandoned_build_dropped", repository=repository, collection=physical,
+                    reason="a migration into it did not finish")
+        await asyncio.to_thread(store.drop_physical_sync, repository, physical)
+    return abandoned
+
+
 async def migrate_repository(repo: Repository, store, settings: Settings, *,
                              force: bool = False) -> MigrateReport:
     """Rebuild `repo` into a new generation with the store's settings, then switch and drop.
 
     `store` must be configured with the *new* settings (model, chunking). Without `force`,
-    a repository whose active collection already matches them is left alone.
+    a repository whose active collection already matches them is left alone. Holds the
+    repository's run lock throughout: no ingest writes the old generation while the new one
+    is built, and a `building` generation found under it is abandoned, so it is dropped.
     """
-    from hetriever.indexing import index_repository
+    from hetriever.indexing import run_lock
 
     check_usable(repo)  # before a generation is allocated for a repository that cannot be read
+    with run_lock(settings, repo.name):
+        await drop_abandoned_builds(store, repo.name)
+        return await _migrate(repo, store, settings, force)
+
+
+async def _migrate(repo: Repository, store, settings: Settings, force: bool) -> MigrateReport:
+    from hetriever.indexing import index_holding_lock
+
     catalog = store.catalog
     old = catalog.active(repo.name)
     if old is not None and not force and not needs_migration(store, repo.name):
@@ -179,7 +205,7 @@ async def migrate_repository(repo: Repository, store, settings: Settings, *,
     log.info("migration_started", repository=repo.name, old=old, new=new,
              fingerprint=store.fingerprint())
     try:
-        result = await index_repository(repo, builder, settings, force_full=True)
+        result = await index_holding_lock(repo, builder, settings, force_full=True)
     except BaseException:
         # The old collection stays active; the half-built one is dropped.
         if old is not None:

@@ -10,21 +10,25 @@ status. Both an incremental run and an `--full` run are killed.
 
 from __future__ import annotations
 
+import json
 import shutil
+import signal
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from hetriever import faults
-from hetriever.catalog import INDEXED
+from hetriever.catalog import BUILDING, INDEXED
 from hetriever.chunk_records import ChunkCollection
 from hetriever.indexing import STATUS_COMPLETE, STATUS_INDEXING, index_repository
 from hetriever.search import retrieve
 from hetriever.store import ChromaKnowledgeStore
 from tests.chroma_fixtures import store_settings
 from tests.helpers import commit_all, init_repo, write_files
-from tests.test_faults import REPO_NAME, cli_env, page_text, run, run_cli, the_repo
+from tests.test_faults import (REPO_NAME, cli_command, cli_env, page_text, run, run_cli,
+                               signal_when, the_repo)
 
 PAGES = 24
 WINDOW = 8  # several write windows per run
@@ -92,13 +96,15 @@ def versions(tmp_path_factory, minilm_embedder, minilm_model_dir):
     return docs, top / "v1", clean
 
 
-def crash_copy(versions, tmp_path: Path, model_dir: Path, rule: str, *args: str) -> Path:
-    """A copy of the v1 store after an ingest to v2 that died at `rule`."""
+def crash_copy(versions, tmp_path: Path, model_dir: Path, rule: str, *args: str,
+               command: str = "ingest") -> Path:
+    """A copy of the v1 store after an ingest (or another `command`) at v2 that died at
+    `rule`."""
     docs, v1, _ = versions
     root = tmp_path / "case"
     shutil.copytree(v1, root)
     env = cli_env(root, model_dir, HETRIEVER_FAULTS=rule, HETRIEVER_WRITE_WINDOW=str(WINDOW))
-    done = run_cli(docs, env, "ingest", "--json", *args)
+    done = run_cli(docs, env, command, "--json", *args)
     assert done.returncode == 137, (rule, done.stdout[-1000:], done.stderr[-2000:])
     return root
 
@@ -156,3 +162,88 @@ def test_a_full_run_repairs_derived_state_even_after_a_completed_run(
         store.close_sync()
     _index(root, docs, minilm_embedder, minilm_model_dir, force_full=True)
     assert snapshot(root, minilm_embedder, minilm_model_dir) == clean
+
+
+def generations(root: Path, embedder: Any, model_dir: Path) -> dict[str, Any]:
+    """The repository's generations: the active one, those left building, and where each
+    building one still has data (Chroma collection, BM25 file, catalog file rows)."""
+    store = _open(root, embedder, model_dir)
+    try:
+        building = [c.name for c in store.catalog.collections(REPO_NAME) if c.state == BUILDING]
+        return {"active": store.physical_name(REPO_NAME), "building": building,
+                "chroma": store.collection_names(),
+                "bm25": [b for b in building if store.bm25_file(b).exists()],
+                "catalog_files": [b for b in building if store.catalog.files(b)],
+                "runs_left_running": [r["collection"] for r in store.catalog.runs(REPO_NAME)
+                                      if r["outcome"] == "running"]}
+    finally:
+        store.close_sync()
+
+
+def first_hit(root: Path, embedder: Any, model_dir: Path, query: str) -> str:
+    store = _open(root, embedder, model_dir)
+    try:
+        result = run(retrieve(store, query, top_k=5, namespaces=[REPO_NAME]))
+        return result.matches[0].metadata["file_path"]
+    finally:
+        store.close_sync()
+
+
+@pytest.mark.slow
+def test_a_build_a_killed_migration_left_is_dropped_by_the_next_migration(
+        versions, tmp_path, minilm_embedder, minilm_model_dir):
+    # A full rebuild (`migrate --force`, the full-reindex deployment) dies in its second write
+    # window: its generation holds chunks in Chroma and BM25 and is never switched to.
+    docs, _, clean = versions
+    root = crash_copy(versions, tmp_path, minilm_model_dir, "window_chroma_written:*:1:crash:1",
+                      "--force", command="migrate")
+    left = generations(root, minilm_embedder, minilm_model_dir)
+    (abandoned,) = left["building"]
+    active = left["active"]
+    assert abandoned != active and abandoned in left["chroma"]
+    assert left["bm25"] == left["catalog_files"] == [abandoned]
+    served = snapshot(root, minilm_embedder, minilm_model_dir)
+
+    # The next migration (nothing to rebuild: the settings are the active generation's)
+    # drops it, says so, and leaves the active generation as it was, searchable.
+    env = cli_env(root, minilm_model_dir, HETRIEVER_WRITE_WINDOW=str(WINDOW))
+    done = run_cli(docs, env, "migrate", "--json")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout)[0]["reason"] == "up to date"
+    dropped = [json.loads(line) for line in done.stderr.splitlines()
+               if '"abandoned_build_dropped"' in line]
+    assert [(d["collection"], d["level"]) for d in dropped] == [(abandoned, "warning")]
+    after = generations(root, minilm_embedder, minilm_model_dir)
+    assert after == {"active": active, "building": [], "chroma": [active], "bm25": [],
+                     "catalog_files": [], "runs_left_running": []}
+    assert snapshot(root, minilm_embedder, minilm_model_dir) == served
+    assert first_hit(root, minilm_embedder, minilm_model_dir, "page3 version1") == \
+        "content/docs/page-003.md"
+
+    # A rebuild that completes leaves one generation, equal to a clean index.
+    done = run_cli(docs, env, "migrate", "--force", "--json")
+    assert done.returncode == 0, done.stderr[-2000:]
+    final = generations(root, minilm_embedder, minilm_model_dir)
+    assert final["chroma"] == [final["active"]] and final["building"] == []
+    assert snapshot(root, minilm_embedder, minilm_model_dir) == clean
+
+
+@pytest.mark.slow
+def test_a_migration_stopped_by_sigterm_drops_its_build_and_exits_143(
+        versions, tmp_path, minilm_embedder, minilm_model_dir):
+    docs, v1, _ = versions
+    root = tmp_path / "case"
+    shutil.copytree(v1, root)
+    served = snapshot(root, minilm_embedder, minilm_model_dir)
+    env = cli_env(root, minilm_model_dir, HETRIEVER_WRITE_WINDOW=str(WINDOW),
+                  HETRIEVER_FAULTS="window_write:*:1:slow5")
+    proc = subprocess.Popen(cli_command(docs, "migrate", "--force", "--json"), env=env,
+                            cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+    log_text = signal_when(proc, "fault_slow", signal.SIGTERM)
+    assert proc.returncode == 143, log_text[-3000:]
+    assert "hetriever: stopped by SIGTERM" in log_text and "Traceback" not in log_text
+    left = generations(root, minilm_embedder, minilm_model_dir)
+    assert left["building"] == [] and left["chroma"] == [left["active"]]
+    assert left["runs_left_running"] == []
+    assert snapshot(root, minilm_embedder, minilm_model_dir) == served
