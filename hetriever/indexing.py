@@ -399,8 +399,14 @@ async def index_repository(repo: Repository, store: IndexingStore, settings: Set
     Holds the repository's run lock from planning to the recorded commit; `map_files` runs
     the per-file step (in-process by default); `progress(done, total)` is called per file.
     """
+    from hetriever.lifecycle import drop_abandoned_builds
+
     check_usable(repo)  # a submodule not checked out, a bad name: this repository fails alone
     with run_lock(settings, repo.name):
+        # Writing the active generation (not a migration's pinned one): under this lock,
+        # another generation left building is abandoned.
+        if store.physical_name(repo.name) == store.catalog.active(repo.name):
+            await drop_abandoned_builds(store, repo.name)
         return await index_holding_lock(repo, store, settings, force_full=force_full,
                                         progress=progress, map_files=map_files)
 

@@ -9,7 +9,8 @@
   physical collection beside the old one; only once it is complete does the catalog's alias
   switch to it (one UPDATE), and then the old collection is dropped. Searches read the alias, so
   they see the old index or the new one, never an empty or half-built one. A generation a
-  killed migration left `building` is dropped by the next migration (`drop_abandoned_builds`).
+  killed migration left `building` is dropped by the next migration or ingest of that
+  repository (`drop_abandoned_builds`).
 """
 
 from __future__ import annotations
@@ -164,8 +165,9 @@ def needs_migration(store, repository: str) -> bool:
 async def drop_abandoned_builds(store, repository: str) -> list[str]:
     """Drop the generations of `repository` a migration left `building` when it died (a
     kill, a crash, a lost machine): their Chroma collection, BM25 index and catalog rows, so
-    their disk is not held until a `forget`. The caller holds the repository's run lock, so
-    none of them is being built; the active generation is never one of them."""
+    their disk is not held until a `forget`. The caller (a migration, an ingest) holds the
+    repository's run lock, which a migration holds throughout, so none of them is being
+    built; the active generation is never one of them."""
     active = store.catalog.active(repository)
     abandoned = [c.name for c in store.catalog.collections(repository)
                  if c.state == BUILDING and c.name != active]
