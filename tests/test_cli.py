@@ -76,6 +76,8 @@ def test_search_prints_results_to_stdout_and_rejects_an_unknown_repository(works
     assert out.returncode == 0, out.stderr
     assert "results" in out.stdout and "where" in out.stdout.lower()  # `| head` shows them
     assert "results" not in out.stderr
+    # the page's full address, from the site's baseURL (examples/sample-docs/hugo.toml)
+    assert "sample-docs  https://docs.example.org/docs/templates/where/" in out.stdout
 
     out = cli(env, "search", "where", "-r", "sampel-docs")
     assert out.returncode == 2 and "Traceback" not in out.stderr

@@ -60,5 +60,5 @@ def cmd_demo(args: argparse.Namespace) -> int:
     query = args.query or DEMO_QUERY
     console.print(f"\n[bold]2. search[/bold] {query!r}")
     result = run_search(settings, query, None, 3, None, None)
-    print_results(result)
+    print_results(result, settings)
     return EXIT_OK if result.matches else EXIT_FAILED

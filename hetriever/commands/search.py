@@ -39,15 +39,29 @@ def run_search(settings, query: str, repositories: list[str] | None, top_k: int 
     return result
 
 
-def print_results(result) -> None:
+def print_results(result, settings=None) -> None:
+    """`settings` name the index, whose record of where each site is published gives full
+    links (`https://docs.example.org/docs/quokka/`); without, or where no site says, the
+    repository and its site-relative URL."""
+    from hetriever.serve.pages import full_link, language, recorded_base_urls
+
+    catalog = None
+    if settings is not None:
+        from hetriever.store import get_knowledge_store
+
+        catalog = get_knowledge_store(settings).catalog
     console = make_console()
     console.print(f"[bold]{result.total_results} results[/bold] for {result.query!r} "
                   f"({result.mode}, {result.search_time_ms:.1f} ms)")
     for i, match in enumerate(result.matches, start=1):
         meta = match.metadata
         heading = f" > {meta['heading_context']}" if meta.get("heading_context") else ""
+        repository, url = str(meta.get("repository", "")), str(meta.get("url", ""))
+        link = full_link(url, language(meta, settings.content_dir),
+                         recorded_base_urls(catalog, repository)) if catalog else url
+        where = f"{repository}  {link}" if link != url else f"{repository}{url}"
         console.print(f"\n[bold cyan]{i}. {meta.get('title', '')}{heading}[/bold cyan]"
-                      f"  [dim]{meta.get('repository', '')}{meta.get('url', '')}[/dim]")
+                      f"  [dim]{where}[/dim]", highlight=False)
         console.print(f"   score {match.score:.3f} ({match.source})")
         # The passage without its "title > heading" prefix (a page record: without its title).
         cut = "\n" if meta.get("page_record") else "\n\n"
@@ -145,7 +159,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     if args.json:
         print_json({**result.to_dict(), "warnings": warnings})
     else:
-        print_results(result)
+        print_results(result, settings)
     return EXIT_OK
 
 

@@ -77,6 +77,14 @@ def full_link(url: str, lang: str, base_urls: Mapping[str, str]) -> str:
     return f"{parts.scheme}://{parts.netloc}{url}"
 
 
+def recorded_base_urls(catalog: Any, repository: str) -> dict[str, str]:
+    """Where a repository's site is published, as its last ingest recorded it (an index
+    built before that was recorded has none: its results keep site-relative URLs)."""
+    record = catalog.repository(repository)
+    recorded = record.settings.get("base_urls") if record else None
+    return {str(k): str(v) for k, v in recorded.items()} if isinstance(recorded, dict) else {}
+
+
 def match_view(match: SearchResult, content_dir: str = "content",
                base_urls: Mapping[str, str] | None = None) -> dict[str, Any]:
     """What the API returns for one match; `base_urls`: where its site is published."""

@@ -243,11 +243,7 @@ class DocsService:
         return self.store.chunks_where_sync(name, {"file_path": path})
 
     def _base_urls(self, name: str) -> dict[str, str]:
-        """Where a repository's site is published, as its last ingest recorded it (an index
-        built before that was recorded has none: its results keep site-relative URLs)."""
-        record = self.store.catalog.repository(name)
-        recorded = record.settings.get("base_urls") if record else None
-        return {str(k): str(v) for k, v in recorded.items()} if isinstance(recorded, dict) else {}
+        return pages.recorded_base_urls(self.store.catalog, name)
 
     def served_names(self) -> list[str]:
         """Repositories with a complete index: a run finished with its commit recorded, or no
