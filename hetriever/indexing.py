@@ -37,6 +37,7 @@ from hetriever.catalog import DISCOVERED, FAILED, INDEXED, PROCESSED, SKIPPED
 from hetriever.page_records import display_chunk
 from hetriever.config import Settings
 from hetriever.errors import EmbeddingError, IndexingError
+from hetriever.generations import drop_abandoned_builds
 from hetriever.discover import SkipFile, compute_change_set, read_content_files, site_at
 from hetriever.logs import get_logger
 from hetriever.models import ChangeSet, IndexResult, Repository, SkippedFile
@@ -399,8 +400,6 @@ async def index_repository(repo: Repository, store: IndexingStore, settings: Set
     Holds the repository's run lock from planning to the recorded commit; `map_files` runs
     the per-file step (in-process by default); `progress(done, total)` is called per file.
     """
-    from hetriever.lifecycle import drop_abandoned_builds
-
     check_usable(repo)  # a submodule not checked out, a bad name: this repository fails alone
     with run_lock(settings, repo.name):
         # Writing the active generation (not a migration's pinned one): under this lock,

@@ -19,9 +19,10 @@ import asyncio
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
-from hetriever.catalog import BUILDING, DELETED
+from hetriever.catalog import DELETED
 from hetriever.config import Settings
 from hetriever.errors import IndexingError, RepositoryNotFoundError, UserError
+from hetriever.generations import drop_abandoned_builds
 from hetriever.logs import get_logger
 from hetriever.models import IndexResult, Repository, _Serialisable
 from hetriever.replica import publish_sync
@@ -160,22 +161,6 @@ def needs_migration(store, repository: str) -> bool:
     physical = store.physical_name(repository)
     record = store.catalog.collection(physical) if physical else None
     return record is not None and record.fingerprint != store.fingerprint()
-
-
-async def drop_abandoned_builds(store, repository: str) -> list[str]:
-    """Drop the generations of `repository` a migration left `building` when it died (a
-    kill, a crash, a lost machine): their Chroma collection, BM25 index and catalog rows, so
-    their disk is not held until a `forget`. The caller (a migration, an ingest) holds the
-    repository's run lock, which a migration holds throughout, so none of them is being
-    built; the active generation is never one of them."""
-    active = store.catalog.active(repository)
-    abandoned = [c.name for c in store.catalog.collections(repository)
-                 if c.state == BUILDING and c.name != active]
-    for physical in abandoned:
-        log.warning("abandoned_build_dropped", repository=repository, collection=physical,
-                    reason="a migration into it did not finish")
-        await asyncio.to_thread(store.drop_physical_sync, repository, physical)
-    return abandoned
 
 
 async def migrate_repository(repo: Repository, store, settings: Settings, *,
