@@ -103,6 +103,10 @@ def test_each_language_links_to_its_own_host(service):
                                         "link": "https://fr.example.net/tern/"}]
     french = top(service, "migration de la sterne traverse la mer", lang="fr")
     assert french["link"] == "https://fr.example.net/tern/"
+    # both pages are at /tern/: each link opens its own page, a bare path the first
+    for result in (english, french):
+        assert service.page(result["link"])["page_id"] == result["page_id"]
+    assert service.page("/tern/")["lang"] == "en"
 
 
 def test_the_http_api_answers_url_and_link(service, tmp_path):

@@ -262,18 +262,47 @@ class DocsService:
         URL or an alias, any case, with or without host), else by the `url` of its chunks (an
         index written before pages had address keys)."""
         physical = {plan.collection: name for name, plan in visible.items()}
-        for hit in self.store.catalog.lookup_title(ref, list(physical)):
-            if hit.kind in ("url", "alias"):
-                return physical[hit.collection], hit.path
         try:
-            url = urlsplit(ref).path or "/"
+            parts = urlsplit(ref)
         except ValueError:  # e.g. an unclosed IPv6 host: names no page
             return None
+        found = [(physical[hit.collection], hit) for hit in
+                 self.store.catalog.lookup_title(ref, list(physical))
+                 if hit.kind in ("url", "alias")]
+        if len(found) > 1:  # pages at one path: a multihost site's languages, two sites
+            host = parts.netloc.lower()
+            found = sorted(found[:8], key=lambda pair: self._preference(pair[0], pair[1], host))
+        if found:
+            return found[0][0], found[0][1].path
+        url = parts.path or "/"
         for name in visible:
             hits = self._by_url(name, url)
             if hits:
                 return name, str(hits[0].metadata["file_path"])
         return None
+
+    def _preference(self, name: str, hit: Any, host: str) -> int:
+        """0: the page is published at the link's host; 1: it is in its site's default
+        language; 2: neither."""
+        published, lang = self._published(name, hit)
+        if host and published == host:
+            return 0
+        return 1 if lang == self._default_language(name) else 2
+
+    def _published(self, name: str, hit: Any) -> tuple[str, str]:
+        """(host, language) a title hit's page is published at; "" for what is unknown."""
+        chunks = self.store.chunks_by_ids_sync(name, [hit.chunk_id])
+        if not chunks:
+            return "", ""
+        meta = chunks[0].metadata
+        lang = pages.language(meta, self.settings.content_dir)
+        link = pages.full_link(str(meta.get("url", "")), lang, self._base_urls(name))
+        return urlsplit(link).netloc.lower(), lang
+
+    def _default_language(self, name: str) -> str:
+        record = self.store.catalog.repository(name)
+        languages = record.settings.get("languages") if record else None
+        return str(languages[0]) if isinstance(languages, list) and languages else ""
 
     def _by_url(self, name: str, url: str) -> list[Any]:
         variants = dict.fromkeys([url, url.rstrip("/") + "/", url.rstrip("/") or "/"])
