@@ -37,6 +37,7 @@ from hetriever.catalog import DISCOVERED, FAILED, INDEXED, PROCESSED, SKIPPED
 from hetriever.page_records import display_chunk
 from hetriever.config import Settings
 from hetriever.errors import EmbeddingError, IndexingError
+from hetriever.full_pass import content_dir_changed, site_changed
 from hetriever.generations import drop_abandoned_builds
 from hetriever.discover import SkipFile, compute_change_set, read_content_files, site_at
 from hetriever.logs import get_logger
@@ -131,7 +132,8 @@ async def begin_run(store: IndexingStore, repo: Repository, change_set: ChangeSe
                   # default first: what a search without a language keeps to
                   "languages": list(repo.site.languages) if repo.site else [],
                   # where the site is published: served results get full links
-                  "base_urls": repo.site.absolute_base_urls() if repo.site else {}})
+                  "base_urls": repo.site.absolute_base_urls() if repo.site else {},
+                  "site": repo.site.signature() if repo.site else ""})
     catalog.start_run(repo.name, physical, mode=change_set.mode, old_commit=change_set.old_commit,
                       new_commit=change_set.new_commit)
     paths = change_set.paths_to_index()
@@ -420,6 +422,9 @@ async def index_holding_lock(repo: Repository, store: IndexingStore, settings: S
     last_commit, last_status = await last_indexed(store, repo)
     change_set = plan(repo, last_commit, last_status,
                       force_full=force_full or content_dir_changed(store, repo))
+    site = site_at(repo, change_set.new_commit) if change_set.mode != "noop" else None
+    if change_set.mode == "incremental" and site is not None and site_changed(store, repo, site):
+        change_set = plan(repo, last_commit, last_status, force_full=True)
     result = IndexResult(repository=repo.name, mode=change_set.mode, old_commit=last_commit,
                          new_commit=change_set.new_commit, skipped=list(change_set.skipped))
     _count_changes(result, change_set)
@@ -435,7 +440,7 @@ async def index_holding_lock(repo: Repository, store: IndexingStore, settings: S
         bound.warning("uncommitted_changes_ignored")
 
     check_schema(store, repo)
-    repo = dataclasses.replace(repo, site=site_at(repo, change_set.new_commit))
+    repo = dataclasses.replace(repo, site=site)
     if repo.site is not None and repo.site.configured:
         bound.info("site_config", languages=list(repo.site.languages),
                    default=repo.site.default_lang,
@@ -457,19 +462,6 @@ async def index_holding_lock(repo: Repository, store: IndexingStore, settings: S
                chunks_written=result.chunks_written, chunks_reused=result.chunks_reused,
                chunks_deleted=result.chunks_deleted, seconds=round(result.total_seconds, 2))
     return result
-
-
-def content_dir_changed(store: IndexingStore, repo: Repository) -> bool:
-    """Whether the repository was last indexed from another content directory: then the
-    commit says nothing about what is indexed, so the run is a full pass (which refuses a
-    content directory the commit does not have, and a mass delete)."""
-    record = store.catalog.repository(repo.name)
-    before = record.settings.get("content_dir") if record and record.last_commit else None
-    if before is None or before == repo.content_dir:
-        return False
-    log.warning("content_dir_changed", repository=repo.name, before=before,
-                now=repo.content_dir, action="a full pass")
-    return True
 
 
 async def heal_bm25(store, repo: Repository, settings: Settings) -> None:

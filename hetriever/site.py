@@ -25,11 +25,12 @@ assumed: one content directory, English, and a leading `en/` directory dropped f
 
 from __future__ import annotations
 
+import hashlib
 import json
 import posixpath
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -105,6 +106,13 @@ class Site:
         found = {"": _absolute(self.base_url)}
         found.update((lang, _absolute(url)) for lang, url in self.language_base_urls)
         return {lang: url for lang, url in found.items() if url}
+
+    def signature(self) -> str:
+        """What decides which files are pages and where they are published, as one short
+        string: when it changes, pages change that the commit's diff does not name."""
+        decisive = {k: v for k, v in asdict(self).items() if k != "notes"}
+        text = json.dumps(decisive, sort_keys=True, default=sorted)  # sets, in a fixed order
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def locate(self, file_path: str) -> Located | None:
         """The language and content-relative path of a repository file, or None when the file

@@ -148,3 +148,30 @@ def test_mcp_answers_show_the_full_link(service):
     found, link, opened = anyio.run(go)
     assert link == "https://example.org/docs/functions/where/", found
     assert "URL: https://example.org/docs/functions/where/" in opened.split("\n", 2)[1]
+
+
+def test_a_site_configuration_change_is_a_full_pass_so_every_link_follows(tmp_path,
+                                                                          minilm_embedder):
+    # Only hugo.toml changes: the diff names no page, yet every page's URL moves with it.
+    repo = init_repo(tmp_path / "docs" / "moving-docs")
+    write_files(repo, {"hugo.toml": 'baseURL = "https://docs.example.org/docs/"\n',
+                       "content/guide/install.md": page("Install the wombat", "Unpack it."),
+                       "content/guide/feed.md": page("Feed the wombat", "Carrots daily.")})
+    commit_all(repo, "v1")
+    store = ChromaKnowledgeStore(store_settings(tmp_path), embedder=minilm_embedder)
+    docs = DocsService(store.settings, store=store)
+    try:
+        (found,) = discover_repositories(tmp_path / "docs")
+        assert asyncio.run(index_repository(found, store, store.settings)).mode == "full"
+        write_files(repo, {"hugo.toml": 'baseURL = "https://new.example.net:8443/manual"\n'})
+        commit_all(repo, "the site moves")
+        moved = asyncio.run(index_repository(found, store, store.settings))
+        assert moved.mode == "full" and moved.chunks_reused > 0, moved
+        install = top(docs, "install the wombat")
+        assert install["link"] == "https://new.example.net:8443/manual/guide/install/"
+
+        write_files(repo, {"content/guide/feed.md": page("Feed the wombat", "Carrots, oats.")})
+        commit_all(repo, "an edit")  # the configuration as recorded: incremental again
+        assert asyncio.run(index_repository(found, store, store.settings)).mode == "incremental"
+    finally:
+        docs.close()

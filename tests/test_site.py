@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -267,3 +268,18 @@ def test_disabled_kinds_are_left_out_with_a_reason():
     assert skip_reason(section) == "its kind is in the site's disableKinds"
     assert skip_reason(page(site, "content/docs/x.md")) is None
     assert skip_reason(page(site, "content/_index.md")) is None  # home is not disabled
+
+
+def test_the_signature_of_a_site_is_the_same_in_every_process():
+    # The catalog keeps it between runs; sets in the configuration must not reorder it.
+    import subprocess
+    import sys
+
+    code = ("from hetriever.site import Site; print(Site(disabled_kinds=frozenset("
+            "{'page', 'section', 'home', 'taxonomy'}), base_url='https://x.org/').signature())")
+    seen = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           env={**os.environ, "PYTHONHASHSEED": seed}, timeout=60,
+                           check=True).stdout for seed in ("1", "2", "3")}
+    assert len(seen) == 1
+    here, there = Site(base_url="https://x.org/"), Site(base_url="https://y.org/")
+    assert here.signature() != there.signature()
