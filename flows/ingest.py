@@ -89,16 +89,29 @@ def followed_branch(repo: Repository) -> str:
 def update_checkout(repo: Repository, ref: str | None) -> str:
     """Fetch `origin` and check out `ref`, by default the followed branch; the sha."""
     _git(repo, "fetch", "--quiet", "origin")
-    followed = followed_branch(repo)
-    if not _resolves(repo, followed):
-        if repo.branch:
-            raise SourceError(f"{repo.name}: .gitmodules names the branch {repo.branch!r}, "
-                              "which the remote `origin` does not have",
-                              hint="fix the submodule's `branch` in .gitmodules, or remove it "
-                                   "to follow the remote's default branch")
+    if repo.branch:
+        _fetch_branch(repo)
+    elif not _resolves(repo, "origin/HEAD"):
         _git(repo, "remote", "set-head", "origin", "--auto")  # clones made without it
-    _git(repo, "checkout", "--quiet", "--detach", ref or followed)
+    _git(repo, "checkout", "--quiet", "--detach", ref or followed_branch(repo))
     return _git(repo, "rev-parse", "HEAD")
+
+
+def _fetch_branch(repo: Repository) -> None:
+    """The followed branch, by name: a shallow or single-branch clone's fetch brings only the
+    branch it was cloned with, and a branch deleted on the remote would otherwise be followed
+    at its last fetched commit for ever. The remote answered the fetch before this one, so a
+    failure here is the branch's."""
+    branch = repo.branch
+    done = subprocess.run(["git", "fetch", "--quiet", "origin",
+                           f"+refs/heads/{branch}:refs/remotes/origin/{branch}"],
+                          cwd=repo.path, capture_output=True, text=True)
+    if done.returncode != 0:
+        said = (done.stderr.strip().splitlines() or [""])[-1]
+        raise SourceError(f"{repo.name}: .gitmodules names the branch {branch!r}, which is not "
+                          f"a branch of the remote `origin` ({said})",
+                          hint="fix the submodule's `branch` in .gitmodules, or remove it to "
+                               "follow the remote's default branch")
 
 
 def on_followed_branch(repo: Repository, sha: str) -> bool:

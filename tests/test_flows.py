@@ -381,6 +381,31 @@ def test_a_fetching_run_follows_the_branch_gitmodules_names(sample_parent):
     assert not repo["ok"] and "names the branch 'gone'" in repo["error"], repo
 
 
+def test_the_followed_branch_is_fetched_by_name_and_a_deleted_one_is_an_error(tmp_path):
+    """A single-branch (or shallow) clone fetches only the branch it was cloned with; a
+    branch deleted on the remote must not be followed at its last fetched commit."""
+    from flows.ingest import update_checkout
+    from hetriever.errors import SourceError
+    from hetriever.models import Repository
+
+    source = init_repo(tmp_path / "source")
+    write_files(source, {"content/a.md": "---\ntitle: A\n---\n\nA.\n"})
+    commit_all(source, "default")
+    default = git(source, "symbolic-ref", "--short", "HEAD")
+    git(source, "checkout", "-q", "-b", "release/1.x")
+    on_release = commit_all(source, "on the release branch")
+    git(source, "checkout", "-q", default)
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", "--single-branch", "--branch", default, str(source), str(clone))
+    repo = Repository(name="clone-docs", path=clone, branch="release/1.x")
+
+    assert update_checkout(repo, None) == on_release
+    git(source, "branch", "-q", "-D", "release/1.x")
+    with pytest.raises(SourceError, match="names the branch 'release/1.x', which is not a "
+                                          "branch of the remote"):
+        update_checkout(repo, None)
+
+
 def test_a_fetch_that_cannot_reach_the_remote_fails_that_repository_clearly(sample_parent):
     parent, _ = sample_parent
     sub = parent / "docs" / "sample-docs"
