@@ -148,9 +148,16 @@ def test_searching_a_path_or_state_dir_no_ingest_wrote_is_an_error(tmp_path, min
                  ("forget", "-r", "load-docs")):
         done = run_cli(repo, typo, *argv)
         assert done.returncode == 2 and "the Chroma directory does not exist" in done.stderr, argv
-    code, rows, _ = json_run(repo, typo, "status")  # nothing indexed there, and it says so
+    code, rows, err = json_run(repo, typo, "status")  # nothing indexed there, and it says so
     assert code == 0 and rows[0]["status"] == "never indexed" and rows[0]["chunks"] == 0
+    assert "note: no index at" in err and str(mistyped) in err
     assert not mistyped.exists()  # reading never creates a store
+    unrelated = tmp_path / "unrelated"  # a directory that exists, holding no index
+    unrelated.mkdir()
+    for argv in (("search", "alpha"), ("purge", "--older-than", "0"), ("status",)):
+        done = run_cli(repo, {**env, "HETRIEVER_CHROMA_PATH": str(unrelated)}, *argv)
+        assert "the directory holds no Chroma index" in done.stderr, argv
+    assert list(unrelated.iterdir()) == []
     code, rows, _ = json_run(repo, env, "status")  # the real index was not touched
     assert rows[0]["chunks"] > 0 and rows[0]["up_to_date"]
     done = run_cli(repo, {**env, "HETRIEVER_STATE_DIR": str(tmp_path / "elsewhere")},

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 from typing import Any
 
-from hetriever.commands.common import (EXIT_OK, cli_settings, has_index, make_console, print_json,
-                                       require_index)
+from hetriever.commands.common import (EXIT_OK, cli_settings, index_problem, make_console,
+                                       print_json, require_index)
 
 
 def status_rows(settings, repos) -> list[dict[str, Any]]:
@@ -24,7 +25,10 @@ def status_rows(settings, repos) -> list[dict[str, Any]]:
     from hetriever.repositories import is_valid_repository_name
     from hetriever.store import get_knowledge_store
 
-    store = get_knowledge_store(settings) if has_index(settings) else None
+    problem = index_problem(settings)
+    if problem:  # a fresh setup, or a mistyped path: the rows say "never indexed", and why
+        print(f"hetriever: note: {problem}", file=sys.stderr)
+    store = None if problem else get_knowledge_store(settings)
     rows = []
     for repo in repos:
         if not is_valid_repository_name(repo.name):  # it has no index: only its problem

@@ -9,6 +9,7 @@ from typing import Any
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143  # 128 + the signal: SIGINT (Ctrl-C), SIGTERM
+CHROMA_FILE = "chroma.sqlite3"  # what an embedded Chroma directory holds once it has an index
 
 
 def make_console(stderr: bool = False):
@@ -75,11 +76,14 @@ def require_index(settings) -> None:
     dirs = [settings.resolved_state_dir] + ([] if settings.server_mode else [settings.chroma_path])
     if any(_blocked(d) for d in dirs):
         return  # a file in the way: the store names it, with what to do
-    if not settings.server_mode and _absent(settings.chroma_path):
-        raise ConfigurationError(f"no index at {settings.chroma_path}: the Chroma directory "
-                                 "does not exist",
-                                 hint="check HETRIEVER_CHROMA_PATH / --chroma-path, or run "
-                                      "`hetriever ingest` first")
+    if not settings.server_mode and _absent(settings.chroma_path / CHROMA_FILE):
+        # An existing directory that holds no index (an unrelated one) is as wrong as a
+        # missing one, and opening the store would write an empty index into it.
+        raise ConfigurationError(
+            f"no index at {settings.chroma_path}: " + (
+                "the Chroma directory does not exist" if _absent(settings.chroma_path)
+                else "the directory holds no Chroma index"),
+            hint="check HETRIEVER_CHROMA_PATH / --chroma-path, or run `hetriever ingest` first")
     catalog = settings.resolved_state_dir / CATALOG_FILE
     if _absent(catalog):
         raise ConfigurationError(f"no catalog at {catalog}: the state directory holds no index",
@@ -88,12 +92,12 @@ def require_index(settings) -> None:
                                       "first")
 
 
-def has_index(settings) -> bool:
-    """Whether an ingest wrote the index these settings name (see `require_index`)."""
+def index_problem(settings) -> str:
+    """Why these settings name no index an ingest wrote ("" when they do; `require_index`)."""
     from hetriever.errors import ConfigurationError
 
     try:
         require_index(settings)
-    except ConfigurationError:
-        return False
-    return True
+    except ConfigurationError as exc:
+        return str(exc)
+    return ""
