@@ -173,6 +173,10 @@ def _from_gitmodules(parent: Path) -> list[tuple[str, Path, str, str, str]]:
         if entry.get("branch") == ".":  # git's "the superproject's current branch"
             if parent_branch is None:
                 parent_branch = _current_branch(parent)
+            if not parent_branch:
+                log.warning("submodule_branch_unresolved", submodule=sub_name,
+                            reason="branch `.` names the parent's branch, and the parent's "
+                                   "HEAD is detached", action="following the remote's default")
             entry["branch"] = parent_branch
         if "path" not in entry:
             log.warning("submodule_without_path", submodule=sub_name, parent=str(parent))

@@ -106,6 +106,11 @@ def test_the_branch_a_submodule_follows_comes_from_gitmodules(tmp_path):
     git(parent, "config", "--file", ".gitmodules", "submodule.docs/alpha-docs.branch", ".")
     git(parent, "checkout", "-q", "-b", "stable")
     assert {r.name: r.branch for r in discover_repositories(parent)}["alpha-docs"] == "stable"
+    git(parent, "checkout", "-q", "--detach")  # as CI checks a commit out: no branch to name
+    with capture_logs() as logs:
+        assert {r.name: r.branch for r in discover_repositories(parent)}["alpha-docs"] == ""
+    assert [e["event"] for e in logs if e["log_level"] == "warning"] == [
+        "submodule_branch_unresolved"]
 
 
 def test_directory_of_git_repos(tmp_path):
