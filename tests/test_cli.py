@@ -78,6 +78,9 @@ def test_search_prints_results_to_stdout_and_rejects_an_unknown_repository(works
     assert "results" not in out.stderr
     # the page's full address, from the site's baseURL (examples/sample-docs/hugo.toml)
     assert "sample-docs  https://docs.example.org/docs/templates/where/" in out.stdout
+    out = cli(env, "search", "where function operators", "-k", "2", "--json")
+    first = json.loads(out.stdout)["matches"][0]
+    assert first["link"] == "https://docs.example.org" + first["metadata"]["url"]
 
     out = cli(env, "search", "where", "-r", "sampel-docs")
     assert out.returncode == 2 and "Traceback" not in out.stderr

@@ -39,27 +39,33 @@ def run_search(settings, query: str, repositories: list[str] | None, top_k: int 
     return result
 
 
-def print_results(result, settings=None) -> None:
-    """`settings` name the index, whose record of where each site is published gives full
-    links (`https://docs.example.org/docs/quokka/`); without, or where no site says, the
-    repository and its site-relative URL."""
+def result_links(result, settings=None) -> list[str]:
+    """Each match's full link (`https://docs.example.org/docs/quokka/`) where the index
+    `settings` name recorded where its site is published, else its site-relative URL."""
     from hetriever.serve.pages import full_link, language, recorded_base_urls
 
-    catalog = None
-    if settings is not None:
-        from hetriever.store import get_knowledge_store
+    if settings is None:
+        return [str(m.metadata.get("url", "")) for m in result.matches]
+    from hetriever.store import get_knowledge_store
 
-        catalog = get_knowledge_store(settings).catalog
+    catalog = get_knowledge_store(settings).catalog
+    sites = {name: recorded_base_urls(catalog, name)
+             for name in {str(m.metadata.get("repository", "")) for m in result.matches}}
+    return [full_link(str(m.metadata.get("url", "")), language(m.metadata, settings.content_dir),
+                      sites[str(m.metadata.get("repository", ""))]) for m in result.matches]
+
+
+def print_results(result, settings=None) -> None:
+    """Each match with its full link (`result_links`) or its repository and URL."""
     console = make_console()
     console.print(f"[bold]{result.total_results} results[/bold] for {result.query!r} "
                   f"({result.mode}, {result.search_time_ms:.1f} ms)")
-    for i, match in enumerate(result.matches, start=1):
+    for i, (match, link) in enumerate(zip(result.matches, result_links(result, settings)),
+                                      start=1):
         meta = match.metadata
         heading = f" > {meta['heading_context']}" if meta.get("heading_context") else ""
-        repository, url = str(meta.get("repository", "")), str(meta.get("url", ""))
-        link = full_link(url, language(meta, settings.content_dir),
-                         recorded_base_urls(catalog, repository)) if catalog else url
-        where = f"{repository}  {link}" if link != url else f"{repository}{url}"
+        repository = str(meta.get("repository", ""))
+        where = f"{repository}  {link}" if "://" in link else f"{repository}{link}"
         console.print(f"\n[bold cyan]{i}. {meta.get('title', '')}{heading}[/bold cyan]"
                       f"  [dim]{where}[/dim]", highlight=False)
         console.print(f"   score {match.score:.3f} ({match.source})")
@@ -157,7 +163,10 @@ def cmd_search(args: argparse.Namespace) -> int:
     for warning in warnings:
         print(f"hetriever: warning: {warning}", file=sys.stderr)
     if args.json:
-        print_json({**result.to_dict(), "warnings": warnings})
+        answer = result.to_dict()
+        for match, link in zip(answer["matches"], result_links(result, settings)):
+            match["link"] = link  # as the HTTP API's: the page's full address where known
+        print_json({**answer, "warnings": warnings})
     else:
         print_results(result, settings)
     return EXIT_OK
