@@ -171,10 +171,14 @@ class Site:
 
 
 def _base_path(base_url: str) -> str:
-    """The path of a baseURL, as Hugo puts it before every page's path: "" or "/docs"."""
-    if "://" not in base_url:
+    """The path of a baseURL, as Hugo puts it before every page's path: "" or "/docs" (a
+    query or fragment is no part of it; `//host/docs/` has a host, and that path)."""
+    if "://" not in base_url and not base_url.startswith("//"):
         return ""
-    path = "/" + base_url.split("://", 1)[1].partition("/")[2].strip("/")
+    try:
+        path = "/" + urlsplit(base_url).path.strip("/")
+    except ValueError:  # e.g. an unclosed IPv6 host
+        return ""
     return "" if path == "/" else path
 
 

@@ -130,6 +130,8 @@ def test_ugly_urls():
     ("https://example.org/docs/", "https://example.org/docs/", "/docs"),
     ("https://example.org/docs", "https://example.org/docs/", "/docs"),  # Hugo adds the slash
     ("http://example.org", "http://example.org/", ""),
+    ("https://example.org/docs/?utm=1#top", "https://example.org/docs/", "/docs"),
+    ("//example.org/docs/", None, "/docs"),  # a host but no scheme: no link, the same path
     ("/", None, ""),  # no host: URLs stay site-relative
     ("", None, ""),
 ])
