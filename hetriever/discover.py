@@ -254,7 +254,9 @@ def _diff(repo: Repository, old: str, new: str) -> list[FileChange]:
     return changes
 
 
-SITE_CONFIG_DIR = "config/_default"
+# Hugo merges config/_default, then the environment's directory: `hugo` builds the published
+# site as "production" (`hugo server` runs as "development", which nobody publishes).
+SITE_CONFIG_DIRS = ("config/_default", "config/production")
 SITE_CONFIG_MAX_BYTES = 1_000_000
 
 
@@ -281,9 +283,10 @@ def site_at(repo: Repository, commit: str) -> Site:
             return None
 
     listed: list[str] = []
-    if kind(SITE_CONFIG_DIR) == b"tree":
-        out = run_git(repo, "ls-tree", "--name-only", sha, SITE_CONFIG_DIR + "/")
-        listed = [p for p in out.decode("utf-8", "replace").splitlines() if p]
+    for config_dir in SITE_CONFIG_DIRS:
+        if kind(config_dir) == b"tree":
+            out = run_git(repo, "ls-tree", "--name-only", sha, config_dir + "/")
+            listed += [p for p in out.decode("utf-8", "replace").splitlines() if p]
     site = load_site(read, listed, lambda path: kind(path) == b"tree",
                      content_dir=repo.content_dir)
     if not site.configured:

@@ -2,7 +2,8 @@
 language, and at which URL prefix they are published.
 
 Hugo looks for `hugo.toml|yaml|json` (or the older `config.*`) at the project root and merges
-`config/_default/` over it: `hugo.*`/`config.*` there are root keys, any other file is the
+`config/_default/` over it, then `config/production/` (the environment `hugo` builds the
+published site in): `hugo.*`/`config.*` there are root keys, any other file is the
 key it is named after (`languages.yaml` -> `languages`, `module.yaml` -> `module`). The keys
 read here decide what a page is and where it goes: `contentDir`, `defaultContentLanguage`,
 `defaultContentLanguageInSubdir`, `languages` (per language `contentDir`, `disabled`,
@@ -258,7 +259,7 @@ def read_config(read: ReadFile, config_dir_files: Iterable[str]) -> tuple[dict[s
                 break
         if used:
             break
-    listed = sorted(config_dir_files)
+    listed = sorted(config_dir_files)  # config/_default/* before config/production/*
     has_module = any(posixpath.basename(p).split(".")[0] == "module" for p in listed)
     for path in listed:
         stem, _, ext = posixpath.basename(path).rpartition(".")
@@ -365,7 +366,8 @@ def _permalinks(config: Mapping[str, Any], lang: str) -> list[tuple[str, str, st
 def load_site(read: ReadFile, config_dir_files: Iterable[str], exists: Callable[[str], bool],
               *, content_dir: str = "content") -> Site:
     """The site as Hugo would build it from the repository's configuration files. `read`
-    returns a file's text or None, `config_dir_files` lists `config/_default/*`, `exists`
+    returns a file's text or None, `config_dir_files` lists `config/_default/*` and
+    `config/production/*`, `exists`
     says whether a directory is in the repository; `content_dir` is the repository setting,
     used when the configuration names none."""
     config, used = read_config(read, config_dir_files)

@@ -285,3 +285,19 @@ def test_the_signature_of_a_site_is_the_same_in_every_process():
     assert len(seen) == 1
     here, there = Site(base_url="https://x.org/"), Site(base_url="https://y.org/")
     assert here.signature() != there.signature()
+
+
+def test_the_production_configuration_overrides_the_default_one(tmp_path):
+    # `hugo` builds the published site as "production": config/production/ over _default/.
+    from hetriever.discover import site_at
+    from hetriever.models import Repository
+    from tests.helpers import commit_all, init_repo, write_files
+
+    repo = init_repo(tmp_path / "numbat-docs")
+    write_files(repo, {"config/_default/hugo.toml": 'baseURL = "http://localhost:1313/"\n'
+                                                    'title = "Numbats"\n',
+                       "config/production/hugo.toml": 'baseURL = "https://numbat.example/"\n',
+                       "content/feeding.md": "---\ntitle: Feeding\n---\n\nTermites.\n"})
+    sha = commit_all(repo, "site")
+    site = site_at(Repository(name="numbat-docs", path=repo), sha)
+    assert site.absolute_base_urls() == {"": "https://numbat.example/"}
