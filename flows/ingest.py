@@ -115,6 +115,7 @@ def _fetch_branch(repo: Repository) -> None:
 
 
 def on_followed_branch(repo: Repository, sha: str) -> bool:
+    """Whether `sha` is in the followed branch's history (where the next scheduled run goes)."""
     return subprocess.run(["git", "merge-base", "--is-ancestor", sha, followed_branch(repo)],
                           cwd=repo.path, capture_output=True).returncode == 0
 
@@ -161,9 +162,10 @@ async def ingest(
 
     `fetch`: first fetch each repository's `origin` and check out `ref` (default: the branch
     the repository follows, its `branch` in .gitmodules or the remote's default branch), so
-    a run picks up commits no webhook announced. The `scheduled` deployment sets it. `task_runner`: "threads", "threads:N", "dask" or "dask:tcp://host:port"
-    (the per-file tasks and the embedding on a Dask cluster's workers); default: the
-    `task_runner` setting (HETRIEVER_TASK_RUNNER). `allow_mass_delete`: let a full run delete
+    a run picks up commits no webhook announced. The `scheduled` deployment sets it.
+    `task_runner`: "threads", "threads:N", "dask" or "dask:tcp://host:port" (the per-file
+    tasks and the embedding on a Dask cluster's workers); default: the `task_runner` setting
+    (HETRIEVER_TASK_RUNNER). `allow_mass_delete`: let a full run delete
     most of an index (`ingest --full --allow-mass-delete`).
     """
     settings = load_settings(batch_size=batch_size,
