@@ -239,7 +239,9 @@ def test_sigterm_mid_run_closes_the_run_and_the_next_run_completes(tmp_path, min
     assert "hetriever: stopped by SIGTERM" in log_text and "Traceback" not in log_text
 
     status = run_cli(docs, env, "status", "--json")
-    assert json.loads(status.stdout)[0]["last_run_outcome"] == "interrupted"  # not "running"
+    row = json.loads(status.stdout)[0]
+    assert row["last_run_outcome"] == "interrupted"  # not "running"
+    assert row["status"] == "incomplete"  # not "indexing": nothing is
     store = open_store(tmp_path, minilm_embedder)
     try:
         meta = run(store.get_collection_metadata(REPO_NAME))

@@ -56,7 +56,7 @@ def status_rows(settings, repos) -> list[dict[str, Any]]:
             "checked_out": head,
             "indexed_commit": indexed,
             "up_to_date": bool(indexed) and indexed == head,
-            "status": meta.get("index_status", "never indexed"),
+            "status": _index_status(meta, record),
             "error": error,
             "collection": physical or "",
             "access_level": record.access_level if record else
@@ -73,6 +73,14 @@ def status_rows(settings, repos) -> list[dict[str, Any]]:
             "needs_migration": bool(store and physical) and needs_migration(store, repo.name),
         })
     return rows
+
+
+def _index_status(meta: dict[str, Any], record: Any) -> str:
+    """The collection's state; "incomplete" rather than "indexing" once its last run ended
+    without finishing (interrupted, failed): no run is indexing it, the next one completes it."""
+    status = str(meta.get("index_status", "never indexed"))
+    ended = record.last_run_outcome if record else ""
+    return "incomplete" if status == "indexing" and ended not in ("", "running") else status
 
 
 def cmd_status(args: argparse.Namespace) -> int:
