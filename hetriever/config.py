@@ -18,6 +18,7 @@ import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, Mapping
+from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import (BaseSettings, EnvSettingsSource, NoDecode,
@@ -95,6 +96,14 @@ def _pairs(raw: Any) -> Any:
 Pairs = Annotated[dict[str, str], NoDecode]
 
 
+def _is_web_address(url: str) -> bool:
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
+
+
 class _Layered(BaseSettings):
     """Init arguments > environment > config file > defaults, for every settings class here."""
 
@@ -144,6 +153,9 @@ class Settings(_Layered):
     include_drafts: bool = False
     max_file_bytes: int = 2_000_000
     repository_urls: Pairs = {}  # name -> URL override
+    # name -> where the site is published, for full links (over the baseURL its config has:
+    # a placeholder, one passed to `hugo --baseURL` at build time, or no configuration)
+    site_urls: Pairs = {}
     access_levels: Pairs = {}  # name -> PUBLIC|TEAM|...
 
     # backend
@@ -285,7 +297,7 @@ class Settings(_Layered):
         except ValidationError as exc:
             raise _configuration_error(exc) from None
 
-    @field_validator("repository_urls", "access_levels", mode="before")
+    @field_validator("repository_urls", "access_levels", "site_urls", mode="before")
     @classmethod
     def _parse_pairs(cls, raw: Any) -> Any:
         return _pairs(raw)
@@ -493,6 +505,10 @@ def validate(settings: Settings) -> Settings:
     for repo, level in settings.access_levels.items():
         if level.upper() not in ACCESS_LEVELS:
             raise bad("access_levels", f"{repo}: {level!r} is not one of {', '.join(ACCESS_LEVELS)}")
+    for repo, url in settings.site_urls.items():
+        if not _is_web_address(url):
+            raise bad("site_urls", f"{repo}: {url!r} is not an http(s) address with a host, "
+                                   "such as https://gohugo.io/")
     if not settings.embedding_model.strip():
         raise bad("embedding_model", "must not be empty")
     try:

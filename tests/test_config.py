@@ -47,6 +47,7 @@ def test_use_hybrid_search_env(word, expected):
     ({"HETRIEVER_LOG_FORMAT": "xml"}, "log_format"),
     ({"HETRIEVER_CONTENT_DIR": "../outside"}, "content_dir"),
     ({"HETRIEVER_ACCESS_LEVELS": "a-repo=SECRET"}, "access_levels"),
+    ({"HETRIEVER_SITE_URLS": "hugo-docs=gohugo.io"}, "site_urls"),  # no scheme: no address
     ({"HETRIEVER_TASK_RUNNER": "ray"}, "task_runner"),
     ({"HETRIEVER_FOLLOW_INTERVAL": "-1"}, "follow_interval"),
     ({"HETRIEVER_FOLLOW": "yes"}, "follow"),  # without a Chroma server to follow

@@ -93,6 +93,12 @@ def test_results_and_pages_carry_full_links_under_the_base_url_path(service):
 def test_a_base_url_without_a_host_keeps_site_relative_links(service):
     guide = top(service, "ptarmigan guide molting")
     assert guide["url"] == guide["link"] == "/guide/"
+    # unless the settings say where the site is published (no re-index needed)
+    told = DocsService(service.settings.replace(
+        site_urls={"rooted-docs": "https://ptarmigan.example/"}), store=service.store)
+    guide = top(told, "ptarmigan guide molting")
+    assert (guide["url"], guide["link"]) == ("/guide/", "https://ptarmigan.example/guide/")
+    assert told.page(guide["link"])["link"] == guide["link"]
 
 
 def test_each_language_links_to_its_own_host(service):

@@ -49,7 +49,7 @@ def result_links(result, settings=None) -> list[str]:
     from hetriever.store import get_knowledge_store
 
     catalog = get_knowledge_store(settings).catalog
-    sites = {name: recorded_base_urls(catalog, name)
+    sites = {name: recorded_base_urls(catalog, name, settings.site_urls.get(name, ""))
              for name in {str(m.metadata.get("repository", "")) for m in result.matches}}
     return [full_link(str(m.metadata.get("url", "")), language(m.metadata, settings.content_dir),
                       sites[str(m.metadata.get("repository", ""))]) for m in result.matches]

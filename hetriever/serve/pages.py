@@ -77,12 +77,15 @@ def full_link(url: str, lang: str, base_urls: Mapping[str, str]) -> str:
     return f"{parts.scheme}://{parts.netloc}{url}"
 
 
-def recorded_base_urls(catalog: Any, repository: str) -> dict[str, str]:
+def recorded_base_urls(catalog: Any, repository: str, published: str = "") -> dict[str, str]:
     """Where a repository's site is published, as its last ingest recorded it (an index
-    built before that was recorded has none: its results keep site-relative URLs)."""
+    built before that was recorded has none: its results keep site-relative URLs), the
+    site-wide one replaced by `published` when set (the `site_urls` setting)."""
     record = catalog.repository(repository)
     recorded = record.settings.get("base_urls") if record else None
-    return {str(k): str(v) for k, v in recorded.items()} if isinstance(recorded, dict) else {}
+    found = ({str(k): str(v) for k, v in recorded.items()} if isinstance(recorded, dict)
+             else {})
+    return {**found, "": published} if published else found
 
 
 def match_view(match: SearchResult, content_dir: str = "content",

@@ -243,7 +243,8 @@ class DocsService:
         return self.store.chunks_where_sync(name, {"file_path": path})
 
     def _base_urls(self, name: str) -> dict[str, str]:
-        return pages.recorded_base_urls(self.store.catalog, name)
+        return pages.recorded_base_urls(self.store.catalog, name,
+                                        self.settings.site_urls.get(name, ""))
 
     def served_names(self) -> list[str]:
         """Repositories with a complete index: a run finished with its commit recorded, or no
