@@ -43,18 +43,23 @@ def stack_env(tmp_path: Path, parent: Path, port: int) -> dict[str, str]:
     return env
 
 
+def create_run(client: httpx.Client, name: str) -> dict:
+    """A new run of deployment `name`, as the server recorded it."""
+    deployment = client.get(f"/deployments/name/{name}").raise_for_status().json()
+    # The server answers 503 while its SQLite is busy (its event services write to the
+    # same file); on a loaded machine that passes on a retry, as Prefect's client would.
+    for attempt in range(6):
+        response = client.post(f"/deployments/{deployment['id']}/create_flow_run", json={})
+        if response.status_code != 503:
+            break
+        time.sleep(2 ** attempt)
+    return response.raise_for_status().json()
+
+
 def run_deployment(api: str, name: str) -> dict:
     """Create a run of deployment `name` and wait for the worker to finish it."""
     with httpx.Client(base_url=api, timeout=30) as client:
-        deployment = client.get(f"/deployments/name/{name}").raise_for_status().json()
-        # The server answers 503 while its SQLite is busy (its event services write to the
-        # same file); on a loaded machine that passes on a retry, as Prefect's client would.
-        for attempt in range(6):
-            response = client.post(f"/deployments/{deployment['id']}/create_flow_run", json={})
-            if response.status_code != 503:
-                break
-            time.sleep(2 ** attempt)
-        run = response.raise_for_status().json()
+        run = create_run(client, name)
         deadline = time.monotonic() + RUN_TIMEOUT
         while time.monotonic() < deadline:
             run = client.get(f"/flow_runs/{run['id']}").raise_for_status().json()
@@ -175,9 +180,7 @@ def test_up_frees_the_slot_of_a_run_the_last_stop_cut_short(tmp_path):
         up = stack("up", {**env, "HETRIEVER_FAULTS": "window_write:*:1:slow300"}, directory)
         assert up.returncode == 0, up.stdout + up.stderr
         with httpx.Client(base_url=api, timeout=30) as client:
-            deployment = client.get("/deployments/name/ingest/scheduled").raise_for_status()
-            cut = client.post(f"/deployments/{deployment.json()['id']}/create_flow_run",
-                              json={}).raise_for_status().json()
+            cut = create_run(client, "ingest/scheduled")
             deadline = time.monotonic() + RUN_TIMEOUT
             while (client.get(f"/flow_runs/{cut['id']}").json()["state"]["type"] != "RUNNING"
                    and time.monotonic() < deadline):
