@@ -42,15 +42,14 @@ def run_search(settings, query: str, repositories: list[str] | None, top_k: int 
 def result_links(result, settings=None) -> list[str]:
     """Each match's full link (`https://docs.example.org/docs/quokka/`) where the index
     `settings` name recorded where its site is published, else its site-relative URL."""
-    from hetriever.serve.pages import full_link, language, recorded_base_urls
+    from hetriever.serve.pages import base_urls_of, full_link, language
 
     if settings is None:
         return [str(m.metadata.get("url", "")) for m in result.matches]
     from hetriever.store import get_knowledge_store
 
-    catalog = get_knowledge_store(settings).catalog
-    sites = {name: recorded_base_urls(catalog, name, settings.site_urls.get(name, ""))
-             for name in {str(m.metadata.get("repository", "")) for m in result.matches}}
+    sites = base_urls_of(get_knowledge_store(settings).catalog, result.matches,
+                         settings.site_urls)
     return [full_link(str(m.metadata.get("url", "")), language(m.metadata, settings.content_dir),
                       sites[str(m.metadata.get("repository", ""))]) for m in result.matches]
 

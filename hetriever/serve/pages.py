@@ -8,7 +8,7 @@ functions over `SearchResult`s so the HTTP API and the MCP server answer alike.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -77,15 +77,24 @@ def full_link(url: str, lang: str, base_urls: Mapping[str, str]) -> str:
     return f"{parts.scheme}://{parts.netloc}{url}"
 
 
-def recorded_base_urls(catalog: Any, repository: str, published: str = "") -> dict[str, str]:
+def recorded_base_urls(catalog: Any, repository: str,
+                       site_urls: Mapping[str, str]) -> dict[str, str]:
     """Where a repository's site is published, as its last ingest recorded it (an index
     built before that was recorded has none: its results keep site-relative URLs), the
-    site-wide one replaced by `published` when set (the `site_urls` setting)."""
+    site-wide one replaced by the repository's entry in `site_urls` (the setting)."""
     record = catalog.repository(repository)
     recorded = record.settings.get("base_urls") if record else None
     found = ({str(k): str(v) for k, v in recorded.items()} if isinstance(recorded, dict)
              else {})
+    published = site_urls.get(repository, "")
     return {**found, "": published} if published else found
+
+
+def base_urls_of(catalog: Any, matches: Iterable[SearchResult],
+                 site_urls: Mapping[str, str]) -> dict[str, dict[str, str]]:
+    """`recorded_base_urls` of each repository the matches come from, read once each."""
+    names = {str(m.metadata.get("repository", "")) for m in matches}
+    return {name: recorded_base_urls(catalog, name, site_urls) for name in names}
 
 
 def match_view(match: SearchResult, content_dir: str = "content",

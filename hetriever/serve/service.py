@@ -162,8 +162,7 @@ class DocsService:
             raise RequestError(str(exc)) from None
         matches = result.matches[:k]
         content_dir = self.settings.content_dir
-        sites = {name: self._base_urls(name)
-                 for name in {str(m.metadata.get("repository", "")) for m in matches}}
+        sites = pages.base_urls_of(self.store.catalog, matches, self.settings.site_urls)
         return {
             "query": text, "k": k, "group": group, "mode": result.mode,
             "search_ms": round(result.search_time_ms, 2),
@@ -243,8 +242,7 @@ class DocsService:
         return self.store.chunks_where_sync(name, {"file_path": path})
 
     def _base_urls(self, name: str) -> dict[str, str]:
-        return pages.recorded_base_urls(self.store.catalog, name,
-                                        self.settings.site_urls.get(name, ""))
+        return pages.recorded_base_urls(self.store.catalog, name, self.settings.site_urls)
 
     def served_names(self) -> list[str]:
         """Repositories with a complete index: a run finished with its commit recorded, or no
@@ -272,7 +270,8 @@ class DocsService:
                  if hit.kind in ("url", "alias")]
         if len(found) > 1:  # pages at one path: a multihost site's languages, two sites
             host = parts.netloc.lower()
-            found = sorted(found[:8], key=lambda pair: self._preference(pair[0], pair[1], host))
+            found = sorted(found[:8], key=lambda pair: self._preference(
+                pair[0], pair[1], host, visible[pair[0]].languages))
         if found:
             return found[0][0], found[0][1].path
         url = parts.path or "/"
@@ -282,13 +281,13 @@ class DocsService:
                 return name, str(hits[0].metadata["file_path"])
         return None
 
-    def _preference(self, name: str, hit: Any, host: str) -> int:
+    def _preference(self, name: str, hit: Any, host: str, languages: tuple[str, ...]) -> int:
         """0: the page is published at the link's host; 1: it is in its site's default
-        language; 2: neither."""
+        language (the first of `languages`, its plan's); 2: neither."""
         published, lang = self._published(name, hit)
         if host and published == host:
             return 0
-        return 1 if lang == self._default_language(name) else 2
+        return 1 if languages and lang == languages[0] else 2
 
     def _published(self, name: str, hit: Any) -> tuple[str, str]:
         """(host, language) a title hit's page is published at; "" for what is unknown."""
@@ -299,11 +298,6 @@ class DocsService:
         lang = pages.language(meta, self.settings.content_dir)
         link = pages.full_link(str(meta.get("url", "")), lang, self._base_urls(name))
         return urlsplit(link).netloc.lower(), lang
-
-    def _default_language(self, name: str) -> str:
-        record = self.store.catalog.repository(name)
-        languages = record.settings.get("languages") if record else None
-        return str(languages[0]) if isinstance(languages, list) and languages else ""
 
     def _by_url(self, name: str, url: str) -> list[Any]:
         variants = dict.fromkeys([url, url.rstrip("/") + "/", url.rstrip("/") or "/"])
