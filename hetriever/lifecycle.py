@@ -9,8 +9,8 @@
   physical collection beside the old one; only once it is complete does the catalog's alias
   switch to it (one UPDATE), and then the old collection is dropped. Searches read the alias, so
   they see the old index or the new one, never an empty or half-built one. A generation a
-  killed migration left `building` is dropped by the next migration or ingest of that
-  repository (`drop_abandoned_builds`).
+  killed migration left `building`, or switched away from without dropping, is dropped by the
+  next migration or ingest of that repository (`drop_abandoned_builds`).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import asyncio
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
+from hetriever import faults
 from hetriever.catalog import DELETED
 from hetriever.config import Settings
 from hetriever.errors import IndexingError, RepositoryNotFoundError, UserError
@@ -208,6 +209,7 @@ async def _migrate(repo: Repository, store, settings: Settings, force: bool) -> 
     if old is not None and old != new:
         catalog.switch(repo.name, new)
         await asyncio.to_thread(publish_sync, store, repo.name)
+        faults.check("migration_switched", repo.name)
         report.dropped_chunks = await asyncio.to_thread(store.drop_physical_sync, repo.name, old)
     log.info("migration_finished", repository=repo.name, old=old, new=new,
              chunks=result.chunks_written, dropped=report.dropped_chunks)

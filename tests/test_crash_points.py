@@ -165,12 +165,17 @@ def test_a_full_run_repairs_derived_state_even_after_a_completed_run(
 
 
 def generations(root: Path, embedder: Any, model_dir: Path) -> dict[str, Any]:
-    """The repository's generations: the active one, those left building, and where each
-    building one still has data (Chroma collection, BM25 file, catalog file rows)."""
+    """The repository's generations: the active one, those left building, those superseded
+    (marked active, not the active one), and where each building one still has data (Chroma
+    collection, BM25 file, catalog file rows)."""
     store = _open(root, embedder, model_dir)
     try:
-        building = [c.name for c in store.catalog.collections(REPO_NAME) if c.state == BUILDING]
-        return {"active": store.physical_name(REPO_NAME), "building": building,
+        active = store.physical_name(REPO_NAME)
+        records = store.catalog.collections(REPO_NAME)
+        building = [c.name for c in records if c.state == BUILDING]
+        return {"active": active, "building": building,
+                "superseded": [c.name for c in records
+                               if c.state != BUILDING and c.name != active],
                 "chroma": store.collection_names(),
                 "bm25": [b for b in building if store.bm25_file(b).exists()],
                 "catalog_files": [b for b in building if store.catalog.files(b)],
@@ -178,6 +183,12 @@ def generations(root: Path, embedder: Any, model_dir: Path) -> dict[str, Any]:
                                       if r["outcome"] == "running"]}
     finally:
         store.close_sync()
+
+
+def dropped_generations(done: subprocess.CompletedProcess) -> list[tuple[str, str]]:
+    """(collection, log level) of each `abandoned_build_dropped` line a run logged."""
+    lines = [line for line in done.stderr.splitlines() if '"abandoned_build_dropped"' in line]
+    return [(d["collection"], d["level"]) for d in map(json.loads, lines)]
 
 
 def first_hit(root: Path, embedder: Any, model_dir: Path, query: str) -> str:
@@ -212,12 +223,10 @@ def test_a_build_a_killed_migration_left_is_dropped_by_the_next_run(
     assert done.returncode == 0, done.stderr[-2000:]
     answer = json.loads(done.stdout)[0]
     assert answer["reason"] == "up to date" if next_run == "migrate" else answer["ok"], answer
-    dropped = [json.loads(line) for line in done.stderr.splitlines()
-               if '"abandoned_build_dropped"' in line]
-    assert [(d["collection"], d["level"]) for d in dropped] == [(abandoned, "warning")]
+    assert dropped_generations(done) == [(abandoned, "warning")]
     after = generations(root, minilm_embedder, minilm_model_dir)
-    assert after == {"active": active, "building": [], "chroma": [active], "bm25": [],
-                     "catalog_files": [], "runs_left_running": []}
+    assert after == {"active": active, "building": [], "superseded": [], "chroma": [active],
+                     "bm25": [], "catalog_files": [], "runs_left_running": []}
     if next_run == "migrate":  # the active generation as it was, searchable
         assert snapshot(root, minilm_embedder, minilm_model_dir) == served
         assert first_hit(root, minilm_embedder, minilm_model_dir, "page3 version1") == \
@@ -230,6 +239,40 @@ def test_a_build_a_killed_migration_left_is_dropped_by_the_next_run(
     assert done.returncode == 0, done.stderr[-2000:]
     final = generations(root, minilm_embedder, minilm_model_dir)
     assert final["chroma"] == [final["active"]] and final["building"] == []
+    assert snapshot(root, minilm_embedder, minilm_model_dir) == clean
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("next_run", ["migrate", "ingest"])
+def test_a_generation_a_killed_migration_switched_away_from_is_dropped_by_the_next_run(
+        versions, tmp_path, minilm_embedder, minilm_model_dir, next_run):
+    # A rebuild that completes and switches, then dies before it drops the old generation.
+    docs, _, clean = versions
+    root = crash_copy(versions, tmp_path, minilm_model_dir, "migration_switched:*:1:crash",
+                      "--force", command="migrate")
+    left = generations(root, minilm_embedder, minilm_model_dir)
+    (old,) = left["superseded"]
+    active = left["active"]
+    assert left["building"] == [] and sorted(left["chroma"]) == sorted([old, active])
+    store = _open(root, minilm_embedder, minilm_model_dir)
+    try:
+        assert store.bm25_file(old).exists() and store.catalog.files(old)
+    finally:
+        store.close_sync()
+    assert snapshot(root, minilm_embedder, minilm_model_dir) == clean  # the new one is served
+
+    env = cli_env(root, minilm_model_dir, HETRIEVER_WRITE_WINDOW=str(WINDOW))
+    done = run_cli(docs, env, next_run, "--json")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert dropped_generations(done) == [(old, "warning")]
+    store = _open(root, minilm_embedder, minilm_model_dir)
+    try:
+        assert not store.bm25_file(old).exists() and not store.catalog.files(old)
+    finally:
+        store.close_sync()
+    after = generations(root, minilm_embedder, minilm_model_dir)
+    assert after == {"active": active, "building": [], "superseded": [], "chroma": [active],
+                     "bm25": [], "catalog_files": [], "runs_left_running": []}
     assert snapshot(root, minilm_embedder, minilm_model_dir) == clean
 
 
