@@ -184,6 +184,16 @@ def address_key(text: str) -> str:
     return "/" + path if path else ""
 
 
+def address_host(text: str) -> str:
+    """The host of an address as `address_key` reads it (`https://fr.example.org/docs/` and
+    `fr.example.org/docs/` alike), lower case with its port; "" for a path or no address."""
+    if not address_key(text):
+        return ""
+    parts = urlsplit(text.strip())
+    head = parts.netloc or parts.path.partition("/")[0]
+    return head.lower() if parts.netloc or _HOST.fullmatch(head) else ""
+
+
 def address_fragment(text: str) -> str:
     """The fragment of an address (`#define-in-front-matter`: a heading's anchor), "" for
     none or for text that is no address."""

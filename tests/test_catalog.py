@@ -24,6 +24,7 @@ from hetriever.catalog import (
     split_physical,
     title_keys,
 )
+from hetriever.catalog_records import address_host
 from hetriever.cli import main
 from hetriever.discover import discover_repositories
 from hetriever.indexing import index_repository
@@ -166,6 +167,11 @@ def test_address_key() -> None:
     assert address_key("https://opentelemetry.io/ja/docs/%E6%A6%82%E8%A6%81/") == "/ja/docs/概要"
     assert address_fragment("https://gohugo.io/functions/where/#Examples") == "examples"
     assert address_fragment("/functions/where/") == address_fragment("Examples #1") == ""
+    # the host a pasted address names (which language of a multihost site), if any
+    assert address_host("https://FR.example.org:8443/docs/") == "fr.example.org:8443"
+    assert address_host("fr.example.org/docs/page/") == "fr.example.org"
+    for text in ("/docs/page/", "docs/page", "https://fr.example.org/", "what is /docs/"):
+        assert address_host(text) == "", text
     # Hugo's own anchors ("github" style): "Why is my `page` missing?" -> why-is-my-page-missing
     assert heading_anchor("Why is my `page` missing?") == "why-is-my-page-missing"
     assert heading_anchor("Front matter & .Params (v0.140)") == "front-matter--params-v0140"

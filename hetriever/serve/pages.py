@@ -10,14 +10,17 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
-from urllib.parse import urlsplit
 
 from hetriever.models import SearchResult
+from hetriever.published import (  # noqa: F401 (where a page is published, shown here)
+    DEFAULT_LANGUAGE,
+    full_link,
+    language,
+    recorded_base_urls,
+)
 
 CONTEXT_SEPARATOR = " > "  # as hetriever.chunk joins a chunk's title and headings
 BODY_SEPARATOR = "\n\n"
-DEFAULT_LANGUAGE = "en"  # Hugo's default content language
-_LANGUAGE = re.compile(r"^[a-z]{2,3}(-[a-z0-9]{2,8})?$")
 _CHUNK_ID = re.compile(r"^[0-9a-f]{32}([0-9a-f]{32})?$")
 
 
@@ -49,45 +52,6 @@ def passage(content: str, metadata: Mapping[str, Any]) -> str:
     if prefix and content.startswith(prefix + BODY_SEPARATOR):
         return content[len(prefix) + len(BODY_SEPARATOR):]
     return content
-
-
-def language(metadata: Mapping[str, Any], content_dir: str = "content") -> str:
-    """A page's language: its `lang` front matter, else a language directory under the content
-    dir (`content/fr/...`), else Hugo's default."""
-    declared = metadata.get("lang") or metadata.get("language")
-    if isinstance(declared, str) and declared.strip():
-        return declared.strip().lower()
-    parts = str(metadata.get("file_path", "")).split("/")
-    if content_dir in parts:
-        parts = parts[parts.index(content_dir) + 1:]
-    if len(parts) > 1 and _LANGUAGE.match(parts[0].lower()):
-        return parts[0].lower()
-    return DEFAULT_LANGUAGE
-
-
-def full_link(url: str, lang: str, base_urls: Mapping[str, str]) -> str:
-    """A page's address to open: its site-relative `url` (which holds the baseURL's path, as
-    Hugo's relative permalink does) on the scheme and host of the baseURL its language is
-    published under (`hetriever.site.Site.absolute_base_urls`, recorded at ingest); the `url`
-    itself when no such baseURL is known."""
-    base = base_urls.get(lang) or base_urls.get("")
-    if not base or not url.startswith("/") or url.startswith("//"):
-        return url
-    parts = urlsplit(base)
-    return f"{parts.scheme}://{parts.netloc}{url}"
-
-
-def recorded_base_urls(catalog: Any, repository: str,
-                       site_urls: Mapping[str, str]) -> dict[str, str]:
-    """Where a repository's site is published, as its last ingest recorded it (an index
-    built before that was recorded has none: its results keep site-relative URLs), the
-    site-wide one replaced by the repository's entry in `site_urls` (the setting)."""
-    record = catalog.repository(repository)
-    recorded = record.settings.get("base_urls") if record else None
-    found = ({str(k): str(v) for k, v in recorded.items()} if isinstance(recorded, dict)
-             else {})
-    published = site_urls.get(repository, "")
-    return {**found, "": published} if published else found
 
 
 def base_urls_of(catalog: Any, matches: Iterable[SearchResult],

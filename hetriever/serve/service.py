@@ -21,8 +21,10 @@ from urllib.parse import urlsplit
 import anyio
 import anyio.to_thread
 
+from hetriever import published
 from hetriever.access import caller_levels, denial
 from hetriever.catalog import INDEXED
+from hetriever.catalog_records import address_host
 from hetriever.config import Settings
 from hetriever.errors import HetrieverError, InvalidFilterError, InvalidLimitError
 from hetriever.logs import get_logger
@@ -269,7 +271,7 @@ class DocsService:
                  self.store.catalog.lookup_title(ref, list(physical))
                  if hit.kind in ("url", "alias")]
         if len(found) > 1:  # pages at one path: a multihost site's languages, two sites
-            host = parts.netloc.lower()
+            host = address_host(ref)
             found = sorted(found[:8], key=lambda pair: self._preference(
                 pair[0], pair[1], host, visible[pair[0]].languages))
         if found:
@@ -282,22 +284,12 @@ class DocsService:
         return None
 
     def _preference(self, name: str, hit: Any, host: str, languages: tuple[str, ...]) -> int:
-        """0: the page is published at the link's host; 1: it is in its site's default
-        language (the first of `languages`, its plan's); 2: neither."""
-        published, lang = self._published(name, hit)
-        if host and published == host:
-            return 0
-        return 1 if languages and lang == languages[0] else 2
-
-    def _published(self, name: str, hit: Any) -> tuple[str, str]:
-        """(host, language) a title hit's page is published at; "" for what is unknown."""
+        """`published.preference` of a title hit's page (2 when it is gone)."""
         chunks = self.store.chunks_by_ids_sync(name, [hit.chunk_id])
         if not chunks:
-            return "", ""
-        meta = chunks[0].metadata
-        lang = pages.language(meta, self.settings.content_dir)
-        link = pages.full_link(str(meta.get("url", "")), lang, self._base_urls(name))
-        return urlsplit(link).netloc.lower(), lang
+            return 2
+        return published.preference(chunks[0].metadata, host, self._base_urls(name), languages,
+                                    self.settings.content_dir)
 
     def _by_url(self, name: str, url: str) -> list[Any]:
         variants = dict.fromkeys([url, url.rstrip("/") + "/", url.rstrip("/") or "/"])
