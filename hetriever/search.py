@@ -33,7 +33,9 @@ catalog_records.address_key), description (catalog_records.title_keys) or sectio
 (catalog_records.heading_keys) returns that page first (source "exact", score 1.0): its first
 chunk, or the chunk where the heading's section starts; looked up in the catalog; the fused
 results follow, without duplicates. A URL finds its page in the URL's language unless the
-search names one, and shows the section its fragment names (a heading's anchor), if any.
+search names one, and shows the section its fragment names (a heading's anchor), if any; of
+pages at one path (a multihost site's languages) the one published at its host, else the
+site's default language's, as a page look-up by link (`hetriever.published.preference`).
 
 Searches read the catalog's alias pointers; if a migration switches one while a search runs
 (the catalog's alias epoch changed), the search runs again, so it never mixes two generations.
@@ -52,7 +54,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hetriever.access import CollectionPlan, caller_levels, declared_level
-from hetriever.catalog_records import UNIQUE_KINDS, TitleHit, address_fragment, drop_shared
+from hetriever.catalog_records import (
+    UNIQUE_KINDS,
+    TitleHit,
+    address_fragment,
+    address_host,
+    drop_shared,
+)
 from hetriever.candidates import (  # noqa: F401 (re-exported for callers of search)
     _fill_documents,
     _Hit,
@@ -89,6 +97,7 @@ from hetriever.filters import and_filters, matches, validate_filter
 from hetriever.links import LinkPrior, shown
 from hetriever.logs import get_logger
 from hetriever.models import RetrievalResult, SearchResult
+from hetriever.published import preference, recorded_base_urls
 from hetriever.sections import ANCHORS_KEY, anchored_sections
 from hetriever.store_types import RetrievalStore
 
@@ -113,6 +122,7 @@ def candidate_depth(top_k: int, group_by: str) -> int:
     return top_k * CANDIDATE_FACTOR
 
 
+ADDRESS_KINDS = ("url", "alias")  # exact-match kinds a pasted address finds
 EPOCH_RETRIES = 3  # a search re-runs at most this often when an alias switches under it
 
 
@@ -203,14 +213,32 @@ def _exact(store: RetrievalStore, query: str, plans: Mapping[str, CollectionPlan
                 and _trusted(hit, plans, levels)]
 
     for candidate in candidates:  # a name: the first the caller may see (one read, usually)
-        if candidate.kind not in UNIQUE_KINDS:
+        if candidate.kind not in UNIQUE_KINDS and candidate.kind not in ADDRESS_KINDS:
             for _, hit in in_scope([candidate]):
-                if candidate.kind in ("url", "alias"):
-                    hit = _section(store, hit, address_fragment(query), plans, levels)
                 return _exact_result(hit)
+    addressed = in_scope([c for c in candidates if c.kind in ADDRESS_KINDS])
+    if addressed:  # a pasted address: of the pages at its path, the one it names
+        hit = _addressed(store, query, [hit for _, hit in addressed], plans)
+        return _exact_result(_section(store, hit, address_fragment(query), plans, levels))
     kept = in_scope([c for c in candidates if c.kind in UNIQUE_KINDS])
     named = drop_shared([c for c, _ in kept])
     return next((_exact_result(hit) for c, hit in kept if c in named), None)
+
+
+def _addressed(store: RetrievalStore, query: str, pages: list[_Hit],
+               plans: Mapping[str, CollectionPlan]) -> _Hit:
+    """The page a pasted address names among those at its path (a multihost site publishes
+    each language's at the same path, two sites may share one): as a page look-up by link
+    (`hetriever.serve.service`), the one published at the address's host, else its site's
+    default language's, else the first (`published.preference`)."""
+    if len(pages) < 2:
+        return pages[0]
+    host = address_host(query)
+    sites = {name: recorded_base_urls(store.catalog, name, store.settings.site_urls)
+             for name in {page.collection for page in pages}}
+    return min(pages, key=lambda page: preference(
+        page.metadata or {}, host, sites[page.collection], plans[page.collection].languages,
+        store.settings.content_dir))
 
 
 def _section(store: RetrievalStore, page: _Hit, anchor: str,

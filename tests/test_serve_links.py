@@ -16,6 +16,7 @@ from mcp.client import Client
 
 from hetriever.discover import discover_repositories
 from hetriever.indexing import index_repository
+from hetriever.search import hybrid_search
 from hetriever.serve.http_api import create_app
 from hetriever.serve.keys import KeyRing
 from hetriever.serve.mcp_server import create_mcp
@@ -54,6 +55,24 @@ SITES = {
         "content/tern.md": page("Tern migration", "The tern migration route crosses the sea."),
         "content/tern.fr.md": page("Migration de la sterne", "La migration de la sterne "
                                                                "traverse la mer."),
+    },
+    # multihost with a content directory per language: the default language's file sorts first
+    "puffin-docs": {
+        "hugo.toml": 'defaultContentLanguage = "en"\n[languages.en]\nweight = 1\n'
+                     'contentDir = "content/en"\nbaseURL = "https://example.org/"\n'
+                     '[languages.fr]\nweight = 2\ncontentDir = "content/fr"\n'
+                     'baseURL = "https://fr.example.org/"\n',
+        "content/en/docs/puffin.md": page("Puffin burrows", "Puffins dig burrows on cliffs."),
+        "content/fr/docs/puffin.md": page("Terriers de macareux", "Les macareux creusent des "
+                                                                  "terriers dans les falaises."),
+    },
+    # one host, French under /fr/
+    "gannet-docs": {
+        "hugo.toml": 'baseURL = "https://gannet.example/"\ndefaultContentLanguage = "en"\n'
+                     '[languages.en]\nweight = 1\ncontentDir = "content/en"\n'
+                     '[languages.fr]\nweight = 2\ncontentDir = "content/fr"\n',
+        "content/en/docs/gannet.md": page("Gannet dives", "Gannets dive for fish."),
+        "content/fr/docs/gannet.md": page("Plongeons du fou", "Les fous plongent pour pêcher."),
     },
 }
 
@@ -113,6 +132,56 @@ def test_each_language_links_to_its_own_host(service):
     for result in (english, french):
         assert service.page(result["link"])["page_id"] == result["page_id"]
     assert service.page("/tern/")["lang"] == "en"
+
+
+def test_a_pasted_link_names_the_page_published_at_its_host(service, tmp_path):
+    # A multihost site has every language's page at one path: the link's host tells them apart,
+    # with every language searched ("all") or none named, through the core and the service.
+    pasted = [("https://fr.example.org/docs/puffin/", "fr"),
+              ("https://example.org/docs/puffin/#burrows", "en"),
+              ("fr.example.org/docs/puffin/", "fr"),
+              ("https://en.example.net/tern/", "en"), ("https://fr.example.net/tern/", "fr"),
+              # one host: the path holds the language
+              ("https://gannet.example/fr/docs/gannet/", "fr"),
+              ("https://gannet.example/docs/gannet/", "en")]
+    for link, lang in pasted:
+        for asked in ("all", None):
+            first = hybrid_search(service.store, link, 3, lang=asked).matches[0]
+            assert (first.source, first.metadata["lang"]) == ("exact", lang), (link, asked)
+            shown = top(service, link, lang=asked)
+            assert (shown["source"], shown["lang"]) == ("exact", lang), (link, asked)
+            assert shown["link"] == "https://" + link.split("://")[-1].split("#")[0]
+    # a bare path or an unknown host: the site's default language, as a page look-up
+    for path in ("/docs/puffin/", "/tern/", "https://mirror.example/tern/"):
+        for asked in ("all", None):
+            shown = top(service, path, lang=asked)
+            assert (shown["source"], shown["lang"]) == ("exact", "en"), (path, asked)
+    # a language named: its page at that path
+    for asked in ("en", "fr"):
+        for link in ("https://fr.example.org/docs/puffin/", "https://example.org/docs/puffin/"):
+            shown = top(service, link, lang=asked)
+            assert (shown["source"], shown["lang"]) == ("exact", asked), (link, asked)
+    # and the HTTP API, which passes the language as given
+    telemetry = Telemetry(tmp_path, "http")
+    app = create_app(service, telemetry=telemetry)
+
+    async def go():
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            with anyio.fail_after(TIMEOUT):
+                return [await client.get("/search", params={"q": link, **lang})
+                        for link in ("https://fr.example.org/docs/puffin/",
+                                     "https://fr.example.net/tern/")
+                        for lang in ({"lang": "all"}, {})]
+
+    try:
+        answers = anyio.run(go)
+    finally:
+        telemetry.close()
+    for answer in answers:
+        first = answer.json()["results"][0]
+        assert (first["source"], first["lang"]) == ("exact", "fr"), answer.json()
+        assert first["link"].startswith("https://fr.example.")
 
 
 def test_the_http_api_answers_url_and_link(service, tmp_path):
