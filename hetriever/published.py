@@ -12,7 +12,7 @@ the search's exact-match path (`hetriever.search`) and the served page look-up
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -57,6 +57,14 @@ def recorded_base_urls(catalog: Any, repository: str,
              else {})
     published = site_urls.get(repository, "")
     return {**found, "": published} if published else found
+
+
+def base_urls_of(catalog: Any, matches: Iterable[Any],
+                 site_urls: Mapping[str, str]) -> dict[str, dict[str, str]]:
+    """`recorded_base_urls` of each repository the matches (search results) come from, read
+    once each."""
+    names = {str(m.metadata.get("repository", "")) for m in matches}
+    return {name: recorded_base_urls(catalog, name, site_urls) for name in names}
 
 
 def preference(metadata: Mapping[str, Any], host: str, base_urls: Mapping[str, str],

@@ -9,6 +9,7 @@ import threading
 import anyio
 import pytest
 
+from hetriever import published
 from hetriever.config import load_settings
 from hetriever.errors import ConfigurationError
 from hetriever.models import SearchResult
@@ -104,7 +105,7 @@ def test_passage_drops_only_the_title_line_the_chunker_added():
     ({"file_path": "content/docs/a.md", "lang": "DE"}, "de"),
 ])
 def test_language_of_a_page(meta, lang):
-    assert pages.language(meta) == lang
+    assert published.language(meta) == lang
 
 
 def test_page_ids_split_on_the_first_slash():

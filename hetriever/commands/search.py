@@ -42,7 +42,7 @@ def run_search(settings, query: str, repositories: list[str] | None, top_k: int 
 def result_links(result, settings=None) -> list[str]:
     """Each match's full link (`https://docs.example.org/docs/quokka/`) where the index
     `settings` name recorded where its site is published, else its site-relative URL."""
-    from hetriever.serve.pages import base_urls_of, full_link, language
+    from hetriever.published import base_urls_of, full_link, language
 
     if settings is None:
         return [str(m.metadata.get("url", "")) for m in result.matches]

@@ -8,16 +8,11 @@ functions over `SearchResult`s so the HTTP API and the MCP server answer alike.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from hetriever.models import SearchResult
-from hetriever.published import (  # noqa: F401 (where a page is published, shown here)
-    DEFAULT_LANGUAGE,
-    full_link,
-    language,
-    recorded_base_urls,
-)
+from hetriever.published import full_link, language
 
 CONTEXT_SEPARATOR = " > "  # as hetriever.chunk joins a chunk's title and headings
 BODY_SEPARATOR = "\n\n"
@@ -52,13 +47,6 @@ def passage(content: str, metadata: Mapping[str, Any]) -> str:
     if prefix and content.startswith(prefix + BODY_SEPARATOR):
         return content[len(prefix) + len(BODY_SEPARATOR):]
     return content
-
-
-def base_urls_of(catalog: Any, matches: Iterable[SearchResult],
-                 site_urls: Mapping[str, str]) -> dict[str, dict[str, str]]:
-    """`recorded_base_urls` of each repository the matches come from, read once each."""
-    names = {str(m.metadata.get("repository", "")) for m in matches}
-    return {name: recorded_base_urls(catalog, name, site_urls) for name in names}
 
 
 def match_view(match: SearchResult, content_dir: str = "content",

@@ -164,7 +164,7 @@ class DocsService:
             raise RequestError(str(exc)) from None
         matches = result.matches[:k]
         content_dir = self.settings.content_dir
-        sites = pages.base_urls_of(self.store.catalog, matches, self.settings.site_urls)
+        sites = published.base_urls_of(self.store.catalog, matches, self.settings.site_urls)
         return {
             "query": text, "k": k, "group": group, "mode": result.mode,
             "search_ms": round(result.search_time_ms, 2),
@@ -209,11 +209,11 @@ class DocsService:
             raise NotFound(f"no page {ref!r}")
         chunks.sort(key=lambda d: (int(d.metadata.get("chunk_index", 0)), d.doc_id))
         meta = chunks[0].metadata
-        url, lang = str(meta.get("url", "")), pages.language(meta, self.settings.content_dir)
+        url, lang = str(meta.get("url", "")), published.language(meta, self.settings.content_dir)
         name = str(meta.get("repository", ""))
         return {
             "page_id": pages.page_id(meta), "title": meta.get("title", ""),
-            "url": url, "link": pages.full_link(url, lang, self._base_urls(name)),
+            "url": url, "link": published.full_link(url, lang, self._base_urls(name)),
             "repository": name, "file_path": meta.get("file_path", ""), "lang": lang,
             "chunks": [{"chunk_id": d.doc_id, "index": d.metadata.get("chunk_index", 0),
                         "heading": d.metadata.get("heading_context", ""),
@@ -244,7 +244,7 @@ class DocsService:
         return self.store.chunks_where_sync(name, {"file_path": path})
 
     def _base_urls(self, name: str) -> dict[str, str]:
-        return pages.recorded_base_urls(self.store.catalog, name, self.settings.site_urls)
+        return published.recorded_base_urls(self.store.catalog, name, self.settings.site_urls)
 
     def served_names(self) -> list[str]:
         """Repositories with a complete index: a run finished with its commit recorded, or no
