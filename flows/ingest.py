@@ -108,7 +108,8 @@ def _fetch_branch(repo: Repository) -> None:
                           cwd=repo.path, capture_output=True, text=True)
     if done.returncode != 0:
         said = (done.stderr.strip().splitlines() or [""])[-1]
-        raise SourceError(f"{repo.name}: .gitmodules names the branch {branch!r}, which is not "
+        raise SourceError(f"{repo.name}: the followed branch {branch!r} (the submodule's "
+                          f"`branch` in .gitmodules; `.` there is the parent's branch) is not "
                           f"a branch of the remote `origin` ({said})",
                           hint="fix the submodule's `branch` in .gitmodules, or remove it to "
                                "follow the remote's default branch")

@@ -378,7 +378,7 @@ def test_a_fetching_run_follows_the_branch_gitmodules_names(sample_parent):
     git(parent, "config", "--file", ".gitmodules", "submodule.docs/sample-docs.branch", "gone")
     state, summary = run_ingest(fetch=True)
     (repo,) = summary["repositories"]
-    assert not repo["ok"] and "names the branch 'gone'" in repo["error"], repo
+    assert not repo["ok"] and "the followed branch 'gone'" in repo["error"], repo
 
 
 def test_the_followed_branch_is_fetched_by_name_and_a_deleted_one_is_an_error(tmp_path):
@@ -401,8 +401,8 @@ def test_the_followed_branch_is_fetched_by_name_and_a_deleted_one_is_an_error(tm
 
     assert update_checkout(repo, None) == on_release
     git(source, "branch", "-q", "-D", "release/1.x")
-    with pytest.raises(SourceError, match="names the branch 'release/1.x', which is not a "
-                                          "branch of the remote"):
+    with pytest.raises(SourceError, match=r"the followed branch 'release/1.x' \(.*\) is "
+                                          "not a branch of the remote"):
         update_checkout(repo, None)
 
 
