@@ -24,6 +24,10 @@ Query sets (the answer is a page, a chunk's `file_path`; a query may accept seve
   the same seeded sample every run.
 - url: each page's address as a browser shows it (`https://gohugo.io/functions/...`; the
   home page aside), what people and agents paste; the answer is that page.
+- function: "<name> function" for each name a function page says its function is called by in
+  templates (front matter `params.functions_and_methods.aliases`, or a title that is a bare
+  name such as the go-template `and`); the answer is every page giving that name. Built for the
+  analyzer's stopwords (`where`, `in`, `and` are Hugo functions); Hugo sites only.
 
 Modes, all one result per page (`group_by="page"`), cut at 10 pages:
 - default: `hybrid_search` as the CLI runs it (exact-title fast path on).
@@ -60,6 +64,7 @@ from common import (  # noqa: E402
     CorpusChunks,
     bench_settings,
     bm25_only,
+    corpus_dir,
     load_corpus_chunks,
     make_embedder,
     make_store,
@@ -74,6 +79,7 @@ from hetriever.links import LinkPrior  # noqa: E402
 from hetriever.candidates import _Hit  # noqa: E402
 from hetriever.results import _fuse_pages, _page_of, is_question  # noqa: E402
 from hetriever.logs import configure_logging  # noqa: E402
+from hetriever.parse import _load, split_front_matter  # noqa: E402
 
 CORPORA = ("hugo-docs", "opentelemetry-io")
 QUESTIONS = Path(__file__).resolve().parent / "queries" / "real_questions.jsonl"
@@ -89,7 +95,7 @@ SWEEP_LINKS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.7, 1.0)  # the links prior's weig
 SWEEP_BM25 = tuple((k1, b) for k1 in (0.9, 1.2, 1.6, 2.0) for b in (0.4, 0.6, 0.75, 0.9))
 SECTION_SAMPLE = 600  # section headings per corpus (opentelemetry-io has ~2,700)
 MODES = ("default", "hybrid", "dense", "bm25")
-SETS = ("questions", "title", "description", "heading", "section", "url")
+SETS = ("questions", "title", "description", "heading", "section", "url", "function")
 # Where each corpus is published: the url set pastes a page's address as a browser shows it.
 SITE_ROOTS = {"hugo-docs": "https://gohugo.io", "opentelemetry-io": "https://opentelemetry.io"}
 
@@ -147,7 +153,38 @@ def build_queries(corpus: CorpusChunks) -> dict[str, list[Query]]:
         "section": sample([(h, paths) for h, paths in sorted(by_section.items())
                            if _norm(h) not in titles], SECTION_SAMPLE),
         "url": urls,
+        "function": function_queries(corpus),
     }
+
+
+def function_names(corpus: CorpusChunks) -> dict[str, set[str]]:
+    """{name: pages} of the names Hugo's function pages give their functions in templates:
+    `params.functions_and_methods.aliases` (`where` for collections.Where), else a title
+    that is a bare name (the go-template functions: `and`, `with`). Read from the corpus's
+    front matter, which chunk metadata does not carry; {} for a corpus without such pages."""
+    name, _, version = corpus.source.partition("/")
+    root = corpus_dir(name, version) if version else None
+    out: dict[str, set[str]] = {}
+    for path in corpus.files if root is not None else ():
+        if "functions" not in path.split("/")[:-1] or path.endswith("/_index.md"):
+            continue
+        fmt, raw, _, _ = split_front_matter((root / path).read_text(encoding="utf-8"))
+        data, _ = _load(fmt, raw) if fmt else ({}, "")
+        info = (data.get("params") or {}).get("functions_and_methods")
+        if not isinstance(info, dict):
+            continue
+        names = [str(a) for a in info.get("aliases") or []]
+        title = str(data.get("title") or "")
+        if not names and re.fullmatch(r"[A-Za-z]\w*", title):
+            names = [title]
+        for n in names:
+            out.setdefault(n, set()).add(path)
+    return out
+
+
+def function_queries(corpus: CorpusChunks) -> list[Query]:
+    """"<name> function" -> the pages of that name, as people search for a template function."""
+    return [(f"{n} function", paths) for n, paths in sorted(function_names(corpus).items())]
 
 
 def sample(queries: list[Query], n: int) -> list[Query]:
