@@ -23,7 +23,7 @@ _JOINERS = re.compile(r"[._-]")
 # "URLs" -> URL, s (an acronym ends before a capitalised word of two or more letters).
 _PIECES = re.compile(r"[A-Z]+(?=[A-Z][a-z]{2,})|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
 
-STOPWORDS = frozenset("""
+ENGLISH_STOPWORDS = frozenset("""
 a about above after again against all am an and any are as at be because been before being
 below between both but by can could did do does doing don down during each either etc few for
 from further had has have having he her here hers herself him himself his how i if in into is
@@ -33,6 +33,7 @@ theirs them themselves then there these they this those through to too under unt
 we were what when where which while who whom why will with would you your yours yourself
 yourselves e.g i.e also via
 """.split())
+STOPWORDS = ENGLISH_STOPWORDS
 
 # Stemming, on: English Snowball (PyStemmer) for alphabetic words of any length ("adds" and
 # "adding" -> "add"); identifiers with digits and joined compounds stay as written. Light
