@@ -1,9 +1,10 @@
 """The BM25 analyzer: how text becomes terms, the same for documents and queries.
 
 Words and identifiers (`.Site.Params`, `v0.123.0`, `snake_case`) are kept whole and also split
-into their pieces (camelCase humps, acronyms, digit runs); English stopwords and one-character
-tokens are dropped; alphabetic words are stemmed (English Snowball); runs of Chinese, Japanese
-or Korean text become character bigrams. `TOKENIZER_VERSION` names this behaviour: an index
+into their pieces (camelCase humps, acronyms, digit runs); English stopwords (but those that
+name Hugo template functions: `where`, `in`, `and`) and one-character tokens are dropped;
+alphabetic words are stemmed (English Snowball); runs of Chinese, Japanese or Korean text
+become character bigrams. `TOKENIZER_VERSION` names this behaviour: an index
 written by another version is re-tokenised when opened (`hetriever.bm25`).
 """
 
@@ -33,7 +34,15 @@ theirs them themselves then there these they this those through to too under unt
 we were what when where which while who whom why will with would you your yours yourself
 yourselves e.g i.e also via
 """.split())
-STOPWORDS = ENGLISH_STOPWORDS
+# English stopwords that name Hugo template functions and methods: collections.Where (`where`),
+# collections.In, collections.After, time.Now, the go-template `and`, `or`, `not`, `if`,
+# `with`, time.Time's `.Before`/`.After`. People search for a function by its name ("where
+# function", "where .Pages"), which these words alone tell apart, so they are kept as terms.
+# The list is the English list's overlap with the function and method names of Hugo's own
+# documentation (`template_names` in bench/bench_stopwords.py), not words picked by hand;
+# measured in bench/README.md ("Template function names kept").
+TEMPLATE_NAMES = frozenset("after and before if in not now or where with".split())
+STOPWORDS = ENGLISH_STOPWORDS - TEMPLATE_NAMES
 
 # Stemming, on: English Snowball (PyStemmer) for alphabetic words of any length ("adds" and
 # "adding" -> "add"); identifiers with digits and joined compounds stay as written. Light
@@ -41,7 +50,7 @@ STOPWORDS = ENGLISH_STOPWORDS
 # (`python bench/bench_bm25.py --stem-eval`); Snowball and identifier splitting are measured
 # in bench/README.md (bench_quality, page level).
 STEM_DEFAULT = True
-TOKENIZER_VERSION = "3"  # 3: CJK runs as character bigrams
+TOKENIZER_VERSION = "4"  # 3: CJK runs as character bigrams; 4: TEMPLATE_NAMES kept
 
 # Chinese, Japanese and Korean are written without spaces, so a whole clause is one `_WORD`
 # match. CJK runs become overlapping character bigrams (a lone character stays a unigram),

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from hetriever import analyzer
 from hetriever import bm25 as bm25_module
 from hetriever.bm25 import BM25Index, tokenize
 from hetriever.errors import IndexingError, InvalidFilterError, InvalidLimitError
@@ -42,8 +43,8 @@ def index(tmp_path):
 @pytest.mark.parametrize("text, expected", [
     ("Use .Site.Params here", ["use", "site.params", "site", "params"]),
     ("edit hugo.toml", ["edit", "hugo.toml", "hugo", "toml"]),
-    ("snake_case and kebab-case", ["snake_case", "snake", "case", "kebab-case", "kebab", "case"]),
-    ("Hugo v0.123.0 or 0.124", ["hugo", "v0.123.0", "v0", "123", "0.124", "124"]),
+    ("snake_case to kebab-case", ["snake_case", "snake", "case", "kebab-case", "kebab", "case"]),
+    ("Hugo v0.123.0 to 0.124", ["hugo", "v0.123.0", "v0", "123", "0.124", "124"]),
     ("The QUICK, brown fox!", ["quick", "brown", "fox"]),
     ("e.g. a x y", []),
     ("{{ .Title }} -> $.Page", ["title", "page"]),
@@ -52,9 +53,29 @@ def index(tmp_path):
                                  "ース"]),
     ("可观测性 是", ["可观", "观测", "测性", "是"]),  # a lone CJK character is kept
     ("", []),
+    # Stopwords that name Hugo template functions are terms (analyzer.TEMPLATE_NAMES).
+    ("Use the where function with .Pages", ["use", "where", "function", "with", "pages"]),
+    ("if and or not in", ["if", "and", "or", "not", "in"]),
 ])
 def test_tokenize(text, expected):
     assert tokenize(text, stem=False) == expected
+
+
+def test_where_function_finds_the_where_page(index):
+    """A template function named by an English stopword is found by its name: the query's
+    other word ("function") is everywhere in a function reference."""
+    pages = {
+        "where": "collections.Where\nReturns a slice by filtering the given slice based on a "
+                 "key, operator, and value.",
+        "apply": "collections.Apply\nReturns a slice by applying a function to each element "
+                 "of the given slice. The function is named by a string.",
+        "math": "Math functions\nUse these functions to perform mathematical operations.",
+        "in": "collections.In\nReports whether a value exists within the given slice or "
+              "string.",
+    }
+    index.upsert(list(pages), list(pages.values()))
+    assert index.search("where function", 4)[0][0] == "where"
+    assert index.search("in function", 4)[0][0] == "in"
 
 
 def test_tokenize_stems_by_default():
@@ -715,6 +736,20 @@ def test_index_written_with_another_tokenizer_is_retokenized(tmp_path, monkeypat
         assert [h[0] for h in old.search("template", 3)] == ["a"]
         old.upsert(["c"], ["more templates here"])
         assert {h[0] for h in old.search("unrelated template", 3)} == {"a", "b", "c"}
+
+
+def test_index_written_before_template_names_were_terms_is_retokenized(tmp_path, monkeypatch):
+    """An index of tokenizer version 3 dropped `where`; opened by this version, it finds it."""
+    path = tmp_path / "bm25.sqlite"
+    with monkeypatch.context() as old:
+        old.setattr(analyzer, "STOPWORDS", analyzer.ENGLISH_STOPWORDS)
+        old.setattr(bm25_module, "TOKENIZER_VERSION", "3")
+        with BM25Index(path) as ix:
+            ix.upsert(["where", "apply"], ["collections.Where filters a slice",
+                                           "collections.Apply applies a function"])
+            assert ix.search("where", 3) == []
+    with BM25Index(path) as ix:
+        assert [h[0] for h in ix.search("where", 3)] == ["where"]
 
 
 def test_equal_scores_are_ranked_by_id_whatever_the_insertion_order(tmp_path):

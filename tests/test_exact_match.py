@@ -32,7 +32,7 @@ PAGES = {
         "matter.\n",
     "content/getting-started/quick-start.md":
         "---\ntitle: Quick start\nlinkTitle: Start here\n---\n\nCreate a site, add content "
-        "and publish it in minutes; where to begin.\n",
+        "and publish it in minutes; how to begin.\n",
     "content/methods/menu-entry/Title.md":
         "---\ntitle: Title\ndescription: Returns the `title` property of the given menu entry."
         "\n---\n\nReturns the title property, falling back to the page's title.\n",
@@ -64,7 +64,7 @@ PAGES = {
         "and its arguments, with the stylesheet left out so the theme's own styles apply to "
         "every rendered page.\n",
     "content/about/_index.md":
-        "---\ntitle: About\ndescription: Where to begin\n---\n\nWho writes these pages and how "
+        "---\ntitle: About\ndescription: How to begin\n---\n\nWho writes these pages and how "
         "the project is run.\n",
 }
 
@@ -141,7 +141,7 @@ def test_non_title_queries_take_the_semantic_path(store) -> None:
     for query in ("https://example.org/functions/collections/nowhere/", "https://example.org/"):
         assert all(m.source != "exact" for m in hybrid_search(store, query, top_k=5).matches)
     # a description of one search term is a label, not a key ("About" is not found by it)
-    result = hybrid_search(store, "where to begin", top_k=5)
+    result = hybrid_search(store, "how to begin", top_k=5)
     assert all(m.source != "exact" for m in result.matches)
     assert hybrid_search(store, "where", top_k=5, exact=False).matches[0].source != "exact"
 
@@ -208,3 +208,13 @@ def test_exact_hits_respect_filters_access_and_deletion(store, tmp_path, minilm_
     assert all(m.source != "exact" for m in result.matches)
     assert "content/functions/collections/Where.md" not in {
         m.metadata["file_path"] for m in result.matches}
+
+
+@pytest.mark.parametrize("query", ["where function", "where .Pages"])
+def test_a_function_named_by_a_stopword_is_found_by_its_name_and_more(store, query) -> None:
+    """`where` is a search term (analyzer.TEMPLATE_NAMES), so a query that names the function
+    with other words, which is no exact key, finds its page first by the words too."""
+    result = hybrid_search(store, query, top_k=5)
+    top = result.matches[0]
+    assert (top.metadata["file_path"], top.source) == (
+        "content/functions/collections/Where.md", "hybrid")
