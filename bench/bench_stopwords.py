@@ -10,7 +10,8 @@ Several English stopwords are Hugo template functions or methods people search f
   tokenizer version 3);
 - names: that list minus every function or method name of hugo-docs (`template_names`: the
   last segment of the titles of its `functions/` and `methods/` pages, `collections.Where` ->
-  `where`, and their `params.functions_and_methods.aliases`);
+  `where`, and their `params.functions_and_methods.aliases`); the analyzer's list since
+  version 4 (`analyzer.TEMPLATE_NAMES` holds the names this finds);
 - rare-names: minus only those names found in fewer than 10% of hugo-docs' chunks (`and`,
   `in`, `with` are in a third of them: little weight, long posting lists).
 
