@@ -30,7 +30,8 @@ logged. Collections the caller may not see are never queried.
 Exact-match fast path: a query equal (trimmed, case-insensitive) to a page's title, linkTitle,
 function name, URL or alias (a pasted address, with or without its host:
 catalog_records.address_key), description (catalog_records.title_keys) or section heading
-(catalog_records.heading_keys) returns that page first (source "exact", score 1.0): its first
+(catalog_records.heading_keys), or a function's name with the word for it ("where function",
+`_NAMED_FUNCTION`), returns that page first (source "exact", score 1.0): its first
 chunk, or the chunk where the heading's section starts; looked up in the catalog; the fused
 results follow, without duplicates. A URL finds its page in the URL's language unless the
 search names one, and shows the section its fragment names (a heading's anchor), if any; of
@@ -123,6 +124,18 @@ def candidate_depth(top_k: int, group_by: str) -> int:
 
 
 ADDRESS_KINDS = ("url", "alias")  # exact-match kinds a pasted address finds
+# "where function", "function where", "range func", ".Site.Params method": a template
+# function or method named by one identifier and the word for what it is. The name alone is
+# an exact key; with the word, BM25 and dense see a common word ("function" is on every
+# function page) beside a name that may be one too ("range", "in", "with").
+_NAMED_FUNCTION = re.compile(
+    r"^\s*(?:(?P<before>[.$]?[A-Za-z][\w.]*)\s+(?:function|func|method)"
+    r"|(?:function|func|method)\s+(?P<after>[.$]?[A-Za-z][\w.]*))\s*$", re.IGNORECASE)
+# What such a name matches: a function's name (`where` for `collections.Where`, a method's
+# `.Site.Params`), an alias's last segment (`/functions/range`) or a title that is a
+# namespaced name (`collections.Where`), not any page's title ("markup function" is not the
+# Markup configuration page).
+NAME_KINDS = frozenset({"function", "alias"})
 EPOCH_RETRIES = 3  # a search re-runs at most this often when an alias switches under it
 
 
@@ -199,6 +212,12 @@ def _exact(store: RetrievalStore, query: str, plans: Mapping[str, CollectionPlan
     by_physical = {p.collection: name for name, p in plans.items()}
     try:
         candidates = store.catalog.lookup_title(query, list(by_physical))
+        form = _NAMED_FUNCTION.match(query) if not candidates else None
+        if form:  # "where function": the page named `where`, if a name is what it is
+            candidates = [c for c in store.catalog.lookup_title(
+                form.group("before") or form.group("after"), list(by_physical))
+                if (c.kind in NAME_KINDS or (c.kind == "title" and "." in c.key))
+                and not c.key.startswith("/")]
     except Exception as exc:  # the fast path is an extra; it never fails a search
         log.warning("exact_lookup_failed", error=f"{type(exc).__name__}: {exc}")
         return None

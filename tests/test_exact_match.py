@@ -213,8 +213,32 @@ def test_exact_hits_respect_filters_access_and_deletion(store, tmp_path, minilm_
 @pytest.mark.parametrize("query", ["where function", "where .Pages"])
 def test_a_function_named_by_a_stopword_is_found_by_its_name_and_more(store, query) -> None:
     """`where` is a search term (analyzer.TEMPLATE_NAMES), so a query that names the function
-    with other words, which is no exact key, finds its page first by the words too."""
-    result = hybrid_search(store, query, top_k=5)
+    with other words finds its page first by the words too (the exact path left out)."""
+    result = hybrid_search(store, query, top_k=5, exact=False)
     top = result.matches[0]
     assert (top.metadata["file_path"], top.source) == (
         "content/functions/collections/Where.md", "hybrid")
+
+
+@pytest.mark.parametrize(("query", "path"), [
+    ("where function", "content/functions/collections/Where.md"),
+    ("Function WHERE", "content/functions/collections/Where.md"),
+    ("first func", "content/functions/collections/First.md"),
+    ("collections.First function", "content/functions/collections/First.md"),
+    (".Site.Params method", "content/methods/site/Params.md"),
+])
+def test_a_function_named_with_the_word_function_is_an_exact_hit(store, query, path) -> None:
+    """"<name> function": the name is an exact key, the word says what it names."""
+    top = hybrid_search(store, query, top_k=5).matches[0]
+    assert (top.metadata["file_path"], top.source) == (path, "exact")
+
+
+@pytest.mark.parametrize("query", [
+    "markup function",            # a page's title, not a function's name
+    "quick start function",       # more than one word before "function": not a name
+    "where functions",            # only the singular word names one function
+    "/functions/where function",  # an address is no name
+    "params method",              # two methods are called Params: neither is named
+])
+def test_other_queries_with_the_word_function_take_the_semantic_path(store, query) -> None:
+    assert all(m.source != "exact" for m in hybrid_search(store, query, top_k=5).matches)
