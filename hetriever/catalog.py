@@ -509,12 +509,13 @@ class Catalog:
             _replace_titles(conn, collection, path, keys)
             _replace_links(conn, collection, path, links_of(metadata) if metadata else ())
 
-    def lookup_title(self, query: str, collections: Sequence[str]) -> list[TitleHit]:
+    def lookup_title(self, query: str, collections: Sequence[str],
+                     kinds: Sequence[str] = ()) -> list[TitleHit]:
         """Pages whose normalised title/linkTitle/function name/URL/alias/description/section
         heading equals the query's (an address, such as a pasted URL, by `address_key`), one
-        hit per page under its best kind, best kind first, within `collections`. A
-        description or heading names a page only when no other page the caller may return
-        has it: the caller applies `drop_shared` to those it keeps."""
+        hit per page under its best kind, best kind first, within `collections` (and `kinds`,
+        if given). A description or heading names a page only when no other page the caller
+        may return has it: the caller applies `drop_shared` to those it keeps."""
         address = address_key(query)
         keys = {k for k in (normalise_title(query), address) if k}
         # Alias paths a catalog wrote before addresses had their leading slash, too.
@@ -523,9 +524,10 @@ class Catalog:
         if not wanted or not collections:
             return []
         key_marks, marks = ",".join("?" * len(wanted)), ",".join("?" * len(collections))
+        kind_clause = f" AND kind IN ({','.join('?' * len(kinds))})" if kinds else ""
         rows = self._rows(f"SELECT * FROM titles WHERE key IN ({key_marks}) AND collection IN "
-                          f"({marks}) ORDER BY priority, collection, path",
-                          (*wanted, *collections))
+                          f"({marks}){kind_clause} ORDER BY priority, collection, path",
+                          (*wanted, *collections, *kinds))
         hits: dict[tuple[str, str], TitleHit] = {}
         for r in rows:  # one hit per page, under its best kind
             if r["key"] in legacy and r["kind"] != "alias":

@@ -135,7 +135,7 @@ _NAMED_FUNCTION = re.compile(
 # `.Site.Params`), an alias's last segment (`/functions/range`) or a title that is a
 # namespaced name (`collections.Where`), not any page's title ("markup function" is not the
 # Markup configuration page).
-NAME_KINDS = frozenset({"function", "alias"})
+NAME_KINDS = ("function", "alias")
 EPOCH_RETRIES = 3  # a search re-runs at most this often when an alias switches under it
 
 
@@ -214,10 +214,12 @@ def _exact(store: RetrievalStore, query: str, plans: Mapping[str, CollectionPlan
         candidates = store.catalog.lookup_title(query, list(by_physical))
         form = _NAMED_FUNCTION.match(query) if not candidates else None
         if form:  # "where function": the page named `where`, if a name is what it is
-            candidates = [c for c in store.catalog.lookup_title(
-                form.group("before") or form.group("after"), list(by_physical))
-                if (c.kind in NAME_KINDS or (c.kind == "title" and "." in c.key))
-                and not c.key.startswith("/")]
+            name = form.group("before") or form.group("after")
+            candidates = [c for c in store.catalog.lookup_title(name, list(by_physical),
+                                                                NAME_KINDS)
+                          if not c.key.startswith("/")]
+            if not candidates and "." in name.strip("."):  # `collections.Where`
+                candidates = store.catalog.lookup_title(name, list(by_physical), ("title",))
     except Exception as exc:  # the fast path is an extra; it never fails a search
         log.warning("exact_lookup_failed", error=f"{type(exc).__name__}: {exc}")
         return None

@@ -20,6 +20,9 @@ PAGES = {
         "---\ntitle: collections.Where\naliases: [/functions/where]\n---\n\n"
         "Returns a slice filtered by a key, an operator and a value.\n\n"
         "## Examples\n\nUse it in range loops over pages of a section.\n",
+    "content/functions/go-template/range.md":
+        "---\ntitle: range\naliases: [/functions/range]\n---\n\nIterates over a collection; "
+        "use else for an empty one, and continue or break inside the loop.\n",
     "content/functions/collections/First.md":
         "---\ntitle: collections.First\n---\n\nReturns the first N elements of a slice, "
         "much like where returns the matching ones.\n\n## Related collection functions\n\n"
@@ -226,6 +229,7 @@ def test_a_function_named_by_a_stopword_is_found_by_its_name_and_more(store, que
     ("first func", "content/functions/collections/First.md"),
     ("collections.First function", "content/functions/collections/First.md"),
     (".Site.Params method", "content/methods/site/Params.md"),
+    ("range function", "content/functions/go-template/range.md"),  # its title is a word too
 ])
 def test_a_function_named_with_the_word_function_is_an_exact_hit(store, query, path) -> None:
     """"<name> function": the name is an exact key, the word says what it names."""
