@@ -162,29 +162,18 @@ def test_a_pasted_link_names_the_page_published_at_its_host(service, tmp_path):
             shown = top(service, link, lang=asked)
             assert (shown["source"], shown["lang"]) == ("exact", asked), (link, asked)
     # and the HTTP API, which passes the language as given
-    telemetry = Telemetry(tmp_path, "http")
-    app = create_app(service, telemetry=telemetry)
-
-    async def go():
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
-            with anyio.fail_after(TIMEOUT):
-                return [await client.get("/search", params={"q": link, **lang})
-                        for link in ("https://fr.example.org/docs/puffin/",
-                                     "https://fr.example.net/tern/")
-                        for lang in ({"lang": "all"}, {})]
-
-    try:
-        answers = anyio.run(go)
-    finally:
-        telemetry.close()
+    answers = http_get(service, tmp_path, [
+        ("/search", {"q": link, **lang})
+        for link in ("https://fr.example.org/docs/puffin/", "https://fr.example.net/tern/")
+        for lang in ({"lang": "all"}, {})])
     for answer in answers:
         first = answer.json()["results"][0]
         assert (first["source"], first["lang"]) == ("exact", "fr"), answer.json()
         assert first["link"].startswith("https://fr.example.")
 
 
-def test_the_http_api_answers_url_and_link(service, tmp_path):
+def http_get(service, tmp_path, requests: list[tuple[str, dict]]) -> list[httpx.Response]:
+    """The HTTP API's answers to GET `requests` ((path, query parameters)), in order."""
     telemetry = Telemetry(tmp_path, "http")
     app = create_app(service, telemetry=telemetry)
 
@@ -192,14 +181,19 @@ def test_the_http_api_answers_url_and_link(service, tmp_path):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
             with anyio.fail_after(TIMEOUT):
-                return (await client.get("/search", params={"q": "where function kestrel"}),
-                        await client.get("/pages/subpath-docs/content/functions/where.md"),
-                        await client.get("/openapi.json"))
+                return [await client.get(path, params=params) for path, params in requests]
 
     try:
-        found, opened, openapi = anyio.run(go)
+        return anyio.run(go)
     finally:
         telemetry.close()
+
+
+def test_the_http_api_answers_url_and_link(service, tmp_path):
+    found, opened, openapi = http_get(service, tmp_path, [
+        ("/search", {"q": "where function kestrel"}),
+        ("/pages/subpath-docs/content/functions/where.md", {}),
+        ("/openapi.json", {})])
     first = found.json()["results"][0]
     assert first["url"] == "/docs/functions/where/"
     assert first["link"] == "https://example.org/docs/functions/where/"
