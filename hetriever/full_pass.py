@@ -18,12 +18,17 @@ from hetriever.store_types import IndexingStore
 log = get_logger(__name__)
 
 
+def _recorded(store: IndexingStore, repo: Repository, key: str) -> object:
+    """The repository setting `key` its last run with a recorded commit wrote; None if none."""
+    record = store.catalog.repository(repo.name)
+    return record.settings.get(key) if record and record.last_commit else None
+
+
 def content_dir_changed(store: IndexingStore, repo: Repository) -> bool:
     """Whether the repository was last indexed from another content directory: then the
     commit says nothing about what is indexed, so the run is a full pass (which refuses a
     content directory the commit does not have, and a mass delete)."""
-    record = store.catalog.repository(repo.name)
-    before = record.settings.get("content_dir") if record and record.last_commit else None
+    before = _recorded(store, repo, "content_dir")
     if before is None or before == repo.content_dir:
         return False
     log.warning("content_dir_changed", repository=repo.name, before=before,
@@ -34,8 +39,7 @@ def content_dir_changed(store: IndexingStore, repo: Repository) -> bool:
 def site_changed(store: IndexingStore, repo: Repository, site: Site) -> bool:
     """Whether the site configuration differs from the one the last run recorded (an index
     whose runs recorded none keeps its incremental runs: the next one records it)."""
-    record = store.catalog.repository(repo.name)
-    before = record.settings.get("site") if record and record.last_commit else None
+    before = _recorded(store, repo, "site")
     if not before or before == site.signature():
         return False
     log.warning("site_config_changed", repository=repo.name, action="a full pass",

@@ -132,9 +132,9 @@ _NAMED_FUNCTION = re.compile(
     r"^\s*(?:(?P<before>[.$]?[A-Za-z][\w.]*)\s+(?:function|func|method)"
     r"|(?:function|func|method)\s+(?P<after>[.$]?[A-Za-z][\w.]*))\s*$", re.IGNORECASE)
 # What such a name matches: a function's name (`where` for `collections.Where`, a method's
-# `.Site.Params`), an alias's last segment (`/functions/range`) or a title that is a
-# namespaced name (`collections.Where`), not any page's title ("markup function" is not the
-# Markup configuration page).
+# `.Site.Params`) or an alias's last segment (`/functions/range`), not any page's title
+# ("markup function" is not the Markup configuration page); a namespaced name
+# (`collections.Where`) also matches titles (`_exact`).
 NAME_KINDS = ("function", "alias")
 EPOCH_RETRIES = 3  # a search re-runs at most this often when an alias switches under it
 

@@ -271,9 +271,7 @@ class DocsService:
                  self.store.catalog.lookup_title(ref, list(physical))
                  if hit.kind in ("url", "alias")]
         if len(found) > 1:  # pages at one path: a multihost site's languages, two sites
-            host = address_host(ref)
-            found = sorted(found[:8], key=lambda pair: self._preference(
-                pair[0], pair[1], host, visible[pair[0]].languages))
+            found = self._by_preference(found[:8], address_host(ref), visible)
         if found:
             return found[0][0], found[0][1].path
         url = parts.path or "/"
@@ -283,13 +281,23 @@ class DocsService:
                 return name, str(hits[0].metadata["file_path"])
         return None
 
-    def _preference(self, name: str, hit: Any, host: str, languages: tuple[str, ...]) -> int:
-        """`published.preference` of a title hit's page (2 when it is gone)."""
-        chunks = self.store.chunks_by_ids_sync(name, [hit.chunk_id])
-        if not chunks:
-            return 2
-        return published.preference(chunks[0].metadata, host, self._base_urls(name), languages,
-                                    self.settings.content_dir)
+    def _by_preference(self, found: list[tuple[str, Any]], host: str,
+                       visible: dict[str, Any]) -> list[tuple[str, Any]]:
+        """(repository, title hit) pairs ordered by `published.preference` of their pages (a
+        page gone since counts as neither); one chunk read and one catalog read a repository."""
+        names = {name for name, _ in found}
+        metadata = {(name, d.doc_id): d.metadata for name in names
+                    for d in self.store.chunks_by_ids_sync(
+                        name, [hit.chunk_id for n, hit in found if n == name])}
+        sites = {name: self._base_urls(name) for name in names}
+
+        def rank(pair: tuple[str, Any]) -> int:
+            name, hit = pair
+            meta = metadata.get((name, hit.chunk_id))
+            return 2 if meta is None else published.preference(
+                meta, host, sites[name], visible[name].languages, self.settings.content_dir)
+
+        return sorted(found, key=rank)
 
     def _by_url(self, name: str, url: str) -> list[Any]:
         variants = dict.fromkeys([url, url.rstrip("/") + "/", url.rstrip("/") or "/"])
