@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import posixpath
 import re
+import unicodedata
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
@@ -38,13 +39,26 @@ def is_valid_repository_name(name: str) -> bool:
     return NAME_MIN <= len(name) <= NAME_MAX and bool(NAME_RE.match(name))
 
 
+def repository_name(directory: str) -> str:
+    """The name a repository is indexed and named under, from its directory's name: that name
+    when it is valid, else lower-cased, accents dropped, each run of other characters one dash,
+    none at either end. `git submodule add <url>` names the directory after the remote, so
+    `hugoDocs` is indexed as `hugodocs` and `opentelemetry.io` as `opentelemetry-io`; a valid
+    name never changes (its index keeps its name)."""
+    if is_valid_repository_name(directory):
+        return directory
+    plain = unicodedata.normalize("NFKD", directory).encode("ascii", "ignore").decode()
+    return re.sub(r"[^a-z0-9]+", "-", plain.lower()).strip("-")
+
+
 def validate_repository_name(name: str, path: str | Path) -> str:
     """Return `name` if it fits `^[a-z0-9-]+$` and 3..63 characters, else raise."""
     if not is_valid_repository_name(name):
         raise InvalidRepositoryNameError(
             f"repository name {name!r} (from {path}) is invalid: it must match ^[a-z0-9-]+$ "
             f"and be {NAME_MIN}..{NAME_MAX} characters long (it is {len(name)})",
-            hint="rename the submodule/directory to lower-case letters, digits and dashes",
+            hint="rename the submodule's directory: its name, lower-cased and with other "
+                 "characters as dashes, names the index",
         )
     return name
 
@@ -89,7 +103,10 @@ def discover_repositories(
             )
 
     repos: dict[str, Repository] = {}
-    for name, path, url, problem, branch in found:
+    for directory, path, url, problem, branch in found:
+        name = repository_name(directory) or directory
+        if name != directory:
+            log.info("repository_named", repository=name, directory=directory, path=str(path))
         try:
             validate_repository_name(name, path)
         except InvalidRepositoryNameError as exc:
@@ -101,7 +118,8 @@ def discover_repositories(
         if name in repos:
             raise SourceSettingError(
                 f"two repositories are both named {name!r}: {repos[name].path} and {path}",
-                hint="repository names come from the last path component; make them unique",
+                hint="a repository's name is its directory's, lower-cased, other characters as "
+                     "dashes; rename one of the directories",
             )
         repos[name] = Repository(
             name=name, path=path, url=urls.get(name, url), content_dir=content_dir,
@@ -120,9 +138,11 @@ def require_known(names: list[str] | None, known: list[str]) -> None:
 
 
 def select_repositories(repos: list[Repository], names: list[str] | None) -> list[Repository]:
-    """The named repositories (all when `names` is empty); an unknown name is a clear error."""
+    """The named repositories (all when `names` is empty); an unknown name is a clear error.
+    A directory's name (`opentelemetry.io`) names the repository indexed from it."""
     if not names:
         return repos
+    names = [repository_name(n) or n for n in names]
     require_known(names, [r.name for r in repos])
     return [r for r in repos if r.name in names]
 

@@ -17,10 +17,11 @@ from hetriever.discover import (
     list_content_files,
     read_content_file,
     read_content_files,
+    select_repositories,
     validate_repository_name,
 )
 from hetriever.errors import InvalidRepositoryNameError, SourceError
-from hetriever.repositories import check_usable
+from hetriever.repositories import check_usable, repository_name
 from hetriever.models import ChangeKind, FileChange, Repository
 from tests.helpers import (
     commit_all,
@@ -167,18 +168,60 @@ def test_directory_without_repos(tmp_path):
 
 
 def test_invalid_name_in_directory_layout(tmp_path):
-    doc_repo(tmp_path / "root", "Bad_Name")
-    with pytest.raises(InvalidRepositoryNameError, match="Bad_Name"):
+    doc_repo(tmp_path / "root", "ab")  # too short, whatever its characters
+    with pytest.raises(InvalidRepositoryNameError, match="'ab'.*3..63"):
         discover_repositories(tmp_path / "root")
 
 
 def test_an_invalid_name_beside_good_repositories_is_that_repositorys_problem(tmp_path):
-    doc_repo(tmp_path / "root", "Bad_Name")
+    doc_repo(tmp_path / "root", "ab")
     doc_repo(tmp_path / "root", "good-docs")
     bad, good = discover_repositories(tmp_path / "root")
-    assert (bad.name, good.name, good.problem) == ("Bad_Name", "good-docs", "")
-    with pytest.raises(SourceError, match="Bad_Name.*is invalid"):
+    assert (bad.name, good.name, good.problem) == ("ab", "good-docs", "")
+    with pytest.raises(SourceError, match="'ab'.*is invalid"):
         check_usable(bad)
+
+
+@pytest.mark.parametrize("directory,name", [
+    ("hugoDocs", "hugodocs"), ("opentelemetry.io", "opentelemetry-io"),
+    ("Bad_Name", "bad-name"), ("my docs (v2)", "my-docs-v2"), ("héllo-docs", "hello-docs"),
+    ("..docs..", "docs"), ("docs.v2", "docs-v2"),
+    # valid names are kept as they are: an index already named so keeps its name
+    ("a1-", "a1-"), ("hugo-docs", "hugo-docs"),
+])
+def test_a_directory_name_becomes_a_repository_name(directory, name):
+    assert repository_name(directory) == name
+
+
+def test_submodules_in_directories_named_after_their_remotes_are_indexable(tmp_path):
+    # `git submodule add <url>` names the directory after the remote: `hugoDocs`,
+    # `opentelemetry.io` (the real upstream names of the two corpora).
+    hugo, _ = doc_repo(tmp_path / "src", "hugoDocs")
+    otel, _ = doc_repo(tmp_path / "src", "opentelemetry.io")
+    parent = make_parent_with_submodule(tmp_path, hugo, "hugoDocs")
+    git(parent, "submodule", "add", "-q", str(otel), "docs/opentelemetry.io")
+    commit_all(parent, "add otel")
+
+    with capture_logs() as logs:
+        repos = discover_repositories(parent)
+
+    assert [(r.name, r.path.name, r.problem) for r in repos] == [
+        ("hugodocs", "hugoDocs", ""), ("opentelemetry-io", "opentelemetry.io", "")]
+    named = [e for e in logs if e["event"] == "repository_named"]
+    assert {(e["directory"], e["repository"]) for e in named} == {
+        ("hugoDocs", "hugodocs"), ("opentelemetry.io", "opentelemetry-io")}
+    # either name selects it
+    assert [r.name for r in select_repositories(repos, ["opentelemetry.io"])] == [
+        "opentelemetry-io"]
+    assert [r.name for r in select_repositories(repos, ["hugodocs"])] == ["hugodocs"]
+
+
+def test_two_directories_with_one_name_are_an_error_naming_both(tmp_path):
+    doc_repo(tmp_path / "root", "site.docs")
+    doc_repo(tmp_path / "root", "site-docs")
+    with pytest.raises(SourceError, match="both named 'site-docs'") as err:
+        discover_repositories(tmp_path / "root")
+    assert "site.docs" in str(err.value) and "directories" in err.value.hint
 
 
 def test_duplicate_names_are_an_error(tmp_path):
