@@ -248,10 +248,19 @@ def test_config_needs_a_long_secret(secret):
         WebhookConfig.from_env(env)
 
 
-@pytest.mark.parametrize("raw", ["hugo-docs", "gohugoio/hugoDocs=Hugo_Docs", "justname=abc"])
+@pytest.mark.parametrize("raw", ["hugo-docs", "gohugoio/hugoDocs=ab", "justname=abc",
+                                 "gohugoio/hugoDocs=..."])
 def test_config_rejects_bad_repo_maps(raw):
     with pytest.raises(ConfigurationError, match="owner/name=docs-repo-name"):
         parse_repo_routes(raw)
+
+
+def test_a_route_may_name_the_submodule_directory():
+    routes = parse_repo_routes("open-telemetry/opentelemetry.io=opentelemetry.io@main,"
+                               "gohugoio/hugoDocs=hugoDocs")
+    assert routes["open-telemetry/opentelemetry.io"].docs_name == "opentelemetry-io"
+    assert routes["open-telemetry/opentelemetry.io"].branch == "main"
+    assert routes["gohugoio/hugodocs"].docs_name == "hugodocs"
 
 
 def test_github_repo_names_normalise():

@@ -38,6 +38,7 @@ from hetriever.catalog_records import CATALOG_FILE
 from hetriever.config import Settings, WebhookSettings, load_settings
 from hetriever.errors import ConfigurationError
 from hetriever.logs import get_logger
+from hetriever.repositories import repository_name
 from hetriever.sqlite_files import connect
 
 log = get_logger(__name__)
@@ -150,13 +151,15 @@ def _prefect_api_url_setting() -> str:
 
 
 def parse_repo_routes(raw: str) -> dict[str, RepoRoute]:
-    """`owner/name=docs-name[@branch],...` (the key may also be a clone URL)."""
+    """`owner/name=docs-name[@branch],...` (the key may also be a clone URL; the docs name
+    may be the submodule directory's, `opentelemetry.io` for `opentelemetry-io`)."""
     routes: dict[str, RepoRoute] = {}
     for item in (p.strip() for p in raw.split(",")):
         if not item:
             continue
         key, sep, target = item.partition("=")
         docs_name, _, branch = target.strip().partition("@")
+        docs_name = repository_name(docs_name) or docs_name
         github = normalise_github_repo(key)
         if not sep or github.count("/") != 1 or not _REPO_NAME.match(docs_name):
             raise ConfigurationError(
