@@ -302,6 +302,14 @@ class Settings(_Layered):
     def _parse_pairs(cls, raw: Any) -> Any:
         return _pairs(raw)
 
+    @field_validator("repository_urls", "access_levels", "site_urls")
+    @classmethod
+    def _repository_names(cls, pairs: dict[str, str]) -> dict[str, str]:
+        # Keyed by repository; a submodule directory's name (`opentelemetry.io`) names its own.
+        from hetriever.repositories import repository_name
+
+        return {repository_name(key) or key: value for key, value in pairs.items()}
+
     @field_validator("docs_root", "chroma_path", "state_dir", "model_dir", mode="before")
     @classmethod
     def _not_empty(cls, raw: Any) -> Any:

@@ -32,6 +32,16 @@ def test_environment_overrides_and_types():
     assert settings.access_levels == {"internal-docs": "PRIVATE", "hugo-docs": "public"}
 
 
+def test_per_repository_settings_may_name_the_submodule_directory():
+    settings = load_settings(env={
+        "HETRIEVER_SITE_URLS": "opentelemetry.io=https://opentelemetry.io/",
+        "HETRIEVER_ACCESS_LEVELS": "hugoDocs=public",
+        "HETRIEVER_REPOSITORY_URLS": "hugo-docs=https://example.org/h.git"})
+    assert settings.site_urls == {"opentelemetry-io": "https://opentelemetry.io/"}
+    assert settings.access_levels == {"hugodocs": "public"}
+    assert settings.repository_urls == {"hugo-docs": "https://example.org/h.git"}
+
+
 @pytest.mark.parametrize("word,expected", [("true", True), ("1", True), ("yes", True),
                                            ("false", False), ("0", False), ("no", False)])
 def test_use_hybrid_search_env(word, expected):
