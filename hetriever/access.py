@@ -21,11 +21,12 @@ Two layers:
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from hetriever.config import ACCESS_LEVELS, Settings
 from hetriever.errors import InvalidFilterError
+from hetriever.scripts import query_language
 
 DEFAULT_CALLER_LEVELS: tuple[str, ...] = ("PUBLIC",)
 DEFAULT_LEVEL = "PUBLIC"
@@ -70,13 +71,29 @@ class CollectionPlan:
     # The site's languages, default first, as the last ingest read them; empty when unknown
     # (an index built before languages were recorded).
     languages: tuple[str, ...] = ()
+    # The site language a search's query is written in, by its script (`hetriever.scripts`):
+    # a search told no language keeps to it instead of the default. "" when the query's
+    # letters do not name one of `languages`.
+    query_language: str = ""
+
+    def for_query(self, text: str) -> CollectionPlan:
+        """This plan for one query: `query_language` set from its script (multilingual sites)."""
+        if len(self.languages) < 2:
+            return self
+        return replace(self, query_language=query_language(text, self.languages))
+
+    @property
+    def search_language(self) -> str:
+        """The language a search told none keeps to: the query's, else the site's default."""
+        return self.query_language or (self.languages[0] if self.languages else "")
 
     def language_clause(self, wanted: str) -> dict[str, Any] | None:
-        """The `lang` filter a search asks of this collection: `wanted` ("" = the site's
-        default language, "all" = any). A single-language site needs none."""
+        """The `lang` filter a search asks of this collection: `wanted` ("" = the language
+        the query is written in, else the site's default; "all" = any). A single-language
+        site needs none."""
         if wanted == "all" or (not wanted and len(self.languages) < 2):
             return None
-        return {"lang": {"$eq": wanted or self.languages[0]}}
+        return {"lang": {"$eq": wanted or self.search_language}}
 
     def visible(self, allowed: frozenset[str]) -> bool:
         return self.declared in allowed

@@ -374,6 +374,8 @@ def _search_once(store: RetrievalStore, text: str, k: int, user_filter: dict | N
     if hidden:
         log.debug("search_collections_hidden", repositories=hidden, levels=sorted(levels))
     plans = {name: p for name, p in plans.items() if p.visible(levels)}
+    if not wanted_lang:  # told no language: the one the query is written in, if it says
+        plans = {name: p.for_query(text) for name, p in plans.items()}
     names = list(plans)
     if not text.strip() or not names:
         return done([], "hybrid" if use_hybrid else "dense", {"dense": 0, "bm25": 0, "merged": 0})

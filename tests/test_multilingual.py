@@ -102,10 +102,22 @@ def test_every_language_is_indexed_with_its_url_and_searched_by_language(site):
     with pytest.raises(InvalidLimitError, match="language code"):
         hybrid_search(store, "traces", 10, namespaces=[NAME], lang="ja; drop")
     # The exact-title path keeps to the language too.
-    default_exact = hybrid_search(store, "トレース", 5, namespaces=[NAME])
-    assert all(m.metadata["lang"] == "en" for m in default_exact.matches)
+    english_exact = hybrid_search(store, "トレース", 5, namespaces=[NAME], lang="en")
+    assert english_exact.matches and all(m.metadata["lang"] == "en"
+                                         for m in english_exact.matches)
     exact = hybrid_search(store, "トレース", 5, namespaces=[NAME], lang="ja")
     assert exact.matches[0].source == "exact" and exact.matches[0].metadata["lang"] == "ja"
+    # A query written in Japanese, told no language, keeps to the site's Japanese pages
+    # (its script names one of the site's languages); English letters keep the default.
+    for query in ("トレース", "スパンの中の一瞬を記録"):
+        told_none = hybrid_search(store, query, 5, namespaces=[NAME])
+        assert told_none.matches and {lang for lang, _ in urls(told_none)} == {"ja"}
+    assert hybrid_search(store, "トレース", 5, namespaces=[NAME]).matches[0].source == "exact"
+    mixed = hybrid_search(store, "Record span events", 5, namespaces=[NAME])
+    assert {lang for lang, _ in urls(mixed)} == {"en"}
+    # Korean letters name no language of this site: its default.
+    korean = hybrid_search(store, "트레이스 스팬", 5, namespaces=[NAME])
+    assert {lang for lang, _ in urls(korean)} <= {"en"}
     # A heading both languages have names one page in each language's search, none in all.
     for lang, url in (("en", "/docs/traces/"), ("ja", "/ja/docs/traces/")):
         top = hybrid_search(store, "Record span events", 5, namespaces=[NAME],

@@ -128,7 +128,10 @@ def create_mcp(service: DocsService, keys: KeyRing, *, fixed_key: str | None = N
             repository: Annotated[str | None, Field(description="only this repository "
                                                                "(see list_repositories)")] = None,
             lang: Annotated[str | None, Field(description='a content language, e.g. "en"; '
-                                                          '"all" for every one')] = None,
+                                                          '"all" for every one; default: the '
+                                                          "query's own where its script "
+                                                          "names one (Japanese, Korean...), "
+                                                          "else the site's default")] = None,
             k: Annotated[int | None, Field(ge=1, le=MAX_K, description="how many pages "
                                            "(default: the server's default_top_k, 5)")] = None,
             max_tokens: Annotated[int | None, MAX_TOKENS_FIELD] = None) -> str:

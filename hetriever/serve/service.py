@@ -156,7 +156,7 @@ class DocsService:
         wanted_lang = lang.strip().lower() if lang and lang.strip() else None
         try:
             # The language is a store-side filter (hetriever.search): None keeps each
-            # multilingual site's default language, "all" any.
+            # multilingual site's default language (or the query's, by its script), "all" any.
             result = hybrid_search(self.store, text, k, filters, namespaces=names,
                                    access_levels=sorted(levels or caller_levels(None)),
                                    group_by=group, lang=wanted_lang)
