@@ -1,6 +1,7 @@
 """Search by language over the whole multilingual opentelemetry.io site (page level, MRR@10).
 
     python bench/bench_multilingual.py [--per-language 40] [--json]
+    python bench/bench_multilingual.py --unstated-only --per-language 100
 
 The site (`../shared/corpora/opentelemetry-io/v2-site`: 11 languages, its real configuration)
 is indexed by the real pipeline, with real embeddings, into
@@ -11,6 +12,11 @@ bench/results/quality-opentelemetry-io-site-<commit>/ (reused between runs). Que
   that title). Searched with `lang` set to the language, in each mode: hybrid (exact-title
   path off), dense, BM25. The English MiniLM model reads these texts too: the figures say
   how far that carries.
+- told no language: the same title queries, every language of the site but English (up to
+  `--per-language` each), searched as the CLI runs a search (exact-title path on) once with
+  `lang` set and once with none: with none, a query whose script names one of the site's
+  languages keeps to it, and one whose words do (`hetriever.query_language`).
+  `--unstated-only` runs just this set.
 - English titles (every distinct title of the English pages), searched with no language
   given, so each search keeps to the site's default language as a user's would: the same
   queries over the English-only index (bench_quality's opentelemetry-io store) say whether
@@ -70,6 +76,33 @@ def run_set(store: Any, queries: list[Query], lang: str | None,
     return {"queries": len(queries), **{m: score(ranked[m], queries) for m in MODES}}
 
 
+WORD_RATIOS = (3.0, 10.0, 30.0)
+
+
+def unstated_set(store: Any, queries: list[Query], lang: str, default: str) -> dict[str, Any]:
+    """MRR@10 of the default search (exact path on) with `lang` stated, and told none at each
+    of WORD_RATIOS (`hetriever.query_language.WORD_RATIO`); `kept`: how many searches told
+    none kept to `lang` (the default's own queries: to no other language)."""
+    from hetriever import query_language
+
+    stated = [pages([m.metadata for m in search.hybrid_search(
+        store, q, K, namespaces=[NAME], lang=lang).matches]) for q, _ in queries]
+    row: dict[str, Any] = {"queries": len(queries), "stated": score(stated, queries)}
+    saved = query_language.WORD_RATIO
+    try:
+        for ratio in WORD_RATIOS:
+            query_language.WORD_RATIO = ratio
+            ranked, kept = [], 0
+            for q, _ in queries:
+                got = search.hybrid_search(store, q, K, namespaces=[NAME])
+                ranked.append(pages([m.metadata for m in got.matches]))
+                kept += (getattr(got, "query_language", "") or default) == lang
+            row[f"none@{ratio:g}"] = {**score(ranked, queries), "kept": kept}
+    finally:
+        query_language.WORD_RATIO = saved
+    return row
+
+
 SWEEP_WEIGHT = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6)
 
 
@@ -95,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sweep", default="",
                         help="languages (e.g. ja,zh) to sweep the dense weight for, over all "
                              "their titles; skips the other sets")
+    parser.add_argument("--unstated-only", action="store_true",
+                        help="only the title queries told no language")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     configure_logging("ERROR")
@@ -121,6 +156,23 @@ def main(argv: list[str] | None = None) -> int:
             for row in report["languages"][lang]["sweep"]:
                 print(lang, len(queries), row)
         store.close_sync()
+        return 0
+    report["told_no_language"] = {}
+    for lang in [default] + [lang for lang in languages if lang != default]:
+        queries = title_queries(site, lang)
+        if len(queries) > args.per_language:
+            queries = random.Random(args.seed).sample(queries, args.per_language)
+        row = unstated_set(store, queries, lang, default)
+        report["told_no_language"][lang] = row
+        print(f"{lang}: {len(queries)} titles, MRR@10 stated {row['stated']['mrr@10']:.3f}; "
+              "told none " + ", ".join(
+                  f"x{r:g} {row[f'none@{r:g}']['mrr@10']:.3f} "
+                  f"(kept {row[f'none@{r:g}']['kept']})" for r in WORD_RATIOS),
+              file=sys.stderr, flush=True)
+    if args.unstated_only:
+        store.close_sync()
+        if args.json:
+            print(json.dumps(report["told_no_language"], indent=2))
         return 0
     for lang in LANGUAGES:
         queries = title_queries(site, lang)

@@ -26,7 +26,7 @@ from typing import Any, Mapping
 
 from hetriever.config import ACCESS_LEVELS, Settings
 from hetriever.errors import InvalidFilterError
-from hetriever.scripts import query_language
+from hetriever.query_language import by_script
 
 DEFAULT_CALLER_LEVELS: tuple[str, ...] = ("PUBLIC",)
 DEFAULT_LEVEL = "PUBLIC"
@@ -71,16 +71,16 @@ class CollectionPlan:
     # The site's languages, default first, as the last ingest read them; empty when unknown
     # (an index built before languages were recorded).
     languages: tuple[str, ...] = ()
-    # The site language a search's query is written in, by its script (`hetriever.scripts`):
-    # a search told no language keeps to it instead of the default. "" when the query's
-    # letters do not name one of `languages`.
+    # The site language a search's query is written in (`hetriever.query_language`): a
+    # search told no language keeps to it instead of the default. "" when the query does not
+    # name one of `languages`.
     query_language: str = ""
 
     def for_query(self, text: str) -> CollectionPlan:
         """This plan for one query: `query_language` set from its script (multilingual sites)."""
         if len(self.languages) < 2:
             return self
-        return replace(self, query_language=query_language(text, self.languages))
+        return replace(self, query_language=by_script(text, self.languages))
 
     @property
     def search_language(self) -> str:

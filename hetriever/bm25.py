@@ -466,6 +466,24 @@ class BM25Index:
         hits.sort(key=lambda h: (-h[1], h[0]))
         return hits[:k]
 
+    def language_counts(self, query: str, languages: Sequence[str]
+                        ) -> tuple[dict[str, int], list[dict[str, int]]]:
+        """For telling a query's language by its words (`hetriever.query_language.by_words`):
+        each language's live docs, and for each query term the index holds, its docs in each."""
+        with self._lock:
+            state = self._current()
+            vocab = self._vocab or {}
+            masks = {lang: state.allowed_mask({"lang": {"$eq": lang}}) for lang in languages}
+            alive = {lang: (m & state.alive) if m is not None else state.alive
+                     for lang, m in masks.items()}
+            sizes = {lang: int(m.sum()) for lang, m in alive.items()}
+            per_term = []
+            for term in dict.fromkeys(tokenize(query)):
+                if term in vocab:
+                    docs, _ = state.live_postings(vocab[term], len(vocab))
+                    per_term.append({lang: int(m[docs].sum()) for lang, m in alive.items()})
+        return sizes, per_term
+
     # -- keeping the in-memory index current --
 
     def _current(self) -> _State:

@@ -253,6 +253,9 @@ class RetrievalResult(_Serialisable):
     search_time_ms: float
     mode: str = "hybrid"  # "hybrid", "dense" or "bm25" (what actually ran)
     retriever_counts: dict[str, int] = field(default_factory=dict)
+    # Told no language, the search kept to the one the query is written in (its script or
+    # words, `hetriever.query_language`): that language; "" otherwise.
+    query_language: str = ""
 
 
 # --- indexing ----------------------------------------------------------------------

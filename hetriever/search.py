@@ -52,6 +52,7 @@ import json
 import re
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from hetriever.access import CollectionPlan, caller_levels, declared_level
@@ -99,6 +100,7 @@ from hetriever.links import LinkPrior, shown
 from hetriever.logs import get_logger
 from hetriever.models import RetrievalResult, SearchResult
 from hetriever.published import preference, recorded_base_urls
+from hetriever.query_language import by_words
 from hetriever.sections import ANCHORS_KEY, anchored_sections
 from hetriever.store_types import RetrievalStore
 
@@ -297,6 +299,20 @@ def _anchored(starts: Mapping[str, list[str]], anchor: str) -> str | None:
     return None
 
 
+def _for_query(store: RetrievalStore, plan: CollectionPlan, text: str) -> CollectionPlan:
+    """`plan` with the language `text` is written in: by its script, else by its words."""
+    plan = plan.for_query(text)
+    if len(plan.languages) < 2 or plan.query_language:
+        return plan
+    try:
+        sizes, per_word = store.search_bm25(plan.repository).language_counts(text,
+                                                                             plan.languages)
+    except Exception as exc:  # a guess at the language must never fail a search
+        log.debug("query_language_failed", repository=plan.repository, error=str(exc))
+        return plan
+    return replace(plan, query_language=by_words(sizes, per_word, plan.languages[0]))
+
+
 def _language(hit: TitleHit, wanted: str) -> str:
     """The language an exact hit must be in: the search's, except that a pasted URL names its
     page in whatever language the URL is (`/ja/docs/`) unless the caller asked for one."""
@@ -345,6 +361,10 @@ def hybrid_search(store: RetrievalStore, query: str, top_k: int | None = None,
         try:
             result = _search_once(store, text, k, user_filter, levels, namespaces, use_hybrid,
                                   exact, group, started, wanted)
+            if not wanted and not result.matches and result.query_language:
+                # The language the query is written in has nothing for it: the defaults'.
+                result = _search_once(store, text, k, user_filter, levels, namespaces,
+                                      use_hybrid, exact, group, started, wanted, detect=False)
         except HetrieverError:
             if store.catalog.alias_epoch() == epoch or attempt > EPOCH_RETRIES:
                 raise
@@ -360,13 +380,15 @@ def hybrid_search(store: RetrievalStore, query: str, top_k: int | None = None,
 def _search_once(store: RetrievalStore, text: str, k: int, user_filter: dict | None,
                  levels: frozenset[str], namespaces: Sequence[str] | None, use_hybrid: bool,
                  exact: bool, group_by: str, started: float,
-                 wanted_lang: str = "") -> RetrievalResult:
+                 wanted_lang: str = "", detect: bool = True) -> RetrievalResult:
     settings = store.settings
 
     def done(matches: list[SearchResult], mode: str, counts: dict[str, int]) -> RetrievalResult:
         ms = (time.perf_counter() - started) * 1000.0
+        told = sorted({p.query_language for p in plans.values() if p.query_language})
         return RetrievalResult(query=text, matches=matches, total_results=len(matches),
-                               search_time_ms=ms, mode=mode, retriever_counts=counts)
+                               search_time_ms=ms, mode=mode, retriever_counts=counts,
+                               query_language=",".join(told))
 
     names = _scope(store, namespaces)
     plans = plan_collections(store, names) if text.strip() else {}
@@ -374,8 +396,8 @@ def _search_once(store: RetrievalStore, text: str, k: int, user_filter: dict | N
     if hidden:
         log.debug("search_collections_hidden", repositories=hidden, levels=sorted(levels))
     plans = {name: p for name, p in plans.items() if p.visible(levels)}
-    if not wanted_lang:  # told no language: the one the query is written in, if it says
-        plans = {name: p.for_query(text) for name, p in plans.items()}
+    if not wanted_lang and detect:  # told no language: the query's, if it says
+        plans = {name: _for_query(store, p, text) for name, p in plans.items()}
     names = list(plans)
     if not text.strip() or not names:
         return done([], "hybrid" if use_hybrid else "dense", {"dense": 0, "bm25": 0, "merged": 0})

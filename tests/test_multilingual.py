@@ -154,6 +154,13 @@ def test_adding_or_deleting_a_translation_touches_only_that_file(site):
     assert {m["lang"] for m in col.get(ids=list(es_ids))["metadatas"]} == {"es"}
     found = hybrid_search(store, "trazas solicitud", 5, namespaces=[NAME], lang="es")
     assert urls(found)[0] == ("es", "/es/docs/traces/")
+    # Told no language, Spanish words keep to the Spanish pages (they are in no English
+    # page); English words keep the default.
+    told_none = hybrid_search(store, "las trazas siguen una solicitud", 5, namespaces=[NAME])
+    assert told_none.query_language == "es"
+    assert urls(told_none) == [("es", "/es/docs/traces/")]
+    english = hybrid_search(store, "traces follow a request", 5, namespaces=[NAME])
+    assert english.query_language == "" and {lang for lang, _ in urls(english)} == {"en"}
 
     git(source, "rm", "-q", "content/ja/docs/traces.md")
     update_submodule(parent, NAME, commit_all(source, "drop ja"))
@@ -162,3 +169,7 @@ def test_adding_or_deleting_a_translation_touches_only_that_file(site):
     left = set(col.get()["ids"])
     assert left < after_add and es_ids <= left
     assert hybrid_search(store, "トレース", 5, namespaces=[NAME], lang="ja").matches == []
+    # The query's own language has nothing now: told no language, the default's pages.
+    fallback = hybrid_search(store, "トレース", 5, namespaces=[NAME])
+    assert fallback.matches and {lang for lang, _ in urls(fallback)} == {"en"}
+    assert fallback.query_language == ""

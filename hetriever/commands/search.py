@@ -57,8 +57,10 @@ def result_links(result, settings=None) -> list[str]:
 def print_results(result, settings=None) -> None:
     """Each match with its full link (`result_links`) or its repository and URL."""
     console = make_console()
+    language = (f", in {result.query_language}: the query's language (--lang to choose)"
+                if getattr(result, "query_language", "") else "")
     console.print(f"[bold]{result.total_results} results[/bold] for {result.query!r} "
-                  f"({result.mode}, {result.search_time_ms:.1f} ms)")
+                  f"({result.mode}, {result.search_time_ms:.1f} ms{language})")
     for i, (match, link) in enumerate(zip(result.matches, result_links(result, settings)),
                                       start=1):
         meta = match.metadata
