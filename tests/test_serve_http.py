@@ -66,6 +66,11 @@ def test_filters_repository_and_language(api):
     assert [r["page_id"] for r in french] == ["sample-docs/content/fr/docs/where.md"]
     english = search(api, q="la fonction where", k=10, lang="en")["results"]
     assert english and all(r["lang"] == "en" for r in english)
+    # Told no language: French words keep to the French pages, and the answer says so.
+    told_none = search(api, q="la fonction where", k=10)
+    assert told_none["query_language"] == "fr"
+    assert [r["page_id"] for r in told_none["results"]] == ["sample-docs/content/fr/docs/where.md"]
+    assert "query_language" not in search(api, q="where function", k=3)
     only = search(api, TEAM_KEY, q="kestrel", k=10, repository="team-notes")
     assert repositories_of(only) == {"team-notes"}
     missing = search(api, q="where", repository="no-such-docs")

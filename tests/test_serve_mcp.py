@@ -66,9 +66,13 @@ def test_stdio_tools_search_page_and_repositories(served_docs):
         # an agent pastes a link it was given: the page first, at the section it points to
         link = await client.call_tool("search_docs", {
             "query": "https://docs.example.org/docs/templates/where/#operators", "k": 2})
-        return found, page, by_url, repos, hidden, link
+        french = await client.call_tool("search_docs", {"query": "la fonction where"})
+        return found, page, by_url, repos, hidden, link, french
 
-    found, page, by_url, repos, hidden, link = in_session(stdio(served_docs), steps)
+    found, page, by_url, repos, hidden, link, french = in_session(stdio(served_docs), steps)
+    # told no language, French words keep to the French page, and the answer says so
+    assert "(in fr, the query's language" in text_of(french) and "/fr/" in text_of(french), \
+        text_of(french)
     first_link = text_of(link).split("[2]")[0]
     assert "[1] where > Operators" in first_link and "contained in a slice" in first_link, \
         text_of(link)

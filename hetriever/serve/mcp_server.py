@@ -56,7 +56,9 @@ def format_results(answer: dict[str, Any], budget_tokens: int) -> str:
                 "list_repositories shows those that can." if unknown else "")
         return f"No documentation found for {answer['query']!r}.{hint}"
     share = max(40, budget_tokens // len(results) - 40)  # tokens per passage
-    lines = [f"{len(results)} result(s) for {answer['query']!r}:"]
+    told = answer.get("query_language")
+    language = f" (in {told}, the query's language; lang chooses another)" if told else ""
+    lines = [f"{len(results)} result(s) for {answer['query']!r}{language}:"]
     for i, r in enumerate(results, start=1):
         title = r["title"] + (f" > {r['heading']}" if r["heading"] else "")
         lines.append(f"\n[{i}] {title}\nURL: {r['link']}\nrepository: {r['repository']}  "

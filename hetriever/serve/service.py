@@ -167,6 +167,7 @@ class DocsService:
         sites = published.base_urls_of(self.store.catalog, matches, self.settings.site_urls)
         return {
             "query": text, "k": k, "group": group, "mode": result.mode,
+            **({"query_language": result.query_language} if result.query_language else {}),
             "search_ms": round(result.search_time_ms, 2),
             "took_ms": round((time.perf_counter() - started) * 1000.0, 2),
             "results": [pages.match_view(m, content_dir,
