@@ -21,12 +21,11 @@ Two layers:
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from hetriever.config import ACCESS_LEVELS, Settings
 from hetriever.errors import InvalidFilterError
-from hetriever.query_language import by_script
 
 DEFAULT_CALLER_LEVELS: tuple[str, ...] = ("PUBLIC",)
 DEFAULT_LEVEL = "PUBLIC"
@@ -75,12 +74,6 @@ class CollectionPlan:
     # search told no language keeps to it instead of the default. "" when the query does not
     # name one of `languages`.
     query_language: str = ""
-
-    def for_query(self, text: str) -> CollectionPlan:
-        """This plan for one query: `query_language` set from its script (multilingual sites)."""
-        if len(self.languages) < 2:
-            return self
-        return replace(self, query_language=by_script(text, self.languages))
 
     @property
     def search_language(self) -> str:

@@ -100,7 +100,7 @@ from hetriever.links import LinkPrior, shown
 from hetriever.logs import get_logger
 from hetriever.models import RetrievalResult, SearchResult
 from hetriever.published import preference, recorded_base_urls
-from hetriever.query_language import by_words
+from hetriever.query_language import query_language
 from hetriever.sections import ANCHORS_KEY, anchored_sections
 from hetriever.store_types import RetrievalStore
 
@@ -300,17 +300,17 @@ def _anchored(starts: Mapping[str, list[str]], anchor: str) -> str | None:
 
 
 def _for_query(store: RetrievalStore, plan: CollectionPlan, text: str) -> CollectionPlan:
-    """`plan` with the language `text` is written in: by its script, else by its words."""
-    plan = plan.for_query(text)
-    if len(plan.languages) < 2 or plan.query_language:
+    """`plan` with the language `text` is written in (a multilingual site's): by its script,
+    else by its words, counted in the site's BM25 index."""
+    if len(plan.languages) < 2:
         return plan
     try:
-        sizes, per_word = store.search_bm25(plan.repository).language_counts(text,
-                                                                             plan.languages)
+        found = query_language(text, plan.languages, lambda: store.search_bm25(
+            plan.repository).language_counts(text, plan.languages))
     except Exception as exc:  # a guess at the language must never fail a search
         log.debug("query_language_failed", repository=plan.repository, error=str(exc))
         return plan
-    return replace(plan, query_language=by_words(sizes, per_word, plan.languages[0]))
+    return replace(plan, query_language=found)
 
 
 def _language(hit: TitleHit, wanted: str) -> str:

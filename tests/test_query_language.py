@@ -6,7 +6,12 @@ import pytest
 
 from hetriever.bm25 import BM25Index
 
-from hetriever.query_language import WORD_RATIO, by_script as query_language, by_words
+from hetriever.query_language import WORD_RATIO, by_words, query_language as _query_language
+
+
+def query_language(text, languages, counts=({}, [])):
+    """By script alone (no word counts): what a site whose index holds none of the words says."""
+    return _query_language(text, languages, lambda: counts)
 
 OTEL = ("en", "bn", "es", "fr", "ja", "ko", "pl", "pt", "ro", "uk", "zh")
 
@@ -40,11 +45,31 @@ def test_chinese_characters_read_as_japanese_where_the_site_has_no_chinese():
     assert query_language("設定", ("en", "zh", "ja")) == "zh"
 
 
-def test_the_sites_own_code_is_returned_and_two_of_one_script_say_nothing():
+def test_the_sites_own_code_is_returned_and_two_of_one_script_need_the_words():
     assert query_language("收集器", ("en", "zh-cn")) == "zh-cn"
-    assert query_language("收集器", ("en", "zh-cn", "zh-tw")) == ""
-    assert query_language("колектор", ("en", "uk", "ru")) == ""  # Ukrainian or Russian
     assert query_language("колектор", ("en", "ru")) == "ru"
+    # Ukrainian or Russian: the words choose, else the default
+    uk_ru = ("en", "uk", "ru")
+    sizes = {"en": 8000, "uk": 300, "ru": 200}
+    assert query_language("колектор", uk_ru) == ""
+    assert query_language("колектор", uk_ru, (sizes, [{"en": 0, "uk": 12, "ru": 0}])) == "uk"
+    # Chinese characters: Chinese unless the words are Japanese ones (計装, not 插桩)
+    zh_ja = ("en", "zh", "ja")
+    sizes = {"en": 8000, "zh": 900, "ja": 1200}
+    assert query_language("宣言的設定", zh_ja) == "zh"
+    assert query_language("計装", zh_ja, (sizes, [{"en": 0, "zh": 0, "ja": 40}])) == "ja"
+    assert query_language("插桩", zh_ja, (sizes, [{"en": 0, "zh": 35, "ja": 0}])) == "zh"
+    assert query_language("收集器", ("en", "zh-cn", "zh-tw")) == "zh-cn"  # the first Chinese
+    # the script's languages only: Latin-only Spanish counts do not place kana
+    assert query_language("トレース", ("en", "es", "ja"),
+                          ({"en": 10, "es": 10, "ja": 10}, [{"en": 0, "es": 5, "ja": 0}])) == "ja"
+
+
+def test_latin_letters_are_placed_by_their_words_alone():
+    sizes = {"en": 8000, "es": 2000, "fr": 1000}
+    words = [{"en": 0, "es": 40, "fr": 0}, {"en": 0, "es": 30, "fr": 0}]
+    assert query_language("configuración colector", ("en", "es", "fr"), (sizes, words)) == "es"
+    assert query_language("configuración colector", ("en", "es", "fr")) == ""  # no counts
 
 
 # --- by words: each language's docs, and each query word's docs per language ---------------
