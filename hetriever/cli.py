@@ -76,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="one result per page (default) or per chunk")
     p.add_argument("--lang", help="results in this language (e.g. ja), or 'all'; default: "
                                   "each multilingual site's default language, or the one "
-                                  "the query's script names (kana: ja)")
+                                  "the query is written in (by its script or words)")
     p.add_argument("--access", action="append",
                    help="access levels the caller may see, e.g. PUBLIC,TEAM (repeatable; "
                         "default PUBLIC only)")

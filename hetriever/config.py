@@ -245,8 +245,8 @@ class Settings(_Layered):
     # -0.006 (sweep 0-1 in bench/README.md). 0 = off.
     link_prior_weight: float = 0.3
     group_by: str = "page"  # results: one per page (best passage) or "chunk"
-    # Results' language: "" = each multilingual site's default language (single-language
-    # sites are not filtered), a code ("ja"), or "all".
+    # Results' language: "" = each multilingual site's default language, or the one the
+    # query is written in (single-language sites are not filtered), a code ("ja"), or "all".
     search_language: str = ""
     default_top_k: int = 5
     max_top_k: int = 100

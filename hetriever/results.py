@@ -119,7 +119,7 @@ def dense_weight_for(settings: Any, lang: str, query: str = "") -> float:
 
 def _search_language(wanted: str, plans: Mapping[str, CollectionPlan]) -> str:
     """The language a search runs in: the one asked for, else the one the sites keep to
-    (the query's by its script, or their default) when they agree."""
+    (the query's own, or their default) when they agree."""
     if wanted:
         return wanted
     defaults = {p.search_language for p in plans.values() if p.languages}

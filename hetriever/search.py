@@ -337,8 +337,10 @@ def hybrid_search(store: RetrievalStore, query: str, top_k: int | None = None,
     `exact`: use the exact-title fast path.
     `group_by`: "page" (one result per page, its best chunk first; the default from settings)
     or "chunk".
-    `lang`: a language code, "all", or None for `settings.search_language` ("" = each
-    multilingual site's default language; single-language sites are not filtered).
+    `lang`: a language code, "all", or None for `settings.search_language` ("" = the
+    language the query is written in, where it names one of a multilingual site's
+    (`hetriever.query_language`), else that site's default; if the query's language has
+    nothing, the default's; single-language sites are not filtered).
     """
     started = time.perf_counter()
     settings = store.settings
@@ -362,7 +364,7 @@ def hybrid_search(store: RetrievalStore, query: str, top_k: int | None = None,
             result = _search_once(store, text, k, user_filter, levels, namespaces, use_hybrid,
                                   exact, group, started, wanted)
             if not wanted and not result.matches and result.query_language:
-                # The language the query is written in has nothing for it: the defaults'.
+                # The language the query is written in has nothing for it: the default's.
                 result = _search_once(store, text, k, user_filter, levels, namespaces,
                                       use_hybrid, exact, group, started, wanted, detect=False)
         except HetrieverError:
