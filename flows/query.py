@@ -16,6 +16,7 @@ from flows.run_logs import prefect_run_logging
 from hetriever.config import load_settings
 from hetriever.discover import require_known
 from hetriever.metrics import QueryMetric, metrics_store
+from hetriever.names import as_given
 from hetriever.search import retrieve
 from hetriever.store import get_knowledge_store, validate_collection_name
 
@@ -39,6 +40,7 @@ async def query(
     with prefect_run_logging(settings.log_level, settings.log_format):
         started = time.perf_counter()
         store = get_knowledge_store(settings)
+        repositories = as_given(repositories)  # `opentelemetry.io` for opentelemetry-io
         for name in repositories or []:
             validate_collection_name(name)  # a malformed name says so, before "unknown"
         require_known(repositories, store.repository_names())

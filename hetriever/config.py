@@ -306,9 +306,11 @@ class Settings(_Layered):
     @classmethod
     def _repository_names(cls, pairs: dict[str, str]) -> dict[str, str]:
         # Keyed by repository; a submodule directory's name (`opentelemetry.io`) names its own.
-        from hetriever.repositories import repository_name
+        if not pairs:
+            return pairs
+        from hetriever.names import repository_name
 
-        return {repository_name(key) or key: value for key, value in pairs.items()}
+        return {repository_name(key): value for key, value in pairs.items()}
 
     @field_validator("docs_root", "chroma_path", "state_dir", "model_dir", mode="before")
     @classmethod

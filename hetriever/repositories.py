@@ -8,8 +8,6 @@ A submodule that cannot be used (a path leading out, not checked out) is kept wi
 from __future__ import annotations
 
 import posixpath
-import re
-import unicodedata
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
@@ -23,32 +21,19 @@ from hetriever.errors import (
 )
 from hetriever.logs import get_logger
 from hetriever.models import Repository
+from hetriever.names import (  # noqa: F401 (re-exported)
+    NAME_MAX,
+    NAME_MIN,
+    as_given,
+    is_valid_repository_name,
+    repository_name,
+)
 
 if TYPE_CHECKING:
     from hetriever.config import Settings
 
 log = get_logger(__name__)
 
-NAME_RE = re.compile(r"^[a-z0-9-]+$")
-NAME_MIN, NAME_MAX = 3, 63
-
-
-def is_valid_repository_name(name: str) -> bool:
-    """Whether `name` can name an index: `^[a-z0-9-]+$`, 3..63 characters (discovery keeps a
-    badly named repository among several, with its problem, so it fails alone)."""
-    return NAME_MIN <= len(name) <= NAME_MAX and bool(NAME_RE.match(name))
-
-
-def repository_name(directory: str) -> str:
-    """The name a repository is indexed and named under, from its directory's name: that name
-    when it is valid, else lower-cased, accents dropped, each run of other characters one dash,
-    none at either end. `git submodule add <url>` names the directory after the remote, so
-    `hugoDocs` is indexed as `hugodocs` and `opentelemetry.io` as `opentelemetry-io`; a valid
-    name never changes (its index keeps its name)."""
-    if is_valid_repository_name(directory):
-        return directory
-    plain = unicodedata.normalize("NFKD", directory).encode("ascii", "ignore").decode()
-    return re.sub(r"[^a-z0-9]+", "-", plain.lower()).strip("-")
 
 
 def validate_repository_name(name: str, path: str | Path) -> str:
@@ -104,7 +89,7 @@ def discover_repositories(
 
     repos: dict[str, Repository] = {}
     for directory, path, url, problem, branch in found:
-        name = repository_name(directory) or directory
+        name = repository_name(directory)
         if name != directory:
             log.info("repository_named", repository=name, directory=directory, path=str(path))
         try:
@@ -142,9 +127,9 @@ def select_repositories(repos: list[Repository], names: list[str] | None) -> lis
     A directory's name (`opentelemetry.io`) names the repository indexed from it."""
     if not names:
         return repos
-    names = [repository_name(n) or n for n in names]
-    require_known(names, [r.name for r in repos])
-    return [r for r in repos if r.name in names]
+    wanted = as_given(names) or []
+    require_known(wanted, [r.name for r in repos])
+    return [r for r in repos if r.name in wanted]
 
 
 def configured_repositories(settings: Settings,

@@ -82,6 +82,11 @@ def test_search_prints_results_to_stdout_and_rejects_an_unknown_repository(works
     first = json.loads(out.stdout)["matches"][0]
     assert first["link"] == "https://docs.example.org" + first["metadata"]["url"]
 
+    # a repository named as its directory might be (`Sample.Docs` is sample-docs' form)
+    out = cli(env, "search", "where", "-r", "Sample.Docs", "-k", "1", "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["matches"][0]["metadata"]["repository"] == "sample-docs"
+
     out = cli(env, "search", "where", "-r", "sampel-docs")
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert "unknown repositories: sampel-docs" in out.stderr

@@ -21,7 +21,7 @@ from hetriever.discover import (
     validate_repository_name,
 )
 from hetriever.errors import InvalidRepositoryNameError, SourceError
-from hetriever.repositories import check_usable, repository_name
+from hetriever.repositories import as_given, check_usable, repository_name
 from hetriever.models import ChangeKind, FileChange, Repository
 from tests.helpers import (
     commit_all,
@@ -188,9 +188,18 @@ def test_an_invalid_name_beside_good_repositories_is_that_repositorys_problem(tm
     ("..docs..", "docs"), ("docs.v2", "docs-v2"),
     # valid names are kept as they are: an index already named so keeps its name
     ("a1-", "a1-"), ("hugo-docs", "hugo-docs"),
+    # names that cannot be made valid stay as written, for the error to name them
+    ("a!", "a!"), ("日本", "日本"), ("Ab", "Ab"),
 ])
 def test_a_directory_name_becomes_a_repository_name(directory, name):
     assert repository_name(directory) == name
+
+
+def test_names_as_given_stand_for_the_repository_their_directory_names():
+    assert as_given(["opentelemetry.io", "hugo-docs", "ab"]) == [
+        "opentelemetry-io", "hugo-docs", "ab"]
+    assert as_given(None) is None and as_given([]) == []
+    assert as_given([7, "日本"]) == [7, "日本"]  # left for the name checks to refuse
 
 
 def test_submodules_in_directories_named_after_their_remotes_are_indexable(tmp_path):

@@ -73,6 +73,9 @@ def test_filters_repository_and_language(api):
     assert "query_language" not in search(api, q="where function", k=3)
     only = search(api, TEAM_KEY, q="kestrel", k=10, repository="team-notes")
     assert repositories_of(only) == {"team-notes"}
+    # a repository named as its submodule's directory might be
+    assert repositories_of(search(api, TEAM_KEY, q="kestrel", k=10,
+                                  repository="Team.Notes")) == {"team-notes"}
     missing = search(api, q="where", repository="no-such-docs")
     assert missing["results"] == []
 
@@ -158,7 +161,7 @@ def test_bad_keys_get_401_and_learn_nothing(api, headers, path):
     ({"q": "where", "filter": "{not json"}, "not valid JSON"),
     ({"q": "where", "filter": '{"a": {"$regex": "."}}'}, "$regex"),
     ({"q": "where", "filter": "[1, 2]"}, "JSON object"),
-    ({"q": "where", "repository": "Bad Name!"}, "repository"),
+    ({"q": "where", "repository": "B!"}, "repository"),  # no valid name in it
 ])
 def test_bad_input_gets_a_400_with_a_clear_message(api, params, message):
     resp = get(api, "/search", **params)

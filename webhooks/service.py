@@ -38,7 +38,7 @@ from hetriever.catalog_records import CATALOG_FILE
 from hetriever.config import Settings, WebhookSettings, load_settings
 from hetriever.errors import ConfigurationError
 from hetriever.logs import get_logger
-from hetriever.repositories import repository_name
+from hetriever.names import repository_name
 from hetriever.sqlite_files import connect
 
 log = get_logger(__name__)
@@ -159,7 +159,7 @@ def parse_repo_routes(raw: str) -> dict[str, RepoRoute]:
             continue
         key, sep, target = item.partition("=")
         docs_name, _, branch = target.strip().partition("@")
-        docs_name = repository_name(docs_name) or docs_name
+        docs_name = repository_name(docs_name)
         github = normalise_github_repo(key)
         if not sep or github.count("/") != 1 or not _REPO_NAME.match(docs_name):
             raise ConfigurationError(

@@ -136,6 +136,7 @@ def _warnings(settings, repositories: list[str] | None, hybrid: bool) -> list[st
 
 def cmd_search(args: argparse.Namespace) -> int:
     from hetriever.filters import validate_filter
+    from hetriever.repositories import as_given
     from hetriever.search import resolve_top_k
     from hetriever.store import validate_collection_name
 
@@ -149,6 +150,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     except UnicodeEncodeError:
         raise UserError("the query is not valid UTF-8 text",
                         hint="check the encoding of the shell or script that passes it") from None
+    args.repository = as_given(args.repository)  # `opentelemetry.io` for opentelemetry-io
     for name in args.repository or []:  # the arguments first, then whether there is an index
         validate_collection_name(name)
     filters = _parse_filter(args.filter)

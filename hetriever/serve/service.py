@@ -30,6 +30,7 @@ from hetriever.errors import HetrieverError, InvalidFilterError, InvalidLimitErr
 from hetriever.logs import get_logger
 from hetriever.search import hybrid_search, plan_collections
 from hetriever.serve import pages
+from hetriever.names import as_given
 from hetriever.store import ChromaKnowledgeStore, validate_collection_name
 
 log = get_logger(__name__)
@@ -146,6 +147,7 @@ class DocsService:
             raise RequestError("filters must be a JSON object",
                                hint='e.g. {"section": "functions"}')
         check_text([filters, repositories, lang], "the request")
+        repositories = as_given(repositories)  # `opentelemetry.io` for opentelemetry-io
         served = self.served_names()
         names = [validate_collection_name(r) for r in repositories] if repositories else served
         names = [n for n in names if n in served]
