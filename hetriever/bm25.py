@@ -4,7 +4,8 @@ Local Chroma has no sparse index, so this module keeps one:
 
 - SQLite (WAL) is the durable copy: `docs(id, length, metadata, term_ids, tfs, text)`, a
   `terms` vocabulary with dense integer ids, a `meta` table holding a generation counter, and a
-  short `changelog` of the ids each committed write touched.
+  short `changelog` of the ids each committed write touched; `hetriever.bm25_file` holds
+  their layout, a document's row and a commit's log entry.
 - Queries run on an in-memory inverted index (CSR arrays per segment: a large main segment
   plus a small delta segment for recent writes; deleted/replaced docs are tombstoned and
   compacted away once they pile up). It is loaded lazily on the first read; a writer's own
@@ -22,18 +23,27 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
-
-import numpy as np
 
 from hetriever.analyzer import (  # noqa: F401  (STEM_DEFAULT, STOPWORDS re-exported)
     STEM_DEFAULT,
     STOPWORDS,
     TOKENIZER_VERSION,
     tokenize,
+)
+from hetriever.bm25_file import (  # noqa: F401  (SCHEMA_VERSION re-exported)
+    _FILE_INDEX,
+    _FILE_PATH,
+    SCHEMA_VERSION,
+    clear_postings,
+    create_schema,
+    doc_row,
+    existing_tokenizer,
+    insert_docs,
+    log_commit,
+    set_tokenizer,
 )
 from hetriever.bm25_memory import _State, equality_matcher
 from hetriever.errors import (
@@ -50,30 +60,6 @@ from hetriever.sqlite_files import connect, in_batches, read_meta
 log = get_logger(__name__)
 
 # --- persistent index --------------------------------------------------------------
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS terms(id INTEGER PRIMARY KEY, term TEXT NOT NULL UNIQUE);
-CREATE TABLE IF NOT EXISTS docs(
-    id TEXT PRIMARY KEY,
-    length INTEGER NOT NULL,
-    metadata TEXT NOT NULL,
-    term_ids BLOB NOT NULL,
-    tfs BLOB NOT NULL,
-    text TEXT NOT NULL  -- last, so loads that skip it need not read it
-);
-CREATE TABLE IF NOT EXISTS changelog(gen INTEGER NOT NULL, doc_id TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS changelog_gen ON changelog(gen);
-"""
-SCHEMA_VERSION = "1"
-# Documents by file, for a writer: an index on an expression, added by the first write of an
-# older file (readers never need it, and the schema is otherwise unchanged).
-_FILE_PATH = "json_extract(metadata, '$.file_path')"
-_FILE_INDEX = f"CREATE INDEX IF NOT EXISTS docs_file_path ON docs({_FILE_PATH})"
-# A write touching more ids than this is not logged; readers reload instead of replaying.
-_LOG_MAX_IDS = 5000
-# Changelog rows older than this many generations are trimmed.
-_LOG_KEEP_GENERATIONS = 2000
 
 
 class BM25Index:
@@ -126,55 +112,24 @@ class BM25Index:
     def _init_schema(self) -> None:
         with self._lock:
             # Already set up: a plain read, so opening never waits for a writer's transaction.
-            stored = self._existing_tokenizer() or self._create_schema()
+            stored = (existing_tokenizer(self._rconn)
+                      or create_schema(self._wconn, self._tokenizer_id()))
         if stored != self._tokenizer_id():
             self._retokenize(stored)
 
-    def _create_schema(self) -> str:
-        """Create the tables and defaults (idempotent); return the stored tokenizer id."""
-        self._wconn.execute("BEGIN IMMEDIATE")
-        try:
-            for statement in _SCHEMA.split(";"):
-                if statement.strip():
-                    self._wconn.execute(statement)
-            defaults = {"generation": "0", "log_floor": "0", "vocab_epoch": "0",
-                        "schema": SCHEMA_VERSION,
-                        "tokenizer": self._tokenizer_id()}
-            self._wconn.executemany("INSERT OR IGNORE INTO meta(key, value) VALUES (?, ?)",
-                                    defaults.items())
-            stored = read_meta(self._wconn, "tokenizer")
-            self._wconn.execute("COMMIT")
-        except BaseException:
-            self._wconn.execute("ROLLBACK")
-            raise
-        return stored
-
-    def _existing_tokenizer(self) -> str:
-        """The tokenizer id of an index whose schema is complete, else "" (a plain read)."""
-        try:
-            return read_meta(self._rconn, "tokenizer")
-        except sqlite3.OperationalError:  # no tables yet
-            return ""
-
     @staticmethod
     def _tokenizer_id() -> str:
+        # Reads this module's names, not the analyzer's: tests and benches set them here.
         return f"{TOKENIZER_VERSION}{'s' if STEM_DEFAULT else ''}"
 
     def _retokenize(self, old: str) -> None:
         """The tokenizer changed since this file was written: rebuild postings from texts."""
         log.warning("bm25_retokenize", path=str(self.path), old=old, new=self._tokenizer_id())
         with self.transaction():
-            rows = self._wconn.execute("SELECT id, text, metadata FROM docs").fetchall()
-            self._wconn.execute("DELETE FROM docs")
-            self._wconn.execute("DELETE FROM terms")
-            epoch = str(int(read_meta(self._wconn, "vocab_epoch") or 0) + 1)
-            self._wconn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('vocab_epoch', ?)",
-                                (epoch,))
+            ids, texts, metas, epoch = clear_postings(self._wconn)
             self._vocab, self._vocab_epoch = {}, epoch
-            self._write_docs([r[0] for r in rows], [r[1] for r in rows],
-                             [json.loads(r[2]) for r in rows])
-            self._wconn.execute("UPDATE meta SET value = ? WHERE key = 'tokenizer'",
-                                (self._tokenizer_id(),))
+            self._write_docs(ids, texts, metas)
+            set_tokenizer(self._wconn, self._tokenizer_id())
             self._force_reload = True
 
     def _check_open(self) -> None:
@@ -230,23 +185,9 @@ class BM25Index:
                 self._refresh()
 
     def _commit(self) -> None:
-        conn = self._wconn
         if self._txn_ids:
-            gen = int(read_meta(conn, "generation")) + 1
-            floor = int(read_meta(conn, "log_floor"))
-            if len(self._txn_ids) > _LOG_MAX_IDS or self._force_reload:
-                conn.execute("DELETE FROM changelog")
-                floor = gen
-            else:
-                conn.executemany("INSERT INTO changelog(gen, doc_id) VALUES (?, ?)",
-                                 ((gen, doc_id) for doc_id in self._txn_ids))
-                cutoff = gen - _LOG_KEEP_GENERATIONS
-                if cutoff > floor:
-                    conn.execute("DELETE FROM changelog WHERE gen <= ?", (cutoff,))
-                    floor = cutoff
-            conn.executemany("UPDATE meta SET value = ? WHERE key = ?",
-                             ((str(gen), "generation"), (str(floor), "log_floor")))
-        conn.execute("COMMIT")
+            log_commit(self._wconn, self._txn_ids, reload_all=self._force_reload)
+        self._wconn.execute("COMMIT")
 
     # -- writes --
 
@@ -273,35 +214,12 @@ class BM25Index:
 
     def _write_docs(self, ids: list[str], texts: list[str], metas: list[dict]) -> None:
         assert self._vocab is not None
-        vocab = self._vocab
         rows = []
         new_terms: list[tuple[int, str]] = []
         for doc_id, text, meta in zip(ids, texts, metas):
-            tokens = tokenize(text)
-            counts = Counter(tokens)
-            term_ids = np.empty(len(counts), dtype="<i4")
-            tfs = np.empty(len(counts), dtype="<u2")
-            for i, (term, tf) in enumerate(counts.items()):
-                term_id = vocab.get(term)
-                if term_id is None:
-                    term_id = vocab[term] = len(vocab)
-                    new_terms.append((term_id, term))
-                term_ids[i] = term_id
-                tfs[i] = min(tf, 65535)
-            try:
-                meta_json = json.dumps(meta, sort_keys=True, separators=(",", ":"),
-                                       allow_nan=False)
-            except (TypeError, ValueError) as exc:
-                raise IndexingError(f"metadata of {doc_id!r} is not storable: {exc}",
-                                    hint="use str/int/float/bool values or lists of them") from None
-            rows.append((doc_id, len(tokens), meta_json, term_ids.tobytes(), tfs.tobytes(), text))
+            rows.append(doc_row(doc_id, text, meta, self._vocab, new_terms))
             self._pending[doc_id] = meta
-        self._wconn.executemany("INSERT INTO terms(id, term) VALUES (?, ?)", new_terms)
-        self._wconn.executemany(
-            "INSERT INTO docs(id, length, metadata, term_ids, tfs, text) VALUES (?, ?, ?, ?, ?, ?)"
-            " ON CONFLICT(id) DO UPDATE SET length = excluded.length,"
-            " metadata = excluded.metadata, term_ids = excluded.term_ids, tfs = excluded.tfs,"
-            " text = excluded.text", rows)
+        insert_docs(self._wconn, rows, new_terms)
         self._txn_ids.update(ids)
 
     def delete(self, ids: Iterable[str]) -> int:

@@ -10,6 +10,7 @@ import pytest
 
 from hetriever import analyzer
 from hetriever import bm25 as bm25_module
+from hetriever import bm25_file
 from hetriever.bm25 import BM25Index, tokenize
 from hetriever.errors import IndexingError, InvalidFilterError, InvalidLimitError
 from hetriever.filters import matches, validate_filter
@@ -532,7 +533,7 @@ def test_opening_an_index_does_not_wait_for_a_writer(tmp_path):
 
 def test_reader_reloads_when_changelog_was_trimmed(tmp_path, monkeypatch):
     path = tmp_path / "bm25.sqlite"
-    monkeypatch.setattr(bm25_module, "_LOG_KEEP_GENERATIONS", 2)
+    monkeypatch.setattr(bm25_file, "_LOG_KEEP_GENERATIONS", 2)
     with BM25Index(path) as writer, BM25Index(path) as reader:
         writer.upsert(["a"], ["alpha"])
         assert reader.search("alpha", 1)[0][0] == "a"
