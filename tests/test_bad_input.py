@@ -171,7 +171,7 @@ def _one_error_line(err: str) -> str:
 
 
 @pytest.mark.parametrize("argv, fragment", [
-    (["search", "-r", "Bad_Name", "q"], "invalid collection name"),
+    (["search", "-r", "B_!", "q"], "invalid collection name"),
     (["search", "-r", "x" * 70, "q"], "invalid collection name"),
     (["search", "--filter", "{not json", "q"], "not valid JSON"),
     (["search", "--filter", '{"$where": "sleep(1000)"}', "q"], "unknown operator '$where'"),
