@@ -206,7 +206,7 @@ def index_corpus(corpus: CorpusChunks, embedder: Any, record: str,
         stale = set(await store.list_files(corpus.name)) - set(corpus.files)
         for path in stale:
             await store.delete_file(corpus.name, path)
-        # The exact-title index, as an index run fills it (`indexing.apply_outcomes`).
+        # The exact-title index, as an index run fills it (`outcomes.apply_outcomes`).
         physical = store.physical_name(corpus.name)
         for path, chunks in corpus.files.items():
             first = display_chunk(chunks)

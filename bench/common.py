@@ -133,7 +133,7 @@ def load_sample_chunks(copies: int, *, settings: Settings | None = None,
 
 
 def write_windows(files: dict[str, list], size: int) -> list[dict[str, list]]:
-    """Files grouped as `indexing.OutcomeWriter` groups them: a window closes at >= size chunks."""
+    """Files grouped as `outcomes.OutcomeWriter` groups them: a window closes at >= size chunks."""
     windows: list[dict[str, list]] = [{}]
     count = 0
     for path, chunks in files.items():
