@@ -16,6 +16,9 @@
 Switching a repository to a new collection is one UPDATE (plus an epoch bump), so a reader sees
 either the old or the new collection, never a half-built one. Every write is one short
 transaction; WAL lets searches read while an ingest writes.
+
+The titles and links, the page keys, are read and written by `Catalog`'s mixin
+`catalog_pages.PageKeys`.
 """
 
 from __future__ import annotations
@@ -59,14 +62,14 @@ from hetriever.catalog_records import (  # noqa: F401 (re-exported: states, name
     TITLE_KINDS,
     TitleHit,
 )
-from hetriever.links import links_of
+from hetriever.catalog_pages import PageKeys
 from hetriever.logs import get_logger
 from hetriever.sqlite_files import connect
 
 log = get_logger(__name__)
 _PER_FILE = ("titles", "links")  # tables whose rows belong to one file of a collection
 
-class Catalog:
+class Catalog(PageKeys):
     """One SQLite catalog; safe to share between threads (one connection behind a lock)."""
 
     def __init__(self, path: Path) -> None:
@@ -477,79 +480,3 @@ class Catalog:
         rows = self._rows("SELECT * FROM runs WHERE repository = ? ORDER BY id DESC LIMIT ?",
                           (repository, limit))
         return [{**dict(r), "counts": json.loads(r["counts"] or "{}")} for r in rows]
-
-    # -- links between pages (hetriever.links) -----------------------------------------
-
-    def link_sources(self, collection: str, keys: Iterable[str]) -> dict[str, set[str]]:
-        """{key: the files linking to it} for those of `keys` that some file links to."""
-        keys = list(keys)
-        out: dict[str, set[str]] = {}
-        for start in range(0, len(keys), 500):  # within SQLite's bound on parameters
-            part = keys[start:start + 500]
-            marks = ",".join("?" * len(part))
-            for r in self._rows(f"SELECT key, path FROM links WHERE collection = ? AND key IN "
-                                f"({marks})", (collection, *part)):
-                out.setdefault(r["key"], set()).add(r["path"])
-        return out
-
-    # -- exact-match titles -------------------------------------------------------------
-
-    def set_page(self, collection: str, path: str, chunk_id: str = "",
-                 metadata: dict[str, Any] | None = None,
-                 sections: Iterable[tuple[str, Any]] = ()) -> None:
-        """Replace the exact-match keys and the outbound links of the file at `path`, in one
-        transaction, from the metadata of the chunk that stands for its page
-        (`page_records.display_chunk`) and its chunks' (id, metadata) for the section
-        headings (`heading_keys`); without a chunk (skipped, failed, deleted) all go."""
-        keys: list[tuple[str, str, str]] = []
-        if metadata:
-            keys = ([(kind, key, chunk_id) for kind, key in title_keys(metadata)]
-                    + [("heading", key, section) for key, section in heading_keys(sections)])
-        with self.transaction() as conn:
-            _replace_titles(conn, collection, path, keys)
-            _replace_links(conn, collection, path, links_of(metadata) if metadata else ())
-
-    def lookup_title(self, query: str, collections: Sequence[str],
-                     kinds: Sequence[str] = ()) -> list[TitleHit]:
-        """Pages whose normalised title/linkTitle/function name/URL/alias/description/section
-        heading equals the query's (an address, such as a pasted URL, by `address_key`), one
-        hit per page under its best kind, best kind first, within `collections` (and `kinds`,
-        if given). A description or heading names a page only when no other page the caller
-        may return has it: the caller applies `drop_shared` to those it keeps."""
-        address = address_key(query)
-        keys = {k for k in (normalise_title(query), address) if k}
-        # Alias paths a catalog wrote before addresses had their leading slash, too.
-        legacy = {address[1:]} - keys if address else set()
-        wanted = sorted(keys | legacy)
-        if not wanted or not collections:
-            return []
-        key_marks, marks = ",".join("?" * len(wanted)), ",".join("?" * len(collections))
-        kind_clause = f" AND kind IN ({','.join('?' * len(kinds))})" if kinds else ""
-        rows = self._rows(f"SELECT * FROM titles WHERE key IN ({key_marks}) AND collection IN "
-                          f"({marks}){kind_clause} ORDER BY priority, collection, path",
-                          (*wanted, *collections, *kinds))
-        hits: dict[tuple[str, str], TitleHit] = {}
-        for r in rows:  # one hit per page, under its best kind
-            if r["key"] in legacy and r["kind"] != "alias":
-                continue
-            hits.setdefault((r["collection"], r["path"]), TitleHit(
-                collection=r["collection"], key=r["key"], kind=r["kind"], path=r["path"],
-                chunk_id=r["chunk_id"]))
-        return list(hits.values())
-
-
-def _replace_titles(conn: sqlite3.Connection, collection: str, path: str,
-                    keys: Iterable[tuple[str, str, str]]) -> None:
-    """`keys`: (kind, key, chunk id) rows of the file."""
-    conn.execute("DELETE FROM titles WHERE collection = ? AND path = ?", (collection, path))
-    conn.executemany("INSERT OR REPLACE INTO titles(collection, key, kind, priority, path,"
-                     " chunk_id) VALUES (?, ?, ?, ?, ?, ?)",
-                     [(collection, key, kind, TITLE_KINDS[kind], path, chunk)
-                      for kind, key, chunk in keys])
-
-
-def _replace_links(conn: sqlite3.Connection, collection: str, path: str,
-                   keys: Iterable[str]) -> None:
-    conn.execute("DELETE FROM links WHERE collection = ? AND path = ?", (collection, path))
-    conn.executemany("INSERT OR IGNORE INTO links(collection, path, key) VALUES (?, ?, ?)",
-                     [(collection, path, key) for key in keys])
