@@ -203,7 +203,7 @@ def test_two_indexes_beside_each_other_do_not_share_a_state_directory(tmp_path,
 
 def test_a_badly_named_repository_fails_alone(tmp_path, minilm_model_dir):
     docs = tmp_path / "docs"
-    for name in ("good-docs", "Bad_Docs"):
+    for name in ("good-docs", "B_"):  # no valid name in it (Bad_Docs would be bad-docs)
         pages(init_repo(docs / name), 2)
         commit_all(docs / name, name)
     env = cli_env(tmp_path, minilm_model_dir)
@@ -211,13 +211,13 @@ def test_a_badly_named_repository_fails_alone(tmp_path, minilm_model_dir):
     code, outcomes, _ = json_run(docs, env, "ingest")
     got = by_repo(outcomes)
     assert code == 1 and got["good-docs"]["ok"] and got["good-docs"]["files_indexed"] == 2
-    assert not got["Bad_Docs"]["ok"] and "'Bad_Docs'" in got["Bad_Docs"]["error"]
-    assert "lower-case letters, digits and dashes" in got["Bad_Docs"]["error"]
+    assert not got["B_"]["ok"] and "'B_'" in got["B_"]["error"]
+    assert "3..63 characters" in got["B_"]["error"]
 
     code, rows, _ = json_run(docs, env, "status")
     status = by_repo(rows)
     assert code == 0 and status["good-docs"]["status"] == "complete"
-    assert status["Bad_Docs"]["status"] == "unusable" and "invalid" in status["Bad_Docs"]["error"]
+    assert status["B_"]["status"] == "unusable" and "invalid" in status["B_"]["error"]
     code, outcomes, _ = json_run(docs, env, "ingest", "-r", "good-docs")
     assert code == 0 and outcomes[0]["mode"] == "noop"
     assert run_cli(docs, env, "search", "page").returncode == 0
