@@ -80,9 +80,14 @@ def make_parent_with_submodule(tmp: Path, doc_repo: Path, name: str) -> Path:
     """A parent repo at tmp/parent with `doc_repo` added as submodule `docs/<name>`."""
     parent = init_repo(tmp / "parent")
     commit_all(parent, "init parent")
-    git(parent, "submodule", "add", "-q", str(doc_repo), f"docs/{name}")
-    commit_all(parent, f"add {name}")
+    add_submodule(parent, doc_repo, f"docs/{name}")
     return parent
+
+
+def add_submodule(parent: Path, doc_repo: Path, path: str) -> None:
+    """`doc_repo` added to `parent` as a submodule at `path`, and committed."""
+    git(parent, "submodule", "add", "-q", str(doc_repo), path)
+    commit_all(parent, f"add {path}")
 
 
 def update_submodule(parent: Path, name: str, commit: str) -> None:

@@ -24,6 +24,7 @@ from hetriever.errors import InvalidRepositoryNameError, SourceError
 from hetriever.repositories import as_given, check_usable, repository_name
 from hetriever.models import ChangeKind, FileChange, Repository
 from tests.helpers import (
+    add_submodule,
     commit_all,
     git,
     init_repo,
@@ -80,8 +81,7 @@ def test_parent_with_submodules(tmp_path):
     zeta, _ = doc_repo(tmp_path / "src", "zeta-docs")
     alpha, _ = doc_repo(tmp_path / "src", "alpha-docs")
     parent = make_parent_with_submodule(tmp_path, zeta, "zeta-docs")
-    git(parent, "submodule", "add", "-q", str(alpha), "docs/nested/alpha-docs")
-    commit_all(parent, "add alpha")
+    add_submodule(parent, alpha, "docs/nested/alpha-docs")
 
     repos = discover_repositories(parent, content_dir="content/en",
                                   urls={"alpha-docs": "https://example.org/alpha.git"})
@@ -208,8 +208,7 @@ def test_submodules_in_directories_named_after_their_remotes_are_indexable(tmp_p
     hugo, _ = doc_repo(tmp_path / "src", "hugoDocs")
     otel, _ = doc_repo(tmp_path / "src", "opentelemetry.io")
     parent = make_parent_with_submodule(tmp_path, hugo, "hugoDocs")
-    git(parent, "submodule", "add", "-q", str(otel), "docs/opentelemetry.io")
-    commit_all(parent, "add otel")
+    add_submodule(parent, otel, "docs/opentelemetry.io")
 
     with capture_logs() as logs:
         repos = discover_repositories(parent)
@@ -236,8 +235,7 @@ def test_two_directories_with_one_name_are_an_error_naming_both(tmp_path):
 def test_duplicate_names_are_an_error(tmp_path):
     src, _ = doc_repo(tmp_path / "src", "same-docs")
     parent = make_parent_with_submodule(tmp_path, src, "same-docs")
-    git(parent, "submodule", "add", "-q", str(src), "other/same-docs")
-    commit_all(parent, "second copy")
+    add_submodule(parent, src, "other/same-docs")
     with pytest.raises(SourceError, match="same-docs"):
         discover_repositories(parent)
 
