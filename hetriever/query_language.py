@@ -82,7 +82,7 @@ def query_language(text: str, languages: Sequence[str],
         return allowed[0] if allowed else ""
     sizes, per_word = word_counts()
     found = by_words(sizes, per_word, languages[0], among=allowed)
-    if not found and allowed and _primary(allowed[0]) == "zh" and "CJK" in _scripts(text):
+    if not found and allowed and _primary(allowed[0]) == "zh":  # only CJK is written as zh
         return allowed[0]
     return found
 

@@ -129,12 +129,12 @@ def cmd_purge(args: argparse.Namespace) -> int:
 
 def cmd_forget(args: argparse.Namespace) -> int:
     from hetriever.lifecycle import forget
-    from hetriever.repositories import as_given
+    from hetriever.names import repository_name
     from hetriever.store import get_knowledge_store
 
     settings = cli_settings(args)
     require_index(settings)
-    (name,) = as_given([args.repository]) or [args.repository]
+    name = repository_name(args.repository)  # `opentelemetry.io` for opentelemetry-io
     report = asyncio.run(forget(get_knowledge_store(settings), name, args.file))
     if args.json:
         print_json(report.to_dict())

@@ -136,7 +136,7 @@ def _warnings(settings, repositories: list[str] | None, hybrid: bool) -> list[st
 
 def cmd_search(args: argparse.Namespace) -> int:
     from hetriever.filters import validate_filter
-    from hetriever.repositories import as_given
+    from hetriever.names import as_given
     from hetriever.search import resolve_top_k
     from hetriever.store import validate_collection_name
 

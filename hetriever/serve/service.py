@@ -28,9 +28,9 @@ from hetriever.catalog_records import address_host
 from hetriever.config import Settings
 from hetriever.errors import HetrieverError, InvalidFilterError, InvalidLimitError
 from hetriever.logs import get_logger
+from hetriever.names import as_given
 from hetriever.search import hybrid_search, plan_collections
 from hetriever.serve import pages
-from hetriever.names import as_given
 from hetriever.store import ChromaKnowledgeStore, validate_collection_name
 
 log = get_logger(__name__)
@@ -158,7 +158,7 @@ class DocsService:
         wanted_lang = lang.strip().lower() if lang and lang.strip() else None
         try:
             # The language is a store-side filter (hetriever.search): None keeps each
-            # multilingual site's default language (or the query's, by its script), "all" any.
+            # multilingual site's default language (or the query's own), "all" any.
             result = hybrid_search(self.store, text, k, filters, namespaces=names,
                                    access_levels=sorted(levels or caller_levels(None)),
                                    group_by=group, lang=wanted_lang)
