@@ -6,7 +6,8 @@ calls it where it would call the local model, so a write window is still embedde
 BM25 transaction opens and written by the flow process under its writer lock (the crash-safety
 order Chroma -> BM25 -> commit record is unchanged). Each call is dealt round-robin over the
 workers (the texts come length-sorted, so every worker gets long and short ones); each worker
-process loads the model once and keeps it, using as many intra-op threads as it has task slots.
+process loads the model once and keeps it, using as many cores as it has task slots (its
+batches side by side, one core each).
 Only texts go out and float32 vectors come back (1.5 KB per chunk).
 
 Figures (1 vs 2 worker processes) and the model for N machines: docs/scale-out.md.

@@ -17,7 +17,9 @@ import json
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -107,7 +109,8 @@ class _Counters:
             self.texts_embedded = 0
 
 
-# Padded word-pieces per model call. Activation memory grows with rows x width (and attention
+# Padded word-pieces in the model at once (per call; split between the batches that run side
+# by side). Activation memory grows with rows x width (and attention
 # with rows x width^2): on 512 hugo-docs chunks the process peaked at 906 MB uncapped, 396 MB
 # at 4096 and 289 MB at 2048; 1024 lowered a full ingest's peak by another ~40 MB and 512 by
 # ~25 MB more, at no measured cost in throughput (1,500 real chunks, alternating runs: 49.0 vs
@@ -132,16 +135,22 @@ def batch_bounds(lengths: np.ndarray, max_rows: int, max_tokens: int) -> list[tu
 
 
 class MiniLMEmbedder(_Counters):
-    """all-MiniLM-L6-v2 on onnxruntime (CPU): mean pooling over the mask, L2-normalised."""
+    """all-MiniLM-L6-v2 on onnxruntime (CPU): mean pooling over the mask, L2-normalised.
+
+    `threads` cores (default: those this process may use, at most 4): a single text (a
+    query) runs on all of them at once, the batches of many texts (an ingest's write window)
+    run side by side on one core each."""
 
     dimensions = 384
     max_tokens = MODEL_MAX_TOKENS
 
     def __init__(self, model_dir: Path, *, batch_size: int = 64, threads: int | None = None,
                  source_dir: Path | None = None, sort_by_length: bool = True,
-                 precision: str = "fp32", batch_tokens: int = DEFAULT_BATCH_TOKENS) -> None:
+                 precision: str = "fp32", batch_tokens: int = DEFAULT_BATCH_TOKENS,
+                 side_by_side: bool = True) -> None:
         super().__init__()
         self.sort_by_length = sort_by_length  # off only to measure what sorting saves
+        self.side_by_side = side_by_side  # off only to measure what it saves
         if batch_size < 1:
             raise ConfigurationError(f"embedding batch_size must be positive, got {batch_size}")
         if precision not in PRECISIONS:
@@ -157,8 +166,12 @@ class MiniLMEmbedder(_Counters):
         onnx_dir = self.model_dir / ONNX_SUBDIR
         model_path = (prepare_int8(self.model_dir, source_dir=source_dir) if precision == "int8"
                       else onnx_dir / MODEL_FILE)
+        self._model_path = model_path
+        self._sessions: dict[int, Any] = {}  # intra-op threads -> session, made on first use
+        self._sessions_lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_pid = 0
         try:
-            import onnxruntime as ort
             from tokenizers import Tokenizer
 
             from hetriever.tokenizer import encode_sequentially
@@ -169,30 +182,81 @@ class MiniLMEmbedder(_Counters):
             # (as sentence-transformers and Chroma do) and pad per batch ourselves.
             self._tokenizer.no_padding()
             self._tokenizer.enable_truncation(max_length=self.max_tokens)
+        except Exception as exc:
+            raise EmbeddingError(f"cannot load the embedding model from {onnx_dir}: {exc}",
+                                 hint=f"rebuild it with `hetriever prepare-model --force`; "
+                                      f"{INSTALL_HINT}") from exc
+
+    def _session(self, threads: int) -> Any:
+        """The model's onnxruntime session that runs each call on `threads` cores, loaded on
+        first use: a process that only searches never loads the one-core session an ingest
+        uses, nor an ingest the query's (each holds its own packed weights, ~54 MB)."""
+        with self._sessions_lock:
+            session = self._sessions.get(threads)
+            if session is None:
+                session = self._sessions[threads] = self._load(threads)
+                self.dimensions = int(session.get_outputs()[0].shape[-1])
+            return session
+
+    def _load(self, threads: int) -> Any:
+        try:
+            import onnxruntime as ort
+
             options = ort.SessionOptions()
-            options.intra_op_num_threads = self.threads
+            options.intra_op_num_threads = threads
             options.inter_op_num_threads = 1
             options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
             options.log_severity_level = 3
             # onnxruntime's idle intra-op threads spin for a while after each run, taking a
-            # core from the rest of an ingest (parse/clean/chunk, Chroma, a flow's per-file
-            # task runs). Stopped at the end of each run, the incremental hugo-docs flow took
-            # 20.1 s instead of 21.7 (in-process ~15.3 s either way) and a query no longer.
-            # Not spinning at all: 18.5 s, but full in-process ingests 3-14% slower and a
-            # lone query +0.4 ms (bench/README.md).
+            # core from whatever else runs (bench/README.md; only a query's session has such
+            # threads). Stopped at the end of each run, a query takes no longer.
             options.add_session_config_entry("session.force_spinning_stop", "1")
             # The arena keeps the largest batch's activations for the life of the process;
             # `batch_tokens` bounds that batch. Arena off was slower and, through malloc
             # fragmentation, higher (512 hugo-docs chunks: 456 vs 289 MB peak, same cap).
             # Memory patterns are planned per input shape; nearly every batch has another.
             options.enable_mem_pattern = False
-            self._session = ort.InferenceSession(str(model_path), sess_options=options,
-                                                 providers=["CPUExecutionProvider"])
+            return ort.InferenceSession(str(self._model_path), sess_options=options,
+                                        providers=["CPUExecutionProvider"])
         except Exception as exc:
-            raise EmbeddingError(f"cannot load the embedding model from {onnx_dir}: {exc}",
+            raise EmbeddingError(f"cannot load the embedding model {self._model_path}: {exc}",
                                  hint=f"rebuild it with `hetriever prepare-model --force`; "
                                       f"{INSTALL_HINT}") from exc
-        self.dimensions = int(self._session.get_outputs()[0].shape[-1])
+
+    def _workers(self) -> ThreadPoolExecutor:
+        """`threads` threads that run batches side by side (made again in a forked child,
+        which inherits the pool but not its threads)."""
+        with self._sessions_lock:
+            if self._pool is None or self._pool_pid != os.getpid():
+                self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="embed")
+                self._pool_pid = os.getpid()
+            return self._pool
+
+    @staticmethod
+    def _inputs(encodings: list[Any], lengths: np.ndarray, idx: np.ndarray) -> dict[str, Any]:
+        """The model's inputs for the texts `idx` (one batch), padded to the longest."""
+        width = int(lengths[idx].max())
+        ids = np.zeros((len(idx), width), dtype=np.int64)
+        mask = np.zeros((len(idx), width), dtype=np.int64)
+        for row, i in enumerate(idx):
+            n = lengths[i]
+            ids[row, :n] = encodings[i].ids
+            mask[row, :n] = 1
+        return {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+
+    @staticmethod
+    def _run(session: Any, inputs: dict[str, Any]) -> np.ndarray:
+        """One batch's hidden states summed over each text's word-pieces, [rows, 384]: the
+        states themselves (~1.5 KB per word-piece) are not kept past the batch. Two calls
+        into numpy, so a worker seldom waits for the GIL behind other Python work."""
+        try:
+            hidden = session.run(["last_hidden_state"], inputs)[0]
+        except Exception as exc:
+            raise EmbeddingError(f"the embedding model failed on a batch of "
+                                 f"{len(inputs['input_ids'])}: {exc}",
+                                 hint="rebuild with `hetriever prepare-model --force`") from exc
+        mask = inputs["attention_mask"]
+        return np.matmul(mask.reshape(len(mask), 1, -1).astype(np.float32), hidden)[:, 0, :]
 
     def token_lengths(self, texts: Sequence[str]) -> list[int]:
         """Word-pieces each text is read as (after truncation, [CLS]/[SEP] included)."""
@@ -219,27 +283,32 @@ class MiniLMEmbedder(_Counters):
         # Sorting by length keeps each batch's padding (wasted compute) small.
         order = (np.argsort(lengths, kind="stable") if self.sort_by_length
                  else np.arange(len(texts)))
+        one_at_a_time = len(texts) == 1 or self.threads == 1 or not self.side_by_side
+        # `batch_tokens` bounds the word-pieces in the model at once, whichever way it runs
+        # (side by side at 512 each: a full hugo-docs ingest peaked ~25 MB higher).
+        per_batch = self.batch_tokens if one_at_a_time else self.batch_tokens // self.threads
+        batches = [order[start:end] for start, end
+                   in batch_bounds(lengths[order], self.batch_size, max(1, per_batch))]
+        session = self._session(self.threads if one_at_a_time else 1)
+        inputs = [self._inputs(encodings, lengths, idx) for idx in batches]
+        sums: Iterator[np.ndarray]
+        if one_at_a_time:  # a query: every core on its one batch
+            sums = (self._run(session, batch) for batch in inputs)
+        else:
+            # Many texts: batches side by side, one core each. One batch across all cores
+            # waits at every layer for its slowest thread, and a core taken by other work
+            # (parse/clean/chunk, a flow's task runs, the Prefect server) stalls the lot:
+            # 1,200 hugo-docs chunks beside a busy Python thread took 15.7 s side by side
+            # against 22.9 s, beside a busy process 12.9 against 19.7, on idle cores 8.3
+            # against 8.5 (bench_side_by_side.py). The workers run the model and sum its
+            # states (both let go of the GIL); inputs and the rest of the pooling stay on
+            # this thread.
+            sums = self._workers().map(partial(self._run, session), inputs)
         out = np.empty((len(texts), self.dimensions), dtype=np.float32)
-        for start, end in batch_bounds(lengths[order], self.batch_size, self.batch_tokens):
-            idx = order[start:end]
-            width = int(lengths[idx].max())
-            ids = np.zeros((len(idx), width), dtype=np.int64)
-            mask = np.zeros((len(idx), width), dtype=np.int64)
-            for row, i in enumerate(idx):
-                n = lengths[i]
-                ids[row, :n] = encodings[i].ids
-                mask[row, :n] = 1
-            try:
-                hidden = self._session.run(["last_hidden_state"], {
-                    "input_ids": ids, "attention_mask": mask,
-                    "token_type_ids": np.zeros_like(ids)})[0]
-            except Exception as exc:
-                raise EmbeddingError(f"the embedding model failed on a batch of {len(idx)}: "
-                                     f"{exc}", hint=f"rebuild with `hetriever prepare-model "
-                                                    f"--force`") from exc
-            weights = mask[:, :, None].astype(np.float32)
-            pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
-            out[idx] = _normalise(pooled)
+        for idx, batch_sums in zip(batches, sums):
+            out[idx] = batch_sums
+        out /= np.maximum(lengths, 1)[:, None]  # mean pooling: every word-piece is in the mask
+        out = _normalise(out)
         self._count(len(texts))
         return out
 

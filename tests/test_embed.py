@@ -172,7 +172,7 @@ def test_a_model_built_with_weights_inside_the_graph_is_rebuilt(
 
     assert json.loads(manifest_path.read_text())["build_version"] == BUILD_VERSION
     assert (old / ONNX_SUBDIR / DATA_FILE).is_file()
-    np.testing.assert_array_equal(MiniLMEmbedder(old, threads=1).embed(SENTENCES),
+    np.testing.assert_array_equal(MiniLMEmbedder(old, batch_size=3, threads=2).embed(SENTENCES),
                                   embedder.embed(SENTENCES))
 
 
@@ -289,6 +289,106 @@ def test_empty_input_and_counters(model_dir: Path, embedder: MiniLMEmbedder) -> 
     assert (fresh.calls, fresh.texts_embedded) == (2, 6)
     fresh.reset_counters()
     assert (fresh.calls, fresh.texts_embedded) == (0, 0)
+
+
+class _MeetingBatches(MiniLMEmbedder):
+    """Its first two batches wait for each other: they pass only if they run side by side."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.meeting = threading.Barrier(2, timeout=30)
+        self.batches = 0
+        self.threads_seen: set[str] = set()
+        self._lock = threading.Lock()
+
+    def _run(self, session, inputs):  # type: ignore[override]
+        with self._lock:
+            self.batches += 1
+            first_two = self.batches <= 2
+            self.threads_seen.add(threading.current_thread().name)
+        if first_two:
+            self.meeting.wait()  # BrokenBarrierError after 30 s if the other never comes
+        return super()._run(session, inputs)
+
+
+def test_many_texts_run_their_batches_side_by_side(model_dir: Path,
+                                                    embedder: MiniLMEmbedder) -> None:
+    meeting = _MeetingBatches(model_dir, batch_size=2, threads=2)
+    vectors = meeting.embed(SENTENCES)  # four batches; the first two met
+    assert meeting.batches == 4
+    assert len(meeting.threads_seen) == 2
+    # The same vectors as each text embedded alone, on both cores at once.
+    np.testing.assert_allclose(vectors, np.stack([embedder.embed([t])[0] for t in SENTENCES]),
+                               atol=1e-5)
+
+
+class _RecordingBatches(MiniLMEmbedder):
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.shapes: list[tuple[int, int]] = []
+        self._lock = threading.Lock()
+
+    def _run(self, session, inputs):  # type: ignore[override]
+        with self._lock:
+            self.shapes.append(inputs["input_ids"].shape)
+        return super()._run(session, inputs)
+
+
+def test_batches_side_by_side_share_the_word_piece_budget(model_dir: Path,
+                                                          embedder: MiniLMEmbedder) -> None:
+    """`batch_tokens` bounds the word-pieces in the model at once (its memory): two batches
+    side by side hold half of it each; a query's one batch all of it."""
+    texts = [" ".join(["content"] * n) for n in (3, 5, 8, 12, 20, 30, 9, 4, 6, 14)]
+    recording = _RecordingBatches(model_dir, threads=2, batch_tokens=64)
+    vectors = recording.embed(texts)
+    assert len(recording.shapes) > 2
+    assert all(rows * width <= 32 or rows == 1 for rows, width in recording.shapes)
+    np.testing.assert_allclose(vectors, np.stack([embedder.embed([t])[0] for t in texts]),
+                               atol=1e-5)
+    recording.shapes.clear()
+    recording.embed([" ".join(["content"] * 50)])  # 52 pieces: over half, within the whole
+    assert recording.shapes == [(1, 52)]
+
+
+def test_a_query_loads_only_its_own_session(model_dir: Path) -> None:
+    """A searching process never holds the session an ingest uses, nor the reverse (each
+    holds its own packed weights)."""
+    searching = MiniLMEmbedder(model_dir, threads=2)
+    searching.embed(["how do I add a menu entry"])
+    assert list(searching._sessions) == [2]  # the query's: one batch on both cores
+    ingesting = MiniLMEmbedder(model_dir, threads=2)
+    ingesting.embed(SENTENCES)
+    assert list(ingesting._sessions) == [1]  # one core per batch, batches side by side
+    ingesting.embed(["a window of one chunk"])
+    assert sorted(ingesting._sessions) == [1, 2]
+    alone = MiniLMEmbedder(model_dir, threads=1)
+    alone.embed(SENTENCES)
+    alone.embed(SENTENCES[:1])
+    assert list(alone._sessions) == [1]
+
+
+def _embed_in_child(embedder: MiniLMEmbedder, texts: list[str], answer) -> None:
+    answer.put(embedder.embed(texts))
+
+
+def test_a_forked_process_embeds_with_threads_of_its_own(embedder: MiniLMEmbedder) -> None:
+    """A child inherits the parent's worker pool but not its threads: it starts its own
+    instead of waiting for ever on threads that do not exist (bounded here by the get)."""
+    import multiprocessing
+
+    expected = embedder.embed(SENTENCES)  # the parent's pool exists from here
+    fork = multiprocessing.get_context("fork")
+    answer = fork.Queue()
+    child = fork.Process(target=_embed_in_child, args=(embedder, SENTENCES, answer))
+    child.start()
+    try:
+        vectors = answer.get(timeout=100)
+    finally:
+        child.join(timeout=10)
+        if child.is_alive():
+            child.kill()
+    np.testing.assert_allclose(vectors, expected, atol=1e-6)
+    assert child.exitcode == 0
 
 
 def test_non_string_input_raises(embedder: MiniLMEmbedder) -> None:
