@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import statistics
 import sys
 import time
@@ -25,7 +24,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import load_corpus_chunks  # noqa: E402
+from common import sample_chunk_texts  # noqa: E402
 
 from hetriever.config import Settings  # noqa: E402
 from hetriever.embed import MiniLMEmbedder, default_threads  # noqa: E402
@@ -41,12 +40,9 @@ def main() -> int:
     args = parser.parse_args()
     configure_logging("ERROR")
 
-    corpus = load_corpus_chunks("hugo-docs")
-    if corpus is None:
-        print("hugo-docs v2 not found (set HETRIEVER_CORPORA)", file=sys.stderr)
+    texts = sample_chunk_texts(args.chunks, args.seed)
+    if texts is None:
         return 1
-    texts = [c.text for c in corpus.chunks]
-    texts = random.Random(args.seed).sample(texts, min(args.chunks, len(texts)))
     settings = Settings()
     embedders = {p: MiniLMEmbedder(settings.resolved_model_dir, precision=p,
                                    batch_size=settings.embed_batch_size,

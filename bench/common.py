@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -116,6 +117,17 @@ def load_corpus_chunks(name: str, version: str = "v2", *, settings: Settings | N
         commit = _commit_tree(work)
         repo = Repository(name=repo_name or name, path=work)
         return process_repo(repo, commit, settings, f"{name}/{version}")
+
+
+def sample_chunk_texts(count: int, seed: int, name: str = "hugo-docs") -> list[str] | None:
+    """A seeded sample of `count` chunk texts of a v2 corpus (None when it is absent, after
+    saying so on stderr)."""
+    corpus = load_corpus_chunks(name)
+    if corpus is None:
+        print(f"{name} v2 not found (set HETRIEVER_CORPORA)", file=sys.stderr)
+        return None
+    texts = [c.text for c in corpus.chunks]
+    return random.Random(seed).sample(texts, min(count, len(texts)))
 
 
 def load_sample_chunks(copies: int, *, settings: Settings | None = None,

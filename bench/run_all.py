@@ -13,8 +13,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 # Cheap first; the store/quality/flow/load benches index whole corpora and take minutes.
-ORDER = ["ingest", "bm25", "embed", "filter", "chroma_text", "store", "quality", "flow", "load",
-         "access", "serve", "cluster", "follow", "small_change"]
+ORDER = ["ingest", "bm25", "embed", "side_by_side", "filter", "chroma_text", "store", "quality",
+         "flow", "load", "access", "serve", "cluster", "follow", "small_change"]
 
 
 def main(argv: list[str]) -> int:
