@@ -183,12 +183,12 @@ class Settings(_Layered):
     model_dir: Path | None = None  # where the offline ONNX model lives; default under ~/.cache
     ollama_url: str = "http://127.0.0.1:11434"
     embed_batch_size: int = 64
-    # Padded word-pieces in the model at once (rows x longest row; split between batches run
-    # side by side): bounds the model's activation
-    # memory, which otherwise peaks at ~1 GB on 64 rows of 256 pieces. 1024 vs 2048: full
-    # ingest peak 357 vs 403 MB (hugo-docs), 421 vs 453 MB (opentelemetry-io), embedding
-    # throughput 53 vs 49 chunks/s (800 real chunks, alternating passes): no slower. 512 vs
-    # 1024: the embedder alone 240 vs 262-271 MB, throughput 49.0 vs 47.0 chunks/s (medians).
+    # Padded word-pieces in the model at once (rows x longest row; split between batches run side
+    # by side): bounds the model's activation memory, which otherwise peaks at ~1 GB on 64 rows
+    # of 256 pieces. 1024 vs 2048: full ingest peak 357 vs 403 MB (hugo-docs), 421 vs 453 MB
+    # (opentelemetry-io), embedding throughput 53 vs 49 chunks/s (800 real chunks, alternating
+    # passes): no slower. 512 vs 1024: the embedder alone 240 vs 262-271 MB, throughput 49.0 vs
+    # 47.0 chunks/s (medians).
     embed_batch_tokens: int = 512
     # "int8": the dynamically quantized all-MiniLM-L6-v2 (built by `prepare-model`); another
     # model to a collection, so switching goes through `hetriever migrate`.

@@ -109,12 +109,12 @@ class _Counters:
             self.texts_embedded = 0
 
 
-# Padded word-pieces in the model at once (per call; split between the batches that run side
-# by side). Activation memory grows with rows x width (and attention
-# with rows x width^2): on 512 hugo-docs chunks the process peaked at 906 MB uncapped, 396 MB
-# at 4096 and 289 MB at 2048; 1024 lowered a full ingest's peak by another ~40 MB and 512 by
-# ~25 MB more, at no measured cost in throughput (1,500 real chunks, alternating runs: 49.0 vs
-# 47.0 chunks/s at 1024); 256 saved nothing more. Long texts then go 2 at a time, short ones 64.
+# Padded word-pieces in the model at once (per call; split between the batches that run side by
+# side). Activation memory grows with rows x width (and attention with rows x width^2): on 512
+# hugo-docs chunks the process peaked at 906 MB uncapped, 396 MB at 4096 and 289 MB at 2048;
+# 1024 lowered a full ingest's peak by another ~40 MB and 512 by ~25 MB more, at no measured cost
+# in throughput (1,500 real chunks, alternating runs: 49.0 vs 47.0 chunks/s at 1024); 256 saved
+# nothing more. Long texts then go 2 at a time, short ones 64.
 DEFAULT_BATCH_TOKENS = 512
 
 
@@ -247,8 +247,8 @@ class MiniLMEmbedder(_Counters):
     @staticmethod
     def _run(session: Any, inputs: dict[str, Any]) -> np.ndarray:
         """One batch's hidden states summed over each text's word-pieces, [rows, 384]: the
-        states themselves (~1.5 KB per word-piece) are not kept past the batch. Two calls
-        into numpy, so a worker seldom waits for the GIL behind other Python work."""
+        states themselves (~1.5 KB per word-piece) are not kept past the batch. Only a few
+        calls into numpy, so a worker seldom waits for the GIL behind other Python work."""
         try:
             hidden = session.run(["last_hidden_state"], inputs)[0]
         except Exception as exc:
