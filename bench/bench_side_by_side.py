@@ -36,7 +36,7 @@ if str(REPO_ROOT) not in sys.path:
 
 import numpy as np  # noqa: E402
 
-from bench.common import sample_chunk_texts  # noqa: E402
+from bench.common import print_table, sample_chunk_texts  # noqa: E402
 from hetriever.config import Settings  # noqa: E402
 from hetriever.embed import MiniLMEmbedder, default_threads  # noqa: E402
 from hetriever.logs import configure_logging  # noqa: E402
@@ -126,10 +126,10 @@ def main() -> int:
         return 0
     print(f"{report['chunks']} hugo-docs v2 chunks, {report['threads']} threads, median of "
           f"{args.repeat}; vectors differ by at most {difference:.1e}")
-    print(f"{'beside the embedding':<18} {'side by side':>13} {'one at a time':>14} {'ratio':>6}")
-    for load, row in report["seconds"].items():
-        side, one = row["side by side"], row["one at a time"]
-        print(f"{load:<18} {side:>11.2f} s {one:>12.2f} s {one / side:>6.2f}")
+    print_table(["beside the embedding", "side by side s", "one at a time s", "ratio"],
+                [[load, row["side by side"], row["one at a time"],
+                  f"{row['one at a time'] / row['side by side']:.2f}"]
+                 for load, row in report["seconds"].items()])
     return 0
 
 

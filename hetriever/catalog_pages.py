@@ -19,6 +19,7 @@ from hetriever.catalog_records import (
     TitleHit,
 )
 from hetriever.links import links_of
+from hetriever.sqlite_files import in_batches
 
 
 class PageKeys:
@@ -33,10 +34,8 @@ class PageKeys:
 
     def link_sources(self, collection: str, keys: Iterable[str]) -> dict[str, set[str]]:
         """{key: the files linking to it} for those of `keys` that some file links to."""
-        keys = list(keys)
         out: dict[str, set[str]] = {}
-        for start in range(0, len(keys), 500):  # within SQLite's bound on parameters
-            part = keys[start:start + 500]
+        for part in in_batches(list(keys)):
             marks = ",".join("?" * len(part))
             for r in self._rows(f"SELECT key, path FROM links WHERE collection = ? AND key IN "
                                 f"({marks})", (collection, *part)):

@@ -21,7 +21,7 @@ from hetriever.errors import (
 )
 from hetriever.logs import get_logger
 from hetriever.models import Repository
-from hetriever.names import (  # noqa: F401 (re-exported)
+from hetriever.names import (
     NAME_MAX,
     NAME_MIN,
     as_given,
@@ -33,7 +33,6 @@ if TYPE_CHECKING:
     from hetriever.config import Settings
 
 log = get_logger(__name__)
-
 
 
 def validate_repository_name(name: str, path: str | Path) -> str:

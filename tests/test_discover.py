@@ -21,8 +21,9 @@ from hetriever.discover import (
     validate_repository_name,
 )
 from hetriever.errors import InvalidRepositoryNameError, SourceError
-from hetriever.repositories import as_given, check_usable, repository_name
 from hetriever.models import ChangeKind, FileChange, Repository
+from hetriever.names import as_given, repository_name
+from hetriever.repositories import check_usable
 from tests.helpers import (
     add_submodule,
     commit_all,

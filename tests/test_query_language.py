@@ -13,6 +13,7 @@ def query_language(text, languages, counts=({}, [])):
     """By script alone (no word counts): what a site whose index holds none of the words says."""
     return _query_language(text, languages, lambda: counts)
 
+
 OTEL = ("en", "bn", "es", "fr", "ja", "ko", "pl", "pt", "ro", "uk", "zh")
 
 

@@ -22,7 +22,7 @@ def status_rows(settings, repos) -> list[dict[str, Any]]:
     from hetriever.discover import head_commit
     from hetriever.errors import SourceError
     from hetriever.lifecycle import needs_migration
-    from hetriever.repositories import is_valid_repository_name
+    from hetriever.names import is_valid_repository_name
     from hetriever.store import get_knowledge_store
 
     problem = index_problem(settings)
