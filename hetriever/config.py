@@ -10,21 +10,18 @@ field names below, at the top level or under a `[hetriever]` table (webhook sett
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import math
 import os
 import tomllib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, Mapping
 from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
-from pydantic_settings import (BaseSettings, EnvSettingsSource, NoDecode,
-                               PydanticBaseSettingsSource, SettingsConfigDict)
-from pydantic_settings.sources.utils import parse_env_vars
+from pydantic_settings import (BaseSettings, NoDecode, PydanticBaseSettingsSource,
+                               SettingsConfigDict)
 
+from hetriever.config_sources import FileSource, MappingEnvSource, reading
 from hetriever.errors import ConfigurationError
 
 ENV_PREFIX = "HETRIEVER_"
@@ -35,49 +32,6 @@ FALSE_WORDS = {"0", "false", "no", "off", ""}
 MODEL_MAX_TOKENS = 256
 MINILM_NAME = "all-MiniLM-L6-v2"  # the offline model, built from a PyPI package
 MODEL_SPECS = f"{MINILM_NAME!r}, 'sentence-transformers:<name-or-path>' or 'ollama:<model>'"
-
-
-class _Sources:
-    """Where one `load_settings` call reads from: an environment mapping and a config file.
-
-    Held in a context variable so that the nested webhook settings, built by their own
-    pydantic-settings class, read the same environment and file as the outer model.
-    """
-
-    def __init__(self, env: Mapping[str, str], file_data: dict[str, Any]) -> None:
-        self.env = env
-        self.file_data = file_data
-
-
-_SOURCES: contextvars.ContextVar[_Sources | None] = contextvars.ContextVar("_SOURCES", default=None)
-
-
-class _MappingEnvSource(EnvSettingsSource):
-    """pydantic-settings' environment source over the mapping `load_settings` was given."""
-
-    def _load_env_vars(self) -> Mapping[str, str | None]:
-        sources = _SOURCES.get()
-        env = os.environ if sources is None else sources.env
-        return parse_env_vars(env, self.case_sensitive, self.env_ignore_empty,
-                              self.env_parse_none_str)
-
-
-class _FileSource(PydanticBaseSettingsSource):
-    """The config file's table for one settings class (already read and checked)."""
-
-    def __init__(self, settings_cls: type[BaseSettings], table: str | None) -> None:
-        super().__init__(settings_cls)
-        self.table = table
-
-    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
-        return None, field_name, False  # __call__ answers for all fields at once
-
-    def __call__(self) -> dict[str, Any]:
-        sources = _SOURCES.get()
-        data = {} if sources is None else sources.file_data
-        if self.table is None:
-            return {k: v for k, v in data.items() if k != "webhook"}
-        return dict(data.get(self.table) or {})
 
 
 def _pairs(raw: Any) -> Any:
@@ -115,7 +69,7 @@ class _Layered(BaseSettings):
                                    file_secret_settings: PydanticBaseSettingsSource,
                                    ) -> tuple[PydanticBaseSettingsSource, ...]:
         table = "webhook" if issubclass(settings_cls, WebhookSettings) else None
-        return (init_settings, _MappingEnvSource(settings_cls), _FileSource(settings_cls, table))
+        return (init_settings, MappingEnvSource(settings_cls), FileSource(settings_cls, table))
 
     @field_validator("*", mode="before")
     @classmethod
@@ -394,15 +348,6 @@ def _read_file(path: Path) -> dict[str, Any]:
     return data
 
 
-@contextlib.contextmanager
-def _reading(env: Mapping[str, str], file_data: dict[str, Any]) -> Iterator[None]:
-    token = _SOURCES.set(_Sources(env, file_data))
-    try:
-        yield
-    finally:
-        _SOURCES.reset(token)
-
-
 def load_settings(env: Mapping[str, str] | None = None, config_file: Path | None = None,
                   **overrides: Any) -> Settings:
     """Build validated settings from defaults, the config file, the environment and overrides."""
@@ -417,7 +362,7 @@ def load_settings(env: Mapping[str, str] | None = None, config_file: Path | None
                                      hint=f"known settings are: {', '.join(setting_names())}")
     given = {name: raw for name, raw in overrides.items() if raw is not None}
     try:
-        with _reading(env, file_data):
+        with reading(env, file_data):
             return validate(Settings(**given))
     except ValidationError as exc:
         raise _configuration_error(exc) from None
