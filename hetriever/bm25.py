@@ -34,8 +34,8 @@ from hetriever.analyzer import (  # noqa: F401  (STEM_DEFAULT, STOPWORDS re-expo
     tokenize,
 )
 from hetriever.bm25_file import (  # noqa: F401  (SCHEMA_VERSION re-exported)
-    _FILE_INDEX,
-    _FILE_PATH,
+    FILE_INDEX,
+    FILE_PATH,
     SCHEMA_VERSION,
     clear_postings,
     create_schema,
@@ -167,7 +167,7 @@ class BM25Index:
             self._depth = 1
             try:
                 if not self._file_index_ready:
-                    self._wconn.execute(_FILE_INDEX)
+                    self._wconn.execute(FILE_INDEX)
                 self._sync_vocab(self._wconn)
                 yield
                 self._commit()
@@ -322,7 +322,7 @@ class BM25Index:
             self._check_open()
             for part in in_batches(paths):
                 found.update(r[0] for r in self._wconn.execute(
-                    f"SELECT id FROM docs WHERE {_FILE_PATH} IN ({','.join('?' * len(part))})",
+                    f"SELECT id FROM docs WHERE {FILE_PATH} IN ({','.join('?' * len(part))})",
                     part))
         return found
 
@@ -336,7 +336,7 @@ class BM25Index:
                 return self._current().file_counts()
             self._check_open()
             return {path: count for path, count in self._rconn.execute(
-                f"SELECT {_FILE_PATH}, COUNT(*) FROM docs "
+                f"SELECT {FILE_PATH}, COUNT(*) FROM docs "
                 "WHERE json_type(metadata, '$.file_path') = 'text' "
                 "AND json_type(metadata, '$.is_deleted') IS NOT 'true' GROUP BY 1")}
 

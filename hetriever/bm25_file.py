@@ -33,8 +33,8 @@ CREATE INDEX IF NOT EXISTS changelog_gen ON changelog(gen);
 SCHEMA_VERSION = "1"
 # Documents by file, for a writer: an index on an expression, added by the first write of an
 # older file (readers never need it, and the schema is otherwise unchanged).
-_FILE_PATH = "json_extract(metadata, '$.file_path')"
-_FILE_INDEX = f"CREATE INDEX IF NOT EXISTS docs_file_path ON docs({_FILE_PATH})"
+FILE_PATH = "json_extract(metadata, '$.file_path')"
+FILE_INDEX = f"CREATE INDEX IF NOT EXISTS docs_file_path ON docs({FILE_PATH})"
 # A write touching more ids than this is not logged; readers reload instead of replaying.
 _LOG_MAX_IDS = 5000
 # Changelog rows older than this many generations are trimmed.

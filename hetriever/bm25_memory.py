@@ -1,5 +1,6 @@
 """The in-memory side of the BM25 index: postings in CSR segments, tombstones, compaction,
-the equality index filters use, and Okapi scoring with a deterministic top k. `hetriever.bm25`
+the equality index filters use, and Okapi scoring with a deterministic top k (each chunk's
+metadata is held column by column: `hetriever.bm25_metadata`). `hetriever.bm25`
 loads it from SQLite (`_State.from_rows`) and keeps it in step with other writers.
 """
 
@@ -7,12 +8,12 @@ from __future__ import annotations
 
 import json
 import math
-import sys
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from hetriever.bm25_metadata import ChunkMetadata
 from hetriever.filters import equality_terms, matches, only_equalities
 from hetriever.malloc import release_free_memory
 
@@ -71,111 +72,6 @@ class _Segment:
         return terms, self.docs, self.tfs
 
 
-_UNSHARED_KEYS = frozenset({"content_hash"})  # one value per chunk: nothing to share
-_ABSENT = object()  # a key this chunk's metadata does not have
-
-
-def _held(key: str, value: Any) -> Any:
-    """How a metadata value is held: strings interned (every chunk of a page repeats its
-    repository, path, title, description, URL and section), lists as tuples, so that holding
-    them shares one copy across chunks."""
-    if type(value) is str:
-        return value if key in _UNSHARED_KEYS else sys.intern(value)
-    if type(value) is list:
-        return tuple(_held(key, v) for v in value)
-    return value
-
-
-def _given(value: Any) -> Any:
-    return list(value) if type(value) is tuple else value
-
-
-class _MetaRow(Mapping):
-    """One chunk's metadata, read from the columns (a view: nothing is copied)."""
-
-    __slots__ = ("_columns", "_slot")
-
-    def __init__(self, columns: dict[str, list], slot: int):
-        self._columns = columns
-        self._slot = slot
-
-    def __getitem__(self, key: str) -> Any:
-        value = self.get(key, _ABSENT)
-        if value is _ABSENT:
-            raise KeyError(key)
-        return value
-
-    def get(self, key: str, default: Any = None) -> Any:
-        column = self._columns.get(key)
-        value = _ABSENT if column is None else column[self._slot]
-        return default if value is _ABSENT else _given(value)
-
-    def __iter__(self) -> Iterator[str]:
-        slot = self._slot
-        return (key for key, column in self._columns.items() if column[slot] is not _ABSENT)
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
-
-
-class _Metadata:
-    """Per-chunk metadata held as one list per key instead of one dict per chunk.
-
-    A dict of ~17 keys costs ~0.7 KB per chunk; a column slot costs 8 bytes, and the values
-    themselves are shared (`_held`). Measured at 100k chunks in bench/README.md ("Memory")."""
-
-    def __init__(self) -> None:
-        self._columns: dict[str, list] = {}
-        self._n = 0
-
-    def __len__(self) -> int:
-        return self._n
-
-    def __getitem__(self, slot: int) -> _MetaRow:
-        return _MetaRow(self._columns, slot)
-
-    def dict_of(self, slot: int) -> dict:
-        """A copy of one chunk's metadata, in one pass over the columns."""
-        return {key: _given(value) for key, column in self._columns.items()
-                if (value := column[slot]) is not _ABSENT}
-
-    def fields_of(self, slot: int, keys: Sequence[str]) -> dict:
-        """`keys` of one chunk's metadata (those it has)."""
-        out = {}
-        for key in keys:
-            column = self._columns.get(key)
-            if column is not None and (value := column[slot]) is not _ABSENT:
-                out[key] = _given(value)
-        return out
-
-    def append(self, meta: Mapping) -> None:
-        n = self._n
-        for key, value in meta.items():
-            column = self._columns.get(key)
-            if column is None:
-                column = self._columns[sys.intern(key)] = [_ABSENT] * n
-            column.append(_held(key, value))
-        self._n = n + 1
-        for column in self._columns.values():
-            if len(column) == n:
-                column.append(_ABSENT)
-
-    def column(self, key: str) -> list:
-        """Every slot's value of `key` (`_ABSENT` where a chunk lacks it), not copied."""
-        return self._columns.get(key) or [_ABSENT] * self._n
-
-    def take(self, slots: Iterable[int]) -> _Metadata:
-        """The metadata of `slots`, in that order (compaction)."""
-        slots = list(slots)
-        out = _Metadata()
-        for key, column in self._columns.items():
-            kept = [column[s] for s in slots]
-            if any(v is not _ABSENT for v in kept):
-                out._columns[key] = kept
-        out._n = len(slots)
-        return out
-
-
 def _value_key(value: Any) -> tuple | None:
     """Key for the equality index, following filters' equality (2 == 2.0, bools apart)."""
     if isinstance(value, bool):
@@ -213,7 +109,7 @@ class _State:
     compaction; a replaced or deleted doc's slot is tombstoned."""
 
     def __init__(self, generation: int, doc_ids: list[str], lengths: np.ndarray,
-                 metas: _Metadata, term_ids: np.ndarray, docs: np.ndarray | None,
+                 metas: ChunkMetadata, term_ids: np.ndarray, docs: np.ndarray | None,
                  tfs: np.ndarray, n_terms: int, doc_ends: np.ndarray | None = None):
         self.generation = generation
         self.doc_ids = doc_ids
@@ -240,7 +136,7 @@ class _State:
         Streamed row by row: holding every row's JSON at once cost more than the index."""
         doc_ids: list[str] = []
         lengths: list[int] = []
-        metas = _Metadata()
+        metas = ChunkMetadata()
         term_bytes, tf_bytes = bytearray(), bytearray()  # no list of 100k small objects
         per_doc: list[int] = []
         for doc_id, length, meta, terms, tf in rows:
