@@ -11,7 +11,6 @@ many files uses one `git cat-file --batch` process, so a ~1000-file site takes m
 
 from __future__ import annotations
 
-import re
 from typing import Literal
 
 import git

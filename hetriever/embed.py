@@ -13,10 +13,8 @@ Other models are selected by `Settings.embedding_model`:
 
 from __future__ import annotations
 
-import json
 import os
 import threading
-import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial

