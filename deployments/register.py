@@ -1,10 +1,12 @@
-"""Create the work pool and register every deployment of prefect.yaml (idempotent).
+"""Create the work pool, the automation that marks Crashed the flow runs whose process is gone,
+and register every deployment of prefect.yaml (idempotent).
 
     python -m deployments.register [--pool hetriever-pool] [--prefect-file prefect.yaml]
 
 The same as `prefect work-pool create hetriever-pool --type process` followed by
-`prefect --no-prompt deploy --all`, except that an existing pool is kept as it is and the
-Prefect API is checked first, with a clear message when it cannot be reached.
+`prefect --no-prompt deploy --all` (plus the automation), except that an existing pool is
+kept as it is and the Prefect API is checked first, with a clear message when it cannot be
+reached.
 PREFECT_API_URL must point at the server; HETRIEVER_INGEST_CRON sets the ingest schedule.
 """
 
@@ -15,6 +17,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Sequence
+from datetime import timedelta
 from pathlib import Path
 
 from hetriever.logs import get_logger
@@ -71,6 +74,66 @@ def crash_orphaned_runs(pool: str = DEFAULT_POOL) -> int:
     return len(runs)
 
 
+UNRESPONSIVE_RUNS = "hetriever: crash flow runs that stopped sending heartbeats"
+HEARTBEATS_MISSED = 3  # heartbeats in a row a flow run may miss before it is marked Crashed
+
+
+def ensure_unresponsive_runs_crashed(within: timedelta | None = None) -> bool:
+    """The server's automation that marks Crashed a flow run whose process is gone; True if
+    created now (an automation of this name is kept as it is).
+
+    A flow run sends a heartbeat every `PREFECT_FLOWS_HEARTBEAT_FREQUENCY` seconds (180 by
+    default) until it ends. A worker container stopped or killed mid-run, or a lost machine,
+    leaves its run `Running` on the server for ever, holding its deployment's concurrency
+    slot, so every later run of that deployment would wait. After `within` (default: three
+    heartbeats) with neither a heartbeat nor an end, this automation marks the run Crashed
+    (Prefect's recipe for "zombie" flow runs); the index is safe, as the run never recorded
+    its commit, and the next run reconciles. `prefect-up` also marks the runs its last stop
+    cut short at once (`crash_orphaned_runs`); this covers the compose stack and workers that
+    die while the server runs on."""
+    from prefect.automations import Automation
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.objects import StateType
+    from prefect.events.actions import ChangeFlowRunState
+    from prefect.events.schemas.automations import EventTrigger, Posture
+    from prefect.events.schemas.events import ResourceSpecification
+    from prefect.settings import get_current_settings
+
+    if within is None:
+        every = get_current_settings().flows.heartbeat_frequency
+        if not every:  # heartbeats turned off: nothing to wait for
+            log.warning("flow_run_heartbeats_off", automation=UNRESPONSIVE_RUNS,
+                        hint="set PREFECT_FLOWS_HEARTBEAT_FREQUENCY (>= 30) to have flow runs "
+                             "whose process is gone marked Crashed")
+            return False
+        within = timedelta(seconds=HEARTBEATS_MISSED * every)
+    with get_client(sync_client=True) as client:
+        if client.read_automations_by_name(UNRESPONSIVE_RUNS):
+            return False
+    ends = {f"prefect.flow-run.{state}" for state in ("Completed", "Failed", "Cancelled",
+                                                      "Crashed")}
+    Automation(
+        name=UNRESPONSIVE_RUNS,
+        description=f"No heartbeat and no end for {int(within.total_seconds())} s: the "
+                    "process running the flow is gone (deployments/register.py)",
+        trigger=EventTrigger(
+            after={"prefect.flow-run.heartbeat"},
+            expect={"prefect.flow-run.heartbeat", *ends},
+            match=ResourceSpecification({"prefect.resource.id": ["prefect.flow-run.*"]}),
+            for_each={"prefect.resource.id"},
+            posture=Posture.Proactive,
+            threshold=1,
+            within=within,
+        ),
+        actions=[ChangeFlowRunState(
+            state=StateType.CRASHED, name="Crashed",
+            force=False,  # a run that has ended meanwhile keeps its end
+            message=f"no heartbeat for {int(within.total_seconds())} s: the process running "
+                    "this flow run is gone (marked by hetriever's automation)")],
+    ).create()
+    return True
+
+
 def deploy_all(prefect_file: Path = PROJECT_ROOT / "prefect.yaml", *, quiet: bool = False) -> int:
     """`prefect --no-prompt deploy --all` from the project root; returns its exit code.
     `quiet`: its output is shown only if it fails."""
@@ -102,6 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                   hint="start `prefect server start` or fix PREFECT_API_URL")
         return 1
     log.info("work_pool_ready", pool=args.pool, created=created)
+    log.info("unresponsive_runs_automation_ready", created=ensure_unresponsive_runs_crashed())
     code = deploy_all(args.prefect_file.resolve())
     log.info("deployments_registered" if code == 0 else "deploy_failed", exit_code=code)
     return code

@@ -166,10 +166,12 @@ def up(stack: Stack) -> int:
     try:
         from prefect.settings import temporary_settings, PREFECT_API_URL
 
-        from deployments.register import crash_orphaned_runs, ensure_work_pool
+        from deployments.register import (crash_orphaned_runs, ensure_unresponsive_runs_crashed,
+                                          ensure_work_pool)
 
         with temporary_settings({PREFECT_API_URL: stack.api_url}):
             created = ensure_work_pool(stack.pool)
+            ensure_unresponsive_runs_crashed()
             # Nothing of this stack runs flows yet: a run the server shows in flight is one
             # the stack's last stop cut short, and it holds its deployment's slot.
             idle = running_pid(stack, "worker") is None and not _flow_run_processes(stack)

@@ -132,3 +132,74 @@ def test_register_helper_without_api_url_says_what_to_do(deployed):
     result = _run([sys.executable, "-m", "deployments.register"], env)
     assert result.returncode == 2
     assert "PREFECT_API_URL" in result.stderr
+
+
+def _unresponsive_runs_automations() -> list:
+    from prefect.client.orchestration import get_client
+
+    from deployments.register import UNRESPONSIVE_RUNS
+
+    with get_client(sync_client=True) as client:
+        return client.read_automations_by_name(UNRESPONSIVE_RUNS)
+
+
+def test_register_helper_adds_the_unresponsive_runs_automation_once(deployed):
+    for _ in range(2):
+        result = _run([sys.executable, "-m", "deployments.register"], deployed["env"])
+        assert result.returncode == 0, result.stdout + result.stderr
+    (automation,) = _unresponsive_runs_automations()
+    assert automation.enabled
+    # three of Prefect's default heartbeats (every 180 s) may be missed, not fewer
+    assert automation.trigger.within.total_seconds() == 3 * 180
+    (action,) = automation.actions
+    assert action.type == "change-flow-run-state" and action.state.value == "CRASHED"
+
+
+def test_a_flow_run_whose_heartbeats_stop_is_marked_crashed(prefect_harness):
+    """A worker killed mid-run leaves its flow run Running for ever (holding its deployment's
+    concurrency slot); the automation marks it Crashed once its heartbeats stop, and leaves a
+    run that ended alone. Here with a 10 s wait (the least Prefect takes) instead of 540 s."""
+    import asyncio
+    from datetime import timedelta
+
+    from prefect import flow
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.objects import StateType
+    from prefect.events import Event, get_events_client
+    from prefect.states import Completed, Running
+
+    from deployments.register import ensure_unresponsive_runs_crashed
+
+    @flow(name="heartbeat-probe")
+    def probe() -> None:
+        pass
+
+    with get_client(sync_client=True) as client:
+        for old in _unresponsive_runs_automations():  # the registered one waits 540 s
+            client.delete_automation(old.id)
+        assert ensure_unresponsive_runs_crashed(within=timedelta(seconds=10))
+        assert not ensure_unresponsive_runs_crashed(within=timedelta(seconds=10))  # kept
+        (automation,) = _unresponsive_runs_automations()
+        try:
+            gone, ended = (client.create_flow_run(probe, name=name, state=Running())
+                           for name in ("gone", "ended"))
+
+            async def heartbeats() -> None:
+                async with get_events_client() as events:
+                    for run in (gone, ended):
+                        await events.emit(Event(
+                            event="prefect.flow-run.heartbeat",
+                            resource={"prefect.resource.id": f"prefect.flow-run.{run.id}"}))
+
+            asyncio.run(heartbeats())
+            client.set_flow_run_state(ended.id, Completed())  # its end: expected, no crash
+            deadline = time.monotonic() + 90
+            while (time.monotonic() < deadline
+                   and client.read_flow_run(gone.id).state.type != StateType.CRASHED):
+                time.sleep(2)
+            state = client.read_flow_run(gone.id).state
+            assert state.type == StateType.CRASHED, state
+            assert "no heartbeat for 10 s" in (state.message or "")
+            assert client.read_flow_run(ended.id).state.type == StateType.COMPLETED
+        finally:
+            client.delete_automation(automation.id)

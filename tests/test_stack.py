@@ -90,6 +90,14 @@ def test_stack_up_runs_the_schedule_that_catches_a_missed_push_and_down_stops_it
         worker_pid = int((directory / "worker.pid").read_text())
         assert os.getpriority(os.PRIO_PROCESS, server_pid) == min(19, ours + SERVER_NICENESS)
         assert os.getpriority(os.PRIO_PROCESS, worker_pid) == ours
+        # A run whose worker dies while the server runs on is marked Crashed in time.
+        from prefect.client.orchestration import get_client
+        from prefect.settings import PREFECT_API_URL, temporary_settings
+
+        from deployments.register import UNRESPONSIVE_RUNS
+
+        with temporary_settings({PREFECT_API_URL: api}), get_client(sync_client=True) as client:
+            assert len(client.read_automations_by_name(UNRESPONSIVE_RUNS)) == 1
         again = stack("up", env, directory)  # idempotent: nothing new is started
         assert again.returncode == 0 and "worker    already running" in again.stdout
         # Another port while this stack runs would register the deployments elsewhere.
