@@ -80,7 +80,8 @@ HEARTBEATS_MISSED = 3  # heartbeats in a row a flow run may miss before it is ma
 
 def ensure_unresponsive_runs_crashed(within: timedelta | None = None) -> bool:
     """The server's automation that marks Crashed a flow run whose process is gone; True if
-    created now (an automation of this name is kept as it is).
+    created now (one of this name that waits as long is kept; one that waits otherwise, made
+    under another heartbeat frequency, is replaced).
 
     A flow run sends a heartbeat every `PREFECT_FLOWS_HEARTBEAT_FREQUENCY` seconds (180 by
     default) until it ends. A worker container stopped or killed mid-run, or a lost machine,
@@ -108,8 +109,10 @@ def ensure_unresponsive_runs_crashed(within: timedelta | None = None) -> bool:
             return False
         within = timedelta(seconds=HEARTBEATS_MISSED * every)
     with get_client(sync_client=True) as client:
-        if client.read_automations_by_name(UNRESPONSIVE_RUNS):
-            return False
+        for existing in client.read_automations_by_name(UNRESPONSIVE_RUNS):
+            if getattr(existing.trigger, "within", None) == within:
+                return False
+            client.delete_automation(existing.id)
     ends = {f"prefect.flow-run.{state}" for state in ("Completed", "Failed", "Cancelled",
                                                       "Crashed")}
     Automation(

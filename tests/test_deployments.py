@@ -175,10 +175,9 @@ def test_a_flow_run_whose_heartbeats_stop_is_marked_crashed(prefect_harness):
         pass
 
     with get_client(sync_client=True) as client:
-        for old in _unresponsive_runs_automations():  # the registered one waits 540 s
-            client.delete_automation(old.id)
+        # replaces one that waits longer (registered by another test: 540 s), then keeps it
         assert ensure_unresponsive_runs_crashed(within=timedelta(seconds=10))
-        assert not ensure_unresponsive_runs_crashed(within=timedelta(seconds=10))  # kept
+        assert not ensure_unresponsive_runs_crashed(within=timedelta(seconds=10))
         (automation,) = _unresponsive_runs_automations()
         try:
             gone, ended = (client.create_flow_run(probe, name=name, state=Running())
