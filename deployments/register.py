@@ -75,6 +75,8 @@ def crash_orphaned_runs(pool: str = DEFAULT_POOL) -> int:
 
 
 UNRESPONSIVE_RUNS = "hetriever: crash flow runs that stopped sending heartbeats"
+# Only hetriever's flows: a server of your own may run flows whose heartbeats come less often.
+FLOW_NAMES = ("ingest", "index-repository", "migrate", "query")
 HEARTBEATS_MISSED = 3  # heartbeats in a row a flow run may miss before it is marked Crashed
 
 
@@ -123,6 +125,8 @@ def ensure_unresponsive_runs_crashed(within: timedelta | None = None) -> bool:
             after={"prefect.flow-run.heartbeat"},
             expect={"prefect.flow-run.heartbeat", *ends},
             match=ResourceSpecification({"prefect.resource.id": ["prefect.flow-run.*"]}),
+            match_related=ResourceSpecification({"prefect.resource.role": "flow",
+                                                 "prefect.resource.name": list(FLOW_NAMES)}),
             for_each={"prefect.resource.id"},
             posture=Posture.Proactive,
             threshold=1,

@@ -170,8 +170,12 @@ def test_a_flow_run_whose_heartbeats_stop_is_marked_crashed(prefect_harness):
 
     from deployments.register import ensure_unresponsive_runs_crashed
 
-    @flow(name="heartbeat-probe")
+    @flow(name="ingest")  # one of hetriever's flows; another flow's runs are left alone
     def probe() -> None:
+        pass
+
+    @flow(name="someone-elses-flow")
+    def other() -> None:
         pass
 
     with get_client(sync_client=True) as client:
@@ -180,15 +184,19 @@ def test_a_flow_run_whose_heartbeats_stop_is_marked_crashed(prefect_harness):
         assert not ensure_unresponsive_runs_crashed(within=timedelta(seconds=10))
         (automation,) = _unresponsive_runs_automations()
         try:
-            gone, ended = (client.create_flow_run(probe, name=name, state=Running())
-                           for name in ("gone", "ended"))
+            gone, ended, foreign = (client.create_flow_run(flow, name=name, state=Running())
+                                    for flow, name in ((probe, "gone"), (probe, "ended"),
+                                                       (other, "foreign")))
 
-            async def heartbeats() -> None:
+            async def heartbeats() -> None:  # as a flow run's heartbeat thread sends them
                 async with get_events_client() as events:
-                    for run in (gone, ended):
+                    for run, flow in ((gone, probe), (ended, probe), (foreign, other)):
                         await events.emit(Event(
                             event="prefect.flow-run.heartbeat",
-                            resource={"prefect.resource.id": f"prefect.flow-run.{run.id}"}))
+                            resource={"prefect.resource.id": f"prefect.flow-run.{run.id}"},
+                            related=[{"prefect.resource.id": f"prefect.flow.{run.flow_id}",
+                                      "prefect.resource.role": "flow",
+                                      "prefect.resource.name": flow.name}]))
 
             asyncio.run(heartbeats())
             client.set_flow_run_state(ended.id, Completed())  # its end: expected, no crash
@@ -200,5 +208,6 @@ def test_a_flow_run_whose_heartbeats_stop_is_marked_crashed(prefect_harness):
             assert state.type == StateType.CRASHED, state
             assert "no heartbeat for 10 s" in (state.message or "")
             assert client.read_flow_run(ended.id).state.type == StateType.COMPLETED
+            assert client.read_flow_run(foreign.id).state.type == StateType.RUNNING
         finally:
             client.delete_automation(automation.id)
