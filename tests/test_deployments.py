@@ -155,59 +155,88 @@ def test_register_helper_adds_the_unresponsive_runs_automation_once(deployed):
     assert action.type == "change-flow-run-state" and action.state.value == "CRASHED"
 
 
-def test_a_flow_run_whose_heartbeats_stop_is_marked_crashed(prefect_harness):
+PROBE_FLOW = """
+import sys, time
+from prefect import flow
+
+@flow(name="ingest", flow_run_name=sys.argv[1])  # named as hetriever's ingest flow
+def probe():
+    time.sleep(600)
+
+probe()
+"""
+
+
+def test_a_flow_run_whose_process_is_killed_is_marked_crashed(prefect_harness):
     """A worker killed mid-run leaves its flow run Running for ever (holding its deployment's
-    concurrency slot); the automation marks it Crashed once its heartbeats stop, and leaves a
-    run that ended alone. Here with a 10 s wait (the least Prefect takes) instead of 540 s."""
+    concurrency slot): once its heartbeats stop, the automation marks it Crashed. A real flow
+    run in a process killed with SIGKILL, here with a 10 s wait (the least Prefect takes)
+    instead of 540 s; another flow's run whose heartbeats stop is left alone."""
     import asyncio
+    import signal
+    import uuid
     from datetime import timedelta
 
     from prefect import flow
     from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
     from prefect.client.schemas.objects import StateType
     from prefect.events import Event, get_events_client
-    from prefect.states import Completed, Running
+    from prefect.states import Running
 
     from deployments.register import ensure_unresponsive_runs_crashed
-
-    @flow(name="ingest")  # one of hetriever's flows; another flow's runs are left alone
-    def probe() -> None:
-        pass
 
     @flow(name="someone-elses-flow")
     def other() -> None:
         pass
 
+    def state_of(run_id):
+        return client.read_flow_run(run_id).state
+
+    name = f"killed-{uuid.uuid4().hex[:8]}"
     with get_client(sync_client=True) as client:
         # replaces one that waits longer (registered by another test: 540 s), then keeps it
         assert ensure_unresponsive_runs_crashed(within=timedelta(seconds=10))
         assert not ensure_unresponsive_runs_crashed(within=timedelta(seconds=10))
         (automation,) = _unresponsive_runs_automations()
+        proc = subprocess.Popen([sys.executable, "-c", PROBE_FLOW, name],
+                                env=prefect_harness.env(), stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
         try:
-            gone, ended, foreign = (client.create_flow_run(flow, name=name, state=Running())
-                                    for flow, name in ((probe, "gone"), (probe, "ended"),
-                                                       (other, "foreign")))
+            deadline = time.monotonic() + 120
+            runs: list = []
+            while time.monotonic() < deadline and not (runs and runs[0].state.is_running()):
+                time.sleep(1)
+                runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(
+                    name=FlowRunFilterName(any_=[name])))
+            (killed,) = runs
+            assert killed.state.is_running() and proc.poll() is None
+            time.sleep(3)  # its first heartbeat goes out as it starts
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=30)
 
-            async def heartbeats() -> None:  # as a flow run's heartbeat thread sends them
+            foreign = client.create_flow_run(other, name="foreign", state=Running())
+
+            async def heartbeat() -> None:  # as a flow run's heartbeat thread sends it
                 async with get_events_client() as events:
-                    for run, flow in ((gone, probe), (ended, probe), (foreign, other)):
-                        await events.emit(Event(
-                            event="prefect.flow-run.heartbeat",
-                            resource={"prefect.resource.id": f"prefect.flow-run.{run.id}"},
-                            related=[{"prefect.resource.id": f"prefect.flow.{run.flow_id}",
-                                      "prefect.resource.role": "flow",
-                                      "prefect.resource.name": flow.name}]))
+                    await events.emit(Event(
+                        event="prefect.flow-run.heartbeat",
+                        resource={"prefect.resource.id": f"prefect.flow-run.{foreign.id}"},
+                        related=[{"prefect.resource.id": f"prefect.flow.{foreign.flow_id}",
+                                  "prefect.resource.role": "flow",
+                                  "prefect.resource.name": other.name}]))
 
-            asyncio.run(heartbeats())
-            client.set_flow_run_state(ended.id, Completed())  # its end: expected, no crash
+            asyncio.run(heartbeat())
             deadline = time.monotonic() + 90
-            while (time.monotonic() < deadline
-                   and client.read_flow_run(gone.id).state.type != StateType.CRASHED):
+            while time.monotonic() < deadline and state_of(killed.id).type != StateType.CRASHED:
                 time.sleep(2)
-            state = client.read_flow_run(gone.id).state
+            state = state_of(killed.id)
             assert state.type == StateType.CRASHED, state
             assert "no heartbeat for 10 s" in (state.message or "")
-            assert client.read_flow_run(ended.id).state.type == StateType.COMPLETED
-            assert client.read_flow_run(foreign.id).state.type == StateType.RUNNING
+            time.sleep(5)  # the foreign run's 10 s are up too
+            assert state_of(foreign.id).type == StateType.RUNNING
         finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
             client.delete_automation(automation.id)
