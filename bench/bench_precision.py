@@ -11,7 +11,6 @@ quality of the two is bench_quality.py's job (run it with HETRIEVER_EMBEDDING_PR
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -24,30 +23,17 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import sample_chunk_texts  # noqa: E402
+from common import embedding_bench_args, settings_embedder  # noqa: E402
 
-from hetriever.config import Settings  # noqa: E402
-from hetriever.embed import MiniLMEmbedder, default_threads  # noqa: E402
-from hetriever.logs import configure_logging  # noqa: E402
+from hetriever.embed import default_threads  # noqa: E402
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--chunks", type=int, default=600)
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
-    configure_logging("ERROR")
-
-    texts = sample_chunk_texts(args.chunks, args.seed)
-    if texts is None:
+    setup = embedding_bench_args(__doc__.splitlines()[0], chunks=600)
+    if setup is None:
         return 1
-    settings = Settings()
-    embedders = {p: MiniLMEmbedder(settings.resolved_model_dir, precision=p,
-                                   batch_size=settings.embed_batch_size,
-                                   batch_tokens=settings.embed_batch_tokens)
-                 for p in ("fp32", "int8")}
+    args, texts = setup
+    embedders = {p: settings_embedder(precision=p) for p in ("fp32", "int8")}
     vectors = {p: e.embed(texts) for p, e in embedders.items()}  # also the warm-up
     seconds: dict[str, list[float]] = {p: [] for p in embedders}
     for _ in range(args.repeat):

@@ -19,7 +19,6 @@ The two ways alternate within each repeat; each cell is the median of `--repeat`
 
 from __future__ import annotations
 
-import argparse
 import json
 import multiprocessing
 import statistics
@@ -36,10 +35,8 @@ if str(REPO_ROOT) not in sys.path:
 
 import numpy as np  # noqa: E402
 
-from bench.common import print_table, sample_chunk_texts  # noqa: E402
-from hetriever.config import Settings  # noqa: E402
-from hetriever.embed import MiniLMEmbedder, default_threads  # noqa: E402
-from hetriever.logs import configure_logging  # noqa: E402
+from bench.common import embedding_bench_args, print_table, settings_embedder  # noqa: E402
+from hetriever.embed import default_threads  # noqa: E402
 
 
 def _spin(stop: Callable[[], bool]) -> None:
@@ -86,21 +83,11 @@ LOADS = {"idle": idle, "a Python thread": python_thread, "another process": anot
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--chunks", type=int, default=1200)
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
-    configure_logging("ERROR")
-
-    texts = sample_chunk_texts(args.chunks, args.seed)
-    if texts is None:
+    setup = embedding_bench_args(__doc__.splitlines()[0], chunks=1200)
+    if setup is None:
         return 1
-    settings = Settings()
-    ways = {name: MiniLMEmbedder(settings.resolved_model_dir, side_by_side=side,
-                                 batch_size=settings.embed_batch_size,
-                                 batch_tokens=settings.embed_batch_tokens)
+    args, texts = setup
+    ways = {name: settings_embedder(side_by_side=side)
             for name, side in (("side by side", True), ("one at a time", False))}
     vectors = {name: e.embed(texts) for name, e in ways.items()}  # also the warm-up
     difference = float(np.abs(vectors["side by side"] - vectors["one at a time"]).max())

@@ -7,6 +7,8 @@
   caches.
 - `bench_settings()` / `make_store()`: an embedded store whose data lives in one directory.
 - `chroma_server()`: a `chroma run` on loopback for `--server` runs.
+- `embedding_bench_args()` / `settings_embedder()`: the embedding benches' command line, chunk
+  sample and embedder.
 - small statistics and table helpers.
 
 Corpora are looked up at $HETRIEVER_CORPORA, else ../shared/corpora beside the repository.
@@ -14,6 +16,7 @@ Corpora are looked up at $HETRIEVER_CORPORA, else ../shared/corpora beside the r
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import dataclasses
 import os
@@ -128,6 +131,33 @@ def sample_chunk_texts(count: int, seed: int, name: str = "hugo-docs") -> list[s
         return None
     texts = [c.text for c in corpus.chunks]
     return random.Random(seed).sample(texts, min(count, len(texts)))
+
+
+def embedding_bench_args(description: str, chunks: int) -> tuple[argparse.Namespace,
+                                                                  list[str]] | None:
+    """The command line of the embedding benches (`--chunks`, `--repeat`, `--seed`, `--json`),
+    logging quieted, and their seeded sample of hugo-docs v2 chunk texts (None when absent)."""
+    from hetriever.logs import configure_logging
+
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--chunks", type=int, default=chunks)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    configure_logging("ERROR")
+    texts = sample_chunk_texts(args.chunks, args.seed)
+    return None if texts is None else (args, texts)
+
+
+def settings_embedder(**options: Any):
+    """The offline MiniLM embedder with the settings' model directory and batch bounds, as an
+    ingest makes it; `options` are the embedder's own (precision, side_by_side)."""
+    from hetriever.embed import MiniLMEmbedder
+
+    settings = Settings()
+    return MiniLMEmbedder(settings.resolved_model_dir, batch_size=settings.embed_batch_size,
+                          batch_tokens=settings.embed_batch_tokens, **options)
 
 
 def load_sample_chunks(copies: int, *, settings: Settings | None = None,
