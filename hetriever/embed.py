@@ -132,6 +132,13 @@ def batch_bounds(lengths: np.ndarray, max_rows: int, max_tokens: int) -> list[tu
     return bounds
 
 
+def _cannot_load(what: object, exc: Exception) -> EmbeddingError:
+    """The tokenizer or an onnxruntime session of the model would not load."""
+    return EmbeddingError(f"cannot load the embedding model {what}: {exc}",
+                          hint=f"rebuild it with `hetriever prepare-model --force`; "
+                               f"{INSTALL_HINT}")
+
+
 class MiniLMEmbedder(_Counters):
     """all-MiniLM-L6-v2 on onnxruntime (CPU): mean pooling over the mask, L2-normalised.
 
@@ -181,9 +188,7 @@ class MiniLMEmbedder(_Counters):
             self._tokenizer.no_padding()
             self._tokenizer.enable_truncation(max_length=self.max_tokens)
         except Exception as exc:
-            raise EmbeddingError(f"cannot load the embedding model from {onnx_dir}: {exc}",
-                                 hint=f"rebuild it with `hetriever prepare-model --force`; "
-                                      f"{INSTALL_HINT}") from exc
+            raise _cannot_load(f"from {onnx_dir}", exc) from exc
 
     def _session(self, threads: int) -> Any:
         """The model's onnxruntime session that runs each call on `threads` cores, loaded on
@@ -217,9 +222,7 @@ class MiniLMEmbedder(_Counters):
             return ort.InferenceSession(str(self._model_path), sess_options=options,
                                         providers=["CPUExecutionProvider"])
         except Exception as exc:
-            raise EmbeddingError(f"cannot load the embedding model {self._model_path}: {exc}",
-                                 hint=f"rebuild it with `hetriever prepare-model --force`; "
-                                      f"{INSTALL_HINT}") from exc
+            raise _cannot_load(self._model_path, exc) from exc
 
     def _workers(self) -> ThreadPoolExecutor:
         """`threads` threads that run batches side by side (made again in a forked child,
