@@ -32,11 +32,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hetriever.access import CollectionPlan  # noqa: E402
-from hetriever.config import load_settings  # noqa: E402
-from hetriever.logs import configure_logging  # noqa: E402
-from hetriever.search import hybrid_search  # noqa: E402
-from hetriever.store import ChromaKnowledgeStore, content_hash  # noqa: E402
+from hetriever.core.access import CollectionPlan  # noqa: E402
+from hetriever.core.config import load_settings  # noqa: E402
+from hetriever.core.logs import configure_logging  # noqa: E402
+from hetriever.search.hybrid import hybrid_search  # noqa: E402
+from hetriever.search.knowledge_store import ChromaKnowledgeStore, content_hash  # noqa: E402
 
 WORDS = ("template page section taxonomy shortcode partial render hook menu param site build "
          "server deploy theme module asset image resize filter range where first sort group "
@@ -102,7 +102,7 @@ def chroma_only(store, repo, vectors, where) -> list[float]:
 
 
 def latency(args: argparse.Namespace) -> None:
-    from hetriever.embed import get_embedder
+    from hetriever.embed.embedder import get_embedder
 
     configure_logging("WARNING")
     rng = np.random.default_rng(7)
@@ -153,9 +153,9 @@ def latency(args: argparse.Namespace) -> None:
 
 
 def titles(args: argparse.Namespace) -> None:
-    from hetriever.discover import discover_repositories
-    from hetriever.embed import get_embedder
-    from hetriever.indexing import index_repository
+    from hetriever.discover.changes import discover_repositories
+    from hetriever.embed.embedder import get_embedder
+    from hetriever.index.indexing import index_repository
     from tests.helpers import commit_all, init_repo, replace_tree
 
     configure_logging("WARNING")

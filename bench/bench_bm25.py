@@ -25,8 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hetriever import bm25  # noqa: E402
-from hetriever.bm25 import BM25Index, tokenize  # noqa: E402
+from hetriever.store.bm25 import bm25_index as bm25  # noqa: E402
+from hetriever.store.bm25.bm25_index import BM25Index, tokenize  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CORPORA = Path(os.environ.get("HETRIEVER_CORPORA", REPO_ROOT.parent / "shared" / "corpora"))

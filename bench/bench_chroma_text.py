@@ -4,7 +4,7 @@
 
 Why: local Chroma (embedded and `chroma run`) puts every document into a trigram full-text
 index on each write and takes it out on each delete; hetriever never queries that index, so
-chunk texts are kept as a metadata value instead (`hetriever/chunk_records.py`).
+chunk texts are kept as a metadata value instead (`hetriever/store/chunk_records.py`).
 
 The real chunks of a v2 corpus (the sample docs repeated when it is absent), with random unit
 vectors (384-d, as MiniLM), are written to a fresh collection in batches of 100 (the default
@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from common import chroma_server, load_corpus_chunks, load_sample_chunks, print_table  # noqa: E402
 
-from hetriever.chunk_records import ChunkCollection  # noqa: E402
+from hetriever.store.chunk_records import ChunkCollection  # noqa: E402
 
 BATCH = 100
 READS = 200

@@ -4,7 +4,7 @@ The texts are real chunks of hugo-docs v2 (`../shared/corpora`; the bundled samp
 repeated when absent), embedded in write windows of `write_window` chunks, as the store sends
 them. Configurations:
 - `in-process`: the flow process's own model (what the threads runner does), default threads;
-- `1 worker x N threads`, `2 workers x 1 thread`: `hetriever.cluster.ClusterEmbedder` against
+- `1 worker x N threads`, `2 workers x 1 thread`: `hetriever.embed.cluster.ClusterEmbedder` against
   a `dask scheduler` and `dask worker` processes started here.
 Each row: chunks/s, the median of `--repeat` timed passes after one warm-up window (which
 loads the model on every worker).
@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from bench.common import RESULTS_DIR, bench_settings, load_corpus_chunks, load_sample_chunks  # noqa: E402
 from deployments.temporary_server import free_port  # noqa: E402
-from hetriever.logs import configure_logging  # noqa: E402
+from hetriever.core.logs import configure_logging  # noqa: E402
 
 
 @contextmanager
@@ -85,8 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     window = settings.write_window
     rows = []
 
-    from hetriever.cluster import ClusterEmbedder
-    from hetriever.embed import get_embedder
+    from hetriever.embed.cluster import ClusterEmbedder
+    from hetriever.embed.embedder import get_embedder
 
     local = get_embedder(settings)
     rows.append({"setup": f"in-process ({getattr(local, 'threads', '?')} threads)",

@@ -24,8 +24,8 @@ import numpy as np
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from hetriever.embed import MiniLMEmbedder, default_threads  # noqa: E402
-from hetriever.logs import configure_logging  # noqa: E402
+from hetriever.embed.embedder import MiniLMEmbedder, default_threads  # noqa: E402
+from hetriever.core.logs import configure_logging  # noqa: E402
 
 CORPORA = Path(os.environ.get("HETRIEVER_CORPORA", REPO_ROOT.parent / "shared" / "corpora"))
 

@@ -3,7 +3,7 @@
     python bench/bench_filter.py [--size 100000] [--queries 40] [--server] [--json]
 
 Why: search answers a selective filter (one that the unfiltered over-fetch cannot satisfy)
-from the ids the BM25 index lists (`hetriever.dense._dense_rows_by_ids`): up to
+from the ids the BM25 index lists (`hetriever.search.dense._dense_rows_by_ids`): up to
 `dense.EXACT_IDS_MAX` ids it fetches their vectors and ranks them itself ("fetch+rank"), up
 to `dense.ID_FILTER_MAX` it asks Chroma's kNN over the ids, and past that Chroma's `where`
 runs. This measures the three on the same collection, per filter size.
@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import RESULTS_DIR, chroma_server, percentile, print_table  # noqa: E402
 
-from hetriever.search import exact_nearest  # noqa: E402
+from hetriever.search.hybrid import exact_nearest  # noqa: E402
 
 # Section name -> share of every 100,000 consecutive items.
 SHARES = {"s-0.01": 0.0001, "s-0.3": 0.003, "s-1": 0.01, "s-2.5": 0.025, "s-10": 0.10,

@@ -83,7 +83,7 @@ class Site:
 
 def point_env_at(workdir: Path, parent: Path, model_dir: Path) -> None:
     """The flow reads its settings from the environment, as a deployment would."""
-    from hetriever.store import clear_store_cache
+    from hetriever.search.knowledge_store import clear_store_cache
 
     clear_store_cache()
     os.environ.update({
@@ -95,8 +95,8 @@ def point_env_at(workdir: Path, parent: Path, model_dir: Path) -> None:
 
 
 def prepare_model_dir(given: str | None) -> Path:
-    from hetriever.config import load_settings
-    from hetriever.embed import prepare_model
+    from hetriever.core.config import load_settings
+    from hetriever.embed.embedder import prepare_model
 
     target = Path(given) if given else load_settings().resolved_model_dir
     return prepare_model(target)
@@ -104,9 +104,9 @@ def prepare_model_dir(given: str | None) -> Path:
 
 def warm_up(model_dir: Path) -> None:
     """Load the model and the token counter once, so no scenario pays for them."""
-    from hetriever.config import load_settings
-    from hetriever.embed import get_embedder
-    from hetriever.indexing import token_counter
+    from hetriever.core.config import load_settings
+    from hetriever.embed.embedder import get_embedder
+    from hetriever.index.indexing import token_counter
 
     settings = load_settings().replace(model_dir=model_dir)
     get_embedder(settings).embed(["warm up the ONNX session"])
@@ -165,10 +165,10 @@ def run_flow(corpus: str, scenario: str, runner: str, probe: Probe) -> Run:
 
 
 def run_in_process(corpus: str, scenario: str, probe: Probe) -> Run:
-    from hetriever.config import load_settings
-    from hetriever.discover import discover_repositories
-    from hetriever.indexing import index_repository
-    from hetriever.store import get_knowledge_store
+    from hetriever.core.config import load_settings
+    from hetriever.discover.changes import discover_repositories
+    from hetriever.index.indexing import index_repository
+    from hetriever.search.knowledge_store import get_knowledge_store
 
     settings = load_settings()
     (repo,) = [r for r in discover_repositories(settings.docs_root,
@@ -189,8 +189,8 @@ def run_in_process(corpus: str, scenario: str, probe: Probe) -> Run:
 
 def check_copy(corpus: str, setup: Run) -> None:
     """A copied v1 index must hold what the setup run wrote, or the incremental run is moot."""
-    from hetriever.config import load_settings
-    from hetriever.store import get_knowledge_store
+    from hetriever.core.config import load_settings
+    from hetriever.search.knowledge_store import get_knowledge_store
 
     count = asyncio.run(get_knowledge_store(load_settings()).count(corpus))
     if count != setup.chunks_written:
@@ -241,13 +241,13 @@ def fan_out(corpus: str, runners: list[str], probe: Probe,
     from prefect import flow
     from flows.ingest import make_task_runner
     from flows.run_logs import prefect_run_logging
-    from hetriever.config import load_settings
-    from hetriever.discover import discover_repositories, head_commit, list_content_files
-    from hetriever.discover import read_content_files
-    import hetriever.indexing as indexing
-    import hetriever.process as process
-    from hetriever.indexing import IncludeResolver, now_iso
-    from hetriever.indexing import FileWork
+    from hetriever.core.config import load_settings
+    from hetriever.discover.changes import discover_repositories, head_commit, list_content_files
+    from hetriever.discover.changes import read_content_files
+    import hetriever.index.indexing as indexing
+    import hetriever.index.process as process
+    from hetriever.index.indexing import IncludeResolver, now_iso
+    from hetriever.index.indexing import FileWork
     from tasks.process import map_with_tasks
 
     settings = load_settings()
@@ -526,7 +526,7 @@ def main(argv: list[str] | None = None) -> int:
                 runs += got
                 fanouts += fans
     finally:
-        from hetriever.store import clear_store_cache
+        from hetriever.search.knowledge_store import clear_store_cache
 
         clear_store_cache()
         shutil.rmtree(scratch, ignore_errors=True)

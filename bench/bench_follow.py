@@ -34,8 +34,8 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from bench.common import (  # noqa: E402
     RESULTS_DIR, chroma_server, load_corpus_chunks, load_sample_chunks)
-from hetriever.config import Settings  # noqa: E402
-from hetriever.logs import configure_logging  # noqa: E402
+from hetriever.core.config import Settings  # noqa: E402
+from hetriever.core.logs import configure_logging  # noqa: E402
 
 NAME = "bench-docs"
 
@@ -99,9 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     configure_logging("ERROR")
-    from hetriever.bm25 import BM25Index
-    from hetriever.replica import publish_sync
-    from hetriever.store import ChromaKnowledgeStore
+    from hetriever.store.bm25.bm25_index import BM25Index
+    from hetriever.store.replica import publish_sync
+    from hetriever.search.knowledge_store import ChromaKnowledgeStore
 
     rng = np.random.default_rng(0)
     ids, texts, metas = records(args.chunks)

@@ -27,11 +27,11 @@ from typing import Callable
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from hetriever.chunk import chunk_page  # noqa: E402
-from hetriever.clean import clean_page  # noqa: E402
-from hetriever.config import Settings  # noqa: E402
-from hetriever.parse import parse_page, skip_reason  # noqa: E402
-from hetriever.tokenizer import load_token_counter  # noqa: E402
+from hetriever.chunk.chunker import chunk_page  # noqa: E402
+from hetriever.clean.cleaner import clean_page  # noqa: E402
+from hetriever.core.config import Settings  # noqa: E402
+from hetriever.parse.page import parse_page, skip_reason  # noqa: E402
+from hetriever.chunk.tokenizer import load_token_counter  # noqa: E402
 
 CORPORA = Path(os.environ.get("HETRIEVER_CORPORA", REPO_ROOT.parent / "shared" / "corpora"))
 NAMES = ("hugo-docs", "opentelemetry-io")

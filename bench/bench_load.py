@@ -35,13 +35,13 @@ from common import chroma_server  # noqa: E402
 
 from structlog.testing import capture_logs  # noqa: E402
 
-from hetriever.config import load_settings  # noqa: E402
-from hetriever.discover import discover_repositories  # noqa: E402
-from hetriever.embed import get_embedder  # noqa: E402
-from hetriever.indexing import index_repository  # noqa: E402
-from hetriever.logs import configure_logging  # noqa: E402
-from hetriever.search import hybrid_search  # noqa: E402
-from hetriever.store import ChromaKnowledgeStore, content_hash  # noqa: E402
+from hetriever.core.config import load_settings  # noqa: E402
+from hetriever.discover.changes import discover_repositories  # noqa: E402
+from hetriever.embed.embedder import get_embedder  # noqa: E402
+from hetriever.index.indexing import index_repository  # noqa: E402
+from hetriever.core.logs import configure_logging  # noqa: E402
+from hetriever.search.hybrid import hybrid_search  # noqa: E402
+from hetriever.search.knowledge_store import ChromaKnowledgeStore, content_hash  # noqa: E402
 
 REPO = "load-docs"
 WORDS = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike "

@@ -88,8 +88,8 @@ def pad_index(workdir: Path, repository: str, total: int) -> int:
     """Add copies of the repository's chunks until it holds `total`; returns the count."""
     import numpy as np
 
-    from hetriever.config import load_settings
-    from hetriever.store import ChromaKnowledgeStore, content_hash
+    from hetriever.core.config import load_settings
+    from hetriever.search.knowledge_store import ChromaKnowledgeStore, content_hash
 
     settings = load_settings(env={k: v for k, v in env_for(workdir, Path(".")).items()})
     store = ChromaKnowledgeStore(settings)

@@ -17,7 +17,7 @@ bench/results/quality-opentelemetry-io-site-<commit>/ (reused between runs). Que
   costs the most users), searched as the CLI runs a search (exact-title path on) once with
   `lang` set and once with none at each word ratio (`WORD_RATIOS`): with none, a query whose
   script names one of the site's languages keeps to it, and one whose words do
-  (`hetriever.query_language`); `kept` counts the searches that kept to the query's language.
+  (`hetriever.search.query_language`); `kept` counts the searches that kept to the query's language.
   `--unstated-only` runs just this set.
 - English titles (every distinct title of the English pages), searched with no language
   given, so each search keeps to the site's default language as a user's would: the same
@@ -45,8 +45,8 @@ from common import (  # noqa: E402
     make_embedder,
     print_table,
 )
-from hetriever import search  # noqa: E402
-from hetriever.logs import configure_logging  # noqa: E402
+from hetriever.search import hybrid as search  # noqa: E402
+from hetriever.core.logs import configure_logging  # noqa: E402
 
 LANGUAGES = ("ja", "zh", "es", "fr", "pt")
 MODES = ("hybrid", "dense", "bm25")
@@ -83,9 +83,9 @@ WORD_RATIOS = (3.0, 10.0, 30.0, 100.0, 300.0)
 
 def unstated_set(store: Any, queries: list[Query], lang: str, default: str) -> dict[str, Any]:
     """MRR@10 of the default search (exact path on) with `lang` stated, and told none at each
-    of WORD_RATIOS (`hetriever.query_language.WORD_RATIO`); `kept`: how many searches told
+    of WORD_RATIOS (`hetriever.search.query_language.WORD_RATIO`); `kept`: how many searches told
     none kept to `lang` (the default's own queries: to no other language)."""
-    from hetriever import query_language
+    from hetriever.search import query_language
 
     stated = [pages([m.metadata for m in search.hybrid_search(
         store, q, K, namespaces=[NAME], lang=lang).matches]) for q, _ in queries]

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import embedding_bench_args, settings_embedder  # noqa: E402
 
-from hetriever.embed import default_threads  # noqa: E402
+from hetriever.embed.embedder import default_threads  # noqa: E402
 
 
 def main() -> int:

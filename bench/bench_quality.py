@@ -38,7 +38,7 @@ per query, and the page fusion is re-run offline by the product's own `results._
 for sweeps: score fusion by dense weight and chunks per retriever, RRF by k and chunks per
 retriever, BM25's phrase weight (`bm25_phrase_weight`, the same dense lists fused with BM25
 lists rescored at each weight), BM25's k1 and b (rescored the same way), the links prior's
-weight for questions (`link_prior_weight`, hetriever.links), and dense's weight for short
+weight for questions (`link_prior_weight`, hetriever.parse.links), and dense's weight for short
 queries by the cut (`dense_weight_short`, `short_query_terms`); the report says how often
 the offline fusion reproduces `hybrid_search` exactly, so the sweep speaks for the product.
 """
@@ -72,14 +72,14 @@ from common import (  # noqa: E402
     print_table,
     write_windows,
 )
-from hetriever import search  # noqa: E402
-from hetriever.page_records import display_chunk  # noqa: E402
-from hetriever.config import Settings  # noqa: E402
-from hetriever.links import LinkPrior  # noqa: E402
-from hetriever.candidates import _Hit  # noqa: E402
-from hetriever.results import _fuse_pages, _page_of, is_question  # noqa: E402
-from hetriever.logs import configure_logging  # noqa: E402
-from hetriever.parse import _load, split_front_matter  # noqa: E402
+from hetriever.search import hybrid as search  # noqa: E402
+from hetriever.chunk.page_records import display_chunk  # noqa: E402
+from hetriever.core.config import Settings  # noqa: E402
+from hetriever.parse.links import LinkPrior  # noqa: E402
+from hetriever.search.candidates import _Hit  # noqa: E402
+from hetriever.search.results import _fuse_pages, _page_of, is_question  # noqa: E402
+from hetriever.core.logs import configure_logging  # noqa: E402
+from hetriever.parse.page import _load, split_front_matter  # noqa: E402
 
 CORPORA = ("hugo-docs", "opentelemetry-io")
 QUESTIONS = Path(__file__).resolve().parent / "queries" / "real_questions.jsonl"
@@ -88,7 +88,7 @@ DEEP = 100  # chunks per retriever fetched once per query for the offline sweep
 SWEEP_K = (1, 5, 10, 20, 30, 60, 100)
 SWEEP_DEPTH = (10, 20, 30, 50, 75, 100)
 SWEEP_WEIGHT = (0.3, 0.4, 0.5, 0.55, 0.6, 0.65, 0.7, 0.8)  # score fusion: dense's weight
-SWEEP_PHRASE = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0)  # BM25's phrase bonus (hetriever.phrases)
+SWEEP_PHRASE = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0)  # BM25's phrase bonus (hetriever.store.bm25.phrases)
 SWEEP_SHORT_WEIGHT = (0.4, 0.45, 0.5, 0.55, 0.6)  # dense's weight for short queries
 SWEEP_SHORT_TERMS = (0, 4, 6, 8, 10)  # what "short" is, in distinct terms (0: no query is)
 SWEEP_LINKS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.7, 1.0)  # the links prior's weight (questions)

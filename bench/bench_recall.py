@@ -30,8 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import RESULTS_DIR, bench_settings, load_corpus_chunks, make_embedder, make_store, percentile  # noqa: E402,E501
 from bench_quality import build_queries  # noqa: E402
-from hetriever.config import Settings  # noqa: E402
-from hetriever.logs import configure_logging  # noqa: E402
+from hetriever.core.config import Settings  # noqa: E402
+from hetriever.core.logs import configure_logging  # noqa: E402
 
 EF_VALUES = (50, 100, 200, 400, 800, 1600)
 DEPTHS = (10, 50)

@@ -42,8 +42,8 @@ from bench_store import build_latency_store, embeddings_for, load_chunks, query_
 from common import RESULTS_DIR, bench_settings, make_embedder, percentile, print_table  # noqa: E402
 
 from deployments.temporary_server import free_port  # noqa: E402
-from hetriever.logs import configure_logging  # noqa: E402
-from hetriever.search import hybrid_search  # noqa: E402
+from hetriever.core.logs import configure_logging  # noqa: E402
+from hetriever.search.hybrid import hybrid_search  # noqa: E402
 
 TOP_K = 10
 START_TIMEOUT = 300.0

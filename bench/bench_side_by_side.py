@@ -36,7 +36,7 @@ if str(REPO_ROOT) not in sys.path:
 import numpy as np  # noqa: E402
 
 from bench.common import embedding_bench_args, print_table, settings_embedder  # noqa: E402
-from hetriever.embed import default_threads  # noqa: E402
+from hetriever.embed.embedder import default_threads  # noqa: E402
 
 
 def _spin(stop: Callable[[], bool]) -> None:

@@ -101,12 +101,12 @@ def main() -> None:
         print(f"skipped: no hugo-docs corpus under {CORPORA}")
         return
 
-    from hetriever.chroma_access import ChromaAccess
-    from hetriever.config import Settings
-    from hetriever.indexing import index_repository
-    from hetriever.logs import configure_logging
-    from hetriever.models import Repository
-    from hetriever.store import ChromaKnowledgeStore
+    from hetriever.store.chroma_access import ChromaAccess
+    from hetriever.core.config import Settings
+    from hetriever.index.indexing import index_repository
+    from hetriever.core.logs import configure_logging
+    from hetriever.core.models import Repository
+    from hetriever.search.knowledge_store import ChromaKnowledgeStore
     from tests.fakes import HashEmbedder
 
     configure_logging("ERROR")

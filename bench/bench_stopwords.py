@@ -37,10 +37,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_quality as bq  # noqa: E402
 from common import RESULTS_DIR, bench_settings, corpus_dir, load_corpus_chunks  # noqa: E402
 from common import make_embedder, print_table  # noqa: E402
-from hetriever import analyzer, bm25, phrases  # noqa: E402
-from hetriever.config import Settings  # noqa: E402
-from hetriever.logs import configure_logging  # noqa: E402
-from hetriever.parse import _load, split_front_matter  # noqa: E402
+from hetriever.store.bm25 import analyzer  # noqa: E402
+from hetriever.store.bm25 import bm25_index as bm25
+from hetriever.store.bm25 import phrases
+from hetriever.core.config import Settings  # noqa: E402
+from hetriever.core.logs import configure_logging  # noqa: E402
+from hetriever.parse.page import _load, split_front_matter  # noqa: E402
 
 CANDIDATES = ("english", "names", "rare-names")
 RARE = 0.10  # rare-names: a name in fewer than this share of hugo-docs' chunks

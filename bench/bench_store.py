@@ -59,10 +59,10 @@ from common import (  # noqa: E402
     print_table,
     write_windows,
 )
-from hetriever import dense as dense_mod  # noqa: E402
-from hetriever import search as search_mod  # noqa: E402
-from hetriever.logs import configure_logging  # noqa: E402
-from hetriever.store import content_hash  # noqa: E402
+from hetriever.search import dense as dense_mod  # noqa: E402
+from hetriever.search import hybrid as search_mod  # noqa: E402
+from hetriever.core.logs import configure_logging  # noqa: E402
+from hetriever.search.knowledge_store import content_hash  # noqa: E402
 
 MAIN, SIDE = "bench-main", "bench-side"
 SIDE_SIZE = 1000

@@ -37,11 +37,11 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from hetriever import search  # noqa: E402
-from hetriever.config import Settings  # noqa: E402
-from hetriever.discover import list_content_files, read_content_files, site_at  # noqa: E402
-from hetriever.indexing import IncludeResolver, safe_process_text  # noqa: E402
-from hetriever.models import Chunk, Repository  # noqa: E402
+from hetriever.search import hybrid as search  # noqa: E402
+from hetriever.core.config import Settings  # noqa: E402
+from hetriever.discover.changes import list_content_files, read_content_files, site_at  # noqa: E402
+from hetriever.index.indexing import IncludeResolver, safe_process_text  # noqa: E402
+from hetriever.core.models import Chunk, Repository  # noqa: E402
 
 CORPORA = Path(os.environ.get("HETRIEVER_CORPORA", REPO_ROOT.parent / "shared" / "corpora"))
 SAMPLE_DOCS = REPO_ROOT / "examples" / "sample-docs"
@@ -137,7 +137,7 @@ def embedding_bench_args(description: str, chunks: int) -> tuple[argparse.Namesp
                                                                   list[str]] | None:
     """The command line of the embedding benches (`--chunks`, `--repeat`, `--seed`, `--json`),
     logging quieted, and their seeded sample of hugo-docs v2 chunk texts (None when absent)."""
-    from hetriever.logs import configure_logging
+    from hetriever.core.logs import configure_logging
 
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--chunks", type=int, default=chunks)
@@ -153,7 +153,7 @@ def embedding_bench_args(description: str, chunks: int) -> tuple[argparse.Namesp
 def settings_embedder(**options: Any):
     """The offline MiniLM embedder with the settings' model directory and batch bounds, as an
     ingest makes it; `options` are the embedder's own (precision, side_by_side)."""
-    from hetriever.embed import MiniLMEmbedder
+    from hetriever.embed.embedder import MiniLMEmbedder
 
     settings = Settings()
     return MiniLMEmbedder(settings.resolved_model_dir, batch_size=settings.embed_batch_size,
@@ -199,13 +199,13 @@ def bench_settings(root: Path, **overrides: Any) -> Settings:
 
 def make_embedder(settings: Settings) -> Any:
     """The real offline MiniLM at the configured model dir (built there on first use)."""
-    from hetriever.embed import get_embedder
+    from hetriever.embed.embedder import get_embedder
 
     return get_embedder(settings)
 
 
 def make_store(root: Path, embedder: Any, **overrides: Any) -> Any:
-    from hetriever.store import ChromaKnowledgeStore
+    from hetriever.search.knowledge_store import ChromaKnowledgeStore
 
     return ChromaKnowledgeStore(bench_settings(root, **overrides), embedder=embedder)
 
@@ -217,8 +217,8 @@ def bm25_only(store: Any, query: str, top_k: int, filters: dict | None = None,
     `hybrid_search` has no BM25-only switch (BM25 runs alone only when dense fails), so this
     runs its private steps in the same order. Returns its hits (`doc_id`, `metadata`, ...).
     """
-    from hetriever.access import caller_levels
-    from hetriever.filters import and_filters
+    from hetriever.core.access import caller_levels
+    from hetriever.store.filters import and_filters
 
     levels = caller_levels(None)  # hybrid_search's default caller: PUBLIC only
     plans = search.plan_collections(store, search._scope(store, namespaces))

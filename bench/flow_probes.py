@@ -55,10 +55,10 @@ STORE_OTHER = ("delete_file_sync", "list_files_sync", "info_sync", "ensure_colle
 @contextmanager
 def instrumented(probe: Probe) -> Iterator[None]:
     """Wrap the pipeline's functions where their callers look them up (module globals)."""
-    import hetriever.indexing as indexing
-    import hetriever.process as process
+    import hetriever.index.indexing as indexing
+    import hetriever.index.process as process
     import tasks.process
-    from hetriever.store import ChromaKnowledgeStore
+    from hetriever.search.knowledge_store import ChromaKnowledgeStore
 
     patches: list[tuple[Any, str, str]] = [
         (tasks.process, "process_file", "task_body"),

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 
-from hetriever.logs import get_logger
+from hetriever.core.logs import get_logger
 
 log = get_logger(__name__)
 

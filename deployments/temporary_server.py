@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from deployments.server_settings import niced, with_server_settings
-from hetriever.errors import HetrieverError
+from hetriever.core.errors import HetrieverError
 
 # What Prefect's own temporary server sets (prefect.server.api.server.SubprocessASGIServer).
 TEMPORARY_SERVER_ENV = {"PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1",

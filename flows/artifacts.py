@@ -13,7 +13,7 @@ from collections import Counter
 
 from prefect.artifacts import acreate_markdown_artifact
 
-from hetriever.models import IndexResult, SkippedFile
+from hetriever.core.models import IndexResult, SkippedFile
 
 LIST_LIMIT = 500  # files listed in the skipped-files artifact
 

@@ -1,7 +1,7 @@
 """The ingest flow: discover -> (fetch) -> one `index_repository` run per repository.
 
 The run itself (plan, per-file work, windowed writes, the commit recorded last) is
-`hetriever.indexing.index_repository`; the flow passes it a per-file step that submits one
+`hetriever.index.indexing.index_repository`; the flow passes it a per-file step that submits one
 Prefect task run per file (`tasks.process.map_with_tasks`) and publishes artifacts.
 Each repository runs as its own subflow, so one failing repository does not stop the others,
 and the parent flow ends Failed or Completed honestly with a summary.
@@ -21,13 +21,13 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows.artifacts import publish_repository, summary_markdown
 from flows.run_logs import prefect_run_logging
-from hetriever.config import Settings, load_settings
-from hetriever.discover import select_repositories
-from hetriever.errors import HetrieverError, SourceError
-from hetriever.indexing import index_repository
-from hetriever.models import Repository
-from hetriever.repositories import check_usable
-from hetriever.store import get_knowledge_store
+from hetriever.core.config import Settings, load_settings
+from hetriever.discover.changes import select_repositories
+from hetriever.core.errors import HetrieverError, SourceError
+from hetriever.index.indexing import index_repository
+from hetriever.core.models import Repository
+from hetriever.discover.repositories import check_usable
+from hetriever.search.knowledge_store import get_knowledge_store
 from tasks.discover import discover_task
 from tasks.process import map_with_tasks
 
@@ -61,7 +61,7 @@ def cluster_embedder(settings: Settings):
     runner = getattr(FlowRunContext.get(), "task_runner", None)
     if runner is None or type(runner).__name__ != "DaskTaskRunner":
         return None
-    from hetriever.cluster import ClusterEmbedder
+    from hetriever.embed.cluster import ClusterEmbedder
 
     return ClusterEmbedder(str(runner.client.scheduler.address), settings)
 

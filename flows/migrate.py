@@ -13,11 +13,11 @@ from prefect.artifacts import acreate_table_artifact
 from prefect.states import Completed, Failed
 
 from flows.run_logs import prefect_run_logging
-from hetriever.config import load_settings
-from hetriever.discover import select_repositories
-from hetriever.errors import HetrieverError
-from hetriever.lifecycle import migrate_repository
-from hetriever.store import get_knowledge_store
+from hetriever.core.config import load_settings
+from hetriever.discover.changes import select_repositories
+from hetriever.core.errors import HetrieverError
+from hetriever.index.lifecycle import migrate_repository
+from hetriever.search.knowledge_store import get_knowledge_store
 from tasks.discover import discover_task
 
 

@@ -13,12 +13,12 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
 
 from flows.run_logs import prefect_run_logging
-from hetriever.config import load_settings
-from hetriever.discover import require_known
-from hetriever.metrics import QueryMetric, metrics_store
-from hetriever.names import as_given
-from hetriever.search import retrieve
-from hetriever.store import get_knowledge_store, validate_collection_name
+from hetriever.core.config import load_settings
+from hetriever.discover.changes import require_known
+from hetriever.search.metrics import QueryMetric, metrics_store
+from hetriever.core.names import as_given
+from hetriever.search.hybrid import retrieve
+from hetriever.search.knowledge_store import get_knowledge_store, validate_collection_name
 
 
 @flow(name="query", log_prints=True)

@@ -17,7 +17,7 @@ from typing import Iterator
 
 import structlog
 
-from hetriever.logs import configure_logging
+from hetriever.core.logs import configure_logging
 
 ROUTINE_TASK_LINES = ("Finished in state Completed",)
 

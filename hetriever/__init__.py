@@ -5,9 +5,9 @@ discover -> parse -> clean -> chunk -> embed -> store (bm25, chroma) -> search,
 with `indexing` owning the incremental algorithm that ties them together.
 """
 
-from hetriever.malloc import limit_arenas
+from hetriever.core.malloc import limit_arenas
 
 __version__ = "0.1.0"
 
-# Before onnxruntime and Chroma start their threads (see hetriever.malloc).
+# Before onnxruntime and Chroma start their threads (see hetriever.core.malloc).
 limit_arenas()

@@ -25,7 +25,7 @@ from hetriever.commands.demo import cmd_demo
 from hetriever.commands.ingest import cmd_ingest
 from hetriever.commands.search import cmd_follow, cmd_search
 from hetriever.commands.serving import cmd_mcp, cmd_prepare_model, cmd_serve, cmd_serve_webhook
-from hetriever.errors import HetrieverError, UserError
+from hetriever.core.errors import HetrieverError, UserError
 
 
 def _days(raw: str) -> float:

@@ -1,14 +1,14 @@
 """discover stage as a Prefect task: find the repositories (planning is part of
-`hetriever.indexing.index_repository`, which the ingest flow calls)."""
+`hetriever.index.indexing.index_repository`, which the ingest flow calls)."""
 
 from __future__ import annotations
 
 from prefect import task
 from prefect.cache_policies import NONE
 
-from hetriever.config import Settings
-from hetriever.models import Repository
-from hetriever.repositories import configured_repositories
+from hetriever.core.config import Settings
+from hetriever.core.models import Repository
+from hetriever.discover.repositories import configured_repositories
 from tasks.retry import RETRIES, RETRY_DELAYS, RETRY_JITTER, retry_transient
 
 

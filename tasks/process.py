@@ -13,11 +13,11 @@ from prefect.context import FlowRunContext, SyncClientContext
 from prefect.task_runners import ThreadPoolTaskRunner
 from prefect.utilities.annotations import quote
 
-from hetriever.config import Settings
-from hetriever.discover import SkipFile
-from hetriever.indexing import FileOutcome, FileWork, IncludeResolver, process_file
-from hetriever.logs import get_logger
-from hetriever.models import Repository
+from hetriever.core.config import Settings
+from hetriever.discover.changes import SkipFile
+from hetriever.index.indexing import FileOutcome, FileWork, IncludeResolver, process_file
+from hetriever.core.logs import get_logger
+from hetriever.core.models import Repository
 from tasks.retry import RETRIES, RETRY_DELAYS, RETRY_JITTER, retry_transient
 
 log = get_logger(__name__)

@@ -16,7 +16,7 @@ RETRY_JITTER = 0.5
 
 
 def is_transient(exc: BaseException | None) -> bool:
-    from hetriever.errors import BackendConnectionError, HetrieverError
+    from hetriever.core.errors import BackendConnectionError, HetrieverError
 
     if isinstance(exc, BackendConnectionError):
         return False  # fail fast on connection loss

@@ -25,7 +25,7 @@ import httpx
 import pytest
 
 from deployments.temporary_server import free_port
-from hetriever.config import Settings, load_settings
+from hetriever.core.config import Settings, load_settings
 from tests.fakes import MemoryClient
 
 SERVER_START_TIMEOUT = 60.0
@@ -54,7 +54,7 @@ def minilm_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def minilm_embedder(minilm_model_dir: Path) -> Any:
-    from hetriever.embed import MiniLMEmbedder
+    from hetriever.embed.embedder import MiniLMEmbedder
 
     return MiniLMEmbedder(minilm_model_dir, batch_size=32, threads=1)
 
@@ -140,7 +140,7 @@ def chroma_backend(request: pytest.FixtureRequest) -> str:
 def make_store(request: pytest.FixtureRequest, chroma_backend: str, tmp_path: Path,
                minilm_embedder: Any) -> Iterator[Callable[..., Any]]:
     """Factory: `make_store(embedder=None, **setting_overrides) -> ChromaKnowledgeStore`."""
-    from hetriever.store import ChromaKnowledgeStore
+    from hetriever.search.knowledge_store import ChromaKnowledgeStore
 
     server = request.getfixturevalue("chroma_server") if chroma_backend == "server" else None
     # One in-memory client per test: stores made in one test share it as they share a directory.
@@ -171,8 +171,8 @@ def make_chunk(repository: str, file_path: str, text: str, index: int = 0,
     chunker derives them."""
     import hashlib
 
-    from hetriever.chunk import chunk_id
-    from hetriever.models import Chunk
+    from hetriever.chunk.chunker import chunk_id
+    from hetriever.core.models import Chunk
 
     parts = file_path.split("/")
     metadata: dict[str, Any] = {

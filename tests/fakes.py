@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 from chromadb.errors import NotFoundError
 
-from hetriever.dense import vector_distances
-from hetriever.filters import matches
+from hetriever.search.dense import vector_distances
+from hetriever.store.filters import matches
 
 WORD = re.compile(r"\w+")
 

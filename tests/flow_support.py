@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from hetriever.chunk_records import ChunkCollection
-from hetriever.config import Settings
-from hetriever.discover import list_content_files, read_content_files, site_at
-from hetriever.indexing import IncludeResolver, safe_process_text
-from hetriever.models import Repository
+from hetriever.store.chunk_records import ChunkCollection
+from hetriever.core.config import Settings
+from hetriever.discover.changes import list_content_files, read_content_files, site_at
+from hetriever.index.indexing import IncludeResolver, safe_process_text
+from hetriever.core.models import Repository
 
 
 def stored(store, collection: str) -> dict[str, tuple[str, str]]:

@@ -114,7 +114,7 @@ def build_sample_parent(tmp: Path) -> tuple[Path, Path]:
 
 def break_the_cleaner_on_where(monkeypatch: pytest.MonkeyPatch) -> None:
     """Make the per-file step's cleaner raise for the sample docs' `where` page (a cleaner bug)."""
-    import hetriever.process as process
+    import hetriever.index.process as process
 
     real = process.clean_page
 

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-import hetriever.access as access
-from hetriever.errors import InvalidFilterError
-from hetriever.search import plan_collections, retrieve
+import hetriever.core.access as access
+from hetriever.core.errors import InvalidFilterError
+from hetriever.search.hybrid import plan_collections, retrieve
 from tests.chroma_fixtures import make_chunk
 
 PUB, PRIV, TEAM = "public-docs", "private-docs", "team-docs"
@@ -99,7 +99,7 @@ def mixed_store(make_store, chroma_backend):
 
 def test_mixed_collection_store_side_filter_alone(mixed_store, monkeypatch) -> None:
     # Layer 2 switched off: only the query-side filter stands between the caller and the chunk.
-    monkeypatch.setattr("hetriever.candidates.denial", lambda plan, meta, allowed: None)
+    monkeypatch.setattr("hetriever.search.candidates.denial", lambda plan, meta, allowed: None)
     plan = plan_collections(mixed_store, [PUB])[PUB]
     assert plan.mixed and plan.where(frozenset({"PUBLIC"})) == {
         "access_level": {"$in": ["PUBLIC"]}}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from flows.artifacts import repository_markdown, skip_reason_kind, skipped_markdown, summary_markdown
-from hetriever.models import IndexResult, SkippedFile
+from hetriever.core.models import IndexResult, SkippedFile
 
 HINT = "fix the failing files (see the log) and run again"
 

@@ -22,12 +22,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hetriever.cli import main as cli_main
-from hetriever.discover import discover_repositories
-from hetriever.errors import InvalidFilterError, InvalidLimitError
-from hetriever.filters import FIELD_OPS, matches, validate_filter
-from hetriever.indexing import index_repository
-from hetriever.search import hybrid_search
-from hetriever.store import ChromaKnowledgeStore, clear_store_cache, content_hash
+from hetriever.discover.changes import discover_repositories
+from hetriever.core.errors import InvalidFilterError, InvalidLimitError
+from hetriever.store.filters import FIELD_OPS, matches, validate_filter
+from hetriever.index.indexing import index_repository
+from hetriever.search.hybrid import hybrid_search
+from hetriever.search.knowledge_store import ChromaKnowledgeStore, clear_store_cache, content_hash
 from tests.chroma_fixtures import make_chunk, store_settings
 from tests.flow_support import stored
 from tests.helpers import commit_all, init_repo, write_files

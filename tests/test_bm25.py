@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from hetriever import analyzer
-from hetriever import bm25 as bm25_module
-from hetriever import bm25_file
-from hetriever.bm25 import BM25Index, tokenize
-from hetriever.errors import IndexingError, InvalidFilterError, InvalidLimitError
-from hetriever.filters import matches, validate_filter
+from hetriever.store.bm25 import analyzer
+from hetriever.store.bm25 import bm25_index as bm25_module
+from hetriever.store.bm25 import sqlite_file as bm25_file
+from hetriever.store.bm25.bm25_index import BM25Index, tokenize
+from hetriever.core.errors import IndexingError, InvalidFilterError, InvalidLimitError
+from hetriever.store.filters import matches, validate_filter
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -192,7 +192,7 @@ def test_asking_for_more_results_never_reorders_the_first(index):
 
 def test_only_a_fixed_depth_is_rescored_so_a_deep_search_keeps_the_order(index, monkeypatch):
     monkeypatch.setattr(bm25_module, "PHRASE_CANDIDATES", 5)
-    monkeypatch.setattr("hetriever.phrases.PHRASE_CANDIDATES", 5)
+    monkeypatch.setattr("hetriever.store.bm25.phrases.PHRASE_CANDIDATES", 5)
     ids = [f"c{i:02d}" for i in range(12)]
     texts = ["service name " + "filler " * i for i in range(12)]
     metas = [{"title": "T", "heading_context": "Service name" if i in (2, 9) else f"Part {i}"}
@@ -206,7 +206,7 @@ def test_only_a_fixed_depth_is_rescored_so_a_deep_search_keeps_the_order(index, 
 
 
 def test_a_negative_phrase_weight_is_refused(tmp_path):
-    from hetriever.errors import KnowledgeStoreError
+    from hetriever.core.errors import KnowledgeStoreError
 
     with pytest.raises(KnowledgeStoreError, match="phrase_weight"):
         BM25Index(tmp_path / "x.sqlite", phrase_weight=-1)
@@ -574,7 +574,7 @@ def test_crash_mid_transaction_leaves_previous_state(tmp_path):
     script = (
         "import os, sys\n"
         "from pathlib import Path\n"
-        "from hetriever.bm25 import BM25Index\n"
+        "from hetriever.store.bm25.bm25_index import BM25Index\n"
         "ix = BM25Index(Path(sys.argv[1]))\n"
         "with ix.transaction():\n"
         "    ix.upsert(['b'], ['half written'])\n"
@@ -594,7 +594,7 @@ def test_other_process_writes_are_seen(tmp_path):
     with BM25Index(path) as ix:
         ix.upsert(["a"], ["local doc"])
         assert ix.search("remote", 5) == []
-        script = ("import sys\nfrom pathlib import Path\nfrom hetriever.bm25 import BM25Index\n"
+        script = ("import sys\nfrom pathlib import Path\nfrom hetriever.store.bm25.bm25_index import BM25Index\n"
                   "with BM25Index(Path(sys.argv[1])) as ix:\n"
                   "    ix.upsert(['r'], ['remote doc'], [{'by': 'other'}])\n")
         subprocess.run([sys.executable, "-c", script, str(path)], cwd=REPO_ROOT, check=True)
@@ -690,7 +690,7 @@ def test_metadata_comes_back_as_written_through_reopen_updates_and_compaction(tm
 def test_postings_ordered_block_by_block_equal_one_stable_sort(monkeypatch, block, n_terms):
     import numpy as np
 
-    from hetriever import bm25_memory
+    from hetriever.store.bm25 import memory as bm25_memory
 
     monkeypatch.setattr(bm25_memory, "SORT_BLOCK", block)
     rng = np.random.default_rng(block)

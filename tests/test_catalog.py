@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hetriever.catalog import (
+from hetriever.store.catalog import (
     DELETED,
     DISCOVERED,
     FAILED,
@@ -24,12 +24,12 @@ from hetriever.catalog import (
     split_physical,
     title_keys,
 )
-from hetriever.catalog_records import address_host
+from hetriever.store.catalog_records import address_host
 from hetriever.cli import main
-from hetriever.discover import discover_repositories
-from hetriever.indexing import index_repository
-from hetriever.sections import heading_anchor
-from hetriever.store import ChromaKnowledgeStore
+from hetriever.discover.changes import discover_repositories
+from hetriever.index.indexing import index_repository
+from hetriever.chunk.sections import heading_anchor
+from hetriever.search.knowledge_store import ChromaKnowledgeStore
 from tests.chroma_fixtures import store_settings
 from tests.helpers import (
     break_the_cleaner_on_where,
@@ -289,7 +289,7 @@ def test_status_command_reads_the_catalog(docs, tmp_path, minilm_model_dir, monk
     monkeypatch.setenv("HETRIEVER_CHROMA_PATH", str(tmp_path / "cli-chroma"))
     monkeypatch.setenv("HETRIEVER_STATE_DIR", str(tmp_path / "cli-state"))
     monkeypatch.setenv("HETRIEVER_MODEL_DIR", str(minilm_model_dir))
-    from hetriever.store import clear_store_cache
+    from hetriever.search.knowledge_store import clear_store_cache
 
     clear_store_cache()
     try:
@@ -306,7 +306,7 @@ def test_status_command_reads_the_catalog(docs, tmp_path, minilm_model_dir, monk
         import contextlib
         import sys
 
-        from hetriever.logs import configure_logging
+        from hetriever.core.logs import configure_logging
 
         with contextlib.redirect_stderr(sys.__stderr__):
             configure_logging()

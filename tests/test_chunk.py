@@ -8,9 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from hetriever.chunk import chunk_id, chunk_page
-from hetriever.models import REQUIRED_CHUNK_METADATA, Block, Page
-from hetriever.tokenizer import TokenCounter, load_token_counter
+from hetriever.chunk.chunker import chunk_id, chunk_page
+from hetriever.core.models import REQUIRED_CHUNK_METADATA, Block, Page
+from hetriever.chunk.tokenizer import TokenCounter, load_token_counter
 
 H = lambda text, level: Block("heading", text, level)  # noqa: E731
 P = lambda text: Block("paragraph", text)  # noqa: E731

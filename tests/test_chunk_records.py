@@ -1,4 +1,4 @@
-"""Chunk text kept as Chroma metadata (`hetriever/chunk_records.py`), against real Chroma:
+"""Chunk text kept as Chroma metadata (`hetriever/store/chunk_records.py`), against real Chroma:
 nothing reaches Chroma's full-text index, every read gives the text back as before, and an
 index written the older way (text as a Chroma document) reads, searches and updates the same."""
 
@@ -11,10 +11,10 @@ from typing import Any
 import chromadb
 import pytest
 
-from hetriever.chunk_records import TEXT_KEY, ChunkCollection
-from hetriever.errors import IndexingError
-from hetriever.search import hybrid_search
-from hetriever.store import ChromaKnowledgeStore
+from hetriever.store.chunk_records import TEXT_KEY, ChunkCollection
+from hetriever.core.errors import IndexingError
+from hetriever.search.hybrid import hybrid_search
+from hetriever.search.knowledge_store import ChromaKnowledgeStore
 from tests.chroma_fixtures import make_chunk, store_settings
 from tests.fakes import HashEmbedder
 

@@ -7,8 +7,8 @@ import textwrap
 import pytest
 from structlog.testing import capture_logs
 
-from hetriever.clean import blocks_to_text, clean_page, cleaned_ratio
-from hetriever.models import Block
+from hetriever.clean.cleaner import blocks_to_text, clean_page, cleaned_ratio
+from hetriever.core.models import Block
 
 
 def doc(text: str) -> str:

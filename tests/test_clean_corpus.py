@@ -10,9 +10,9 @@ import chromadb
 import pytest
 from structlog.testing import capture_logs
 
-from hetriever.clean import clean_page
-from hetriever.models import Block, Page
-from hetriever.parse import parse_page
+from hetriever.clean.cleaner import clean_page
+from hetriever.core.models import Block, Page
+from hetriever.parse.page import parse_page
 from tests.helpers import corpus_version
 
 pytestmark = pytest.mark.corpus

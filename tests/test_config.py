@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from hetriever.config import MODEL_MAX_TOKENS, Settings, load_settings
-from hetriever.errors import ConfigurationError
+from hetriever.core.config import MODEL_MAX_TOKENS, Settings, load_settings
+from hetriever.core.errors import ConfigurationError
 
 
 def test_defaults_fit_the_embedding_window():

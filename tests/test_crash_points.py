@@ -1,7 +1,7 @@
 """A process killed at every write step of a run, then recovered, equals a clean index id by id.
 
 One repository at v1 is indexed once; v2 edits some pages (their chunks are replaced), deletes
-some (their chunks are removed) and adds some. For each crash point of `hetriever.faults`, a copy
+some (their chunks are removed) and adds some. For each crash point of `hetriever.core.faults`, a copy
 of the v1 store is brought to v2 by a `hetriever ingest` subprocess that dies there (exit 137,
 as if SIGKILLed), then by a normal run. Every recovered store must equal a clean store indexed at
 v2: Chroma ids and documents, BM25 ids and texts, catalog titles and indexed files, commit and
@@ -19,12 +19,12 @@ from typing import Any
 
 import pytest
 
-from hetriever import faults
-from hetriever.catalog import BUILDING, INDEXED
-from hetriever.chunk_records import ChunkCollection
-from hetriever.indexing import STATUS_COMPLETE, STATUS_INDEXING, index_repository
-from hetriever.search import retrieve
-from hetriever.store import ChromaKnowledgeStore
+from hetriever.core import faults
+from hetriever.store.catalog import BUILDING, INDEXED
+from hetriever.store.chunk_records import ChunkCollection
+from hetriever.index.indexing import STATUS_COMPLETE, STATUS_INDEXING, index_repository
+from hetriever.search.hybrid import retrieve
+from hetriever.search.knowledge_store import ChromaKnowledgeStore
 from tests.chroma_fixtures import store_settings
 from tests.helpers import commit_all, init_repo, write_files
 from tests.test_faults import (REPO_NAME, cli_command, cli_env, page_text, run, run_cli,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from hetriever.discover import (
+from hetriever.discover.changes import (
     SkipFile,
     compute_change_set,
     discover_repositories,
@@ -20,10 +20,10 @@ from hetriever.discover import (
     select_repositories,
     validate_repository_name,
 )
-from hetriever.errors import InvalidRepositoryNameError, SourceError
-from hetriever.models import ChangeKind, FileChange, Repository
-from hetriever.names import as_given, repository_name
-from hetriever.repositories import check_usable
+from hetriever.core.errors import InvalidRepositoryNameError, SourceError
+from hetriever.core.models import ChangeKind, FileChange, Repository
+from hetriever.core.names import as_given, repository_name
+from hetriever.discover.repositories import check_usable
 from tests.helpers import (
     add_submodule,
     commit_all,
@@ -131,9 +131,9 @@ def test_directory_of_git_repos(tmp_path):
 
 
 def test_configured_repositories_follow_the_settings_and_the_names_asked_for(tmp_path):
-    from hetriever.config import Settings
-    from hetriever.errors import RepositoryNotFoundError
-    from hetriever.repositories import configured_repositories
+    from hetriever.core.config import Settings
+    from hetriever.core.errors import RepositoryNotFoundError
+    from hetriever.discover.repositories import configured_repositories
 
     root = tmp_path / "root"
     doc_repo(root, "zeta-docs")

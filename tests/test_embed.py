@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from hetriever.cli import main as cli_main
-from hetriever.config import Settings
-from hetriever.embed import (
+from hetriever.core.config import Settings
+from hetriever.embed.embedder import (
     MINILM_NAME,
     ONNX_SUBDIR,
     Embedder,
@@ -31,14 +31,14 @@ from hetriever.embed import (
     parse_model_spec,
     prepare_model,
 )
-from hetriever.model_build import (
+from hetriever.embed.model_build import (
     BUILD_VERSION,
     DATA_FILE,
     MANIFEST_NAME,
     TOKENIZER_FILES,
     default_source_dir,
 )
-from hetriever.errors import ConfigurationError, EmbeddingError
+from hetriever.core.errors import ConfigurationError, EmbeddingError
 from tests.helpers import REPO_ROOT
 
 PARAPHRASE = ("How do I create a new page in my site?",

@@ -8,14 +8,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hetriever.config import load_settings
-from hetriever.embed import MINILM_NAME, MODEL_FILE, MiniLMEmbedder, batch_bounds, prepare_int8
-from hetriever.model_build import DATA_FILE, INT8_SUBDIR
-from hetriever.errors import ConfigurationError, IndexingError
-from hetriever.indexing import index_repository
-from hetriever.lifecycle import migrate_repository
-from hetriever.models import Repository
-from hetriever.store import ChromaKnowledgeStore
+from hetriever.core.config import load_settings
+from hetriever.embed.embedder import MINILM_NAME, MODEL_FILE, MiniLMEmbedder, batch_bounds, prepare_int8
+from hetriever.embed.model_build import DATA_FILE, INT8_SUBDIR
+from hetriever.core.errors import ConfigurationError, IndexingError
+from hetriever.index.indexing import index_repository
+from hetriever.index.lifecycle import migrate_repository
+from hetriever.core.models import Repository
+from hetriever.search.knowledge_store import ChromaKnowledgeStore
 from tests.chroma_fixtures import store_settings
 from tests.helpers import commit_all, init_repo, write_files
 

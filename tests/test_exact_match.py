@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from hetriever.discover import discover_repositories
-from hetriever.indexing import index_repository
-from hetriever.search import hybrid_search
-from hetriever.store import ChromaKnowledgeStore
+from hetriever.discover.changes import discover_repositories
+from hetriever.index.indexing import index_repository
+from hetriever.search.hybrid import hybrid_search
+from hetriever.search.knowledge_store import ChromaKnowledgeStore
 from tests.chroma_fixtures import store_settings
 from tests.helpers import commit_all, init_repo, write_files
 

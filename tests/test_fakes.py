@@ -16,9 +16,9 @@ import pytest
 from chromadb.config import Settings as ChromaSettings
 from chromadb.errors import NotFoundError
 
-from hetriever.discover import discover_repositories
-from hetriever.indexing import STATUS_COMPLETE, index_repository
-from hetriever.store import ChromaKnowledgeStore
+from hetriever.discover.changes import discover_repositories
+from hetriever.index.indexing import STATUS_COMPLETE, index_repository
+from hetriever.search.knowledge_store import ChromaKnowledgeStore
 from tests.chroma_fixtures import store_settings
 from tests.fakes import HashEmbedder, MemoryClient
 from tests.helpers import build_sample_parent, commit_all, update_submodule, write_files
@@ -155,7 +155,7 @@ def test_index_search_and_an_incremental_run_over_the_fakes(tmp_path, memory_sto
 
 
 def test_while_chroma_cannot_answer_bm25_hits_show_bm25s_own_copy(tmp_path, memory_store) -> None:
-    from hetriever.candidates import _fill_documents, _Hit
+    from hetriever.search.candidates import _fill_documents, _Hit
 
     parent, _ = build_sample_parent(tmp_path)
     (repo,) = [r for r in discover_repositories(parent) if r.name == "sample-docs"]

@@ -24,10 +24,10 @@ from typing import Any
 import pytest
 
 import tests.chroma_fixtures as chroma_fixtures
-from hetriever.discover import discover_repositories
-from hetriever.errors import EmbeddingError
-from hetriever.indexing import STATUS_COMPLETE, STATUS_INDEXING, index_repository
-from hetriever.store import ChromaKnowledgeStore
+from hetriever.discover.changes import discover_repositories
+from hetriever.core.errors import EmbeddingError
+from hetriever.index.indexing import STATUS_COMPLETE, STATUS_INDEXING, index_repository
+from hetriever.search.knowledge_store import ChromaKnowledgeStore
 from tests.chroma_fixtures import running_chroma_server, stop_chroma_server, store_settings
 from tests.flow_support import fresh_full_pass, stored
 from tests.helpers import commit_all, init_repo, write_files
@@ -174,7 +174,7 @@ def open_store(tmp_path: Path, embedder: Any, **overrides: Any) -> ChromaKnowled
 def assert_equals_fresh_pass(store: ChromaKnowledgeStore, docs_root: Path,
                              model_dir: Path) -> dict:
     repo = the_repo(docs_root)
-    from hetriever.discover import head_commit
+    from hetriever.discover.changes import head_commit
 
     commit = head_commit(repo)
     got = stored(store, REPO_NAME)  # also: BM25 holds exactly what Chroma holds

@@ -4,8 +4,8 @@ import chromadb
 import pytest
 from chromadb.api.types import validate_where
 
-from hetriever.errors import InvalidFilterError
-from hetriever.filters import and_filters, equality_terms, matches, validate_filter
+from hetriever.core.errors import InvalidFilterError
+from hetriever.store.filters import and_filters, equality_terms, matches, validate_filter
 
 # Metadata shaped like chunk metadata, with the awkward cases: missing keys, int vs float,
 # bools, list fields of each type, and an item with no metadata at all.

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from hetriever.discover import discover_repositories
-from hetriever.store import clear_store_cache, get_knowledge_store
+from hetriever.discover.changes import discover_repositories
+from hetriever.search.knowledge_store import clear_store_cache, get_knowledge_store
 from tests.flow_support import fresh_full_pass, stored
 from tests.helpers import (
     build_corpus_parent,
@@ -51,7 +51,7 @@ def run_ingest(**params):
 
 
 def open_store():
-    from hetriever.config import load_settings
+    from hetriever.core.config import load_settings
 
     return get_knowledge_store(load_settings())
 
@@ -153,7 +153,7 @@ def recorded_file_task_runs(ingest_state, expected: int, timeout: float = 60.0) 
 
 def test_every_file_is_a_task_run_recorded_on_the_server_retries_included(
         sample_parent, monkeypatch, env):
-    from hetriever.discover import head_commit, list_content_files
+    from hetriever.discover.changes import head_commit, list_content_files
 
     parent, _ = sample_parent
     repo = repo_of(parent, "sample-docs")
@@ -227,8 +227,8 @@ def test_dask_task_runner_with_a_local_cluster(sample_parent):
 
 def test_query_flow_records_metrics(sample_parent):
     from flows.query import query
-    from hetriever.config import load_settings
-    from hetriever.metrics import metrics_store
+    from hetriever.core.config import load_settings
+    from hetriever.search.metrics import metrics_store
 
     assert run_ingest()[0].is_completed()
     result = asyncio.run(query("filter a collection with where", top_k=3))
@@ -239,7 +239,7 @@ def test_query_flow_records_metrics(sample_parent):
     # start-up (store open, warm-up search) is reported apart from the warm search's latency
     assert result["startup_ms"] > 0 and summary.p50_ms == pytest.approx(result["search_time_ms"], abs=0.01)
 
-    from hetriever.errors import RepositoryNotFoundError
+    from hetriever.core.errors import RepositoryNotFoundError
 
     with pytest.raises(RepositoryNotFoundError, match="known: sample-docs"):
         asyncio.run(query("where", repositories=["sampel-docs"]))
@@ -264,7 +264,7 @@ def test_hugo_docs_v1_to_v2_through_the_flow_equals_a_fresh_full_index(env, monk
     assert inc["files_modified"] >= 513  # plus pages whose included snippets changed
     assert inc["chunks_reused"] > 0
 
-    from hetriever.config import load_settings
+    from hetriever.core.config import load_settings
 
     settings = load_settings()
     expected = fresh_full_pass(repo_of(parent, "hugo-docs"), v2, settings)
@@ -385,8 +385,8 @@ def test_the_followed_branch_is_fetched_by_name_and_a_deleted_one_is_an_error(tm
     """A single-branch (or shallow) clone fetches only the branch it was cloned with; a
     branch deleted on the remote must not be followed at its last fetched commit."""
     from flows.ingest import update_checkout
-    from hetriever.errors import SourceError
-    from hetriever.models import Repository
+    from hetriever.core.errors import SourceError
+    from hetriever.core.models import Repository
 
     source = init_repo(tmp_path / "source")
     write_files(source, {"content/a.md": "---\ntitle: A\n---\n\nA.\n"})
@@ -445,7 +445,7 @@ def test_a_full_run_deletes_most_of_an_index_only_when_allowed(sample_parent):
 
 
 def test_an_exception_in_a_run_closes_its_catalog_run_as_failed(sample_parent, monkeypatch):
-    import hetriever.indexing as indexing
+    import hetriever.index.indexing as indexing
 
     async def broken_finish(*args, **kwargs):
         raise RuntimeError("disk vanished")

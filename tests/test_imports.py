@@ -66,5 +66,5 @@ def test_the_cycle_finder_finds_one():
 def test_the_ingest_flow_uses_few_names_of_the_indexing_core():
     tree = ast.parse((ROOT / "flows" / "ingest.py").read_text(encoding="utf-8"))
     names = [alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
-             and node.module == "hetriever.indexing" for alias in node.names]
+             and node.module == "hetriever.index.indexing" for alias in node.names]
     assert 1 <= len(names) <= 3, names

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from hetriever.discover import (
+from hetriever.discover.changes import (
     compute_change_set,
     discover_repositories,
     head_commit,
     list_content_files,
     read_content_files,
 )
-from hetriever.models import ChangeKind, FileChange
+from hetriever.core.models import ChangeKind, FileChange
 from tests.helpers import CORPORA, build_corpus_parent, git, update_submodule
 
 pytestmark = pytest.mark.corpus

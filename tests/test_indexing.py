@@ -7,16 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from hetriever.discover import discover_repositories
-from hetriever.errors import SourceError
-from hetriever.faults import InjectedFault
-from hetriever.indexing import (
+from hetriever.discover.changes import discover_repositories
+from hetriever.core.errors import SourceError
+from hetriever.core.faults import InjectedFault
+from hetriever.index.indexing import (
     STATUS_COMPLETE,
     STATUS_INDEXING,
     index_repository,
     is_snippet_path,
 )
-from hetriever.store import ChromaKnowledgeStore
+from hetriever.search.knowledge_store import ChromaKnowledgeStore
 from tests.chroma_fixtures import store_settings
 from tests.fakes import HashEmbedder, MemoryClient
 from tests.flow_support import fresh_full_pass, stored
@@ -194,8 +194,8 @@ def test_interrupted_run_is_not_recorded_and_the_next_run_repairs(docs, store, t
 
 @pytest.mark.slow
 def test_a_second_run_of_the_same_repository_waits_then_exits_clearly(docs, store):
-    from hetriever.errors import WriterLockedError
-    from hetriever.indexing import run_lock
+    from hetriever.core.errors import WriterLockedError
+    from hetriever.index.indexing import run_lock
 
     parent, _ = docs
     with run_lock(store.settings, "sample-docs"):
@@ -227,9 +227,10 @@ def test_include_candidates_missing_from_the_tree_are_not_read(tmp_path, monkeyp
     # commit's tree answers for them, and git still resolves paths below a symlink.
     import os
 
-    from hetriever import git_objects, process
-    from hetriever.config import Settings
-    from hetriever.models import Repository
+    from hetriever.discover import git_objects
+    from hetriever.index import process
+    from hetriever.core.config import Settings
+    from hetriever.core.models import Repository
 
     source = init_repo(tmp_path / "site")
     write_files(source, {"content/docs/deep/_includes/note.md": "A note.\n",
@@ -282,9 +283,10 @@ def test_one_resolver_shared_by_concurrent_tasks_reads_each_file_once(tmp_path, 
     import threading
     import time
 
-    from hetriever import git_objects, process
-    from hetriever.config import Settings
-    from hetriever.models import Repository
+    from hetriever.discover import git_objects
+    from hetriever.index import process
+    from hetriever.core.config import Settings
+    from hetriever.core.models import Repository
 
     source = init_repo(tmp_path / "site")
     write_files(source, {"content/_includes/note.md": "A note.\n",
@@ -326,8 +328,8 @@ def test_the_per_file_step_is_pluggable_and_a_step_that_gives_up_fails_the_run(d
     """A mapper other than the in-process one (the flow passes a task-per-file mapper): its
     outcomes are written as usual; a file it gives up on is filed under `failed`, keeps no new
     chunks, and the run is closed as failed with the commit unrecorded."""
-    from hetriever.catalog import FAILED
-    from hetriever.indexing import FileOutcome, map_in_process
+    from hetriever.store.catalog import FAILED
+    from hetriever.index.indexing import FileOutcome, map_in_process
 
     parent, _ = docs
     seen: list[str] = []
@@ -363,7 +365,7 @@ def test_the_per_file_step_is_pluggable_and_a_step_that_gives_up_fails_the_run(d
 
 
 def test_an_exception_during_a_run_closes_the_catalog_run_as_failed(docs, store, monkeypatch):
-    import hetriever.indexing as indexing
+    import hetriever.index.indexing as indexing
 
     async def broken(*args, **kwargs):
         raise RuntimeError("disk vanished")

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from hetriever.catalog import DELETED
-from hetriever.discover import discover_repositories
-from hetriever.errors import IndexingError, RepositoryNotFoundError
-from hetriever.indexing import index_repository
-from hetriever.lifecycle import forget, migrate_repository, purge
-from hetriever.search import hybrid_search
-from hetriever.store import ChromaKnowledgeStore
+from hetriever.store.catalog import DELETED
+from hetriever.discover.changes import discover_repositories
+from hetriever.core.errors import IndexingError, RepositoryNotFoundError
+from hetriever.index.indexing import index_repository
+from hetriever.index.lifecycle import forget, migrate_repository, purge
+from hetriever.search.hybrid import hybrid_search
+from hetriever.search.knowledge_store import ChromaKnowledgeStore
 from tests.chroma_fixtures import store_settings
 from tests.helpers import commit_all, init_repo, write_files
 

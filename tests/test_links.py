@@ -1,4 +1,4 @@
-"""Links between pages (hetriever.links): what a page links to, how the catalog keeps it, and
+"""Links between pages (hetriever.parse.links): what a page links to, how the catalog keeps it, and
 the links prior of page results for questions: pure rules, the real catalog, and real git
 repositories indexed into real Chroma with the real model."""
 
@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from hetriever.catalog import Catalog
-from hetriever.config import Settings
-from hetriever.discover import discover_repositories
-from hetriever.indexing import index_repository, process_text
-from hetriever.links import LINKS_KEY, LinkPrior, links_of, outbound_keys, page_keys
-from hetriever.models import Repository
-from hetriever.results import is_question
-from hetriever.search import hybrid_search
-from hetriever.store import ChromaKnowledgeStore
+from hetriever.store.catalog import Catalog
+from hetriever.core.config import Settings
+from hetriever.discover.changes import discover_repositories
+from hetriever.index.indexing import index_repository, process_text
+from hetriever.parse.links import LINKS_KEY, LinkPrior, links_of, outbound_keys, page_keys
+from hetriever.core.models import Repository
+from hetriever.search.results import is_question
+from hetriever.search.hybrid import hybrid_search
+from hetriever.search.knowledge_store import ChromaKnowledgeStore
 from tests.chroma_fixtures import store_settings
 from tests.helpers import (
     commit_all,

@@ -1,4 +1,4 @@
-"""The glibc arena cap set at import (hetriever.malloc): real mallopt calls."""
+"""The glibc arena cap set at import (hetriever.core.malloc): real mallopt calls."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from hetriever.malloc import DEFAULT_ARENAS, limit_arenas
+from hetriever.core.malloc import DEFAULT_ARENAS, limit_arenas
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc only")
 
@@ -55,7 +55,7 @@ def test_freed_heap_pages_go_back_to_the_system():
     # back, which the process's RSS shows.
     script = (
         "import gc\n"
-        "from hetriever.malloc import release_free_memory\n"
+        "from hetriever.core.malloc import release_free_memory\n"
         "def rss():\n"
         "    return int(next(l for l in open('/proc/self/status') if l.startswith('VmRSS'))"
         ".split()[1])\n"

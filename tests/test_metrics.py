@@ -1,7 +1,7 @@
 from __future__ import annotations
 
-from hetriever.metrics import MetricsStore, QueryMetric
-from hetriever.models import RetrievalResult, SearchResult
+from hetriever.search.metrics import MetricsStore, QueryMetric
+from hetriever.core.models import RetrievalResult, SearchResult
 
 
 def test_percentiles_over_recorded_queries(tmp_path):
@@ -52,8 +52,8 @@ def test_only_the_newest_queries_are_kept(tmp_path):
 
 
 def test_metrics_and_webhook_deliveries_live_in_the_catalog_file(tmp_path):
-    from hetriever.catalog import Catalog
-    from hetriever.metrics import metrics_store
+    from hetriever.store.catalog import Catalog
+    from hetriever.search.metrics import metrics_store
     from webhooks.service import DeliveryStore
 
     catalog = Catalog.for_state_dir(tmp_path)

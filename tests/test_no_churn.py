@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from chromadb.api.models.Collection import Collection
 
-from hetriever.bm25 import BM25Index
-from hetriever.discover import discover_repositories
-from hetriever.indexing import STATUS_INDEXING, index_repository
-from hetriever.store import ChromaKnowledgeStore
+from hetriever.store.bm25.bm25_index import BM25Index
+from hetriever.discover.changes import discover_repositories
+from hetriever.index.indexing import STATUS_INDEXING, index_repository
+from hetriever.search.knowledge_store import ChromaKnowledgeStore
 from tests.chroma_fixtures import store_settings
 from tests.flow_support import fresh_full_pass, stored
 from tests.helpers import build_sample_parent, commit_all, update_submodule

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from hetriever.page_records import page_record, page_summary_lines
-from hetriever.config import Settings
-from hetriever.discover import discover_repositories
-from hetriever.indexing import index_repository, process_text, token_counter
-from hetriever.models import Repository
-from hetriever.parse import page_params, parse_page
-from hetriever.search import hybrid_search
-from hetriever.store import ChromaKnowledgeStore
+from hetriever.chunk.page_records import page_record, page_summary_lines
+from hetriever.core.config import Settings
+from hetriever.discover.changes import discover_repositories
+from hetriever.index.indexing import index_repository, process_text, token_counter
+from hetriever.core.models import Repository
+from hetriever.parse.page import page_params, parse_page
+from hetriever.search.hybrid import hybrid_search
+from hetriever.search.knowledge_store import ChromaKnowledgeStore
 from tests.chroma_fixtures import store_settings
 from tests.helpers import commit_all, init_repo, make_parent_with_submodule, write_files
 
@@ -150,7 +150,7 @@ def test_page_results_are_distinct_pages_with_passages(indexed):
 
 
 def test_group_by_is_validated(indexed):
-    from hetriever.errors import InvalidLimitError
+    from hetriever.core.errors import InvalidLimitError
 
     with pytest.raises(InvalidLimitError):
         hybrid_search(indexed, "where", 3, group_by="site")

@@ -9,7 +9,7 @@ import chromadb
 import pytest
 from structlog.testing import capture_logs
 
-from hetriever.parse import PUBLIC_KEYS, page_url, parse_page, public_metadata, skip_reason
+from hetriever.parse.page import PUBLIC_KEYS, page_url, parse_page, public_metadata, skip_reason
 
 
 def parse(text: str, path: str = "content/en/docs/page.md"):

@@ -7,11 +7,11 @@ import re
 import pytest
 from chromadb.api.types import validate_metadata
 
-from hetriever.chunk import chunk_page
-from hetriever.clean import clean_page
-from hetriever.models import REQUIRED_CHUNK_METADATA
-from hetriever.parse import parse_page, skip_reason
-from hetriever.tokenizer import load_token_counter
+from hetriever.chunk.chunker import chunk_page
+from hetriever.clean.cleaner import clean_page
+from hetriever.core.models import REQUIRED_CHUNK_METADATA
+from hetriever.parse.page import parse_page, skip_reason
+from hetriever.chunk.tokenizer import load_token_counter
 
 pytestmark = pytest.mark.corpus
 

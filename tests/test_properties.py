@@ -20,10 +20,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
-from hetriever.chunk import chunk_page
-from hetriever.clean import clean_page
-from hetriever.parse import parse_page
-from hetriever.tokenizer import load_token_counter
+from hetriever.chunk.chunker import chunk_page
+from hetriever.clean.cleaner import clean_page
+from hetriever.parse.page import parse_page
+from hetriever.chunk.tokenizer import load_token_counter
 
 # Hypothesis warns when the global `random` state moves while it draws an example, whichever
 # thread moved it; in a full run, background threads left by earlier tests (session-scoped

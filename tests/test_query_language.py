@@ -1,12 +1,12 @@
-"""The language a query's script names among a site's languages (hetriever.query_language)."""
+"""The language a query's script names among a site's languages (hetriever.search.query_language)."""
 
 from __future__ import annotations
 
 import pytest
 
-from hetriever.bm25 import BM25Index
+from hetriever.store.bm25.bm25_index import BM25Index
 
-from hetriever.query_language import WORD_RATIO, by_words, query_language as _query_language
+from hetriever.search.query_language import WORD_RATIO, by_words, query_language as _query_language
 
 
 def query_language(text, languages, counts=({}, [])):

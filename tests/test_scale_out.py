@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from hetriever.catalog import Catalog
-from hetriever.store import clear_store_cache
+from hetriever.store.catalog import Catalog
+from hetriever.search.knowledge_store import clear_store_cache
 from tests.chroma_fixtures import free_port, running_chroma_server
 from tests.helpers import build_sample_parent, commit_all, update_submodule
 from tests.test_faults import cli_env, run_cli
@@ -70,11 +70,11 @@ def dask_cluster(tmp_path: Path) -> Iterator[str]:
 
 
 def _worker_counts(address: str) -> dict[str, int]:
-    """Texts each worker process embedded (hetriever.cluster keeps one embedder per process)."""
+    """Texts each worker process embedded (hetriever.embed.cluster keeps one embedder per process)."""
     from distributed import Client
 
     def embedded() -> int:
-        from hetriever import cluster
+        from hetriever.embed import cluster
 
         return sum(e.texts_embedded for e in cluster._worker_embedders.values())
 

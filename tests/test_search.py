@@ -12,23 +12,23 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from hetriever import dense as dense_module
-from hetriever.chunk_records import ChunkCollection
-from hetriever.embed import MiniLMEmbedder
-from hetriever.errors import (
+from hetriever.search import dense as dense_module
+from hetriever.store.chunk_records import ChunkCollection
+from hetriever.embed.embedder import MiniLMEmbedder
+from hetriever.core.errors import (
     BackendConnectionError,
     EmbeddingError,
     InvalidFilterError,
     InvalidLimitError,
 )
-from hetriever.filters import matches, validate_filter
-from hetriever.search import (
+from hetriever.store.filters import matches, validate_filter
+from hetriever.search.hybrid import (
     MAX_QUERY_CHARS,
     retrieve,
     similarity,
 )
-from hetriever.fusion import rrf_fuse
-from hetriever.store import ChromaKnowledgeStore
+from hetriever.search.fusion import rrf_fuse
+from hetriever.search.knowledge_store import ChromaKnowledgeStore
 from tests.chroma_fixtures import (
     make_chunk,
     running_chroma_server,
@@ -372,8 +372,8 @@ def sectioned(tmp_path):
     the rest spread over `s0`..`s9`; `hidden` marks every other `rare` chunk."""
     import numpy as np
 
-    from hetriever.bm25 import BM25Index
-    from hetriever.search import _dense_rows
+    from hetriever.store.bm25.bm25_index import BM25Index
+    from hetriever.search.hybrid import _dense_rows
 
     store = ChromaKnowledgeStore(store_settings(tmp_path))
     col = store.client.create_collection("sectioned", configuration={"hnsw": {"space": "l2"}},
@@ -540,7 +540,7 @@ def paged_store(request, tmp_path, minilm_embedder) -> Iterator[Any]:
 
 
 def test_a_rare_filter_through_the_store_matches_chromas_own_where(paged_store, monkeypatch):
-    from hetriever.bm25 import BM25Index
+    from hetriever.store.bm25.bm25_index import BM25Index
 
     listed: list[Any] = []
     real = BM25Index.few_ids_where
@@ -567,7 +567,7 @@ def test_vector_distances_are_chromas(tmp_path, space):
     import chromadb
     import numpy as np
 
-    from hetriever.search import vector_distances
+    from hetriever.search.hybrid import vector_distances
 
     rng = np.random.default_rng(3)
     vectors = rng.standard_normal((40, 16)).astype(np.float32)
@@ -582,7 +582,7 @@ def test_vector_distances_are_chromas(tmp_path, space):
 
 
 def test_the_phrase_weight_setting_reaches_the_bm25_index(tmp_path):
-    from hetriever.store import ChromaKnowledgeStore
+    from hetriever.search.knowledge_store import ChromaKnowledgeStore
     from tests.chroma_fixtures import store_settings
     from tests.fakes import HashEmbedder, MemoryClient
 

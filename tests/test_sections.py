@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 from chromadb.api.types import validate_metadata
 
-from hetriever.chunk import chunk_page
-from hetriever.clean import clean_page
-from hetriever.models import Page
-from hetriever.sections import ANCHORS_KEY, anchored_sections, keep_given_anchors
-from hetriever.tokenizer import load_token_counter
+from hetriever.chunk.chunker import chunk_page
+from hetriever.clean.cleaner import clean_page
+from hetriever.core.models import Page
+from hetriever.chunk.sections import ANCHORS_KEY, anchored_sections, keep_given_anchors
+from hetriever.chunk.tokenizer import load_token_counter
 
 LONG = ("The backend reads its settings from the site configuration, and each option is "
         "passed on to the external converter exactly as written there. ") * 8

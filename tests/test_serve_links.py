@@ -14,15 +14,15 @@ import httpx
 import pytest
 from mcp.client import Client
 
-from hetriever.discover import discover_repositories
-from hetriever.indexing import index_repository
-from hetriever.search import hybrid_search
+from hetriever.discover.changes import discover_repositories
+from hetriever.index.indexing import index_repository
+from hetriever.search.hybrid import hybrid_search
 from hetriever.serve.http_api import create_app
 from hetriever.serve.keys import KeyRing
 from hetriever.serve.mcp_server import create_mcp
 from hetriever.serve.service import DocsService
 from hetriever.serve.telemetry import Telemetry
-from hetriever.store import ChromaKnowledgeStore
+from hetriever.search.knowledge_store import ChromaKnowledgeStore
 from tests.chroma_fixtures import store_settings
 from tests.helpers import commit_all, init_repo, write_files
 

@@ -9,10 +9,10 @@ import threading
 import anyio
 import pytest
 
-from hetriever import published
-from hetriever.config import load_settings
-from hetriever.errors import ConfigurationError
-from hetriever.models import SearchResult
+from hetriever.search import published
+from hetriever.core.config import load_settings
+from hetriever.core.errors import ConfigurationError
+from hetriever.core.models import SearchResult
 from hetriever.serve import pages
 from hetriever.serve.keys import InvalidKeyError, KeyRing, hash_key, key_from_headers, new_key
 from hetriever.serve.mcp_server import clip

@@ -10,11 +10,11 @@ import asyncio
 
 import pytest
 
-from hetriever import faults
-from hetriever.discover import discover_repositories
-from hetriever.indexing import index_repository
+from hetriever.core import faults
+from hetriever.discover.changes import discover_repositories
+from hetriever.index.indexing import index_repository
 from hetriever.serve.service import DocsService
-from hetriever.store import ChromaKnowledgeStore
+from hetriever.search.knowledge_store import ChromaKnowledgeStore
 from tests.chroma_fixtures import store_settings
 from tests.helpers import build_sample_parent, commit_all, update_submodule
 

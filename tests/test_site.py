@@ -1,4 +1,4 @@
-"""The site configuration as Hugo reads it (hetriever.site): languages, roots, URLs."""
+"""The site configuration as Hugo reads it (hetriever.discover.site): languages, roots, URLs."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from hetriever.errors import ConfigurationError
-from hetriever.parse import parse_page, skip_reason
-from hetriever.site import Site, load_site
+from hetriever.core.errors import ConfigurationError
+from hetriever.parse.page import parse_page, skip_reason
+from hetriever.discover.site import Site, load_site
 from tests.helpers import corpus_version
 
 
@@ -217,8 +217,8 @@ def test_opentelemetry_site_pages_are_where_hugo_publishes_them():
 
 
 def test_reading_a_site_from_a_git_commit(tmp_path: Path):
-    from hetriever.discover import site_at
-    from hetriever.models import Repository
+    from hetriever.discover.changes import site_at
+    from hetriever.core.models import Repository
     from tests.helpers import commit_all, init_repo, write_files
 
     repo_dir = init_repo(tmp_path / "site")
@@ -277,7 +277,7 @@ def test_the_signature_of_a_site_is_the_same_in_every_process():
     import subprocess
     import sys
 
-    code = ("from hetriever.site import Site; print(Site(disabled_kinds=frozenset("
+    code = ("from hetriever.discover.site import Site; print(Site(disabled_kinds=frozenset("
             "{'page', 'section', 'home', 'taxonomy'}), base_url='https://x.org/').signature())")
     seen = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                            env={**os.environ, "PYTHONHASHSEED": seed}, timeout=60,
@@ -289,8 +289,8 @@ def test_the_signature_of_a_site_is_the_same_in_every_process():
 
 def test_the_production_configuration_overrides_the_default_one(tmp_path):
     # `hugo` builds the published site as "production": config/production/ over _default/.
-    from hetriever.discover import site_at
-    from hetriever.models import Repository
+    from hetriever.discover.changes import site_at
+    from hetriever.core.models import Repository
     from tests.helpers import commit_all, init_repo, write_files
 
     repo = init_repo(tmp_path / "numbat-docs")

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from hetriever.errors import (
+from hetriever.core.errors import (
     BackendConnectionError,
     ConfigurationError,
     EmbeddingError,
@@ -23,14 +23,14 @@ from hetriever.errors import (
     KnowledgeStoreError,
     WriterLockedError,
 )
-from hetriever.store import (
+from hetriever.search.knowledge_store import (
     ChromaKnowledgeStore,
     KnowledgeStore,
     clear_store_cache,
     get_knowledge_store,
     validate_collection_name,
 )
-from hetriever.views import HNSW_SYNC_THRESHOLD
+from hetriever.store.views import HNSW_SYNC_THRESHOLD
 from tests.chroma_fixtures import free_port, make_chunk, store_settings
 from tests.flow_support import stored
 

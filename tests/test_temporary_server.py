@@ -20,7 +20,7 @@ import pytest
 
 from deployments.server_settings import SERVER_ENV, SERVER_NICENESS
 from deployments.stack import _reaped
-from hetriever.catalog import Catalog
+from hetriever.store.catalog import Catalog
 from tests.helpers import REPO_ROOT, build_sample_parent
 from tests.test_faults import REPO_NAME, pages_repo, signal_when
 
@@ -73,7 +73,7 @@ def test_the_server_answers_niced_with_the_server_settings_and_is_gone_afterward
 NO_ANSWER = """
 import os
 from deployments.temporary_server import temporary_server
-from hetriever.errors import HetrieverError
+from hetriever.core.errors import HetrieverError
 try:
     with temporary_server(timeout=0.5):
         raise SystemExit("answered within half a second: the case needs a slower start")
@@ -103,7 +103,7 @@ def test_a_server_that_does_not_answer_in_time_is_a_clear_error_and_is_stopped(t
 
 UNUSABLE_HOME = """
 from deployments.temporary_server import temporary_server
-from hetriever.errors import HetrieverError
+from hetriever.core.errors import HetrieverError
 try:
     with temporary_server(timeout=120):
         raise SystemExit("a server started on a home it cannot write")

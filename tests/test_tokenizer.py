@@ -12,8 +12,8 @@ import structlog.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hetriever.errors import EmbeddingError
-from hetriever.tokenizer import load_token_counter, minilm_source_dir
+from hetriever.core.errors import EmbeddingError
+from hetriever.chunk.tokenizer import load_token_counter, minilm_source_dir
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +103,7 @@ def test_missing_package_is_a_clear_error(monkeypatch):
 
 _THREADS_AFTER_A_BATCH = """
 import os
-from hetriever.tokenizer import load_token_counter
+from hetriever.chunk.tokenizer import load_token_counter
 load_token_counter().count_batch(["a few words to count"] * 2000)
 print(os.environ.get("TOKENIZERS_PARALLELISM"), len(os.listdir("/proc/self/task")))
 """

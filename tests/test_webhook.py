@@ -23,7 +23,7 @@ import httpx
 import pytest
 import uvicorn
 
-from hetriever.errors import ConfigurationError
+from hetriever.core.errors import ConfigurationError
 from webhooks.service import (
     DeliveryStore,
     RepoRoute,

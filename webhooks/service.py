@@ -33,12 +33,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from hetriever.catalog_records import CATALOG_FILE
-from hetriever.config import Settings, WebhookSettings, load_settings
-from hetriever.errors import ConfigurationError
-from hetriever.logs import get_logger
-from hetriever.names import repository_name
-from hetriever.sqlite_files import connect
+from hetriever.store.catalog_records import CATALOG_FILE
+from hetriever.core.config import Settings, WebhookSettings, load_settings
+from hetriever.core.errors import ConfigurationError
+from hetriever.core.logs import get_logger
+from hetriever.core.names import repository_name
+from hetriever.core.sqlite_files import connect
 
 log = get_logger(__name__)
 

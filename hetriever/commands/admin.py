@@ -18,12 +18,12 @@ def status_rows(settings, repos) -> list[dict[str, Any]]:
     catalog has not seen (an index made before it existed). Where no ingest has written an
     index yet, every repository is "never indexed" and nothing is created.
     """
-    from hetriever.catalog import DELETED, FAILED, INDEXED, SKIPPED
-    from hetriever.discover import head_commit
-    from hetriever.errors import SourceError
-    from hetriever.lifecycle import needs_migration
-    from hetriever.names import is_valid_repository_name
-    from hetriever.store import get_knowledge_store
+    from hetriever.store.catalog import DELETED, FAILED, INDEXED, SKIPPED
+    from hetriever.discover.changes import head_commit
+    from hetriever.core.errors import SourceError
+    from hetriever.index.lifecycle import needs_migration
+    from hetriever.core.names import is_valid_repository_name
+    from hetriever.search.knowledge_store import get_knowledge_store
 
     problem = index_problem(settings)
     if problem:  # a fresh setup, or a mistyped path: the rows say "never indexed", and why
@@ -84,7 +84,7 @@ def _index_status(meta: dict[str, Any], record: Any) -> str:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from hetriever.repositories import configured_repositories
+    from hetriever.discover.repositories import configured_repositories
 
     settings = cli_settings(args)
     repos = configured_repositories(settings)
@@ -112,8 +112,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_purge(args: argparse.Namespace) -> int:
-    from hetriever.lifecycle import purge
-    from hetriever.store import get_knowledge_store
+    from hetriever.index.lifecycle import purge
+    from hetriever.search.knowledge_store import get_knowledge_store
 
     settings = cli_settings(args)
     require_index(settings)
@@ -128,9 +128,9 @@ def cmd_purge(args: argparse.Namespace) -> int:
 
 
 def cmd_forget(args: argparse.Namespace) -> int:
-    from hetriever.lifecycle import forget
-    from hetriever.names import repository_name
-    from hetriever.store import get_knowledge_store
+    from hetriever.index.lifecycle import forget
+    from hetriever.core.names import repository_name
+    from hetriever.search.knowledge_store import get_knowledge_store
 
     settings = cli_settings(args)
     require_index(settings)
@@ -147,9 +147,9 @@ def cmd_forget(args: argparse.Namespace) -> int:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    from hetriever.lifecycle import migrate_repository
-    from hetriever.repositories import configured_repositories
-    from hetriever.store import get_knowledge_store
+    from hetriever.index.lifecycle import migrate_repository
+    from hetriever.discover.repositories import configured_repositories
+    from hetriever.search.knowledge_store import get_knowledge_store
 
     settings = cli_settings(args)
     repos = configured_repositories(settings, args.repository)
@@ -167,7 +167,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def cmd_metrics(args: argparse.Namespace) -> int:
-    from hetriever.metrics import metrics_store
+    from hetriever.search.metrics import metrics_store
 
     settings = cli_settings(args)
     store = metrics_store(settings.resolved_state_dir)

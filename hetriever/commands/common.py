@@ -25,8 +25,8 @@ def make_console(stderr: bool = False):
 def cli_settings(args: argparse.Namespace, **extra: Any):
     """Settings with the global options (--docs-root, --chroma-path) and `extra` on top;
     logging configured (quiet: warnings and errors only)."""
-    from hetriever.config import load_settings
-    from hetriever.logs import configure_logging
+    from hetriever.core.config import load_settings
+    from hetriever.core.logs import configure_logging
 
     overrides = {k: v for k, v in extra.items() if v is not None}
     if getattr(args, "docs_root", None):
@@ -67,8 +67,8 @@ def require_index(settings) -> None:
     a mistake (a typo, another working directory), not 0 results; opening the store there
     would also create an empty index. Only `ingest` (and `serve`, waiting for one) create
     them."""
-    from hetriever.catalog import CATALOG_FILE
-    from hetriever.errors import ConfigurationError
+    from hetriever.store.catalog import CATALOG_FILE
+    from hetriever.core.errors import ConfigurationError
 
     if settings.follow:
         return  # a follower's catalog is made by following the server's manifest
@@ -94,7 +94,7 @@ def require_index(settings) -> None:
 
 def index_problem(settings) -> str:
     """Why these settings name no index an ingest wrote ("" when they do; `require_index`)."""
-    from hetriever.errors import ConfigurationError
+    from hetriever.core.errors import ConfigurationError
 
     try:
         require_index(settings)

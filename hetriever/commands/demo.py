@@ -12,7 +12,7 @@ from pathlib import Path
 from hetriever.commands.common import EXIT_FAILED, EXIT_OK, cli_settings, make_console
 from hetriever.commands.ingest import ingest_local, print_ingest
 from hetriever.commands.search import print_results, run_search
-from hetriever.errors import HetrieverError
+from hetriever.core.errors import HetrieverError
 
 DEMO_DIR = Path(".demo")
 DEMO_QUERY = "how do I filter a collection with where"

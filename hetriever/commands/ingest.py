@@ -7,17 +7,17 @@ import asyncio
 from contextlib import ExitStack
 
 from hetriever.commands.common import EXIT_FAILED, EXIT_OK, cli_settings, make_console, print_json
-from hetriever.errors import HetrieverError, UserError
+from hetriever.core.errors import HetrieverError, UserError
 
 
 async def ingest_local(settings, names: list[str] | None, force_full: bool,
                         show_progress: bool) -> list[dict]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from hetriever.indexing import index_repository
-    from hetriever.logs import get_logger
-    from hetriever.repositories import configured_repositories
-    from hetriever.store import get_knowledge_store
+    from hetriever.index.indexing import index_repository
+    from hetriever.core.logs import get_logger
+    from hetriever.discover.repositories import configured_repositories
+    from hetriever.search.knowledge_store import get_knowledge_store
 
     log = get_logger("hetriever.cli")
     repos = configured_repositories(settings, names)
@@ -87,7 +87,7 @@ def run_ingest_flow(args: argparse.Namespace, settings) -> list[dict]:
     import httpx
 
     from deployments.temporary_server import make_prefect_home, temporary_server
-    from hetriever.repositories import configured_repositories
+    from hetriever.discover.repositories import configured_repositories
 
     # A docs root without repositories or an unknown repository name is the user's mistake:
     # one line, before any server starts (inside the flow it is a failed run and a traceback).

@@ -10,19 +10,19 @@ from typing import Any
 
 from hetriever.commands.common import (EXIT_OK, cli_settings, make_console, print_json,
                                        require_index)
-from hetriever.errors import UserError
+from hetriever.core.errors import UserError
 
 
 def run_search(settings, query: str, repositories: list[str] | None, top_k: int | None,
                 filters: dict | None, hybrid: bool | None, access: list[str] | None = None,
                 group_by: str | None = None, lang: str | None = None):
-    from hetriever.metrics import QueryMetric, metrics_store
-    from hetriever.search import retrieve
-    from hetriever.store import get_knowledge_store
+    from hetriever.search.metrics import QueryMetric, metrics_store
+    from hetriever.search.hybrid import retrieve
+    from hetriever.search.knowledge_store import get_knowledge_store
 
     async def go():
-        from hetriever.discover import require_known
-        from hetriever.store import validate_collection_name
+        from hetriever.discover.changes import require_known
+        from hetriever.search.knowledge_store import validate_collection_name
 
         store = get_knowledge_store(settings)
         for name in repositories or []:
@@ -42,11 +42,11 @@ def run_search(settings, query: str, repositories: list[str] | None, top_k: int 
 def result_links(result, settings=None) -> list[str]:
     """Each match's full link (`https://docs.example.org/docs/quokka/`) where the index
     `settings` name recorded where its site is published, else its site-relative URL."""
-    from hetriever.published import base_urls_of, full_link, language
+    from hetriever.search.published import base_urls_of, full_link, language
 
     if settings is None:
         return [str(m.metadata.get("url", "")) for m in result.matches]
-    from hetriever.store import get_knowledge_store
+    from hetriever.search.knowledge_store import get_knowledge_store
 
     sites = base_urls_of(get_knowledge_store(settings).catalog, result.matches,
                          settings.site_urls)
@@ -85,7 +85,7 @@ def print_results(result, settings=None) -> None:
 def _parse_filter(raw: str | None) -> dict | None:
     if not raw:
         return None
-    from hetriever.errors import InvalidFilterError
+    from hetriever.core.errors import InvalidFilterError
 
     try:
         value = json.loads(raw)
@@ -122,7 +122,7 @@ def _warnings(settings, repositories: list[str] | None, hybrid: bool) -> list[st
     """What the results lack: repositories whose first ingest has not completed (`serve`
     leaves those out; here they are searched, and said to be partial), and why a hybrid search
     ran without some repositories' BM25 side."""
-    from hetriever.store import get_knowledge_store
+    from hetriever.search.knowledge_store import get_knowledge_store
 
     store = get_knowledge_store(settings)
     names = repositories or store.repository_names()
@@ -135,10 +135,10 @@ def _warnings(settings, repositories: list[str] | None, hybrid: bool) -> list[st
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    from hetriever.filters import validate_filter
-    from hetriever.names import as_given
-    from hetriever.search import resolve_top_k
-    from hetriever.store import validate_collection_name
+    from hetriever.store.filters import validate_filter
+    from hetriever.core.names import as_given
+    from hetriever.search.hybrid import resolve_top_k
+    from hetriever.search.knowledge_store import validate_collection_name
 
     settings = cli_settings(args)
     if not args.query.strip():
@@ -176,8 +176,8 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def cmd_follow(args: argparse.Namespace) -> int:
-    from hetriever.replica import follow_sync
-    from hetriever.store import get_knowledge_store
+    from hetriever.store.replica import follow_sync
+    from hetriever.search.knowledge_store import get_knowledge_store
 
     settings = cli_settings(args)
     if not settings.follow:

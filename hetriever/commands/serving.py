@@ -6,13 +6,13 @@ import argparse
 import sys
 
 from hetriever.commands.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, cli_settings
-from hetriever.errors import ConfigurationError, HetrieverError, UserError
+from hetriever.core.errors import ConfigurationError, HetrieverError, UserError
 
 
 def cmd_prepare_model(args: argparse.Namespace) -> int:
     """Build the offline model and its int8 variant, then run both once on a sentence."""
-    from hetriever.config import load_settings
-    from hetriever.embed import (
+    from hetriever.core.config import load_settings
+    from hetriever.embed.embedder import (
         MINILM_NAME,
         MODEL_FILE,
         ONNX_SUBDIR,
@@ -23,7 +23,7 @@ def cmd_prepare_model(args: argparse.Namespace) -> int:
         prepare_int8,
         prepare_model,
     )
-    from hetriever.logs import get_logger
+    from hetriever.core.logs import get_logger
 
     try:
         settings = load_settings()
@@ -75,7 +75,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
 
 def cmd_serve_webhook(args: argparse.Namespace) -> int:
-    from hetriever.logs import get_logger
+    from hetriever.core.logs import get_logger
     from webhooks.service import ENV_REPOS, WebhookConfig, serve
 
     cli_settings(args)  # logging as configured

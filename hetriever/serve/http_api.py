@@ -20,7 +20,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 
-from hetriever.errors import (
+from hetriever.core.errors import (
     BackendConnectionError,
     ConfigurationError,
     HetrieverError,
@@ -28,7 +28,7 @@ from hetriever.errors import (
     InvalidFilterError,
     InvalidLimitError,
 )
-from hetriever.logs import get_logger
+from hetriever.core.logs import get_logger
 from hetriever.serve.keys import InvalidKeyError, KeyRing, key_from_headers
 from hetriever.serve.service import Busy, DocsService, NotFound, RequestError, TooLarge
 from hetriever.serve.telemetry import PROMETHEUS_CONTENT_TYPE, Telemetry

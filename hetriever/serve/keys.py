@@ -22,9 +22,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from hetriever.access import DEFAULT_CALLER_LEVELS
-from hetriever.config import ACCESS_LEVELS
-from hetriever.errors import ConfigurationError, UserError
+from hetriever.core.access import DEFAULT_CALLER_LEVELS
+from hetriever.core.config import ACCESS_LEVELS
+from hetriever.core.errors import ConfigurationError, UserError
 
 ENV_KEYS = "HETRIEVER_API_KEYS"
 ENV_KEYS_FILE = "HETRIEVER_API_KEYS_FILE"

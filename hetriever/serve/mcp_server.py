@@ -18,7 +18,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
-from hetriever.errors import HetrieverError
+from hetriever.core.errors import HetrieverError
 from hetriever.serve.keys import ENV_CLIENT_KEY, InvalidKeyError, KeyRing, key_from_headers
 from hetriever.serve.service import DocsService, Limits
 from hetriever.serve.telemetry import Telemetry

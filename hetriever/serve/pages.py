@@ -11,8 +11,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from hetriever.models import SearchResult
-from hetriever.published import full_link, language
+from hetriever.core.models import SearchResult
+from hetriever.search.published import full_link, language
 
 CONTEXT_SEPARATOR = " > "  # as hetriever.chunk joins a chunk's title and headings
 BODY_SEPARATOR = "\n\n"

@@ -9,8 +9,8 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from hetriever.config import Settings
-from hetriever.logs import follow_level, get_logger
+from hetriever.core.config import Settings
+from hetriever.core.logs import follow_level, get_logger
 from hetriever.serve.keys import (ENV_CLIENT_KEY, ENV_KEYS, ENV_KEYS_FILE, InvalidKeyError,
                                   KeyRing)
 from hetriever.serve.service import DocsService, Limits

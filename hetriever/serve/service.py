@@ -21,17 +21,17 @@ from urllib.parse import urlsplit
 import anyio
 import anyio.to_thread
 
-from hetriever import published
-from hetriever.access import caller_levels, denial
-from hetriever.catalog import INDEXED
-from hetriever.catalog_records import address_host
-from hetriever.config import Settings
-from hetriever.errors import HetrieverError, InvalidFilterError, InvalidLimitError
-from hetriever.logs import get_logger
-from hetriever.names import as_given
-from hetriever.search import hybrid_search, plan_collections
+from hetriever.search import published
+from hetriever.core.access import caller_levels, denial
+from hetriever.store.catalog import INDEXED
+from hetriever.store.catalog_records import address_host
+from hetriever.core.config import Settings
+from hetriever.core.errors import HetrieverError, InvalidFilterError, InvalidLimitError
+from hetriever.core.logs import get_logger
+from hetriever.core.names import as_given
+from hetriever.search.hybrid import hybrid_search, plan_collections
 from hetriever.serve import pages
-from hetriever.store import ChromaKnowledgeStore, validate_collection_name
+from hetriever.search.knowledge_store import ChromaKnowledgeStore, validate_collection_name
 
 log = get_logger(__name__)
 
@@ -336,8 +336,8 @@ class DocsService:
         return rows
 
     def _checked_out(self) -> dict[str, str]:
-        from hetriever.discover import head_commit
-        from hetriever.repositories import configured_repositories
+        from hetriever.discover.changes import head_commit
+        from hetriever.discover.repositories import configured_repositories
 
         try:
             repos = configured_repositories(self.settings)

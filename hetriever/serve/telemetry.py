@@ -15,9 +15,9 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from hetriever.logs import get_logger
-from hetriever.metrics import QueryMetric, metrics_store
-from hetriever.models import RetrievalResult
+from hetriever.core.logs import get_logger
+from hetriever.search.metrics import QueryMetric, metrics_store
+from hetriever.core.models import RetrievalResult
 
 log = get_logger(__name__)
 

@@ -1,0 +1,292 @@
+"""The plain data that flows between the pipeline's stages.
+
+discover -> `Repository`, `ChangeSet`
+parse    -> `Page`
+chunk    -> `Chunk`
+store    -> `Document`, `SearchResult`, `RetrievalResult`
+indexing -> `IndexResult`
+
+Everything here is a dataclass of JSON-friendly values (`to_dict()`), so tasks can pass it
+between processes (Dask) and flows can print it in artifacts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Union
+
+if TYPE_CHECKING:  # the discover stage's type, named here only for annotations
+    from hetriever.discover.site import Site
+
+# What Chroma accepts as one metadata value. Lists must be non-empty and of one type.
+MetadataScalar = Union[str, int, float, bool]
+MetadataValue = Union[MetadataScalar, list[str], list[int], list[float], list[bool]]
+Metadata = dict[str, MetadataValue]
+
+
+def _jsonable(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, Path):
+        return value.as_posix()
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+class _Serialisable:
+    def to_dict(self) -> dict[str, Any]:
+        return _jsonable(self)
+
+
+# --- discover ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Repository(_Serialisable):
+    """One documentation repository (a git submodule of the parent, or a plain git repo)."""
+
+    name: str  # validated: ^[a-z0-9-]+$, 3..63 chars; also the collection's base name
+    path: Path  # the repository's working tree
+    url: str = ""  # remote URL from .gitmodules ("" when unknown)
+    content_dir: str = "content"  # Hugo content dir, relative to `path`
+    # The branch a fetching run checks out (the submodule's `branch` in .gitmodules, as
+    # `git submodule update --remote` reads it); "" = the remote's default branch.
+    branch: str = ""
+    # Why the repository cannot be read (a bad or uninitialised submodule): reported for it
+    # alone, every git operation on it raises this; "" when it is fine.
+    problem: str = ""
+    # The site configuration at the commit being indexed (languages, content roots, URL
+    # prefixes); None until a run reads it, and for callers that parse without one.
+    site: Site | None = None
+
+
+class ChangeKind(str, enum.Enum):
+    ADDED = "A"
+    MODIFIED = "M"
+    DELETED = "D"
+    RENAMED = "R"
+
+
+@dataclass(frozen=True)
+class FileChange(_Serialisable):
+    kind: ChangeKind
+    path: str  # repo-relative POSIX path; for renames, the new path
+    old_path: str | None = None  # for renames, the old path
+
+
+IndexMode = Literal["full", "incremental", "noop"]
+
+
+@dataclass
+class ChangeSet(_Serialisable):
+    """What must happen to one repository's index to bring it to `new_commit`."""
+
+    repository: str
+    old_commit: str | None  # last successfully indexed commit; None = never indexed
+    new_commit: str
+    mode: IndexMode
+    changes: list[FileChange] = field(default_factory=list)
+    # Content files of the tree at new_commit that cannot be indexed, with reasons
+    # (binary, non-UTF-8, too large, symlink out of the repo, ...).
+    skipped: list[SkippedFile] = field(default_factory=list)
+    dirty: bool = False  # the working tree had uncommitted changes (they are ignored)
+    # Pages git did not change but that include a changed snippet (counted as modified in
+    # `changes`, reported apart so "files modified" matches `git diff`).
+    include_dependents: list[str] = field(default_factory=list)
+
+    def paths_to_index(self) -> list[str]:
+        """Files whose (new) content must be parsed and written."""
+        return [c.path for c in self.changes if c.kind is not ChangeKind.DELETED]
+
+    def paths_to_delete(self) -> list[str]:
+        """Files whose old chunks must go: deleted files and the old side of renames."""
+        out = [c.path for c in self.changes if c.kind is ChangeKind.DELETED]
+        out += [c.old_path for c in self.changes if c.kind is ChangeKind.RENAMED and c.old_path]
+        return out
+
+    def counts(self) -> dict[str, int]:
+        counts = {kind.name.lower(): 0 for kind in ChangeKind}
+        for change in self.changes:
+            counts[change.kind.name.lower()] += 1
+        return counts
+
+
+@dataclass(frozen=True)
+class SkippedFile(_Serialisable):
+    path: str
+    reason: str
+
+
+# --- parse -------------------------------------------------------------------------
+
+
+@dataclass
+class Page(_Serialisable):
+    """One content file, parsed: front matter normalised, body still raw Hugo Markdown."""
+
+    repository: str
+    file_path: str  # repo-relative POSIX path, e.g. "content/en/functions/where.md"
+    url: str  # public URL path as Hugo would publish it, e.g. "/functions/where/"
+    title: str  # front matter title, else derived from the file name
+    section: str  # first path segment under the content dir ("" for the home page)
+    body: str  # Markdown after the front matter
+    front_matter: Metadata = field(default_factory=dict)  # kept keys, Chroma-valid values
+    tags: list[str] = field(default_factory=list)
+    draft: bool = False
+    front_matter_error: str = ""  # set when front matter was malformed and dropped
+    # Every scalar of the raw front matter by dotted, lower-case key ("vers.otel"), and those
+    # under `params:` without the prefix: what `{{% param "name" %}}` reads.
+    params: dict[str, str] = field(default_factory=dict)
+    lang: str = ""  # the page's language ("" when parsed without a site)
+    # Shared by a page and its translations: `translationKey`, else the language-free path.
+    translation_key: str = ""
+    in_site: bool = True  # False: in no content root of the site (e.g. a disabled language)
+    kind_disabled: bool = False  # the site's disableKinds names its kind (page, section, home)
+    # What the page's `cascade` front matter passes down to its descendants' `param` lookups
+    # (same keys as `params`); a section's `_index.md` sets it.
+    cascade: dict[str, str] = field(default_factory=dict)
+
+
+# --- clean -------------------------------------------------------------------------
+
+BlockKind = Literal["heading", "paragraph", "code"]
+
+
+@dataclass(frozen=True)
+class Block(_Serialisable):
+    """One structural piece of a cleaned page, in document order.
+
+    heading:   `text` is the heading's plain text, `level` 1..6, `anchor` the id its author
+               gave it (`## Settings {#settings-asciidoc}`), "" when Hugo makes one up.
+    paragraph: plain text (Markdown, HTML and shortcode markup removed; lists, tables and
+               quotes flattened to lines of text).
+    code:      a fenced code block exactly as written, fences included ("```go\n...\n```").
+    """
+
+    kind: BlockKind
+    text: str
+    level: int = 0
+    anchor: str = ""
+
+
+# --- chunk -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Chunk(_Serialisable):
+    """One unit of retrieval. `text` is exactly what is embedded, BM25-indexed and stored."""
+
+    id: str  # deterministic: same repository, file and content -> same id
+    text: str
+    metadata: Metadata  # see REQUIRED_CHUNK_METADATA
+
+    @property
+    def repository(self) -> str:
+        return str(self.metadata["repository"])
+
+    @property
+    def file_path(self) -> str:
+        return str(self.metadata["file_path"])
+
+    @property
+    def content_hash(self) -> str:
+        return str(self.metadata["content_hash"])
+
+
+# Every chunk carries these metadata keys (all Chroma-valid: no None, no empty list;
+# `tags` is omitted rather than empty).
+REQUIRED_CHUNK_METADATA = (
+    "repository",
+    "file_path",
+    "url",
+    "title",
+    "section",
+    "heading_context",
+    "chunk_index",
+    "has_code",
+    "content_hash",
+)
+
+
+# --- store / search ----------------------------------------------------------------
+
+
+@dataclass
+class Document(_Serialisable):
+    """A stored item as `get_by_id` returns it."""
+
+    doc_id: str
+    content: str
+    metadata: Metadata = field(default_factory=dict)
+
+
+@dataclass
+class SearchResult(_Serialisable):
+    doc_id: str
+    content: str
+    metadata: Metadata
+    score: float  # in [0, 1], higher is better
+    source: str  # "dense", "bm25" or "hybrid" (found by both), "exact" for title hits
+    dense_score: float | None = None  # cosine similarity mapped to [0, 1]
+    bm25_score: float | None = None  # BM25 normalised to [0, 1] within the candidate set
+    rrf_score: float | None = None  # raw fused score: RRF, or weighted z-scores (fusion "score")
+    # Page results: the page's next best chunks after this one, as
+    # {"doc_id", "heading_context", "content"}; empty for chunk results.
+    passages: list[dict[str, Any]] = field(default_factory=list)
+    # The page in the site's other languages, as {"lang", "url", "title"} (multilingual sites;
+    # empty otherwise).
+    translations: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class RetrievalResult(_Serialisable):
+    query: str
+    matches: list[SearchResult]
+    total_results: int
+    search_time_ms: float
+    mode: str = "hybrid"  # "hybrid", "dense" or "bm25" (what actually ran)
+    retriever_counts: dict[str, int] = field(default_factory=dict)
+    # Told no language, the search kept to the one the query is written in (its script or
+    # words, `hetriever.search.query_language`): that language; "" otherwise.
+    query_language: str = ""
+
+
+# --- indexing ----------------------------------------------------------------------
+
+
+@dataclass
+class IndexResult(_Serialisable):
+    """Counts of one repository's index run; the flow, the CLI and the artifacts print it."""
+
+    repository: str
+    mode: IndexMode
+    old_commit: str | None
+    new_commit: str
+    files_added: int = 0
+    files_modified: int = 0
+    files_deleted: int = 0
+    files_renamed: int = 0
+    files_include_dependent: int = 0  # unchanged pages re-indexed for a changed snippet
+    files_indexed: int = 0
+    skipped: list[SkippedFile] = field(default_factory=list)
+    chunks_written: int = 0  # new or changed chunks embedded and written
+    chunks_reused: int = 0  # unchanged chunks kept without re-embedding
+    chunks_deleted: int = 0
+    embedding_seconds: float = 0.0
+    total_seconds: float = 0.0
+    completed: bool = False  # True only once the new commit was recorded
+    # Files that could not be stored (e.g. embedding failed after retries): they keep their
+    # previous chunks and the commit is not recorded, so the next run tries them again.
+    failed: list[SkippedFile] = field(default_factory=list)
+
+    @property
+    def files_skipped(self) -> int:
+        return len(self.skipped)

@@ -1,0 +1,252 @@
+"""Finding the documentation repositories: the submodules of a parent repository, the
+repository itself, or the git repositories in a directory; their names checked.
+
+A submodule that cannot be used (a path leading out, not checked out) is kept with its problem
+(`Repository.problem`), so it fails alone and the others are indexed.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
+
+import git
+
+from hetriever.core.errors import (
+    InvalidRepositoryNameError,
+    RepositoryNotFoundError,
+    SourceError,
+    SourceSettingError,
+)
+from hetriever.core.logs import get_logger
+from hetriever.core.models import Repository
+from hetriever.core.names import (
+    NAME_MAX,
+    NAME_MIN,
+    as_given,
+    is_valid_repository_name,
+    repository_name,
+)
+
+if TYPE_CHECKING:
+    from hetriever.core.config import Settings
+
+log = get_logger(__name__)
+
+
+def validate_repository_name(name: str, path: str | Path) -> str:
+    """Return `name` if it fits `^[a-z0-9-]+$` and 3..63 characters, else raise."""
+    if not is_valid_repository_name(name):
+        raise InvalidRepositoryNameError(
+            f"repository name {name!r} (from {path}) is invalid: it must match ^[a-z0-9-]+$ "
+            f"and be {NAME_MIN}..{NAME_MAX} characters long (it is {len(name)})",
+            hint="rename the submodule's directory: its name, lower-cased and with other "
+                 "characters as dashes, names the index",
+        )
+    return name
+
+
+def discover_repositories(
+    docs_root: Path,
+    *,
+    content_dir: str = "content",
+    urls: dict[str, str] | None = None,
+) -> list[Repository]:
+    """The documentation repositories under `docs_root`, sorted by name.
+
+    Layouts, tried in order: `docs_root` is a parent repo with `.gitmodules` (its submodules);
+    `docs_root` is itself a git repo (just that one); `docs_root` is a plain directory whose
+    immediate children are git repos.
+    """
+    docs_root = Path(docs_root)
+    urls = urls or {}
+    _check_content_dir(content_dir)
+    if not docs_root.is_dir():
+        raise SourceSettingError(
+            f"documentation root {docs_root} does not exist or is not a directory",
+            hint="set docs_root (HETRIEVER_DOCS_ROOT) to a parent repo with .gitmodules, "
+            "a git repo, or a directory of git repos",
+        )
+    root = docs_root.resolve()
+    if (root / ".gitmodules").is_file():
+        found = _from_gitmodules(root)
+    elif (root / ".git").exists():
+        found = [(root.name, root, _origin_url(root), "", "")]
+    else:
+        found = [
+            (child.name, child.resolve(), _origin_url(child), "", "")
+            for child in sorted(root.iterdir())
+            if child.is_dir() and not child.name.startswith(".") and (child / ".git").exists()
+        ]
+        if not found:
+            raise SourceSettingError(
+                f"no git repositories found in {root}",
+                hint="point docs_root at a parent repo with .gitmodules, a git repo, "
+                "or a directory whose subdirectories are git repos",
+            )
+
+    repos: dict[str, Repository] = {}
+    for directory, path, url, problem, branch in found:
+        name = repository_name(directory)
+        if name != directory:
+            log.info("repository_named", repository=name, directory=directory, path=str(path))
+        try:
+            validate_repository_name(name, path)
+        except InvalidRepositoryNameError as exc:
+            if len(found) == 1:
+                raise
+            # One badly named repository fails alone, like one that is not checked out.
+            log.error("repository_name_invalid", repository=name, error=str(exc))
+            problem = problem or str(exc)
+        if name in repos:
+            raise SourceSettingError(
+                f"two repositories are both named {name!r}: {repos[name].path} and {path}",
+                hint="a repository's name is its directory's, lower-cased, other characters as "
+                     "dashes; rename one of the directories",
+            )
+        repos[name] = Repository(
+            name=name, path=path, url=urls.get(name, url), content_dir=content_dir,
+            problem=problem, branch=branch,
+        )
+    return [repos[name] for name in sorted(repos)]
+
+
+def require_known(names: list[str] | None, known: list[str]) -> None:
+    """An unknown repository name is a clear error that lists the known ones."""
+    unknown = sorted(set(names or []) - set(known))
+    if unknown:
+        raise RepositoryNotFoundError(
+            f"unknown repositories: {', '.join(unknown)}",
+            hint=f"known: {', '.join(sorted(known)) or 'none (run `hetriever ingest` first)'}")
+
+
+def select_repositories(repos: list[Repository], names: list[str] | None) -> list[Repository]:
+    """The named repositories (all when `names` is empty); an unknown name is a clear error.
+    A directory's name (`opentelemetry.io`) names the repository indexed from it."""
+    if not names:
+        return repos
+    wanted = as_given(names) or []
+    require_known(wanted, [r.name for r in repos])
+    return [r for r in repos if r.name in wanted]
+
+
+def configured_repositories(settings: Settings,
+                            names: list[str] | None = None) -> list[Repository]:
+    """The repositories under the settings' docs root (with their content dir and URLs), only
+    the named ones if any are named; no repositories or an unknown name is a clear error."""
+    return select_repositories(
+        discover_repositories(settings.docs_root, content_dir=settings.content_dir,
+                              urls=settings.repository_urls), names)
+
+
+def _from_gitmodules(parent: Path) -> list[tuple[str, Path, str, str, str]]:
+    """(name, checked-out path, url, problem, branch) for each submodule in
+    `parent/.gitmodules`.
+
+    A submodule that cannot be used (a path leading out, not checked out) is kept with its
+    problem, so it fails alone and the others are indexed; its path is a placeholder that
+    does not exist, so nothing can read through it."""
+    try:
+        raw = git.Git(parent).execute(
+            ["git", "config", "--file", ".gitmodules", "-z", "--get-regexp",
+             r"^submodule\..*\.(path|url|branch)$"],
+            stdout_as_string=False, strip_newline_in_stdout=False,
+        )
+    except git.GitCommandError as exc:
+        if exc.status == 1:  # no matching keys
+            raw = b""
+        else:
+            raise SourceError(f"cannot read {parent / '.gitmodules'}: {exc.stderr.strip()}",
+                              hint="fix the file's syntax (git config format)") from exc
+    entries: dict[str, dict[str, str]] = {}
+    for record in raw.decode("utf-8", "surrogateescape").split("\0"):
+        if not record:
+            continue
+        key, _, value = record.partition("\n")
+        # key is submodule.<name>.path; the name itself may contain dots.
+        sub_name, _, field = key[len("submodule."):].rpartition(".")
+        entries.setdefault(sub_name, {})[field] = value
+    if not any("path" in e for e in entries.values()):
+        raise SourceError(f"{parent / '.gitmodules'} lists no submodule paths",
+                          hint="add documentation repos with `git submodule add <url> docs/<name>`")
+
+    found = []
+    parent_branch = None
+    for sub_name, entry in sorted(entries.items()):
+        if entry.get("branch") == ".":  # git's "the superproject's current branch"
+            if parent_branch is None:
+                parent_branch = _current_branch(parent)
+            if not parent_branch:
+                log.warning("submodule_branch_unresolved", submodule=sub_name,
+                            reason="branch `.` names the parent's branch, and the parent's "
+                                   "HEAD is detached", action="following the remote's default")
+            entry["branch"] = parent_branch
+        if "path" not in entry:
+            log.warning("submodule_without_path", submodule=sub_name, parent=str(parent))
+            continue
+        name = PurePosixPath(entry["path"]).name or sub_name
+        try:
+            found.append((name, _submodule_dir(parent, sub_name, entry["path"]),
+                          entry.get("url", ""), "", entry.get("branch", "")))
+        except SourceError as exc:
+            log.error("submodule_unusable", submodule=sub_name, error=str(exc))
+            found.append((name, parent / ".git" / "unusable-submodule" / name,
+                          entry.get("url", ""), str(exc), entry.get("branch", "")))
+    return found
+
+
+def _current_branch(path: Path) -> str:
+    """The branch checked out at `path`; "" when HEAD is detached."""
+    try:
+        return git.Git(path).execute(["git", "symbolic-ref", "--quiet", "--short", "HEAD"])
+    except git.GitCommandError:
+        return ""
+
+
+def check_usable(repo: Repository) -> None:
+    """Raise the repository's own problem, if discovery found one."""
+    if repo.problem:
+        raise SourceError(repo.problem)
+
+
+def _submodule_dir(parent: Path, sub_name: str, rel: str) -> Path:
+    """The submodule's working tree, checked to lie inside `parent` and to be checked out."""
+    pure = PurePosixPath(rel)
+    target = (parent / rel).resolve()
+    inside = target != parent and target.is_relative_to(parent)
+    if not rel or pure.is_absolute() or ".." in pure.parts or not inside:
+        raise SourceError(
+            f"submodule {sub_name!r} has path {rel!r}, which resolves outside the parent "
+            f"repository {parent}",
+            hint="submodule paths must be relative, without '..' or symlinks leading out",
+        )
+    try:
+        with git.Repo(target) as handle:
+            top = Path(handle.working_tree_dir or "").resolve()
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        top = None
+    if top != target:
+        raise SourceError(
+            f"submodule {sub_name!r} at {rel} is not initialised or not checked out",
+            hint=f"run `git submodule update --init {rel}` in {parent}",
+        )
+    return target
+
+
+def _origin_url(path: Path) -> str:
+    try:
+        return git.Git(path).execute(["git", "config", "--get", "remote.origin.url"])
+    except git.GitCommandError:
+        return ""
+
+
+def _check_content_dir(content_dir: str) -> None:
+    if content_dir in ("", "."):
+        return
+    if content_dir.startswith("/") or posixpath.normpath(content_dir) != content_dir \
+            or content_dir.split("/")[0] == "..":
+        raise SourceSettingError(
+            f"content_dir {content_dir!r} must be a normalised path inside the repository",
+            hint='use e.g. "content" or "content/en"',
+        )

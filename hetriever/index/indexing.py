@@ -1,0 +1,426 @@
+"""The incremental indexing algorithm: one place turns a git change set into writes and deletes.
+
+Modes (named, as in LangChain's indexing API):
+- ``noop``: the repository's commit is the one last indexed; nothing happens.
+- ``incremental``: only files changed between the last indexed commit and the new one are
+  processed; deleted files and the old side of renames lose their chunks.
+- ``full``: every content file is processed and files no longer in the tree lose their chunks.
+  Unchanged chunks keep their ids, so the store reuses them without re-embedding.
+
+Crash safety: the collection's index state in the catalog says ``index_status: indexing``
+while a run writes and records the new ``commit_hash`` only after every file is stored.
+
+The catalog (`hetriever.store.catalog`) follows every file through DISCOVERED -> PROCESSED ->
+INDEXED / SKIPPED / FAILED (set past DISCOVERED as outcomes are stored in windows:
+`hetriever.index.outcomes`), records each run, and keeps the exact-match title index. Deleted
+files lose their chunks at once, or with `retention_days > 0` are soft-deleted (kept, hidden
+from search) until `hetriever purge`. A run that finds a previous
+run unfinished reconciles with a full pass, so a crash never leaves a partial index marked
+complete.
+
+The per-file work (`process_file`) is pure CPU over plain data, so the Prefect flow can fan it out
+as tasks; `index_repository` runs the same steps in-process for the CLI and tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import AsyncIterator, Callable, Iterable
+
+from hetriever.core import faults
+from hetriever.core.access import declared_level
+from hetriever.store.catalog import DISCOVERED, SKIPPED
+from hetriever.core.config import Settings
+from hetriever.core.errors import IndexingError
+from hetriever.index.full_pass import content_dir_changed, site_changed
+from hetriever.store.generations import drop_abandoned_builds
+from hetriever.discover.changes import SkipFile, compute_change_set, read_content_files, site_at
+from hetriever.core.logs import get_logger
+from hetriever.core.models import ChangeSet, IndexResult, Repository
+from hetriever.index.outcomes import OutcomeWriter, RunProgress
+from hetriever.index.process import (  # noqa: F401 (re-exported: the per-file step)
+    FileOutcome,
+    IncludeResolver,
+    expand_snippet_dependents,
+    is_snippet_path,
+    page_extras,
+    process_file,
+    process_text,
+    safe_process_text,
+    token_counter,
+)
+from hetriever.store.replica import publish_sync
+from hetriever.discover.repositories import check_usable
+from hetriever.store.store_types import IndexingStore
+
+log = get_logger(__name__)
+
+STATUS_KEY = "index_status"
+STATUS_INDEXING = "indexing"
+STATUS_COMPLETE = "complete"
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+
+
+# --- planning ------------------------------------------------------------------------
+
+
+def plan(repo: Repository, last_commit: str | None, last_status: str | None, *,
+         force_full: bool = False) -> ChangeSet:
+    """The change set that brings the index from `last_commit` to the checked-out commit."""
+    unfinished = last_status == STATUS_INDEXING
+    if unfinished:
+        log.warning("previous_run_unfinished", repository=repo.name,
+                    action="reconciling with a full pass")
+    change_set = compute_change_set(repo, last_commit, force_full=force_full or unfinished)
+    return expand_snippet_dependents(repo, change_set)
+
+
+# --- the whole run, in-process ---------------------------------------------------------
+
+
+def _count_changes(result: IndexResult, change_set: ChangeSet) -> None:
+    counts = change_set.counts()
+    result.files_added = counts["added"]
+    result.files_include_dependent = len(change_set.include_dependents)
+    result.files_modified = counts["modified"] - result.files_include_dependent
+    result.files_deleted = counts["deleted"]
+    result.files_renamed = counts["renamed"]
+
+
+def blob_ids(repo: Repository, commit: str) -> dict[str, str]:
+    """path -> git blob id of the content files at `commit` (one `git ls-tree`)."""
+    from hetriever.discover.git_objects import tree_entries
+
+    try:
+        return {path: obj for path, (_, kind, obj) in tree_entries(repo, commit).items()
+                if kind == "blob"}
+    except Exception as exc:  # the catalog's blob column is informative; never fail a run on it
+        log.warning("blob_ids_failed", repository=repo.name, error=str(exc))
+        return {}
+
+
+def check_schema(store: IndexingStore, repo: Repository) -> None:
+    """Refuse to write chunks of another chunking or model into an existing collection."""
+    physical = store.physical_name(repo.name)
+    record = store.catalog.collection(physical) if physical else None
+    if record is not None and record.fingerprint != store.fingerprint():
+        raise IndexingError(
+            f"{repo.name}: collection {physical} was built with {record.fingerprint}, the "
+            f"settings now ask for {store.fingerprint()}",
+            hint=f"run `hetriever migrate -r {repo.name}` to build the new version beside the "
+                 "old one and switch searches over when it is complete")
+
+
+async def begin_run(store: IndexingStore, repo: Repository, change_set: ChangeSet) -> None:
+    physical = (await store.ensure_collection(repo.name)).physical
+    await store.update_collection_metadata(repo.name, **{STATUS_KEY: STATUS_INDEXING,
+                                                         "indexing_commit": change_set.new_commit})
+    catalog = store.catalog
+    settings = store.settings
+    catalog.upsert_repository(
+        repo.name, url=repo.url, access_level=declared_level(settings, repo.name),
+        settings={"embedding_model": settings.embedding_model,
+                  "chunk_tokens": settings.chunk_tokens, "content_dir": repo.content_dir,
+                  "retention_days": settings.retention_days,
+                  # default first: what a search without a language keeps to
+                  "languages": list(repo.site.languages) if repo.site else [],
+                  # where the site is published: served results get full links
+                  "base_urls": repo.site.absolute_base_urls() if repo.site else {},
+                  "site": repo.site.signature() if repo.site else ""})
+    catalog.start_run(repo.name, physical, mode=change_set.mode, old_commit=change_set.old_commit,
+                      new_commit=change_set.new_commit)
+    paths = change_set.paths_to_index()
+    catalog.set_files(physical, repo.name, paths, DISCOVERED, commit=change_set.new_commit,
+                      blobs=blob_ids(repo, change_set.new_commit) if paths else {})
+    for skipped in change_set.skipped:
+        catalog.set_files(physical, repo.name, [skipped.path], SKIPPED, reason=skipped.reason,
+                          commit=change_set.new_commit)
+
+
+@contextmanager
+def run_lock(settings: Settings, repository: str, *, timeout: float | None = None):
+    """Held for a whole ingest run of one repository: a second run waits, then exits clearly."""
+    from hetriever.core.locks import file_lock
+
+    path = settings.resolved_state_dir / "locks" / f"{repository}.run.lock"
+    wait = settings.run_lock_timeout if timeout is None else timeout
+    with file_lock(path, timeout=wait, what=f"an ingest run of {repository!r}"):
+        yield
+
+
+async def remove_paths(store: IndexingStore, repo: Repository, paths: Iterable[str],
+                       result: IndexResult) -> None:
+    """Deleted files: hard delete, or soft delete (kept, hidden) when retention_days > 0."""
+    paths = list(paths)
+    catalog, physical = store.catalog, store.physical_name(repo.name)
+    if store.settings.retention_days > 0:
+        stamp = now_iso()
+        for path in paths:
+            result.chunks_deleted += await store.soft_delete_file(repo.name, path, stamp)
+        if physical:
+            catalog.mark_deleted(physical, paths, stamp)
+        return
+    if paths:
+        result.chunks_deleted += await store.delete_files(repo.name, paths)
+        faults.check("removed_files_deleted", repo.name)
+    if physical:
+        catalog.remove_files(physical, paths)
+
+
+def check_mass_delete(repo: Repository, doomed: list[str], counts: dict[str, int],
+                      settings: Settings) -> None:
+    """Refuse a run that would delete more than half of the repository's chunks (`counts`:
+    per file, as Chroma holds them), unless allowed: a typo must not silently wipe an index."""
+    total = sum(counts.values())
+    lost = sum(counts.get(path, 0) for path in doomed)
+    if settings.allow_mass_delete or not total or lost * 2 <= total:
+        return
+    raise IndexingError(
+        f"{repo.name}: this run would delete {lost} of {total} chunks ({len(doomed)} files); "
+        "nothing was changed",
+        hint="check content_dir and the checked-out commit; if the deletion is meant, run "
+             "`hetriever ingest --full --allow-mass-delete` (or set allow_mass_delete)")
+
+
+async def finish_run(store: IndexingStore, repo: Repository, change_set: ChangeSet,
+                     result: IndexResult, started: float) -> None:
+    """Record the new commit, only now that every file is stored (`started`: see close_run)."""
+    total_chunks = await store.count(repo.name, live=True)
+    files = await indexed_file_counts(store, repo)
+    faults.check("commit_record", repo.name)
+    await store.update_collection_metadata(
+        repo.name,
+        commit_hash=change_set.new_commit,
+        repository_url=repo.url,
+        last_updated=now_iso(),
+        total_documents=len(files),
+        total_chunks=total_chunks,
+        **{STATUS_KEY: STATUS_COMPLETE},
+    )
+    result.completed = True
+    faults.check("commit_recorded", repo.name)
+    close_run(store, repo, result, "ok", started, commit=change_set.new_commit)
+    # For searchers elsewhere: after an incremental run, only these files' chunks changed.
+    changed = None if change_set.mode == "full" else \
+        change_set.paths_to_index() + change_set.paths_to_delete()
+    await asyncio.to_thread(publish_sync, store, repo.name, changed)
+
+
+async def indexed_file_counts(store: IndexingStore, repo: Repository) -> dict[str, int]:
+    """file_path -> live chunks of the repository, from its BM25 index in memory.
+
+    Outside a run BM25 holds exactly Chroma's chunks: writes go to Chroma, then BM25; a run
+    that died is followed by a full one that repairs BM25 from Chroma (`reconcile_derived`);
+    a damaged or missing index is rebuilt first (`heal_bm25`). Reading every chunk's metadata
+    from Chroma instead costs seconds per 10k chunks, twice per incremental run.
+    """
+    if store.physical_name(repo.name) is None:
+        return {}
+    return await asyncio.to_thread(lambda: store.bm25(repo.name).file_counts())
+
+
+def close_run(store: IndexingStore, repo: Repository, result: IndexResult, outcome: str,
+              started: float, *, commit: str | None = None, error: str = "") -> None:
+    """Close the repository's open catalog run with its outcome and counts; `started` is the
+    run's `time.perf_counter()` at its start, for the seconds the record shows (the result's
+    are set again when `index_repository` returns)."""
+    result.total_seconds = time.perf_counter() - started
+    catalog, physical = store.catalog, store.physical_name(repo.name)
+    runs = [r for r in catalog.runs(repo.name, limit=5)
+            if r["collection"] == physical and r["outcome"] == "running"]
+    if not runs:
+        return
+    counts = {k: v for k, v in result.to_dict().items()
+              if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    counts["files_failed"] = len(result.failed)
+    catalog.finish_run(runs[0]["id"], outcome=outcome, counts=counts, commit=commit, error=error)
+
+
+async def last_indexed(store: IndexingStore, repo: Repository) -> tuple[str | None, str | None]:
+    """(commit_hash, index_status) recorded for the repository, or (None, None)."""
+    meta = await store.get_collection_metadata(repo.name)
+    if not meta:
+        return None, None
+    return meta.get("commit_hash") or None, meta.get(STATUS_KEY) or None
+
+
+# --- the whole run; the per-file step is pluggable ---------------------------------------
+
+
+@dataclass
+class FileWork:
+    """What every file of one run is processed with; `process` is the per-file step."""
+
+    repo: Repository
+    commit: str
+    settings: Settings
+    resolver: IncludeResolver
+    processed_at: str
+
+    def process(self, path: str, text: str | SkipFile | None) -> FileOutcome:
+        return process_file(self.repo, path, self.commit, self.settings, resolver=self.resolver,
+                            processed_at=self.processed_at, text=text)
+
+
+# Turns (path, text) pairs into outcomes, in any order. In-process it is a loop; the Prefect
+# flow passes one that submits a task per file (tasks/process.py).
+FileMapper = Callable[[Iterable[tuple[str, "str | SkipFile"]], FileWork],
+                      AsyncIterator[FileOutcome]]
+
+
+async def map_in_process(files: Iterable[tuple[str, str | SkipFile]],
+                         work: FileWork) -> AsyncIterator[FileOutcome]:
+    for path, text in files:
+        yield work.process(path, text)
+
+
+async def index_repository(repo: Repository, store: IndexingStore, settings: Settings, *,
+                           force_full: bool = False,
+                           progress: Callable[[int, int], None] | None = None,
+                           map_files: FileMapper = map_in_process) -> IndexResult:
+    """Bring one repository's collection to its checked-out commit. Returns the counts.
+
+    Holds the repository's run lock from planning to the recorded commit; `map_files` runs
+    the per-file step (in-process by default); `progress(done, total)` is called per file.
+    """
+    check_usable(repo)  # a submodule not checked out, a bad name: this repository fails alone
+    with run_lock(settings, repo.name):
+        # Writing the active generation (not a migration's pinned one): under this lock,
+        # another generation left building is abandoned.
+        if store.physical_name(repo.name) == store.catalog.active(repo.name):
+            await drop_abandoned_builds(store, repo.name)
+        return await index_holding_lock(repo, store, settings, force_full=force_full,
+                                        progress=progress, map_files=map_files)
+
+
+async def index_holding_lock(repo: Repository, store: IndexingStore, settings: Settings, *,
+                             force_full: bool = False,
+                             progress: Callable[[int, int], None] | None = None,
+                             map_files: FileMapper = map_in_process) -> IndexResult:
+    """`index_repository` for a caller that holds the repository's run lock (a migration
+    holds it from before it allocates its generation until the switch)."""
+    started = time.perf_counter()
+    last_commit, last_status = await last_indexed(store, repo)
+    change_set = plan(repo, last_commit, last_status,
+                      force_full=force_full or content_dir_changed(store, repo))
+    site = site_at(repo, change_set.new_commit) if change_set.mode != "noop" else None
+    if change_set.mode == "incremental" and site is not None and site_changed(store, repo, site):
+        change_set = plan(repo, last_commit, last_status, force_full=True)
+    result = IndexResult(repository=repo.name, mode=change_set.mode, old_commit=last_commit,
+                         new_commit=change_set.new_commit, skipped=list(change_set.skipped))
+    _count_changes(result, change_set)
+    bound = log.bind(repository=repo.name, mode=change_set.mode,
+                     old_commit=(last_commit or "")[:12], new_commit=change_set.new_commit[:12])
+    await heal_bm25(store, repo, settings)
+    if change_set.mode == "noop":
+        bound.info("index_noop")
+        result.completed = True
+        result.total_seconds = time.perf_counter() - started
+        return result
+    if change_set.dirty:
+        bound.warning("uncommitted_changes_ignored")
+
+    check_schema(store, repo)
+    repo = dataclasses.replace(repo, site=site)
+    if repo.site is not None and repo.site.configured:
+        bound.info("site_config", languages=list(repo.site.languages),
+                   default=repo.site.default_lang,
+                   roots=[f"{r.source}:{r.lang or '*'}" for r in repo.site.roots])
+    bound.info("index_started", include_dependents=len(change_set.include_dependents),
+               **change_set.counts())
+    try:
+        await _run(store, repo, settings, change_set, result, progress, map_files, started)
+    except (KeyboardInterrupt, asyncio.CancelledError):  # Ctrl-C, SIGTERM (the CLI takes it
+        # as Ctrl-C), a cancelled flow: stopped, not broken
+        close_run(store, repo, result, "interrupted", started, error="stopped before the end")
+        raise
+    except BaseException as exc:
+        close_run(store, repo, result, "failed", started, error=f"{type(exc).__name__}: {exc}")
+        raise
+    result.total_seconds = time.perf_counter() - started
+    bound.info("index_finished", files_indexed=result.files_indexed,
+               files_skipped=result.files_skipped, files_failed=len(result.failed),
+               chunks_written=result.chunks_written, chunks_reused=result.chunks_reused,
+               chunks_deleted=result.chunks_deleted, seconds=round(result.total_seconds, 2))
+    return result
+
+
+async def heal_bm25(store, repo: Repository, settings: Settings) -> None:
+    """A BM25 index that is damaged, or missing or empty beside a filled collection, is
+    rebuilt from Chroma before anything else (even when the commit is already indexed).
+    The caller holds the repository's run lock."""
+    problem = await asyncio.to_thread(store.bm25_problem, repo.name)
+    if not problem:
+        return
+    log.warning("bm25_rebuild", repository=repo.name, reason=problem)
+    repaired = await store.rebuild_bm25(repo.name)
+    log.info("bm25_rebuilt", repository=repo.name, rows=repaired.added)
+
+
+async def reconcile_derived(store: IndexingStore, repo: Repository) -> None:
+    """Make BM25 and the catalog agree with Chroma, the source of truth.
+
+    A run that died between its Chroma write and the BM25 commit or the catalog update left
+    rows of chunks Chroma no longer holds (or lacks rows of chunks it does). A full pass alone
+    cannot see them: it compares the new tree with what Chroma holds.
+    """
+    physical = store.physical_name(repo.name)
+    if physical is None or await store.get_collection_info(repo.name) is None:
+        return
+    repair = await store.repair(repo.name)
+    pruned = store.catalog.prune(physical, repair.chunk_ids, repair.files)
+    if repair.changed or pruned:
+        log.warning("derived_state_repaired", repository=repo.name, bm25_added=repair.added,
+                    bm25_removed=repair.removed, catalog_rows_removed=pruned)
+
+
+async def start_run(store: IndexingStore, repo: Repository, settings: Settings,
+                    change_set: ChangeSet, result: IndexResult) -> None:
+    """Everything before the files are written: guards, repair, the run marked, deletes."""
+    doomed = change_set.paths_to_delete()
+    if change_set.mode == "full":  # chosen after an unfinished run, or asked for
+        # Chroma's own list: files indexed before, absent from the new tree
+        counts = await store.file_chunk_counts(repo.name)
+        doomed += sorted(set(counts) - set(change_set.paths_to_index()))
+        check_mass_delete(repo, doomed, counts, settings)
+        await reconcile_derived(store, repo)
+    elif doomed:
+        check_mass_delete(repo, doomed, await indexed_file_counts(store, repo), settings)
+    await begin_run(store, repo, change_set)
+    await remove_paths(store, repo, doomed, result)
+
+
+async def _run(store: IndexingStore, repo: Repository, settings: Settings, change_set: ChangeSet,
+               result: IndexResult, progress: Callable[[int, int], None] | None,
+               map_files: FileMapper, started: float) -> None:
+    await start_run(store, repo, settings, change_set, result)
+
+    paths = change_set.paths_to_index()
+    work = FileWork(repo, change_set.new_commit, settings,
+                    IncludeResolver(repo, change_set.new_commit, settings), now_iso())
+    tracker = RunProgress(repo.name, len(paths), progress)
+    writer = OutcomeWriter(store, repo, result, tracker)
+    # One batched git read for every file (a git process per file cost 5x the parse work).
+    files = read_content_files(repo, paths, change_set.new_commit,
+                               max_bytes=settings.max_file_bytes)
+    try:
+        async for outcome in map_files(files, work):
+            await writer.add(outcome)
+            tracker.file_done()
+    finally:
+        work.resolver.close()
+    await writer.flush()
+    if result.failed:  # the commit stays unrecorded: the next run reconciles and retries
+        log.error("index_incomplete", repository=repo.name, failed=len(result.failed))
+        close_run(store, repo, result, "failed", started,
+                  error=f"{len(result.failed)} file(s) could not be stored")
+        return
+    await finish_run(store, repo, change_set, result, started)

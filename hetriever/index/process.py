@@ -1,0 +1,336 @@
+"""The per-file step: one content file at a commit -> parse -> skip rules -> clean -> chunk.
+
+Bad content never raises (it comes back as a skip with its reason); transient failures (I/O,
+git) do, so a caller (the in-process map, or a Prefect task with retries) can try again.
+Snippets (files under a `_`-prefixed folder) are not pages: pages include them, so a changed
+snippet re-indexes the pages that include it (`expand_snippet_dependents`).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import PurePosixPath
+from typing import Callable, Iterable, Mapping
+
+from hetriever.core import faults
+from hetriever.chunk.chunker import chunk_page
+from hetriever.clean.cleaner import clean_page
+from hetriever.core.config import Settings
+from hetriever.discover.changes import SkipFile, list_content_files, read_content_file, read_content_files
+from hetriever.core.errors import SourceError
+from hetriever.discover.git_objects import FileReader, tree_entries
+from hetriever.parse.links import LINKS_KEY, outbound_keys
+from hetriever.core.logs import get_logger
+from hetriever.core.models import (
+    Block,
+    ChangeKind,
+    ChangeSet,
+    Chunk,
+    FileChange,
+    Page,
+    Repository,
+    SkippedFile,
+)
+from hetriever.chunk.page_records import display_chunk, page_record, page_summary_lines
+from hetriever.parse.page import parse_page, skip_reason
+from hetriever.chunk.sections import keep_given_anchors
+from hetriever.chunk.tokenizer import load_token_counter
+
+log = get_logger(__name__)
+
+
+@dataclass
+class FileOutcome:
+    """What processing one file produced: chunks to store, or why it was skipped."""
+
+    path: str
+    chunks: list[Chunk] = field(default_factory=list)
+    skipped: SkippedFile | None = None
+    lines: int = 0
+    # Set when the per-file step itself gave up (e.g. a task out of retries): the file keeps
+    # its old chunks, is filed under IndexResult.failed, and the commit is not recorded.
+    failed: str | None = None
+
+
+def is_snippet_path(path: str, content_dir: str) -> bool:
+    """Files under a `_`-prefixed directory of the content dir are snippets, not pages."""
+    parts = PurePosixPath(path).parts
+    base = len(PurePosixPath(content_dir).parts)
+    return any(part.startswith("_") for part in parts[base:-1])
+
+
+class IncludeResolver:
+    """Resolves `{{% include "x" %}}` and path-named partials to snippet files at one commit.
+
+    Hugo sites look snippets up in several ways: an absolute path under the content dir
+    (`/_common/x.md`), a path relative to the content dir, or a name looked up in `_includes/`
+    folders from the page's directory upwards (Docsy sites). Reads are cached per run.
+
+    One resolver serves a run's concurrent per-file tasks (the flow's thread runner): a lock
+    keeps them from reading the same file, or listing the tree, once each.
+    """
+
+    def __init__(self, repo: Repository, commit: str, settings: Settings) -> None:
+        self.repo = repo
+        self.commit = commit
+        self.settings = settings
+        self.content_root = PurePosixPath(repo.content_dir)
+        self._languages = ["en"]
+        self._pages: dict[str, Page | None] = {}
+        # The content tree's files and symlinks, listed once; symlinks None: no listing.
+        self._tree: tuple[frozenset[str], tuple[str, ...] | None] | None = None
+        self._reading = threading.Lock()
+        self._files = FileReader(repo, commit)  # one git process for the run's reads
+
+    def __getstate__(self) -> dict:
+        # A Dask task runner pickles the resolver to its workers; each copy gets its own lock
+        # and git process.
+        state = dict(self.__dict__)
+        del state["_reading"], state["_files"]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._reading = threading.Lock()
+        self._files = FileReader(self.repo, self.commit)
+
+    def close(self) -> None:
+        """End the git process of the reads (a later read starts another)."""
+        with self._reading:
+            self._files.close()
+
+    def for_page(self, page_path: str) -> Callable[[str], str | None]:
+        return lambda name: self.resolve(name, page_path)
+
+    def candidates(self, name: str, page_path: str) -> Iterable[str]:
+        name = name.strip().strip("\"'")
+        if not name:
+            return
+        with_ext = name if name.endswith((".md", ".markdown")) else f"{name}.md"
+        roots = [self.content_root] + [self.content_root / lang for lang in self._languages]
+        if self.repo.site is not None and self.repo.site.configured:
+            roots += [PurePosixPath(r.source) for r in self.repo.site.roots]
+        if name.startswith("/"):
+            for root in roots:
+                yield str(root / with_ext.lstrip("/"))
+            return
+        page_dir = PurePosixPath(page_path).parent
+        # _includes/ folders from the page's directory up to the content root
+        directory = page_dir
+        while True:
+            yield str(directory / "_includes" / with_ext)
+            yield str(directory / with_ext)
+            if directory == self.content_root or directory == directory.parent:
+                break
+            if not str(directory).startswith(str(self.content_root)):
+                break
+            directory = directory.parent
+        for root in roots:
+            yield str(root / with_ext)
+            yield str(root / "_includes" / with_ext)
+
+    def inherited_params(self, page_path: str) -> dict[str, str]:
+        """`param` values the page inherits from its ancestor sections' `cascade` (the nearest
+        wins; the page's own front matter wins over all, see `process_text`)."""
+        roots = {str(self.content_root)}
+        if self.repo.site is not None and self.repo.site.configured:
+            roots.update(r.source.strip("/") for r in self.repo.site.roots)
+        page = PurePosixPath(page_path)
+        # A section's own cascade is for its descendants, not for itself.
+        directory = page.parent.parent if page.stem == "_index" else page.parent
+        inherited: dict[str, str] = {}
+        while True:
+            section = self._page(str(directory / "_index.md"))
+            for key, value in (section.cascade if section is not None else {}).items():
+                inherited.setdefault(key, value)
+            if str(directory) in roots or directory == directory.parent:
+                return inherited
+            directory = directory.parent
+
+    def resolve(self, name: str, page_path: str) -> str | None:
+        for candidate in self.candidates(name, page_path):
+            if ".." in PurePosixPath(candidate).parts:
+                continue
+            page = self._page(candidate)
+            if page is not None:
+                return page.body
+        return None
+
+    def _absent(self, path: str) -> bool:
+        """True when the commit's content tree surely has no file at `path`. Most candidates
+        (`_includes/` at every level, every root) do not exist; one tree listing answers for
+        them instead of a git process each (2-3 ms apiece, thousands per run on a big site).
+        Paths outside the content dir, or below a symlink, are left to git to resolve."""
+        content = self.repo.content_dir.strip("/")
+        if content not in ("", ".") and not path.startswith(content + "/"):
+            return False
+        if self._tree is None:
+            try:
+                entries = tree_entries(self.repo, self.commit)
+                self._tree = (frozenset(entries), tuple(
+                    p for p, (mode, _, _) in entries.items() if mode == "120000"))
+            except SourceError:  # no listing: git resolves every candidate, as before
+                self._tree = (frozenset(), None)
+        files, symlinks = self._tree
+        if symlinks is None or path in files:
+            return False
+        return not any(path.startswith(link + "/") for link in symlinks)
+
+    def _page(self, path: str) -> Page | None:
+        """The file at `path` parsed, or None where there is none; read once per run."""
+        if path in self._pages:  # no lock for what is cached: entries are only ever added
+            return self._pages[path]
+        with self._reading:
+            if path not in self._pages and self._absent(path):
+                self._pages[path] = None
+            if path not in self._pages:
+                try:
+                    text = self._files.read(path, max_bytes=self.settings.max_file_bytes)
+                    self._pages[path] = parse_page(self.repo.name, path, text,
+                                                   content_dir=self.repo.content_dir)
+                except SkipFile:
+                    self._pages[path] = None
+            return self._pages[path]
+
+
+@lru_cache(maxsize=4)
+def _counter(model: str, model_dir: str | None):
+    from pathlib import Path
+
+    return load_token_counter(model, Path(model_dir) if model_dir else None)
+
+
+def token_counter(settings: Settings):
+    return _counter(settings.embedding_model, str(settings.model_dir) if settings.model_dir else None)
+
+
+def page_extras(page, access: str) -> dict:
+    """Chunk metadata beyond the chunker's own: the access level, and the linkTitle and
+    aliases the exact-match index (and result display) use."""
+    extras: dict = {"access_level": access}
+    for key in ("linkTitle", "aliases"):
+        value = page.front_matter.get(key)
+        if value not in (None, "", []):
+            extras[key] = value
+    return extras
+
+
+def process_text(repo: Repository, path: str, text: str, settings: Settings, *,
+                 include_resolver: Callable[[str], str | None] | None = None,
+                 inherited_params: Mapping[str, str] | None = None) -> FileOutcome:
+    """parse -> skip rules -> clean -> chunk for one file's text; `inherited_params` are what
+    ancestor sections cascade to it (`IncludeResolver.inherited_params`)."""
+    lines = text.count("\n") + 1
+    if is_snippet_path(path, repo.content_dir):
+        return FileOutcome(path, skipped=SkippedFile(path, "snippet (not a page)"), lines=lines)
+    page = parse_page(repo.name, path, text, content_dir=repo.content_dir, site=repo.site)
+    reason = skip_reason(page, include_drafts=settings.include_drafts)
+    if reason:
+        return FileOutcome(path, skipped=SkippedFile(path, reason), lines=lines)
+    params = {**inherited_params, **page.params} if inherited_params else page.params
+    blocks = clean_page(page.body, include_resolver=include_resolver, params=params, path=path)
+    access = settings.access_levels.get(repo.name, "PUBLIC").upper()
+    if settings.page_record == "prefix" and page_summary_lines(page):
+        blocks = [Block("paragraph", "\n".join(page_summary_lines(page))), *blocks]
+    chunks = chunk_page(
+        page,
+        blocks,
+        counter=token_counter(settings),
+        max_tokens=settings.chunk_tokens,
+        min_tokens=settings.min_chunk_tokens,
+        extra_metadata=page_extras(page, access),
+    )
+    keep_given_anchors(chunks, blocks)
+    if settings.page_record == "chunk":
+        record = page_record(page, counter=token_counter(settings),
+                             max_tokens=settings.chunk_tokens,
+                             extra_metadata=page_extras(page, access))
+        chunks = [record, *chunks] if record is not None else chunks
+    if not chunks:
+        return FileOutcome(path, skipped=SkippedFile(path, "empty body"), lines=lines)
+    links = page_links(page, repo)
+    if links:  # on the chunk that stands for the page, as its titles are (followers read it)
+        display_chunk(chunks).metadata[LINKS_KEY] = list(links)
+    return FileOutcome(path, chunks=chunks, lines=lines)
+
+
+def page_links(page: Page, repo: Repository) -> tuple[str, ...]:
+    """What the page links to, as `hetriever.parse.links` keys."""
+    located = repo.site.locate(page.file_path) if repo.site is not None else None
+    relative = located.relative if located is not None else ""
+    root = page.file_path[: len(page.file_path) - len(relative)].rstrip("/") \
+        if relative and page.file_path.endswith(relative) else repo.content_dir
+    return tuple(outbound_keys(page.body, page.file_path, page.url, root))
+
+
+def process_file(repo: Repository, path: str, commit: str, settings: Settings, *,
+                 resolver: IncludeResolver | None = None,
+                 processed_at: str | None = None,
+                 text: str | SkipFile | None = None) -> FileOutcome:
+    """Turn one file at `commit` into chunks; `text` is its content when already read
+    (batch reads are several times cheaper than one git process per file), else it is read.
+
+    Bad content never raises (it comes back as a skip); transient failures (I/O, git) do, so
+    the caller can retry them. `processed_at` is accepted for older callers and unused: chunks
+    carry no run time (it would rewrite every unchanged chunk on every run).
+    """
+    faults.check("process_file", path)
+    try:
+        if text is None:
+            text = read_content_file(repo, path, commit, max_bytes=settings.max_file_bytes)
+        elif isinstance(text, SkipFile):
+            raise text
+    except SkipFile as skip:
+        log.warning("file_skipped", repository=repo.name, path=path, reason=skip.reason)
+        return FileOutcome(path, skipped=SkippedFile(path, skip.reason))
+    resolver = resolver or IncludeResolver(repo, commit, settings)
+    return safe_process_text(repo, path, text, settings, resolver=resolver)
+
+
+def safe_process_text(repo: Repository, path: str, text: str, settings: Settings, *,
+                      resolver: IncludeResolver, processed_at: str | None = None) -> FileOutcome:
+    """`process_text` that turns any error into a skip; `processed_at` is unused (see
+    `process_file`)."""
+    try:
+        # Only a page that calls `param` needs its ancestors' cascades read.
+        inherited = resolver.inherited_params(path) if "param" in text else None
+        return process_text(repo, path, text, settings, include_resolver=resolver.for_page(path),
+                            inherited_params=inherited)
+    except Exception as exc:  # a bad file is logged and skipped; it never stops the run
+        log.error("file_failed", repository=repo.name, path=path,
+                  error=f"{type(exc).__name__}: {exc}")
+        return FileOutcome(path, skipped=SkippedFile(path, f"error: {type(exc).__name__}: {exc}"))
+
+
+def expand_snippet_dependents(repo: Repository, change_set: ChangeSet) -> ChangeSet:
+    """Pages whose text depends on another changed file are re-indexed too: those that include
+    a changed snippet, and those below a changed section page (`_index.md`, whose `cascade`
+    may give their `param` calls a value). Unchanged chunks are reused, so a page whose text
+    did not change costs its processing only."""
+    if change_set.mode != "incremental":
+        return change_set
+    changed = [p for c in change_set.changes for p in (c.path, c.old_path) if p]
+    snippets = {PurePosixPath(p).stem for p in changed if is_snippet_path(p, repo.content_dir)}
+    sections = {str(PurePosixPath(p).parent) + "/" for p in changed
+                if PurePosixPath(p).stem == "_index" and not is_snippet_path(p, repo.content_dir)}
+    if not snippets and not sections:
+        return change_set
+    already = {c.path for c in change_set.changes}
+    candidates = [p for p in list_content_files(repo, change_set.new_commit)
+                  if p not in already and not is_snippet_path(p, repo.content_dir)]
+    added: list[FileChange] = []
+    for path, text in read_content_files(repo, candidates, change_set.new_commit,
+                                         max_bytes=10**9):
+        if isinstance(text, SkipFile) or ("{{%" not in text and "{{<" not in text):
+            continue
+        if any(name in text for name in snippets) or (
+                "param" in text and any(path.startswith(s) for s in sections)):
+            added.append(FileChange(ChangeKind.MODIFIED, path))
+    if added:
+        log.info("snippet_dependents", repository=repo.name, snippets=sorted(snippets),
+                 sections=sorted(sections), pages=len(added))
+    change_set.changes.extend(added)
+    change_set.include_dependents.extend(c.path for c in added)
+    return change_set

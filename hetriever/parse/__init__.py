@@ -1,0 +1,3 @@
+"""The parse stage: front matter, a page's language and public URL as Hugo builds them,
+the rules that skip a file, and the links a page makes.
+"""
