@@ -2,9 +2,9 @@
 
 Chroma's local store (embedded, and `chroma run`) puts every document into a trigram
 full-text index (SQLite FTS5) on each write, and takes it out again on each delete;
-hetriever never queries it (BM25 is its own, `bm25.py`). With the text as metadata instead,
+hetriever never queries it (BM25 is its own, `store/bm25/`). With the text as metadata instead,
 hugo-docs' 3,792 chunks are written 1.40x and deleted 1.30x faster, and the index is a quarter
-smaller on disk (`bench/bench_chroma_text.py`). A schema that disables the index does not help:
+smaller on disk (bench/README.md, "bench_chroma_text.py"). A schema that disables the index does not help:
 local Chroma 1.5 still fills it on every write and only refuses full-text queries.
 
 `ChunkCollection` wraps a Chroma collection so the rest of the code keeps Chroma's own

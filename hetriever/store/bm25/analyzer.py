@@ -39,8 +39,8 @@ yourselves e.g i.e also via
 # `with`, time.Time's `.Before`/`.After`. People search for a function by its name ("where
 # function", "where .Pages"), which these words alone tell apart, so they are kept as terms.
 # The list is the English list's overlap with the function and method names of Hugo's own
-# documentation (`template_names` in bench/bench_stopwords.py), not words picked by hand;
-# measured in bench/README.md ("Template function names kept").
+# documentation, not words picked by hand; measured in bench/README.md ("Template function
+# names kept", whose script is retired).
 TEMPLATE_NAMES = frozenset("after and before if in not now or where with".split())
 STOPWORDS = ENGLISH_STOPWORDS - TEMPLATE_NAMES
 
