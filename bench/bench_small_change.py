@@ -105,7 +105,7 @@ def main() -> None:
     from hetriever.core.config import Settings
     from hetriever.index.indexing import index_repository
     from hetriever.core.logs import configure_logging
-    from hetriever.core.models import Repository
+    from hetriever.discover.repositories import Repository
     from hetriever.search.knowledge_store import ChromaKnowledgeStore
     from tests.fakes import HashEmbedder
 

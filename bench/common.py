@@ -41,7 +41,8 @@ from hetriever.search import hybrid as search  # noqa: E402
 from hetriever.core.config import Settings  # noqa: E402
 from hetriever.discover.changes import list_content_files, read_content_files, site_at  # noqa: E402
 from hetriever.index.indexing import IncludeResolver, safe_process_text  # noqa: E402
-from hetriever.core.models import Chunk, Repository  # noqa: E402
+from hetriever.core.models import Chunk  # noqa: E402
+from hetriever.discover.repositories import Repository
 
 CORPORA = Path(os.environ.get("HETRIEVER_CORPORA", REPO_ROOT.parent / "shared" / "corpora"))
 SAMPLE_DOCS = REPO_ROOT / "examples" / "sample-docs"

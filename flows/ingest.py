@@ -25,7 +25,7 @@ from hetriever.core.config import Settings, load_settings
 from hetriever.discover.changes import select_repositories
 from hetriever.core.errors import HetrieverError, SourceError
 from hetriever.index.indexing import index_repository
-from hetriever.core.models import Repository
+from hetriever.discover.repositories import Repository
 from hetriever.discover.repositories import check_usable
 from hetriever.search.knowledge_store import get_knowledge_store
 from tasks.discover import discover_task

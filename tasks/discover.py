@@ -7,7 +7,7 @@ from prefect import task
 from prefect.cache_policies import NONE
 
 from hetriever.core.config import Settings
-from hetriever.core.models import Repository
+from hetriever.discover.repositories import Repository
 from hetriever.discover.repositories import configured_repositories
 from tasks.retry import RETRIES, RETRY_DELAYS, RETRY_JITTER, retry_transient
 

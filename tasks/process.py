@@ -17,7 +17,7 @@ from hetriever.core.config import Settings
 from hetriever.discover.changes import SkipFile
 from hetriever.index.indexing import FileOutcome, FileWork, IncludeResolver, process_file
 from hetriever.core.logs import get_logger
-from hetriever.core.models import Repository
+from hetriever.discover.repositories import Repository
 from tasks.retry import RETRIES, RETRY_DELAYS, RETRY_JITTER, retry_transient
 
 log = get_logger(__name__)

@@ -8,7 +8,7 @@ from hetriever.store.chunk_records import ChunkCollection
 from hetriever.core.config import Settings
 from hetriever.discover.changes import list_content_files, read_content_files, site_at
 from hetriever.index.indexing import IncludeResolver, safe_process_text
-from hetriever.core.models import Repository
+from hetriever.discover.repositories import Repository
 
 
 def stored(store, collection: str) -> dict[str, tuple[str, str]]:

@@ -21,7 +21,8 @@ from hetriever.discover.changes import (
     validate_repository_name,
 )
 from hetriever.core.errors import InvalidRepositoryNameError, SourceError
-from hetriever.core.models import ChangeKind, FileChange, Repository
+from hetriever.core.models import ChangeKind, FileChange
+from hetriever.discover.repositories import Repository
 from hetriever.core.names import as_given, repository_name
 from hetriever.discover.repositories import check_usable
 from tests.helpers import (

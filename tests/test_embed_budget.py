@@ -14,7 +14,7 @@ from hetriever.embed.model_build import DATA_FILE, INT8_SUBDIR
 from hetriever.core.errors import ConfigurationError, IndexingError
 from hetriever.index.indexing import index_repository
 from hetriever.index.lifecycle import migrate_repository
-from hetriever.core.models import Repository
+from hetriever.discover.repositories import Repository
 from hetriever.search.knowledge_store import ChromaKnowledgeStore
 from tests.chroma_fixtures import store_settings
 from tests.helpers import commit_all, init_repo, write_files

@@ -386,7 +386,7 @@ def test_the_followed_branch_is_fetched_by_name_and_a_deleted_one_is_an_error(tm
     branch deleted on the remote must not be followed at its last fetched commit."""
     from flows.ingest import update_checkout
     from hetriever.core.errors import SourceError
-    from hetriever.core.models import Repository
+    from hetriever.discover.repositories import Repository
 
     source = init_repo(tmp_path / "source")
     write_files(source, {"content/a.md": "---\ntitle: A\n---\n\nA.\n"})

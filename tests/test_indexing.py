@@ -230,7 +230,7 @@ def test_include_candidates_missing_from_the_tree_are_not_read(tmp_path, monkeyp
     from hetriever.discover import git_objects
     from hetriever.index import process
     from hetriever.core.config import Settings
-    from hetriever.core.models import Repository
+    from hetriever.discover.repositories import Repository
 
     source = init_repo(tmp_path / "site")
     write_files(source, {"content/docs/deep/_includes/note.md": "A note.\n",
@@ -286,7 +286,7 @@ def test_one_resolver_shared_by_concurrent_tasks_reads_each_file_once(tmp_path, 
     from hetriever.discover import git_objects
     from hetriever.index import process
     from hetriever.core.config import Settings
-    from hetriever.core.models import Repository
+    from hetriever.discover.repositories import Repository
 
     source = init_repo(tmp_path / "site")
     write_files(source, {"content/_includes/note.md": "A note.\n",

@@ -15,7 +15,7 @@ from hetriever.core.config import Settings
 from hetriever.discover.changes import discover_repositories
 from hetriever.index.indexing import index_repository, process_text
 from hetriever.parse.links import LINKS_KEY, LinkPrior, links_of, outbound_keys, page_keys
-from hetriever.core.models import Repository
+from hetriever.discover.repositories import Repository
 from hetriever.search.results import is_question
 from hetriever.search.hybrid import hybrid_search
 from hetriever.search.knowledge_store import ChromaKnowledgeStore

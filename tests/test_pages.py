@@ -12,7 +12,7 @@ from hetriever.chunk.page_records import page_record, page_summary_lines
 from hetriever.core.config import Settings
 from hetriever.discover.changes import discover_repositories
 from hetriever.index.indexing import index_repository, process_text, token_counter
-from hetriever.core.models import Repository
+from hetriever.discover.repositories import Repository
 from hetriever.parse.page import page_params, parse_page
 from hetriever.search.hybrid import hybrid_search
 from hetriever.search.knowledge_store import ChromaKnowledgeStore

@@ -218,7 +218,7 @@ def test_opentelemetry_site_pages_are_where_hugo_publishes_them():
 
 def test_reading_a_site_from_a_git_commit(tmp_path: Path):
     from hetriever.discover.changes import site_at
-    from hetriever.core.models import Repository
+    from hetriever.discover.repositories import Repository
     from tests.helpers import commit_all, init_repo, write_files
 
     repo_dir = init_repo(tmp_path / "site")
@@ -290,7 +290,7 @@ def test_the_signature_of_a_site_is_the_same_in_every_process():
 def test_the_production_configuration_overrides_the_default_one(tmp_path):
     # `hugo` builds the published site as "production": config/production/ over _default/.
     from hetriever.discover.changes import site_at
-    from hetriever.core.models import Repository
+    from hetriever.discover.repositories import Repository
     from tests.helpers import commit_all, init_repo, write_files
 
     repo = init_repo(tmp_path / "numbat-docs")

@@ -1,6 +1,6 @@
 """The plain data that flows between the pipeline's stages.
 
-discover -> `Repository`, `ChangeSet`
+discover -> `ChangeSet` (a `Repository` is the discover stage's own: discover/repositories.py)
 parse    -> `Page`
 chunk    -> `Chunk`
 store    -> `Document`, `SearchResult`, `RetrievalResult`
@@ -16,10 +16,7 @@ import dataclasses
 import enum
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Union
-
-if TYPE_CHECKING:  # the discover stage's type, named here only for annotations
-    from hetriever.discover.site import Site
+from typing import Any, Literal, Union
 
 # What Chroma accepts as one metadata value. Lists must be non-empty and of one type.
 MetadataScalar = Union[str, int, float, bool]
@@ -47,25 +44,6 @@ class _Serialisable:
 
 
 # --- discover ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Repository(_Serialisable):
-    """One documentation repository (a git submodule of the parent, or a plain git repo)."""
-
-    name: str  # validated: ^[a-z0-9-]+$, 3..63 chars; also the collection's base name
-    path: Path  # the repository's working tree
-    url: str = ""  # remote URL from .gitmodules ("" when unknown)
-    content_dir: str = "content"  # Hugo content dir, relative to `path`
-    # The branch a fetching run checks out (the submodule's `branch` in .gitmodules, as
-    # `git submodule update --remote` reads it); "" = the remote's default branch.
-    branch: str = ""
-    # Why the repository cannot be read (a bad or uninitialised submodule): reported for it
-    # alone, every git operation on it raises this; "" when it is fine.
-    problem: str = ""
-    # The site configuration at the commit being indexed (languages, content roots, URL
-    # prefixes); None until a run reads it, and for callers that parse without one.
-    site: Site | None = None
 
 
 class ChangeKind(str, enum.Enum):

@@ -35,7 +35,8 @@ from hetriever.discover.repositories import (  # noqa: F401 (discover_repositori
     validate_repository_name,
 )
 from hetriever.discover.site import Site, load_site
-from hetriever.core.models import ChangeKind, ChangeSet, FileChange, Repository, SkippedFile
+from hetriever.core.models import ChangeKind, ChangeSet, FileChange, SkippedFile
+from hetriever.discover.repositories import Repository
 
 __all__ = [
     "SkipFile", "check_path", "compute_change_set", "decode_blob", "discover_repositories",

@@ -19,7 +19,7 @@ import git
 
 from hetriever.core.errors import SourceError
 from hetriever.core.logs import get_logger
-from hetriever.core.models import Repository
+from hetriever.discover.repositories import Repository
 from hetriever.discover.repositories import check_usable
 
 log = get_logger(__name__)

@@ -8,6 +8,7 @@ A submodule that cannot be used (a path leading out, not checked out) is kept wi
 from __future__ import annotations
 
 import posixpath
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
@@ -20,7 +21,7 @@ from hetriever.core.errors import (
     SourceSettingError,
 )
 from hetriever.core.logs import get_logger
-from hetriever.core.models import Repository
+from hetriever.core.models import _Serialisable
 from hetriever.core.names import (
     NAME_MAX,
     NAME_MIN,
@@ -28,11 +29,31 @@ from hetriever.core.names import (
     is_valid_repository_name,
     repository_name,
 )
+from hetriever.discover.site import Site
 
 if TYPE_CHECKING:
     from hetriever.core.config import Settings
 
 log = get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class Repository(_Serialisable):
+    """One documentation repository (a git submodule of the parent, or a plain git repo)."""
+
+    name: str  # validated: ^[a-z0-9-]+$, 3..63 chars; also the collection's base name
+    path: Path  # the repository's working tree
+    url: str = ""  # remote URL from .gitmodules ("" when unknown)
+    content_dir: str = "content"  # Hugo content dir, relative to `path`
+    # The branch a fetching run checks out (the submodule's `branch` in .gitmodules, as
+    # `git submodule update --remote` reads it); "" = the remote's default branch.
+    branch: str = ""
+    # Why the repository cannot be read (a bad or uninitialised submodule): reported for it
+    # alone, every git operation on it raises this; "" when it is fine.
+    problem: str = ""
+    # The site configuration at the commit being indexed (languages, content roots, URL
+    # prefixes); None until a run reads it, and for callers that parse without one.
+    site: Site | None = None
 
 
 def validate_repository_name(name: str, path: str | Path) -> str:

@@ -11,7 +11,7 @@ of the index is refused as any full pass is.
 from __future__ import annotations
 
 from hetriever.core.logs import get_logger
-from hetriever.core.models import Repository
+from hetriever.discover.repositories import Repository
 from hetriever.discover.site import Site
 from hetriever.store.store_types import IndexingStore
 

@@ -41,7 +41,8 @@ from hetriever.index.full_pass import content_dir_changed, site_changed
 from hetriever.store.generations import drop_abandoned_builds
 from hetriever.discover.changes import SkipFile, compute_change_set, read_content_files, site_at
 from hetriever.core.logs import get_logger
-from hetriever.core.models import ChangeSet, IndexResult, Repository
+from hetriever.core.models import ChangeSet, IndexResult
+from hetriever.discover.repositories import Repository
 from hetriever.index.outcomes import OutcomeWriter, RunProgress
 from hetriever.index.process import (  # noqa: F401 (re-exported: the per-file step)
     FileOutcome,

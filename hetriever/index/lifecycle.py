@@ -25,7 +25,8 @@ from hetriever.core.config import Settings
 from hetriever.core.errors import IndexingError, RepositoryNotFoundError, UserError
 from hetriever.store.generations import drop_abandoned_builds
 from hetriever.core.logs import get_logger
-from hetriever.core.models import IndexResult, Repository, _Serialisable
+from hetriever.core.models import IndexResult, _Serialisable
+from hetriever.discover.repositories import Repository
 from hetriever.store.replica import publish_sync
 from hetriever.discover.repositories import check_usable
 

@@ -15,7 +15,8 @@ from hetriever.core import faults
 from hetriever.store.catalog import FAILED, INDEXED, PROCESSED, SKIPPED
 from hetriever.core.errors import EmbeddingError
 from hetriever.core.logs import get_logger
-from hetriever.core.models import IndexResult, Repository, SkippedFile
+from hetriever.core.models import IndexResult, SkippedFile
+from hetriever.discover.repositories import Repository
 from hetriever.chunk.page_records import display_chunk
 from hetriever.index.process import FileOutcome
 from hetriever.store.store_types import IndexingStore

@@ -30,9 +30,9 @@ from hetriever.core.models import (
     Chunk,
     FileChange,
     Page,
-    Repository,
     SkippedFile,
 )
+from hetriever.discover.repositories import Repository
 from hetriever.chunk.page_records import display_chunk, page_record, page_summary_lines
 from hetriever.parse.page import parse_page, skip_reason
 from hetriever.chunk.sections import keep_given_anchors
