@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo typecheck test test-fast bench clean prefect-up prefect-down prefect-status
+.PHONY: install demo typecheck layers test test-fast bench clean prefect-up prefect-down prefect-status
 
 install: $(STAMP)
 
@@ -26,12 +26,20 @@ demo: install
 typecheck: install
 	$(BIN)/python -m mypy
 
-test: install typecheck
-	$(BIN)/python -m pytest
+# The import layers written down in .importlinter: each stage imports only the ones before it.
+layers: install
+	$(BIN)/lint-imports
+
+# Test files run side by side (pytest-xdist): most tests wait on git, servers and
+# subprocesses, so three workers keep two cores busy. A file stays on one worker, so its
+# module fixtures are built once.
+PYTEST_WORKERS ?= 3
+test: install typecheck layers
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile
 
 # The logic tier: no corpora, no `chroma run` server, no Prefect harness, no subprocesses.
 test-fast: install
-	$(BIN)/python -m pytest -m "not corpus and not server and not prefect and not slow"
+	$(BIN)/python -m pytest -n 2 --dist loadfile -m "not corpus and not server and not prefect and not slow"
 
 # The local Prefect stack (server, work pool, deployments, worker): deployments/stack.py.
 prefect-up: install
