@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Union
 
+from hetriever.publish_rules import PageFacts
 from hetriever.site import Site
 
 # What Chroma accepts as one metadata value. Lists must be non-empty and of one type.
@@ -152,6 +153,9 @@ class Page(_Serialisable):
     # What the page's `cascade` front matter passes down to its descendants' `param` lookups
     # (same keys as `params`); a section's `_index.md` sets it.
     cascade: dict[str, str] = field(default_factory=dict)
+    # What its front matter says about publishing it (build options, draft, dates, headless,
+    # cascade): `hetriever.publish_rules` judges it with its ancestors'.
+    publish: PageFacts = field(default_factory=PageFacts)
 
 
 # --- clean -------------------------------------------------------------------------
@@ -274,6 +278,9 @@ class IndexResult(_Serialisable):
     files_deleted: int = 0
     files_renamed: int = 0
     files_include_dependent: int = 0  # unchanged pages re-indexed for a changed snippet
+    # Unchanged files processed again because a publish or expiry date passed since the last
+    # run (`hetriever.publish_windows`).
+    files_republished: int = 0
     files_indexed: int = 0
     skipped: list[SkippedFile] = field(default_factory=list)
     chunks_written: int = 0  # new or changed chunks embedded and written

@@ -18,6 +18,7 @@ from frontmatter.default_handlers import TOMLHandler, YAMLHandler
 
 from hetriever.logs import get_logger
 from hetriever.models import Metadata, MetadataValue, Page
+from hetriever.publish_rules import page_facts
 from hetriever.site import Site
 
 log = get_logger(__name__)
@@ -408,6 +409,7 @@ def parse_page(repository: str, file_path: str, text: str, *, content_dir: str =
         front_matter_error=error,
         params=page_params(data),
         cascade=cascade_params(data),
+        publish=page_facts(data, site.rules.extra_keys if site is not None else ()),
     )
 
 
