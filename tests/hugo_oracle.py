@@ -84,7 +84,7 @@ def hugo_pages(site: Path, work: Path, clock: str = "") -> dict[str, str]:
     themes, out = work / "themes", work / "public"
     shutil.rmtree(out, ignore_errors=True)
     _stub_theme(site, themes)
-    _run(["--quiet", "--destination", str(out), *(["--clock", clock] if clock else [])],
+    _run(["--logLevel", "error", "--destination", str(out), *(["--clock", clock] if clock else [])],
          site, themes)
     pages: dict[str, str] = {}
     for html in out.rglob("*.html"):
@@ -108,6 +108,16 @@ class HetrieverPages:
     pages: dict[str, str]  # indexed: file -> url
     skipped: dict[str, str]  # file -> reason
     texts: dict[str, str]  # indexed: file -> its chunks' text, joined
+    aliases: dict[str, list[str]]  # indexed: file -> its aliases, as written
+
+    def aliased_over(self) -> dict[str, str]:
+        """Pages whose URL another page claims as an alias ({page: that page}): Hugo writes
+        aliases after pages, so the redirect replaces the page at that URL."""
+        claimed = {("/" + a.strip("/") + "/").replace("//", "/"): path
+                   for path, aliases in self.aliases.items() for a in aliases
+                   if a.startswith("/")}
+        return {path: claimed[url] for path, url in self.pages.items()
+                if url in claimed and claimed[url] != path}
 
 
 def hetriever_pages(repo_dir: Path, settings: Settings, *, name: str = "site",
@@ -117,7 +127,7 @@ def hetriever_pages(repo_dir: Path, settings: Settings, *, name: str = "site",
     commit = head_commit(repo)
     repo = dataclasses.replace(repo, site=site_at(repo, commit))
     resolver = IncludeResolver(repo, commit, settings, now=now)
-    found = HetrieverPages({}, {}, {})
+    found = HetrieverPages({}, {}, {}, {})
     for path, text in read_content_files(repo, list_content_files(repo, commit), commit,
                                          max_bytes=settings.max_file_bytes):
         if isinstance(text, Exception):
@@ -129,5 +139,8 @@ def hetriever_pages(repo_dir: Path, settings: Settings, *, name: str = "site",
         else:
             found.pages[path] = str(outcome.chunks[0].metadata["url"])
             found.texts[path] = "\n".join(c.text for c in outcome.chunks)
+            aliases = outcome.chunks[0].metadata.get("aliases")
+            found.aliases[path] = [str(a) for a in aliases] if isinstance(aliases, list) \
+                else []
     resolver.close()
     return found
