@@ -100,6 +100,7 @@ class IncludeResolver:
         self._pages: dict[str, Page | None] = {}
         # The content tree's files and symlinks, listed once; symlinks None: no listing.
         self._tree: tuple[frozenset[str], tuple[str, ...] | None] | None = None
+        self._sections_read = False  # every `_index` file read in one batch (`ancestors`)
         self._reading = threading.Lock()
         self._files = FileReader(repo, commit)  # one git process for the run's reads
 
@@ -170,7 +171,24 @@ class IncludeResolver:
 
     def ancestors(self, page_path: str) -> list[Section]:
         """The sections above a page, nearest first: (Hugo path, publish facts)."""
+        if not self._sections_read:
+            self._read_sections()
         return ancestors(page_path, self.read_page, self.repo.site, self.repo.content_dir)
+
+    def _read_sections(self) -> None:
+        """Every section page (`_index.*`) of the tree in one batched read: each page's
+        ancestors are looked up, and a git process per section cost a run seconds."""
+        paths = sorted(p for p in self.content_files()
+                       if PurePosixPath(p).name.startswith("_index.") and p not in self._pages)
+        texts = list(read_content_files(self.repo, paths, self.commit,
+                                        max_bytes=self.settings.max_file_bytes)) if paths else []
+        with self._reading:
+            for path, text in texts:
+                if path not in self._pages:
+                    self._pages[path] = None if isinstance(text, SkipFile) else parse_page(
+                        self.repo.name, path, text, content_dir=self.repo.content_dir,
+                        site=self.repo.site)
+            self._sections_read = True
 
     def read_page(self, path: str) -> Page | None:
         """The file at `path` parsed (with the site, when the run read one), or None."""

@@ -21,7 +21,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 
 from hetriever.models import Page
-from hetriever.publish_rules import Decision, Section, decide, hugo_path
+from hetriever.publish_rules import Decision, Section, SiteRules, decide, hugo_path
 from hetriever.site import Site
 
 ReadPage = Callable[[str], "Page | None"]
@@ -107,11 +107,10 @@ def verdict(page: Page, relative: str, parents: Sequence[Section],
             site: Site | None) -> Decision:
     """Hugo's verdict on a parsed page, its ancestors' facts given."""
     path, kind = hugo_path(relative)
-    rules = site.rules if site is not None else None
     return decide(page.publish, parents, path=path, kind=kind,
                   lang=page.lang or (site.default_lang if site is not None else "en"),
                   redirect=bool(page.front_matter.get("redirect")),
-                  **({"site": rules} if rules is not None else {}))
+                  site=site.rules if site is not None else SiteRules())
 
 
 # --- pages shown on another page ------------------------------------------------------
