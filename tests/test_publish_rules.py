@@ -208,3 +208,25 @@ def test_facts_keep_only_publish_keys_and_cascades_that_set_them():
     assert page.values == (("draft", True), ("expirydate", "2026-01-02"))
     assert len(page.cascade) == 1 and page.cascade[0].target == Target()
     assert page.cascade[0].values == (("build", {"render": "never"}),)
+
+
+def test_the_site_configuration_carries_the_publish_settings():
+    from tests.test_site import site_of
+
+    plain = site_of({"hugo.toml": 'baseURL = "https://example.org/"\n'})
+    assert plain.publish == "" and plain.rules == SiteRules()
+    config = ('baseURL = "https://example.org/"\nbuildFuture = true\ntimeZone = "Asia/Tokyo"\n'
+              '[frontmatter]\nexpiryDate = ["gone"]\n'
+              '[[cascade]]\n[cascade.build]\nrender = "never"\n[cascade.target]\npath = "/x/**"\n')
+    site = site_of({"hugo.toml": config})
+    assert site.rules.build_future and site.rules.time_zone == "Asia/Tokyo"
+    assert site.rules.expiry_keys == ("gone",) and len(site.rules.cascade) == 1
+    # what decides publishing is part of the site's signature: a change is a full pass
+    assert site.signature() != site_of({"hugo.toml": config.replace("true", "false")}).signature()
+    # ... and a site without such settings keeps the signature it had before they were read
+    # (no full pass on upgrade for it)
+    import dataclasses, hashlib, json
+
+    before = {k: v for k, v in dataclasses.asdict(plain).items() if k not in ("notes", "publish")}
+    text = json.dumps(before, sort_keys=True, default=sorted)
+    assert plain.signature() == hashlib.sha256(text.encode()).hexdigest()[:16]
