@@ -16,6 +16,7 @@ from pathlib import PurePosixPath
 from typing import Callable, Iterable, Mapping, Sequence
 
 from hetriever import faults
+from hetriever.catalog_windows import Window, utc_text
 from hetriever.chunk import chunk_page
 from hetriever.clean import clean_page
 from hetriever.config import Settings
@@ -35,7 +36,6 @@ from hetriever.models import (
     SkippedFile,
 )
 from hetriever.page_records import display_chunk, page_record, page_summary_lines
-from hetriever.catalog_windows import Window, utc_text
 from hetriever.parse import parse_page, skip_reason
 from hetriever.publish_pages import (
     ancestors,
