@@ -18,6 +18,7 @@ storing are left out, which change neither.
 
 from __future__ import annotations
 
+import datetime as dt
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -30,6 +31,11 @@ from tests.helpers import commit_all, corpus_version, init_repo
 from tests.hugo_oracle import hetriever_pages, hugo_binary, hugo_pages
 
 pytestmark = [pytest.mark.corpus, pytest.mark.slow]
+
+# One clock for both sides (Hugo's --clock, the run's `now`), so the expected counts hold
+# whenever the test runs.
+CLOCK = "2026-11-27T12:00:00Z"
+NOW = dt.datetime(2026, 11, 27, 12, tzinfo=dt.timezone.utc)
 
 HUGO_DOCS_CONFIG = """
 baseURL = "https://gohugo.io/"
@@ -86,8 +92,8 @@ def test_hugo_docs_v2(tmp_path: Path):
     hugo_binary()
     site = corpus_site(tmp_path, corpus_version("hugo-docs", "v2"),
                        {"hugo.toml": HUGO_DOCS_CONFIG})
-    hugo = hugo_pages(site, tmp_path / "hugo")
-    ours = hetriever_pages(site, store_settings(tmp_path), name="hugo-docs")
+    hugo = hugo_pages(site, tmp_path / "hugo", clock=CLOCK)
+    ours = hetriever_pages(site, store_settings(tmp_path), name="hugo-docs", now=NOW)
     # Pages with nothing to search (no title, no text) are the one rule of hetriever's own.
     empty = {p for p, reason in ours.skipped.items() if reason == "empty body"}
     # The one difference: a page's alias (time.AsTime's `/functions/time`) is the URL of
@@ -100,6 +106,7 @@ def test_hugo_docs_v2(tmp_path: Path):
     reasons = Counter(r.split(":")[0].split(" (")[0] for r in ours.skipped.values())
     glossary = [p for p, r in ours.skipped.items() if "shown on /quick-reference/glossary/" in r]
     assert len(glossary) == 156 and reasons["expired"] == 2, reasons
+    assert len(ours.pages) == 787
     text = ours.texts["content/en/quick-reference/glossary/_index.md"]
     assert "A _branch_ is a" not in text and "branch is a node with a page kind" in text
 
@@ -108,8 +115,8 @@ def test_opentelemetry_io_v2_site_per_language(tmp_path: Path):
     hugo_binary()
     source = corpus_version("opentelemetry-io", "v2-site")
     site = corpus_site(tmp_path, source, otel_config(source))
-    hugo = hugo_pages(site, tmp_path / "hugo")
-    ours = hetriever_pages(site, store_settings(tmp_path), name="opentelemetry-io")
+    hugo = hugo_pages(site, tmp_path / "hugo", clock=CLOCK)
+    ours = hetriever_pages(site, store_settings(tmp_path), name="opentelemetry-io", now=NOW)
     empty = {p for p, reason in ours.skipped.items() if reason == "empty body"}
     languages = sorted({p.split("/")[1] for p in hugo} | {p.split("/")[1] for p in ours.pages})
     assert len(languages) == 11
@@ -118,5 +125,8 @@ def test_opentelemetry_io_v2_site_per_language(tmp_path: Path):
                   if p.split("/")[1] == lang and p not in empty}
         mine = {p: u for p, u in ours.pages.items() if p.split("/")[1] == lang}
         assert mine == theirs, f"{lang}:\n{explain(theirs, mine)}"
-    expired = [p for p, r in ours.skipped.items() if r.startswith("expired")]
-    assert len(expired) >= 12
+    expired = Counter(p.split("/")[1] for p, r in ours.skipped.items()
+                      if r.startswith("expired"))
+    assert expired == {"en": 8, "ja": 4}
+    assert sum(len([p for p in ours.pages if p.split("/")[1] == lang])
+               for lang in languages) == 1662
