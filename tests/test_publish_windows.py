@@ -165,3 +165,29 @@ def test_the_catalog_finds_crossed_windows(tmp_path: Path):
     assert catalog.windows_checked("c") == jan[1]
     assert open_at(("", ""), jan[1]) and not open_at((jan[2], ""), jan[1])
     assert open_at(("", jan[1]), jan[1])  # Hugo: expired only once the date is past
+
+
+def test_an_ingest_stores_what_the_per_file_step_decides(tmp_path: Path):
+    """The Hugo comparisons (tests/test_publish_hugo.py, test_publish_corpus.py) run the
+    per-file step without embedding; a full ingest stores exactly those pages at those URLs."""
+    from hetriever.repositories import discover_repositories
+    from tests.helpers import init_repo
+    from tests.hugo_oracle import hetriever_pages
+    from tests.test_publish_hugo import FILES
+
+    site = init_repo(tmp_path / "site")
+    write_files(site, FILES)
+    commit_all(site, "site")
+    now = at("2030-01-01")
+    settings = store_settings(tmp_path, run_lock_timeout=1.0)
+    store = ChromaKnowledgeStore(settings, embedder=HashEmbedder(), client=MemoryClient(),
+                                 lock_timeout=2.0)
+    try:
+        (repo,) = discover_repositories(site)
+        assert run(index_repository(repo, store, settings, now=now)).completed
+        got = store.client.get_collection(store.physical_name(repo.name)).get(
+            include=["metadatas"])
+        urls = {m["file_path"]: m["url"] for m in got["metadatas"]}
+    finally:
+        store.close_sync()
+    assert urls == hetriever_pages(site, settings, now=now).pages
