@@ -126,6 +126,7 @@ def glossary_terms(section_path: str, listing: Iterable[str], read: ReadPage,
     holds them (built, not `list: never`), sorted by title: what the `glossary` shortcode
     renders."""
     directory = posixpath.dirname(section_path)
+    section = read(section_path)
     terms = []
     for path in sorted(listing):
         rest = path[len(directory) + 1:] if path.startswith(directory + "/") else ""
@@ -135,11 +136,12 @@ def glossary_terms(section_path: str, listing: Iterable[str], read: ReadPage,
         if not (leaf or bundle):
             continue
         page = read(path)
-        if page is None:
-            continue
+        if page is None or (section is not None and page.lang != section.lang):
+            continue  # a translation is its own language's section's page
         _, relative, _ = content_root(path, site, content_dir)
         decision = verdict(page, relative, ancestors(path, read, site, content_dir), site)
-        if decision.draft or decision.list == "never" or not decision.in_window(now):
+        if decision.draft or decision.headless or decision.list == "never" or \
+                not decision.in_window(now):
             continue
         terms.append(page)
     return sorted(terms, key=lambda p: (p.title.lower(), p.file_path))

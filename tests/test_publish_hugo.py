@@ -58,6 +58,8 @@ FILES = {
     "content/glossary/bundle.md": page("bundle", body="A directory of files."),
     "content/glossary/kind.md": page("kind", body="What sort of page it is."),
     "content/glossary/own.md": page("own", "build:\n  list: always\n", body="Rendered."),
+    # a translation: the (English) section's untargeted cascade does not reach it
+    "content/glossary/kind.fr.md": page("genre", body="Quelle sorte de page."),
     # cascades: nearest ancestor wins, list form, targets by path, kind and language
     "content/a/_index.md": page("A", "cascade:\n  build:\n    render: never\n"),
     "content/a/p.md": page("A page"),
@@ -144,6 +146,7 @@ def test_the_glossary_page_carries_its_terms(tmp_path: Path):
     assert "bundle" in text and "A directory of files." in text
     assert text.index("A directory of files.") < text.index("What sort of page it is.")
     assert "Rendered." in text  # its own page too, as Hugo's shortcode lists it
+    assert "Quelle sorte" not in text and "content/glossary/kind.fr.md" in ours.pages
 
 
 def test_hugo_list_published_differs_only_where_it_lists_pages_it_does_not_render(tmp_path):
