@@ -49,6 +49,7 @@ def counts_section(result: IndexResult) -> list[str]:
          f"{result.files_added} / {result.files_modified} / {result.files_deleted} / "
          f"{result.files_renamed}"),
         ("pages re-indexed because an included snippet changed", result.files_include_dependent),
+        ("files re-checked because a publish or expiry date passed", result.files_republished),
         ("files indexed", result.files_indexed),
         ("files skipped", result.files_skipped),
         ("files failed", len(result.failed)),

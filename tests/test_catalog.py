@@ -312,6 +312,7 @@ def test_status_command_reads_the_catalog(docs, tmp_path, minilm_model_dir, monk
             configure_logging()
     assert row["up_to_date"] and row["files"] == 7 and row["chunks"] > 0
     assert row["failures"] == 0 and row["skipped"] == 2
+    assert row["skipped_reasons"] == {"draft": 1, "snippet (not a page)": 1}
     assert row["last_run_outcome"] == "ok" and row["last_run"]
     assert row["collection"] == "sample-docs_v1" and row["access_level"] == "PUBLIC"
     assert row["needs_migration"] is False

@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from hetriever.chunk.chunker import chunk_id, chunk_page
-from hetriever.core.models import REQUIRED_CHUNK_METADATA, Block, Page
+from hetriever.core.models import REQUIRED_CHUNK_METADATA, Block
+from hetriever.parse.parsed_page import Page
 from hetriever.chunk.tokenizer import TokenCounter, load_token_counter
 
 H = lambda text, level: Block("heading", text, level)  # noqa: E731

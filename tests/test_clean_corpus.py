@@ -11,7 +11,8 @@ import pytest
 from structlog.testing import capture_logs
 
 from hetriever.clean.cleaner import clean_page
-from hetriever.core.models import Block, Page
+from hetriever.core.models import Block
+from hetriever.parse.parsed_page import Page
 from hetriever.parse.page import parse_page
 from tests.helpers import corpus_version
 

@@ -8,7 +8,7 @@ from chromadb.api.types import validate_metadata
 
 from hetriever.chunk.chunker import chunk_page
 from hetriever.clean.cleaner import clean_page
-from hetriever.core.models import Page
+from hetriever.parse.parsed_page import Page
 from hetriever.chunk.sections import ANCHORS_KEY, anchored_sections, keep_given_anchors
 from hetriever.chunk.tokenizer import load_token_counter
 

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from hetriever.core.logs import get_logger
-from hetriever.core.models import REQUIRED_CHUNK_METADATA, Block, Chunk, Metadata, Page
+from hetriever.core.models import REQUIRED_CHUNK_METADATA, Block, Chunk, Metadata
+from hetriever.parse.parsed_page import Page
 from hetriever.chunk.tokenizer import TokenCounter, word_boundary
 
 log = get_logger(__name__)

@@ -12,7 +12,8 @@ import hashlib
 from collections.abc import Mapping, Sequence
 
 from hetriever.chunk.chunker import CONTEXT_SEPARATOR, chunk_id, page_metadata
-from hetriever.core.models import Chunk, Metadata, Page
+from hetriever.core.models import Chunk, Metadata
+from hetriever.parse.parsed_page import Page
 from hetriever.chunk.tokenizer import TokenCounter
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from collections import Counter
 from typing import Any
 
 from hetriever.commands.common import (EXIT_OK, cli_settings, index_problem, make_console,
@@ -36,7 +37,8 @@ def status_rows(settings, repos) -> list[dict[str, Any]]:
                 "repository": repo.name, "checked_out": "", "indexed_commit": "",
                 "up_to_date": False, "status": "unusable", "error": repo.problem,
                 "collection": "", "access_level": settings.access_levels.get(repo.name, "PUBLIC"),
-                "files": 0, "chunks": 0, "skipped": 0, "failures": 0, "failed_files": [],
+                "files": 0, "chunks": 0, "skipped": 0, "skipped_reasons": {}, "failures": 0,
+                "failed_files": [],
                 "soft_deleted_files": 0, "last_run": "", "last_run_outcome": "",
                 "last_updated": "", "needs_migration": False})
             continue
@@ -45,6 +47,7 @@ def status_rows(settings, repos) -> list[dict[str, Any]]:
         physical = store.physical_name(repo.name) if store else None
         counts = store.catalog.file_counts(physical) if store and physical else {}
         failures = store.catalog.files(physical, FAILED) if store and physical else []
+        skips = store.catalog.files(physical, SKIPPED) if store and physical else []
         try:
             head, error = head_commit(repo), ""
         except SourceError as exc:  # e.g. no commits, a bad submodule: this row says so
@@ -64,6 +67,8 @@ def status_rows(settings, repos) -> list[dict[str, Any]]:
             "files": counts.get(INDEXED, meta.get("total_documents", 0)),
             "chunks": meta.get("total_chunks", 0),
             "skipped": counts.get(SKIPPED, 0),
+            # by rule: "draft", "expired", "not rendered", "snippet (not a page)", ...
+            "skipped_reasons": dict(Counter(f.reason.split(":")[0].strip() for f in skips)),
             "failures": len(failures),
             "failed_files": [{"path": f.path, "reason": f.reason} for f in failures],
             "soft_deleted_files": counts.get(DELETED, 0),

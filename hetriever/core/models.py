@@ -1,7 +1,7 @@
 """The plain data that flows between the pipeline's stages.
 
 discover -> `ChangeSet` (a `Repository` is the discover stage's own: discover/repositories.py)
-parse    -> `Page`
+parse    -> `Page` (the parse stage's own: parse/parsed_page.py)
 chunk    -> `Chunk`
 store    -> `Document`, `SearchResult`, `RetrievalResult`
 indexing -> `IndexResult`
@@ -101,36 +101,6 @@ class ChangeSet(_Serialisable):
 class SkippedFile(_Serialisable):
     path: str
     reason: str
-
-
-# --- parse -------------------------------------------------------------------------
-
-
-@dataclass
-class Page(_Serialisable):
-    """One content file, parsed: front matter normalised, body still raw Hugo Markdown."""
-
-    repository: str
-    file_path: str  # repo-relative POSIX path, e.g. "content/en/functions/where.md"
-    url: str  # public URL path as Hugo would publish it, e.g. "/functions/where/"
-    title: str  # front matter title, else derived from the file name
-    section: str  # first path segment under the content dir ("" for the home page)
-    body: str  # Markdown after the front matter
-    front_matter: Metadata = field(default_factory=dict)  # kept keys, Chroma-valid values
-    tags: list[str] = field(default_factory=list)
-    draft: bool = False
-    front_matter_error: str = ""  # set when front matter was malformed and dropped
-    # Every scalar of the raw front matter by dotted, lower-case key ("vers.otel"), and those
-    # under `params:` without the prefix: what `{{% param "name" %}}` reads.
-    params: dict[str, str] = field(default_factory=dict)
-    lang: str = ""  # the page's language ("" when parsed without a site)
-    # Shared by a page and its translations: `translationKey`, else the language-free path.
-    translation_key: str = ""
-    in_site: bool = True  # False: in no content root of the site (e.g. a disabled language)
-    kind_disabled: bool = False  # the site's disableKinds names its kind (page, section, home)
-    # What the page's `cascade` front matter passes down to its descendants' `param` lookups
-    # (same keys as `params`); a section's `_index.md` sets it.
-    cascade: dict[str, str] = field(default_factory=dict)
 
 
 # --- clean -------------------------------------------------------------------------
@@ -253,6 +223,9 @@ class IndexResult(_Serialisable):
     files_deleted: int = 0
     files_renamed: int = 0
     files_include_dependent: int = 0  # unchanged pages re-indexed for a changed snippet
+    # Unchanged files processed again because a publish or expiry date passed since the last
+    # run (`hetriever.index.publish_windows`).
+    files_republished: int = 0
     files_indexed: int = 0
     skipped: list[SkippedFile] = field(default_factory=list)
     chunks_written: int = 0  # new or changed chunks embedded and written

@@ -39,6 +39,7 @@ import yaml
 
 from hetriever.core.errors import ConfigurationError
 from hetriever.core.logs import get_logger
+from hetriever.discover.publish_rules import SiteRules, rules_from_json, rules_json, site_rules
 
 log = get_logger(__name__)
 
@@ -82,6 +83,9 @@ class Site:
     # section) -> pattern such as "/blog/:year/:month/:slug/".
     permalinks: tuple[tuple[str, str, str, str], ...] = ()
     configured: bool = False  # False: no config was found, today's single-language defaults
+    # The publish settings (buildDrafts/Future/Expired, timeZone, frontmatter dates, the
+    # configuration's cascade) as `hetriever.discover.publish_rules.rules_json`; "" for Hugo's defaults.
+    publish: str = ""
     notes: tuple[str, ...] = field(default=(), compare=False)
 
     @property
@@ -91,6 +95,11 @@ class Site:
     @property
     def multihost(self) -> bool:
         return self.multilingual and bool(self.language_base_urls)
+
+    @property
+    def rules(self) -> SiteRules:
+        """The site's publish settings (`hetriever.discover.publish_rules`)."""
+        return rules_from_json(self.publish)
 
     def base_url_of(self, lang: str) -> str:
         """The baseURL a language's pages are published under: its own, else the site's."""
@@ -111,7 +120,8 @@ class Site:
     def signature(self) -> str:
         """What decides which files are pages and where they are published, as one short
         string: when it changes, pages change that the commit's diff does not name."""
-        decisive = {k: v for k, v in asdict(self).items() if k != "notes"}
+        decisive = {k: v for k, v in asdict(self).items()
+                    if k != "notes" and not (k == "publish" and not v)}
         text = json.dumps(decisive, sort_keys=True, default=sorted)  # sets, in a fixed order
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -400,7 +410,9 @@ def load_site(read: ReadFile, config_dir_files: Iterable[str], exists: Callable[
                 language_bases.append((code, lang_base.strip()))
     if notes:
         log.info("site_config_left_out", count=len(notes), first=notes[:3])
-    return Site(default_lang=default, in_subdir=in_subdir, languages=tuple(langs),
+    rules = site_rules(config)
+    return Site(publish=rules_json(rules) if rules != SiteRules() else "",
+                default_lang=default, in_subdir=in_subdir, languages=tuple(langs),
                 roots=tuple(roots), base_url=base.strip() if isinstance(base, str) else "",
                 language_base_urls=tuple(language_bases), ugly_urls=config.get("uglyurls") is True,
                 permalinks=tuple(permalinks), configured=True, notes=tuple(notes),

@@ -44,6 +44,12 @@ from hetriever.core.logs import get_logger
 from hetriever.core.models import ChangeSet, IndexResult
 from hetriever.discover.repositories import Repository
 from hetriever.index.outcomes import OutcomeWriter, RunProgress
+from hetriever.discover.publish_rules import now_utc
+from hetriever.index.publish_windows import (
+    expand_publish_dependents,
+    windows_checked,
+    with_crossed_windows,
+)
 from hetriever.index.process import (  # noqa: F401 (re-exported: the per-file step)
     FileOutcome,
     IncludeResolver,
@@ -81,17 +87,19 @@ def plan(repo: Repository, last_commit: str | None, last_status: str | None, *,
         log.warning("previous_run_unfinished", repository=repo.name,
                     action="reconciling with a full pass")
     change_set = compute_change_set(repo, last_commit, force_full=force_full or unfinished)
-    return expand_snippet_dependents(repo, change_set)
+    return expand_publish_dependents(repo, expand_snippet_dependents(repo, change_set))
 
 
 # --- the whole run, in-process ---------------------------------------------------------
 
 
-def _count_changes(result: IndexResult, change_set: ChangeSet) -> None:
+def _count_changes(result: IndexResult, change_set: ChangeSet, timed: list[str]) -> None:
     counts = change_set.counts()
     result.files_added = counts["added"]
     result.files_include_dependent = len(change_set.include_dependents)
-    result.files_modified = counts["modified"] - result.files_include_dependent
+    result.files_republished = len(timed)
+    result.files_modified = (counts["modified"] - result.files_include_dependent
+                             - result.files_republished)
     result.files_deleted = counts["deleted"]
     result.files_renamed = counts["renamed"]
 
@@ -286,11 +294,13 @@ async def map_in_process(files: Iterable[tuple[str, str | SkipFile]],
 async def index_repository(repo: Repository, store: IndexingStore, settings: Settings, *,
                            force_full: bool = False,
                            progress: Callable[[int, int], None] | None = None,
-                           map_files: FileMapper = map_in_process) -> IndexResult:
+                           map_files: FileMapper = map_in_process,
+                           now: datetime | None = None) -> IndexResult:
     """Bring one repository's collection to its checked-out commit. Returns the counts.
 
     Holds the repository's run lock from planning to the recorded commit; `map_files` runs
-    the per-file step (in-process by default); `progress(done, total)` is called per file.
+    the per-file step (in-process by default); `progress(done, total)` is called per file;
+    `now` is the run's clock for publish and expiry dates (the current time by default).
     """
     check_usable(repo)  # a submodule not checked out, a bad name: this repository fails alone
     with run_lock(settings, repo.name):
@@ -299,30 +309,35 @@ async def index_repository(repo: Repository, store: IndexingStore, settings: Set
         if store.physical_name(repo.name) == store.catalog.active(repo.name):
             await drop_abandoned_builds(store, repo.name)
         return await index_holding_lock(repo, store, settings, force_full=force_full,
-                                        progress=progress, map_files=map_files)
+                                        progress=progress, map_files=map_files, now=now)
 
 
 async def index_holding_lock(repo: Repository, store: IndexingStore, settings: Settings, *,
                              force_full: bool = False,
                              progress: Callable[[int, int], None] | None = None,
-                             map_files: FileMapper = map_in_process) -> IndexResult:
+                             map_files: FileMapper = map_in_process,
+                             now: datetime | None = None) -> IndexResult:
     """`index_repository` for a caller that holds the repository's run lock (a migration
     holds it from before it allocates its generation until the switch)."""
     started = time.perf_counter()
+    now = now or now_utc()
     last_commit, last_status = await last_indexed(store, repo)
     change_set = plan(repo, last_commit, last_status,
                       force_full=force_full or content_dir_changed(store, repo))
+    # Dates passed since the last run: their files join the run, even at the same commit.
+    change_set, timed = with_crossed_windows(store, repo, change_set, now)
     site = site_at(repo, change_set.new_commit) if change_set.mode != "noop" else None
     if change_set.mode == "incremental" and site is not None and site_changed(store, repo, site):
-        change_set = plan(repo, last_commit, last_status, force_full=True)
+        change_set, timed = plan(repo, last_commit, last_status, force_full=True), []
     result = IndexResult(repository=repo.name, mode=change_set.mode, old_commit=last_commit,
                          new_commit=change_set.new_commit, skipped=list(change_set.skipped))
-    _count_changes(result, change_set)
+    _count_changes(result, change_set, timed)
     bound = log.bind(repository=repo.name, mode=change_set.mode,
                      old_commit=(last_commit or "")[:12], new_commit=change_set.new_commit[:12])
     await heal_bm25(store, repo, settings)
     if change_set.mode == "noop":
         bound.info("index_noop")
+        windows_checked(store, repo, now)
         result.completed = True
         result.total_seconds = time.perf_counter() - started
         return result
@@ -338,7 +353,7 @@ async def index_holding_lock(repo: Repository, store: IndexingStore, settings: S
     bound.info("index_started", include_dependents=len(change_set.include_dependents),
                **change_set.counts())
     try:
-        await _run(store, repo, settings, change_set, result, progress, map_files, started)
+        await _run(store, repo, settings, change_set, result, progress, map_files, started, now)
     except (KeyboardInterrupt, asyncio.CancelledError):  # Ctrl-C, SIGTERM (the CLI takes it
         # as Ctrl-C), a cancelled flow: stopped, not broken
         close_run(store, repo, result, "interrupted", started, error="stopped before the end")
@@ -401,12 +416,12 @@ async def start_run(store: IndexingStore, repo: Repository, settings: Settings,
 
 async def _run(store: IndexingStore, repo: Repository, settings: Settings, change_set: ChangeSet,
                result: IndexResult, progress: Callable[[int, int], None] | None,
-               map_files: FileMapper, started: float) -> None:
+               map_files: FileMapper, started: float, now: datetime) -> None:
     await start_run(store, repo, settings, change_set, result)
 
     paths = change_set.paths_to_index()
     work = FileWork(repo, change_set.new_commit, settings,
-                    IncludeResolver(repo, change_set.new_commit, settings), now_iso())
+                    IncludeResolver(repo, change_set.new_commit, settings, now=now), now_iso())
     tracker = RunProgress(repo.name, len(paths), progress)
     writer = OutcomeWriter(store, repo, result, tracker)
     # One batched git read for every file (a git process per file cost 5x the parse work).
@@ -425,3 +440,4 @@ async def _run(store: IndexingStore, repo: Repository, settings: Settings, chang
                   error=f"{len(result.failed)} file(s) could not be stored")
         return
     await finish_run(store, repo, change_set, result, started)
+    windows_checked(store, repo, now)

@@ -51,6 +51,8 @@ async def apply_outcomes(store: IndexingStore, repo: Repository, outcomes: list[
     for path, reason in failed.items():
         catalog.set_files(physical, repo.name, [path], FAILED, reason=reason)
     stored = [o for o in outcomes if o.path not in failed]
+    # Dates that may change a page's fate with no commit: the next runs look at them.
+    catalog.set_windows(physical, {o.path: o.window for o in stored})
     catalog.set_files(physical, repo.name, [o.path for o in stored if o.chunks], INDEXED,
                       chunk_counts={o.path: len(o.chunks) for o in stored})
     faults.check("catalog_files_updated", repo.name)

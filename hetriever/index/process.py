@@ -8,13 +8,15 @@ snippet re-indexes the pages that include it (`expand_snippet_dependents`).
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import PurePosixPath
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Iterable, Mapping, Sequence
 
 from hetriever.core import faults
+from hetriever.store.catalog_windows import Window, utc_text
 from hetriever.chunk.chunker import chunk_page
 from hetriever.clean.cleaner import clean_page
 from hetriever.core.config import Settings
@@ -23,18 +25,21 @@ from hetriever.core.errors import SourceError
 from hetriever.discover.git_objects import FileReader, tree_entries
 from hetriever.parse.links import LINKS_KEY, outbound_keys
 from hetriever.core.logs import get_logger
-from hetriever.core.models import (
-    Block,
-    ChangeKind,
-    ChangeSet,
-    Chunk,
-    FileChange,
-    Page,
-    SkippedFile,
-)
+from hetriever.core.models import Block, ChangeKind, ChangeSet, Chunk, FileChange, SkippedFile
 from hetriever.discover.repositories import Repository
+from hetriever.parse.parsed_page import Page
 from hetriever.chunk.page_records import display_chunk, page_record, page_summary_lines
 from hetriever.parse.page import parse_page, skip_reason
+from hetriever.parse.publish_pages import (
+    ancestors,
+    calls_glossary,
+    content_root,
+    expand_glossary,
+    glossary_terms,
+    shown_on,
+    verdict,
+)
+from hetriever.discover.publish_rules import Decision, Section, now_utc
 from hetriever.chunk.sections import keep_given_anchors
 from hetriever.chunk.tokenizer import load_token_counter
 
@@ -52,6 +57,9 @@ class FileOutcome:
     # Set when the per-file step itself gave up (e.g. a task out of retries): the file keeps
     # its old chunks, is filed under IndexResult.failed, and the commit is not recorded.
     failed: str | None = None
+    # The page's publish window (UTC ISO publish and expiry dates, "" for none) when a date
+    # alone can change whether Hugo publishes it; the catalog keeps it for later runs.
+    window: Window = None
 
 
 def is_snippet_path(path: str, content_dir: str) -> bool:
@@ -69,18 +77,23 @@ class IncludeResolver:
     folders from the page's directory upwards (Docsy sites). Reads are cached per run.
 
     One resolver serves a run's concurrent per-file tasks (the flow's thread runner): a lock
-    keeps them from reading the same file, or listing the tree, once each.
+    keeps them from reading the same file, or listing the tree, once each. It also holds the
+    run's clock (`now`), against which publish and expiry dates are judged, and gives the
+    publish rules a page's ancestor sections (`ancestors`).
     """
 
-    def __init__(self, repo: Repository, commit: str, settings: Settings) -> None:
+    def __init__(self, repo: Repository, commit: str, settings: Settings, *,
+                 now: dt.datetime | None = None) -> None:
         self.repo = repo
         self.commit = commit
         self.settings = settings
+        self.now = now or now_utc()
         self.content_root = PurePosixPath(repo.content_dir)
         self._languages = ["en"]
         self._pages: dict[str, Page | None] = {}
         # The content tree's files and symlinks, listed once; symlinks None: no listing.
         self._tree: tuple[frozenset[str], tuple[str, ...] | None] | None = None
+        self._sections_read = False  # every `_index` file read in one batch (`ancestors`)
         self._reading = threading.Lock()
         self._files = FileReader(repo, commit)  # one git process for the run's reads
 
@@ -149,6 +162,38 @@ class IncludeResolver:
                 return inherited
             directory = directory.parent
 
+    def ancestors(self, page_path: str) -> list[Section]:
+        """The sections above a page, nearest first: (Hugo path, publish facts)."""
+        if not self._sections_read:
+            self._read_sections()
+        return ancestors(page_path, self.read_page, self.repo.site, self.repo.content_dir)
+
+    def _read_sections(self) -> None:
+        """Every section page (`_index.*`) of the tree in one batched read: each page's
+        ancestors are looked up, and a git process per section cost a run seconds."""
+        paths = sorted(p for p in self.content_files()
+                       if PurePosixPath(p).name.startswith("_index.") and p not in self._pages)
+        texts = list(read_content_files(self.repo, paths, self.commit,
+                                        max_bytes=self.settings.max_file_bytes)) if paths else []
+        with self._reading:
+            for path, text in texts:
+                if path not in self._pages:
+                    self._pages[path] = None if isinstance(text, SkipFile) else parse_page(
+                        self.repo.name, path, text, content_dir=self.repo.content_dir,
+                        site=self.repo.site)
+            self._sections_read = True
+
+    def read_page(self, path: str) -> Page | None:
+        """The file at `path` parsed (with the site, when the run read one), or None."""
+        return self._page(path)
+
+    def content_files(self) -> frozenset[str]:
+        """Every file of the commit's tree (listed once per run; empty when git cannot list)."""
+        if self._tree is None:
+            with self._reading:
+                self._absent(self.repo.content_dir.strip("/") + "/")
+        return self._tree[0] if self._tree is not None else frozenset()
+
     def resolve(self, name: str, page_path: str) -> str | None:
         for candidate in self.candidates(name, page_path):
             if ".." in PurePosixPath(candidate).parts:
@@ -189,7 +234,8 @@ class IncludeResolver:
                 try:
                     text = self._files.read(path, max_bytes=self.settings.max_file_bytes)
                     self._pages[path] = parse_page(self.repo.name, path, text,
-                                                   content_dir=self.repo.content_dir)
+                                                   content_dir=self.repo.content_dir,
+                                                   site=self.repo.site)
                 except SkipFile:
                     self._pages[path] = None
             return self._pages[path]
@@ -219,16 +265,29 @@ def page_extras(page, access: str) -> dict:
 
 def process_text(repo: Repository, path: str, text: str, settings: Settings, *,
                  include_resolver: Callable[[str], str | None] | None = None,
-                 inherited_params: Mapping[str, str] | None = None) -> FileOutcome:
+                 inherited_params: Mapping[str, str] | None = None,
+                 parents: Sequence[Section] = (),
+                 now: dt.datetime | None = None,
+                 resolver: IncludeResolver | None = None) -> FileOutcome:
     """parse -> skip rules -> clean -> chunk for one file's text; `inherited_params` are what
-    ancestor sections cascade to it (`IncludeResolver.inherited_params`)."""
+    ancestor sections cascade to it (`IncludeResolver.inherited_params`), `parents` their
+    publish facts (`IncludeResolver.ancestors`), `now` the run's clock; `resolver` (the
+    run's) lets a page show other pages' text (the glossary)."""
     lines = text.count("\n") + 1
     if is_snippet_path(path, repo.content_dir):
         return FileOutcome(path, skipped=SkippedFile(path, "snippet (not a page)"), lines=lines)
     page = parse_page(repo.name, path, text, content_dir=repo.content_dir, site=repo.site)
-    reason = skip_reason(page, include_drafts=settings.include_drafts)
+    now = now or now_utc()
+    decision = verdict(page, content_root(path, repo.site, repo.content_dir)[1], parents,
+                       repo.site)
+    window = publish_window(decision)
+    reason = publish_skip(page, decision, now, settings, resolver)
     if reason:
-        return FileOutcome(path, skipped=SkippedFile(path, reason), lines=lines)
+        return FileOutcome(path, skipped=SkippedFile(path, reason), lines=lines, window=window)
+    if resolver is not None and page.body and calls_glossary(page.body):
+        terms = glossary_terms(path, resolver.content_files(), resolver.read_page, repo.site,
+                               repo.content_dir, now)
+        page.body = expand_glossary(page.body, terms)
     params = {**inherited_params, **page.params} if inherited_params else page.params
     blocks = clean_page(page.body, include_resolver=include_resolver, params=params, path=path)
     access = settings.access_levels.get(repo.name, "PUBLIC").upper()
@@ -249,11 +308,37 @@ def process_text(repo: Repository, path: str, text: str, settings: Settings, *,
                              extra_metadata=page_extras(page, access))
         chunks = [record, *chunks] if record is not None else chunks
     if not chunks:
-        return FileOutcome(path, skipped=SkippedFile(path, "empty body"), lines=lines)
+        return FileOutcome(path, skipped=SkippedFile(path, "empty body"), lines=lines,
+                           window=window)
     links = page_links(page, repo)
     if links:  # on the chunk that stands for the page, as its titles are (followers read it)
         display_chunk(chunks).metadata[LINKS_KEY] = list(links)
-    return FileOutcome(path, chunks=chunks, lines=lines)
+    return FileOutcome(path, chunks=chunks, lines=lines, window=window)
+
+
+def publish_window(decision: Decision) -> Window:
+    """What the catalog keeps so a later run sees a date pass: None when no date can change
+    whether the page is published."""
+    if not decision.timed:
+        return None
+    return utc_text(decision.publish_at), utc_text(decision.expire_at)
+
+
+def publish_skip(page: Page, decision: Decision, now: dt.datetime, settings: Settings,
+                 resolver: IncludeResolver | None) -> str | None:
+    """Why Hugo publishes no page of its own here (`hetriever.discover.publish_rules`), or why it is
+    no page at all (`parse.skip_reason`: outside the site, a disabled kind, a snippet, a
+    redirect stub); None to index it. A term shown on its section's page says where."""
+    if not page.in_site or page.kind_disabled:
+        return skip_reason(page, include_drafts=True)
+    reason = decision.reason(now)
+    if reason == "draft" and settings.include_drafts:
+        reason = None
+    if reason and reason.startswith("not rendered") and resolver is not None:
+        shown = shown_on(page.file_path, resolver.read_page)
+        if shown is not None:
+            reason += f"; its text is shown on {shown.url}"
+    return reason or skip_reason(page, include_drafts=True)
 
 
 def page_links(page: Page, repo: Repository) -> tuple[str, ...]:
@@ -297,7 +382,8 @@ def safe_process_text(repo: Repository, path: str, text: str, settings: Settings
         # Only a page that calls `param` needs its ancestors' cascades read.
         inherited = resolver.inherited_params(path) if "param" in text else None
         return process_text(repo, path, text, settings, include_resolver=resolver.for_page(path),
-                            inherited_params=inherited)
+                            inherited_params=inherited, parents=resolver.ancestors(path),
+                            now=resolver.now, resolver=resolver)
     except Exception as exc:  # a bad file is logged and skipped; it never stops the run
         log.error("file_failed", repository=repo.name, path=path,
                   error=f"{type(exc).__name__}: {exc}")

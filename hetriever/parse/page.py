@@ -17,7 +17,9 @@ from bs4 import BeautifulSoup
 from frontmatter.default_handlers import TOMLHandler, YAMLHandler
 
 from hetriever.core.logs import get_logger
-from hetriever.core.models import Metadata, MetadataValue, Page
+from hetriever.core.models import Metadata, MetadataValue
+from hetriever.parse.parsed_page import Page
+from hetriever.discover.publish_rules import page_facts
 from hetriever.discover.site import Site
 
 log = get_logger(__name__)
@@ -408,6 +410,7 @@ def parse_page(repository: str, file_path: str, text: str, *, content_dir: str =
         front_matter_error=error,
         params=page_params(data),
         cascade=cascade_params(data),
+        publish=page_facts(data, site.rules.extra_keys if site is not None else ()),
     )
 
 

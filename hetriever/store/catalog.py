@@ -63,13 +63,15 @@ from hetriever.store.catalog_records import (  # noqa: F401 (re-exported: states
     TitleHit,
 )
 from hetriever.store.catalog_pages import PageKeys
+from hetriever.store.catalog_windows import WINDOWS_SCHEMA, PublishWindows
 from hetriever.core.logs import get_logger
 from hetriever.core.sqlite_files import connect
 
 log = get_logger(__name__)
-_PER_FILE = ("titles", "links")  # tables whose rows belong to one file of a collection
+# tables whose rows belong to one file of a collection
+_PER_FILE = ("titles", "links", "windows")
 
-class Catalog(PageKeys):
+class Catalog(PageKeys, PublishWindows):
     """One SQLite catalog; safe to share between threads (one connection behind a lock)."""
 
     def __init__(self, path: Path) -> None:
@@ -78,7 +80,7 @@ class Catalog(PageKeys):
         self._conn = connect(self.path)
         self._conn.row_factory = sqlite3.Row
         with self._lock:
-            self._conn.executescript(_SCHEMA)
+            self._conn.executescript(_SCHEMA + WINDOWS_SCHEMA)
             columns = {r[1] for r in self._conn.execute("PRAGMA table_info(collections)")}
             if "index_state" not in columns:  # a version 1 catalog
                 self._conn.execute("ALTER TABLE collections ADD COLUMN index_state TEXT NOT NULL "
