@@ -24,6 +24,7 @@ from flows.run_logs import prefect_run_logging
 from hetriever.core.config import Settings, load_settings
 from hetriever.discover.changes import select_repositories
 from hetriever.core.errors import HetrieverError, SourceError
+from hetriever.index.file_retry import failed_files_error
 from hetriever.index.indexing import index_repository
 from hetriever.core.models import Repository
 from hetriever.discover.repositories import check_usable
@@ -141,8 +142,8 @@ async def index_repository_flow(repo: Repository, settings: Settings,
     summary = result.to_dict()
     if result.failed:
         # The commit is not recorded: the next run reconciles and retries these files.
-        return Failed(message=f"{repo.name}: {len(result.failed)} file(s) failed; the rest is "
-                              "indexed, the commit was not recorded", data=summary)
+        return Failed(message=f"{repo.name}: {failed_files_error(result.failed)}",
+                      data=summary)
     if result.mode == "noop":
         get_run_logger().info("%s: commit %s already indexed, nothing to do", repo.name,
                               result.new_commit[:12])

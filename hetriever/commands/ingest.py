@@ -8,6 +8,7 @@ from contextlib import ExitStack
 
 from hetriever.commands.common import EXIT_FAILED, EXIT_OK, cli_settings, make_console, print_json
 from hetriever.core.errors import HetrieverError, UserError
+from hetriever.index.file_retry import failed_files_error
 
 
 async def ingest_local(settings, names: list[str] | None, force_full: bool,
@@ -38,8 +39,7 @@ async def ingest_local(settings, names: list[str] | None, force_full: bool,
                                                 progress=tick)
                 outcome = {"repository": repo.name, "ok": result.completed, **result.to_dict()}
                 if not result.completed:
-                    outcome["error"] = (f"{len(result.failed)} file(s) could not be stored; "
-                                        "the commit was not recorded (see the log), re-run")
+                    outcome["error"] = failed_files_error(result.failed)
                 outcomes.append(outcome)
             except OSError:  # the data directories, the disk: every repository's problem
                 raise
@@ -57,23 +57,31 @@ async def ingest_local(settings, names: list[str] | None, force_full: bool,
     return outcomes
 
 
-def print_ingest(outcomes: list[dict]) -> None:
+def print_ingest(outcomes: list[dict], where: str = "") -> None:
+    """One row per repository; a failed one shows what it did get done (the flow's failure
+    carries its counts) and its whole error below the table, never cut into a column."""
     from rich.table import Table
+    from rich.text import Text
 
-    table = Table(title="ingest")
+    table = Table(title="ingest" + (f" into {where}" if where else ""))
     for col in ("repository", "mode", "commit", "indexed", "skipped", "deleted",
                 "chunks +", "reused", "chunks -", "seconds"):
         table.add_column(col)
     for o in outcomes:
+        mode = o.get("mode", "") if o["ok"] else "[red]failed[/red]"
+        has_counts = "files_indexed" in o
+        table.add_row(o["repository"], mode, o.get("new_commit", "")[:12],
+                      *([str(o["files_indexed"]), str(len(o["skipped"])),
+                         str(o["files_deleted"]), str(o["chunks_written"]),
+                         str(o["chunks_reused"]), str(o["chunks_deleted"]),
+                         f"{o['total_seconds']:.1f}"] if has_counts else [""] * 7))
+    console = make_console()
+    console.print(table)
+    for o in outcomes:
         if not o["ok"]:
-            table.add_row(o["repository"], "[red]failed[/red]", "", "", "", "", "", "", "",
-                          o["error"][:60])
-            continue
-        table.add_row(o["repository"], o["mode"], o["new_commit"][:12], str(o["files_indexed"]),
-                      str(len(o["skipped"])), str(o["files_deleted"]), str(o["chunks_written"]),
-                      str(o["chunks_reused"]), str(o["chunks_deleted"]),
-                      f"{o['total_seconds']:.1f}")
-    make_console().print(table)
+            error = str(o.get("error", ""))
+            error = error.removeprefix(f"{o['repository']}: ")  # the flow's names it already
+            console.print(Text(f"{o['repository']}: {error}", style="red"))
 
 
 def run_ingest_flow(args: argparse.Namespace, settings) -> list[dict]:

@@ -37,6 +37,7 @@ from hetriever.core.access import declared_level
 from hetriever.store.catalog import DISCOVERED, SKIPPED
 from hetriever.core.config import Settings
 from hetriever.core.errors import IndexingError
+from hetriever.index.file_retry import retry_file
 from hetriever.index.full_pass import content_dir_changed, site_changed
 from hetriever.store.generations import drop_abandoned_builds
 from hetriever.discover.changes import SkipFile, compute_change_set, read_content_files, site_at
@@ -278,8 +279,10 @@ FileMapper = Callable[[Iterable[tuple[str, "str | SkipFile"]], FileWork],
 
 async def map_in_process(files: Iterable[tuple[str, str | SkipFile]],
                          work: FileWork) -> AsyncIterator[FileOutcome]:
+    """The per-file step in this process, retried as the flow's tasks are
+    (`hetriever.index.file_retry`): a file out of retries is a failed outcome, not the run's."""
     for path, text in files:
-        yield work.process(path, text)
+        yield retry_file(work.repo.name, path, lambda: work.process(path, text))
 
 
 async def index_repository(repo: Repository, store: IndexingStore, settings: Settings, *,
