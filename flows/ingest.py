@@ -28,6 +28,7 @@ from hetriever.index.file_retry import failed_files_error
 from hetriever.index.indexing import index_repository
 from hetriever.core.models import Repository
 from hetriever.discover.repositories import check_usable
+from hetriever.discover.upstream import upstream
 from hetriever.search.knowledge_store import get_knowledge_store
 from tasks.discover import discover_task
 from tasks.process import map_with_tasks
@@ -138,8 +139,11 @@ async def index_repository_flow(repo: Repository, settings: Settings,
         if cluster is not None:
             cluster.close()
     runs = store.catalog.runs(repo.name, limit=10) if result.mode != "noop" else []
-    await publish_repository(result, runs)
-    summary = result.to_dict()
+    record = store.catalog.repository(repo.name)
+    # What waits upstream once this run is done (as of the fetch before it, if any)
+    waiting = await asyncio.to_thread(upstream, repo, record.last_commit if record else "")
+    await publish_repository(result, runs, waiting.to_dict())
+    summary = {**result.to_dict(), **waiting.to_dict()}
     if result.failed:
         # The commit is not recorded: the next run reconciles and retries these files.
         return Failed(message=f"{repo.name}: {failed_files_error(result.failed)}",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import math
 import signal
 import sys
@@ -88,7 +89,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_follow)
 
-    p = sub.add_parser("status", help="indexed commit, files, chunks, failures, last run")
+    p = sub.add_parser("status", help="indexed commit, what waits upstream, files, chunks, "
+                                      "failures, last run")
+    p.add_argument("--fetch", action="store_true",
+                   help="fetch each repository's remote first (else: as of the last fetch)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_status)
 
@@ -196,7 +200,11 @@ def _run(args: argparse.Namespace) -> int:
         return args.func(args)
     except HetrieverError as exc:
         print(f"hetriever: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE if isinstance(exc, UserError) else EXIT_FAILED
+        code = EXIT_USAGE if isinstance(exc, UserError) else EXIT_FAILED
+        if getattr(args, "json", False):  # a script reading stdout gets the error as JSON too
+            print(json.dumps({"ok": False, "error": exc.message, "hint": exc.hint,
+                              "exit_code": code}))
+        return code
     except OSError as exc:  # e.g. a data directory that is a file or cannot be written
         import errno
 

@@ -6,7 +6,8 @@ import argparse
 import asyncio
 from contextlib import ExitStack
 
-from hetriever.commands.common import EXIT_FAILED, EXIT_OK, cli_settings, make_console, print_json
+from hetriever.commands.common import (EXIT_FAILED, EXIT_OK, cli_settings, index_location,
+                                       make_console, note_location, print_json)
 from hetriever.core.errors import HetrieverError, UserError
 from hetriever.index.file_retry import failed_files_error
 
@@ -154,6 +155,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         raise UserError("--task-runner needs --engine prefect",
                         hint="the task runner is the Prefect flow's; the local engine runs "
                              "in this process")
+    note_location(settings)
     if args.engine == "prefect":
         outcomes = run_ingest_flow(args, settings)
     else:
@@ -162,5 +164,5 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     if args.json:
         print_json(outcomes)
     else:
-        print_ingest(outcomes)
+        print_ingest(outcomes, index_location(settings))
     return EXIT_OK if all(o["ok"] for o in outcomes) else EXIT_FAILED

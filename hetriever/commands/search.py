@@ -8,7 +8,8 @@ import json
 import sys
 from typing import Any
 
-from hetriever.commands.common import (EXIT_OK, cli_settings, make_console, print_json,
+from hetriever.commands.common import (EXIT_OK, cli_settings, index_location, make_console,
+                                       note_location, print_json,
                                        require_index)
 from hetriever.core.errors import UserError
 
@@ -157,6 +158,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     validate_filter(filters)
     resolve_top_k(args.top_k, settings.default_top_k, settings.max_top_k)
     require_index(settings)
+    note_location(settings)
     hybrid = None if args.mode is None else args.mode == "hybrid"
     access = [level for raw in (args.access or []) for level in raw.split(",") if level.strip()]
     result = run_search(settings, args.query, args.repository or None, args.top_k,
@@ -172,6 +174,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         print_json({**answer, "warnings": warnings})
     else:
         print_results(result, settings)
+        make_console().print(f"[dim]index: {index_location(settings)}[/dim]", highlight=False)
     return EXIT_OK
 
 
