@@ -20,7 +20,7 @@ from prefect.states import Completed, Failed
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows.artifacts import publish_repository, summary_markdown
-from flows.run_logs import prefect_run_logging
+from flows.run_logs import ParentProgress, prefect_run_logging
 from hetriever.core.config import Settings, load_settings
 from hetriever.discover.changes import select_repositories
 from hetriever.core.errors import HetrieverError, SourceError
@@ -125,8 +125,11 @@ def on_followed_branch(repo: Repository, sha: str) -> bool:
 
 @flow(name="index-repository", flow_run_name="index-{repo.name}", log_prints=True)
 async def index_repository_flow(repo: Repository, settings: Settings,
-                                force_full: bool = False) -> dict | State:
-    """One repository: lock, run the indexing (a task run per file), publish artifacts."""
+                                force_full: bool = False,
+                                parent_run_id: str | None = None) -> dict | State:
+    """One repository: lock, run the indexing (a task run per file), publish artifacts;
+    its progress also goes to the log of the parent run `parent_run_id` (what --watch shows)."""
+    watch = ParentProgress(parent_run_id) if parent_run_id else None
     store = get_knowledge_store(settings)
     cluster = await asyncio.to_thread(cluster_embedder, settings)
     if cluster is not None:  # a Dask runner: the workers embed too
@@ -134,7 +137,7 @@ async def index_repository_flow(repo: Repository, settings: Settings,
     try:
         with prefect_run_logging(settings.log_level, settings.log_format):
             result = await index_repository(repo, store, settings, force_full=force_full,
-                                            map_files=map_with_tasks)
+                                            map_files=map_with_tasks, on_progress=watch)
     finally:
         if cluster is not None:
             cluster.close()
@@ -184,7 +187,10 @@ async def ingest(
 async def _ingest(settings: Settings, repositories: list[str] | None, force_full: bool,
                   task_runner: str, fetch: bool, ref: str | None):
     logger = get_run_logger()
+    context = FlowRunContext.get()
+    parent_run_id = str(context.flow_run.id) if context and context.flow_run else None
     repos = select_repositories(discover_task(settings), repositories)
+    logger.info("ingest of %d repositories: %s", len(repos), ", ".join(r.name for r in repos))
 
     outcomes: list[dict] = []
     for repo in repos:
@@ -201,7 +207,7 @@ async def _ingest(settings: Settings, repositories: list[str] | None, force_full
                         repo.name, sha[:12], followed_branch(repo))
             state = await index_repository_flow.with_options(
                 task_runner=make_task_runner(task_runner))(repo, settings, force_full,
-                                                           return_state=True)
+                                                           parent_run_id, return_state=True)
             data = await state.aresult(raise_on_failure=False)
             if state.is_completed() and isinstance(data, dict):
                 outcomes.append({"repository": repo.name, "ok": True, **data})

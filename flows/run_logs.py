@@ -7,11 +7,16 @@ Inside `prefect_run_logging()`:
 - the routine "Finished in state Completed()" line of every per-file task run is dropped (one
   per file, ~1,000 per full run, each also an API write); retries, failures and anything a task
   logs itself still show.
+
+`ParentProgress` also writes a repository run's progress into the parent ingest run's log:
+`prefect deployment run ... --watch` follows that run's logs only, not its subflows'.
 """
 
 from __future__ import annotations
 
 import logging
+import time
+import uuid
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -51,3 +56,22 @@ def prefect_run_logging(level: str = "INFO", fmt: str = "console") -> Iterator[N
             target.removeHandler(handler)
         target.setLevel(old_level)
         structlog.configure(**previous)
+
+
+class ParentProgress:
+    """A repository run's progress as one line in the parent run's log: at the first news,
+    then at most every `every` seconds (`on_progress` of `index_repository`)."""
+
+    def __init__(self, parent_run_id: str, every: float = 10.0) -> None:
+        from prefect.logging.loggers import flow_run_logger
+
+        self.logger = flow_run_logger(flow_run_id=uuid.UUID(parent_run_id))
+        self.every = every
+        self.last: float | None = None
+
+    def __call__(self, snapshot) -> None:
+        now = time.monotonic()
+        if self.last is not None and now - self.last < self.every:
+            return
+        self.last = now
+        self.logger.info("progress %s", snapshot.line())
