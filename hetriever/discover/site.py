@@ -39,6 +39,7 @@ import yaml
 
 from hetriever.core.errors import ConfigurationError
 from hetriever.core.logs import get_logger
+from hetriever.core import models as _models
 
 log = get_logger(__name__)
 
@@ -406,3 +407,9 @@ def load_site(read: ReadFile, config_dir_files: Iterable[str], exists: Callable[
                 permalinks=tuple(permalinks), configured=True, notes=tuple(notes),
                 disabled_kinds=frozenset(str(k).lower() for k in
                                          (config.get("disablekinds") or []) if isinstance(k, str)))
+
+
+# `Repository.site` names this type for annotations only (the core imports no stage), but a
+# Prefect flow validates its parameters with pydantic, which resolves the annotation in the
+# models module: give it the name there once this module is loaded.
+setattr(_models, "Site", Site)
