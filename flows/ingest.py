@@ -190,7 +190,8 @@ async def _ingest(settings: Settings, repositories: list[str] | None, force_full
     context = FlowRunContext.get()
     parent_run_id = str(context.flow_run.id) if context and context.flow_run else None
     repos = select_repositories(discover_task(settings), repositories)
-    logger.info("ingest of %d repositories: %s", len(repos), ", ".join(r.name for r in repos))
+    logger.info("ingest: %d %s (%s)", len(repos), "repository" if len(repos) == 1
+                else "repositories", ", ".join(r.name for r in repos))
 
     outcomes: list[dict] = []
     for repo in repos:

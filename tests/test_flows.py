@@ -514,6 +514,32 @@ def test_hetriever_warnings_reach_the_run_logs_at_warning_level(sample_parent):
     assert any(log.name == "prefect.flow_runs" for log in logs)  # the flow's own lines do show
 
 
+def test_the_parent_run_logs_what_it_does_and_each_repository_s_progress(sample_parent):
+    """`prefect deployment run ... --watch` follows the parent run's logs: they name the
+    repositories at once and carry each repository run's progress by chunk."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+    from prefect.logging.handlers import APILogHandler
+
+    state, summary = run_ingest()
+    assert state.is_completed(), state.message
+    asyncio.run(APILogHandler.aflush())
+    parent_id = state.state_details.flow_run_id
+
+    async def read_logs():
+        async with get_client() as client:
+            return await client.read_logs(log_filter=LogFilter(
+                flow_run_id=LogFilterFlowRunId(any_=[parent_id])), limit=200)
+
+    messages = [log.message for log in sorted(asyncio.run(read_logs()),
+                                              key=lambda log: log.timestamp)]
+    assert messages[1] == "ingest: 1 repository (sample-docs)", messages  # after Prefect's own
+    progress = [m for m in messages if m.startswith("progress sample-docs: ")]
+    assert progress and " chunks, " in progress[0] and "files" in progress[0], messages
+    # the subflow's summary knows what waits upstream (the source repo is its origin)
+    assert summary["repositories"][0]["behind_upstream"] == 0
+
+
 def test_full_reindex_re_embeds_everything_and_migrate_only_what_changed(sample_parent):
     from flows.migrate import migrate
 
