@@ -117,8 +117,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("metrics", help="latency percentiles over recent queries")
     p.add_argument("--last", type=_query_count, default=1000,
                    help="the newest this many queries (default 1000)")
-    p.add_argument("--source", choices=["http", "mcp"],
-                   help="only searches served by `hetriever serve` or `hetriever mcp`")
+    p.add_argument("--source", choices=["cli", "query-flow", "http", "mcp", "unrecorded"],
+                   help="only searches of `hetriever search`, the query flow, `hetriever "
+                        "serve` or `hetriever mcp` (unrecorded: CLI or flow searches recorded "
+                        "before sources were)")
+    p.add_argument("--temperature", choices=["cold", "warm"],
+                   help="only a process's first searches (start-up included), or the others")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_metrics)
 

@@ -234,10 +234,16 @@ def test_query_flow_records_metrics(sample_parent):
     result = asyncio.run(query("filter a collection with where", top_k=3))
     assert result["matches"] and result["matches"][0]["metadata"]["title"] == "where"
     assert set(result["retriever_counts"]) >= {"dense", "bm25"}
-    summary = metrics_store(load_settings().resolved_state_dir).summary()
+    summary = metrics_store(load_settings().resolved_state_dir).summary(temperature="warm")
     assert summary.count == 1 and summary.p50_ms > 0
     # start-up (store open, warm-up search) is reported apart from the warm search's latency
     assert result["startup_ms"] > 0 and summary.p50_ms == pytest.approx(result["search_time_ms"], abs=0.01)
+    rows = [(r["source"], r["temperature"], r["count"]) for r in summary.by_source]
+    assert rows == [("query-flow", "warm", 1)]
+    cold = metrics_store(load_settings().resolved_state_dir).summary(temperature="cold")
+    assert cold.count == 1 and cold.by_source[0]["source"] == "query-flow"
+    artifact = _artifacts("query-latency-by-source")[0]  # the newest
+    assert "query-flow" in artifact.data and "cold" in artifact.data and "warm" in artifact.data
 
     from hetriever.core.errors import RepositoryNotFoundError
 

@@ -196,13 +196,25 @@ def cmd_metrics(args: argparse.Namespace) -> int:
 
     settings = cli_settings(args)
     store = metrics_store(settings.resolved_state_dir)
-    summary = store.summary(last=args.last, source=args.source)
+    summary = store.summary(last=args.last, source=args.source, temperature=args.temperature)
     store.close()
     if args.json:
         print_json(summary.to_dict())
-    else:
-        make_console().print(f"queries: {summary.count}  p50: {summary.p50_ms} ms  "
-                             f"p95: {summary.p95_ms} ms  p99: {summary.p99_ms} ms  "
-                             f"mean results: {summary.mean_results}  empty: {summary.empty_rate}  "
-                             f"by mode: {summary.by_mode}")
+        return EXIT_OK
+    from rich.table import Table
+
+    console = make_console()
+    console.print(f"queries: {summary.count}  p50: {summary.p50_ms} ms  "
+                  f"p95: {summary.p95_ms} ms  p99: {summary.p99_ms} ms  "
+                  f"mean results: {summary.mean_results}  empty: {summary.empty_rate}  "
+                  f"by mode: {summary.by_mode}")
+    if summary.by_source:
+        table = Table(title=f"by source; cold: a process's first search, start-up included "
+                            f"({settings.resolved_state_dir.absolute()})")
+        for col in ("source", "temperature", "queries", "p50 ms", "p95 ms", "p99 ms"):
+            table.add_column(col)
+        for row in summary.by_source:
+            table.add_row(row["source"], row["temperature"], str(row["count"]),
+                          str(row["p50_ms"]), str(row["p95_ms"]), str(row["p99_ms"]))
+        console.print(table)
     return EXIT_OK

@@ -35,7 +35,8 @@ def run_search(settings, query: str, repositories: list[str] | None, top_k: int 
 
     result = asyncio.run(go())
     metrics = metrics_store(settings.resolved_state_dir)
-    metrics.record(QueryMetric.from_result(result, repositories))
+    # A CLI search is its process's first: the model, store and BM25 index load on its way.
+    metrics.record(QueryMetric.from_result(result, repositories, source="cli", cold=True))
     metrics.close()
     return result
 
