@@ -126,10 +126,11 @@ def on_followed_branch(repo: Repository, sha: str) -> bool:
 @flow(name="index-repository", flow_run_name="index-{repo.name}", log_prints=True)
 async def index_repository_flow(repo: Repository, settings: Settings,
                                 force_full: bool = False,
-                                parent_run_id: str | None = None) -> dict | State:
+                                parent_run_id: str | None = None,
+                                parent_run_name: str = "") -> dict | State:
     """One repository: lock, run the indexing (a task run per file), publish artifacts;
     its progress also goes to the log of the parent run `parent_run_id` (what --watch shows)."""
-    watch = ParentProgress(parent_run_id) if parent_run_id else None
+    watch = ParentProgress(parent_run_id, parent_run_name) if parent_run_id else None
     store = get_knowledge_store(settings)
     cluster = await asyncio.to_thread(cluster_embedder, settings)
     if cluster is not None:  # a Dask runner: the workers embed too
@@ -188,7 +189,8 @@ async def _ingest(settings: Settings, repositories: list[str] | None, force_full
                   task_runner: str, fetch: bool, ref: str | None):
     logger = get_run_logger()
     context = FlowRunContext.get()
-    parent_run_id = str(context.flow_run.id) if context and context.flow_run else None
+    parent = context.flow_run if context else None
+    parent_run_id, parent_run_name = (str(parent.id), parent.name) if parent else (None, "")
     repos = select_repositories(discover_task(settings), repositories)
     logger.info("ingest: %d %s (%s)", len(repos), "repository" if len(repos) == 1
                 else "repositories", ", ".join(r.name for r in repos))
@@ -208,7 +210,8 @@ async def _ingest(settings: Settings, repositories: list[str] | None, force_full
                         repo.name, sha[:12], followed_branch(repo))
             state = await index_repository_flow.with_options(
                 task_runner=make_task_runner(task_runner))(repo, settings, force_full,
-                                                           parent_run_id, return_state=True)
+                                                           parent_run_id, parent_run_name,
+                                                           return_state=True)
             data = await state.aresult(raise_on_failure=False)
             if state.is_completed() and isinstance(data, dict):
                 outcomes.append({"repository": repo.name, "ok": True, **data})

@@ -62,10 +62,13 @@ class ParentProgress:
     """A repository run's progress as one line in the parent run's log: at the first news,
     then at most every `every` seconds (`on_progress` of `index_repository`)."""
 
-    def __init__(self, parent_run_id: str, every: float = 10.0) -> None:
+    def __init__(self, parent_run_id: str, parent_run_name: str = "",
+                 every: float = 10.0) -> None:
         from prefect.logging.loggers import flow_run_logger
 
-        self.logger = flow_run_logger(flow_run_id=uuid.UUID(parent_run_id))
+        self.logger = flow_run_logger(flow_run_id=uuid.UUID(parent_run_id),
+                                      flow_run_name=parent_run_name or "<unknown>",
+                                      flow_name="ingest")
         self.every = every
         self.last: float | None = None
 
