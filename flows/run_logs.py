@@ -23,6 +23,7 @@ from typing import Iterator
 import structlog
 
 from hetriever.core.logs import configure_logging
+from hetriever.index.progress import LOG_EVERY
 
 ROUTINE_TASK_LINES = ("Finished in state Completed",)
 
@@ -60,10 +61,11 @@ def prefect_run_logging(level: str = "INFO", fmt: str = "console") -> Iterator[N
 
 class ParentProgress:
     """A repository run's progress as one line in the parent run's log: at the first news,
-    then at most every `every` seconds (`on_progress` of `index_repository`)."""
+    then every `every` seconds (`on_progress` of `index_repository`, which the run's
+    heartbeat calls in a quiet spell too)."""
 
     def __init__(self, parent_run_id: str, parent_run_name: str = "",
-                 every: float = 10.0) -> None:
+                 every: float = LOG_EVERY) -> None:
         from prefect.logging.loggers import flow_run_logger
 
         self.logger = flow_run_logger(flow_run_id=uuid.UUID(parent_run_id),

@@ -101,3 +101,24 @@ def test_the_cli_bar_takes_the_log_lines():
     text = screen.getvalue()
     assert "a_line_in_the_middle" in text and "path=x.md" in text.replace("\x1b[0m", "")
     assert "ETA 7 s" in text
+
+
+def test_a_quiet_spell_is_logged_by_the_heartbeat(monkeypatch):
+    """No batch finishes (a long Chroma write): the run's log still says where it stands."""
+    import threading
+
+    lines = []
+    said = threading.Event()
+
+    def info(event, **kw):
+        lines.append(kw)
+        if len(lines) >= 2:
+            said.set()
+
+    monkeypatch.setattr(run_progress.log, "info", info)
+    monkeypatch.setattr(run_progress, "BEAT", 0.01)
+    tracker = RunProgress("docs", 10, log_every=0.05)
+    with tracker.heartbeat():
+        tracker.file_done(3)  # the first line; then nothing happens
+        assert said.wait(timeout=30), lines
+    assert lines[1]["files"] == "1/10"

@@ -424,7 +424,8 @@ async def _run(store: IndexingStore, repo: Repository, settings: Settings, chang
     # One batched git read for every file (a git process per file cost 5x the parse work).
     files = read_content_files(repo, paths, change_set.new_commit,
                                max_bytes=settings.max_file_bytes)
-    with embedding_progress.listening(tracker.embedded):  # ticks per embedded batch
+    # ticks per embedded batch, and a line in the log at least every LOG_EVERY seconds
+    with embedding_progress.listening(tracker.embedded), tracker.heartbeat():
         try:
             async for outcome in map_files(files, work):
                 await writer.add(outcome)

@@ -4,16 +4,20 @@ Files come back from the per-file step (files done of files to index); their chu
 a write window at a time, and while a window is embedded every batch the embedder finishes
 moves the count on (`hetriever.embed.progress`). The total number of chunks is known only once
 every file is processed, so until then it is estimated from the files done (their chunks per
-file times the files to index). `index_progress` is logged at the first news and then at most
-every `LOG_EVERY` seconds (and after each window): a flow run's log shows the run moving.
+file times the files to index). `index_progress` is logged at the first news, after each window
+and every `LOG_EVERY` seconds: when no batch finishes for that long (a window's Chroma write on
+a busy machine), a heartbeat thread says where the run stands, so a flow run's log never goes
+quiet for longer.
 """
 
 from __future__ import annotations
 
+import contextvars
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 from hetriever.core.logs import get_logger
 from hetriever.core.models import IndexResult
@@ -21,7 +25,8 @@ from hetriever.core.models import IndexResult
 # The run's events keep the logger they were always logged under.
 log = get_logger("hetriever.index.indexing")
 
-LOG_EVERY = 10.0  # seconds between two index_progress lines while nothing else is said
+LOG_EVERY = 9.0  # seconds between two index_progress lines at most (one every 10 s or more often)
+BEAT = 0.5  # how often the heartbeat looks
 
 
 @dataclass(frozen=True)
@@ -113,3 +118,25 @@ class RunProgress:
             self.chunks_stored = result.chunks_written + result.chunks_reused
             self.embedded_in_window = 0
             self._changed(force_log=True)
+
+    def _beat(self, stop: threading.Event) -> None:
+        while not stop.wait(BEAT):
+            with self._lock:
+                if self._logged_at is not None and \
+                        time.perf_counter() - self._logged_at >= self.log_every:
+                    self._changed()
+
+    @contextmanager
+    def heartbeat(self) -> Iterator[None]:
+        """While the block runs, a quiet spell of `log_every` seconds is logged anyway. The
+        thread runs in a copy of this context: inside a flow run, its lines reach the run."""
+        stop = threading.Event()
+        context = contextvars.copy_context()
+        thread = threading.Thread(target=context.run, args=(self._beat, stop),
+                                  name="index-progress", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join(timeout=5)
