@@ -77,3 +77,26 @@ def test_a_file_that_recovers_on_a_retry_is_indexed(broken_read, capsys, monkeyp
     assert cli_main(["ingest", "--json"]) == 0
     (outcome,) = json.loads(capsys.readouterr().out)
     assert outcome["ok"] and outcome["files_indexed"] == 7 and outcome["failed"] == []
+
+
+def test_a_flow_failure_row_keeps_its_counts_and_its_whole_error(capsys):
+    """`ingest --engine prefect`: a repository's failure comes with its counts and an error
+    longer than any column; the row shows the counts, the error is printed whole below."""
+    from hetriever.commands.ingest import print_ingest
+
+    error = ("sample-docs: 1 file(s) could not be indexed (content/docs/templates/where.md: "
+             "failed after retries: InjectedFault: injected fault at process_file); every other "
+             "file is indexed, the commit was not recorded, so the next ingest retries them")
+    print_ingest([{"repository": "sample-docs", "ok": False, "error": error, "mode": "full",
+                   "new_commit": "a" * 40, "files_indexed": 6, "skipped": [],
+                   "files_deleted": 0, "chunks_written": 19, "chunks_reused": 0,
+                   "chunks_deleted": 0, "total_seconds": 12.5},
+                  {"repository": "other-docs", "ok": False, "error": "unknown repository"}],
+                 "/data/chroma")
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("│ sample-docs"))
+    assert "failed" in row and "12.5" in row and "│ 6 " in row and "could not" not in row
+    said = " ".join(out.split())
+    assert error in said  # whole, named once: the repository's name is not repeated
+    assert "sample-docs: sample-docs:" not in said
+    assert "other-docs: unknown repository" in said and "ingest into /data/chroma" in said
