@@ -60,7 +60,15 @@ def _rev(repo: Repository, rev: str) -> str:
 
 
 def upstream(repo: Repository, indexed: str, *, fetch_first: bool = False) -> Upstream:
-    """The followed remote branch's head and how many of its commits `indexed` lacks."""
+    """The followed remote branch's head and how many of its commits `indexed` lacks; what
+    cannot be read is said in `error`, never raised (a report must not fail a run)."""
+    try:
+        return _upstream(repo, indexed, fetch_first)
+    except (OSError, subprocess.SubprocessError, ValueError) as exc:
+        return Upstream(followed_ref(repo), "", None, f"cannot read the remote: {exc}")
+
+
+def _upstream(repo: Repository, indexed: str, fetch_first: bool) -> Upstream:
     if _git(repo, "remote", "get-url", "origin").returncode != 0:
         return Upstream()  # no remote: nothing can be waiting upstream
     ref = followed_ref(repo)
