@@ -475,7 +475,9 @@ def test_the_artifact_of_a_failing_run_shows_the_failure_first(sample_parent, mo
     assert failure < text.index("## This run") < text.index("## Recent runs")
     # the whole message, not cut: the injected fault names itself
     assert "failed after retries: " in text and "injected fault" in text.lower()
-    assert "FAILED: sample-docs: 1 file(s) failed" in _artifacts("ingest-summary")[0].data
+    summary = _artifacts("ingest-summary")[0].data  # the file and its error, by name
+    assert ("FAILED: sample-docs: 1 file(s) could not be indexed (content/docs/templates/"
+            "where.md: failed after retries: InjectedFault") in summary
 
 
 def test_a_noop_run_keeps_the_last_real_runs_artifact(sample_parent):
