@@ -193,6 +193,23 @@ def _sigterm_as_ctrl_c(command: str) -> Iterator[None]:
         signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
+def _os_hint(exc: OSError, args: argparse.Namespace) -> str:
+    """Blame the data directories only for a file in them (a content file's own failure is
+    reported by ingest with that file's name, and retried there)."""
+    named = Path(str(exc.filename)).absolute() if exc.filename else None
+    try:
+        from hetriever.core.config import load_settings
+
+        settings = load_settings(**({"chroma_path": args.chroma_path}
+                                    if getattr(args, "chroma_path", None) else {}))
+        data = [settings.chroma_path.absolute(), settings.resolved_state_dir.absolute()]
+    except Exception:  # the settings themselves are what fails: no better guess
+        data = []
+    if named is not None and data and not any(named.is_relative_to(d) for d in data):
+        return "check that it exists and can be read"
+    return "check that HETRIEVER_CHROMA_PATH and HETRIEVER_STATE_DIR are writable directories"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     with _sigterm_as_ctrl_c(args.command):
@@ -217,8 +234,7 @@ def _run(args: argparse.Namespace) -> int:
             print(f"hetriever: error: no space left on the device of{where or ' a data directory'}"
                   " (free some space, then re-run)", file=sys.stderr)
             return EXIT_FAILED
-        print(f"hetriever: error: cannot use{where}: {exc.strerror or exc} (check that "
-              "HETRIEVER_CHROMA_PATH and HETRIEVER_STATE_DIR are writable directories)",
+        print(f"hetriever: error: cannot use{where}: {exc.strerror or exc} ({_os_hint(exc, args)})",
               file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:

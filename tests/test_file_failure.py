@@ -100,3 +100,19 @@ def test_a_flow_failure_row_keeps_its_counts_and_its_whole_error(capsys):
     assert error in said  # whole, named once: the repository's name is not repeated
     assert "sample-docs: sample-docs:" not in said
     assert "other-docs: unknown repository" in said and "ingest into /data/chroma" in said
+
+
+def test_an_os_error_blames_the_data_directories_only_for_their_files(tmp_path, monkeypatch):
+    import argparse
+    import errno
+
+    from hetriever.cli import _os_hint
+
+    monkeypatch.setenv("HETRIEVER_CHROMA_PATH", str(tmp_path / "chroma"))
+    args = argparse.Namespace(chroma_path=None)
+    content = OSError(errno.EACCES, "Permission denied", str(tmp_path / "docs" / ".gitmodules"))
+    assert _os_hint(content, args) == "check that it exists and can be read"
+    data = OSError(errno.EACCES, "Permission denied", str(tmp_path / "chroma" / "x.sqlite3"))
+    assert "HETRIEVER_CHROMA_PATH" in _os_hint(data, args)
+    state = OSError(errno.EACCES, "Permission denied", str(tmp_path / ".hetriever" / "bm25"))
+    assert "HETRIEVER_STATE_DIR" in _os_hint(state, args)
