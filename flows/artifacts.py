@@ -41,7 +41,20 @@ def failures_section(failed: list[SkippedFile]) -> list[str]:
     return lines + [""]
 
 
-def counts_section(result: IndexResult) -> list[str]:
+def upstream_text(waiting: dict | None) -> str:
+    """"origin/main at a1b2c3d4e5f6: behind by 3 commits" (the followed remote branch as of
+    the run's last fetch), or why it is unknown; "" with no remote."""
+    if not waiting or not waiting.get("upstream_ref"):
+        return ""
+    ref, head = waiting["upstream_ref"], str(waiting.get("upstream_commit") or "")[:12]
+    behind = waiting.get("behind_upstream")
+    if behind is None:
+        return f"{ref}: unknown ({waiting.get('upstream_error', '')})"
+    return f"{ref} at {head}: " + ("up to date" if behind == 0 else
+                                   f"behind by {behind} commit{'s' if behind != 1 else ''}")
+
+
+def counts_section(result: IndexResult, waiting: dict | None = None) -> list[str]:
     rows = [
         ("mode", result.mode),
         ("commit", f"{(result.old_commit or '-')[:12]} -> {result.new_commit[:12]}"),
@@ -59,6 +72,7 @@ def counts_section(result: IndexResult) -> list[str]:
         ("embedding seconds", round(result.embedding_seconds, 2)),
         ("total seconds", round(result.total_seconds, 2)),
         ("commit recorded", result.completed),
+        *([("upstream", upstream_text(waiting))] if upstream_text(waiting) else []),
     ]
     return ["## This run", "", "| | |", "|---|---|",
             *[f"| {name} | {_cell(value)} |" for name, value in rows], ""]
@@ -90,11 +104,12 @@ def history_section(runs: list[dict]) -> list[str]:
     return lines + [""]
 
 
-def repository_markdown(result: IndexResult, runs: list[dict]) -> str:
+def repository_markdown(result: IndexResult, runs: list[dict],
+                        waiting: dict | None = None) -> str:
     key = artifact_key(result.repository)
     status = "FAILED" if result.failed or not result.completed else "ok"
     return "\n".join([f"# Ingest of {result.repository}: {status}", "",
-                      *failures_section(result.failed), *counts_section(result),
+                      *failures_section(result.failed), *counts_section(result, waiting),
                       *skips_section(result.skipped, key), *history_section(runs)])
 
 
@@ -106,11 +121,12 @@ def skipped_markdown(result: IndexResult) -> str:
                       "|---|---|", *lines, *([f"\n…and {more} more"] if more > 0 else [])])
 
 
-async def publish_repository(result: IndexResult, runs: list[dict]) -> None:
+async def publish_repository(result: IndexResult, runs: list[dict],
+                             waiting: dict | None = None) -> None:
     if result.mode == "noop":
         return  # keep the last real run's page; the flow run's own log says "up to date"
     key = artifact_key(result.repository)
-    await acreate_markdown_artifact(key=key, markdown=repository_markdown(result, runs),
+    await acreate_markdown_artifact(key=key, markdown=repository_markdown(result, runs, waiting),
                                     description=f"Ingest of {result.repository}")
     if result.skipped:
         await acreate_markdown_artifact(
@@ -122,11 +138,12 @@ def summary_markdown(outcomes: list[dict]) -> str:
     """The parent run's summary: failed repositories first, with the whole error."""
     ordered = sorted(outcomes, key=lambda o: o["ok"])
     lines = ["| repository | result | mode | indexed | skipped | failed | embedded | reused "
-             "| deleted |", "|---|---|---|---|---|---|---|---|---|"]
+             "| deleted | upstream |", "|---|---|---|---|---|---|---|---|---|---|"]
     for o in ordered:
         result = "ok" if o["ok"] else "FAILED: " + _cell(o.get("error", ""))
         lines.append(f"| {o['repository']} | {result} | {o.get('mode', '')} "
                      f"| {o.get('files_indexed', '')} | {len(o.get('skipped', []))} "
                      f"| {len(o.get('failed', []))} | {o.get('chunks_written', '')} "
-                     f"| {o.get('chunks_reused', '')} | {o.get('chunks_deleted', '')} |")
+                     f"| {o.get('chunks_reused', '')} | {o.get('chunks_deleted', '')} "
+                     f"| {_cell(upstream_text(o))} |")
     return "\n".join(lines)

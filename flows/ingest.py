@@ -20,13 +20,15 @@ from prefect.states import Completed, Failed
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows.artifacts import publish_repository, summary_markdown
-from flows.run_logs import prefect_run_logging
+from flows.run_logs import ParentProgress, prefect_run_logging
 from hetriever.core.config import Settings, load_settings
 from hetriever.discover.changes import select_repositories
 from hetriever.core.errors import HetrieverError, SourceError
+from hetriever.index.file_retry import failed_files_error
 from hetriever.index.indexing import index_repository
 from hetriever.discover.repositories import Repository
 from hetriever.discover.repositories import check_usable
+from hetriever.discover.upstream import upstream
 from hetriever.search.knowledge_store import get_knowledge_store
 from tasks.discover import discover_task
 from tasks.process import map_with_tasks
@@ -123,8 +125,12 @@ def on_followed_branch(repo: Repository, sha: str) -> bool:
 
 @flow(name="index-repository", flow_run_name="index-{repo.name}", log_prints=True)
 async def index_repository_flow(repo: Repository, settings: Settings,
-                                force_full: bool = False) -> dict | State:
-    """One repository: lock, run the indexing (a task run per file), publish artifacts."""
+                                force_full: bool = False,
+                                parent_run_id: str | None = None,
+                                parent_run_name: str = "") -> dict | State:
+    """One repository: lock, run the indexing (a task run per file), publish artifacts;
+    its progress also goes to the log of the parent run `parent_run_id` (what --watch shows)."""
+    watch = ParentProgress(parent_run_id, parent_run_name) if parent_run_id else None
     store = get_knowledge_store(settings)
     cluster = await asyncio.to_thread(cluster_embedder, settings)
     if cluster is not None:  # a Dask runner: the workers embed too
@@ -132,17 +138,20 @@ async def index_repository_flow(repo: Repository, settings: Settings,
     try:
         with prefect_run_logging(settings.log_level, settings.log_format):
             result = await index_repository(repo, store, settings, force_full=force_full,
-                                            map_files=map_with_tasks)
+                                            map_files=map_with_tasks, on_progress=watch)
     finally:
         if cluster is not None:
             cluster.close()
     runs = store.catalog.runs(repo.name, limit=10) if result.mode != "noop" else []
-    await publish_repository(result, runs)
-    summary = result.to_dict()
+    record = store.catalog.repository(repo.name)
+    # What waits upstream once this run is done (as of the fetch before it, if any)
+    waiting = await asyncio.to_thread(upstream, repo, record.last_commit if record else "")
+    await publish_repository(result, runs, waiting.to_dict())
+    summary = {**result.to_dict(), **waiting.to_dict()}
     if result.failed:
         # The commit is not recorded: the next run reconciles and retries these files.
-        return Failed(message=f"{repo.name}: {len(result.failed)} file(s) failed; the rest is "
-                              "indexed, the commit was not recorded", data=summary)
+        return Failed(message=f"{repo.name}: {failed_files_error(result.failed)}",
+                      data=summary)
     if result.mode == "noop":
         get_run_logger().info("%s: commit %s already indexed, nothing to do", repo.name,
                               result.new_commit[:12])
@@ -179,7 +188,12 @@ async def ingest(
 async def _ingest(settings: Settings, repositories: list[str] | None, force_full: bool,
                   task_runner: str, fetch: bool, ref: str | None):
     logger = get_run_logger()
+    context = FlowRunContext.get()
+    parent = context.flow_run if context else None
+    parent_run_id, parent_run_name = (str(parent.id), parent.name) if parent else (None, "")
     repos = select_repositories(discover_task(settings), repositories)
+    logger.info("ingest: %d %s (%s)", len(repos), "repository" if len(repos) == 1
+                else "repositories", ", ".join(r.name for r in repos))
 
     outcomes: list[dict] = []
     for repo in repos:
@@ -196,6 +210,7 @@ async def _ingest(settings: Settings, repositories: list[str] | None, force_full
                         repo.name, sha[:12], followed_branch(repo))
             state = await index_repository_flow.with_options(
                 task_runner=make_task_runner(task_runner))(repo, settings, force_full,
+                                                           parent_run_id, parent_run_name,
                                                            return_state=True)
             data = await state.aresult(raise_on_failure=False)
             if state.is_completed() and isinstance(data, dict):

@@ -3,7 +3,8 @@ metrics store (so `hetriever metrics` can report p50/p95 over recent queries).
 
 Every query run is a fresh process: opening the store and loading the model take far longer
 than a search. The flow pays that start-up with a warm-up search first and reports it apart, so
-the recorded latency is the search's own, comparable with a long-lived server's."""
+the recorded latency is the search's own, comparable with a long-lived server's; the warm-up
+is recorded as the source's cold search."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ from hetriever.search.metrics import QueryMetric, metrics_store
 from hetriever.core.names import as_given
 from hetriever.search.hybrid import retrieve
 from hetriever.search.knowledge_store import get_knowledge_store, validate_collection_name
+
+SOURCE = "query-flow"  # as `hetriever metrics --source` names it
 
 
 @flow(name="query", log_prints=True)
@@ -50,13 +53,15 @@ async def query(
                                   namespaces=repositories, hybrid=hybrid,
                                   access_levels=access_levels, group_by=group_by, lang=lang)
 
-        await search()  # warm-up: store, model, BM25 index loaded in this process
+        first = await search()  # warm-up: store, model, BM25 index loaded in this process
         startup_ms = 1000 * (time.perf_counter() - started)
         result = await search()
-    metric = QueryMetric.from_result(result, repositories)
+    metric = QueryMetric.from_result(result, repositories, source=SOURCE, cold=False)
     metrics = metrics_store(settings.resolved_state_dir)
-    try:
-        metrics.record(metric)
+    try:  # the warm-up is recorded too, as the cold search it is
+        metrics.record_many([QueryMetric.from_result(first, repositories, source=SOURCE,
+                                                     cold=True), metric])
+        by_source = metrics.summary(last=1000).by_source
     finally:
         metrics.close()
     logger.info("query %r: %d results in %.1f ms (%s, %s); process start-up %.0f ms",
@@ -74,6 +79,11 @@ async def query(
                  for name, count in result.retriever_counts.items()]],
         description=f"Metrics of the query {query[:80]!r}",
     )
+    await acreate_table_artifact(
+        key="query-latency-by-source", table=by_source or [{"source": "", "count": 0}],
+        description="Search latency over the newest 1,000 recorded queries, by source (cli, "
+                    "query-flow, http, mcp) and temperature (cold: a process's first search, "
+                    "start-up included)")
     lines = [f"# Results for `{query[:200]}`", ""]
     for i, match in enumerate(result.matches, start=1):
         meta = match.metadata

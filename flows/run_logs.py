@@ -7,17 +7,23 @@ Inside `prefect_run_logging()`:
 - the routine "Finished in state Completed()" line of every per-file task run is dropped (one
   per file, ~1,000 per full run, each also an API write); retries, failures and anything a task
   logs itself still show.
+
+`ParentProgress` also writes a repository run's progress into the parent ingest run's log:
+`prefect deployment run ... --watch` follows that run's logs only, not its subflows'.
 """
 
 from __future__ import annotations
 
 import logging
+import time
+import uuid
 from contextlib import contextmanager
 from typing import Iterator
 
 import structlog
 
 from hetriever.core.logs import configure_logging
+from hetriever.index.progress import LOG_EVERY
 
 ROUTINE_TASK_LINES = ("Finished in state Completed",)
 
@@ -51,3 +57,26 @@ def prefect_run_logging(level: str = "INFO", fmt: str = "console") -> Iterator[N
             target.removeHandler(handler)
         target.setLevel(old_level)
         structlog.configure(**previous)
+
+
+class ParentProgress:
+    """A repository run's progress as one line in the parent run's log: at the first news,
+    then every `every` seconds (`on_progress` of `index_repository`, which the run's
+    heartbeat calls in a quiet spell too)."""
+
+    def __init__(self, parent_run_id: str, parent_run_name: str = "",
+                 every: float = LOG_EVERY) -> None:
+        from prefect.logging.loggers import flow_run_logger
+
+        self.logger = flow_run_logger(flow_run_id=uuid.UUID(parent_run_id),
+                                      flow_run_name=parent_run_name or "<unknown>",
+                                      flow_name="ingest")
+        self.every = every
+        self.last: float | None = None
+
+    def __call__(self, snapshot) -> None:
+        now = time.monotonic()
+        if self.last is not None and now - self.last < self.every:
+            return
+        self.last = now
+        self.logger.info("progress %s", snapshot.line())

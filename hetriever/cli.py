@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import math
 import signal
 import sys
@@ -88,7 +89,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_follow)
 
-    p = sub.add_parser("status", help="indexed commit, files, chunks, failures, last run")
+    p = sub.add_parser("status", help="indexed commit, what waits upstream, files, chunks, "
+                                      "failures, last run")
+    p.add_argument("--fetch", action="store_true",
+                   help="fetch each repository's remote first (else: as of the last fetch)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_status)
 
@@ -113,8 +117,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("metrics", help="latency percentiles over recent queries")
     p.add_argument("--last", type=_query_count, default=1000,
                    help="the newest this many queries (default 1000)")
-    p.add_argument("--source", choices=["http", "mcp"],
-                   help="only searches served by `hetriever serve` or `hetriever mcp`")
+    p.add_argument("--source", choices=["cli", "query-flow", "http", "mcp", "unrecorded"],
+                   help="only searches of `hetriever search`, the query flow, `hetriever "
+                        "serve` or `hetriever mcp` (unrecorded: CLI or flow searches recorded "
+                        "before sources were)")
+    p.add_argument("--temperature", choices=["cold", "warm"],
+                   help="only a process's first searches (start-up included), or the others")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_metrics)
 
@@ -185,6 +193,23 @@ def _sigterm_as_ctrl_c(command: str) -> Iterator[None]:
         signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
+def _os_hint(exc: OSError, args: argparse.Namespace) -> str:
+    """Blame the data directories only for a file in them (a content file's own failure is
+    reported by ingest with that file's name, and retried there)."""
+    named = Path(str(exc.filename)).absolute() if exc.filename else None
+    try:
+        from hetriever.core.config import load_settings
+
+        settings = load_settings(**({"chroma_path": args.chroma_path}
+                                    if getattr(args, "chroma_path", None) else {}))
+        data = [settings.chroma_path.absolute(), settings.resolved_state_dir.absolute()]
+    except Exception:  # the settings themselves are what fails: no better guess
+        data = []
+    if named is not None and data and not any(named.is_relative_to(d) for d in data):
+        return "check that it exists and can be read"
+    return "check that HETRIEVER_CHROMA_PATH and HETRIEVER_STATE_DIR are writable directories"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     with _sigterm_as_ctrl_c(args.command):
@@ -196,7 +221,11 @@ def _run(args: argparse.Namespace) -> int:
         return args.func(args)
     except HetrieverError as exc:
         print(f"hetriever: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE if isinstance(exc, UserError) else EXIT_FAILED
+        code = EXIT_USAGE if isinstance(exc, UserError) else EXIT_FAILED
+        if getattr(args, "json", False):  # a script reading stdout gets the error as JSON too
+            print(json.dumps({"ok": False, "error": exc.message, "hint": exc.hint,
+                              "exit_code": code}))
+        return code
     except OSError as exc:  # e.g. a data directory that is a file or cannot be written
         import errno
 
@@ -205,8 +234,7 @@ def _run(args: argparse.Namespace) -> int:
             print(f"hetriever: error: no space left on the device of{where or ' a data directory'}"
                   " (free some space, then re-run)", file=sys.stderr)
             return EXIT_FAILED
-        print(f"hetriever: error: cannot use{where}: {exc.strerror or exc} (check that "
-              "HETRIEVER_CHROMA_PATH and HETRIEVER_STATE_DIR are writable directories)",
+        print(f"hetriever: error: cannot use{where}: {exc.strerror or exc} ({_os_hint(exc, args)})",
               file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:

@@ -16,11 +16,10 @@ from prefect.utilities.annotations import quote
 from hetriever.core.config import Settings
 from hetriever.discover.changes import SkipFile
 from hetriever.index.indexing import FileOutcome, FileWork, IncludeResolver, process_file
-from hetriever.core.logs import get_logger
 from hetriever.discover.repositories import Repository
+from hetriever.index.file_retry import failed_outcome
 from tasks.retry import RETRIES, RETRY_DELAYS, RETRY_JITTER, retry_transient
 
-log = get_logger(__name__)
 
 
 @task(name="process-file", task_run_name="process-{path}", cache_policy=NONE,
@@ -90,9 +89,7 @@ async def map_with_tasks(files: Iterable[tuple[str, str | SkipFile]],
             try:
                 outcome = await _returned(future)
             except Exception as exc:  # retries exhausted: report the file, index the rest
-                reason = f"failed after retries: {type(exc).__name__}: {exc}"
-                log.error("file_failed", repository=work.repo.name, path=path, error=reason)
-                outcome = FileOutcome(path, failed=reason)
+                outcome = failed_outcome(work.repo.name, path, exc)
             yield outcome
     finally:
         submitting.run(client.__exit__, None, None, None)

@@ -1,28 +1,14 @@
-"""Which failures are worth retrying: transient ones only."""
+"""Which failures are worth retrying, for Prefect tasks: the per-file policy of
+`hetriever.index.file_retry`, which the in-process mapper follows too."""
 
 from __future__ import annotations
 
-import subprocess
-
-from prefect.tasks import exponential_backoff
-
-# I/O and git hiccups, timeouts: a retry can succeed. Deterministic errors (a ValueError from
-# bad content, a configuration error, a lost backend connection) are not retried.
-TRANSIENT = (OSError, TimeoutError, subprocess.SubprocessError)
-
-RETRIES = 3
-RETRY_DELAYS = exponential_backoff(backoff_factor=0.5)
-RETRY_JITTER = 0.5
-
-
-def is_transient(exc: BaseException | None) -> bool:
-    from hetriever.core.errors import BackendConnectionError, HetrieverError
-
-    if isinstance(exc, BackendConnectionError):
-        return False  # fail fast on connection loss
-    if isinstance(exc, HetrieverError):
-        return False
-    return isinstance(exc, TRANSIENT)
+from hetriever.index.file_retry import (  # noqa: F401 (re-exported for the task decorators)
+    RETRIES,
+    RETRY_DELAYS,
+    RETRY_JITTER,
+    is_transient,
+)
 
 
 def retry_transient(task, task_run, state) -> bool:

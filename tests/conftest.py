@@ -1,12 +1,16 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
 import pytest
 
 # No network here: keep Prefect's and Chroma's servers from trying to send telemetry.
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "false")
+# An index made without HETRIEVER_CHROMA_PATH goes under the user's data directory: a test
+# that makes one (or a CLI subprocess it starts) writes in a directory of the run's own.
+os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="hetriever-test-data-")
 
 from deployments.server_settings import apply_server_settings
 from tests.helpers import corpus_version

@@ -48,3 +48,19 @@ def test_run_history_and_a_summary_with_failed_repositories_first():
         {"repository": "b-docs", "ok": False, "error": "x" * 150 + " (hint: do y)"}])
     lines = summary.splitlines()
     assert lines[2].startswith("| b-docs | FAILED: ") and "(hint: do y)" in lines[2]
+
+
+def test_the_artifacts_say_what_waits_upstream():
+    behind = {"upstream_ref": "origin/main", "upstream_commit": "c" * 40,
+              "behind_upstream": 3, "upstream_error": ""}
+    text = repository_markdown(failing_result(), runs=[], waiting=behind)
+    assert "| upstream | origin/main at cccccccccccc: behind by 3 commits |" in text
+    current = {**behind, "behind_upstream": 0}
+    assert "origin/main at cccccccccccc: up to date" in repository_markdown(
+        failing_result(), runs=[], waiting=current)
+    summary = summary_markdown([{"repository": "hugo-docs", "ok": True, "mode": "noop",
+                                 **behind}, {"repository": "local-docs", "ok": True}])
+    assert "behind by 3 commits |" in summary and "| local-docs | ok |" in summary
+    unknown = {**behind, "behind_upstream": None, "upstream_error": "origin/HEAD is unknown"}
+    assert "origin/main: unknown (origin/HEAD is unknown)" in repository_markdown(
+        failing_result(), runs=[], waiting=unknown)

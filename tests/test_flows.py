@@ -234,10 +234,16 @@ def test_query_flow_records_metrics(sample_parent):
     result = asyncio.run(query("filter a collection with where", top_k=3))
     assert result["matches"] and result["matches"][0]["metadata"]["title"] == "where"
     assert set(result["retriever_counts"]) >= {"dense", "bm25"}
-    summary = metrics_store(load_settings().resolved_state_dir).summary()
+    summary = metrics_store(load_settings().resolved_state_dir).summary(temperature="warm")
     assert summary.count == 1 and summary.p50_ms > 0
     # start-up (store open, warm-up search) is reported apart from the warm search's latency
     assert result["startup_ms"] > 0 and summary.p50_ms == pytest.approx(result["search_time_ms"], abs=0.01)
+    rows = [(r["source"], r["temperature"], r["count"]) for r in summary.by_source]
+    assert rows == [("query-flow", "warm", 1)]
+    cold = metrics_store(load_settings().resolved_state_dir).summary(temperature="cold")
+    assert cold.count == 1 and cold.by_source[0]["source"] == "query-flow"
+    artifact = _artifacts("query-latency-by-source")[0]  # the newest
+    assert "query-flow" in artifact.data and "cold" in artifact.data and "warm" in artifact.data
 
     from hetriever.core.errors import RepositoryNotFoundError
 
@@ -469,7 +475,9 @@ def test_the_artifact_of_a_failing_run_shows_the_failure_first(sample_parent, mo
     assert failure < text.index("## This run") < text.index("## Recent runs")
     # the whole message, not cut: the injected fault names itself
     assert "failed after retries: " in text and "injected fault" in text.lower()
-    assert "FAILED: sample-docs: 1 file(s) failed" in _artifacts("ingest-summary")[0].data
+    summary = _artifacts("ingest-summary")[0].data  # the file and its error, by name
+    assert ("FAILED: sample-docs: 1 file(s) could not be indexed (content/docs/templates/"
+            "where.md: failed after retries: InjectedFault") in summary
 
 
 def test_a_noop_run_keeps_the_last_real_runs_artifact(sample_parent):
@@ -512,6 +520,32 @@ def test_hetriever_warnings_reach_the_run_logs_at_warning_level(sample_parent):
     assert not [log for log in logs if log.task_run_id is not None
                 and log.message.startswith("Finished in state Completed")]
     assert any(log.name == "prefect.flow_runs" for log in logs)  # the flow's own lines do show
+
+
+def test_the_parent_run_logs_what_it_does_and_each_repository_s_progress(sample_parent):
+    """`prefect deployment run ... --watch` follows the parent run's logs: they name the
+    repositories at once and carry each repository run's progress by chunk."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+    from prefect.logging.handlers import APILogHandler
+
+    state, summary = run_ingest()
+    assert state.is_completed(), state.message
+    asyncio.run(APILogHandler.aflush())
+    parent_id = state.state_details.flow_run_id
+
+    async def read_logs():
+        async with get_client() as client:
+            return await client.read_logs(log_filter=LogFilter(
+                flow_run_id=LogFilterFlowRunId(any_=[parent_id])), limit=200)
+
+    messages = [log.message for log in sorted(asyncio.run(read_logs()),
+                                              key=lambda log: log.timestamp)]
+    assert messages[1] == "ingest: 1 repository (sample-docs)", messages  # after Prefect's own
+    progress = [m for m in messages if m.startswith("progress sample-docs: ")]
+    assert progress and " chunks, " in progress[0] and "files" in progress[0], messages
+    # the subflow's summary knows what waits upstream (the source repo is its origin)
+    assert summary["repositories"][0]["behind_upstream"] == 0
 
 
 def test_full_reindex_re_embeds_everything_and_migrate_only_what_changed(sample_parent):

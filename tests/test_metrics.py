@@ -79,3 +79,51 @@ def test_a_query_that_is_not_valid_text_does_not_lose_the_batch(tmp_path):
                                    top_score=0.5)])
     assert store.summary().count == 2
     store.close()
+
+
+def _metric(latency: float, **kw) -> QueryMetric:
+    return QueryMetric(query="q", mode=kw.pop("mode", "hybrid"), latency_ms=latency, results=1,
+                       top_score=0.5, **kw)
+
+
+def test_cold_and_warm_by_source_are_reported_apart(tmp_path):
+    store = MetricsStore(tmp_path / "m.sqlite")
+    store.record_many([_metric(900.0 + i, source="cli", cold=True) for i in range(5)]
+                      + [_metric(1100.0, source="query-flow", cold=True)]
+                      + [_metric(12.0 + i, source="query-flow", cold=False) for i in range(3)]
+                      + [_metric(15.0, mode="http:hybrid", source="http", cold=False)]
+                      + [_metric(20.0, mode="mcp:hybrid", source="mcp", cold=False)])
+    rows = {(r["source"], r["temperature"]): r for r in store.summary().by_source}
+    assert [key for key in rows] == [("cli", "cold"), ("query-flow", "cold"),
+                                     ("query-flow", "warm"), ("http", "warm"), ("mcp", "warm")]
+    assert rows[("cli", "cold")]["count"] == 5 and rows[("cli", "cold")]["p50_ms"] == 902.0
+    assert rows[("query-flow", "warm")]["p50_ms"] == 13.0  # not pooled with its cold search
+    warm_flow = store.summary(source="query-flow", temperature="warm")
+    assert warm_flow.count == 3 and warm_flow.p95_ms < 15
+    assert store.summary(temperature="cold").count == 6
+    assert store.summary(source="http").p50_ms == 15.0
+    store.close()
+
+
+def test_rows_from_before_sources_keep_what_their_mode_says(tmp_path):
+    import sqlite3
+
+    old = sqlite3.connect(tmp_path / "m.sqlite")  # the table as an older version made it
+    old.executescript("""
+        CREATE TABLE query_metrics (id INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL,
+            query TEXT NOT NULL, mode TEXT NOT NULL, latency_ms REAL NOT NULL,
+            results INTEGER NOT NULL, top_score REAL, retriever_counts TEXT NOT NULL,
+            repositories TEXT NOT NULL);
+        INSERT INTO query_metrics (at, query, mode, latency_ms, results, top_score,
+            retriever_counts, repositories) VALUES
+            (1, 'a', 'hybrid', 800, 1, 0.5, '{}', '[]'),
+            (2, 'b', 'http:hybrid', 14, 1, 0.5, '{}', '[]');
+    """)
+    old.commit()
+    old.close()
+    store = MetricsStore(tmp_path / "m.sqlite")
+    store.record(_metric(10.0, source="cli", cold=True))
+    rows = [(r["source"], r["temperature"], r["count"]) for r in store.summary().by_source]
+    assert rows == [("cli", "cold", 1), ("http", "?", 1), ("unrecorded", "?", 1)]
+    assert store.summary(source="http").count == 1
+    store.close()

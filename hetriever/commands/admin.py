@@ -8,12 +8,14 @@ import sys
 from collections import Counter
 from typing import Any
 
-from hetriever.commands.common import (EXIT_OK, cli_settings, index_problem, make_console,
-                                       print_json, require_index)
+from hetriever.commands.common import (EXIT_OK, cli_settings, index_location, index_problem,
+                                       make_console, note_location, print_json, require_index)
 
 
-def status_rows(settings, repos) -> list[dict[str, Any]]:
-    """Per repository: checked-out and indexed commit, files, chunks, failures, last run.
+def status_rows(settings, repos, *, fetch: bool = False) -> list[dict[str, Any]]:
+    """Per repository: checked-out and indexed commit, what waits upstream (the followed
+    remote branch at the last fetch, or fetched now with `fetch`), files, chunks, failures,
+    last run.
 
     The catalog is the source of truth; the collection metadata fills in for a repository the
     catalog has not seen (an index made before it existed). Where no ingest has written an
@@ -21,6 +23,7 @@ def status_rows(settings, repos) -> list[dict[str, Any]]:
     """
     from hetriever.store.catalog import DELETED, FAILED, INDEXED, SKIPPED
     from hetriever.discover.changes import head_commit
+    from hetriever.discover.upstream import Upstream, upstream
     from hetriever.core.errors import SourceError
     from hetriever.index.lifecycle import needs_migration
     from hetriever.core.names import is_valid_repository_name
@@ -40,7 +43,7 @@ def status_rows(settings, repos) -> list[dict[str, Any]]:
                 "files": 0, "chunks": 0, "skipped": 0, "skipped_reasons": {}, "failures": 0,
                 "failed_files": [],
                 "soft_deleted_files": 0, "last_run": "", "last_run_outcome": "",
-                "last_updated": "", "needs_migration": False})
+                "last_updated": "", "needs_migration": False, **Upstream().to_dict()})
             continue
         meta = (asyncio.run(store.get_collection_metadata(repo.name)) or {}) if store else {}
         record = store.catalog.repository(repo.name) if store else None
@@ -54,6 +57,7 @@ def status_rows(settings, repos) -> list[dict[str, Any]]:
             head, error = "", str(exc)
         indexed = (record.last_commit if record and record.last_commit
                    else meta.get("commit_hash", ""))
+        waiting = upstream(repo, indexed, fetch_first=fetch) if head else Upstream()
         rows.append({
             "repository": repo.name,
             "checked_out": head,
@@ -76,6 +80,7 @@ def status_rows(settings, repos) -> list[dict[str, Any]]:
             "last_run_outcome": record.last_run_outcome if record else "",
             "last_updated": meta.get("last_updated", ""),
             "needs_migration": bool(store and physical) and needs_migration(store, repo.name),
+            **waiting.to_dict(),
         })
     return rows
 
@@ -93,15 +98,17 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     settings = cli_settings(args)
     repos = configured_repositories(settings)
-    rows = status_rows(settings, repos)
+    where = index_location(settings)
+    note_location(settings)
+    rows = status_rows(settings, repos, fetch=args.fetch)
     if args.json:
-        print_json(rows)
+        print_json([{**row, "index": where} for row in rows])
         return EXIT_OK
     from rich.table import Table
 
-    table = Table(title="status")
-    for col in ("repository", "checked out", "indexed", "status", "files", "chunks",
-                "failures", "last run"):
+    table = Table(title=f"status of {where}")
+    for col in ("repository", "checked out", "indexed", "upstream", "status", "files",
+                "chunks", "failures", "last run"):
         table.add_column(col)
     for r in rows:
         mark = "[green]✓[/green]" if r["up_to_date"] else "[yellow]behind[/yellow]"
@@ -109,11 +116,29 @@ def cmd_status(args: argparse.Namespace) -> int:
         if r["error"]:
             mark, status = "[red]error[/red]", f"{status} [red]{r['error'][:80]}[/red]"
         table.add_row(r["repository"], r["checked_out"][:12],
-                      f"{r['indexed_commit'][:12]} {mark}", status, str(r["files"]),
-                      str(r["chunks"]), str(r["failures"]),
+                      f"{r['indexed_commit'][:12]} {mark}", upstream_cell(r), status,
+                      str(r["files"]), str(r["chunks"]), str(r["failures"]),
                       f"{r['last_run']} {r['last_run_outcome']}".strip())
     make_console().print(table)
+    for r in rows:
+        if r["upstream_error"] and r["indexed_commit"]:
+            print(f"hetriever: note: {r['repository']}: {r['upstream_error']}", file=sys.stderr)
+    if any(r["behind_upstream"] for r in rows):
+        print("hetriever: note: commits wait upstream: the next fetching run (the schedule, "
+              "or a push webhook at once) indexes them", file=sys.stderr)
     return EXIT_OK
+
+
+def upstream_cell(row: dict[str, Any]) -> str:
+    """"✓ origin/main", "behind by 3 (origin/main a1b2c3d4e5f6)", "?" or "" (no remote)."""
+    if not row["upstream_ref"]:
+        return ""
+    if row["behind_upstream"] is None:
+        return f"[dim]? {row['upstream_ref']}[/dim]"
+    if row["behind_upstream"] == 0:
+        return f"[green]✓[/green] {row['upstream_ref']}"
+    return (f"[yellow]behind by {row['behind_upstream']}[/yellow] ({row['upstream_ref']} "
+            f"{row['upstream_commit'][:12]})")
 
 
 def cmd_purge(args: argparse.Namespace) -> int:
@@ -176,13 +201,25 @@ def cmd_metrics(args: argparse.Namespace) -> int:
 
     settings = cli_settings(args)
     store = metrics_store(settings.resolved_state_dir)
-    summary = store.summary(last=args.last, source=args.source)
+    summary = store.summary(last=args.last, source=args.source, temperature=args.temperature)
     store.close()
     if args.json:
         print_json(summary.to_dict())
-    else:
-        make_console().print(f"queries: {summary.count}  p50: {summary.p50_ms} ms  "
-                             f"p95: {summary.p95_ms} ms  p99: {summary.p99_ms} ms  "
-                             f"mean results: {summary.mean_results}  empty: {summary.empty_rate}  "
-                             f"by mode: {summary.by_mode}")
+        return EXIT_OK
+    from rich.table import Table
+
+    console = make_console()
+    console.print(f"queries: {summary.count}  p50: {summary.p50_ms} ms  "
+                  f"p95: {summary.p95_ms} ms  p99: {summary.p99_ms} ms  "
+                  f"mean results: {summary.mean_results}  empty: {summary.empty_rate}  "
+                  f"by mode: {summary.by_mode}")
+    if summary.by_source:
+        table = Table(title=f"by source; cold: a process's first search, start-up included "
+                            f"({settings.resolved_state_dir.absolute()})")
+        for col in ("source", "temperature", "queries", "p50 ms", "p95 ms", "p99 ms"):
+            table.add_column(col)
+        for row in summary.by_source:
+            table.add_row(row["source"], row["temperature"], str(row["count"]),
+                          str(row["p50_ms"]), str(row["p95_ms"]), str(row["p99_ms"]))
+        console.print(table)
     return EXIT_OK

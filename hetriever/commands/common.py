@@ -7,9 +7,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from hetriever.core.index_location import CHROMA_FILE
+
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143  # 128 + the signal: SIGINT (Ctrl-C), SIGTERM
-CHROMA_FILE = "chroma.sqlite3"  # what an embedded Chroma directory holds once it has an index
 
 
 def make_console(stderr: bool = False):
@@ -37,6 +38,28 @@ def cli_settings(args: argparse.Namespace, **extra: Any):
     configure_logging(settings.log_level if not getattr(args, "quiet", False) else "WARNING",
                       settings.log_format)
     return settings
+
+
+def index_location(settings) -> str:
+    """Where these settings' index is, absolute: what every command shows."""
+    state = settings.resolved_state_dir.absolute()
+    if settings.server_mode:
+        return f"Chroma server {settings.chroma_host}:{settings.chroma_port}, state {state}"
+    chroma = settings.chroma_path.absolute()
+    beside = settings.state_dir is None  # the default: .hetriever beside the Chroma data
+    return str(chroma) + ("" if beside else f", state {state}")
+
+
+def note_location(settings) -> None:
+    """On stderr, when the index in use is the old `./chroma_data` default: how to keep
+    finding it from another directory."""
+    import sys
+
+    from hetriever.core.index_location import legacy_note
+
+    note = "" if settings.server_mode else legacy_note(settings.chroma_path, settings.docs_root)
+    if note:
+        print(f"hetriever: note: {note}", file=sys.stderr)
 
 
 def print_json(data: Any) -> None:

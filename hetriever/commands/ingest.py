@@ -4,16 +4,57 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 
-from hetriever.commands.common import EXIT_FAILED, EXIT_OK, cli_settings, make_console, print_json
+from hetriever.commands.common import (EXIT_FAILED, EXIT_OK, cli_settings, index_location,
+                                       make_console, note_location, print_json)
 from hetriever.core.errors import HetrieverError, UserError
+from hetriever.index.file_retry import failed_files_error
+
+
+def progress_bar(show: bool, console=None):
+    """A rich Progress by chunk (done of total, the total estimated until every file is
+    processed), with the rate, the ETA and the files; on stderr."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(TextColumn("{task.description}"), BarColumn(),
+                    TextColumn("{task.fields[chunks]} chunks"),
+                    TextColumn("{task.fields[rate]}"), TextColumn("{task.fields[eta]}"),
+                    TextColumn("{task.fields[files]}"), TimeElapsedColumn(),
+                    console=console or make_console(stderr=True), disable=not show,
+                    transient=True)
+
+
+def show_snapshot(progress, task, snap) -> None:
+    about = "~" if snap.files_done < snap.files_total else ""
+    progress.update(task, completed=snap.chunks_done, total=max(snap.chunks_total, 1),
+                    chunks=f"{snap.chunks_done}/{about}{snap.chunks_total}",
+                    rate=f"{snap.chunks_per_s:.1f}/s",
+                    eta="" if snap.eta_s is None else f"ETA {snap.eta_s:.0f} s",
+                    files=f"{snap.files_done}/{snap.files_total} files")
+
+
+@contextmanager
+def logs_through(progress, show: bool):
+    """While the bar is up, log lines go through its console (above the bar, which stays
+    whole): rich redirects sys.stderr then, and the log's printer is pointed at it."""
+    import sys
+
+    import structlog
+
+    if not show:
+        yield
+        return
+    previous = structlog.get_config()["logger_factory"]
+    structlog.configure(logger_factory=structlog.PrintLoggerFactory(file=sys.stderr))
+    try:
+        yield
+    finally:
+        structlog.configure(logger_factory=previous)
 
 
 async def ingest_local(settings, names: list[str] | None, force_full: bool,
                         show_progress: bool) -> list[dict]:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from hetriever.index.indexing import index_repository
     from hetriever.core.logs import get_logger
     from hetriever.discover.repositories import configured_repositories
@@ -24,22 +65,20 @@ async def ingest_local(settings, names: list[str] | None, force_full: bool,
     outcomes = []
     store = get_knowledge_store(settings)
     store.catalog  # a state directory made for another index is refused before any repository
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=make_console(stderr=True), disable=not show_progress,
-                  transient=True) as progress:
+    with progress_bar(show_progress) as progress, logs_through(progress, show_progress):
         for repo in repos:
-            task = progress.add_task(f"indexing {repo.name}", total=None)
+            task = progress.add_task(f"indexing {repo.name}", total=None, chunks="",
+                                     rate="", eta="", files="")
 
-            def tick(done: int, total: int, task=task) -> None:
-                progress.update(task, completed=done, total=total)
+            def update(snap, task=task) -> None:
+                show_snapshot(progress, task, snap)
 
             try:
                 result = await index_repository(repo, store, settings, force_full=force_full,
-                                                progress=tick)
+                                                on_progress=update)
                 outcome = {"repository": repo.name, "ok": result.completed, **result.to_dict()}
                 if not result.completed:
-                    outcome["error"] = (f"{len(result.failed)} file(s) could not be stored; "
-                                        "the commit was not recorded (see the log), re-run")
+                    outcome["error"] = failed_files_error(result.failed)
                 outcomes.append(outcome)
             except OSError:  # the data directories, the disk: every repository's problem
                 raise
@@ -57,23 +96,31 @@ async def ingest_local(settings, names: list[str] | None, force_full: bool,
     return outcomes
 
 
-def print_ingest(outcomes: list[dict]) -> None:
+def print_ingest(outcomes: list[dict], where: str = "") -> None:
+    """One row per repository; a failed one shows what it did get done (the flow's failure
+    carries its counts) and its whole error below the table, never cut into a column."""
     from rich.table import Table
+    from rich.text import Text
 
-    table = Table(title="ingest")
+    table = Table(title="ingest" + (f" into {where}" if where else ""))
     for col in ("repository", "mode", "commit", "indexed", "skipped", "deleted",
                 "chunks +", "reused", "chunks -", "seconds"):
         table.add_column(col)
     for o in outcomes:
+        mode = o.get("mode", "") if o["ok"] else "[red]failed[/red]"
+        has_counts = "files_indexed" in o
+        table.add_row(o["repository"], mode, o.get("new_commit", "")[:12],
+                      *([str(o["files_indexed"]), str(len(o["skipped"])),
+                         str(o["files_deleted"]), str(o["chunks_written"]),
+                         str(o["chunks_reused"]), str(o["chunks_deleted"]),
+                         f"{o['total_seconds']:.1f}"] if has_counts else [""] * 7))
+    console = make_console()
+    console.print(table)
+    for o in outcomes:
         if not o["ok"]:
-            table.add_row(o["repository"], "[red]failed[/red]", "", "", "", "", "", "", "",
-                          o["error"][:60])
-            continue
-        table.add_row(o["repository"], o["mode"], o["new_commit"][:12], str(o["files_indexed"]),
-                      str(len(o["skipped"])), str(o["files_deleted"]), str(o["chunks_written"]),
-                      str(o["chunks_reused"]), str(o["chunks_deleted"]),
-                      f"{o['total_seconds']:.1f}")
-    make_console().print(table)
+            error = str(o.get("error", ""))
+            error = error.removeprefix(f"{o['repository']}: ")  # the flow's names it already
+            console.print(Text(f"{o['repository']}: {error}", style="red"))
 
 
 def run_ingest_flow(args: argparse.Namespace, settings) -> list[dict]:
@@ -146,6 +193,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         raise UserError("--task-runner needs --engine prefect",
                         hint="the task runner is the Prefect flow's; the local engine runs "
                              "in this process")
+    note_location(settings)
     if args.engine == "prefect":
         outcomes = run_ingest_flow(args, settings)
     else:
@@ -154,5 +202,5 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     if args.json:
         print_json(outcomes)
     else:
-        print_ingest(outcomes)
+        print_ingest(outcomes, index_location(settings))
     return EXIT_OK if all(o["ok"] for o in outcomes) else EXIT_FAILED

@@ -8,7 +8,8 @@ import json
 import sys
 from typing import Any
 
-from hetriever.commands.common import (EXIT_OK, cli_settings, make_console, print_json,
+from hetriever.commands.common import (EXIT_OK, cli_settings, index_location, make_console,
+                                       note_location, print_json,
                                        require_index)
 from hetriever.core.errors import UserError
 
@@ -34,7 +35,8 @@ def run_search(settings, query: str, repositories: list[str] | None, top_k: int 
 
     result = asyncio.run(go())
     metrics = metrics_store(settings.resolved_state_dir)
-    metrics.record(QueryMetric.from_result(result, repositories))
+    # A CLI search is its process's first: the model, store and BM25 index load on its way.
+    metrics.record(QueryMetric.from_result(result, repositories, source="cli", cold=True))
     metrics.close()
     return result
 
@@ -157,6 +159,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     validate_filter(filters)
     resolve_top_k(args.top_k, settings.default_top_k, settings.max_top_k)
     require_index(settings)
+    note_location(settings)
     hybrid = None if args.mode is None else args.mode == "hybrid"
     access = [level for raw in (args.access or []) for level in raw.split(",") if level.strip()]
     result = run_search(settings, args.query, args.repository or None, args.top_k,
@@ -172,6 +175,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         print_json({**answer, "warnings": warnings})
     else:
         print_results(result, settings)
+        make_console().print(f"[dim]index: {index_location(settings)}[/dim]", highlight=False)
     return EXIT_OK
 
 

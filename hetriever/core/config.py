@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Annotated, Any, Mapping
 from urllib.parse import urlsplit
 
-from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
+from pydantic import (AliasChoices, Field, SecretStr, ValidationError, field_validator,
+                      model_validator)
 from pydantic_settings import (BaseSettings, NoDecode, PydanticBaseSettingsSource,
                                SettingsConfigDict)
 
@@ -113,7 +114,9 @@ class Settings(_Layered):
     access_levels: Pairs = {}  # name -> PUBLIC|TEAM|...
 
     # backend
-    chroma_path: Path = Path("chroma_data")  # embedded PersistentClient directory
+    # embedded PersistentClient directory; unset: one per docs root under the user's data
+    # directory, whatever the current directory (hetriever.core.index_location)
+    chroma_path: Path = Path("chroma_data")
     chroma_host: str = ""  # set -> HttpClient server mode
     chroma_port: int = 8000
     state_dir: Path | None = None  # BM25 index, locks, metrics; default: <chroma_path>/../.hetriever
@@ -225,6 +228,15 @@ class Settings(_Layered):
     # logging
     log_format: str = "console"  # "console" or "json"
     log_level: str = "INFO"
+
+    @model_validator(mode="after")
+    def _default_chroma_path(self) -> Settings:
+        if "chroma_path" not in self.model_fields_set:
+            from hetriever.core.index_location import default_chroma_path
+
+            object.__setattr__(self, "chroma_path", default_chroma_path(self.docs_root))
+            self.model_fields_set.add("chroma_path")
+        return self
 
     @property
     def server_mode(self) -> bool:

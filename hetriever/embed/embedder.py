@@ -30,6 +30,7 @@ from hetriever.core.config import (  # noqa: F401 (parse_model_spec re-exported)
 )
 from hetriever.core.errors import ConfigurationError, EmbeddingError
 from hetriever.core.logs import get_logger
+from hetriever.embed import progress
 from hetriever.embed.model_build import (  # noqa: F401 (re-exported: the model's names and builders)
     INSTALL_HINT,
     MINILM_NAME,
@@ -308,6 +309,7 @@ class MiniLMEmbedder(_Counters):
         out = np.empty((len(texts), self.dimensions), dtype=np.float32)
         for idx, batch_sums in zip(batches, sums):
             out[idx] = batch_sums
+            progress.embedded(len(idx))  # a run's progress moves per batch
         out /= np.maximum(lengths, 1)[:, None]  # mean pooling: every word-piece is in the mask
         out = _normalise(out)
         self._count(len(texts))
@@ -348,6 +350,7 @@ class SentenceTransformerEmbedder(_Counters):
         except Exception as exc:
             raise EmbeddingError(f"{self.name} failed on {len(texts)} texts: {exc}") from exc
         self._count(len(texts))
+        progress.embedded(len(texts))
         return _normalise(np.asarray(vectors, dtype=np.float32))
 
 
@@ -410,8 +413,10 @@ class OllamaEmbedder(_Counters):
         texts = list(texts)
         if not texts:
             return np.zeros((0, self._dimensions), dtype=np.float32)
-        parts = [self._request(texts[i:i + self.batch_size])
-                 for i in range(0, len(texts), self.batch_size)]
+        parts = []
+        for i in range(0, len(texts), self.batch_size):
+            parts.append(self._request(texts[i:i + self.batch_size]))
+            progress.embedded(len(parts[-1]))
         self._count(len(texts))
         return np.concatenate(parts)
 

@@ -37,13 +37,16 @@ from hetriever.core.access import declared_level
 from hetriever.store.catalog import DISCOVERED, SKIPPED
 from hetriever.core.config import Settings
 from hetriever.core.errors import IndexingError
+from hetriever.index.file_retry import retry_file
 from hetriever.index.full_pass import content_dir_changed, site_changed
 from hetriever.store.generations import drop_abandoned_builds
 from hetriever.discover.changes import SkipFile, compute_change_set, read_content_files, site_at
 from hetriever.core.logs import get_logger
 from hetriever.core.models import ChangeSet, IndexResult
 from hetriever.discover.repositories import Repository
-from hetriever.index.outcomes import OutcomeWriter, RunProgress
+from hetriever.embed import progress as embedding_progress
+from hetriever.index.outcomes import OutcomeWriter
+from hetriever.index.progress import ProgressSnapshot, RunProgress
 from hetriever.discover.publish_rules import now_utc
 from hetriever.index.publish_windows import (
     expand_publish_dependents,
@@ -287,19 +290,24 @@ FileMapper = Callable[[Iterable[tuple[str, "str | SkipFile"]], FileWork],
 
 async def map_in_process(files: Iterable[tuple[str, str | SkipFile]],
                          work: FileWork) -> AsyncIterator[FileOutcome]:
+    """The per-file step in this process, retried as the flow's tasks are
+    (`hetriever.index.file_retry`): a file out of retries is a failed outcome, not the run's."""
     for path, text in files:
-        yield work.process(path, text)
+        yield retry_file(work.repo.name, path, lambda: work.process(path, text))
 
 
 async def index_repository(repo: Repository, store: IndexingStore, settings: Settings, *,
                            force_full: bool = False,
                            progress: Callable[[int, int], None] | None = None,
                            map_files: FileMapper = map_in_process,
-                           now: datetime | None = None) -> IndexResult:
+                           now: datetime | None = None,
+                           on_progress: Callable[[ProgressSnapshot], None] | None = None,
+                           ) -> IndexResult:
     """Bring one repository's collection to its checked-out commit. Returns the counts.
 
     Holds the repository's run lock from planning to the recorded commit; `map_files` runs
-    the per-file step (in-process by default); `progress(done, total)` is called per file;
+    the per-file step (in-process by default); `progress(done, total)` is called per file,
+    `on_progress(snapshot)` per file and per embedded batch (chunks, rate, ETA);
     `now` is the run's clock for publish and expiry dates (the current time by default).
     """
     check_usable(repo)  # a submodule not checked out, a bad name: this repository fails alone
@@ -309,14 +317,17 @@ async def index_repository(repo: Repository, store: IndexingStore, settings: Set
         if store.physical_name(repo.name) == store.catalog.active(repo.name):
             await drop_abandoned_builds(store, repo.name)
         return await index_holding_lock(repo, store, settings, force_full=force_full,
-                                        progress=progress, map_files=map_files, now=now)
+                                        progress=progress, map_files=map_files, now=now,
+                                        on_progress=on_progress)
 
 
 async def index_holding_lock(repo: Repository, store: IndexingStore, settings: Settings, *,
                              force_full: bool = False,
                              progress: Callable[[int, int], None] | None = None,
                              map_files: FileMapper = map_in_process,
-                             now: datetime | None = None) -> IndexResult:
+                             now: datetime | None = None,
+                             on_progress: Callable[[ProgressSnapshot], None] | None = None,
+                             ) -> IndexResult:
     """`index_repository` for a caller that holds the repository's run lock (a migration
     holds it from before it allocates its generation until the switch)."""
     started = time.perf_counter()
@@ -353,7 +364,8 @@ async def index_holding_lock(repo: Repository, store: IndexingStore, settings: S
     bound.info("index_started", include_dependents=len(change_set.include_dependents),
                **change_set.counts())
     try:
-        await _run(store, repo, settings, change_set, result, progress, map_files, started, now)
+        await _run(store, repo, settings, change_set, result, progress, map_files, started, now,
+                   on_progress)
     except (KeyboardInterrupt, asyncio.CancelledError):  # Ctrl-C, SIGTERM (the CLI takes it
         # as Ctrl-C), a cancelled flow: stopped, not broken
         close_run(store, repo, result, "interrupted", started, error="stopped before the end")
@@ -416,24 +428,27 @@ async def start_run(store: IndexingStore, repo: Repository, settings: Settings,
 
 async def _run(store: IndexingStore, repo: Repository, settings: Settings, change_set: ChangeSet,
                result: IndexResult, progress: Callable[[int, int], None] | None,
-               map_files: FileMapper, started: float, now: datetime) -> None:
+               map_files: FileMapper, started: float, now: datetime,
+               on_progress: Callable[[ProgressSnapshot], None] | None = None) -> None:
     await start_run(store, repo, settings, change_set, result)
 
     paths = change_set.paths_to_index()
     work = FileWork(repo, change_set.new_commit, settings,
                     IncludeResolver(repo, change_set.new_commit, settings, now=now), now_iso())
-    tracker = RunProgress(repo.name, len(paths), progress)
+    tracker = RunProgress(repo.name, len(paths), progress, on_progress)
     writer = OutcomeWriter(store, repo, result, tracker)
     # One batched git read for every file (a git process per file cost 5x the parse work).
     files = read_content_files(repo, paths, change_set.new_commit,
                                max_bytes=settings.max_file_bytes)
-    try:
-        async for outcome in map_files(files, work):
-            await writer.add(outcome)
-            tracker.file_done()
-    finally:
-        work.resolver.close()
-    await writer.flush()
+    # ticks per embedded batch, and a line in the log at least every LOG_EVERY seconds
+    with embedding_progress.listening(tracker.embedded), tracker.heartbeat():
+        try:
+            async for outcome in map_files(files, work):
+                await writer.add(outcome)
+                tracker.file_done(len(outcome.chunks))
+        finally:
+            work.resolver.close()
+        await writer.flush()
     if result.failed:  # the commit stays unrecorded: the next run reconciles and retries
         log.error("index_incomplete", repository=repo.name, failed=len(result.failed))
         close_run(store, repo, result, "failed", started,

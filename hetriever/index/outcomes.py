@@ -1,4 +1,4 @@
-"""Storing a run's file outcomes: catalog states, windowed writes, progress.
+"""Storing a run's file outcomes: catalog states, windowed writes (progress: `progress.py`).
 
 Outcomes are gathered into windows of about `write_window` chunks and stored in one write each,
 so embedding works on large batches and a crash loses at most one window. Every file's catalog
@@ -8,8 +8,6 @@ write fails keeps its old chunks and is reported, so the run leaves its commit u
 
 from __future__ import annotations
 
-import time
-from typing import Callable
 
 from hetriever.core import faults
 from hetriever.store.catalog import FAILED, INDEXED, PROCESSED, SKIPPED
@@ -19,6 +17,7 @@ from hetriever.core.models import IndexResult, SkippedFile
 from hetriever.discover.repositories import Repository
 from hetriever.chunk.page_records import display_chunk
 from hetriever.index.process import FileOutcome
+from hetriever.index.progress import RunProgress  # noqa: F401 (re-exported)
 from hetriever.store.store_types import IndexingStore
 
 # The run's events keep the logger they were always logged under.
@@ -112,29 +111,3 @@ class OutcomeWriter:
         await apply_outcomes(self.store, self.repo, pending, self.result)
         if self.progress and pending:
             self.progress.window_written(len(pending), self.result)
-
-
-
-class RunProgress:
-    """Counts files as they come back and logs each written window with a rate and an ETA."""
-
-    def __init__(self, repository: str, total_files: int,
-                 on_file: Callable[[int, int], None] | None = None) -> None:
-        self.repository, self.total, self.on_file = repository, total_files, on_file
-        self.done = 0
-        self.started = time.perf_counter()
-
-    def file_done(self) -> None:
-        self.done += 1
-        if self.on_file:
-            self.on_file(self.done, self.total)
-
-    def window_written(self, files: int, result: IndexResult) -> None:
-        elapsed = max(time.perf_counter() - self.started, 1e-6)
-        chunks = result.chunks_written + result.chunks_reused
-        remaining = self.total - self.done
-        log.info("index_progress", repository=self.repository,
-                 files=f"{self.done}/{self.total}", chunks_stored=chunks,
-                 chunks_embedded=result.chunks_written,
-                 chunks_per_s=round(chunks / elapsed, 1),
-                 eta_s=round(elapsed / max(self.done, 1) * remaining, 1))

@@ -313,8 +313,10 @@ class DocsService:
     # -- repositories ----------------------------------------------------------------
 
     def repositories(self, *, levels: frozenset[str] | None = None) -> list[dict[str, Any]]:
-        """Visible repositories: indexed commit, checked-out commit (when the docs root is
-        here), files and chunks."""
+        """Visible repositories: indexed commit, checked-out commit and what waits upstream
+        (as of the last fetch; when the docs root is here), files and chunks."""
+        from hetriever.discover.upstream import Upstream, upstream
+
         levels = levels or caller_levels(None)
         heads = self._checked_out()
         catalog = self.store.catalog
@@ -323,19 +325,21 @@ class DocsService:
             record = catalog.repository(name)
             counts = catalog.file_counts(plan.collection)
             indexed = record.last_commit if record else ""
-            head = heads.get(name)
+            head, repo = heads.get(name, (None, None))
+            waiting = upstream(repo, indexed or "") if repo is not None else Upstream()
             rows.append({
                 "repository": name, "url": record.url if record else "",
                 "access_level": plan.declared, "indexed_commit": indexed,
                 "checked_out_commit": head,
                 "up_to_date": None if head is None else bool(indexed) and indexed == head,
+                **waiting.to_dict(),
                 "files": counts.get(INDEXED, 0), "chunks": counts.get("chunks", 0),
                 "last_run_at": record.last_run_at if record else "",
                 "last_run_outcome": record.last_run_outcome if record else "",
             })
         return rows
 
-    def _checked_out(self) -> dict[str, str]:
+    def _checked_out(self) -> dict[str, tuple[str, Any]]:
         from hetriever.discover.changes import head_commit
         from hetriever.discover.repositories import configured_repositories
 
@@ -346,7 +350,7 @@ class DocsService:
         heads = {}
         for repo in repos:
             try:
-                heads[repo.name] = head_commit(repo)
+                heads[repo.name] = (head_commit(repo), repo)
             except HetrieverError:  # this one cannot be read (not checked out...): unknown
                 continue
         return heads

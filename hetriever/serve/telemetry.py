@@ -2,8 +2,9 @@
 
 Searches are written to the metrics store (SQLite) by a background thread in batches, so a
 request never waits on a commit. Their mode is recorded as `<origin>:<mode>` (`http:hybrid`,
-`mcp:hybrid`), so `hetriever metrics --source http` reports the warm numbers of this process
-apart from one-shot CLI searches. Latency is the whole request as the server saw it.
+`mcp:hybrid`) and their source as `http` or `mcp`, warm (the server searched once before it
+served), so `hetriever metrics --source http` reports the warm numbers of this process apart
+from one-shot CLI searches. Latency is the whole request as the server saw it.
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ class Telemetry:
         self.results.inc(returned)
         if not returned:
             self.empty.inc()
-        metric = QueryMetric.from_result(result, repositories)
+        # Warm: the server ran its first search (DocsService.warm_up) before it served any.
+        metric = QueryMetric.from_result(result, repositories, source=self.origin, cold=False)
         metric.mode = f"{self.origin}:{result.mode}"
         metric.latency_ms = seconds * 1000.0
         metric.results = returned

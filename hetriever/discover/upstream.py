@@ -1,0 +1,87 @@
+"""What waits upstream: the remote's head of the branch a fetching run follows, against the
+commit the index holds.
+
+Read from the remote-tracking ref the last fetch left (`origin/<branch>`, else `origin/HEAD`),
+or fetched first on request (`status --fetch`). Fetching only updates `refs/remotes/origin/*`:
+the checkout, and so the next run's commit, stays as it is.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass
+
+from hetriever.discover.repositories import Repository
+
+GIT_TIMEOUT = 60.0  # a fetch from a remote that does not answer must not hang `status`
+
+
+@dataclass(frozen=True)
+class Upstream:
+    ref: str = ""           # e.g. origin/main; "" when the repository follows no remote
+    commit: str = ""        # the remote's head at the last fetch
+    behind: int | None = None  # commits on `ref` the index does not hold (None: unknown)
+    error: str = ""         # why the head or the count is unknown (a fetch that failed...)
+
+    def to_dict(self) -> dict:
+        return {"upstream_ref": self.ref, "upstream_commit": self.commit,
+                "behind_upstream": self.behind, "upstream_error": self.error}
+
+
+def _git(repo: Repository, *args: str, timeout: float = GIT_TIMEOUT) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *args], cwd=repo.path, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def followed_ref(repo: Repository) -> str:
+    """The remote branch a fetching run checks out (flows/ingest.py follows the same rule)."""
+    return f"origin/{repo.branch}" if repo.branch else "origin/HEAD"
+
+
+def fetch(repo: Repository) -> str:
+    """`git fetch origin` (and the followed branch by name); "" or what went wrong."""
+    args = ["fetch", "--quiet", "origin"]
+    if repo.branch:
+        args.append(f"+refs/heads/{repo.branch}:refs/remotes/origin/{repo.branch}")
+    try:
+        done = _git(repo, *args)
+    except subprocess.TimeoutExpired:
+        return f"git fetch origin took over {GIT_TIMEOUT:.0f} s"
+    if done.returncode != 0:
+        return "git fetch origin failed: " + (done.stderr.strip().splitlines() or ["?"])[-1]
+    if not repo.branch and _rev(repo, "origin/HEAD") == "":
+        _git(repo, "remote", "set-head", "origin", "--auto")  # clones made without it
+    return ""
+
+
+def _rev(repo: Repository, rev: str) -> str:
+    done = _git(repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
+    return done.stdout.strip() if done.returncode == 0 else ""
+
+
+def upstream(repo: Repository, indexed: str, *, fetch_first: bool = False) -> Upstream:
+    """The followed remote branch's head and how many of its commits `indexed` lacks; what
+    cannot be read is said in `error`, never raised (a report must not fail a run)."""
+    try:
+        return _upstream(repo, indexed, fetch_first)
+    except (OSError, subprocess.SubprocessError, ValueError) as exc:
+        return Upstream(followed_ref(repo), "", None, f"cannot read the remote: {exc}")
+
+
+def _upstream(repo: Repository, indexed: str, fetch_first: bool) -> Upstream:
+    if _git(repo, "remote", "get-url", "origin").returncode != 0:
+        return Upstream()  # no remote: nothing can be waiting upstream
+    ref = followed_ref(repo)
+    error = fetch(repo) if fetch_first else ""
+    head = _rev(repo, ref)
+    if not head:
+        return Upstream(ref, "", None, error or f"{ref} is unknown: run `hetriever status "
+                                                "--fetch` (or `git fetch origin`) once")
+    if not indexed:
+        return Upstream(ref, head, None, error or "nothing indexed yet")
+    if _rev(repo, indexed) == "":
+        return Upstream(ref, head, None, error or f"the indexed commit {indexed[:12]} is not "
+                                                  "in this clone")
+    count = _git(repo, "rev-list", "--count", f"{indexed}..{head}")
+    behind = int(count.stdout.strip()) if count.returncode == 0 else None
+    return Upstream(ref, head, behind, error)
