@@ -64,7 +64,7 @@ from hetriever.catalog_records import (  # noqa: F401 (re-exported: states, name
 )
 from hetriever.catalog_pages import PageKeys
 from hetriever.logs import get_logger
-from hetriever.sqlite_files import connect
+from hetriever.sqlite_files import connect, is_damaged, set_aside
 
 log = get_logger(__name__)
 _PER_FILE = ("titles", "links")  # tables whose rows belong to one file of a collection
@@ -75,8 +75,29 @@ class Catalog(PageKeys):
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self._lock = threading.RLock()
+        try:
+            self._open()
+        except sqlite3.DatabaseError as exc:
+            if not is_damaged(exc):
+                raise
+            # Derived state: the next ingest finds its collections in Chroma again
+            # (hetriever.recovery); run history and metrics start over.
+            aside = set_aside(self.path)
+            log.warning("catalog_damaged", path=str(self.path), moved_to=str(aside),
+                        error=str(exc), action="started an empty catalog; the next ingest "
+                                               "rebuilds it from Chroma with a full pass")
+            self._open()
+
+    def _open(self) -> None:
         self._conn = connect(self.path)
         self._conn.row_factory = sqlite3.Row
+        try:
+            self._create()
+        except sqlite3.DatabaseError:
+            self._conn.close()
+            raise
+
+    def _create(self) -> None:
         with self._lock:
             self._conn.executescript(_SCHEMA)
             columns = {r[1] for r in self._conn.execute("PRAGMA table_info(collections)")}
