@@ -26,6 +26,7 @@ from hetriever.discover import select_repositories
 from hetriever.errors import HetrieverError, SourceError
 from hetriever.indexing import index_repository
 from hetriever.models import Repository
+from hetriever.redact import redact_text
 from hetriever.repositories import check_usable
 from hetriever.store import get_knowledge_store
 from tasks.discover import discover_task
@@ -204,10 +205,13 @@ async def _ingest(settings: Settings, repositories: list[str] | None, force_full
                 details = data if isinstance(data, dict) else {}
                 error = state.message if details else str(data)
                 outcomes.append({"repository": repo.name, "ok": False,
-                                 "error": error or state.message, **details})
+                                 "error": redact_text(error or state.message or ""),
+                                 **details})
         except (HetrieverError, subprocess.CalledProcessError, OSError) as exc:
-            logger.error("%s failed: %s", repo.name, exc)
-            outcomes.append({"repository": repo.name, "ok": False, "error": str(exc)})
+            # A failed fetch names the remote: never with its credentials.
+            logger.error("%s failed: %s", repo.name, redact_text(str(exc)))
+            outcomes.append({"repository": repo.name, "ok": False,
+                             "error": redact_text(str(exc))})
 
     summary = {"repositories": outcomes,
                "ok": sum(o["ok"] for o in outcomes), "failed": sum(not o["ok"] for o in outcomes)}

@@ -73,9 +73,9 @@ def test_filters_repository_and_language(api):
     assert "query_language" not in search(api, q="where function", k=3)
     only = search(api, TEAM_KEY, q="kestrel", k=10, repository="team-notes")
     assert repositories_of(only) == {"team-notes"}
-    # a repository named as its submodule's directory might be
-    assert repositories_of(search(api, TEAM_KEY, q="kestrel", k=10,
-                                  repository="Team.Notes")) == {"team-notes"}
+    # a name that is not the repository's is refused, with the name it might have meant
+    refused = get(api, "/search", TEAM_KEY, q="kestrel", repository="Team.Notes")
+    assert refused.status_code == 400 and "did you mean 'team-notes'" in refused.json()["error"]
     missing = search(api, q="where", repository="no-such-docs")
     assert missing["results"] == []
 

@@ -38,6 +38,7 @@ from hetriever.config import Settings, WebhookSettings, load_settings
 from hetriever.errors import ConfigurationError
 from hetriever.logs import get_logger
 from hetriever.names import repository_name
+from hetriever.redact import redact_text
 from hetriever.sqlite_files import connect
 
 log = get_logger(__name__)
@@ -395,7 +396,8 @@ def create_app(config: WebhookConfig) -> Starlette:
             flow_run_id = await start_ingest(config, repository, commit, delivery)
         except PrefectUnavailable as exc:
             store.release(delivery)
-            return 503, {"status": "error", "repository": repository, "error": str(exc)}
+            return 503, {"status": "error", "repository": repository,
+                         "error": redact_text(str(exc))}  # PREFECT_API_URL may hold a login
         except BaseException:
             store.release(delivery)
             raise

@@ -23,6 +23,7 @@ def status_rows(settings, repos) -> list[dict[str, Any]]:
     from hetriever.errors import SourceError
     from hetriever.lifecycle import needs_migration
     from hetriever.names import is_valid_repository_name
+    from hetriever.redact import redact_text
     from hetriever.store import get_knowledge_store
 
     problem = index_problem(settings)
@@ -34,7 +35,7 @@ def status_rows(settings, repos) -> list[dict[str, Any]]:
         if not is_valid_repository_name(repo.name):  # it has no index: only its problem
             rows.append({
                 "repository": repo.name, "checked_out": "", "indexed_commit": "",
-                "up_to_date": False, "status": "unusable", "error": repo.problem,
+                "up_to_date": False, "status": "unusable", "error": redact_text(repo.problem),
                 "collection": "", "access_level": settings.access_levels.get(repo.name, "PUBLIC"),
                 "files": 0, "chunks": 0, "skipped": 0, "failures": 0, "failed_files": [],
                 "soft_deleted_files": 0, "last_run": "", "last_run_outcome": "",
@@ -57,7 +58,7 @@ def status_rows(settings, repos) -> list[dict[str, Any]]:
             "indexed_commit": indexed,
             "up_to_date": bool(indexed) and indexed == head,
             "status": _index_status(meta, record),
-            "error": error,
+            "error": redact_text(error),
             "collection": physical or "",
             "access_level": record.access_level if record else
             settings.access_levels.get(repo.name, "PUBLIC"),
@@ -65,7 +66,7 @@ def status_rows(settings, repos) -> list[dict[str, Any]]:
             "chunks": meta.get("total_chunks", 0),
             "skipped": counts.get(SKIPPED, 0),
             "failures": len(failures),
-            "failed_files": [{"path": f.path, "reason": f.reason} for f in failures],
+            "failed_files": [{"path": f.path, "reason": redact_text(f.reason)} for f in failures],
             "soft_deleted_files": counts.get(DELETED, 0),
             "last_run": record.last_run_at if record else "",
             "last_run_outcome": record.last_run_outcome if record else "",

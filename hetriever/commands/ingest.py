@@ -8,6 +8,7 @@ from contextlib import ExitStack
 
 from hetriever.commands.common import EXIT_FAILED, EXIT_OK, cli_settings, make_console, print_json
 from hetriever.errors import HetrieverError, UserError
+from hetriever.redact import redact_text
 
 
 async def ingest_local(settings, names: list[str] | None, force_full: bool,
@@ -53,7 +54,9 @@ async def ingest_local(settings, names: list[str] | None, force_full: bool,
                 else:  # not a known condition: keep the traceback in the log
                     error = f"{type(exc).__name__}: {exc}"
                     log.exception("repository_failed", repository=repo.name, error=error)
-                outcomes.append({"repository": repo.name, "ok": False, "error": error})
+                # A git error names its remote: never with the remote's credentials.
+                outcomes.append({"repository": repo.name, "ok": False,
+                                 "error": redact_text(error)})
     return outcomes
 
 

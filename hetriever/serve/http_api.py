@@ -175,7 +175,9 @@ def create_app(service: DocsService, *, keys: KeyRing | None = None,
         status = status_of(exc)
         if status >= 500:
             log.error("request_failed", path=request.url.path, error=str(exc))
-        return _error(status, str(exc), **({"Retry-After": "1"} if status == 503 else {}))
+        # The log keeps the whole sentence; the caller gets it without server paths.
+        return _error(status, service.public_message(exc),
+                      **({"Retry-After": "1"} if status == 503 else {}))
 
     @app.exception_handler(HTTPException)
     async def on_http(request: Request, exc: HTTPException) -> JSONResponse:

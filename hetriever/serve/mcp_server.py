@@ -120,7 +120,7 @@ def create_mcp(service: DocsService, keys: KeyRing, *, fixed_key: str | None = N
         try:
             return await service.call(fn, *args, **kwargs)
         except HetrieverError as exc:  # a bad query or an unknown page: tell the model, briefly
-            raise ToolError(str(exc)) from None
+            raise ToolError(service.public_message(exc)) from None
 
     @server.tool()
     async def search_docs(

@@ -28,10 +28,11 @@ from hetriever.catalog_records import address_host
 from hetriever.config import Settings
 from hetriever.errors import HetrieverError, InvalidFilterError, InvalidLimitError
 from hetriever.logs import get_logger
-from hetriever.names import as_given
+from hetriever.names import is_valid_repository_name, repository_name
+from hetriever.redact import hide_paths, public_url, server_places
 from hetriever.search import hybrid_search, plan_collections
 from hetriever.serve import pages
-from hetriever.store import ChromaKnowledgeStore, validate_collection_name
+from hetriever.store import ChromaKnowledgeStore
 
 log = get_logger(__name__)
 
@@ -79,6 +80,18 @@ def check_text(value: Any, what: str) -> None:
                            hint="send valid UTF-8 text") from None
 
 
+def check_repository_name(name: Any) -> str:
+    """A repository as the caller named it, exactly: a name that is not one is a 400, never
+    read as another (`hugo-docs' --` is not `hugo-docs`, `../../etc` not `etc`)."""
+    if isinstance(name, str) and is_valid_repository_name(name):
+        return name
+    guess = repository_name(name) if isinstance(name, str) else ""
+    hint = (f"did you mean {guess!r}? " if guess != name and is_valid_repository_name(guess)
+            else "") + "repository names are 3-63 lower-case letters, digits and dashes " \
+                       "(GET /repositories lists them)"
+    raise RequestError(f"invalid repository name {name!r}", hint=hint)
+
+
 class DocsService:
     def __init__(self, settings: Settings, *, store: ChromaKnowledgeStore | None = None,
                  limits: Limits | None = None) -> None:
@@ -105,6 +118,14 @@ class DocsService:
         self.store.embedder.embed(["warm up"])
         for name in self.store.repository_names():
             self.store.count_sync(name)
+
+    def public_message(self, exc: BaseException) -> str:
+        """An error's sentence as a remote caller may read it: the server's directories
+        named by what they are, no credentials."""
+        s = self.settings
+        places = server_places([("docs root", s.docs_root), ("chroma data", s.chroma_path),
+                                ("state dir", s.resolved_state_dir), ("model dir", s.resolved_model_dir)])
+        return hide_paths(str(exc), places)
 
     def ready(self) -> bool:
         return self.store.health_check_sync()
@@ -147,9 +168,10 @@ class DocsService:
             raise RequestError("filters must be a JSON object",
                                hint='e.g. {"section": "functions"}')
         check_text([filters, repositories, lang], "the request")
-        repositories = as_given(repositories)  # `opentelemetry.io` for opentelemetry-io
+        for name in repositories or []:
+            check_repository_name(name)
         served = self.served_names()
-        names = [validate_collection_name(r) for r in repositories] if repositories else served
+        names = list(repositories) if repositories else served
         names = [n for n in names if n in served]
         # Named repositories this caller cannot search: missing and hidden ones alike, so the
         # answer says nothing about which exists.
@@ -325,7 +347,9 @@ class DocsService:
             indexed = record.last_commit if record else ""
             head = heads.get(name)
             rows.append({
-                "repository": name, "url": record.url if record else "",
+                # Published without credentials, and only a network address (a clone
+                # from a directory here would name a server path).
+                "repository": name, "url": public_url(record.url) if record else "",
                 "access_level": plan.declared, "indexed_commit": indexed,
                 "checked_out_commit": head,
                 "up_to_date": None if head is None else bool(indexed) and indexed == head,
