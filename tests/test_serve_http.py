@@ -299,3 +299,25 @@ def test_a_first_ingest_that_did_not_complete_is_not_served(api, served_docs):
     assert served_docs.cli("ingest", "-r", "late-docs", "--json").returncode == 0
     found = search(api, q="wombat burrow guide", k=10, repository="late-docs")["results"]
     assert {r["title"] for r in found} == {"Wombat a", "Wombat b", "Wombat c"}
+
+
+def test_docs_page_works_offline_from_the_apps_own_files(api):
+    """Swagger UI's page names no other host: its script, stylesheet and icon are served here,
+    and Swagger UI's online validator is off."""
+    import re
+
+    page = get(api, "/docs")
+    assert page.status_code == 200 and "text/html" in page.headers["content-type"]
+    html = page.text
+    assert "http://" not in html and "https://" not in html and "//cdn" not in html
+    refs = re.findall(r"""(?:src|href)=["']([^"']+)["']""", html)
+    assert refs and all(r.startswith("/") and not r.startswith("//") for r in refs), refs
+    assert "validatorUrl" in html and "null" in html
+    for ref in refs:
+        asset = get(api, ref)
+        assert asset.status_code == 200 and len(asset.content) > 100, ref
+    assert "SwaggerUIBundle" in get(api, "/docs/assets/swagger-ui-bundle.js").text
+    assert get(api, "/docs/assets/LICENSE").status_code == 200
+    assert get(api, "/docs/assets/swagger-editor.js").status_code == 404  # only what /docs needs
+    assert get(api, "/redoc").status_code == 404  # its script comes from a CDN: not served
+    assert get(api, "/openapi.json").json()["info"]["title"] == "hetriever"

@@ -29,13 +29,14 @@ from hetriever.errors import (
     InvalidLimitError,
 )
 from hetriever.logs import get_logger
+from hetriever.serve import docs_page
 from hetriever.serve.keys import InvalidKeyError, KeyRing, key_from_headers
 from hetriever.serve.service import Busy, DocsService, NotFound, RequestError, TooLarge
 from hetriever.serve.telemetry import PROMETHEUS_CONTENT_TYPE, Telemetry
 
 log = get_logger(__name__)
 
-OPEN_PATHS = ("/healthz", "/readyz", "/metrics", "/docs", "/openapi.json", "/redoc")
+OPEN_PATHS = ("/healthz", "/readyz", "/metrics", "/docs", "/openapi.json", *docs_page.PATHS)
 BAD_REQUEST = (RequestError, InvalidFilterError, InvalidLimitError, InvalidCollectionNameError,
                ConfigurationError)
 
@@ -166,7 +167,9 @@ def create_app(service: DocsService, *, keys: KeyRing | None = None,
     app = FastAPI(title="hetriever", version="0.1.0",
                   description="Hybrid search over Hugo documentation kept in step with git. "
                               "Send an API key as `Authorization: Bearer <key>` or "
-                              "`X-API-Key` for levels above PUBLIC.")
+                              "`X-API-Key` for levels above PUBLIC.",
+                  docs_url=None, redoc_url=None)  # /docs below, with no CDN
+    docs_page.add_docs(app, "hetriever")
     app.state.service = service
     app.state.telemetry = telemetry
 

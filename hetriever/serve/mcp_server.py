@@ -19,9 +19,12 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
 from hetriever.errors import HetrieverError
+from hetriever.logs import get_logger
 from hetriever.serve.keys import ENV_CLIENT_KEY, InvalidKeyError, KeyRing, key_from_headers
 from hetriever.serve.service import DocsService, Limits
 from hetriever.serve.telemetry import Telemetry
+
+log = get_logger(__name__)
 
 CHARS_PER_TOKEN = 4
 DEFAULT_TOKEN_BUDGET = 2000
@@ -121,6 +124,9 @@ def create_mcp(service: DocsService, keys: KeyRing, *, fixed_key: str | None = N
             return await service.call(fn, *args, **kwargs)
         except HetrieverError as exc:  # a bad query or an unknown page: tell the model, briefly
             raise ToolError(service.public_message(exc)) from None
+        except Exception as exc:  # a bug: the SDK would hand str(exc) (paths...) to the model
+            log.exception("tool_crashed", error=str(exc))
+            raise ToolError("internal error (logged)") from None
 
     @server.tool()
     async def search_docs(

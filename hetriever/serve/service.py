@@ -25,7 +25,7 @@ from hetriever import published
 from hetriever.access import caller_levels, denial
 from hetriever.catalog import INDEXED
 from hetriever.catalog_records import address_host
-from hetriever.config import Settings
+from hetriever.config import ACCESS_LEVELS, Settings
 from hetriever.errors import HetrieverError, InvalidFilterError, InvalidLimitError
 from hetriever.logs import get_logger
 from hetriever.names import is_valid_repository_name, repository_name
@@ -37,6 +37,9 @@ from hetriever.store import ChromaKnowledgeStore
 log = get_logger(__name__)
 
 GROUPS = ("page", "chunk")
+# A title-like query (the exact-match path) and a question (the links prior).
+WARM_UP_QUERIES = ("getting started guide",
+                   "how do I configure the settings of my site for a new release")
 # A page read that meets a file mid-rewrite waits this long, growing, between tries
 # (a write window's BM25 commit follows its Chroma delete within milliseconds).
 PAGE_READ_ATTEMPTS = 5
@@ -114,10 +117,20 @@ class DocsService:
             self._waiting -= 1
 
     def warm_up(self) -> None:
-        """Load the model and open every collection before the first request."""
+        """Pay before the first request what the first searches would: the tokenizer and
+        onnxruntime's first runs, each collection opened with its vector index loaded, each
+        BM25 in-memory copy, the query-language and exact-match look-ups, the links prior.
+        Real searches over every served repository do all of it (with every access level,
+        so every collection is touched; their answers go nowhere)."""
         self.store.embedder.embed(["warm up"])
-        for name in self.store.repository_names():
-            self.store.count_sync(name)
+        served = self.served_names()
+        if not served:
+            return
+        levels = sorted(ACCESS_LEVELS)
+        for query in WARM_UP_QUERIES:
+            for group in GROUPS:
+                hybrid_search(self.store, query, self.default_k, None, namespaces=served,
+                              access_levels=levels, group_by=group)
 
     def public_message(self, exc: BaseException) -> str:
         """An error's sentence as a remote caller may read it: the server's directories
