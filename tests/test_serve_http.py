@@ -321,3 +321,13 @@ def test_docs_page_works_offline_from_the_apps_own_files(api):
     assert get(api, "/docs/assets/swagger-editor.js").status_code == 404  # only what /docs needs
     assert get(api, "/redoc").status_code == 404  # its script comes from a CDN: not served
     assert get(api, "/openapi.json").json()["info"]["title"] == "hetriever"
+
+
+def test_the_warm_up_before_ready_is_not_counted_as_requests(served_docs):
+    """`serve` sends searches through its own app before it listens: none is a caller's."""
+    with running(served_docs, "serve") as served:
+        text = get(served, "/metrics").text
+        assert 'endpoint="/search"' not in text and "hetriever_search_results_total 0.0" in text
+        search(served, q="where function")
+        text = get(served, "/metrics").text
+        assert 'hetriever_request_seconds_count{endpoint="/search",status="200"} 1.0' in text

@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-import anyio
-import anyio.to_thread
+import asyncio
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 from hetriever import published
 from hetriever.access import caller_levels, denial
@@ -101,18 +102,35 @@ class DocsService:
         self.settings = settings
         self.store = store if store is not None else ChromaKnowledgeStore(settings)
         self.limits = limits or Limits()
-        self._limiter = anyio.CapacityLimiter(self.limits.max_concurrency)
+        self._pool: ThreadPoolExecutor | None = None
         self._waiting = 0
 
     # -- running blocking work off the event loop, with a cap --------------------------
+
+    def _threads(self) -> ThreadPoolExecutor:
+        """`max_concurrency` threads of the service's own, kept for its life: a thread
+        pool that lets idle threads go (anyio's, after 10 s) makes the next request wait
+        for a new one, and a new thread waits a whole scheduling period on a busy machine."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.limits.max_concurrency,
+                                            thread_name_prefix="search")
+        return self._pool
+
+    def start_threads(self) -> None:
+        """Every search thread started now, before the first request."""
+        count = self.limits.max_concurrency
+        started = threading.Barrier(count + 1)
+        pool = self._threads()
+        for _ in range(count):  # each blocks until all are up, so each gets its own thread
+            pool.submit(started.wait, 60)
+        started.wait(60)
 
     async def call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         if self._waiting >= self.limits.max_concurrency + self.limits.max_waiting:
             raise Busy("the server is busy", hint="retry in a moment")
         self._waiting += 1
         try:
-            return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs),
-                                                  limiter=self._limiter)
+            return await asyncio.wrap_future(self._threads().submit(fn, *args, **kwargs))
         finally:
             self._waiting -= 1
 
@@ -122,6 +140,7 @@ class DocsService:
         BM25 in-memory copy, the query-language and exact-match look-ups, the links prior.
         Real searches over every served repository do all of it (with every access level,
         so every collection is touched; their answers go nowhere)."""
+        self.start_threads()
         self.store.embedder.embed(["warm up"])
         served = self.served_names()
         if not served:
@@ -389,4 +408,6 @@ class DocsService:
         return heads
 
     def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
         self.store.close_sync()
