@@ -12,15 +12,14 @@ is treated exactly like one that does not exist.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
-
-import asyncio
-import threading
-from concurrent.futures import ThreadPoolExecutor
 
 from hetriever import published
 from hetriever.access import caller_levels, denial
@@ -156,7 +155,8 @@ class DocsService:
         named by what they are, no credentials."""
         s = self.settings
         places = server_places([("docs root", s.docs_root), ("chroma data", s.chroma_path),
-                                ("state dir", s.resolved_state_dir), ("model dir", s.resolved_model_dir)])
+                                ("state dir", s.resolved_state_dir),
+                                ("model dir", s.resolved_model_dir)])
         return hide_paths(str(exc), places)
 
     def ready(self) -> bool:
