@@ -34,6 +34,7 @@ from chromadb.errors import NotFoundError
 
 from hetriever.catalog import DELETED, INDEXED, now_iso
 from hetriever.logs import get_logger
+from hetriever.redact import redact_url
 
 log = get_logger(__name__)
 
@@ -107,7 +108,7 @@ def publish_sync(store: Any, repository: str, changed: list[str] | None = None) 
         meta = {
             "collection": physical,
             "access_level": record.access_level if record else "PUBLIC",
-            "url": record.url if record else "",
+            "url": redact_url(record.url) if record else "",  # an older catalog's too
             "settings": json.dumps(record.settings if record else {}, sort_keys=True),
             "levels": json.dumps(collection.levels if collection else []),
             "fingerprint": collection.fingerprint if collection else store.fingerprint(),
