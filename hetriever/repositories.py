@@ -21,7 +21,6 @@ from hetriever.errors import (
 )
 from hetriever.logs import get_logger
 from hetriever.models import Repository
-from hetriever.redact import redact_url
 from hetriever.names import (
     NAME_MAX,
     NAME_MIN,
@@ -29,6 +28,7 @@ from hetriever.names import (
     is_valid_repository_name,
     repository_name,
 )
+from hetriever.redact import redact_url
 
 if TYPE_CHECKING:
     from hetriever.config import Settings
