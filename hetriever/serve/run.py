@@ -15,7 +15,7 @@ from hetriever.serve.keys import (ENV_CLIENT_KEY, ENV_KEYS, ENV_KEYS_FILE, Inval
                                   KeyRing)
 from hetriever.serve.service import DocsService, Limits
 from hetriever.serve.telemetry import Telemetry
-from hetriever.serve.warm import settle, warm_http
+from hetriever.serve.warm import settle, warm_http, warm_mcp
 
 log = get_logger(__name__)
 
@@ -99,6 +99,7 @@ def mcp(settings: Settings, *, transport: str, host: str, port: int) -> int:
         keys.levels(fixed)
     with _stdout_to_stderr() if transport == "stdio" else contextlib.nullcontext():
         service = _service(settings)
+        warm_mcp(service, keys)  # the tools' first calls
         settle()
         telemetry = Telemetry(settings.resolved_state_dir, "mcp")
         server = create_mcp(service, keys, fixed_key=fixed if transport == "stdio" else None,

@@ -1,11 +1,12 @@
-"""Warming `hetriever serve` through its own HTTP stack before it listens.
+"""Warming `hetriever serve` (and `hetriever mcp`) through their own stacks before they answer.
 
 `DocsService.warm_up` pays what a search costs the first time (the model's first runs, each
 collection's vector index, the BM25 copies); what is left of a first request's extra cost is
 the web stack's: the middleware, routing, validation, JSON encoding, the hop to a worker
 thread, each run for the first time in the process. One search and one page read sent
-through a copy of the app, in this process, before the server listens, pay that too. Their
-telemetry goes nowhere: /metrics and the metrics store count callers' requests only.
+through a copy of the app, in this process, before the server listens, pay that too; `mcp`
+calls its tools once through a copy of its server connected in process. Their telemetry goes
+nowhere: /metrics and the metrics store count callers' requests only.
 
 Then `settle` collects garbage once and freezes what is left (`gc.freeze`): the model, the
 BM25 copies and the rest of the warm state, ~90k objects at 3.8k chunks, are no longer walked
@@ -61,6 +62,28 @@ def warm_http(service: DocsService, keys: KeyRing) -> None:
         log.warning("warm_up_failed", error=f"{type(exc).__name__}: {exc}")
     finally:
         telemetry.close()
+
+
+def warm_mcp(service: DocsService, keys: KeyRing) -> None:
+    """The MCP tools' first calls, through a copy of the MCP server connected in process
+    (no telemetry: nothing is recorded)."""
+    from mcp.client import Client
+
+    from hetriever.serve.mcp_server import create_mcp
+
+    server = create_mcp(service, keys)
+
+    async def calls() -> None:
+        async with Client(server) as client:
+            await client.list_tools()
+            await client.call_tool("list_repositories", {})
+            for query in WARM_UP_QUERIES:
+                await client.call_tool("search_docs", {"query": query})
+
+    try:
+        anyio.run(calls)
+    except Exception as exc:  # a warm-up that fails costs the first caller time, no more
+        log.warning("warm_up_failed", error=f"{type(exc).__name__}: {exc}")
 
 
 def settle() -> None:
