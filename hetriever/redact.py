@@ -51,13 +51,17 @@ def public_url(url: str) -> str:
 
 
 def server_places(places: Iterable[tuple[str, Path | str | None]]) -> list[tuple[str, str]]:
-    """(path text, label) pairs for `hide_paths`, each directory as given and resolved,
-    longest first so a directory inside another is named by the nearer one."""
+    """(path text, label) pairs for `hide_paths`: each directory's absolute forms (as given
+    when absolute, and resolved), longest first so a directory inside another is named by the
+    nearer one. A relative form (`docs`) is left out: as plain text it is also a word of
+    other things (`sample-docs/...`), and it says nothing of the server's layout."""
     pairs: dict[str, str] = {}
     for label, place in places:
         if not place:
             continue
-        for form in (str(place), str(Path(place).expanduser().resolve())):
+        given = Path(place).expanduser()
+        forms = [str(given.resolve())] + ([str(given)] if given.is_absolute() else [])
+        for form in forms:
             form = form.rstrip("/")
             if len(form) > 1 and form not in pairs:  # never "/" itself
                 pairs[form] = f"<{label}>"

@@ -252,3 +252,16 @@ def test_a_gitmodules_path_leading_out_is_no_repository_named_after_its_last_par
                                         '\turl = https://x.invalid/etc\n')
     (only,) = discover_repositories(parent)
     assert only.name == "../../etc" and "outside the parent" in only.problem
+
+
+def test_a_relative_setting_hides_its_resolved_path_and_leaves_words_alone(tmp_path, monkeypatch):
+    from hetriever.config import load_settings
+    from hetriever.serve.service import DocsService
+
+    monkeypatch.chdir(tmp_path)
+    settings = load_settings(env={}, config_file=None, docs_root=Path("docs"),
+                             chroma_path=Path("chroma_data"))
+    service = DocsService(settings, store=object())  # type: ignore[arg-type]
+    said = service.public_message(RuntimeError(
+        f"no page 'sample-docs/content/docs/a.md' under {tmp_path / 'docs'}"))
+    assert said == "no page 'sample-docs/content/docs/a.md' under <docs root>"
