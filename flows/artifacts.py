@@ -13,6 +13,7 @@ from collections import Counter
 
 from prefect.artifacts import acreate_markdown_artifact
 
+from hetriever.core.redact import redact_text
 from hetriever.core.models import IndexResult, SkippedFile
 
 LIST_LIMIT = 500  # files listed in the skipped-files artifact
@@ -23,7 +24,8 @@ def artifact_key(name: str) -> str:
 
 
 def _cell(text: object) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+    # Errors name git remotes: never with their credentials.
+    return redact_text(str(text)).replace("|", "\\|").replace("\n", " ")
 
 
 def skip_reason_kind(reason: str) -> str:

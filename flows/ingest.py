@@ -20,6 +20,7 @@ from prefect.states import Completed, Failed
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows.artifacts import publish_repository, summary_markdown
+from hetriever.core.redact import redact_text
 from flows.run_logs import ParentProgress, prefect_run_logging
 from hetriever.core.config import Settings, load_settings
 from hetriever.discover.changes import select_repositories
@@ -219,10 +220,13 @@ async def _ingest(settings: Settings, repositories: list[str] | None, force_full
                 details = data if isinstance(data, dict) else {}
                 error = state.message if details else str(data)
                 outcomes.append({"repository": repo.name, "ok": False,
-                                 "error": error or state.message, **details})
+                                 "error": redact_text(error or state.message or ""),
+                                 **details})
         except (HetrieverError, subprocess.CalledProcessError, OSError) as exc:
-            logger.error("%s failed: %s", repo.name, exc)
-            outcomes.append({"repository": repo.name, "ok": False, "error": str(exc)})
+            # A failed fetch names the remote: never with its credentials.
+            logger.error("%s failed: %s", repo.name, redact_text(str(exc)))
+            outcomes.append({"repository": repo.name, "ok": False,
+                             "error": redact_text(str(exc))})
 
     summary = {"repositories": outcomes,
                "ok": sum(o["ok"] for o in outcomes), "failed": sum(not o["ok"] for o in outcomes)}

@@ -424,6 +424,39 @@ def test_a_fetch_that_cannot_reach_the_remote_fails_that_repository_clearly(samp
     assert "remote `origin`" in repo["error"]  # the hint travels with the error
 
 
+def test_a_failed_fetch_reports_its_remote_without_credentials(sample_parent, monkeypatch):
+    """A git error that names the remote with its token: the outcome, the summary artifact
+    and the run's log lines carry it without the token."""
+    import flows.ingest as ingest_flow
+    from hetriever.core.errors import SourceError
+    from prefect.client.orchestration import get_client
+
+    token = "ghp_flowsecret0123456789"
+
+    def fails(repo, ref):
+        raise SourceError(f"git fetch failed: repository 'https://bot:{token}@example.invalid"
+                          "/acme/docs.git/' not found")
+
+    monkeypatch.setattr(ingest_flow, "update_checkout", fails)
+    state, summary = run_ingest(fetch=True)
+    assert state.is_failed()
+    (repo,) = summary["repositories"]
+    assert not repo["ok"] and "https://example.invalid/acme/docs.git/" in repo["error"]
+    assert token not in repo["error"]
+
+    async def artifact_and_logs() -> str:
+        from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+
+        async with get_client() as client:
+            latest = await client.read_latest_artifacts()
+            logs = await client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(
+                any_=[state.state_details.flow_run_id])))
+        return "\n".join([str(a.data) for a in latest] + [log.message for log in logs])
+
+    published = asyncio.run(artifact_and_logs())
+    assert "example.invalid" in published and token not in published
+
+
 def test_a_fetching_run_names_a_submodule_that_is_not_checked_out(sample_parent):
     parent, _ = sample_parent
     subprocess.run(["git", "submodule", "deinit", "-q", "-f", "docs/sample-docs"], cwd=parent,

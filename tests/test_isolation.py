@@ -94,14 +94,14 @@ def test_bad_submodules_fail_alone_and_never_stop_the_good_one(tmp_path, minilm_
     got = by_repo(outcomes)
     assert code == 1
     assert got["good-docs"]["ok"] and got["good-docs"]["files_indexed"] == 2
-    assert "outside the parent repository" in got["etc"]["error"]
+    assert "outside the parent repository" in got["../../etc"]["error"] and "etc" not in got
     assert "not initialised" in got["lazy-docs"]["error"]
 
     code, outcomes, _ = json_run(parent, env, "ingest", "-r", "good-docs")
     assert code == 0 and [o["repository"] for o in outcomes] == ["good-docs"]
     code, rows, _ = json_run(parent, env, "status")
     assert code == 0 and by_repo(rows)["good-docs"]["up_to_date"]
-    assert "outside the parent" in by_repo(rows)["etc"]["error"]
+    assert "outside the parent" in by_repo(rows)["../../etc"]["error"]
 
 
 def test_a_mistyped_content_dir_or_a_mass_delete_changes_nothing(tmp_path, minilm_model_dir):

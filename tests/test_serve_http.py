@@ -73,9 +73,9 @@ def test_filters_repository_and_language(api):
     assert "query_language" not in search(api, q="where function", k=3)
     only = search(api, TEAM_KEY, q="kestrel", k=10, repository="team-notes")
     assert repositories_of(only) == {"team-notes"}
-    # a repository named as its submodule's directory might be
-    assert repositories_of(search(api, TEAM_KEY, q="kestrel", k=10,
-                                  repository="Team.Notes")) == {"team-notes"}
+    # a name that is not the repository's is refused, with the name it might have meant
+    refused = get(api, "/search", TEAM_KEY, q="kestrel", repository="Team.Notes")
+    assert refused.status_code == 400 and "did you mean 'team-notes'" in refused.json()["error"]
     missing = search(api, q="where", repository="no-such-docs")
     assert missing["results"] == []
 
@@ -299,3 +299,35 @@ def test_a_first_ingest_that_did_not_complete_is_not_served(api, served_docs):
     assert served_docs.cli("ingest", "-r", "late-docs", "--json").returncode == 0
     found = search(api, q="wombat burrow guide", k=10, repository="late-docs")["results"]
     assert {r["title"] for r in found} == {"Wombat a", "Wombat b", "Wombat c"}
+
+
+def test_docs_page_works_offline_from_the_apps_own_files(api):
+    """Swagger UI's page names no other host: its script, stylesheet and icon are served here,
+    and Swagger UI's online validator is off."""
+    import re
+
+    page = get(api, "/docs")
+    assert page.status_code == 200 and "text/html" in page.headers["content-type"]
+    html = page.text
+    assert "http://" not in html and "https://" not in html and "//cdn" not in html
+    refs = re.findall(r"""(?:src|href)=["']([^"']+)["']""", html)
+    assert refs and all(r.startswith("/") and not r.startswith("//") for r in refs), refs
+    assert "validatorUrl" in html and "null" in html
+    for ref in refs:
+        asset = get(api, ref)
+        assert asset.status_code == 200 and len(asset.content) > 100, ref
+    assert "SwaggerUIBundle" in get(api, "/docs/assets/swagger-ui-bundle.js").text
+    assert get(api, "/docs/assets/LICENSE").status_code == 200
+    assert get(api, "/docs/assets/swagger-editor.js").status_code == 404  # only what /docs needs
+    assert get(api, "/redoc").status_code == 404  # its script comes from a CDN: not served
+    assert get(api, "/openapi.json").json()["info"]["title"] == "hetriever"
+
+
+def test_the_warm_up_before_ready_is_not_counted_as_requests(served_docs):
+    """`serve` sends searches through its own app before it listens: none is a caller's."""
+    with running(served_docs, "serve") as served:
+        text = get(served, "/metrics").text
+        assert 'endpoint="/search"' not in text and "hetriever_search_results_total 0.0" in text
+        search(served, q="where function")
+        text = get(served, "/metrics").text
+        assert 'hetriever_request_seconds_count{endpoint="/search",status="200"} 1.0' in text

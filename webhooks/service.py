@@ -33,6 +33,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from hetriever.core.redact import redact_text
 from hetriever.store.catalog_records import CATALOG_FILE
 from hetriever.core.config import Settings, WebhookSettings, load_settings
 from hetriever.core.errors import ConfigurationError
@@ -395,7 +396,8 @@ def create_app(config: WebhookConfig) -> Starlette:
             flow_run_id = await start_ingest(config, repository, commit, delivery)
         except PrefectUnavailable as exc:
             store.release(delivery)
-            return 503, {"status": "error", "repository": repository, "error": str(exc)}
+            return 503, {"status": "error", "repository": repository,
+                         "error": redact_text(str(exc))}  # PREFECT_API_URL may hold a login
         except BaseException:
             store.release(delivery)
             raise

@@ -24,6 +24,7 @@ def status_rows(settings, repos, *, fetch: bool = False) -> list[dict[str, Any]]
     from hetriever.store.catalog import DELETED, FAILED, INDEXED, SKIPPED
     from hetriever.discover.changes import head_commit
     from hetriever.discover.upstream import Upstream, upstream
+    from hetriever.core.redact import redact_text
     from hetriever.core.errors import SourceError
     from hetriever.index.lifecycle import needs_migration
     from hetriever.core.names import is_valid_repository_name
@@ -38,7 +39,7 @@ def status_rows(settings, repos, *, fetch: bool = False) -> list[dict[str, Any]]
         if not is_valid_repository_name(repo.name):  # it has no index: only its problem
             rows.append({
                 "repository": repo.name, "checked_out": "", "indexed_commit": "",
-                "up_to_date": False, "status": "unusable", "error": repo.problem,
+                "up_to_date": False, "status": "unusable", "error": redact_text(repo.problem),
                 "collection": "", "access_level": settings.access_levels.get(repo.name, "PUBLIC"),
                 "files": 0, "chunks": 0, "skipped": 0, "skipped_reasons": {}, "failures": 0,
                 "failed_files": [],
@@ -64,7 +65,7 @@ def status_rows(settings, repos, *, fetch: bool = False) -> list[dict[str, Any]]
             "indexed_commit": indexed,
             "up_to_date": bool(indexed) and indexed == head,
             "status": _index_status(meta, record),
-            "error": error,
+            "error": redact_text(error),
             "collection": physical or "",
             "access_level": record.access_level if record else
             settings.access_levels.get(repo.name, "PUBLIC"),
@@ -74,7 +75,7 @@ def status_rows(settings, repos, *, fetch: bool = False) -> list[dict[str, Any]]
             # by rule: "draft", "expired", "not rendered", "snippet (not a page)", ...
             "skipped_reasons": dict(Counter(f.reason.split(":")[0].strip() for f in skips)),
             "failures": len(failures),
-            "failed_files": [{"path": f.path, "reason": f.reason} for f in failures],
+            "failed_files": [{"path": f.path, "reason": redact_text(f.reason)} for f in failures],
             "soft_deleted_files": counts.get(DELETED, 0),
             "last_run": record.last_run_at if record else "",
             "last_run_outcome": record.last_run_outcome if record else "",

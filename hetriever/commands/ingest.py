@@ -6,6 +6,7 @@ import argparse
 import asyncio
 from contextlib import ExitStack, contextmanager
 
+from hetriever.core.redact import redact_text
 from hetriever.commands.common import (EXIT_FAILED, EXIT_OK, cli_settings, index_location,
                                        make_console, note_location, print_json)
 from hetriever.core.errors import HetrieverError, UserError
@@ -92,7 +93,9 @@ async def ingest_local(settings, names: list[str] | None, force_full: bool,
                 else:  # not a known condition: keep the traceback in the log
                     error = f"{type(exc).__name__}: {exc}"
                     log.exception("repository_failed", repository=repo.name, error=error)
-                outcomes.append({"repository": repo.name, "ok": False, "error": error})
+                # A git error names its remote: never with the remote's credentials.
+                outcomes.append({"repository": repo.name, "ok": False,
+                                 "error": redact_text(error)})
     return outcomes
 
 

@@ -13,6 +13,8 @@ from typing import Any
 
 import structlog
 
+from hetriever.core.redact import redact_text
+
 _configured = False
 _level, _format = "INFO", "console"  # as last configured, for libraries' loggers
 
@@ -33,6 +35,7 @@ def configure_logging(level: str = "INFO", fmt: str = "console", sink: str = "st
                 structlog.contextvars.merge_contextvars,
                 structlog.processors.StackInfoRenderer(),
                 structlog.processors.format_exc_info,
+                _redact,
                 structlog.processors.JSONRenderer() if fmt == "json" else _render_event,
             ],
             wrapper_class=structlog.make_filtering_bound_logger(
@@ -49,6 +52,7 @@ def configure_logging(level: str = "INFO", fmt: str = "console", sink: str = "st
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.StackInfoRenderer(),
             structlog.processors.format_exc_info,
+            _redact,
             _renderer(fmt),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(
@@ -76,13 +80,23 @@ def follow_level(*libraries: str) -> None:
         foreign_pre_chain=[structlog.stdlib.add_logger_name, structlog.processors.add_log_level,
                            structlog.processors.TimeStamper(fmt="iso", utc=True)],
         processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-                    structlog.processors.format_exc_info, _renderer(_format)]))
+                    structlog.processors.format_exc_info, _redact, _renderer(_format)]))
     root = logging.getLogger()
     root.handlers = [handler]
     level = logging.getLevelName(_level)
     root.setLevel(max(level, logging.WARNING))
     for name in libraries:
         logging.getLogger(name).setLevel(level)
+
+
+def _redact(_logger: Any, _name: str,
+            event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """Credentials out of every URL a line holds (a repository's remote, a git error, a
+    traceback), whatever field it is in."""
+    for key, value in event_dict.items():
+        if isinstance(value, str) and "@" in value:
+            event_dict[key] = redact_text(value)
+    return event_dict
 
 
 def _render_event(_logger: Any, _name: str, event_dict: MutableMapping[str, Any]) -> str:

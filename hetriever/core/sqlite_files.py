@@ -39,3 +39,21 @@ def in_batches(items: Sequence[T], size: int = IN_BATCH) -> Iterator[Sequence[T]
     """`items` in slices of at most `size`, one `IN (...)` query each."""
     for start in range(0, len(items), size):
         yield items[start:start + size]
+
+
+def is_damaged(exc: sqlite3.DatabaseError) -> bool:
+    """Whether `exc` says the file is no SQLite database or a malformed one (not a lock or
+    an I/O error, which are `OperationalError`s and pass)."""
+    return not isinstance(exc, sqlite3.OperationalError)
+
+
+def set_aside(path: Path) -> Path:
+    """Move a damaged SQLite file to `<name>.damaged-<time>` (its -wal and -shm removed), so
+    the next connection starts an empty one; returns where it went."""
+    import time
+
+    aside = path.with_name(f"{path.name}.damaged-{int(time.time())}")
+    path.replace(aside)
+    for suffix in ("-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    return aside

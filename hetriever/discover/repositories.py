@@ -29,6 +29,7 @@ from hetriever.core.names import (
     is_valid_repository_name,
     repository_name,
 )
+from hetriever.core.redact import redact_url
 from hetriever.discover.site import Site
 
 if TYPE_CHECKING:
@@ -109,13 +110,14 @@ def discover_repositories(
 
     repos: dict[str, Repository] = {}
     for directory, path, url, problem, branch in found:
-        name = repository_name(directory)
+        # A submodule path leading out keeps its path as its name, unchanged (and invalid).
+        name = directory if _leads_out(directory) else repository_name(directory)
         if name != directory:
             log.info("repository_named", repository=name, directory=directory, path=str(path))
         try:
             validate_repository_name(name, path)
         except InvalidRepositoryNameError as exc:
-            if len(found) == 1:
+            if len(found) == 1 and not problem:
                 raise
             # One badly named repository fails alone, like one that is not checked out.
             log.error("repository_name_invalid", repository=name, error=str(exc))
@@ -127,7 +129,8 @@ def discover_repositories(
                      "dashes; rename one of the directories",
             )
         repos[name] = Repository(
-            name=name, path=path, url=urls.get(name, url), content_dir=content_dir,
+            # Stored and published without credentials: the catalog, the manifest.
+            name=name, path=path, url=redact_url(urls.get(name, url)), content_dir=content_dir,
             problem=problem, branch=branch,
         )
     return [repos[name] for name in sorted(repos)]
@@ -212,9 +215,20 @@ def _from_gitmodules(parent: Path) -> list[tuple[str, Path, str, str, str]]:
                           entry.get("url", ""), "", entry.get("branch", "")))
         except SourceError as exc:
             log.error("submodule_unusable", submodule=sub_name, error=str(exc))
-            found.append((name, parent / ".git" / "unusable-submodule" / name,
+            if _leads_out(entry["path"]):
+                # Named by its path as written (`../../etc`): it is no repository, and must
+                # not pass for one called `etc`.
+                name = entry["path"]
+            found.append((name, parent / ".git" / "unusable-submodule" / str(len(found)),
                           entry.get("url", ""), str(exc), entry.get("branch", "")))
     return found
+
+
+def _leads_out(rel: str) -> bool:
+    """Whether a submodule path is absolute or climbs with `..` (a directory's own name,
+    never: it holds no "/")."""
+    pure = PurePosixPath(rel)
+    return pure.is_absolute() or ".." in pure.parts
 
 
 def _current_branch(path: Path) -> str:

@@ -64,6 +64,7 @@ from hetriever.index.process import (  # noqa: F401 (re-exported: the per-file s
     safe_process_text,
     token_counter,
 )
+from hetriever.store.recovery import adopt_orphaned_collection
 from hetriever.store.replica import publish_sync
 from hetriever.discover.repositories import check_usable
 from hetriever.store.store_types import IndexingStore
@@ -312,6 +313,9 @@ async def index_repository(repo: Repository, store: IndexingStore, settings: Set
     """
     check_usable(repo)  # a submodule not checked out, a bad name: this repository fails alone
     with run_lock(settings, repo.name):
+        # A lost or replaced catalog names no collection while Chroma holds one: adopted,
+        # so this run is a full pass against it rather than a fresh build over old chunks.
+        await asyncio.to_thread(adopt_orphaned_collection, store, repo.name)
         # Writing the active generation (not a migration's pinned one): under this lock,
         # another generation left building is abandoned.
         if store.physical_name(repo.name) == store.catalog.active(repo.name):

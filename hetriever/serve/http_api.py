@@ -28,6 +28,7 @@ from hetriever.core.errors import (
     InvalidFilterError,
     InvalidLimitError,
 )
+from hetriever.serve import docs_page
 from hetriever.core.logs import get_logger
 from hetriever.serve.keys import InvalidKeyError, KeyRing, key_from_headers
 from hetriever.serve.service import Busy, DocsService, NotFound, RequestError, TooLarge
@@ -35,7 +36,7 @@ from hetriever.serve.telemetry import PROMETHEUS_CONTENT_TYPE, Telemetry
 
 log = get_logger(__name__)
 
-OPEN_PATHS = ("/healthz", "/readyz", "/metrics", "/docs", "/openapi.json", "/redoc")
+OPEN_PATHS = ("/healthz", "/readyz", "/metrics", "/docs", "/openapi.json", *docs_page.PATHS)
 BAD_REQUEST = (RequestError, InvalidFilterError, InvalidLimitError, InvalidCollectionNameError,
                ConfigurationError)
 
@@ -166,7 +167,9 @@ def create_app(service: DocsService, *, keys: KeyRing | None = None,
     app = FastAPI(title="hetriever", version="0.1.0",
                   description="Hybrid search over Hugo documentation kept in step with git. "
                               "Send an API key as `Authorization: Bearer <key>` or "
-                              "`X-API-Key` for levels above PUBLIC.")
+                              "`X-API-Key` for levels above PUBLIC.",
+                  docs_url=None, redoc_url=None)  # /docs below, with no CDN
+    docs_page.add_docs(app, "hetriever")
     app.state.service = service
     app.state.telemetry = telemetry
 
@@ -175,7 +178,9 @@ def create_app(service: DocsService, *, keys: KeyRing | None = None,
         status = status_of(exc)
         if status >= 500:
             log.error("request_failed", path=request.url.path, error=str(exc))
-        return _error(status, str(exc), **({"Retry-After": "1"} if status == 503 else {}))
+        # The log keeps the whole sentence; the caller gets it without server paths.
+        return _error(status, service.public_message(exc),
+                      **({"Retry-After": "1"} if status == 503 else {}))
 
     @app.exception_handler(HTTPException)
     async def on_http(request: Request, exc: HTTPException) -> JSONResponse:

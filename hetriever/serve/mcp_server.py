@@ -18,10 +18,13 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
+from hetriever.core.logs import get_logger
 from hetriever.core.errors import HetrieverError
 from hetriever.serve.keys import ENV_CLIENT_KEY, InvalidKeyError, KeyRing, key_from_headers
 from hetriever.serve.service import DocsService, Limits
 from hetriever.serve.telemetry import Telemetry
+
+log = get_logger(__name__)
 
 CHARS_PER_TOKEN = 4
 DEFAULT_TOKEN_BUDGET = 2000
@@ -120,7 +123,10 @@ def create_mcp(service: DocsService, keys: KeyRing, *, fixed_key: str | None = N
         try:
             return await service.call(fn, *args, **kwargs)
         except HetrieverError as exc:  # a bad query or an unknown page: tell the model, briefly
-            raise ToolError(str(exc)) from None
+            raise ToolError(service.public_message(exc)) from None
+        except Exception as exc:  # a bug: the SDK would hand str(exc) (paths...) to the model
+            log.exception("tool_crashed", error=str(exc))
+            raise ToolError("internal error (logged)") from None
 
     @server.tool()
     async def search_docs(

@@ -15,6 +15,7 @@ from hetriever.serve.keys import (ENV_CLIENT_KEY, ENV_KEYS, ENV_KEYS_FILE, Inval
                                   KeyRing)
 from hetriever.serve.service import DocsService, Limits
 from hetriever.serve.telemetry import Telemetry
+from hetriever.serve.warm import settle, warm_http, warm_mcp
 
 log = get_logger(__name__)
 
@@ -70,6 +71,8 @@ def serve(settings: Settings, *, host: str, port: int, limits: Limits | None = N
 
     keys = KeyRing.from_env()  # a malformed key file stops the start, with one line
     service = _service(settings, limits)
+    warm_http(service, keys)  # the web stack's first-call costs, before /readyz answers
+    settle()
     telemetry = Telemetry(settings.resolved_state_dir, "http")
     app = create_app(service, keys=keys, telemetry=telemetry)
     log.info("serve_started", host=host, port=port, keys=len(keys.grants),
@@ -96,6 +99,8 @@ def mcp(settings: Settings, *, transport: str, host: str, port: int) -> int:
         keys.levels(fixed)
     with _stdout_to_stderr() if transport == "stdio" else contextlib.nullcontext():
         service = _service(settings)
+        warm_mcp(service, keys)  # the tools' first calls
+        settle()
         telemetry = Telemetry(settings.resolved_state_dir, "mcp")
         server = create_mcp(service, keys, fixed_key=fixed if transport == "stdio" else None,
                             telemetry=telemetry)

@@ -12,12 +12,16 @@ is treated exactly like one that does not exist.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from hetriever.core.redact import hide_paths, public_url, server_places
 import anyio
 import anyio.to_thread
 
@@ -25,10 +29,10 @@ from hetriever.search import published
 from hetriever.core.access import caller_levels, denial
 from hetriever.store.catalog import INDEXED
 from hetriever.store.catalog_records import address_host
-from hetriever.core.config import Settings
+from hetriever.core.config import ACCESS_LEVELS, Settings
 from hetriever.core.errors import HetrieverError, InvalidFilterError, InvalidLimitError
 from hetriever.core.logs import get_logger
-from hetriever.core.names import as_given
+from hetriever.core.names import is_valid_repository_name, repository_name
 from hetriever.search.hybrid import hybrid_search, plan_collections
 from hetriever.serve import pages
 from hetriever.search.knowledge_store import ChromaKnowledgeStore, validate_collection_name
@@ -36,6 +40,9 @@ from hetriever.search.knowledge_store import ChromaKnowledgeStore, validate_coll
 log = get_logger(__name__)
 
 GROUPS = ("page", "chunk")
+# A title-like query (the exact-match path) and a question (the links prior).
+WARM_UP_QUERIES = ("getting started guide",
+                   "how do I configure the settings of my site for a new release")
 # A page read that meets a file mid-rewrite waits this long, growing, between tries
 # (a write window's BM25 commit follows its Chroma delete within milliseconds).
 PAGE_READ_ATTEMPTS = 5
@@ -79,32 +86,81 @@ def check_text(value: Any, what: str) -> None:
                            hint="send valid UTF-8 text") from None
 
 
+def check_repository_name(name: Any) -> str:
+    """A repository as the caller named it, exactly: a name that is not one is a 400, never
+    read as another (`hugo-docs' --` is not `hugo-docs`, `../../etc` not `etc`)."""
+    if isinstance(name, str) and is_valid_repository_name(name):
+        return name
+    guess = repository_name(name) if isinstance(name, str) else ""
+    hint = (f"did you mean {guess!r}? " if guess != name and is_valid_repository_name(guess)
+            else "") + "repository names are 3-63 lower-case letters, digits and dashes " \
+                       "(GET /repositories lists them)"
+    raise RequestError(f"invalid repository name {name!r}", hint=hint)
+
+
 class DocsService:
     def __init__(self, settings: Settings, *, store: ChromaKnowledgeStore | None = None,
                  limits: Limits | None = None) -> None:
         self.settings = settings
         self.store = store if store is not None else ChromaKnowledgeStore(settings)
         self.limits = limits or Limits()
-        self._limiter = anyio.CapacityLimiter(self.limits.max_concurrency)
+        self._pool: ThreadPoolExecutor | None = None
         self._waiting = 0
 
     # -- running blocking work off the event loop, with a cap --------------------------
+
+    def _threads(self) -> ThreadPoolExecutor:
+        """`max_concurrency` threads of the service's own, kept for its life: a thread
+        pool that lets idle threads go (anyio's, after 10 s) makes the next request wait
+        for a new one, and a new thread waits a whole scheduling period on a busy machine."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.limits.max_concurrency,
+                                            thread_name_prefix="search")
+        return self._pool
+
+    def start_threads(self) -> None:
+        """Every search thread started now, before the first request."""
+        count = self.limits.max_concurrency
+        started = threading.Barrier(count + 1)
+        pool = self._threads()
+        for _ in range(count):  # each blocks until all are up, so each gets its own thread
+            pool.submit(started.wait, 60)
+        started.wait(60)
 
     async def call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         if self._waiting >= self.limits.max_concurrency + self.limits.max_waiting:
             raise Busy("the server is busy", hint="retry in a moment")
         self._waiting += 1
         try:
-            return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs),
-                                                  limiter=self._limiter)
+            return await asyncio.wrap_future(self._threads().submit(fn, *args, **kwargs))
         finally:
             self._waiting -= 1
 
     def warm_up(self) -> None:
-        """Load the model and open every collection before the first request."""
+        """Pay before the first request what the first searches would: the tokenizer and
+        onnxruntime's first runs, each collection opened with its vector index loaded, each
+        BM25 in-memory copy, the query-language and exact-match look-ups, the links prior.
+        Real searches over every served repository do all of it (with every access level,
+        so every collection is touched; their answers go nowhere)."""
+        self.start_threads()
         self.store.embedder.embed(["warm up"])
-        for name in self.store.repository_names():
-            self.store.count_sync(name)
+        served = self.served_names()
+        if not served:
+            return
+        levels = sorted(ACCESS_LEVELS)
+        for query in WARM_UP_QUERIES:
+            for group in GROUPS:
+                hybrid_search(self.store, query, self.default_k, None, namespaces=served,
+                              access_levels=levels, group_by=group)
+
+    def public_message(self, exc: BaseException) -> str:
+        """An error's sentence as a remote caller may read it: the server's directories
+        named by what they are, no credentials."""
+        s = self.settings
+        places = server_places([("docs root", s.docs_root), ("chroma data", s.chroma_path),
+                                ("state dir", s.resolved_state_dir),
+                                ("model dir", s.resolved_model_dir)])
+        return hide_paths(str(exc), places)
 
     def ready(self) -> bool:
         return self.store.health_check_sync()
@@ -147,9 +203,10 @@ class DocsService:
             raise RequestError("filters must be a JSON object",
                                hint='e.g. {"section": "functions"}')
         check_text([filters, repositories, lang], "the request")
-        repositories = as_given(repositories)  # `opentelemetry.io` for opentelemetry-io
+        for name in repositories or []:
+            check_repository_name(name)
         served = self.served_names()
-        names = [validate_collection_name(r) for r in repositories] if repositories else served
+        names = list(repositories) if repositories else served
         names = [n for n in names if n in served]
         # Named repositories this caller cannot search: missing and hidden ones alike, so the
         # answer says nothing about which exists.
@@ -328,7 +385,9 @@ class DocsService:
             head, repo = heads.get(name, (None, None))
             waiting = upstream(repo, indexed or "") if repo is not None else Upstream()
             rows.append({
-                "repository": name, "url": record.url if record else "",
+                # Published without credentials, and only a network address (a clone
+                # from a directory here would name a server path).
+                "repository": name, "url": public_url(record.url) if record else "",
                 "access_level": plan.declared, "indexed_commit": indexed,
                 "checked_out_commit": head,
                 "up_to_date": None if head is None else bool(indexed) and indexed == head,
@@ -356,4 +415,6 @@ class DocsService:
         return heads
 
     def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
         self.store.close_sync()

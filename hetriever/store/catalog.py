@@ -65,7 +65,7 @@ from hetriever.store.catalog_records import (  # noqa: F401 (re-exported: states
 from hetriever.store.catalog_pages import PageKeys
 from hetriever.store.catalog_windows import WINDOWS_SCHEMA, PublishWindows
 from hetriever.core.logs import get_logger
-from hetriever.core.sqlite_files import connect
+from hetriever.core.sqlite_files import connect, is_damaged, set_aside
 
 log = get_logger(__name__)
 # tables whose rows belong to one file of a collection
@@ -77,8 +77,29 @@ class Catalog(PageKeys, PublishWindows):
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self._lock = threading.RLock()
+        try:
+            self._open()
+        except sqlite3.DatabaseError as exc:
+            if not is_damaged(exc):
+                raise
+            # Derived state: the next ingest finds its collections in Chroma again
+            # (hetriever.store.recovery); run history and metrics start over.
+            aside = set_aside(self.path)
+            log.warning("catalog_damaged", path=str(self.path), moved_to=str(aside),
+                        error=str(exc), action="started an empty catalog; the next ingest "
+                                               "rebuilds it from Chroma with a full pass")
+            self._open()
+
+    def _open(self) -> None:
         self._conn = connect(self.path)
         self._conn.row_factory = sqlite3.Row
+        try:
+            self._create()
+        except sqlite3.DatabaseError:
+            self._conn.close()
+            raise
+
+    def _create(self) -> None:
         with self._lock:
             self._conn.executescript(_SCHEMA + WINDOWS_SCHEMA)
             columns = {r[1] for r in self._conn.execute("PRAGMA table_info(collections)")}

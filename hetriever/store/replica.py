@@ -32,6 +32,7 @@ from typing import Any
 
 from chromadb.errors import NotFoundError
 
+from hetriever.core.redact import redact_url
 from hetriever.store.catalog import DELETED, INDEXED, now_iso
 from hetriever.core.logs import get_logger
 
@@ -46,6 +47,7 @@ _FIELDS = ("collection", "access_level", "url", "settings", "levels", "fingerpri
 # ("previous"): a follower at that version then reads only those files' chunks. Longer lists
 # are left out (the follower diffs the whole collection, which it does anyway after a full run).
 MAX_CHANGED_PATHS = 5_000
+COPIED = "copied"  # a follower's last "run": its copy of the ingest's state
 
 
 @dataclass
@@ -106,7 +108,7 @@ def publish_sync(store: Any, repository: str, changed: list[str] | None = None) 
         meta = {
             "collection": physical,
             "access_level": record.access_level if record else "PUBLIC",
-            "url": record.url if record else "",
+            "url": redact_url(record.url) if record else "",  # an older catalog's too
             "settings": json.dumps(record.settings if record else {}, sort_keys=True),
             "levels": json.dumps(collection.levels if collection else []),
             "fingerprint": collection.fingerprint if collection else store.fingerprint(),
@@ -212,6 +214,10 @@ def _follow_repository(store: Any, name: str, entry: dict[str, str],
         how, (written, deleted, files) = "cold", _copy_all(store, name, physical, col, index)
     else:
         how, (written, deleted, files) = "diff", _diff_all(store, name, physical, col, index)
+    # What /repositories shows as this copy's last run: when it was copied.
+    with catalog.transaction() as conn:
+        conn.execute("UPDATE repositories SET last_run_at = ?, last_run_outcome = ? "
+                     "WHERE name = ?", (now_iso(), COPIED, name))
     log.info("repository_followed", repository=name, collection=physical, how=how,
              written=written, deleted=deleted, files=files)
     return written, deleted
@@ -332,6 +338,7 @@ def _follow_files(store: Any, name: str, physical: str, ids: list[str], metas: l
             chunks[path].append((int(meta.get("chunk_index", 0)), doc_id, meta))
     deleted: list[str] = []
     live: list[str] = []
+    counts: dict[str, int] = {}  # a live file's chunks, as the ingest counts them
     for path in sorted(touched):
         rows = sorted(chunks.get(path, []), key=lambda r: (r[0], r[1]))
         if rows and all(m.get("is_deleted") is True for _, _, m in rows):
@@ -344,9 +351,10 @@ def _follow_files(store: Any, name: str, physical: str, ids: list[str], metas: l
             catalog.remove_files(physical, [path])
             continue
         live.append(path)
+        counts[path] = len(rows)
         catalog.set_page(physical, path, first[1], first[2], [(r[1], r[2]) for r in rows])
     if live:
-        catalog.set_files(physical, name, live, INDEXED)
+        catalog.set_files(physical, name, live, INDEXED, chunk_counts=counts)
     if deleted:
         catalog.set_files(physical, name, deleted, DELETED)
 
