@@ -101,8 +101,12 @@ def mcp(settings: Settings, *, transport: str, host: str, port: int) -> int:
                             telemetry=telemetry)
     try:
         if transport == "stdio":
+            import anyio
+
+            from hetriever.serve.mcp_stdio import serve_stdio
+
             _exit_on_interrupt(telemetry, service)
-            server.run("stdio")
+            anyio.run(serve_stdio, server)  # answers every line, malformed ones included
         else:
             import uvicorn
 
