@@ -34,7 +34,7 @@ from typing import Any
 import anyio
 import httpx
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
@@ -93,6 +93,7 @@ class WebhookConfig:
     max_body: int = DEFAULT_MAX_BODY
     state_dir: Path = Path(".hetriever")
     prefect_timeout: float = DEFAULT_PREFECT_TIMEOUT
+    request_timeout: float = 20.0  # headers, then the body (hetriever.serve.slow_clients)
 
     def __post_init__(self) -> None:
         if len(self.secret) < MIN_SECRET_LENGTH:
@@ -144,6 +145,7 @@ class WebhookConfig:
             max_body=hook.max_body,
             state_dir=settings.resolved_state_dir,
             prefect_timeout=hook.prefect_timeout,
+            request_timeout=settings.request_timeout,
         )
 
 
@@ -380,6 +382,9 @@ def create_app(config: WebhookConfig) -> Starlette:
             status, body = await _handle(request, delivery, event)
         except _Reject as rej:
             status, body = rej.status, rej.body
+        except ClientDisconnect:  # gone mid-body, or its body did not arrive in time
+            status, body = 400, {"status": "error", "error": "the client disconnected "
+                                                             "before its body was read"}
         outcome = body.get("status")
         level = log.error if status >= 500 else log.warning if status >= 400 else log.info
         level("webhook_delivery", delivery=delivery or None, gh_event=event or None,
@@ -445,9 +450,10 @@ def create_app(config: WebhookConfig) -> Starlette:
 def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
           config: WebhookConfig | None = None) -> None:
     """Run the service in the foreground until interrupted."""
-    import uvicorn
+    from hetriever.serve import slow_clients
 
     config = config or WebhookConfig.from_env()
     log.info("webhook_serving", host=host, port=port, deployment=config.deployment,
              repositories=sorted(r.docs_name for r in config.repos.values()))
-    uvicorn.run(create_app(config), host=host, port=port, log_level="warning")
+    slow_clients.run(create_app(config), host=host, port=port, timeout=config.request_timeout,
+                     log_level="warning")
