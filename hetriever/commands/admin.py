@@ -7,6 +7,7 @@ import asyncio
 import sys
 from typing import Any
 
+from hetriever import reserve
 from hetriever.commands.common import (EXIT_OK, cli_settings, index_problem, make_console,
                                        print_json, require_index)
 
@@ -88,7 +89,9 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     settings = cli_settings(args)
     repos = configured_repositories(settings)
-    rows = status_rows(settings, repos)
+    rows = reserve.reading(settings, lambda: status_rows(settings, repos),
+                           lambda warning: print(f"hetriever: warning: {warning}",
+                                                 file=sys.stderr))
     if args.json:
         print_json(rows)
         return EXIT_OK
