@@ -36,7 +36,8 @@ def status_rows(settings, repos) -> list[dict[str, Any]]:
             rows.append({
                 "repository": repo.name, "checked_out": "", "indexed_commit": "",
                 "up_to_date": False, "status": "unusable", "error": repo.problem,
-                "collection": "", "access_level": settings.access_levels.get(repo.name, "PUBLIC"),
+                "collection": "", "bm25_problem": "",
+                "access_level": settings.access_levels.get(repo.name, "PUBLIC"),
                 "files": 0, "chunks": 0, "skipped": 0, "failures": 0, "failed_files": [],
                 "soft_deleted_files": 0, "last_run": "", "last_run_outcome": "",
                 "last_updated": "", "needs_migration": False})
@@ -52,13 +53,18 @@ def status_rows(settings, repos) -> list[dict[str, Any]]:
             head, error = "", str(exc)
         indexed = (record.last_commit if record and record.last_commit
                    else meta.get("commit_hash", ""))
+        # What search warns about, status says: a complete index whose BM25 side is damaged,
+        # missing or empty answers dense-only until the next ingest rebuilds it.
+        bm25 = (store.bm25_problem(repo.name) if store and physical else None) or ""
+        status = _index_status(meta, record)
         rows.append({
             "repository": repo.name,
             "checked_out": head,
             "indexed_commit": indexed,
             "up_to_date": bool(indexed) and indexed == head,
-            "status": _index_status(meta, record),
+            "status": "degraded" if bm25 and status == "complete" else status,
             "error": error,
+            "bm25_problem": bm25,
             "collection": physical or "",
             "access_level": record.access_level if record else
             settings.access_levels.get(repo.name, "PUBLIC"),
@@ -106,6 +112,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         status = r["status"] + (" [red]migrate[/red]" if r["needs_migration"] else "")
         if r["error"]:
             mark, status = "[red]error[/red]", f"{status} [red]{r['error'][:80]}[/red]"
+        elif r["bm25_problem"]:
+            status = f"[red]{status}[/red]: BM25 index unusable, dense-only until an ingest"
         table.add_row(r["repository"], r["checked_out"][:12],
                       f"{r['indexed_commit'][:12]} {mark}", status, str(r["files"]),
                       str(r["chunks"]), str(r["failures"]),
