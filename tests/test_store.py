@@ -301,6 +301,20 @@ def test_repair_rewrites_bm25_rows_whose_metadata_or_text_differs(make_store) ->
     assert run(store.repair(REPO)).changed is False  # a clean index: nothing to rewrite
 
 
+def test_rewriting_a_file_heals_a_stale_bm25_row_of_an_unchanged_chunk(make_store) -> None:
+    # The write path's own heal: a chunk unchanged in Chroma whose BM25 row is another
+    # version of it is written to BM25 again (it only re-added missing rows).
+    store = make_store()
+    chunks = where_chunks(V1, weight=1)
+    run(store.upsert_file_chunks(REPO, WHERE, chunks))
+    index = store.bm25(REPO)
+    good = index.get(chunks[0].id)
+    index.upsert([chunks[0].id], [good[0]], [{**good[1], "weight": 99}])
+    result = run(store.upsert_file_chunks(REPO, WHERE, where_chunks(V1, weight=1)))
+    assert result.written == 0 and result.reused == 3
+    assert index.get(chunks[0].id) == good
+
+
 def test_list_metadata_of_a_dropped_collection_never_reaches_another(make_store,
                                                                      chroma_backend) -> None:
     # Embedded Chroma 1.5 keeps list values by row id and leaves them when a collection is
