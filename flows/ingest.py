@@ -26,7 +26,7 @@ from hetriever.core.config import Settings, load_settings
 from hetriever.discover.changes import select_repositories
 from hetriever.core.errors import HetrieverError, SourceError
 from hetriever.index.file_retry import failed_files_error
-from hetriever.index.indexing import index_repository
+from hetriever.index.indexing import index_repository, last_indexed
 from hetriever.discover.repositories import Repository
 from hetriever.discover.repositories import check_usable
 from hetriever.discover.upstream import upstream
@@ -91,31 +91,63 @@ def followed_branch(repo: Repository) -> str:
 
 def update_checkout(repo: Repository, ref: str | None) -> str:
     """Fetch `origin` and check out `ref`, by default the followed branch; the sha."""
+    sha = fetch_target(repo, ref)
+    check_out(repo, sha)
+    return sha
+
+
+def fetch_target(repo: Repository, ref: str | None) -> str:
+    """Fetch `origin`; the commit `ref` names there, checking nothing out. `ref`: None for
+    the followed branch's head, `refs/heads/<branch>` for that branch's head as fetched now
+    (what a webhook names: a push is a trigger, and its branch may have moved on since), or
+    a commit."""
     _git(repo, "fetch", "--quiet", "origin")
     if repo.branch:
         _fetch_branch(repo)
     elif not _resolves(repo, "origin/HEAD"):
         _git(repo, "remote", "set-head", "origin", "--auto")  # clones made without it
-    _git(repo, "checkout", "--quiet", "--detach", ref or followed_branch(repo))
-    return _git(repo, "rev-parse", "HEAD")
+    target = ref or followed_branch(repo)
+    if ref and ref.startswith("refs/heads/"):
+        branch = ref.removeprefix("refs/heads/")
+        _fetch_branch(repo, branch, followed=False)
+        target = f"origin/{branch}"
+    return _git(repo, "rev-parse", "--verify", "--quiet", f"{target}^{{commit}}")
 
 
-def _fetch_branch(repo: Repository) -> None:
-    """The followed branch, by name: a shallow or single-branch clone's fetch brings only the
-    branch it was cloned with, and a branch deleted on the remote would otherwise be followed
-    at its last fetched commit for ever. The remote answered the fetch before this one, so a
-    failure here is the branch's."""
-    branch = repo.branch
+def check_out(repo: Repository, sha: str) -> None:
+    _git(repo, "checkout", "--quiet", "--detach", sha)
+
+
+def _fetch_branch(repo: Repository, branch: str | None = None, *, followed: bool = True) -> None:
+    """A branch by name, the followed one by default: a shallow or single-branch clone's
+    fetch brings only the branch it was cloned with, and a branch deleted on the remote would
+    otherwise be followed at its last fetched commit for ever. The remote answered the fetch
+    before this one, so a failure here is the branch's."""
+    branch = branch or repo.branch
     done = subprocess.run(["git", "fetch", "--quiet", "origin",
                            f"+refs/heads/{branch}:refs/remotes/origin/{branch}"],
                           cwd=repo.path, capture_output=True, text=True)
     if done.returncode != 0:
         said = (done.stderr.strip().splitlines() or [""])[-1]
+        if not followed:
+            raise SourceError(f"{repo.name}: branch {branch!r} is not a branch of the remote "
+                              f"`origin` ({said})",
+                              hint="check the webhook route's branch")
         raise SourceError(f"{repo.name}: the followed branch {branch!r} (the submodule's "
                           f"`branch` in .gitmodules; `.` there is the parent's branch) is not "
                           f"a branch of the remote `origin` ({said})",
                           hint="fix the submodule's `branch` in .gitmodules, or remove it to "
                                "follow the remote's default branch")
+
+
+def moves_back(repo: Repository, sha: str, indexed: str | None) -> bool:
+    """Whether indexing `sha` would take the index back: `sha` is a strict ancestor of the
+    commit indexed now. A commit on another line of history (a force push) is not; neither
+    is one when the indexed commit is unknown here."""
+    if not indexed or sha == indexed or not _resolves(repo, f"{indexed}^{{commit}}"):
+        return False
+    return subprocess.run(["git", "merge-base", "--is-ancestor", sha, indexed],
+                          cwd=repo.path, capture_output=True).returncode == 0
 
 
 def on_followed_branch(repo: Repository, sha: str) -> bool:
@@ -173,7 +205,10 @@ async def ingest(
 
     `fetch`: first fetch each repository's `origin` and check out `ref` (default: the branch
     the repository follows, its `branch` in .gitmodules or the remote's default branch), so
-    a run picks up commits no webhook announced. The `scheduled` deployment sets it.
+    a run picks up commits no webhook announced. The `scheduled` deployment sets it. `ref` is
+    `refs/heads/<branch>` (that branch's head as fetched, what webhooks send) or a commit; a
+    commit that is an ancestor of the indexed one is refused (`mode: refused`): the index
+    only moves forward.
     `task_runner`: "threads", "threads:N", "dask" or "dask:tcp://host:port" (the per-file
     tasks and the embedding on a Dask cluster's workers); default: the `task_runner` setting
     (HETRIEVER_TASK_RUNNER). `allow_mass_delete`: let a full run delete
@@ -201,7 +236,19 @@ async def _ingest(settings: Settings, repositories: list[str] | None, force_full
         try:
             if fetch:
                 check_usable(repo)  # git would run in its placeholder path, and say less
-                sha = update_checkout(repo, ref)
+                sha = fetch_target(repo, ref)
+                indexed, _ = await last_indexed(get_knowledge_store(settings), repo)
+                if moves_back(repo, sha, indexed):  # e.g. an old push replayed
+                    assert indexed is not None
+                    logger.warning(
+                        "%s: refused commit %s: it is an ancestor of the indexed commit %s, "
+                        "and the index only moves forward (to go back on purpose, check the "
+                        "commit out and run `hetriever ingest --full`)",
+                        repo.name, sha[:12], indexed[:12])
+                    outcomes.append({"repository": repo.name, "ok": True, "mode": "refused",
+                                     "new_commit": indexed, "refused_commit": sha})
+                    continue
+                check_out(repo, sha)
                 logger.info("%s: fetched, at %s", repo.name, sha[:12])
                 if ref and not on_followed_branch(repo, sha):  # e.g. a webhook's other branch
                     logger.warning(

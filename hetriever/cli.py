@@ -21,7 +21,7 @@ from typing import Any, Iterator, Sequence
 
 from hetriever.commands.admin import cmd_forget, cmd_metrics, cmd_migrate, cmd_purge, cmd_status
 from hetriever.commands.common import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_TERMINATED,
-                                       EXIT_USAGE)
+                                       EXIT_USAGE, print_json)
 from hetriever.commands.demo import cmd_demo
 from hetriever.commands.ingest import cmd_ingest
 from hetriever.commands.search import cmd_follow, cmd_search
@@ -220,29 +220,33 @@ def _run(args: argparse.Namespace) -> int:
     try:
         return args.func(args)
     except HetrieverError as exc:
-        print(f"hetriever: error: {exc}", file=sys.stderr)
         code = EXIT_USAGE if isinstance(exc, UserError) else EXIT_FAILED
-        if getattr(args, "json", False):  # a script reading stdout gets the error as JSON too
-            print(json.dumps({"ok": False, "error": exc.message, "hint": exc.hint,
-                              "exit_code": code}))
-        return code
+        return _error(args, code, exc.message, exc.hint)
     except OSError as exc:  # e.g. a data directory that is a file or cannot be written
         import errno
 
         where = f" {exc.filename}" if exc.filename else ""
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            print(f"hetriever: error: no space left on the device of{where or ' a data directory'}"
-                  " (free some space, then re-run)", file=sys.stderr)
-            return EXIT_FAILED
-        print(f"hetriever: error: cannot use{where}: {exc.strerror or exc} ({_os_hint(exc, args)})",
-              file=sys.stderr)
-        return EXIT_USAGE
+            return _error(args, EXIT_FAILED, "no space left on the device of"
+                          f"{where or ' a data directory'}", "free some space, then re-run")
+        return _error(args, EXIT_USAGE, f"cannot use{where}: {exc.strerror or exc}",
+                      _os_hint(exc, args))
     except KeyboardInterrupt:
         if _terminated:
             print("hetriever: stopped by SIGTERM", file=sys.stderr)
             return EXIT_TERMINATED
         print("hetriever: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+def _error(args: argparse.Namespace, code: int, message: str, hint: str | None) -> int:
+    """Say an error once: one line on stderr, or with --json one JSON object on stdout (a
+    script reading the outcome gets it where the outcome would be)."""
+    if getattr(args, "json", False):
+        print_json({"ok": False, "error": message, "hint": hint, "exit_code": code})
+    else:
+        print(f"hetriever: error: {message}" + (f" ({hint})" if hint else ""), file=sys.stderr)
+    return code
 
 
 if __name__ == "__main__":

@@ -4,8 +4,10 @@ One repository at v1 is indexed once; v2 edits some pages (their chunks are repl
 some (their chunks are removed) and adds some. For each crash point of `hetriever.core.faults`, a copy
 of the v1 store is brought to v2 by a `hetriever ingest` subprocess that dies there (exit 137,
 as if SIGKILLed), then by a normal run. Every recovered store must equal a clean store indexed at
-v2: Chroma ids and documents, BM25 ids and texts, catalog titles and indexed files, commit and
-status. Both an incremental run and an `--full` run are killed.
+v2 in every field: Chroma ids, documents and metadata, BM25 ids, texts and metadata, the
+catalog's file rows, titles and links, commit and status. Some v2 pages change only their front
+matter, so their chunks keep their ids and only their metadata is rewritten. Both an
+incremental run and an `--full` run are killed.
 """
 
 from __future__ import annotations
@@ -35,6 +37,13 @@ WINDOW = 8  # several write windows per run
 EDITED = range(0, 10)  # new text: new chunk ids, the old ones are deleted as replaced
 REMOVED = range(20, 24)
 ADDED = range(100, 103)
+RETAGGED = range(10, 16)  # same body, new front matter: same chunk ids, new metadata
+
+
+def retagged_text(i: int) -> str:
+    """Page i at v1 with other front matter only (weight, aliases): its chunk is reused."""
+    return page_text(i, 1).replace(f"weight: {i}\n",
+                                   f"weight: {i + 500}\naliases: [/old/page-{i}/]\n")
 
 
 def _settings(root: Path, model_dir: Path):
@@ -59,15 +68,25 @@ def snapshot(root: Path, embedder: Any, model_dir: Path) -> dict[str, Any]:
     store = _open(root, embedder, model_dir)
     try:
         physical = store.physical_name(REPO_NAME)
-        got = ChunkCollection(store.client.get_collection(physical)).get(include=["documents"])
+        got = ChunkCollection(store.client.get_collection(physical)).get(
+            include=["documents", "metadatas"])
         bm25 = store.bm25(REPO_NAME)
-        titles = sorted(tuple(r)[1:] for r in store.catalog._rows(
-            "SELECT * FROM titles WHERE collection = ?", (physical,)))
+
+        def rows(table: str, *columns: str) -> list[tuple]:
+            return sorted(tuple(r) for r in store.catalog._rows(
+                f"SELECT {', '.join(columns)} FROM {table} WHERE collection = ?", (physical,)))
+
         meta = run(store.get_collection_metadata(REPO_NAME))
         return {
-            "chroma": dict(zip(got["ids"], got["documents"])),
-            "bm25": {i: bm25.get(i)[0] for i in sorted(bm25.ids())},
-            "titles": titles,
+            "chroma": {i: (doc, dict(m or {})) for i, doc, m in
+                       zip(got["ids"], got["documents"], got["metadatas"])},
+            "bm25": {i: bm25.get(i) for i in sorted(bm25.ids())},
+            "titles": rows("titles", "key", "kind", "priority", "path", "chunk_id"),
+            "links": rows("links", "path", "key"),
+            # Every column but when a row was written: its time and `last_commit`, the run's
+            # commit (an incremental run leaves an unchanged file at the older one).
+            "files": rows("files", "repository", "path", "blob", "state", "reason",
+                          "chunk_count", "deleted_at"),
             "indexed_files": sorted(f.path for f in store.catalog.files(physical, INDEXED)),
             "commit": meta["commit_hash"],
             "status": meta["index_status"],
@@ -88,11 +107,15 @@ def versions(tmp_path_factory, minilm_embedder, minilm_model_dir):
         (docs / f"content/docs/page-{i:03d}.md").unlink()
     write_files(docs, {f"content/docs/page-{i:03d}.md": page_text(i, 2)
                        for i in [*EDITED, *ADDED]})
+    write_files(docs, {f"content/docs/page-{i:03d}.md": retagged_text(i) for i in RETAGGED})
     commit_all(docs, "v2")
     _index(top / "clean", docs, minilm_embedder, minilm_model_dir)
     clean = snapshot(top / "clean", minilm_embedder, minilm_model_dir)
     assert clean["status"] == STATUS_COMPLETE
     assert len(clean["chroma"]) == PAGES - len(REMOVED) + len(ADDED)
+    before = snapshot(top / "v1", minilm_embedder, minilm_model_dir)["chroma"]
+    retagged = [i for i in clean["chroma"] if i in before and before[i] != clean["chroma"][i]]
+    assert len(retagged) == len(RETAGGED)  # kept ids, new metadata: what a crash can strand
     return docs, top / "v1", clean
 
 
@@ -126,7 +149,32 @@ def test_killed_at_each_write_step_the_next_run_equals_a_clean_index(
     if point != "commit_recorded":
         assert died["status"] == STATUS_INDEXING and died["commit"] != clean["commit"]
     _index(root, docs, minilm_embedder, minilm_model_dir)
-    assert snapshot(root, minilm_embedder, minilm_model_dir) == clean
+    assert_same(snapshot(root, minilm_embedder, minilm_model_dir), clean)
+
+
+def _fields_differing(got: Any, want: Any) -> Any:
+    """Of two (text, metadata) rows, the text if it differs and each metadata field that does."""
+    if got is None or want is None:
+        return {"got": got, "want": want}
+    out = {k: (got[1].get(k), want[1].get(k)) for k in set(got[1]) | set(want[1])
+           if got[1].get(k) != want[1].get(k)}
+    if got[0] != want[0]:
+        out["text"] = (got[0][:80], want[0][:80])
+    return out
+
+
+def assert_same(got: dict[str, Any], clean: dict[str, Any]) -> None:
+    """Equal in every field; a difference is shown as the rows that differ."""
+    for key, want in clean.items():
+        if isinstance(want, dict):
+            differ = {i: _fields_differing(got[key].get(i), want.get(i))
+                      for i in set(got[key]) | set(want) if got[key].get(i) != want.get(i)}
+        elif isinstance(want, list):
+            differ = {"extra": sorted(set(got[key]) - set(want)),
+                      "missing": sorted(set(want) - set(got[key]))}
+        else:
+            differ = {"got": got[key], "want": want}
+        assert got[key] == want, (key, differ)
 
 
 def test_a_chunk_gone_from_chroma_is_never_served_from_bm25_or_the_title_index(
@@ -161,7 +209,7 @@ def test_a_full_run_repairs_derived_state_even_after_a_completed_run(
     finally:
         store.close_sync()
     _index(root, docs, minilm_embedder, minilm_model_dir, force_full=True)
-    assert snapshot(root, minilm_embedder, minilm_model_dir) == clean
+    assert_same(snapshot(root, minilm_embedder, minilm_model_dir), clean)
 
 
 def generations(root: Path, embedder: Any, model_dir: Path) -> dict[str, Any]:
@@ -232,14 +280,14 @@ def test_a_build_a_killed_migration_left_is_dropped_by_the_next_run(
         assert first_hit(root, minilm_embedder, minilm_model_dir, "page3 version1") == \
             "content/docs/page-003.md"
     else:  # brought to the checked-out commit, as a clean index of it
-        assert snapshot(root, minilm_embedder, minilm_model_dir) == clean
+        assert_same(snapshot(root, minilm_embedder, minilm_model_dir), clean)
 
     # A rebuild that completes leaves one generation, equal to a clean index.
     done = run_cli(docs, env, "migrate", "--force", "--json")
     assert done.returncode == 0, done.stderr[-2000:]
     final = generations(root, minilm_embedder, minilm_model_dir)
     assert final["chroma"] == [final["active"]] and final["building"] == []
-    assert snapshot(root, minilm_embedder, minilm_model_dir) == clean
+    assert_same(snapshot(root, minilm_embedder, minilm_model_dir), clean)
 
 
 @pytest.mark.slow
@@ -259,7 +307,7 @@ def test_a_generation_a_killed_migration_switched_away_from_is_dropped_by_the_ne
         assert store.bm25_file(old).exists() and store.catalog.files(old)
     finally:
         store.close_sync()
-    assert snapshot(root, minilm_embedder, minilm_model_dir) == clean  # the new one is served
+    assert_same(snapshot(root, minilm_embedder, minilm_model_dir), clean)  # the new one is served
 
     env = cli_env(root, minilm_model_dir, HETRIEVER_WRITE_WINDOW=str(WINDOW))
     done = run_cli(docs, env, next_run, "--json")
@@ -273,7 +321,7 @@ def test_a_generation_a_killed_migration_switched_away_from_is_dropped_by_the_ne
     after = generations(root, minilm_embedder, minilm_model_dir)
     assert after == {"active": active, "building": [], "superseded": [], "chroma": [active],
                      "bm25": [], "catalog_files": [], "runs_left_running": []}
-    assert snapshot(root, minilm_embedder, minilm_model_dir) == clean
+    assert_same(snapshot(root, minilm_embedder, minilm_model_dir), clean)
 
 
 @pytest.mark.slow

@@ -48,12 +48,18 @@ def test_a_broken_bm25_file_is_reported_searched_around_and_rebuilt(
     assert "dense-only" in hybrid["stderr"] and "writable" not in hybrid["stderr"]
     dense = search(docs, env, "--mode", "dense")
     assert dense["mode"] == "dense" and dense["matches"]
+    # status says so too (it said "complete")
+    (row,) = json.loads(run_cli(docs, env, "status", "--json").stdout)
+    assert row["status"] == "degraded" and str(bm25_file) in row["bm25_problem"], row
+    assert "degraded" in run_cli(docs, env, "status").stdout
 
     done = run_cli(docs, env, "ingest", "--json")
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout)[0]["mode"] == "noop"
     again = search(docs, env)
     assert again["mode"] == "hybrid" and again["warnings"] == []
+    (row,) = json.loads(run_cli(docs, env, "status", "--json").stdout)
+    assert row["status"] == "complete" and row["bm25_problem"] == ""
     store = open_store(tmp_path, minilm_embedder)
     try:
         assert len(stored(store, REPO_NAME)) == 6  # BM25 holds exactly what Chroma holds

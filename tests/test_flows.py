@@ -387,6 +387,53 @@ def test_a_fetching_run_follows_the_branch_gitmodules_names(sample_parent):
     assert not repo["ok"] and "the followed branch 'gone'" in repo["error"], repo
 
 
+def test_a_replayed_old_push_leaves_the_index_at_the_newer_commit(
+        sample_parent, tmp_path, prefect_harness, ingest_deployment):
+    """The real webhook service starts runs on the harness; each run's parameters are then
+    run here as the deployment's worker would run them."""
+    from datetime import datetime, timezone
+    from uuid import uuid4
+
+    from tests.test_webhook import _config, _flow_run, push_payload, running, send
+    from webhooks.service import parse_repo_routes
+
+    parent, source = sample_parent
+    branch = git(source, "symbolic-ref", "--short", "HEAD")
+    old = git(source, "rev-parse", "HEAD")
+    write_files(source, {"content/docs/newer.md": "---\ntitle: Newer\n---\n\nA newer page.\n"})
+    newer = commit_all(source, "a newer push")
+    hook = _config(tmp_path / "hook-state", prefect_harness.api_url,
+                   deployment=ingest_deployment, repos=parse_repo_routes("docs-org/sample="
+                                                                         "sample-docs"))
+
+    def push(after: str) -> dict:
+        payload = push_payload("docs-org/sample", branch=branch, default_branch=branch,
+                               after=after)
+        with running(hook) as base:
+            answer = send(base, payload, delivery=str(uuid4()))
+        assert answer.status_code == 202, answer.text
+        params = dict(_flow_run(answer.json()["flow_run_id"]).parameters)
+        state, summary = run_ingest(**params)
+        assert state.is_completed(), state.message
+        return summary["repositories"][0]
+
+    assert push(newer)["new_commit"] == newer
+    replayed = push(old)  # the old push, sent again under a new delivery id
+    assert replayed["mode"] == "noop" and replayed["new_commit"] == newer
+    store = open_store()
+    assert asyncio.run(store.get_collection_metadata("sample-docs"))["commit_hash"] == newer
+
+    # A run told the old commit itself (as runs started before this change were) refuses it.
+    started = datetime.now(timezone.utc)
+    state, summary = run_ingest(repositories=["sample-docs"], fetch=True, ref=old)
+    (refused,) = summary["repositories"]
+    assert state.is_completed() and refused["mode"] == "refused", refused
+    assert refused["refused_commit"] == old and refused["new_commit"] == newer
+    assert git(parent / "docs" / "sample-docs", "rev-parse", "HEAD") == newer  # not checked out
+    assert any("is an ancestor of the indexed commit" in m for _, m in _warnings_since(started))
+    assert asyncio.run(store.get_collection_metadata("sample-docs"))["commit_hash"] == newer
+
+
 def test_the_followed_branch_is_fetched_by_name_and_a_deleted_one_is_an_error(tmp_path):
     """A single-branch (or shallow) clone fetches only the branch it was cloned with; a
     branch deleted on the remote must not be followed at its last fetched commit."""

@@ -192,6 +192,95 @@ def test_stdio_server_stops_on_ctrl_c_while_the_client_keeps_stdin_open(served_d
     assert code == 130 and "hetriever: interrupted" in err and "Traceback" not in err
 
 
+class RawSession:
+    """A `hetriever mcp` process spoken to line by line, so a test can send what the SDK's
+    client cannot: malformed lines, bad envelopes, bytes that are not UTF-8, and a lone
+    surrogate escape (`"\\ud83d"`, which clients that write JSON with ASCII escapes send and
+    the SDK's client refuses to serialise)."""
+
+    def __init__(self, workspace) -> None:
+        self.proc = subprocess.Popen([str(HETRIEVER), "mcp"], env=workspace.env,
+                                     cwd=workspace.root, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.waiting = selectors.DefaultSelector()  # select() fails on fds >= 1024
+        self.waiting.register(self.proc.stdout, selectors.EVENT_READ)
+
+    def send(self, line: bytes | dict) -> None:
+        raw = line if isinstance(line, bytes) else json.dumps(line).encode()
+        self.proc.stdin.write(raw + b"\n")
+        self.proc.stdin.flush()
+
+    def answer(self) -> dict:
+        assert self.waiting.select(SESSION_TIMEOUT), "no answer"
+        return json.loads(self.proc.stdout.readline())
+
+    def close(self) -> str:
+        self.waiting.close()
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=30)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait(timeout=15)
+        err = self.proc.stderr.read().decode(errors="replace")
+        self.proc.stdout.close()
+        self.proc.stderr.close()
+        return err
+
+
+def test_stdio_every_line_gets_an_answer_and_the_session_survives(served_docs):
+    session = RawSession(served_docs)
+
+    def call(request_id: int, arguments: dict) -> dict:
+        return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call",
+                "params": {"name": "search_docs", "arguments": arguments}}
+
+    try:
+        session.send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "test", "version": "1"}}})
+        assert session.answer()["id"] == 1
+        session.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        answers = {}
+        for name, line in (
+                ("malformed", b'{"jsonrpc": "2.0", "id": 2, "method": "tools/ca'),
+                ("not json", b"hello?"),
+                ("params not an object", json.dumps({"jsonrpc": "2.0", "id": 4,
+                                                     "method": "tools/call",
+                                                     "params": "where"}).encode()),
+                ("not an envelope", b'{"id": 5, "question": "where"}'),
+                ("lone surrogate", b'{"jsonrpc": "2.0", "id": 6, "method": "tools/call", '
+                                   b'"params": {"name": "search_docs", '
+                                   b'"arguments": {"query": "\\ud83d where"}}}'),
+                ("not UTF-8", json.dumps(call(7, {"query": "where XX"})).encode().replace(
+                    b"XX", b"\xff\xfe")),
+                ("arguments of the wrong type", json.dumps(call(8, {"query": 5})).encode()),
+                ("unknown method", b'{"jsonrpc": "2.0", "id": 9, "method": "no/such"}'),
+                ("still serving", json.dumps(call(10, {"query": "where function"})).encode())):
+            session.send(line)
+            answers[name] = session.answer()
+    finally:
+        err = session.close()
+    assert answers["malformed"] == {"jsonrpc": "2.0", "id": None, "error": {
+        "code": -32700, "message": answers["malformed"]["error"]["message"]}}
+    assert answers["not json"]["error"]["code"] == -32700
+    assert answers["params not an object"]["id"] == 4
+    assert answers["params not an object"]["error"]["code"] == -32602
+    assert answers["not an envelope"]["id"] == 5
+    assert answers["not an envelope"]["error"]["code"] == -32600
+    for name, request_id in (("lone surrogate", 6), ("not UTF-8", 7), ("still serving", 10)):
+        assert answers[name]["id"] == request_id, answers[name]
+        assert not answers[name]["result"]["isError"], answers[name]
+    assert answers["arguments of the wrong type"]["result"]["isError"]
+    assert answers["unknown method"]["error"]["code"] == -32601
+    # each refusal is a warning line, not a DEBUG one, and nothing raised
+    for event in ("mcp_parse_error", "mcp_invalid_params", "mcp_invalid_request",
+                  "mcp_lone_surrogates", "mcp_invalid_utf8"):
+        assert event in err, (event, err[-3000:])
+    assert "Traceback" not in err
+
+
 def test_streamable_http_with_keys(served_docs):
     with running(served_docs, "mcp", "--transport", "http", ready_path="/mcp") as served:
         bad = httpx.post(served.url + "/mcp", json={"jsonrpc": "2.0", "id": 1,

@@ -73,3 +73,41 @@ def test_a_full_disk_is_named_not_retried_and_the_next_run_completes(
         assert len(assert_equals_fresh_pass(store, docs, minilm_model_dir)) == 200
     finally:
         store.close_sync()
+
+
+@pytest.mark.slow
+def test_search_and_status_answer_on_a_full_disk_and_json_errors_are_json(
+        tmp_path, small_disk, minilm_model_dir):
+    # SQLite opens a WAL database, even to read it, by creating its -shm and -wal files: a
+    # full disk refused them and search and status, which write nothing, failed.
+    docs = pages_repo(tmp_path, n=20)
+    env = cli_env(small_disk, minilm_model_dir)
+    assert run_cli(docs, env, "ingest").returncode == 0
+    assert (small_disk / "state" / ".space-reserve").stat().st_size == 2 * 1024 * 1024
+    write_pages(docs, 200, 2)
+    fill(small_disk / "filler")
+
+    failed = run_cli(docs, env, "ingest", "--json")
+    assert failed.returncode == 1, failed.stderr[-2000:]
+    error = json.loads(failed.stdout)  # the outcome a script reads, where it reads it
+    assert error["ok"] is False and error["exit_code"] == 1
+    assert error["error"].startswith("no space left on the device holding")
+    said = failed.stdout + failed.stderr
+    assert said.count("no space left") == 1 and "hetriever: error" not in said  # said once
+    assert "Traceback" not in failed.stderr
+
+    found = run_cli(docs, env, "search", "alpha", "--json")
+    assert found.returncode == 0, found.stdout + found.stderr[-2000:]
+    answer = json.loads(found.stdout)
+    assert answer["matches"] and any("is full" in w for w in answer["warnings"])
+    status = run_cli(docs, env, "status", "--json")
+    assert status.returncode == 0, status.stdout + status.stderr[-2000:]
+    (row,) = json.loads(status.stdout)
+    assert row["chunks"] == 20 and not row["up_to_date"]  # v1 still, v2 checked out
+    plain = run_cli(docs, env, "search", "alpha")
+    assert plain.returncode == 0 and "1. " in plain.stdout, plain.stderr[-2000:]
+
+    (small_disk / "filler").unlink()  # space again: the next ingest completes, reserve back
+    again = run_cli(docs, env, "ingest", "--json")
+    assert again.returncode == 0 and json.loads(again.stdout)[0]["ok"], again.stderr[-2000:]
+    assert (small_disk / "state" / ".space-reserve").stat().st_size == 2 * 1024 * 1024

@@ -284,6 +284,54 @@ def test_repair_brings_bm25_back_to_chroma(make_store) -> None:
     assert run(store.repair(REPO)).changed is False
 
 
+def test_repair_rewrites_bm25_rows_whose_metadata_or_text_differs(make_store) -> None:
+    # A window killed between its Chroma write and its BM25 commit: Chroma has the chunks'
+    # new metadata, BM25 the old, and the ids alone agree.
+    store = make_store()
+    chunks = where_chunks(V1, weight=1)
+    run(store.upsert_file_chunks(REPO, WHERE, chunks))
+    index = store.bm25(REPO)
+    text, meta = index.get(chunks[0].id)
+    index.upsert([chunks[0].id], [text], [{**meta, "weight": 99, "aliases": ["/old/"]}])
+    index.upsert([chunks[1].id], ["an older text"], [index.get(chunks[1].id)[1]])
+    result = run(store.repair(REPO))
+    assert (result.added, result.removed, result.updated) == (0, 0, 2)
+    assert index.get(chunks[0].id) == (text, meta)
+    assert index.get(chunks[1].id)[0] == chunks[1].text
+    assert run(store.repair(REPO)).changed is False  # a clean index: nothing to rewrite
+
+
+def test_rewriting_a_file_heals_a_stale_bm25_row_of_an_unchanged_chunk(make_store) -> None:
+    # The write path's own heal: a chunk unchanged in Chroma whose BM25 row is another
+    # version of it is written to BM25 again (it only re-added missing rows).
+    store = make_store()
+    chunks = where_chunks(V1, weight=1)
+    run(store.upsert_file_chunks(REPO, WHERE, chunks))
+    index = store.bm25(REPO)
+    good = index.get(chunks[0].id)
+    index.upsert([chunks[0].id], [good[0]], [{**good[1], "weight": 99}])
+    result = run(store.upsert_file_chunks(REPO, WHERE, where_chunks(V1, weight=1)))
+    assert result.written == 0 and result.reused == 3
+    assert index.get(chunks[0].id) == good
+
+
+def test_list_metadata_of_a_dropped_collection_never_reaches_another(make_store,
+                                                                     chroma_backend) -> None:
+    # Embedded Chroma 1.5 keeps list values by row id and leaves them when a collection is
+    # dropped; the next records written reuse those ids.
+    if chroma_backend == "server":
+        pytest.skip("a `chroma run` server's file is its operator's (docs/reliability.md)")
+    store = make_store()
+    tagged = [make_chunk("beta-docs", f"content/p{i}.md", f"Private page {i}.",
+                         aliases=[f"/secret-{i}/"]) for i in range(3)]
+    run(store.upsert_files("beta-docs", {c.metadata["file_path"]: [c] for c in tagged}))
+    run(store.delete_collection("beta-docs"))
+    run(store.upsert_file_chunks(REPO, WHERE, where_chunks(V1)))
+    col = store.client.get_collection(store.physical_name(REPO), embedding_function=None)
+    metas = col.get(include=["metadatas"])["metadatas"]
+    assert len(metas) == 3 and not any("aliases" in dict(m or {}) for m in metas), metas
+
+
 def test_write_retries_transient_errors(make_store, tmp_path: Path,
                                         monkeypatch: pytest.MonkeyPatch) -> None:
     store = make_store()

@@ -288,6 +288,31 @@ def test_delivery_store_survives_reopen_and_prunes(tmp_path):
     pruning.close()
 
 
+def test_delivery_store_knows_a_body_under_another_id(tmp_path):
+    path = tmp_path / "d.sqlite3"
+    store = DeliveryStore(path)
+    assert store.claim("a", "hugo-docs", "digest-1")
+    store.complete("a", "run-1")
+    assert not store.claim("b", "hugo-docs", "digest-1")  # the same body, a new id
+    assert store.get("b", "digest-1")["flow_run_id"] == "run-1"
+    assert store.claim("c", "hugo-docs", "digest-2")
+    store.release("a")  # a run that could not start: its body may come again
+    assert store.claim("d", "hugo-docs", "digest-1")
+    store.close()
+    # An older table, without digests, gains the column.
+    import sqlite3
+
+    old = tmp_path / "old.sqlite3"
+    with sqlite3.connect(old) as conn:
+        conn.execute("CREATE TABLE webhook_deliveries (delivery_id TEXT PRIMARY KEY, "
+                     "received_at REAL NOT NULL, repository TEXT NOT NULL, flow_run_id TEXT)")
+        conn.execute("INSERT INTO webhook_deliveries VALUES ('x', 1e10, 'hugo-docs', 'run-x')")
+    reopened = DeliveryStore(old)
+    assert not reopened.claim("x", "hugo-docs", "digest-x")
+    assert reopened.claim("y", "hugo-docs", "digest-y")
+    reopened.close()
+
+
 # --- with Prefect ----------------------------------------------------------------------------
 
 
@@ -310,7 +335,10 @@ def test_good_push_starts_an_ingest_run_once(prefect_harness, ingest_deployment,
 
         run = _flow_run(body["flow_run_id"])
         assert run.parameters["repositories"] == ["hugo-docs"]
-        assert run.parameters["fetch"] is True and run.parameters["ref"] == SHA
+        # a push is a trigger: the run indexes the branch's head, not the pushed commit
+        assert run.parameters["fetch"] is True
+        assert run.parameters["ref"] == "refs/heads/master"
+        assert body["commit"] == SHA and body["branch"] == "master"
         assert run.state is not None and run.state.type.value in {"SCHEDULED", "PENDING"}
         assert "webhook" in run.tags
 
@@ -319,21 +347,29 @@ def test_good_push_starts_an_ingest_run_once(prefect_harness, ingest_deployment,
         assert replay.json()["status"] == "duplicate"
         assert replay.json()["flow_run_id"] == body["flow_run_id"]
 
+        # The same signed body under a new delivery id (a replay): no second run.
+        again = send(base, push_payload(), delivery=str(uuid.uuid4()))
+        assert again.status_code == 200, again.text
+        assert again.json()["status"] == "duplicate"
+        assert again.json()["flow_run_id"] == body["flow_run_id"]
+
     # After a restart (a new app on the same state dir) the id is still known.
     with running(config) as base:
         again = send(base, push_payload(), delivery=delivery)
         assert again.json()["status"] == "duplicate"
-    _assert_one_run_for(ingest_deployment, SHA)
+    _assert_one_run_for(ingest_deployment, body["flow_run_id"])
 
 
-def _assert_one_run_for(deployment: str, sha: str) -> None:
+def _assert_one_run_for(deployment: str, flow_run_id: str) -> None:
+    """The deployment has one run started by this test's deliveries: the one answered."""
     from prefect.client.orchestration import get_client
 
     with get_client(sync_client=True) as client:
         dep = client.read_deployment_by_name(deployment)
+        ours = client.read_flow_run(uuid.UUID(flow_run_id)).idempotency_key
         runs = [r for r in client.read_flow_runs(limit=200)
-                if r.deployment_id == dep.id and r.parameters.get("ref") == sha]
-    assert len(runs) == 1
+                if r.deployment_id == dep.id and r.idempotency_key == ours]
+    assert [str(r.id) for r in runs] == [flow_run_id]
 
 
 @pytest.mark.prefect
@@ -394,4 +430,4 @@ def test_prefect_down_is_503_and_redelivery_works(prefect_harness, ingest_deploy
     with running(_config(state, prefect_harness.api_url, deployment=ingest_deployment)) as base:
         resp = send(base, push_payload(after=after), delivery=delivery)
     assert resp.status_code == 202, resp.text
-    assert _flow_run(resp.json()["flow_run_id"]).parameters["ref"] == after
+    assert _flow_run(resp.json()["flow_run_id"]).parameters["ref"] == "refs/heads/master"

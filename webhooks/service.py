@@ -2,13 +2,18 @@
 
 `POST /webhook` checks, in this order: size (Content-Length, then the bytes actually read),
 signature (`X-Hub-Signature-256`, HMAC-SHA256 of the raw body), content type, JSON, event type,
-repository, branch, delivery id (dedup). Only then is Prefect asked for a flow run, with
-`timeout=0` so the answer comes back as soon as the run is scheduled. Why a service of our own
-rather than Prefect events or Cloud webhooks: docs/webhooks.md.
+repository, branch, delivery id and body digest (dedup). Only then is Prefect asked for a
+flow run, with `timeout=0` so the answer comes back as soon as the run is scheduled. Why a
+service of our own rather than Prefect events or Cloud webhooks: docs/webhooks.md.
 
-Delivery ids live in a table of the state dir's catalog file, so a restart still dedupes. A
-delivery is claimed before Prefect is called and released again if the call fails: GitHub's
-"redeliver" then works once Prefect is back.
+A push is a trigger, not a target: the run is asked to index the pushed branch's head as it
+fetches it, never the push's `after` commit, so an old push replayed (its signed body sent
+again under a new delivery id) cannot take the index back; the flow also refuses a commit
+that is an ancestor of the indexed one.
+
+Delivery ids, and the SHA-256 of each signed body, live in a table of the state dir's catalog
+file, so a restart still dedupes. A delivery is claimed before Prefect is called and released
+again if the call fails: GitHub's "redeliver" then works once Prefect is back.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from typing import Any
 import anyio
 import httpx
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
@@ -89,6 +94,7 @@ class WebhookConfig:
     max_body: int = DEFAULT_MAX_BODY
     state_dir: Path = Path(".hetriever")
     prefect_timeout: float = DEFAULT_PREFECT_TIMEOUT
+    request_timeout: float = 20.0  # headers, then the body (hetriever.serve.slow_clients)
 
     def __post_init__(self) -> None:
         if len(self.secret) < MIN_SECRET_LENGTH:
@@ -140,6 +146,7 @@ class WebhookConfig:
             max_body=hook.max_body,
             state_dir=settings.resolved_state_dir,
             prefect_timeout=hook.prefect_timeout,
+            request_timeout=settings.request_timeout,
         )
 
 
@@ -188,16 +195,27 @@ class DeliveryStore:
         )
         self._db.execute("CREATE INDEX IF NOT EXISTS webhook_deliveries_received"
                          " ON webhook_deliveries (received_at)")
+        columns = {r[1] for r in self._db.execute("PRAGMA table_info(webhook_deliveries)")}
+        if "body_digest" not in columns:  # a table an earlier version created
+            self._db.execute("ALTER TABLE webhook_deliveries ADD COLUMN body_digest TEXT")
+        self._db.execute("CREATE INDEX IF NOT EXISTS webhook_deliveries_body"
+                         " ON webhook_deliveries (body_digest)")
 
-    def claim(self, delivery_id: str, repository: str) -> bool:
-        """Record the id; False if it was already there (a duplicate)."""
+    def claim(self, delivery_id: str, repository: str, body_digest: str | None = None) -> bool:
+        """Record the id (and the body's digest); False if either was already there within
+        the retention window: the same delivery again, or the same signed body replayed under
+        another id."""
         now = time.time()
         with self._lock:
             self._db.execute("DELETE FROM webhook_deliveries WHERE received_at < ?",
                              (now - self.retention,))
+            if body_digest is not None and self._db.execute(
+                    "SELECT 1 FROM webhook_deliveries WHERE body_digest = ?",
+                    (body_digest,)).fetchone():
+                return False
             cur = self._db.execute(
-                "INSERT OR IGNORE INTO webhook_deliveries (delivery_id, received_at, repository)"
-                " VALUES (?, ?, ?)", (delivery_id, now, repository))
+                "INSERT OR IGNORE INTO webhook_deliveries (delivery_id, received_at, repository,"
+                " body_digest) VALUES (?, ?, ?, ?)", (delivery_id, now, repository, body_digest))
             return cur.rowcount == 1
 
     def complete(self, delivery_id: str, flow_run_id: str) -> None:
@@ -210,11 +228,14 @@ class DeliveryStore:
         with self._lock:
             self._db.execute("DELETE FROM webhook_deliveries WHERE delivery_id = ?", (delivery_id,))
 
-    def get(self, delivery_id: str) -> dict[str, Any] | None:
+    def get(self, delivery_id: str, body_digest: str | None = None) -> dict[str, Any] | None:
+        """The delivery with this id, else the one with this body digest."""
         with self._lock:
             row = self._db.execute(
                 "SELECT delivery_id, received_at, repository, flow_run_id"
-                " FROM webhook_deliveries WHERE delivery_id = ?", (delivery_id,)).fetchone()
+                " FROM webhook_deliveries WHERE delivery_id = ? OR body_digest = ?"
+                " ORDER BY delivery_id = ? DESC LIMIT 1",
+                (delivery_id, body_digest, delivery_id)).fetchone()
         if row is None:
             return None
         return dict(zip(("delivery_id", "received_at", "repository", "flow_run_id"), row))
@@ -273,8 +294,9 @@ def _ignored(reason: str) -> _Reject:
     return _Reject(202, {"status": "ignored", "reason": reason})
 
 
-def _route_push(config: WebhookConfig, payload: dict[str, Any]) -> tuple[str, str]:
-    """(docs repository name, commit sha) for a push we act on; else raise 202 ignored."""
+def _route_push(config: WebhookConfig, payload: dict[str, Any]) -> tuple[str, str, str]:
+    """(docs repository name, branch, commit sha) for a push we act on; else raise 202
+    ignored."""
     repo = payload.get("repository")
     if not isinstance(repo, dict):
         raise _error(400, "push payload has no repository object")
@@ -299,16 +321,17 @@ def _route_push(config: WebhookConfig, payload: dict[str, Any]) -> tuple[str, st
         raise _ignored(f"branch {branch!r} was deleted")
     if not isinstance(after, str) or not re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", after):
         raise _error(400, "push payload has no valid 'after' commit sha")
-    return route.docs_name, after
+    return route.docs_name, branch, after
 
 
 class PrefectUnavailable(Exception):
     """Prefect could not create the flow run; the delivery may be retried later."""
 
 
-async def start_ingest(config: WebhookConfig, repository: str, commit: str,
+async def start_ingest(config: WebhookConfig, repository: str, branch: str,
                        delivery_id: str) -> str:
-    """Schedule one ingest run of `repository` at `commit`; return the flow run id."""
+    """Schedule one ingest run of `repository` at the head of `branch` as the run fetches it
+    (not the pushed commit: see the module's docstring); return the flow run id."""
     from prefect.client.orchestration import get_client
     from prefect.deployments import arun_deployment
     from prefect.exceptions import ObjectNotFound, PrefectHTTPStatusError
@@ -321,7 +344,8 @@ async def start_ingest(config: WebhookConfig, repository: str, commit: str,
                     flow_run = await arun_deployment(
                         name=config.deployment,
                         client=client,
-                        parameters={"repositories": [repository], "fetch": True, "ref": commit},
+                        parameters={"repositories": [repository], "fetch": True,
+                                    "ref": f"refs/heads/{branch}"},
                         timeout=0,
                         # Prefect dedupes too: a retry after a lost response reuses the run.
                         idempotency_key=f"github-delivery-{delivery_id}",
@@ -359,6 +383,9 @@ def create_app(config: WebhookConfig) -> Starlette:
             status, body = await _handle(request, delivery, event)
         except _Reject as rej:
             status, body = rej.status, rej.body
+        except ClientDisconnect:  # gone mid-body, or its body did not arrive in time
+            status, body = 400, {"status": "error", "error": "the client disconnected "
+                                                             "before its body was read"}
         outcome = body.get("status")
         level = log.error if status >= 500 else log.warning if status >= 400 else log.info
         level("webhook_delivery", delivery=delivery or None, gh_event=event or None,
@@ -385,15 +412,17 @@ def create_app(config: WebhookConfig) -> Starlette:
             return 200, {"status": "pong", "hook_id": payload.get("hook_id")}
         if event != "push":
             raise _ignored(f"event {event or 'none'!r} is not handled; only push is")
-        repository, commit = _route_push(config, payload)
+        repository, branch, commit = _route_push(config, payload)
         if not delivery:
             raise _error(400, "missing X-GitHub-Delivery header")
-        if not store.claim(delivery, repository):
-            previous = store.get(delivery) or {}
+        digest = hashlib.sha256(raw).hexdigest()
+        if not store.claim(delivery, repository, digest):
+            previous = store.get(delivery, digest) or {}
             return 200, {"status": "duplicate", "repository": repository,
-                         "flow_run_id": previous.get("flow_run_id")}
+                         "flow_run_id": previous.get("flow_run_id"),
+                         "delivery": previous.get("delivery_id")}
         try:
-            flow_run_id = await start_ingest(config, repository, commit, delivery)
+            flow_run_id = await start_ingest(config, repository, branch, delivery)
         except PrefectUnavailable as exc:
             store.release(delivery)
             return 503, {"status": "error", "repository": repository,
@@ -402,8 +431,8 @@ def create_app(config: WebhookConfig) -> Starlette:
             store.release(delivery)
             raise
         store.complete(delivery, flow_run_id)
-        return 202, {"status": "started", "repository": repository, "commit": commit,
-                     "flow_run_id": flow_run_id}
+        return 202, {"status": "started", "repository": repository, "branch": branch,
+                     "commit": commit, "flow_run_id": flow_run_id}
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -423,9 +452,10 @@ def create_app(config: WebhookConfig) -> Starlette:
 def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
           config: WebhookConfig | None = None) -> None:
     """Run the service in the foreground until interrupted."""
-    import uvicorn
+    from hetriever.serve import slow_clients
 
     config = config or WebhookConfig.from_env()
     log.info("webhook_serving", host=host, port=port, deployment=config.deployment,
              repositories=sorted(r.docs_name for r in config.repos.values()))
-    uvicorn.run(create_app(config), host=host, port=port, log_level="warning")
+    slow_clients.run(create_app(config), host=host, port=port, timeout=config.request_timeout,
+                     log_level="warning")

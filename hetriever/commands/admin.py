@@ -8,6 +8,7 @@ import sys
 from collections import Counter
 from typing import Any
 
+from hetriever.commands import reserve
 from hetriever.commands.common import (EXIT_OK, cli_settings, index_location, index_problem,
                                        make_console, note_location, print_json, require_index)
 
@@ -40,7 +41,8 @@ def status_rows(settings, repos, *, fetch: bool = False) -> list[dict[str, Any]]
             rows.append({
                 "repository": repo.name, "checked_out": "", "indexed_commit": "",
                 "up_to_date": False, "status": "unusable", "error": redact_text(repo.problem),
-                "collection": "", "access_level": settings.access_levels.get(repo.name, "PUBLIC"),
+                "collection": "", "bm25_problem": "",
+                "access_level": settings.access_levels.get(repo.name, "PUBLIC"),
                 "files": 0, "chunks": 0, "skipped": 0, "skipped_reasons": {}, "failures": 0,
                 "failed_files": [],
                 "soft_deleted_files": 0, "last_run": "", "last_run_outcome": "",
@@ -58,14 +60,19 @@ def status_rows(settings, repos, *, fetch: bool = False) -> list[dict[str, Any]]
             head, error = "", str(exc)
         indexed = (record.last_commit if record and record.last_commit
                    else meta.get("commit_hash", ""))
+        # What search warns about, status says: a complete index whose BM25 side is damaged,
+        # missing or empty answers dense-only until the next ingest rebuilds it.
+        bm25 = (store.bm25_problem(repo.name) if store and physical else None) or ""
+        status = _index_status(meta, record)
         waiting = upstream(repo, indexed, fetch_first=fetch) if head else Upstream()
         rows.append({
             "repository": repo.name,
             "checked_out": head,
             "indexed_commit": indexed,
             "up_to_date": bool(indexed) and indexed == head,
-            "status": _index_status(meta, record),
+            "status": "degraded" if bm25 and status == "complete" else status,
             "error": redact_text(error),
+            "bm25_problem": bm25,
             "collection": physical or "",
             "access_level": record.access_level if record else
             settings.access_levels.get(repo.name, "PUBLIC"),
@@ -101,7 +108,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     repos = configured_repositories(settings)
     where = index_location(settings)
     note_location(settings)
-    rows = status_rows(settings, repos, fetch=args.fetch)
+    rows = reserve.reading(settings, lambda: status_rows(settings, repos, fetch=args.fetch),
+                           lambda warning: print(f"hetriever: warning: {warning}",
+                                                 file=sys.stderr))
     if args.json:
         print_json([{**row, "index": where} for row in rows])
         return EXIT_OK
@@ -116,6 +125,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         status = r["status"] + (" [red]migrate[/red]" if r["needs_migration"] else "")
         if r["error"]:
             mark, status = "[red]error[/red]", f"{status} [red]{r['error'][:80]}[/red]"
+        elif r["bm25_problem"]:
+            status = f"[red]{status}[/red]: BM25 index unusable, dense-only until an ingest"
         table.add_row(r["repository"], r["checked_out"][:12],
                       f"{r['indexed_commit'][:12]} {mark}", upstream_cell(r), status,
                       str(r["files"]), str(r["chunks"]), str(r["failures"]),

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 from contextlib import ExitStack, contextmanager
 
+from hetriever.commands import reserve
 from hetriever.core.redact import redact_text
 from hetriever.commands.common import (EXIT_FAILED, EXIT_OK, cli_settings, index_location,
                                        make_console, note_location, print_json)
@@ -197,11 +198,13 @@ def cmd_ingest(args: argparse.Namespace) -> int:
                         hint="the task runner is the Prefect flow's; the local engine runs "
                              "in this process")
     note_location(settings)
+    reserve.keep(settings)  # space for reads, should this run fill the disk
     if args.engine == "prefect":
         outcomes = run_ingest_flow(args, settings)
     else:
         outcomes = asyncio.run(ingest_local(settings, args.repository or None, args.full,
                                              show_progress=not args.json))
+    reserve.keep(settings)  # the first run made the directories
     if args.json:
         print_json(outcomes)
     else:

@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sqlite3
 import sys
 from typing import Any
 
+from hetriever.commands import reserve
 from hetriever.commands.common import (EXIT_OK, cli_settings, index_location, make_console,
                                        note_location, print_json,
                                        require_index)
@@ -34,10 +36,19 @@ def run_search(settings, query: str, repositories: list[str] | None, top_k: int 
                               group_by=group_by, lang=lang)
 
     result = asyncio.run(go())
-    metrics = metrics_store(settings.resolved_state_dir)
-    # A CLI search is its process's first: the model, store and BM25 index load on its way.
-    metrics.record(QueryMetric.from_result(result, repositories, source="cli", cold=True))
-    metrics.close()
+    try:  # a query's metrics are worth less than its answer (a full disk, a locked file)
+        metrics = metrics_store(settings.resolved_state_dir)
+        try:
+            # A CLI search is its process's first: the model, store and BM25 index load on
+            # its way.
+            metrics.record(QueryMetric.from_result(result, repositories, source="cli",
+                                                   cold=True))
+        finally:
+            metrics.close()
+    except (sqlite3.Error, OSError) as exc:
+        from hetriever.core.logs import get_logger
+
+        get_logger(__name__).warning("query_metrics_not_recorded", error=str(exc))
     return result
 
 
@@ -162,10 +173,12 @@ def cmd_search(args: argparse.Namespace) -> int:
     note_location(settings)
     hybrid = None if args.mode is None else args.mode == "hybrid"
     access = [level for raw in (args.access or []) for level in raw.split(",") if level.strip()]
-    result = run_search(settings, args.query, args.repository or None, args.top_k,
-                         filters, hybrid, access or None, args.group, args.lang)
-    warnings = _warnings(settings, args.repository,
-                         settings.use_hybrid_search if hybrid is None else hybrid)
+    warnings: list[str] = []
+    result = reserve.reading(settings, lambda: run_search(
+        settings, args.query, args.repository or None, args.top_k, filters, hybrid,
+        access or None, args.group, args.lang), warnings.append)
+    warnings += _warnings(settings, args.repository,
+                          settings.use_hybrid_search if hybrid is None else hybrid)
     for warning in warnings:
         print(f"hetriever: warning: {warning}", file=sys.stderr)
     if args.json:

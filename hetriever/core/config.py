@@ -129,6 +129,9 @@ class Settings(_Layered):
     hnsw_m: int = 16
     # Seconds any one call to a `chroma run` server may take before it is reported as frozen.
     chroma_timeout: float = 20.0
+    # Seconds the servers (serve, mcp over HTTP, serve-webhook) give a client to send a
+    # request's headers, and then its whole body, before dropping the connection.
+    request_timeout: float = 20.0
     # A search process that reads a Chroma server some other machine ingests into, with a state
     # directory of its own: its catalog and BM25 index are copies it keeps in step with the
     # manifest each ingest run publishes in Chroma (hetriever.store.replica, docs/scale-out.md).
@@ -433,6 +436,8 @@ def validate(settings: Settings) -> Settings:
         raise bad("run_lock_timeout", "must be between 0 and 86400 seconds")
     if not 0 < settings.chroma_timeout <= 3_600:
         raise bad("chroma_timeout", "must be a positive number of seconds, at most 3600")
+    if not 0 < settings.request_timeout <= 3_600:
+        raise bad("request_timeout", "must be a positive number of seconds, at most 3600")
     if settings.max_file_bytes < 1:
         raise bad("max_file_bytes", "must be positive")
     if not 1 <= settings.chroma_port <= 65535:

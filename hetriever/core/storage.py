@@ -45,8 +45,8 @@ def storage_problem(exc: BaseException, directories: Iterable[Path]) -> StorageE
     if full or low:
         where = ", ".join(str(d) for d in (low or directories))
         return StorageError(f"no space left on the device holding {where} ({exc})",
-                            hint="free some space, then re-run: the run was not recorded as "
-                                 "complete and the next one picks up where it stopped")
+                            hint="free some space, then re-run (an ingest it stopped was "
+                                 "not recorded as complete; the next picks up where it stopped)")
     locked = [d for d in directories if d.exists() and not os.access(d, os.W_OK)]
     if read_only or locked:
         where = ", ".join(str(d) for d in (locked or directories))

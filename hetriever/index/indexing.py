@@ -411,7 +411,8 @@ async def reconcile_derived(store: IndexingStore, repo: Repository) -> None:
     pruned = store.catalog.prune(physical, repair.chunk_ids, repair.files)
     if repair.changed or pruned:
         log.warning("derived_state_repaired", repository=repo.name, bm25_added=repair.added,
-                    bm25_removed=repair.removed, catalog_rows_removed=pruned)
+                    bm25_removed=repair.removed, bm25_updated=repair.updated,
+                    catalog_rows_removed=pruned)
 
 
 async def start_run(store: IndexingStore, repo: Repository, settings: Settings,

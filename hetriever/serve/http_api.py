@@ -19,6 +19,7 @@ from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 
 from hetriever.core.errors import (
     BackendConnectionError,
@@ -192,6 +193,12 @@ def create_app(service: DocsService, *, keys: KeyRing | None = None,
         first = exc.errors()[0] if exc.errors() else {}
         where = ".".join(str(p) for p in first.get("loc", ()) if p not in ("query", "body"))
         return _error(400, f"{where or 'request'}: {first.get('msg', 'invalid value')}")
+
+    @app.exception_handler(ClientDisconnect)
+    async def on_gone(request: Request, exc: ClientDisconnect) -> JSONResponse:
+        # The client went (or its body did not arrive in time: slow_clients): not a bug.
+        log.info("client_disconnected", path=request.url.path)
+        return _error(400, "the client disconnected before its request was read")
 
     @app.exception_handler(Exception)
     async def on_bug(request: Request, exc: Exception) -> JSONResponse:

@@ -11,6 +11,7 @@ from typing import Any
 
 from hetriever.core.config import Settings
 from hetriever.core.logs import follow_level, get_logger
+from hetriever.serve import slow_clients
 from hetriever.serve.keys import (ENV_CLIENT_KEY, ENV_KEYS, ENV_KEYS_FILE, InvalidKeyError,
                                   KeyRing)
 from hetriever.serve.service import DocsService, Limits
@@ -65,8 +66,6 @@ def _service(settings: Settings, limits: Limits | None = None) -> DocsService:
 
 
 def serve(settings: Settings, *, host: str, port: int, limits: Limits | None = None) -> int:
-    import uvicorn
-
     from hetriever.serve.http_api import create_app
 
     keys = KeyRing.from_env()  # a malformed key file stops the start, with one line
@@ -78,7 +77,8 @@ def serve(settings: Settings, *, host: str, port: int, limits: Limits | None = N
     log.info("serve_started", host=host, port=port, keys=len(keys.grants),
              repositories=len(service.store.repository_names()))
     try:
-        uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+        slow_clients.run(app, host=host, port=port, timeout=settings.request_timeout,
+                         log_level="warning", access_log=False)
     finally:
         telemetry.close()
         service.close()
@@ -106,14 +106,17 @@ def mcp(settings: Settings, *, transport: str, host: str, port: int) -> int:
                             telemetry=telemetry)
     try:
         if transport == "stdio":
-            _exit_on_interrupt(telemetry, service)
-            server.run("stdio")
-        else:
-            import uvicorn
+            import anyio
 
+            from hetriever.serve.mcp_stdio import serve_stdio
+
+            _exit_on_interrupt(telemetry, service)
+            anyio.run(serve_stdio, server)  # answers every line, malformed ones included
+        else:
             app: Any = KeyGate(server.streamable_http_app(host=host), keys)
             log.info("mcp_started", transport="http", url=f"http://{host}:{port}/mcp")
-            uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+            slow_clients.run(app, host=host, port=port, timeout=settings.request_timeout,
+                             log_level="warning", access_log=False)
     finally:
         telemetry.close()
         service.close()

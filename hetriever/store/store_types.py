@@ -53,12 +53,13 @@ class RepairResult:
     collection: str
     added: int = 0  # chunks in Chroma that BM25 lacked
     removed: int = 0  # BM25 rows with no chunk in Chroma
+    updated: int = 0  # BM25 rows whose text or metadata differed from Chroma's
     chunk_ids: set[str] = field(default_factory=set)  # what Chroma holds, for the catalog
     files: set[str] = field(default_factory=set)
 
     @property
     def changed(self) -> bool:
-        return bool(self.added or self.removed)
+        return bool(self.added or self.removed or self.updated)
 
 
 @runtime_checkable

@@ -20,6 +20,7 @@ from hetriever.core.models import Document
 from hetriever.core.names import validate_collection_name
 from hetriever.store.store_types import CollectionInfo, RepairResult
 from hetriever.store.writes import StoreWrites
+from hetriever.store.chroma_orphans import clear_orphan_arrays
 
 log = get_logger(__name__)
 
@@ -134,6 +135,8 @@ class SyncStore(StoreWrites):
             removed = int(self.call("count", col.count)) if col is not None else 0
             if col is not None:
                 self.call("delete_collection", lambda: self.client.delete_collection(physical))
+                if not self.settings.chroma_host:  # embedded: its file is ours to clean
+                    clear_orphan_arrays(self.settings.chroma_path)
             self.bm25_physical(physical).drop()
             self._forget(physical, bm25=True)
             self.catalog.drop_collection(physical)
@@ -193,20 +196,30 @@ class SyncStore(StoreWrites):
             index = self.bm25(collection)
             in_bm25 = set(index.ids())
             in_chroma = set(records["ids"])
-            missing = [i for i, doc_id in enumerate(records["ids"]) if doc_id not in in_bm25]
+            ids, documents = records["ids"], records["documents"]
+            metadatas = [dict(m or {}) for m in records["metadatas"]]
+            # Text and metadata compared field by field, not only ids: a window that died
+            # between its Chroma write and its BM25 commit left rows BM25 holds with the
+            # previous version's metadata (a reused chunk's new weight, aliases, position),
+            # and the next write sees those chunks unchanged in Chroma and skips them.
+            held = index.rows(ids)
+            missing = [i for i, doc_id in enumerate(ids) if doc_id not in held]
+            stale = [i for i, doc_id in enumerate(ids)
+                     if doc_id in held and held[doc_id] != (documents[i], metadatas[i])]
             extra = sorted(in_bm25 - in_chroma)
-            if missing:
-                index.upsert([records["ids"][i] for i in missing],
-                             [records["documents"][i] for i in missing],
-                             [dict(records["metadatas"][i] or {}) for i in missing])
+            if missing or stale:
+                rewrite = missing + stale
+                index.upsert([ids[i] for i in rewrite], [documents[i] for i in rewrite],
+                             [metadatas[i] for i in rewrite])
             if extra:
                 index.delete(extra)
             result.added, result.removed = len(missing), len(extra)
+            result.updated = len(stale)
             result.chunk_ids = in_chroma
             result.files = {str(m["file_path"]) for m in records["metadatas"]
                             if m and "file_path" in m}
         log.info("collection_repaired", collection=collection, added=result.added,
-                 removed=result.removed)
+                 removed=result.removed, updated=result.updated)
         return result
 
     def rebuild_bm25_sync(self, name: str) -> RepairResult:

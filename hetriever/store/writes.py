@@ -99,9 +99,12 @@ class StoreWrites(RepositoryViews):
                 (write.meta_only if old != metadatas[i] else unchanged).append(i)
             else:
                 write.to_embed.append(i)
-        if unchanged:  # an unchanged chunk is not written at all, unless BM25 lost it
-            absent = set(self.bm25(collection).missing([ids[i] for i in unchanged]))
-            write.bm25_only = [i for i in unchanged if ids[i] in absent]
+        if unchanged:  # an unchanged chunk is not written at all, unless BM25 lost it or
+            # holds another version of it (a crash between a window's Chroma write and its
+            # BM25 commit, when Chroma got a reused chunk's new metadata and BM25 did not)
+            held = self.bm25(collection).rows([ids[i] for i in unchanged])
+            write.bm25_only = [i for i in unchanged
+                               if held.get(ids[i]) != (texts[i], metadatas[i])]
         if write.to_embed:
             write.vectors = self._embed([texts[i] for i in write.to_embed], write.result)
         return write

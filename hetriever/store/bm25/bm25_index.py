@@ -276,11 +276,19 @@ class BM25Index:
             return int(self._wconn.execute("SELECT COUNT(*) FROM docs").fetchone()[0])
 
     def get(self, doc_id: str) -> tuple[str, dict] | None:
+        return self.rows([doc_id]).get(doc_id)
+
+    def rows(self, ids: Sequence[str]) -> dict[str, tuple[str, dict]]:
+        """(text, metadata) as committed, of those of `ids` the index holds."""
         with self._lock:
             self._check_open()
-            row = self._wconn.execute("SELECT text, metadata FROM docs WHERE id = ?",
-                                      (doc_id,)).fetchone()
-        return (row[0], json.loads(row[1])) if row else None
+            out: dict[str, tuple[str, dict]] = {}
+            for part in in_batches(list(ids)):
+                marks = ",".join("?" * len(part))
+                for doc_id, text, meta in self._wconn.execute(
+                        f"SELECT id, text, metadata FROM docs WHERE id IN ({marks})", part):
+                    out[doc_id] = (text, json.loads(meta))
+        return out
 
     def metadata_of(self, doc_ids: Iterable[str],
                     keys: Sequence[str] | None = None) -> dict[str, dict]:
