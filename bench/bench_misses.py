@@ -343,8 +343,9 @@ def main(argv: list[str] | None = None) -> int:
             part_rows = [r for r in got if r["part"] == part]
             misses = [r for r in part_rows if r["miss"]]
             counts = collections.Counter(c for r in misses for c in r["classes"])
-            counts.update(r["read"] for r in misses if r.get("read"))
-            classes = {c: [r for r in part_rows if c in r["classes"] or r.get("read") == c]
+            counts.update(f"read: {r['read']}" for r in misses if r.get("read"))
+            classes = {c: [r for r in part_rows
+                           if c in r["classes"] or f"read: {r.get('read')}" == c]
                        for c in sorted(counts)}
             for c, members in classes.items():
                 summary.append((name, part, c, counts[c], len(members),
