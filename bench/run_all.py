@@ -14,8 +14,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 # Cheap first; the store/quality/flow/load benches index whole corpora and take minutes.
 ORDER = ["ingest", "bm25", "embed", "side_by_side", "precision", "filter", "store", "quality",
-         "misses",
-         "flow", "load", "access", "serve", "cluster", "follow", "small_change"]
+         "misses", "flow", "load", "access", "serve", "cluster", "follow", "small_change"]
 
 
 def main(argv: list[str]) -> int:
