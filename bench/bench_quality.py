@@ -10,8 +10,10 @@ embedded store with real embeddings, cached in bench/results/quality-<corpus>-<r
 normal write path, which re-embeds only changed chunks.
 
 Query sets (the answer is a page, a chunk's `file_path`; a query may accept several pages):
-- questions: real questions people asked in public issue and discussion threads, each with
-  the page a reply linked as the answer (bench/queries/real_questions.jsonl, with sources).
+- questions / questions-held-out: real questions people asked in issue trackers, forums,
+  blogs and Q&A sites, each with the page a reply linked or named as the answer
+  (bench/queries/real_questions.jsonl and questions.jsonl, with sources). An item is held out
+  when sha1(its id) % 3 == 0 (`held_out`): a third no tuning decision looks at, reported apart.
 - title: each distinct page title; the answer is any page with exactly that title.
 - description: each page whose front matter `description` has >= 5 words. Since page records
   (settings.page_record) the description is indexed text, so this set measures look-ups of a
@@ -47,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
 import math
 import random
@@ -82,7 +85,8 @@ from hetriever.core.logs import configure_logging  # noqa: E402
 from hetriever.parse.page import _load, split_front_matter  # noqa: E402
 
 CORPORA = ("hugo-docs", "opentelemetry-io")
-QUESTIONS = Path(__file__).resolve().parent / "queries" / "real_questions.jsonl"
+QUERIES = Path(__file__).resolve().parent / "queries"
+QUESTION_FILES = (QUERIES / "real_questions.jsonl", QUERIES / "questions.jsonl")
 K = 10
 DEEP = 100  # chunks per retriever fetched once per query for the offline sweep
 SWEEP_K = (1, 5, 10, 20, 30, 60, 100)
@@ -95,7 +99,8 @@ SWEEP_LINKS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.7, 1.0)  # the links prior's weig
 SWEEP_BM25 = tuple((k1, b) for k1 in (0.9, 1.2, 1.6, 2.0) for b in (0.4, 0.6, 0.75, 0.9))
 SECTION_SAMPLE = 600  # section headings per corpus (opentelemetry-io has ~2,700)
 MODES = ("default", "hybrid", "dense", "bm25")
-SETS = ("questions", "title", "description", "heading", "section", "url", "function")
+SETS = ("questions", "questions-held-out", "title", "description", "heading", "section", "url",
+        "function")
 # Where each corpus is published: the url set pastes a page's address as a browser shows it.
 SITE_ROOTS = {"hugo-docs": "https://gohugo.io", "opentelemetry-io": "https://opentelemetry.io"}
 
@@ -106,16 +111,30 @@ def _norm(text: str) -> str:
     return re.sub(r"\s+", " ", text).strip().lower()
 
 
-def real_questions(corpus: str) -> list[Query]:
-    if not QUESTIONS.is_file():
-        return []
+def held_out(item_id: str) -> bool:
+    """The third of the questions kept out of every tuning decision: by a hash of the id, so
+    old and new items alike, and an item never changes side."""
+    return int(hashlib.sha1(item_id.encode("utf-8")).hexdigest(), 16) % 3 == 0
+
+
+def question_items(corpus: str | None = None) -> list[dict]:
+    """Every real-question item (of `corpus`), in file order."""
     out = []
-    for line in QUESTIONS.read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            item = json.loads(line)
-            if item["corpus"] == corpus:
-                out.append((item["question"], set(item["answers"])))
+    for path in QUESTION_FILES:
+        if not path.is_file():
+            continue
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                item = json.loads(line)
+                if corpus is None or item["corpus"] == corpus:
+                    out.append(item)
     return out
+
+
+def real_questions(corpus: str, held: bool = False) -> list[Query]:
+    """The tuning part of a corpus's real questions, or with `held` the held-out third."""
+    return [(item["question"], set(item["answers"])) for item in question_items(corpus)
+            if held_out(item["id"]) == held]
 
 
 def build_queries(corpus: CorpusChunks) -> dict[str, list[Query]]:
@@ -147,6 +166,7 @@ def build_queries(corpus: CorpusChunks) -> dict[str, list[Query]]:
                   if str(chunks[0].metadata.get("url") or "/") != "/")
     return {
         "questions": real_questions(corpus.name),
+        "questions-held-out": real_questions(corpus.name, held=True),
         "title": [(t, paths) for t, paths in sorted(by_title.items()) if t.strip()],
         "description": desc,
         "heading": sorted(by_heading.items()),
