@@ -437,7 +437,7 @@ def test_a_replayed_old_push_leaves_the_index_at_the_newer_commit(
 def test_the_followed_branch_is_fetched_by_name_and_a_deleted_one_is_an_error(tmp_path):
     """A single-branch (or shallow) clone fetches only the branch it was cloned with; a
     branch deleted on the remote must not be followed at its last fetched commit."""
-    from flows.ingest import update_checkout
+    from hetriever.discover.fetch import update_checkout
     from hetriever.core.errors import SourceError
     from hetriever.discover.repositories import Repository
 
@@ -480,11 +480,11 @@ def test_a_failed_fetch_reports_its_remote_without_credentials(sample_parent, mo
 
     token = "ghp_flowsecret0123456789"
 
-    def fails(repo, ref):
+    def fails(repo, ref):  # the fetch fails, with the remote's URL in git's message
         raise SourceError(f"git fetch failed: repository 'https://bot:{token}@example.invalid"
                           "/acme/docs.git/' not found")
 
-    monkeypatch.setattr(ingest_flow, "update_checkout", fails)
+    monkeypatch.setattr(ingest_flow, "fetch_target", fails)
     state, summary = run_ingest(fetch=True)
     assert state.is_failed()
     (repo,) = summary["repositories"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import subprocess
 from dataclasses import dataclass
 
+from hetriever.discover.fetch import followed_branch
 from hetriever.discover.repositories import Repository
 
 GIT_TIMEOUT = 60.0  # a fetch from a remote that does not answer must not hang `status`
@@ -31,11 +32,6 @@ class Upstream:
 def _git(repo: Repository, *args: str, timeout: float = GIT_TIMEOUT) -> subprocess.CompletedProcess:
     return subprocess.run(["git", *args], cwd=repo.path, capture_output=True, text=True,
                           timeout=timeout)
-
-
-def followed_ref(repo: Repository) -> str:
-    """The remote branch a fetching run checks out (flows/ingest.py follows the same rule)."""
-    return f"origin/{repo.branch}" if repo.branch else "origin/HEAD"
 
 
 def fetch(repo: Repository) -> str:
@@ -65,13 +61,13 @@ def upstream(repo: Repository, indexed: str, *, fetch_first: bool = False) -> Up
     try:
         return _upstream(repo, indexed, fetch_first)
     except (OSError, subprocess.SubprocessError, ValueError) as exc:
-        return Upstream(followed_ref(repo), "", None, f"cannot read the remote: {exc}")
+        return Upstream(followed_branch(repo), "", None, f"cannot read the remote: {exc}")
 
 
 def _upstream(repo: Repository, indexed: str, fetch_first: bool) -> Upstream:
     if _git(repo, "remote", "get-url", "origin").returncode != 0:
         return Upstream()  # no remote: nothing can be waiting upstream
-    ref = followed_ref(repo)
+    ref = followed_branch(repo)
     error = fetch(repo) if fetch_first else ""
     head = _rev(repo, ref)
     if not head:
