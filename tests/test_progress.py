@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 
-import structlog
-
 from hetriever.core.models import IndexResult
 from hetriever.discover.changes import discover_repositories
 from hetriever.embed import progress as embedding_progress

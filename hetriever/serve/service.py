@@ -35,7 +35,7 @@ from hetriever.core.logs import get_logger
 from hetriever.core.names import is_valid_repository_name, repository_name
 from hetriever.search.hybrid import hybrid_search, plan_collections
 from hetriever.serve import pages
-from hetriever.search.knowledge_store import ChromaKnowledgeStore, validate_collection_name
+from hetriever.search.knowledge_store import ChromaKnowledgeStore
 
 log = get_logger(__name__)
 
