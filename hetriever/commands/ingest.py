@@ -11,7 +11,6 @@ from hetriever.core.redact import redact_text
 from hetriever.commands.common import (EXIT_FAILED, EXIT_OK, cli_settings, index_location,
                                        make_console, note_location, print_json)
 from hetriever.core.errors import HetrieverError, UserError
-from hetriever.index.file_retry import failed_files_error
 
 
 def progress_bar(show: bool, console=None):
@@ -57,6 +56,7 @@ def logs_through(progress, show: bool):
 
 async def ingest_local(settings, names: list[str] | None, force_full: bool,
                         show_progress: bool) -> list[dict]:
+    from hetriever.index.file_retry import failed_files_error
     from hetriever.index.indexing import index_repository
     from hetriever.core.logs import get_logger
     from hetriever.discover.repositories import configured_repositories
