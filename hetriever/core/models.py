@@ -21,6 +21,13 @@ from typing import TYPE_CHECKING, Any, Literal, Union
 if TYPE_CHECKING:  # the discover stage's type, named here only for annotations
     from hetriever.discover.site import Site
 
+
+def name_site_type(site_type: type) -> None:
+    """Name the discover stage's `Site` in this module (the discover stage calls this as it
+    loads): Prefect validates a flow's parameters with pydantic, which resolves
+    `Repository.site`'s annotation in this module's namespace, and fails where it is unnamed."""
+    globals()["Site"] = site_type
+
 # What Chroma accepts as one metadata value. Lists must be non-empty and of one type.
 MetadataScalar = Union[str, int, float, bool]
 MetadataValue = Union[MetadataScalar, list[str], list[int], list[float], list[bool]]
