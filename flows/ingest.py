@@ -25,6 +25,7 @@ from hetriever.core.config import Settings, load_settings
 from hetriever.discover.changes import select_repositories
 from hetriever.core.errors import HetrieverError, SourceError
 from hetriever.index.indexing import index_repository
+from hetriever.index.release import release_repository
 from hetriever.core.models import Repository
 from hetriever.discover.repositories import check_usable
 from hetriever.search.knowledge_store import get_knowledge_store
@@ -125,7 +126,7 @@ def on_followed_branch(repo: Repository, sha: str) -> bool:
 async def index_repository_flow(repo: Repository, settings: Settings,
                                 force_full: bool = False) -> dict | State:
     """One repository: lock, run the indexing (a task run per file), publish artifacts."""
-    store = get_knowledge_store(settings)
+    shared = store = get_knowledge_store(settings)
     cluster = await asyncio.to_thread(cluster_embedder, settings)
     if cluster is not None:  # a Dask runner: the workers embed too
         store = store.embedding_with(cluster)
@@ -136,6 +137,8 @@ async def index_repository_flow(repo: Repository, settings: Settings,
     finally:
         if cluster is not None:
             cluster.close()
+            store.release(repo.name)
+        release_repository(shared, repo.name)  # one repository's working set at a time
     runs = store.catalog.runs(repo.name, limit=10) if result.mode != "noop" else []
     await publish_repository(result, runs)
     summary = result.to_dict()

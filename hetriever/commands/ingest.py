@@ -15,6 +15,7 @@ async def ingest_local(settings, names: list[str] | None, force_full: bool,
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from hetriever.index.indexing import index_repository
+    from hetriever.index.release import release_repository
     from hetriever.core.logs import get_logger
     from hetriever.discover.repositories import configured_repositories
     from hetriever.search.knowledge_store import get_knowledge_store
@@ -34,8 +35,11 @@ async def ingest_local(settings, names: list[str] | None, force_full: bool,
                 progress.update(task, completed=done, total=total)
 
             try:
-                result = await index_repository(repo, store, settings, force_full=force_full,
-                                                progress=tick)
+                try:
+                    result = await index_repository(repo, store, settings,
+                                                    force_full=force_full, progress=tick)
+                finally:  # one repository's working set at a time
+                    release_repository(store, repo.name)
                 outcome = {"repository": repo.name, "ok": result.completed, **result.to_dict()}
                 if not result.completed:
                     outcome["error"] = (f"{len(result.failed)} file(s) could not be stored; "
