@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import acreate_markdown_artifact
@@ -39,6 +42,9 @@ from tasks.process import map_with_tasks
 # thread ahead of four in each of seven runs, by 0.1-6.6 s. A retry's delay (at most a few
 # seconds) holds the next files back meanwhile.
 DEFAULT_THREADS = 1
+# "dask" without an address: a local cluster of two one-thread worker processes.
+LOCAL_CLUSTER: dict[str, Any] = {"n_workers": 2, "threads_per_worker": 1, "processes": True,
+                                 "dashboard_address": None}
 
 
 def make_task_runner(spec: str):
@@ -51,10 +57,30 @@ def make_task_runner(spec: str):
 
         if arg:
             return DaskTaskRunner(address=f"{arg}" if "://" in spec else arg)
-        return DaskTaskRunner(cluster_kwargs={"n_workers": 2, "threads_per_worker": 1,
-                                              "processes": True, "dashboard_address": None})
+        return DaskTaskRunner(cluster_kwargs=LOCAL_CLUSTER)
     raise SourceError(f"unknown task runner {spec!r}",
                       hint='use "threads", "threads:N", "dask" or "dask:tcp://host:port"')
+
+
+@asynccontextmanager
+async def task_runners(spec: str) -> AsyncIterator[Callable[[], Any]]:
+    """Makes each repository's task runner for one ingest run. "dask" (no address) starts one
+    local cluster for the whole run, not one per repository: each start spawns worker
+    processes that import everything and load the model again, seconds of fixed cost that a
+    small change would pay per repository (bench/README.md, "Warm workers"). An address
+    ("dask:tcp://host:8786") reuses the cluster already running, its workers' model loaded."""
+    kind, _, arg = spec.partition(":")
+    if kind != "dask" or arg:
+        yield lambda: make_task_runner(spec)
+        return
+    from distributed import LocalCluster
+
+    cluster = await asyncio.to_thread(lambda: LocalCluster(**LOCAL_CLUSTER))
+    try:
+        address = cluster.scheduler_address
+        yield lambda: make_task_runner(f"dask:{address}")
+    finally:
+        await asyncio.to_thread(cluster.close)
 
 
 def cluster_embedder(settings: Settings):
@@ -181,10 +207,29 @@ async def ingest(
 
 async def _ingest(settings: Settings, repositories: list[str] | None, force_full: bool,
                   task_runner: str, fetch: bool, ref: str | None):
-    logger = get_run_logger()
     repos = select_repositories(discover_task(settings), repositories)
 
     outcomes: list[dict] = []
+    async with task_runners(task_runner) as runner_for:
+        await _each_repository(repos, settings, force_full, runner_for, fetch, ref, outcomes)
+
+    summary = {"repositories": outcomes,
+               "ok": sum(o["ok"] for o in outcomes), "failed": sum(not o["ok"] for o in outcomes)}
+    await acreate_markdown_artifact(key="ingest-summary", markdown=summary_markdown(outcomes),
+                                    description="Ingest run summary")
+    if summary["failed"]:
+        return Failed(message=f"{summary['failed']} of {len(outcomes)} repositories failed",
+                      data=summary)
+    changed = [o["repository"] for o in outcomes if o.get("mode") not in (None, "noop")]
+    return Completed(message=f"{len(outcomes)} repositories up to date"
+                             + (f" ({len(changed)} updated)" if changed else ""), data=summary)
+
+
+async def _each_repository(repos: list[Repository], settings: Settings, force_full: bool,
+                           runner_for: Callable[[], Any], fetch: bool, ref: str | None,
+                           outcomes: list[dict]) -> None:
+    """One index-repository subflow per repository, in turn; an outcome appended for each."""
+    logger = get_run_logger()
     for repo in repos:
         try:
             if fetch:
@@ -197,9 +242,8 @@ async def _ingest(settings: Settings, repositories: list[str] | None, force_full
                         "next scheduled run indexes that branch again (set the submodule's "
                         "`branch` in .gitmodules to the branch the webhook route names)",
                         repo.name, sha[:12], followed_branch(repo))
-            state = await index_repository_flow.with_options(
-                task_runner=make_task_runner(task_runner))(repo, settings, force_full,
-                                                           return_state=True)
+            state = await index_repository_flow.with_options(task_runner=runner_for())(
+                repo, settings, force_full, return_state=True)
             data = await state.aresult(raise_on_failure=False)
             if state.is_completed() and isinstance(data, dict):
                 outcomes.append({"repository": repo.name, "ok": True, **data})
@@ -211,14 +255,3 @@ async def _ingest(settings: Settings, repositories: list[str] | None, force_full
         except (HetrieverError, subprocess.CalledProcessError, OSError) as exc:
             logger.error("%s failed: %s", repo.name, exc)
             outcomes.append({"repository": repo.name, "ok": False, "error": str(exc)})
-
-    summary = {"repositories": outcomes,
-               "ok": sum(o["ok"] for o in outcomes), "failed": sum(not o["ok"] for o in outcomes)}
-    await acreate_markdown_artifact(key="ingest-summary", markdown=summary_markdown(outcomes),
-                                    description="Ingest run summary")
-    if summary["failed"]:
-        return Failed(message=f"{summary['failed']} of {len(outcomes)} repositories failed",
-                      data=summary)
-    changed = [o["repository"] for o in outcomes if o.get("mode") not in (None, "noop")]
-    return Completed(message=f"{len(outcomes)} repositories up to date"
-                             + (f" ({len(changed)} updated)" if changed else ""), data=summary)
