@@ -4,7 +4,8 @@ The CLI's ingest loop (`ingest_local`) over a folder of real git repositories (c
 the sample docs), with a real embedded Chroma directory and BM25 files; the embedder is the
 hash one (no model: what is measured is what the store keeps). After each repository the
 store holds no collection handle and no BM25 index (with its term vocabulary) of it or of
-any repository before it, and searches still find every repository's pages afterwards.
+any repository before it, embedded Chroma's system (which keeps every collection's vector
+index loaded) has been replaced, and searches still find every repository's pages afterwards.
 """
 
 from __future__ import annotations
@@ -46,11 +47,13 @@ def test_each_repository_is_released_before_the_next(docs_root, tmp_path, monkey
     real = release.release_repository
 
     def observed(store_, name):
-        before = {"bm25": sorted(store_._bm25), "collections": sorted(store_._collections)}
+        before = {"bm25": sorted(store_._bm25), "collections": sorted(store_._collections),
+                  "chroma": store_.client}
         vocab = sum(len(index._vocab or {}) for index in store_._bm25.values())
         assert vocab > 0  # the run wrote BM25 rows: their vocabulary was held until now
         out = real(store_, name)
-        after = {"bm25": sorted(store_._bm25), "collections": sorted(store_._collections)}
+        after = {"bm25": sorted(store_._bm25), "collections": sorted(store_._collections),
+                 "chroma": store_.client}
         held.append((name, before, after))
         return out
 
@@ -63,7 +66,9 @@ def test_each_repository_is_released_before_the_next(docs_root, tmp_path, monkey
         assert [name for name, _, _ in held] == list(NAMES)
         for name, before, after in held:
             assert before["bm25"] == [f"{name}_v1"]  # its own only: the others were let go
-            assert after == {"bm25": [], "collections": []}
+            assert after["bm25"] == [] and after["collections"] == []
+            # embedded Chroma's loaded vector indexes go with the system it is replaced by
+            assert after["chroma"] is not before["chroma"]
 
         # Released, not lost: a search opens each repository's index again.
         for name in NAMES:

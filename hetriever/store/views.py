@@ -268,6 +268,12 @@ class RepositoryViews(ChromaAccess):
             self._forget(physical, bm25=True)
             with self._guard:
                 self._seen.pop(physical, None)
+        if held and not self.settings.server_mode and self._own_client:
+            # Embedded Chroma keeps every collection's vector index loaded for the process's
+            # life (~3 MB for an empty one, the whole index for a full one): a fresh system
+            # for the path lets them go; the next use loads what it needs.
+            with self._guard:
+                self._reopen(held[0])
 
     def check_embedding_model(self, name: str, col: Any) -> None:
         """Refuse to mix vectors of another model or size into (or query) a collection."""
