@@ -12,8 +12,9 @@ loads the model on every worker).
 With `--warm-runs N`, the ingest flow instead, through one cluster that stays up (a
 scheduler and two 1-thread workers started here, the flow given its address, as an existing
 cluster is): N full ingests of `--site` into fresh directories (each worker's RSS after
-each), then `--changed` pages edited and committed, indexed through the cluster and through
-the thread runner, twice each, alternating.
+each), then `--changed` pages edited and committed and indexed, in turn: through the
+cluster, the thread runner, "dask" (a local cluster the run starts itself), the cluster, the
+thread runner.
 
     python bench/bench_cluster.py [--chunks 3000] [--repeat 3] [--json]
     python bench/bench_cluster.py --warm-runs 5 [--site sample|hugo-docs] [--changed 3]
@@ -153,8 +154,8 @@ def flow_run(root: Path, workdir: Path, runner: str) -> dict[str, Any]:
 
 def warm(runs: int, site: str, changed: int, say) -> dict[str, Any]:
     """`runs` full ingests into fresh directories through the same two worker processes
-    (their RSS after each), then a `changed`-file change through the cluster and through
-    the thread runner."""
+    (their RSS after each), then `changed`-file changes through the cluster, the thread
+    runner and a local cluster of the run's own."""
     from prefect.testing.utilities import prefect_test_harness
 
     out: dict[str, Any] = {"site": site, "full_runs": [], "small_change": []}
@@ -169,9 +170,10 @@ def warm(runs: int, site: str, changed: int, say) -> dict[str, Any]:
                    "workers_rss_mb": worker_rss(address)}
             out["full_runs"].append(row)
             say(row)
-        for round_, lane in enumerate((runner, "threads", runner, "threads")):
+        # "dask": a local cluster the run starts itself (its workers cold), for comparison
+        for round_, lane in enumerate((runner, "threads", "dask", runner, "threads")):
             change_files(repo, changed, round_)
-            row = {"runner": lane.split(":")[0],
+            row = {"runner": "dask (existing cluster)" if lane == runner else lane,
                    **flow_run(root, scratch / f"full-{runs - 1}", lane)}
             out["small_change"].append(row)
             say(row)
