@@ -22,7 +22,10 @@ log = get_logger(__name__)
 def release_repository(store: Any, name: str) -> tuple[float, float]:
     """Release repository `name`'s working set in `store` (and any other stores given the
     same views, e.g. one embedding on a cluster); returns (RSS, peak RSS) in MB after."""
-    store.release(name)
+    try:
+        store.release(name)
+    except Exception as exc:  # best effort: never hide the run's own outcome or error
+        log.warning("repository_release_failed", repository=name, error=str(exc))
     gc.collect()
     release_free_memory()
     rss, peak = resident_mb()
