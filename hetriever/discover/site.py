@@ -39,7 +39,6 @@ import yaml
 
 from hetriever.core.errors import ConfigurationError
 from hetriever.core.logs import get_logger
-from hetriever.core.models import name_site_type
 
 log = get_logger(__name__)
 
@@ -170,9 +169,6 @@ class Site:
             return self.base_path_of(lang)
         lang_part = f"/{lang}" if (lang != self.default_lang or self.in_subdir) else ""
         return self.base_path_of(lang) + lang_part
-
-
-name_site_type(Site)  # Repository.site's annotation resolves (flow parameters)
 
 
 def _base_path(base_url: str) -> str:
