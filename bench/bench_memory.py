@@ -3,6 +3,8 @@
     python bench/bench_memory.py [--corpus hugo-docs] [--search-chunks 100000] [--json]
     HETRIEVER_EMBEDDING_PRECISION=int8 python bench/bench_memory.py   # the int8 model
     python bench/bench_memory.py --engine prefect --search-chunks 0   # ingests through the flow
+    python bench/bench_memory.py --many sample     # 1 vs 10 copies of the sample docs
+    python bench/bench_memory.py --many corpora    # hugo-docs + the whole opentelemetry.io site
 
 With `--engine prefect` the ingests run the Prefect flow; without PREFECT_API_URL, the CLI
 starts a temporary server (deployments/temporary_server.py) as a child process, and `ru_maxrss`
@@ -21,6 +23,12 @@ kernel's `ru_maxrss` for that child (os.wait4), the same figure `/usr/bin/time -
   dropped, written straight to Chroma and BM25 as bench_store does: embedding 100k chunks here
   would take an hour), then the same searches with the vectors served by `chroma run` over
   that directory (the searching process's peak, and the server's).
+
+- many (`--many`): one `hetriever ingest` over a folder of git repositories, with each
+  repository's resident set after it is done and let go (the `repository_released` log
+  line); `sample`: the bundled sample docs once and as ten repositories; `corpora`: hugo-docs
+  v2 and the 11-language opentelemetry.io site (`opentelemetry-io/v2-site`) in one run, then
+  each alone.
 
 Corpora are looked up at $HETRIEVER_CORPORA, else ../shared/corpora beside the repository.
 """
@@ -69,8 +77,12 @@ def run_child(args: list[str], env: dict[str, str]) -> dict[str, Any]:
         parsed = json.loads(stdout)
     except ValueError:
         parsed = None
+    released = [json.loads(line) for line in stderr.splitlines()
+                if line.startswith("{") and '"repository_released"' in line]
     return {"wall_s": round(wall, 2), "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),
-            "output": parsed}
+            "output": parsed,
+            "after_each": [{k: r.get(k) for k in ("repository", "rss_mb", "peak_rss_mb")}
+                           for r in released]}
 
 
 def env_for(workdir: Path, parent: Path) -> dict[str, str]:
@@ -166,6 +178,51 @@ def server_search_peak(workdir: Path, parent: Path) -> dict[str, Any]:
     return {**found, "server_peak_rss_mb": round(hwm / 1024, 1)}
 
 
+def repos_folder(root: Path, sources: dict[str, Path]) -> Path:
+    """A docs root that is a folder of git repositories, one per `sources` entry."""
+    import shutil
+
+    from tests.helpers import commit_all, init_repo
+
+    for name, source in sources.items():
+        repo = init_repo(root / name)
+        shutil.copytree(source, repo, dirs_exist_ok=True, ignore=shutil.ignore_patterns(".git"))
+        for path in repo.rglob("*"):  # the shared corpora are read-only
+            path.chmod(path.stat().st_mode | 0o200)
+        commit_all(repo, name)
+    return root
+
+
+def many(kind: str, scratch: Path, say) -> dict[str, Any]:
+    """Peak RSS of one ingest over several repositories against one over a single one."""
+    from bench.common import CORPORA, SAMPLE_DOCS
+
+    if kind == "sample":
+        runs = {"sample x1": {"sample-00": SAMPLE_DOCS},
+                "sample x10": {f"sample-{i:02d}": SAMPLE_DOCS for i in range(10)}}
+    else:
+        both = {"hugo-docs": CORPORA / "hugo-docs" / "v2",
+                "opentelemetry-io": CORPORA / "opentelemetry-io" / "v2-site"}
+        runs = {"hugo-docs + opentelemetry-io": both,
+                **{f"{name} alone": {name: path} for name, path in both.items()}}
+    out: dict[str, Any] = {}
+    ingest = ["ingest", "--json"]
+    for label, sources in runs.items():
+        work = scratch / label.replace(" ", "_")
+        root = repos_folder(work / "docs", sources)
+        env = {**env_for(work, root), "HETRIEVER_LOG_LEVEL": "INFO", "HETRIEVER_LOG_FORMAT": "json"}
+        result = run_child(ingest, env)
+        outcomes = result["output"] if isinstance(result["output"], list) else []
+        out[label] = {"wall_s": result["wall_s"], "peak_rss_mb": result["peak_rss_mb"],
+                      "chunks": sum(o.get("chunks_written") or 0 for o in outcomes),
+                      "after_each": result["after_each"]}
+        say(f"{label}: peak RSS {result['peak_rss_mb']:.0f} MB, {out[label]['chunks']} chunks, "
+            f"{result['wall_s']:.0f} s; after each: "
+            + ", ".join(f"{r['repository']} {r['rss_mb']:.0f}/{r['peak_rss_mb']:.0f}"
+                        for r in result["after_each"]))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpus", action="append", choices=NAMES,
@@ -177,8 +234,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--engine", choices=("local", "prefect"), default="local",
                         help="ingest in the CLI process (default) or through the Prefect ingest "
                              "flow (a temporary Prefect server unless PREFECT_API_URL is set)")
+    parser.add_argument("--many", choices=("sample", "corpora"),
+                        help="only the many-repositories runs (see above)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    if args.many:
+        say_many = (lambda *_: None) if args.json else print
+        run_child(["prepare-model"], {})
+        with tempfile.TemporaryDirectory(prefix="bench-memory-") as tmp:
+            found = {"many": args.many, **many(args.many, Path(tmp), say_many)}
+        out_dir = REPO_ROOT / "bench" / "results"
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / f"bench_memory-many-{args.many}-latest.json").write_text(
+            json.dumps(found, indent=2))
+        if args.json:
+            print(json.dumps(found, indent=2))
+        return 0
 
     from tests.helpers import build_corpus_parent, update_submodule
 

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import acreate_markdown_artifact
@@ -27,6 +30,7 @@ from hetriever.discover.changes import select_repositories
 from hetriever.core.errors import HetrieverError, SourceError
 from hetriever.index.file_retry import failed_files_error
 from hetriever.index.indexing import index_repository, last_indexed
+from hetriever.index.release import release_repository
 from hetriever.discover.repositories import Repository
 from hetriever.discover.repositories import check_usable
 from hetriever.discover.fetch import (
@@ -48,6 +52,9 @@ from tasks.process import map_with_tasks
 # thread ahead of four in each of seven runs, by 0.1-6.6 s. A retry's delay (at most a few
 # seconds) holds the next files back meanwhile.
 DEFAULT_THREADS = 1
+# "dask" without an address: a local cluster of two one-thread worker processes.
+LOCAL_CLUSTER: dict[str, Any] = {"n_workers": 2, "threads_per_worker": 1, "processes": True,
+                                 "dashboard_address": None}
 
 
 def make_task_runner(spec: str):
@@ -60,10 +67,30 @@ def make_task_runner(spec: str):
 
         if arg:
             return DaskTaskRunner(address=f"{arg}" if "://" in spec else arg)
-        return DaskTaskRunner(cluster_kwargs={"n_workers": 2, "threads_per_worker": 1,
-                                              "processes": True, "dashboard_address": None})
+        return DaskTaskRunner(cluster_kwargs=LOCAL_CLUSTER)
     raise SourceError(f"unknown task runner {spec!r}",
                       hint='use "threads", "threads:N", "dask" or "dask:tcp://host:port"')
+
+
+@asynccontextmanager
+async def task_runners(spec: str) -> AsyncIterator[Callable[[], Any]]:
+    """Makes each repository's task runner for one ingest run. "dask" (no address) starts one
+    local cluster for the whole run, not one per repository: each start spawns worker
+    processes that import everything and load the model again, seconds of fixed cost that a
+    small change would pay per repository (bench/README.md, "Warm workers"). An address
+    ("dask:tcp://host:8786") reuses the cluster already running, its workers' model loaded."""
+    kind, _, arg = spec.partition(":")
+    if kind != "dask" or arg:
+        yield lambda: make_task_runner(spec)
+        return
+    from distributed import LocalCluster
+
+    cluster = await asyncio.to_thread(lambda: LocalCluster(**LOCAL_CLUSTER))
+    try:
+        address = cluster.scheduler_address
+        yield lambda: make_task_runner(f"dask:{address}")
+    finally:
+        await asyncio.to_thread(cluster.close)
 
 
 def cluster_embedder(settings: Settings):
@@ -84,7 +111,7 @@ async def index_repository_flow(repo: Repository, settings: Settings,
     """One repository: lock, run the indexing (a task run per file), publish artifacts;
     its progress also goes to the log of the parent run `parent_run_id` (what --watch shows)."""
     watch = ParentProgress(parent_run_id, parent_run_name) if parent_run_id else None
-    store = get_knowledge_store(settings)
+    shared = store = get_knowledge_store(settings)
     cluster = await asyncio.to_thread(cluster_embedder, settings)
     if cluster is not None:  # a Dask runner: the workers embed too
         store = store.embedding_with(cluster)
@@ -95,6 +122,8 @@ async def index_repository_flow(repo: Repository, settings: Settings,
     finally:
         if cluster is not None:
             cluster.close()
+            store.release(repo.name)
+        release_repository(shared, repo.name)  # one repository's working set at a time
     runs = store.catalog.runs(repo.name, limit=10) if result.mode != "noop" else []
     record = store.catalog.repository(repo.name)
     # What waits upstream once this run is done (as of the fetch before it, if any)
@@ -152,48 +181,48 @@ async def _ingest(settings: Settings, repositories: list[str] | None, force_full
                 else "repositories", ", ".join(r.name for r in repos))
 
     outcomes: list[dict] = []
-    for repo in repos:
-        try:
-            if fetch:
-                check_usable(repo)  # git would run in its placeholder path, and say less
-                sha = fetch_target(repo, ref)
-                indexed, _ = await last_indexed(get_knowledge_store(settings), repo)
-                if moves_back(repo, sha, indexed):  # e.g. an old push replayed
-                    assert indexed is not None
-                    logger.warning(
-                        "%s: refused commit %s: it is an ancestor of the indexed commit %s, "
-                        "and the index only moves forward (to go back on purpose, check the "
-                        "commit out and run `hetriever ingest --full`)",
-                        repo.name, sha[:12], indexed[:12])
-                    outcomes.append({"repository": repo.name, "ok": True, "mode": "refused",
-                                     "new_commit": indexed, "refused_commit": sha})
-                    continue
-                check_out(repo, sha)
-                logger.info("%s: fetched, at %s", repo.name, sha[:12])
-                if ref and not on_followed_branch(repo, sha):  # e.g. a webhook's other branch
-                    logger.warning(
-                        "%s: commit %s is not on %s, the branch scheduled runs check out: the "
-                        "next scheduled run indexes that branch again (set the submodule's "
-                        "`branch` in .gitmodules to the branch the webhook route names)",
-                        repo.name, sha[:12], followed_branch(repo))
-            state = await index_repository_flow.with_options(
-                task_runner=make_task_runner(task_runner))(repo, settings, force_full,
-                                                           parent_run_id, parent_run_name,
-                                                           return_state=True)
-            data = await state.aresult(raise_on_failure=False)
-            if state.is_completed() and isinstance(data, dict):
-                outcomes.append({"repository": repo.name, "ok": True, **data})
-            else:
-                details = data if isinstance(data, dict) else {}
-                error = state.message if details else str(data)
+    async with task_runners(task_runner) as runner_for:
+        for repo in repos:
+            try:
+                if fetch:
+                    check_usable(repo)  # git would run in its placeholder path, and say less
+                    sha = fetch_target(repo, ref)
+                    indexed, _ = await last_indexed(get_knowledge_store(settings), repo)
+                    if moves_back(repo, sha, indexed):  # e.g. an old push replayed
+                        assert indexed is not None
+                        logger.warning(
+                            "%s: refused commit %s: it is an ancestor of the indexed commit %s, "
+                            "and the index only moves forward (to go back on purpose, check the "
+                            "commit out and run `hetriever ingest --full`)",
+                            repo.name, sha[:12], indexed[:12])
+                        outcomes.append({"repository": repo.name, "ok": True, "mode": "refused",
+                                         "new_commit": indexed, "refused_commit": sha})
+                        continue
+                    check_out(repo, sha)
+                    logger.info("%s: fetched, at %s", repo.name, sha[:12])
+                    if ref and not on_followed_branch(repo, sha):  # e.g. a webhook's other branch
+                        logger.warning(
+                            "%s: commit %s is not on %s, the branch scheduled runs check out: the "
+                            "next scheduled run indexes that branch again (set the submodule's "
+                            "`branch` in .gitmodules to the branch the webhook route names)",
+                            repo.name, sha[:12], followed_branch(repo))
+                state = await index_repository_flow.with_options(
+                    task_runner=runner_for())(repo, settings, force_full, parent_run_id,
+                                                  parent_run_name, return_state=True)
+                data = await state.aresult(raise_on_failure=False)
+                if state.is_completed() and isinstance(data, dict):
+                    outcomes.append({"repository": repo.name, "ok": True, **data})
+                else:
+                    details = data if isinstance(data, dict) else {}
+                    error = state.message if details else str(data)
+                    outcomes.append({"repository": repo.name, "ok": False,
+                                     "error": redact_text(error or state.message or ""),
+                                     **details})
+            except (HetrieverError, subprocess.CalledProcessError, OSError) as exc:
+                # A failed fetch names the remote: never with its credentials.
+                logger.error("%s failed: %s", repo.name, redact_text(str(exc)))
                 outcomes.append({"repository": repo.name, "ok": False,
-                                 "error": redact_text(error or state.message or ""),
-                                 **details})
-        except (HetrieverError, subprocess.CalledProcessError, OSError) as exc:
-            # A failed fetch names the remote: never with its credentials.
-            logger.error("%s failed: %s", repo.name, redact_text(str(exc)))
-            outcomes.append({"repository": repo.name, "ok": False,
-                             "error": redact_text(str(exc))})
+                                 "error": redact_text(str(exc))})
 
     summary = {"repositories": outcomes,
                "ok": sum(o["ok"] for o in outcomes), "failed": sum(not o["ok"] for o in outcomes)}

@@ -58,6 +58,7 @@ async def ingest_local(settings, names: list[str] | None, force_full: bool,
                         show_progress: bool) -> list[dict]:
     from hetriever.index.file_retry import failed_files_error
     from hetriever.index.indexing import index_repository
+    from hetriever.index.release import release_repository
     from hetriever.core.logs import get_logger
     from hetriever.discover.repositories import configured_repositories
     from hetriever.search.knowledge_store import get_knowledge_store
@@ -76,8 +77,11 @@ async def ingest_local(settings, names: list[str] | None, force_full: bool,
                 show_snapshot(progress, task, snap)
 
             try:
-                result = await index_repository(repo, store, settings, force_full=force_full,
-                                                on_progress=update)
+                try:
+                    result = await index_repository(repo, store, settings,
+                                                    force_full=force_full, on_progress=update)
+                finally:  # one repository's working set at a time
+                    release_repository(store, repo.name)
                 outcome = {"repository": repo.name, "ok": result.completed, **result.to_dict()}
                 if not result.completed:
                     outcome["error"] = failed_files_error(result.failed)

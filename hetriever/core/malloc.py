@@ -41,6 +41,18 @@ def release_free_memory() -> bool:
     return libc is not None and bool(libc.malloc_trim(0))
 
 
+def resident_mb() -> tuple[float, float]:
+    """(resident set now, its peak so far) of this process in MB; (0, 0) where /proc has no
+    status (not Linux)."""
+    try:
+        lines = open("/proc/self/status", encoding="ascii").read().splitlines()
+    except OSError:
+        return 0.0, 0.0
+    kb = {line.split(":")[0]: int(line.split()[1]) for line in lines
+          if line.startswith(("VmRSS:", "VmHWM:"))}
+    return round(kb.get("VmRSS", 0) / 1024, 1), round(kb.get("VmHWM", 0) / 1024, 1)
+
+
 def _glibc() -> ctypes.CDLL | None:
     """glibc, or None under another C library (musl: no arenas to cap, nothing to trim)."""
     try:

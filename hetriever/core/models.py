@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Union
 
+
 # What Chroma accepts as one metadata value. Lists must be non-empty and of one type.
 MetadataScalar = Union[str, int, float, bool]
 MetadataValue = Union[MetadataScalar, list[str], list[int], list[float], list[bool]]

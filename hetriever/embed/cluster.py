@@ -16,6 +16,7 @@ Figures (1 vs 2 worker processes) and the model for N machines: docs/scale-out.m
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 
 import numpy as np
@@ -28,7 +29,20 @@ from hetriever.core.logs import get_logger
 log = get_logger(__name__)
 
 _worker_lock = threading.Lock()
-_worker_embedders: dict[str, Embedder] = {}
+# model key -> embedder, least recently used first. Keyed by what the model depends on, not
+# by the whole settings: every run's settings name its own Chroma and state directories,
+# and a key of all of them loaded another copy of the model per run (~70 MB a worker each,
+# bench/README.md). Two at most: a migration to another precision uses both for a while.
+_worker_embedders: OrderedDict[tuple, Embedder] = OrderedDict()
+KEPT_MODELS = 2
+
+
+def model_key(settings: Settings) -> tuple:
+    """What a worker's embedder depends on (the model, where it is read from, how it runs)."""
+    kind, _ = parse_model_spec(settings.embedding_model)
+    location = settings.ollama_url if kind == "ollama" else str(settings.resolved_model_dir)
+    return (settings.embedding_model.strip(), location, settings.embedding_precision,
+            settings.embed_batch_tokens, settings.embed_batch_size)
 
 
 def _slots() -> int:
@@ -42,11 +56,14 @@ def _slots() -> int:
 
 
 def worker_embedder(settings: Settings) -> Embedder:
-    """This worker process's embedder for `settings`, loaded on first use and kept."""
-    key = repr(settings)
+    """This worker process's embedder for `settings`' model, loaded on first use and kept
+    (the least recently used one dropped past KEPT_MODELS)."""
+    key = model_key(settings)
     with _worker_lock:
         embedder = _worker_embedders.get(key)
-        if embedder is None:
+        if embedder is not None:
+            _worker_embedders.move_to_end(key)
+        else:
             kind, _ = parse_model_spec(settings.embedding_model)
             if kind == "minilm":
                 embedder = MiniLMEmbedder(settings.resolved_model_dir,
@@ -57,6 +74,8 @@ def worker_embedder(settings: Settings) -> Embedder:
             else:
                 embedder = get_embedder(settings)
             _worker_embedders[key] = embedder
+            while len(_worker_embedders) > KEPT_MODELS:
+                _worker_embedders.popitem(last=False)
         return embedder
 
 

@@ -256,6 +256,25 @@ class RepositoryViews(ChromaAccess):
         if index is not None:
             index.close()
 
+    def release(self, name: str) -> None:
+        """Let go of what this process holds for repository `name`: its collection handles
+        and BM25 indexes (each with its term vocabulary and, after a search, its in-memory
+        copy). A run over many repositories calls this after each one, so it holds one
+        repository's working set at a time, not all of them; a later use opens them again."""
+        with self._guard:
+            held = [p for p in set(self._collections) | set(self._bm25)
+                    if (split_physical(p) or ("",))[0] == name]
+        for physical in held:
+            self._forget(physical, bm25=True)
+            with self._guard:
+                self._seen.pop(physical, None)
+        if held and not self.settings.server_mode and self._own_client:
+            # Embedded Chroma keeps every collection's vector index loaded for the process's
+            # life (~3 MB for an empty one, the whole index for a full one): a fresh system
+            # for the path lets them go; the next use loads what it needs.
+            with self._guard:
+                self._reopen(held[0])
+
     def check_embedding_model(self, name: str, col: Any) -> None:
         """Refuse to mix vectors of another model or size into (or query) a collection."""
         meta = col.metadata or {}

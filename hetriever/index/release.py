@@ -1,0 +1,33 @@
+"""Between repositories: what a run held for one repository is let go before the next.
+
+A run over many repositories (and their languages) must need the memory of its largest one,
+not of all of them: after each repository the store drops its collection handles and BM25
+indexes (`RepositoryViews.release`: a BM25 index keeps its whole term vocabulary after a
+write), the garbage is collected, and the freed heap handed back to the system, so the next
+repository's peak does not sit on top of the last one's leftovers. The process's resident
+set is logged, which is what shows that it holds (bench/README.md, "Many sites").
+"""
+
+from __future__ import annotations
+
+import gc
+from typing import Any
+
+from hetriever.core.logs import get_logger
+from hetriever.core.malloc import release_free_memory, resident_mb
+
+log = get_logger(__name__)
+
+
+def release_repository(store: Any, name: str) -> tuple[float, float]:
+    """Release repository `name`'s working set in `store` (and any other stores given the
+    same views, e.g. one embedding on a cluster); returns (RSS, peak RSS) in MB after."""
+    try:
+        store.release(name)
+    except Exception as exc:  # best effort: never hide the run's own outcome or error
+        log.warning("repository_release_failed", repository=name, error=str(exc))
+    gc.collect()
+    release_free_memory()
+    rss, peak = resident_mb()
+    log.info("repository_released", repository=name, rss_mb=rss, peak_rss_mb=peak)
+    return rss, peak
