@@ -80,8 +80,12 @@ async def ingest_local(settings, names: list[str] | None, force_full: bool,
                 try:
                     result = await index_repository(repo, store, settings,
                                                     force_full=force_full, on_progress=update)
-                finally:  # one repository's working set at a time
+                except Exception:
                     release_repository(store, repo.name)
+                    raise
+                # One repository's working set at a time. Not on Ctrl-C or SIGTERM: the run
+                # is still finishing the window under way, and releasing reopens Chroma.
+                release_repository(store, repo.name)
                 outcome = {"repository": repo.name, "ok": result.completed, **result.to_dict()}
                 if not result.completed:
                     outcome["error"] = failed_files_error(result.failed)
