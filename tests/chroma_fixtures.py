@@ -27,6 +27,7 @@ import pytest
 from deployments.temporary_server import free_port
 from hetriever.core.config import Settings, load_settings
 from tests.fakes import MemoryClient
+from tests.helpers import stop_process
 
 SERVER_START_TIMEOUT = 60.0
 
@@ -106,12 +107,7 @@ def stop_chroma_server(server: ChromaServer) -> None:
     proc = server.process
     if proc.poll() is not None:
         return
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=10)
+    stop_process(proc, timeout=10)
 
 
 @pytest.fixture(scope="module")
@@ -128,6 +124,23 @@ def store_settings(tmp_path: Path, server: ChromaServer | None = None,
         base.update(chroma_host=server.host, chroma_port=server.port)
     base.update(overrides)
     return load_settings(env={}, config_file=None, **base)
+
+
+def chroma_or_memory_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    """For a fixture parametrized ["chroma", "memory"]: a store over real Chroma and MiniLM, or
+    over the fast tier's in-memory stand-ins; closed afterwards."""
+    from hetriever.search.knowledge_store import ChromaKnowledgeStore
+    from tests.fakes import HashEmbedder
+
+    settings = store_settings(tmp_path, run_lock_timeout=1.0)
+    if request.param == "chroma":
+        store = ChromaKnowledgeStore(settings, embedder=request.getfixturevalue("minilm_embedder"),
+                                     lock_timeout=2.0)
+    else:
+        store = ChromaKnowledgeStore(settings, embedder=HashEmbedder(), client=MemoryClient(),
+                                     lock_timeout=2.0)
+    yield store
+    store.close_sync()
 
 
 @pytest.fixture(params=["embedded", pytest.param("server", marks=pytest.mark.server), "memory"])

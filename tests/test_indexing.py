@@ -16,9 +16,7 @@ from hetriever.index.indexing import (
     index_repository,
     is_snippet_path,
 )
-from hetriever.search.knowledge_store import ChromaKnowledgeStore
-from tests.chroma_fixtures import store_settings
-from tests.fakes import HashEmbedder, MemoryClient
+from tests.chroma_fixtures import chroma_or_memory_store
 from tests.flow_support import fresh_full_pass, stored
 from tests.helpers import (
     break_the_cleaner_on_where,
@@ -43,15 +41,7 @@ def docs(tmp_path: Path):
 @pytest.fixture(params=["chroma", "memory"])
 def store(request, tmp_path: Path):
     """The algorithm over real Chroma and MiniLM, and over the fast tier's in-memory stand-ins."""
-    settings = store_settings(tmp_path, run_lock_timeout=1.0)
-    if request.param == "chroma":
-        store = ChromaKnowledgeStore(settings, embedder=request.getfixturevalue("minilm_embedder"),
-                                     lock_timeout=2.0)
-    else:
-        store = ChromaKnowledgeStore(settings, embedder=HashEmbedder(), client=MemoryClient(),
-                                     lock_timeout=2.0)
-    yield store
-    store.close_sync()
+    yield from chroma_or_memory_store(request, tmp_path)
 
 
 def repo_of(parent: Path, name: str = "sample-docs"):

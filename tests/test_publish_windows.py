@@ -14,7 +14,7 @@ from hetriever.store.catalog import Catalog, SKIPPED
 from hetriever.store.catalog_windows import open_at, utc_text
 from hetriever.index.indexing import index_repository
 from hetriever.search.knowledge_store import ChromaKnowledgeStore
-from tests.chroma_fixtures import store_settings
+from tests.chroma_fixtures import chroma_or_memory_store, store_settings
 from tests.fakes import HashEmbedder, MemoryClient
 from tests.flow_support import stored
 from tests.helpers import build_sample_parent, commit_all, update_submodule, write_files
@@ -31,15 +31,7 @@ def run(coro):
 
 @pytest.fixture(params=["chroma", "memory"])
 def store(request, tmp_path: Path):
-    settings = store_settings(tmp_path, run_lock_timeout=1.0)
-    if request.param == "chroma":
-        store = ChromaKnowledgeStore(settings, embedder=request.getfixturevalue("minilm_embedder"),
-                                     lock_timeout=2.0)
-    else:
-        store = ChromaKnowledgeStore(settings, embedder=HashEmbedder(), client=MemoryClient(),
-                                     lock_timeout=2.0)
-    yield store
-    store.close_sync()
+    yield from chroma_or_memory_store(request, tmp_path)
 
 
 NEWS = {
