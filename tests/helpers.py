@@ -32,6 +32,16 @@ def git(cwd: Path, *args: str) -> str:
     return out.stdout.strip()
 
 
+def stop_process(proc: subprocess.Popen, timeout: float = 15) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within `timeout` seconds; reaped either way."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=timeout)
+
+
 def corpus_version(name: str, version: str) -> Path:
     """`../shared/corpora/<name>/<version>`, or skip the test cleanly where absent."""
     path = CORPORA / name / version

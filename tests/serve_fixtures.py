@@ -22,7 +22,7 @@ import pytest
 
 from hetriever.serve.keys import hash_key
 from tests.chroma_fixtures import free_port, wait_until_answering
-from tests.helpers import REPO_ROOT, commit_all, init_repo, write_files
+from tests.helpers import REPO_ROOT, commit_all, init_repo, stop_process, write_files
 
 HETRIEVER = Path(sys.executable).parent / "hetriever"
 START_TIMEOUT = 180.0  # model load on a busy machine
@@ -111,9 +111,4 @@ def running(workspace: Workspace, *argv: str, ready_path: str = "/readyz",
                              log=log, timeout=START_TIMEOUT, ready=lambda status: status < 500)
         yield served
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=15)
+        stop_process(proc)

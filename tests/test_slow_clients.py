@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from tests.chroma_fixtures import free_port, wait_until_answering
-from tests.helpers import REPO_ROOT
+from tests.helpers import REPO_ROOT, stop_process
 from tests.serve_fixtures import running
 
 pytestmark = pytest.mark.slow  # real server processes
@@ -74,12 +74,7 @@ def test_the_webhook_drops_a_stalled_body_and_stalled_headers(tmp_path):
                              ready=lambda status: status == 200)
         check_both_deadlines(url, "/webhook")
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=15)
+        stop_process(proc)
     text = log.read_text()
     assert "request_body_timeout" in text and "request_headers_timeout" in text, text[-3000:]
     assert "Traceback" not in text, text[-3000:]
