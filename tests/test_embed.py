@@ -16,10 +16,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from structlog.testing import capture_logs
 
 from hetriever.cli import main as cli_main
 from hetriever.core.config import Settings
 from hetriever.embed.embedder import (
+    ENCODE_SLICE,
     MINILM_NAME,
     ONNX_SUBDIR,
     Embedder,
@@ -261,6 +263,24 @@ def test_order_is_preserved_despite_length_sorting(embedder: MiniLMEmbedder) -> 
     assert lengths != sorted(lengths)  # the batch really is reordered internally
     batch = embedder.embed([texts[i] for i in order])
     np.testing.assert_allclose(batch, singles[order], atol=1e-5)
+
+
+def test_texts_across_tokenizer_slices_keep_their_order_and_vectors(
+        embedder: MiniLMEmbedder) -> None:
+    """An ingest window is tokenized ENCODE_SLICE texts at a time (only the ids are kept):
+    texts on both sides of each slice boundary get the vectors they get alone, and every
+    truncated text is counted, whichever slice it was in."""
+    n = 2 * ENCODE_SLICE + 5
+    long = {3, ENCODE_SLICE, n - 1}  # the first slice, the second's first text, the last
+    texts = [" ".join(["word"] * 400) + f" tail {i}" if i in long
+             else " ".join(["content"] * (i % 37 + 1)) + f" text {i}" for i in range(n)]
+    picked = [0, 3, ENCODE_SLICE - 1, ENCODE_SLICE, ENCODE_SLICE + 1, n - 1]
+    with capture_logs() as logs:
+        batch = embedder.embed(texts)
+    assert [e["count"] for e in logs if e["event"] == "texts_truncated"] == [len(long)]
+    singles = np.stack([embedder.embed([texts[i]])[0] for i in picked])
+    np.testing.assert_allclose(batch[picked], singles, atol=1e-5)
+    assert embedder.token_lengths(texts) == [embedder.token_lengths([t])[0] for t in texts]
 
 
 def test_paraphrases_are_closer_than_unrelated_sentences(embedder: MiniLMEmbedder) -> None:

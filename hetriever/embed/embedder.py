@@ -116,6 +116,9 @@ class _Counters:
 # nothing more. Long texts then go 2 at a time, short ones 64.
 DEFAULT_BATCH_TOKENS = 512
 
+# Texts tokenized at once; their Encodings are let go before the next slice (`_word_pieces`).
+ENCODE_SLICE = 64
+
 
 def batch_bounds(lengths: np.ndarray, max_rows: int, max_tokens: int) -> list[tuple[int, int]]:
     """[start, end) slices of `lengths` (in embedding order, usually sorted): at most
@@ -188,6 +191,9 @@ class MiniLMEmbedder(_Counters):
             # (as sentence-transformers and Chroma do) and pad per batch ourselves.
             self._tokenizer.no_padding()
             self._tokenizer.enable_truncation(max_length=self.max_tokens)
+            # Ids without offsets: the same pieces, faster (offsets are never read here).
+            self._encode_batch = getattr(self._tokenizer, "encode_batch_fast",
+                                         self._tokenizer.encode_batch)
         except Exception as exc:
             raise _cannot_load(f"from {onnx_dir}", exc) from exc
 
@@ -199,6 +205,7 @@ class MiniLMEmbedder(_Counters):
             session = self._sessions.get(threads)
             if session is None:
                 session = self._sessions[threads] = self._load(threads)
+                log.info("embedding_session_loaded", threads=threads)
                 self.dimensions = int(session.get_outputs()[0].shape[-1])
             return session
 
@@ -235,14 +242,14 @@ class MiniLMEmbedder(_Counters):
             return self._pool
 
     @staticmethod
-    def _inputs(encodings: list[Any], lengths: np.ndarray, idx: np.ndarray) -> dict[str, Any]:
+    def _inputs(pieces: list[np.ndarray], lengths: np.ndarray, idx: np.ndarray) -> dict[str, Any]:
         """The model's inputs for the texts `idx` (one batch), padded to the longest."""
         width = int(lengths[idx].max())
         ids = np.zeros((len(idx), width), dtype=np.int64)
         mask = np.zeros((len(idx), width), dtype=np.int64)
         for row, i in enumerate(idx):
             n = lengths[i]
-            ids[row, :n] = encodings[i].ids
+            ids[row, :n] = pieces[i]
             mask[row, :n] = 1
         return {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
 
@@ -260,9 +267,31 @@ class MiniLMEmbedder(_Counters):
         mask = inputs["attention_mask"]
         return np.matmul(mask.reshape(len(mask), 1, -1).astype(np.float32), hidden)[:, 0, :]
 
+    def _word_pieces(self, texts: list[str]) -> list[np.ndarray]:
+        """Each text's word-piece ids (truncated, [CLS]/[SEP] included), as compact arrays.
+
+        A tokenizer Encoding also keeps every piece's string, masks and the pieces cut off by
+        truncation: a window's Encodings held at once raised a full ingest's peak by ~50 MB
+        (bench/README.md, "Many sites"), which the allocator then keeps. A slice at a time,
+        only the ids outlive it."""
+        pieces: list[np.ndarray] = []
+        truncated = 0
+        for start in range(0, len(texts), ENCODE_SLICE):
+            try:
+                encodings = self._encode_batch(texts[start:start + ENCODE_SLICE])
+            except Exception as exc:
+                raise EmbeddingError(f"tokenizing {len(texts)} texts failed: {exc}") from exc
+            for encoding in encodings:
+                pieces.append(np.asarray(encoding.ids, dtype=np.int32))
+                truncated += bool(encoding.overflowing)
+            del encodings
+        if truncated:
+            log.warning("texts_truncated", count=truncated, max_tokens=self.max_tokens)
+        return pieces
+
     def token_lengths(self, texts: Sequence[str]) -> list[int]:
         """Word-pieces each text is read as (after truncation, [CLS]/[SEP] included)."""
-        return [len(e.ids) for e in self._tokenizer.encode_batch(list(texts))]
+        return [len(pieces) for pieces in self._word_pieces(list(texts))]
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         texts = list(texts)
@@ -273,15 +302,8 @@ class MiniLMEmbedder(_Counters):
         return self._embed(texts)
 
     def _embed(self, texts: list[str]) -> np.ndarray:
-        try:
-            encodings = self._tokenizer.encode_batch(texts)
-        except Exception as exc:
-            raise EmbeddingError(f"tokenizing {len(texts)} texts failed: {exc}") from exc
-        truncated = sum(1 for e in encodings if e.overflowing)
-        if truncated:
-            log.warning("texts_truncated", count=truncated, max_tokens=self.max_tokens)
-        lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64,
-                              count=len(encodings))
+        pieces = self._word_pieces(texts)
+        lengths = np.fromiter((len(p) for p in pieces), dtype=np.int64, count=len(pieces))
         # Sorting by length keeps each batch's padding (wasted compute) small.
         order = (np.argsort(lengths, kind="stable") if self.sort_by_length
                  else np.arange(len(texts)))
@@ -292,7 +314,7 @@ class MiniLMEmbedder(_Counters):
         batches = [order[start:end] for start, end
                    in batch_bounds(lengths[order], self.batch_size, max(1, per_batch))]
         session = self._session(self.threads if one_at_a_time else 1)
-        inputs = [self._inputs(encodings, lengths, idx) for idx in batches]
+        inputs = [self._inputs(pieces, lengths, idx) for idx in batches]
         sums: Iterator[np.ndarray]
         if one_at_a_time:  # a query: every core on its one batch
             sums = (self._run(session, batch) for batch in inputs)
