@@ -186,7 +186,7 @@ async def _ingest(settings: Settings, repositories: list[str] | None, force_full
             try:
                 if fetch:
                     check_usable(repo)  # git would run in its placeholder path, and say less
-                    sha = fetch_target(repo, ref)
+                    sha = fetch_target(repo, ref, timeout=settings.fetch_timeout)
                     indexed, _ = await last_indexed(get_knowledge_store(settings), repo)
                     if moves_back(repo, sha, indexed):  # e.g. an old push replayed
                         assert indexed is not None

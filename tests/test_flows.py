@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from hetriever.discover.changes import discover_repositories
 from hetriever.search.knowledge_store import clear_store_cache, get_knowledge_store
 from tests.flow_support import fresh_full_pass, stored
 from tests.helpers import (
+    add_submodule,
     build_corpus_parent,
     build_sample_parent,
     commit_all,
@@ -471,6 +473,35 @@ def test_a_fetch_that_cannot_reach_the_remote_fails_that_repository_clearly(samp
     assert "remote `origin`" in repo["error"]  # the hint travels with the error
 
 
+def test_a_remote_that_stops_answering_fails_its_repository_and_the_run_goes_on(
+        sample_parent, tmp_path, monkeypatch):
+    """A hung remote holds its fetch until HETRIEVER_FETCH_TIMEOUT, not the run: the other
+    repository is fetched and indexed, the hung one fails with that reason."""
+    from tests.test_fetch import hanging_remote, survivors
+
+    parent, _ = sample_parent
+    other = init_repo(tmp_path / "other-source")
+    write_files(other, {"content/docs/other.md": "---\ntitle: Other\n---\n\nAnother page.\n"})
+    commit_all(other, "other docs")
+    add_submodule(parent, other, "docs/aa-hung-docs")  # first in the run's order
+    commit_all(parent, "a second documentation repository")
+    hung = parent / "docs" / "aa-hung-docs"
+    git(hung, "remote", "remove", "origin")
+    hanging_remote(hung, tmp_path / "prompt-setting")
+    monkeypatch.setenv("HETRIEVER_FETCH_TIMEOUT", "2")
+
+    began = time.monotonic()
+    state, summary = run_ingest(fetch=True)
+    assert time.monotonic() - began < 120
+    outcomes = {o["repository"]: o for o in summary["repositories"]}
+    assert [o["repository"] for o in summary["repositories"]] == ["aa-hung-docs", "sample-docs"]
+    assert not outcomes["aa-hung-docs"]["ok"]
+    assert "stopped answering" in outcomes["aa-hung-docs"]["error"]
+    assert outcomes["sample-docs"]["ok"] and outcomes["sample-docs"]["mode"] == "full"
+    assert state.is_failed()  # one repository failed: the run says so
+    assert survivors() == []
+
+
 def test_a_failed_fetch_reports_its_remote_without_credentials(sample_parent, monkeypatch):
     """A git error that names the remote with its token: the outcome, the summary artifact
     and the run's log lines carry it without the token."""
@@ -480,7 +511,7 @@ def test_a_failed_fetch_reports_its_remote_without_credentials(sample_parent, mo
 
     token = "ghp_flowsecret0123456789"
 
-    def fails(repo, ref):  # the fetch fails, with the remote's URL in git's message
+    def fails(repo, ref, **_):  # the fetch fails, with the remote's URL in git's message
         raise SourceError(f"git fetch failed: repository 'https://bot:{token}@example.invalid"
                           "/acme/docs.git/' not found")
 

@@ -212,6 +212,7 @@ class Settings(_Layered):
     default_top_k: int = 5
     max_top_k: int = 100
     similarity_threshold: float = 0.0
+    fetch_timeout: float = 600.0  # seconds a fetching run's `git fetch` of one repository may take
     run_lock_timeout: float = 600.0  # seconds a second ingest of one repository waits
     # Deleted files: 0 removes their chunks at once; N > 0 keeps them N days, marked
     # `is_deleted` and hidden from every search, until `hetriever purge` removes them.
@@ -432,6 +433,8 @@ def validate(settings: Settings) -> Settings:
                                   "word-pieces per chunk; longer text would be silently truncated")
     if settings.retention_days < 0:
         raise bad("retention_days", "must be zero (delete at once) or a number of days")
+    if not 1 <= settings.fetch_timeout <= 86_400:
+        raise bad("fetch_timeout", "must be between 1 and 86400 seconds")
     if not 0 <= settings.run_lock_timeout <= 86_400:
         raise bad("run_lock_timeout", "must be between 0 and 86400 seconds")
     if not 0 < settings.chroma_timeout <= 3_600:

@@ -4,19 +4,66 @@ A scheduled run follows a branch (the submodule's `branch` in .gitmodules, else 
 default branch); a webhook names the branch that was pushed, never a commit to go to: the
 branch's head is fetched now, and a commit that is an ancestor of the indexed one is refused
 (`moves_back`), so a replayed old push cannot take the index back. `upstream.py` reads the
-same followed branch for `status`.
+same followed branch for `status`, and fetches it with `fetch_remote`.
+
+Every fetch has a deadline (`Settings.fetch_timeout` for a run): a remote that stops answering
+fails its repository with that reason, and the run goes on to the others, instead of holding
+the run. git never asks for credentials on a terminal here (nobody would answer a scheduled
+run); a remote that needs them fails at once.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
+import time
 
 from hetriever.core.errors import SourceError
 from hetriever.discover.repositories import Repository
 
+FETCH_TIMEOUT = 600.0  # seconds, for a whole fetch (Settings.fetch_timeout)
 
-def _git(repo: Repository, *args: str) -> str:
-    done = subprocess.run(["git", *args], cwd=repo.path, capture_output=True, text=True)
+
+class FetchTimedOut(SourceError):
+    """The remote did not finish answering a fetch before its deadline."""
+
+
+def run_git(repo: Repository, *args: str, timeout: float | None = None,
+            ) -> subprocess.CompletedProcess:
+    """`git <args>` in the repository, never prompting on the terminal; after `timeout`
+    seconds git and every process it started (the transport helper, ssh) are killed and
+    TimeoutExpired is raised."""
+    with subprocess.Popen(["git", *args], cwd=repo.path, stdin=subprocess.DEVNULL,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env={**os.environ, "GIT_TERMINAL_PROMPT": "0"},
+                          start_new_session=True) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.communicate()
+            raise
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def _run(repo: Repository, args: list[str], deadline: float | None,
+         ) -> subprocess.CompletedProcess:
+    timeout = None if deadline is None else max(0.1, deadline - time.monotonic())
+    try:
+        return run_git(repo, *args, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise FetchTimedOut(f"{repo.name}: git {' '.join(args[:2])} did not finish in time: "
+                            f"the remote `origin` stopped answering",
+                            hint="check that the remote is reachable; a very large first "
+                                 "fetch may need a longer HETRIEVER_FETCH_TIMEOUT") from None
+
+
+def _git(repo: Repository, *args: str, deadline: float | None = None) -> str:
+    done = _run(repo, list(args), deadline)
     if done.returncode != 0:
         raise SourceError(f"{repo.name}: git {' '.join(args)} failed: "
                           f"{done.stderr.strip() or done.returncode}",
@@ -35,27 +82,37 @@ def followed_branch(repo: Repository) -> str:
     return f"origin/{repo.branch}" if repo.branch else "origin/HEAD"
 
 
-def update_checkout(repo: Repository, ref: str | None) -> str:
+def update_checkout(repo: Repository, ref: str | None, *,
+                    timeout: float = FETCH_TIMEOUT) -> str:
     """Fetch `origin` and check out `ref`, by default the followed branch; the sha."""
-    sha = fetch_target(repo, ref)
+    sha = fetch_target(repo, ref, timeout=timeout)
     check_out(repo, sha)
     return sha
 
 
-def fetch_target(repo: Repository, ref: str | None) -> str:
+def fetch_remote(repo: Repository, *, timeout: float = FETCH_TIMEOUT) -> float:
+    """`git fetch origin`, and the followed branch by name; origin/HEAD set where a clone
+    lacks it. Returns the deadline (monotonic time) the steps after it share."""
+    deadline = time.monotonic() + timeout
+    _git(repo, "fetch", "--quiet", "origin", deadline=deadline)
+    if repo.branch:
+        _fetch_branch(repo, deadline=deadline)
+    elif not _resolves(repo, "origin/HEAD"):
+        _git(repo, "remote", "set-head", "origin", "--auto",  # clones made without it
+             deadline=deadline)
+    return deadline
+
+
+def fetch_target(repo: Repository, ref: str | None, *, timeout: float = FETCH_TIMEOUT) -> str:
     """Fetch `origin`; the commit `ref` names there, checking nothing out. `ref`: None for
     the followed branch's head, `refs/heads/<branch>` for that branch's head as fetched now
     (what a webhook names: a push is a trigger, and its branch may have moved on since), or
-    a commit."""
-    _git(repo, "fetch", "--quiet", "origin")
-    if repo.branch:
-        _fetch_branch(repo)
-    elif not _resolves(repo, "origin/HEAD"):
-        _git(repo, "remote", "set-head", "origin", "--auto")  # clones made without it
+    a commit. All of it within `timeout` seconds, else a SourceError."""
+    deadline = fetch_remote(repo, timeout=timeout)
     target = ref or followed_branch(repo)
     if ref and ref.startswith("refs/heads/"):
         branch = ref.removeprefix("refs/heads/")
-        _fetch_branch(repo, branch, followed=False)
+        _fetch_branch(repo, branch, followed=False, deadline=deadline)
         target = f"origin/{branch}"
     return _git(repo, "rev-parse", "--verify", "--quiet", f"{target}^{{commit}}")
 
@@ -64,15 +121,15 @@ def check_out(repo: Repository, sha: str) -> None:
     _git(repo, "checkout", "--quiet", "--detach", sha)
 
 
-def _fetch_branch(repo: Repository, branch: str | None = None, *, followed: bool = True) -> None:
+def _fetch_branch(repo: Repository, branch: str | None = None, *, followed: bool = True,
+                  deadline: float | None = None) -> None:
     """A branch by name, the followed one by default: a shallow or single-branch clone's
     fetch brings only the branch it was cloned with, and a branch deleted on the remote would
     otherwise be followed at its last fetched commit for ever. The remote answered the fetch
     before this one, so a failure here is the branch's."""
     branch = branch or repo.branch
-    done = subprocess.run(["git", "fetch", "--quiet", "origin",
-                           f"+refs/heads/{branch}:refs/remotes/origin/{branch}"],
-                          cwd=repo.path, capture_output=True, text=True)
+    done = _run(repo, ["fetch", "--quiet", "origin",
+                       f"+refs/heads/{branch}:refs/remotes/origin/{branch}"], deadline)
     if done.returncode != 0:
         said = (done.stderr.strip().splitlines() or [""])[-1]
         if not followed:

@@ -11,7 +11,9 @@ from __future__ import annotations
 import subprocess
 from dataclasses import dataclass
 
-from hetriever.discover.fetch import followed_branch
+from hetriever.core.errors import SourceError
+from hetriever.core.redact import redact_text
+from hetriever.discover.fetch import fetch_remote, followed_branch, run_git
 from hetriever.discover.repositories import Repository
 
 GIT_TIMEOUT = 60.0  # a fetch from a remote that does not answer must not hang `status`
@@ -29,24 +31,17 @@ class Upstream:
                 "behind_upstream": self.behind, "upstream_error": self.error}
 
 
-def _git(repo: Repository, *args: str, timeout: float = GIT_TIMEOUT) -> subprocess.CompletedProcess:
-    return subprocess.run(["git", *args], cwd=repo.path, capture_output=True, text=True,
-                          timeout=timeout)
+def _git(repo: Repository, *args: str) -> subprocess.CompletedProcess:
+    return run_git(repo, *args, timeout=GIT_TIMEOUT)
 
 
 def fetch(repo: Repository) -> str:
-    """`git fetch origin` (and the followed branch by name); "" or what went wrong."""
-    args = ["fetch", "--quiet", "origin"]
-    if repo.branch:
-        args.append(f"+refs/heads/{repo.branch}:refs/remotes/origin/{repo.branch}")
+    """The fetch a run makes (`fetch_remote`), within GIT_TIMEOUT; "" or what went wrong
+    (git's own words name the remote: without its credentials)."""
     try:
-        done = _git(repo, *args)
-    except subprocess.TimeoutExpired:
-        return f"git fetch origin took over {GIT_TIMEOUT:.0f} s"
-    if done.returncode != 0:
-        return "git fetch origin failed: " + (done.stderr.strip().splitlines() or ["?"])[-1]
-    if not repo.branch and _rev(repo, "origin/HEAD") == "":
-        _git(repo, "remote", "set-head", "origin", "--auto")  # clones made without it
+        fetch_remote(repo, timeout=GIT_TIMEOUT)
+    except SourceError as exc:
+        return redact_text(exc.message.removeprefix(f"{repo.name}: "))
     return ""
 
 
