@@ -39,6 +39,9 @@ from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
+# Prefect's temporary server would otherwise send telemetry (there may be no network) and log
+# a locked-database traceback from that service at start.
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 from bench.common import (  # noqa: E402
     CORPORA,
