@@ -283,6 +283,22 @@ def test_texts_across_tokenizer_slices_keep_their_order_and_vectors(
     assert embedder.token_lengths(texts) == [embedder.token_lengths([t])[0] for t in texts]
 
 
+def test_a_window_is_tokenized_a_slice_at_a_time(model_dir: Path) -> None:
+    """What keeps an ingest's peak down (bench/README.md, "Many sites"): the tokenizer's
+    Encodings of a whole write window are never alive at once, only a slice's."""
+    embedder = MiniLMEmbedder(model_dir, threads=1)
+    real = embedder._encode_batch
+    sizes: list[int] = []
+
+    def recording(texts):
+        sizes.append(len(texts))
+        return real(texts)
+
+    embedder._encode_batch = recording
+    embedder.embed([f"page {i} about templates" for i in range(300)])
+    assert sum(sizes) == 300 and max(sizes) == ENCODE_SLICE
+
+
 def test_paraphrases_are_closer_than_unrelated_sentences(embedder: MiniLMEmbedder) -> None:
     a, b, c = embedder.embed([*PARAPHRASE, UNRELATED])
     assert float(a @ b) > 0.6
