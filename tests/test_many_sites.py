@@ -35,6 +35,7 @@ def docs_root(tmp_path: Path) -> Path:
 def test_each_repository_is_released_before_the_next(docs_root, tmp_path, monkeypatch):
     import hetriever.index.release as release
     import hetriever.search.knowledge_store as knowledge_store
+    import hetriever.store.bm25.analyzer as analyzer
     from hetriever.commands.ingest import ingest_local
 
     settings = load_settings(env={"HETRIEVER_DOCS_ROOT": str(docs_root),
@@ -47,11 +48,13 @@ def test_each_repository_is_released_before_the_next(docs_root, tmp_path, monkey
     real = release.release_repository
 
     def observed(store_, name):
+        assert analyzer._STEMS  # BM25's writes stemmed this site's words
         before = {"bm25": sorted(store_._bm25), "collections": sorted(store_._collections),
                   "chroma": store_.client}
         vocab = sum(len(index._vocab or {}) for index in store_._bm25.values())
         assert vocab > 0  # the run wrote BM25 rows: their vocabulary was held until now
         out = real(store_, name)
+        assert not analyzer._STEMS  # let go with the site, not carried to the next
         after = {"bm25": sorted(store_._bm25), "collections": sorted(store_._collections),
                  "chroma": store_.client}
         held.append((name, before, after))

@@ -3,7 +3,8 @@
 A run over many repositories (and their languages) must need the memory of its largest one,
 not of all of them: after each repository the store drops its collection handles and BM25
 indexes (`RepositoryViews.release`: a BM25 index keeps its whole term vocabulary after a
-write), the garbage is collected, and the freed heap handed back to the system, so the next
+write), the analyzer's stem cache is emptied (it would grow with every site's words), the
+garbage is collected, and the freed heap handed back to the system, so the next
 repository's peak does not sit on top of the last one's leftovers. The process's resident
 set is logged, which is what shows that it holds (bench/README.md, "Many sites").
 """
@@ -15,6 +16,7 @@ from typing import Any
 
 from hetriever.core.logs import get_logger
 from hetriever.core.malloc import release_free_memory, resident_mb
+from hetriever.store.bm25.analyzer import forget_stems
 
 log = get_logger(__name__)
 
@@ -26,6 +28,7 @@ def release_repository(store: Any, name: str) -> tuple[float, float]:
         store.release(name)
     except Exception as exc:  # best effort: never hide the run's own outcome or error
         log.warning("repository_release_failed", repository=name, error=str(exc))
+    forget_stems()
     gc.collect()
     release_free_memory()
     rss, peak = resident_mb()

@@ -64,6 +64,12 @@ _STEMS: dict[str, str] = {}
 _STEM_CACHE_MAX = 200_000
 
 
+def forget_stems() -> None:
+    """Empty the stem cache: a run over many sites lets each site's words go with the rest of
+    its working set (hetriever.index.release), so the cache holds one site's at a time."""
+    _STEMS.clear()
+
+
 def _stem(word: str) -> str:
     """Snowball stem of an alphabetic word (cached: a corpus has a small vocabulary)."""
     stem = _STEMS.get(word)
