@@ -80,3 +80,14 @@ def test_run_git_returns_what_git_said(tmp_path: Path) -> None:
     done = run_git(repo, "rev-parse", "--verify", "--quiet", "no-such-ref")
     assert done.returncode != 0 and done.stdout == ""
     assert run_git(repo, "rev-parse", "--is-inside-work-tree").stdout.strip() == "true"
+
+
+def test_what_git_said_is_one_line(tmp_path: Path) -> None:
+    """git's message for an unreachable remote runs over several lines; a status note or a
+    run's outcome shows it on one."""
+    repo = init_repo(tmp_path / "gone")
+    git(repo, "remote", "add", "origin", str(tmp_path / "nowhere"))
+    with pytest.raises(SourceError) as raised:
+        fetch_target(Repository(name="gone-docs", path=repo), None, timeout=30)
+    assert "\n" not in raised.value.message
+    assert "failed: fatal:" in raised.value.message

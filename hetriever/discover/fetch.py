@@ -65,8 +65,8 @@ def _run(repo: Repository, args: list[str], deadline: float | None,
 def _git(repo: Repository, *args: str, deadline: float | None = None) -> str:
     done = _run(repo, list(args), deadline)
     if done.returncode != 0:
-        raise SourceError(f"{repo.name}: git {' '.join(args)} failed: "
-                          f"{done.stderr.strip() or done.returncode}",
+        said = " ".join(line.strip() for line in done.stderr.splitlines() if line.strip())
+        raise SourceError(f"{repo.name}: git {' '.join(args)} failed: {said or done.returncode}",
                           hint="check the repository's remote `origin` and that it is reachable")
     return done.stdout.strip()
 
