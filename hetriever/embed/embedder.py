@@ -205,7 +205,7 @@ class MiniLMEmbedder(_Counters):
             session = self._sessions.get(threads)
             if session is None:
                 session = self._sessions[threads] = self._load(threads)
-                log.info("embedding_session_loaded", threads=threads)
+                log.debug("embedding_session_loaded", threads=threads)
                 self.dimensions = int(session.get_outputs()[0].shape[-1])
             return session
 
