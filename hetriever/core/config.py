@@ -387,6 +387,20 @@ def load_settings(env: Mapping[str, str] | None = None, config_file: Path | None
 ACCESS_LEVELS = ("PUBLIC", "TEAM", "PRIVATE", "SYSTEM")
 
 
+# Settings that must lie within a closed range: name -> (lowest, highest, unit in the message).
+_BETWEEN: dict[str, tuple[int, int, str]] = {
+    "follow_interval": (0, 86_400, " seconds"),
+    "batch_size": (1, 100_000, ""),
+    "read_batch_size": (1, 100_000, ""),
+    "write_window": (1, 100_000, ""),
+    "embed_batch_size": (1, 4096, ""),
+    "embed_batch_tokens": (1, 1_000_000, ""),
+    "chunk_tokens": (32, 8192, ""),
+    "fetch_timeout": (1, 86_400, " seconds"),
+    "run_lock_timeout": (0, 86_400, " seconds"),
+}
+
+
 def validate(settings: Settings) -> Settings:
     """Check ranges and combinations; raise ConfigurationError naming the setting."""
 
@@ -406,24 +420,13 @@ def validate(settings: Settings) -> Settings:
             hint=f"set {ENV_PREFIX}CHROMA_HOST (and _PORT) to the server the ingest writes to")
     if settings.task_runner.partition(":")[0] not in {"threads", "dask"}:
         raise bad("task_runner", 'use "threads", "threads:N", "dask" or "dask:tcp://host:port"')
-    if not 0 <= settings.follow_interval <= 86_400:
-        raise bad("follow_interval", "must be between 0 and 86400 seconds")
-    if not 1 <= settings.batch_size <= 100_000:
-        raise bad("batch_size", "must be between 1 and 100000")
-    if not 1 <= settings.read_batch_size <= 100_000:
-        raise bad("read_batch_size", "must be between 1 and 100000")
-    if not 1 <= settings.write_window <= 100_000:
-        raise bad("write_window", "must be between 1 and 100000")
-    if not 1 <= settings.embed_batch_size <= 4096:
-        raise bad("embed_batch_size", "must be between 1 and 4096")
-    if not 1 <= settings.embed_batch_tokens <= 1_000_000:
-        raise bad("embed_batch_tokens", "must be between 1 and 1000000")
+    for name, (low, high, unit) in _BETWEEN.items():
+        if not low <= getattr(settings, name) <= high:
+            raise bad(name, f"must be between {low} and {high}{unit}")
     if settings.embedding_precision not in {"fp32", "int8"}:
         raise bad("embedding_precision", "must be fp32 or int8")
     if settings.embedding_precision == "int8" and settings.embedding_model != MINILM_NAME:
         raise bad("embedding_precision", "int8 is built for all-MiniLM-L6-v2 only")
-    if not 32 <= settings.chunk_tokens <= 8192:
-        raise bad("chunk_tokens", "must be between 32 and 8192")
     if not 0 <= settings.min_chunk_tokens < settings.chunk_tokens:
         raise bad("min_chunk_tokens", "must be at least 0 and below chunk_tokens")
     # the offline model, or the same model through sentence-transformers under any prefix
@@ -433,10 +436,6 @@ def validate(settings: Settings) -> Settings:
                                   "word-pieces per chunk; longer text would be silently truncated")
     if settings.retention_days < 0:
         raise bad("retention_days", "must be zero (delete at once) or a number of days")
-    if not 1 <= settings.fetch_timeout <= 86_400:
-        raise bad("fetch_timeout", "must be between 1 and 86400 seconds")
-    if not 0 <= settings.run_lock_timeout <= 86_400:
-        raise bad("run_lock_timeout", "must be between 0 and 86400 seconds")
     if not 0 < settings.chroma_timeout <= 3_600:
         raise bad("chroma_timeout", "must be a positive number of seconds, at most 3600")
     if not 0 < settings.request_timeout <= 3_600:
