@@ -152,3 +152,29 @@ def build_corpus_parent(tmp: Path, corpus: str) -> tuple[Path, str, str]:
     parent = make_parent_with_submodule(tmp, source, corpus)
     update_submodule(parent, corpus, v1_sha)
     return parent, v1_sha, v2_sha
+
+
+# A remote that never answers (test_fetch.py, test_flows.py).
+SLEEP = "47.25"  # no other process here sleeps this long: how survivors are found (and
+# the bound on a test that would otherwise hang)
+
+
+def hanging_remote(repo: Path, marker: Path) -> None:
+    """`origin` is a remote that records git's prompt setting, then never answers (git's
+    `ext::` transport runs the command as the remote's end of the connection)."""
+    git(repo, "config", "protocol.ext.allow", "always")
+    command = f"sh -c echo% $GIT_TERMINAL_PROMPT% >{marker};exec% sleep% {SLEEP}"
+    git(repo, "remote", "add", "origin", f"ext::{command}")
+
+
+def survivors() -> list[str]:
+    """Processes still sleeping for SLEEP seconds (the hanging remote's end)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if f"sleep {SLEEP}" in cmdline:
+            found.append(f"{pid}: {cmdline}")
+    return found

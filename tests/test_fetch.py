@@ -3,7 +3,6 @@ fetch within its deadline, with every process git started gone, and never prompt
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
@@ -13,32 +12,7 @@ from hetriever.core.errors import SourceError
 from hetriever.discover import upstream as upstream_module
 from hetriever.discover.fetch import FetchTimedOut, fetch_target, run_git
 from hetriever.discover.repositories import Repository
-from tests.helpers import commit_all, git, init_repo, write_files
-
-
-SLEEP = "47.25"  # no other process here sleeps this long: how survivors are found (and
-# the bound on a test that would otherwise hang)
-
-
-def hanging_remote(repo: Path, marker: Path) -> None:
-    """`origin` is a remote that records git's prompt setting, then never answers (git's
-    `ext::` transport runs the command as the remote's end of the connection)."""
-    git(repo, "config", "protocol.ext.allow", "always")
-    command = f"sh -c echo% $GIT_TERMINAL_PROMPT% >{marker};exec% sleep% {SLEEP}"
-    git(repo, "remote", "add", "origin", f"ext::{command}")
-
-
-def survivors() -> list[str]:
-    """Processes still sleeping for SLEEP seconds (the hanging remote's end)."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if f"sleep {SLEEP}" in cmdline:
-            found.append(f"{pid}: {cmdline}")
-    return found
+from tests.helpers import commit_all, git, hanging_remote, init_repo, survivors, write_files
 
 
 @pytest.fixture

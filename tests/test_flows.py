@@ -18,7 +18,9 @@ from tests.helpers import (
     build_sample_parent,
     commit_all,
     git,
+    hanging_remote,
     init_repo,
+    survivors,
     update_submodule,
     write_files,
 )
@@ -477,8 +479,6 @@ def test_a_remote_that_stops_answering_fails_its_repository_and_the_run_goes_on(
         sample_parent, tmp_path, monkeypatch):
     """A hung remote holds its fetch until HETRIEVER_FETCH_TIMEOUT, not the run: the other
     repository is fetched and indexed, the hung one fails with that reason."""
-    from tests.test_fetch import hanging_remote, survivors
-
     parent, _ = sample_parent
     other = init_repo(tmp_path / "other-source")
     write_files(other, {"content/docs/other.md": "---\ntitle: Other\n---\n\nAnother page.\n"})

@@ -72,8 +72,7 @@ def _git(repo: Repository, *args: str, deadline: float | None = None) -> str:
 
 
 def _resolves(repo: Repository, rev: str) -> bool:
-    return subprocess.run(["git", "rev-parse", "--verify", "--quiet", rev], cwd=repo.path,
-                          capture_output=True).returncode == 0
+    return run_git(repo, "rev-parse", "--verify", "--quiet", rev).returncode == 0
 
 
 def followed_branch(repo: Repository) -> str:
@@ -149,11 +148,10 @@ def moves_back(repo: Repository, sha: str, indexed: str | None) -> bool:
     is one when the indexed commit is unknown here."""
     if not indexed or sha == indexed or not _resolves(repo, f"{indexed}^{{commit}}"):
         return False
-    return subprocess.run(["git", "merge-base", "--is-ancestor", sha, indexed],
-                          cwd=repo.path, capture_output=True).returncode == 0
+    return run_git(repo, "merge-base", "--is-ancestor", sha, indexed).returncode == 0
 
 
 def on_followed_branch(repo: Repository, sha: str) -> bool:
     """Whether `sha` is in the followed branch's history (where the next scheduled run goes)."""
-    return subprocess.run(["git", "merge-base", "--is-ancestor", sha, followed_branch(repo)],
-                          cwd=repo.path, capture_output=True).returncode == 0
+    return run_git(repo, "merge-base", "--is-ancestor", sha,
+                   followed_branch(repo)).returncode == 0
