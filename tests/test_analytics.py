@@ -253,9 +253,9 @@ def test_stats_page_is_svg_charts_with_every_query_escaped(settings):
     assert "script" not in parsed.tags  # the query is text, not an element
     assert "<script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert any(HOSTILE in t or HOSTILE[:stats_page.LABEL_CHARS - 1] in t for t in parsed.text)
-    assert {"chart-per-day", "chart-top-queries", "chart-no-result",
-            "chart-latency"} <= parsed.ids
-    assert page.count('<svg class="chart"') == 4
+    assert {"chart-per-day", "chart-top-queries", "chart-no-result", "chart-latency-warm",
+            "chart-latency-cold"} <= parsed.ids
+    assert page.count('<svg class="chart"') == 5
     assert 'class="bar no-result" data-value="3"' in page  # the day's three empty searches
     assert "style-src 'unsafe-inline'" in stats_page.HEADERS["Content-Security-Policy"]
     assert "script-src" not in stats_page.HEADERS["Content-Security-Policy"]  # none allowed

@@ -3,7 +3,9 @@
 Over the queries kept (the last `days`, at most the retention): queries per day, the most
 asked, those that found nothing, those that found only *weak* results, the HTTP searches whose
 results nobody opened, the results readers opened, and latency percentiles by source and
-temperature (cold: a process's first search, start-up included).
+temperature (cold: a process's first search, start-up included). Only the search page reports
+opens, so "nobody opened" is said of queries asked over HTTP: found results every time, never
+one opened.
 
 A query is weak when it found results but the nearest of them came no closer in meaning than
 `weak_below`: the best dense similarity among its results (cosine mapped into [0, 1], as
@@ -42,7 +44,8 @@ class AnalyticsReport(_Serialisable):
     top_queries: list[dict[str, Any]] = field(default_factory=list)  # query, count, ...
     no_result: list[dict[str, Any]] = field(default_factory=list)  # query, count, last
     weak: list[dict[str, Any]] = field(default_factory=list)  # query, count, similarity
-    unopened: list[dict[str, Any]] = field(default_factory=list)  # query, count, results
+    # queries whose HTTP searches found results and none of them was ever opened
+    unopened: list[dict[str, Any]] = field(default_factory=list)  # query, count
     opens: list[dict[str, Any]] = field(default_factory=list)  # query, rank, url, count
     latency: list[dict[str, Any]] = field(default_factory=list)  # source, temperature, ...
 
@@ -75,7 +78,8 @@ def build_report(rows: list[Any], opens: list[tuple[str, int, str]], *, enabled:
     asked: Counter[str] = Counter()
     empty: Counter[str] = Counter()
     weak: Counter[str] = Counter()
-    unopened: Counter[str] = Counter()
+    unopened: Counter[str] = Counter()  # HTTP searches with results, by query
+    opened_once: set[str] = set()  # queries with a result opened at least once
     last_empty: dict[str, dict[str, Any]] = {}
     nearest: dict[str, float] = {}
     latencies: dict[tuple[str, str], list[float]] = defaultdict(list)
@@ -94,7 +98,8 @@ def build_report(rows: list[Any], opens: list[tuple[str, int, str]], *, enabled:
             nearest[query] = max(nearest.get(query, 0.0), row["similarity"])
         if row["opened"]:
             report.opened += 1
-        elif row["source"] == "http" and row["results"] > 0:  # only the page reports opens
+            opened_once.add(query)
+        if row["source"] == "http" and row["results"] > 0:  # only the page reports opens
             unopened[query] += 1
         latencies[(row["source"], temperature_of(row["cold"]))].append(row["latency_ms"])
     report.per_day = [{"day": d, "queries": c["queries"], "no_result": c["no_result"],
@@ -103,7 +108,8 @@ def build_report(rows: list[Any], opens: list[tuple[str, int, str]], *, enabled:
                                          for q in asked})
     report.no_result = _listed(empty, last_empty)
     report.weak = _listed(weak, {q: {"similarity": round(s, 3)} for q, s in nearest.items()})
-    report.unopened = _listed(unopened)
+    report.unopened = _listed(Counter({q: n for q, n in unopened.items()
+                                       if q not in opened_once}))
     opened = Counter((q, rank, url) for q, rank, url in opens)
     report.opens = [{"query": q, "rank": rank, "url": url, "count": n} for (q, rank, url), n
                     in sorted(opened.items(), key=lambda kv: (-kv[1], kv[0]))[:LISTED]]
