@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from hetriever.search.analytics import ANALYTICS_FILE
-from tests.serve_fixtures import PRIVATE_KEY, TEAM_KEY, running
+from tests.serve_fixtures import HETRIEVER, PRIVATE_KEY, TEAM_KEY, running
 
 pytestmark = pytest.mark.slow  # a real `hetriever serve` process
 
@@ -131,6 +131,26 @@ def test_stats_needs_a_private_key_when_keys_are_configured(api):
     assert team.status_code == 403 and "PRIVATE" in team.json()["error"]
     bad = httpx.get(api.url + "/stats", headers={"X-API-Key": "htr_wrong"}, timeout=TIMEOUT)
     assert bad.status_code == 401
+
+
+def test_an_mcp_search_is_recorded(served_docs, api):
+    import anyio
+    from mcp.client import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    server = StdioServerParameters(command=str(HETRIEVER), args=["mcp"],
+                                   env={**served_docs.env, **ON}, cwd=str(served_docs.root))
+
+    async def go():
+        with anyio.fail_after(240):
+            async with Client(server) as client:
+                return await client.call_tool("search_docs", {"query": "mcp asks: where"})
+
+    assert not anyio.run(go).is_error
+    listed = report(served_docs)  # the stdio server closed: its rows are written
+    (asked,) = [q for q in listed["top_queries"] if q["query"] == "mcp asks: where"]
+    assert asked["count"] == 1 and asked["no_result"] == 0
+    assert ("mcp", "warm") in {(r["source"], r["temperature"]) for r in listed["latency"]}
 
 
 def test_a_cli_search_is_recorded_cold_and_purge_empties_it(served_docs, api):
