@@ -131,6 +131,11 @@ def test_stats_needs_a_private_key_when_keys_are_configured(api):
     assert team.status_code == 403 and "PRIVATE" in team.json()["error"]
     bad = httpx.get(api.url + "/stats", headers={"X-API-Key": "htr_wrong"}, timeout=TIMEOUT)
     assert bad.status_code == 401
+    private = {"X-API-Key": PRIVATE_KEY}
+    assert httpx.get(api.url + "/stats", params={"days": "0"}, headers=private,
+                     timeout=TIMEOUT).status_code == 400
+    week = httpx.get(api.url + "/stats", params={"days": "7"}, headers=private, timeout=TIMEOUT)
+    assert week.status_code == 200 and "over the last 7 days" in week.text
 
 
 def test_an_mcp_search_is_recorded(served_docs, api):

@@ -94,6 +94,8 @@ SEARCH_BODY = {"required": True, "content": {"application/json": {"schema": {
 ADDRESS_FIELDS = ("`url` is the page's site-relative path (`/docs/functions/where/`); `link` "
                   "its full address (`https://example.org/docs/functions/where/`) when the "
                   "site's baseURL is an absolute http(s) one, else the same path as `url`.")
+SEARCH_FIELDS = ADDRESS_FIELDS + (" With search analytics on (the `analytics` setting), the "
+                                  "answer carries `query_id`, for `POST /analytics/open`.")
 
 
 def status_of(exc: HetrieverError) -> int:
@@ -233,7 +235,7 @@ def create_app(service: DocsService, *, keys: KeyRing | None = None,
         return JSONResponse(answer)
 
     @app.get("/search", summary="Search the docs: pages (or chunks) with passages",
-             description=ADDRESS_FIELDS, responses=ERROR_RESPONSES)
+             description=SEARCH_FIELDS, responses=ERROR_RESPONSES)
     async def search_get(
         request: Request,
         q: str | None = Query(None, description="the query"),
@@ -249,7 +251,7 @@ def create_app(service: DocsService, *, keys: KeyRing | None = None,
         return await run_search(request, q, k, repository, filters, lang, group or None)
 
     @app.post("/search", summary="Search with a JSON body: {q, k, repository, filter, lang, group}",
-              description=ADDRESS_FIELDS, responses=ERROR_RESPONSES,
+              description=SEARCH_FIELDS, responses=ERROR_RESPONSES,
               openapi_extra={"requestBody": SEARCH_BODY})
     async def search_post(request: Request) -> JSONResponse:
         body = _json(await request.body() or b"null", "the body")
