@@ -57,22 +57,26 @@ def test_a_search_and_an_open_are_recorded_and_reported(settings):
     store = store_of(settings)
     found = _record("where function", [_match(), _match(url="/docs/b/")])
     store.record([found, _record("quokka", []), _record("quokka", []),
-                  _record("vague words", [_match(dense=0.6)])])
+                  _record("vague words", [_match(dense=0.6)]),
+                  _record("where function", [_match()], source="mcp")])
     store.record([], [OpenRecord(found.id, 2, "/docs/b/", time.time())])
     store.close()
     report = analytics_report(settings)
-    assert report.queries == 4 and report.opened == 1
+    assert report.queries == 5 and report.opened == 1
     assert report.no_result == [{"query": "quokka", "count": 2, "last": pytest.approx(
         report.no_result[0]["last"])}]
     assert [(q["query"], q["similarity"]) for q in report.weak] == [("vague words", 0.6)]
     assert report.opens == [{"query": "where function", "rank": 2, "url": "/docs/b/",
                              "count": 1}]
-    # the http search with results that nobody opened; an empty one is not "unopened"
+    # a query whose HTTP results were never opened; one opened once is not listed, nor is
+    # one that found nothing
     assert [q["query"] for q in report.unopened] == ["vague words"]
-    assert report.top_queries[0] == {"query": "quokka", "count": 2, "no_result": 2, "weak": 0}
-    assert report.per_day[0]["queries"] == 4 and report.per_day[0]["no_result"] == 2
+    assert report.top_queries[:2] == [
+        {"query": "quokka", "count": 2, "no_result": 2, "weak": 0},
+        {"query": "where function", "count": 2, "no_result": 0, "weak": 0}]
+    assert report.per_day[0]["queries"] == 5 and report.per_day[0]["no_result"] == 2
     assert [(r["source"], r["temperature"], r["count"]) for r in report.latency] == [
-        ("http", "warm", 4)]
+        ("http", "warm", 4), ("mcp", "warm", 1)]
 
 
 def test_an_open_of_a_rank_not_shown_or_an_unknown_query_is_not_kept(settings):

@@ -168,3 +168,9 @@ def test_a_cli_search_is_recorded_cold_and_purge_empties_it(served_docs, api):
     assert after["queries"] == 0 and after["opens"] == [] and after["no_result"] == []
     page = httpx.get(api.url + "/stats", headers={"X-API-Key": PRIVATE_KEY}, timeout=TIMEOUT)
     assert 'id="summary">0 queries' in page.text
+
+
+def test_a_bad_window_is_one_clear_line(served_docs):
+    for days in ("0", "abc", "inf"):
+        out = served_docs.cli("analytics", "--days", days)
+        assert out.returncode == 2 and "--days" in out.stderr and "Traceback" not in out.stderr
