@@ -45,8 +45,8 @@ def analytics_markdown(report: Any) -> str:
         ("query", "times", "no result", "weak"),
         [(q["query"], q["count"], q["no_result"], q["weak"]) for q in report.top_queries])
     lines += ["## Found nothing", ""] + _table(
-        ("query", "times", "last"), [(q["query"], q["count"], q["last"])
-                                     for q in report.no_result])
+        ("query", "times", "last", "repositories"),
+        [(q["query"], q["count"], q["last"], ", ".join(q["scope"])) for q in report.no_result])
     lines += [f"## Found only weak results (nearest similarity under {report.weak_below:g})",
               ""] + _table(("query", "times", "nearest"),
                            [(q["query"], q["count"], q["similarity"]) for q in report.weak])

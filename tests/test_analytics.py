@@ -56,15 +56,17 @@ def store_of(settings):
 def test_a_search_and_an_open_are_recorded_and_reported(settings):
     store = store_of(settings)
     found = _record("where function", [_match(), _match(url="/docs/b/")])
-    store.record([found, _record("quokka", []), _record("quokka", []),
+    store.record([found, _record("quokka", []),
+                  _record("quokka", [], repositories=["team-notes"]),
                   _record("vague words", [_match(dense=0.6)]),
                   _record("where function", [_match()], source="mcp")])
     store.record([], [OpenRecord(found.id, 2, "/docs/b/", time.time())])
     store.close()
     report = analytics_report(settings)
     assert report.queries == 5 and report.opened == 1
-    assert report.no_result == [{"query": "quokka", "count": 2, "last": pytest.approx(
-        report.no_result[0]["last"])}]
+    (nothing,) = report.no_result
+    assert (nothing["query"], nothing["count"], nothing["scope"]) == (
+        "quokka", 2, ["all", "team-notes"])  # one search of all, one of team-notes
     assert [(q["query"], q["similarity"]) for q in report.weak] == [("vague words", 0.6)]
     assert report.opens == [{"query": "where function", "rank": 2, "url": "/docs/b/",
                              "count": 1}]

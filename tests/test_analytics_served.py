@@ -82,7 +82,7 @@ def test_a_search_that_finds_nothing_is_listed_and_an_open_is_recorded(served_do
     assert beacon.status_code == 204, beacon.text
 
     listed = eventually(lambda: (r := report(served_docs, "--days", "1"))["opens"] and r)
-    assert [q["query"] for q in listed["no_result"]] == [HOSTILE]
+    assert [(q["query"], q["scope"]) for q in listed["no_result"]] == [(HOSTILE, ["all"])]
     assert listed["opens"] == [{"query": "where function comparison", "rank": 1,
                                 "url": top["url"], "count": 1}]
     assert listed["opened"] == 1 and listed["retention_days"] == 7

@@ -58,8 +58,9 @@ def print_report(report: Any, where: str) -> None:
                          [(q["query"], q["count"], q["no_result"], q["weak"])
                           for q in report.top_queries]))
     if report.no_result:
-        console.print(_table("found nothing", ("query", "times", "last"),
-                             [(q["query"], q["count"], q["last"]) for q in report.no_result]))
+        console.print(_table("found nothing", ("query", "times", "last", "repositories"),
+                             [(q["query"], q["count"], q["last"], ", ".join(q["scope"]))
+                              for q in report.no_result]))
     if report.weak:
         console.print(_table(f"found only weak results (nearest similarity under "
                              f"{report.weak_below:g})", ("query", "times", "nearest"),

@@ -17,6 +17,7 @@ is never weak; a BM25-only search has no similarity and is never called weak.
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -42,7 +43,8 @@ class AnalyticsReport(_Serialisable):
     opened: int = 0  # queries with a result opened
     per_day: list[dict[str, Any]] = field(default_factory=list)  # day, queries, no_result, weak
     top_queries: list[dict[str, Any]] = field(default_factory=list)  # query, count, ...
-    no_result: list[dict[str, Any]] = field(default_factory=list)  # query, count, last
+    # query, count, last, scope (the repositories its searches named, "all" for none)
+    no_result: list[dict[str, Any]] = field(default_factory=list)
     weak: list[dict[str, Any]] = field(default_factory=list)  # query, count, similarity
     # queries whose HTTP searches found results and none of them was ever opened
     unopened: list[dict[str, Any]] = field(default_factory=list)  # query, count
@@ -57,6 +59,12 @@ def _percentiles(values: list[float]) -> dict[str, float]:
 
 def _day(at: float) -> str:
     return time.strftime("%Y-%m-%d", time.gmtime(at))
+
+
+def _scope(row: Any) -> list[str]:
+    """The repositories a search named, or "all" for one that named none."""
+    named = json.loads(row["repositories"] or "[]")
+    return [str(name) for name in named] or ["all"]
 
 
 def _is_weak(row: Any, weak_below: float) -> bool:
@@ -90,8 +98,10 @@ def build_report(rows: list[Any], opens: list[tuple[str, int, str]], *, enabled:
         if row["results"] == 0:
             day["no_result"] += 1
             empty[query] += 1
+            scopes = last_empty.get(query, {}).get("scope", [])
             last_empty[query] = {"last": time.strftime("%Y-%m-%d %H:%M",
-                                                       time.gmtime(row["at"]))}
+                                                       time.gmtime(row["at"])),
+                                 "scope": sorted({*scopes, *_scope(row)})}
         elif _is_weak(row, weak_below):
             day["weak"] += 1
             weak[query] += 1

@@ -19,7 +19,7 @@ from typing import Any
 from hetriever.core.config import Settings
 from hetriever.core.logs import get_logger
 from hetriever.core.models import RetrievalResult
-from hetriever.search.analytics import (MAX_URL_CHARS, OpenRecord, QueryRecord, analytics_path,
+from hetriever.search.analytics import (MAX_URL_CHARS, OpenRecord, QueryRecord,
                                         new_query_id, open_store)
 
 log = get_logger(__name__)
@@ -54,10 +54,6 @@ class AnalyticsFeed:
             self._writer = threading.Thread(target=self._write, name="analytics-writer",
                                             daemon=True)
             self._writer.start()
-
-    @property
-    def path(self) -> Any:
-        return analytics_path(self._settings.resolved_state_dir)
 
     def search(self, result: RetrievalResult, answer: dict[str, Any], seconds: float,
                repositories: list[str] | None) -> str | None:

@@ -143,7 +143,8 @@ def render(report: AnalyticsReport) -> str:
                                      f'without a result, {q["weak"]} weak')
             for q in report.top_queries])),
         ("Found nothing", bar_chart("chart-no-result", [
-            (q["query"], q["count"], f'{q["query"]}: {q["count"]} times, last {q["last"]}')
+            (q["query"], q["count"], f'{q["query"]}: {q["count"]} times, last {q["last"]}, '
+                                     f'in {", ".join(q["scope"])}')
             for q in report.no_result], "no-result")),
         (f"Found only weak results (nearest similarity under {report.weak_below:g})",
          table(("query", "times", "nearest similarity"),
