@@ -125,6 +125,25 @@ def test_opens_are_validated_and_capped(api):
     assert too_big.status_code == 413
 
 
+def test_a_locked_analytics_file_fails_no_search(served_docs, api):
+    import sqlite3
+
+    eventually(lambda: analytics_file(served_docs).exists())
+    holder = sqlite3.connect(analytics_file(served_docs), timeout=0)
+    holder.execute("BEGIN EXCLUSIVE")  # another process holds the file
+    try:
+        for _ in range(3):
+            answer = httpx.get(api.url + "/search", params={"q": "while locked"},
+                               timeout=TIMEOUT)
+            assert answer.status_code == 200 and answer.json()["query_id"]
+        cli = served_docs.cli("search", "while locked", **ON)
+        assert cli.returncode == 0 and "results" in cli.stdout
+    finally:
+        holder.rollback()
+        holder.close()
+    assert httpx.get(api.url + "/healthz", timeout=TIMEOUT).status_code == 200
+
+
 def test_stats_needs_a_private_key_when_keys_are_configured(api):
     assert httpx.get(api.url + "/stats", timeout=TIMEOUT).status_code == 401
     team = httpx.get(api.url + "/stats", headers={"X-API-Key": TEAM_KEY}, timeout=TIMEOUT)
