@@ -1,5 +1,7 @@
 """The query flow: one ad-hoc search, with its metrics recorded as an artifact and in the
-metrics store (so `hetriever metrics` can report p50/p95 over recent queries).
+metrics store (so `hetriever metrics` can report p50/p95 over recent queries), and the search
+analytics report (`hetriever analytics`) published as the `search-analytics` artifact; with
+the analytics setting on, the search is recorded there too (once: its warm run).
 
 Every query run is a fresh process: opening the store and loading the model take far longer
 than a search. The flow pays that start-up with a warm-up search first and reports it apart, so
@@ -13,7 +15,10 @@ import time
 from prefect import flow, get_run_logger
 from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
 
+from flows.analytics_markdown import analytics_markdown, md
 from flows.run_logs import prefect_run_logging
+from hetriever.search.analytics import QueryRecord, record_quietly
+from hetriever.search.analytics_report import analytics_report
 from hetriever.core.config import load_settings
 from hetriever.discover.changes import require_known
 from hetriever.search.metrics import QueryMetric, metrics_store
@@ -84,12 +89,19 @@ async def query(
         description="Search latency over the newest 1,000 recorded queries, by source (cli, "
                     "query-flow, http, mcp) and temperature (cold: a process's first search, "
                     "start-up included)")
-    lines = [f"# Results for `{query[:200]}`", ""]
+    if settings.analytics:
+        record_quietly(settings, QueryRecord.of(result, repositories=repositories,
+                                                source=SOURCE, cold=False))
+    await acreate_markdown_artifact(key="search-analytics",
+                                    markdown=analytics_markdown(analytics_report(settings)),
+                                    description="What readers asked, found nothing for and "
+                                                "opened (hetriever analytics)")
+    lines = [f"# Results for {md(query[:200])}", ""]
     for i, match in enumerate(result.matches, start=1):
         meta = match.metadata
         heading = f" > {meta['heading_context']}" if meta.get("heading_context") else ""
-        lines.append(f"{i}. **{meta.get('title', '')}{heading}** "
-                     f"({meta.get('repository', '')}{meta.get('url', '')}) "
+        lines.append(f"{i}. **{md(str(meta.get('title', '')) + heading)}** "
+                     f"({md(str(meta.get('repository', '')) + str(meta.get('url', '')))}) "
                      f"score {match.score:.3f} via {match.source}")
     await acreate_markdown_artifact(key="query-results", markdown="\n".join(lines),
                                     description="Query results")

@@ -1,5 +1,5 @@
-"""`hetriever` command line: ingest, search, follow, status, metrics, purge, forget, migrate,
-serve, mcp, serve-webhook, demo, prepare-model.
+"""`hetriever` command line: ingest, search, follow, status, metrics, analytics, purge, forget,
+migrate, serve, mcp, serve-webhook, demo, prepare-model.
 
 One parser tree; each subcommand's work lives in `hetriever.commands`. User mistakes (bad
 settings, bad names, bad filters) print one clear line and exit 2, operational failures exit 1,
@@ -19,6 +19,7 @@ import threading
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
+from hetriever.commands.analytics import cmd_analytics
 from hetriever.commands.admin import cmd_forget, cmd_metrics, cmd_migrate, cmd_purge, cmd_status
 from hetriever.commands.common import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_TERMINATED,
                                        EXIT_USAGE, print_json)
@@ -34,6 +35,14 @@ def _days(raw: str) -> float:
     value = float(raw)  # a ValueError is argparse's "invalid _days value"
     if not (math.isfinite(value) and 0 <= value <= 36_500):
         raise argparse.ArgumentTypeError(f"{raw!r} is not a number of days from 0 to 36500")
+    return value
+
+
+def _window(raw: str) -> float:
+    """A number of days for `analytics --days`: above 0, at most 10 years."""
+    value = float(raw)
+    if not (math.isfinite(value) and 0 < value <= 3_650):
+        raise argparse.ArgumentTypeError(f"{raw!r} is not a number of days above 0, at most 3650")
     return value
 
 
@@ -125,6 +134,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="only a process's first searches (start-up included), or the others")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_metrics)
+
+    p = sub.add_parser("analytics", help="what readers asked, found nothing for, and opened "
+                                         "(with the analytics setting on)")
+    p.add_argument("--days", type=_window, help="the last this many days (default: all kept, "
+                                                "analytics_retention_days)")
+    p.add_argument("--purge", action="store_true",
+                   help="delete every recorded query and open")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_analytics)
 
     p = sub.add_parser("serve", help="the search API over HTTP (OpenAPI docs at /docs)")
     p.add_argument("--host", default="127.0.0.1")

@@ -295,6 +295,24 @@ def test_query_flow_respects_access_levels(sample_parent, monkeypatch):
     assert {m["metadata"]["access_level"] for m in private["matches"]} == {"PRIVATE"}
 
 
+def test_query_flow_records_the_search_and_publishes_the_analytics_report(sample_parent,
+                                                                          monkeypatch):
+    from flows.query import query
+    from hetriever.core.config import load_settings
+    from hetriever.search.analytics_report import analytics_report
+
+    monkeypatch.setenv("HETRIEVER_ANALYTICS", "true")
+    assert run_ingest()[0].is_completed()
+    hostile = "<b>where</b> | `tick` **bold**"
+    asyncio.run(query(hostile, top_k=3, filters={"section": "no-such-section"}))
+    report = analytics_report(load_settings())
+    assert [q["query"] for q in report.no_result] == [hostile]
+    assert [(r["source"], r["temperature"]) for r in report.latency] == [("query-flow", "warm")]
+    markdown = _artifacts("search-analytics")[0].data
+    assert "## Found nothing" in markdown and "<b>" not in markdown
+    assert "&lt;b&gt;where&lt;/b&gt; \\| \\`tick\\` \\*\\*bold\\*\\*" in markdown
+
+
 # --- operating it: the schedule catches up, runs close honestly, artifacts and logs read well
 
 

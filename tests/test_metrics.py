@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import json
+
 from hetriever.search.metrics import MetricsStore, QueryMetric
 from hetriever.core.models import RetrievalResult, SearchResult
 
@@ -127,3 +129,34 @@ def test_rows_from_before_sources_keep_what_their_mode_says(tmp_path):
     assert rows == [("cli", "cold", 1), ("http", "?", 1), ("unrecorded", "?", 1)]
     assert store.summary(source="http").count == 1
     store.close()
+
+
+def test_the_metrics_headline_says_cold_and_warm_apart_in_plain_words(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    state = tmp_path / "state"
+    from hetriever.search.metrics import metrics_store
+
+    store = metrics_store(state)
+    store.record_many([_metric(900.0 + i, source="cli", cold=True) for i in range(3)]
+                      + [_metric(12.0 + i, mode="http:hybrid", source="http", cold=False)
+                         for i in range(5)])
+    store.close()
+    env = {**os.environ, "HETRIEVER_STATE_DIR": str(state),
+           "HETRIEVER_CHROMA_PATH": str(tmp_path / "chroma")}
+    out = subprocess.run([str(Path(sys.executable).parent / "hetriever"), "metrics"], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    head = out.stdout.splitlines()[:4]
+    assert head[1] == "warm: 5 queries, p50 14.0 ms, p95 15.8 ms, p99 15.96 ms"
+    assert head[2].startswith("cold (start-up included): 3 queries, p50 901.0 ms")
+    assert head[3] == "by mode: http:hybrid 5, hybrid 3"
+    assert not any(c in "\n".join(head) for c in "{}[]'")  # no Python structure printed
+    summary = json.loads(subprocess.run(
+        [str(Path(sys.executable).parent / "hetriever"), "metrics", "--json"], env=env,
+        capture_output=True, text=True, timeout=120).stdout)
+    assert [(r["temperature"], r["count"]) for r in summary["by_temperature"]] == [
+        ("warm", 5), ("cold", 3)]

@@ -208,6 +208,26 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+TEMPERATURE_NAMES = {"warm": "warm", "cold": "cold (start-up included)",
+                     "?": "temperature unrecorded"}
+
+
+def metrics_headline(summary: Any, last: int) -> list[str]:
+    """Lines of plain text: the counts, then cold and warm apart (pooled, a second of start-up
+    and a 12 ms search describe neither), then the modes."""
+    if not summary.count:
+        return ["no queries recorded yet"]
+    lines = [f"queries: {summary.count} (the newest {last} at most)  results: "
+             f"{summary.mean_results} on average, {summary.empty_rate:.1%} found nothing"]
+    for row in summary.by_temperature:
+        lines.append(f"{TEMPERATURE_NAMES.get(row['temperature'], row['temperature'])}: "
+                     f"{row['count']} queries, p50 {row['p50_ms']} ms, p95 {row['p95_ms']} ms, "
+                     f"p99 {row['p99_ms']} ms")
+    modes = sorted(summary.by_mode.items(), key=lambda kv: (-kv[1], kv[0]))
+    lines.append("by mode: " + ", ".join(f"{mode} {count}" for mode, count in modes))
+    return lines
+
+
 def cmd_metrics(args: argparse.Namespace) -> int:
     from hetriever.search.metrics import metrics_store
 
@@ -221,10 +241,8 @@ def cmd_metrics(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     console = make_console()
-    console.print(f"queries: {summary.count}  p50: {summary.p50_ms} ms  "
-                  f"p95: {summary.p95_ms} ms  p99: {summary.p99_ms} ms  "
-                  f"mean results: {summary.mean_results}  empty: {summary.empty_rate}  "
-                  f"by mode: {summary.by_mode}")
+    for line in metrics_headline(summary, args.last):
+        console.print(line, markup=False, highlight=False)
     if summary.by_source:
         table = Table(title=f"by source; cold: a process's first search, start-up included "
                             f"({settings.resolved_state_dir.absolute()})")

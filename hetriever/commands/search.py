@@ -49,6 +49,11 @@ def run_search(settings, query: str, repositories: list[str] | None, top_k: int 
         from hetriever.core.logs import get_logger
 
         get_logger(__name__).warning("query_metrics_not_recorded", error=str(exc))
+    if settings.analytics:  # cold: the CLI's search is its process's first
+        from hetriever.search.analytics import QueryRecord, record_quietly
+
+        record_quietly(settings, QueryRecord.of(result, repositories=repositories,
+                                                source="cli", cold=True))
     return result
 
 

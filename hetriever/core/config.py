@@ -221,6 +221,17 @@ class Settings(_Layered):
     # (or `ingest --full --allow-mass-delete`): a mistyped content_dir must not wipe an index.
     allow_mass_delete: bool = False
 
+    # search analytics (hetriever.search.analytics): off unless set; what readers asked,
+    # found and opened, kept this many days in <state dir>/analytics.sqlite3
+    analytics: bool = False
+    analytics_retention_days: int = 30
+    # A query whose nearest result's dense similarity ((1 + cos) / 2) is below this is
+    # reported as weak (hetriever.search.analytics_report). bench_weak.py, 463 real questions
+    # each asked of its own corpus and of the other (where nothing answers it): 0.74 flags
+    # 76% of the unanswerable searches and 11% of the answered ones (the best J on the tuning
+    # part, 0.65; held out 0.67); 0.70 flags 52% and 2%.
+    analytics_weak_similarity: float = 0.74
+
     # The Prefect ingest flow's task runner when a run names none: "threads", "threads:N",
     # "dask" (a local cluster) or "dask:tcp://host:8786" (file tasks and embedding run on the
     # cluster's workers; docs/scale-out.md).
@@ -398,6 +409,7 @@ _BETWEEN: dict[str, tuple[int, int, str]] = {
     "chunk_tokens": (32, 8192, ""),
     "fetch_timeout": (1, 86_400, " seconds"),
     "run_lock_timeout": (0, 86_400, " seconds"),
+    "analytics_retention_days": (1, 3_650, " days"),
 }
 
 
@@ -464,6 +476,8 @@ def validate(settings: Settings) -> Settings:
             raise bad(name, "must be between 0 and 1 (BM25 gets the rest)")
     if not 1 <= settings.default_top_k <= settings.max_top_k:
         raise bad("default_top_k", "must be between 1 and max_top_k")
+    if not 0.0 <= settings.analytics_weak_similarity <= 1.0:
+        raise bad("analytics_weak_similarity", "must be between 0 and 1")
     if not 0.0 <= settings.similarity_threshold <= 1.0:
         raise bad("similarity_threshold", "must be between 0 and 1")
     if settings.page_record not in {"chunk", "prefix", "off"}:

@@ -86,6 +86,8 @@ class MetricsSummary(_Serialisable):
     by_mode: dict[str, int]
     # per source and temperature: {"source", "temperature", "count", "p50_ms", "p95_ms", "p99_ms"}
     by_source: list[dict] = field(default_factory=list)
+    # per temperature, every source pooled: {"temperature", "count", "p50_ms", "p95_ms", "p99_ms"}
+    by_temperature: list[dict] = field(default_factory=list)
 
 
 def _storable(text: str) -> str:
@@ -162,6 +164,13 @@ class MetricsStore:
                       **dict(zip(("p50_ms", "p95_ms", "p99_ms"), _percentiles(values)))}
                      for (origin, temp), values in sorted(
                          groups.items(), key=lambda g: (order.get(g[0][0], 99), g[0][1]))]
+        temperatures: dict[str, list[float]] = {}
+        for (_, temp), values in groups.items():
+            temperatures.setdefault(temp, []).extend(values)
+        by_temperature = [{"temperature": temp, "count": len(temperatures[temp]),
+                           **dict(zip(("p50_ms", "p95_ms", "p99_ms"),
+                                      _percentiles(temperatures[temp])))}
+                          for temp in ("warm", "cold", "?") if temp in temperatures]
         return MetricsSummary(
             count=len(rows),
             p50_ms=p50,
@@ -171,6 +180,7 @@ class MetricsStore:
             empty_rate=round(float((results == 0).mean()), 4),
             by_mode=by_mode,
             by_source=by_source,
+            by_temperature=by_temperature,
         )
 
     def close(self) -> None:

@@ -1,7 +1,7 @@
 """`hetriever serve`: the search API over HTTP (FastAPI under uvicorn).
 
 GET /search, POST /search, GET /pages/{id}, GET /repositories, /healthz, /readyz, /metrics,
-and the OpenAPI docs at /docs. One ASGI middleware (plain ASGI, not BaseHTTPMiddleware, which
+the search analytics (`POST /analytics/open`, the `/stats` page) and the OpenAPI docs at /docs. One ASGI middleware (plain ASGI, not BaseHTTPMiddleware, which
 costs a task and a copy per request) does what every request needs first: refuse a body over
 the limit (413), turn the API key into access levels or answer 401 (the same answer for every
 bad key, before any repository is looked at), and time the request for /metrics.
@@ -10,6 +10,7 @@ bad key, before any repository is looked at), and time the request for /metrics.
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
 from collections.abc import MutableMapping
 from typing import Any
@@ -17,7 +18,7 @@ from typing import Any
 import anyio.to_thread
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
@@ -29,7 +30,8 @@ from hetriever.core.errors import (
     InvalidFilterError,
     InvalidLimitError,
 )
-from hetriever.serve import docs_page
+from hetriever.serve import docs_page, stats_page
+from hetriever.serve.analytics_feed import AnalyticsFeed, OpenRefused
 from hetriever.core.logs import get_logger
 from hetriever.serve.keys import InvalidKeyError, KeyRing, key_from_headers
 from hetriever.serve.service import Busy, DocsService, NotFound, RequestError, TooLarge
@@ -38,6 +40,11 @@ from hetriever.serve.telemetry import PROMETHEUS_CONTENT_TYPE, Telemetry
 log = get_logger(__name__)
 
 OPEN_PATHS = ("/healthz", "/readyz", "/metrics", "/docs", "/openapi.json", *docs_page.PATHS)
+LABELLED = ("/search", "/repositories", "/stats", "/analytics/open")  # endpoints in /metrics
+# /stats shows every caller's queries: with keys configured, only a key granting this sees it.
+STATS_LEVEL = "PRIVATE"
+MAX_OPEN_BODY = 1024  # bytes of a POST /analytics/open body
+OPEN_TYPES = ("application/json", "text/plain")  # text/plain: what sendBeacon sends a string as
 BAD_REQUEST = (RequestError, InvalidFilterError, InvalidLimitError, InvalidCollectionNameError,
                ConfigurationError)
 
@@ -87,6 +94,8 @@ SEARCH_BODY = {"required": True, "content": {"application/json": {"schema": {
 ADDRESS_FIELDS = ("`url` is the page's site-relative path (`/docs/functions/where/`); `link` "
                   "its full address (`https://example.org/docs/functions/where/`) when the "
                   "site's baseURL is an absolute http(s) one, else the same path as `url`.")
+SEARCH_FIELDS = ADDRESS_FIELDS + (" With search analytics on (the `analytics` setting), the "
+                                  "answer carries `query_id`, for `POST /analytics/open`.")
 
 
 def status_of(exc: HetrieverError) -> int:
@@ -127,7 +136,7 @@ class GateMiddleware:
             await self.app(scope, self._capped(receive), timed_send)
         finally:
             path = scope.get("route_path") or scope["path"]
-            endpoint = path if path in OPEN_PATHS or path in ("/search", "/repositories") \
+            endpoint = path if path in OPEN_PATHS or path in LABELLED \
                 else ("/pages" if path.startswith("/pages/") else "other")
             self.telemetry.request(endpoint, status["code"], time.perf_counter() - started)
 
@@ -163,8 +172,12 @@ class GateMiddleware:
 
 
 def create_app(service: DocsService, *, keys: KeyRing | None = None,
-               telemetry: Telemetry | None = None) -> FastAPI:
+               telemetry: Telemetry | None = None,
+               analytics: AnalyticsFeed | None = None) -> FastAPI:
+    """`analytics`: where searches and opens are recorded (none when not given)."""
     telemetry = telemetry or Telemetry(service.settings.resolved_state_dir, "http")
+    analytics = analytics or AnalyticsFeed(service.settings, "http", enabled=False)
+    keys = keys or KeyRing({}, {})
     app = FastAPI(title="hetriever", version="0.1.0",
                   description="Hybrid search over Hugo documentation kept in step with git. "
                               "Send an API key as `Authorization: Bearer <key>` or "
@@ -173,6 +186,7 @@ def create_app(service: DocsService, *, keys: KeyRing | None = None,
     docs_page.add_docs(app, "hetriever")
     app.state.service = service
     app.state.telemetry = telemetry
+    app.state.analytics = analytics
 
     @app.exception_handler(HetrieverError)
     async def on_error(request: Request, exc: HetrieverError) -> JSONResponse:
@@ -213,12 +227,15 @@ def create_app(service: DocsService, *, keys: KeyRing | None = None,
                                     filters=filters, lang=lang, group=group,
                                     levels=request.state.levels)
         result = answer.pop("_result")
-        telemetry.search(result, len(answer["results"]), time.perf_counter() - started,
-                         repository)
+        seconds = time.perf_counter() - started
+        telemetry.search(result, len(answer["results"]), seconds, repository)
+        query_id = analytics.search(result, answer, seconds, repository)
+        if query_id is not None:  # for POST /analytics/open when the reader opens a result
+            answer["query_id"] = query_id
         return JSONResponse(answer)
 
     @app.get("/search", summary="Search the docs: pages (or chunks) with passages",
-             description=ADDRESS_FIELDS, responses=ERROR_RESPONSES)
+             description=SEARCH_FIELDS, responses=ERROR_RESPONSES)
     async def search_get(
         request: Request,
         q: str | None = Query(None, description="the query"),
@@ -234,7 +251,7 @@ def create_app(service: DocsService, *, keys: KeyRing | None = None,
         return await run_search(request, q, k, repository, filters, lang, group or None)
 
     @app.post("/search", summary="Search with a JSON body: {q, k, repository, filter, lang, group}",
-              description=ADDRESS_FIELDS, responses=ERROR_RESPONSES,
+              description=SEARCH_FIELDS, responses=ERROR_RESPONSES,
               openapi_extra={"requestBody": SEARCH_BODY})
     async def search_post(request: Request) -> JSONResponse:
         body = _json(await request.body() or b"null", "the body")
@@ -267,6 +284,58 @@ def create_app(service: DocsService, *, keys: KeyRing | None = None,
         rows = await service.call(service.repositories, levels=request.state.levels)
         return JSONResponse({"repositories": rows})
 
+    @app.post("/analytics/open", status_code=204, responses={
+        **ERROR_RESPONSES, 404: {"description": "Analytics off, or no recent search has this "
+                                                "query_id", "content": _ERROR_BODY},
+        415: {"description": "A body that is not JSON or text/plain", "content": _ERROR_BODY}},
+        summary="Record that the reader opened a search result: {query_id, rank, url}",
+        description="With analytics on, a /search answer carries `query_id`; the page sends "
+                    "this (as sendBeacon does: `text/plain` is read as JSON too) when its "
+                    "reader opens result `rank` (1 for the first) at `url` (its url or "
+                    "link). One open per result is kept; a body over "
+                    f"{MAX_OPEN_BODY} bytes is a 413.",
+        openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
+            "schema": {"type": "object", "required": ["query_id", "rank", "url"],
+                       "additionalProperties": False, "properties": {
+                           "query_id": {"type": "string"}, "rank": {"type": "integer"},
+                           "url": {"type": "string"}}}}}}})
+    async def analytics_open(request: Request) -> Response:
+        if not analytics.enabled:
+            return _error(404, "search analytics is off (the analytics setting)")
+        kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if kind not in OPEN_TYPES:
+            return _error(415, "the body must be JSON (application/json or text/plain)")
+        raw = b""
+        async for piece in request.stream():
+            raw += piece
+            if len(raw) > MAX_OPEN_BODY:
+                raise TooLarge(f"the request body is over {MAX_OPEN_BODY} bytes")
+        body = _json(raw or b"null", "the body")
+        if not isinstance(body, dict) or set(body) != {"query_id", "rank", "url"}:
+            raise RequestError("the body must be a JSON object with query_id, rank and url")
+        try:
+            analytics.open(body["query_id"], body["rank"], body["url"])
+        except OpenRefused as exc:
+            return _error(404 if exc.unknown else 400, str(exc))
+        return Response(status_code=204)
+
+    @app.get("/stats", include_in_schema=False)
+    async def stats(request: Request, days: float | None = Query(None, gt=0, le=3650)) \
+            -> Response:
+        if keys.grants and STATS_LEVEL not in request.state.levels:
+            sent = "authorization" in request.headers or "x-api-key" in request.headers
+            return _error(403 if sent else 401, f"/stats needs an API key granting "
+                          f"{STATS_LEVEL}", **({} if sent else {"WWW-Authenticate": "Bearer"}))
+        from hetriever.search.analytics_report import analytics_report
+
+        try:
+            report = await anyio.to_thread.run_sync(
+                lambda: analytics_report(service.settings, days=days))
+        except sqlite3.Error as exc:  # locked past its timeout, damaged: say so, briefly
+            log.warning("analytics_read_failed", error=str(exc))
+            return _error(503, "the analytics file cannot be read now", **{"Retry-After": "5"})
+        return HTMLResponse(stats_page.render(report), headers=stats_page.HEADERS)
+
     @app.get("/healthz", summary="The process is up")
     async def healthz() -> JSONResponse:
         return JSONResponse({"status": "ok"})
@@ -283,6 +352,6 @@ def create_app(service: DocsService, *, keys: KeyRing | None = None,
         return Response(telemetry.exposition(), media_type=PROMETHEUS_CONTENT_TYPE)
 
     max_body = service.limits.max_body_bytes
-    app.add_middleware(GateMiddleware, keys=keys or KeyRing({}, {}), max_body=max_body,
+    app.add_middleware(GateMiddleware, keys=keys, max_body=max_body,
                        telemetry=telemetry)
     return app

@@ -20,6 +20,7 @@ from pydantic import Field
 
 from hetriever.core.logs import get_logger
 from hetriever.core.errors import HetrieverError
+from hetriever.serve.analytics_feed import AnalyticsFeed
 from hetriever.serve.keys import ENV_CLIENT_KEY, InvalidKeyError, KeyRing, key_from_headers
 from hetriever.serve.service import DocsService, Limits
 from hetriever.serve.telemetry import Telemetry
@@ -105,8 +106,10 @@ def _budget(max_tokens: int | None) -> int:
 
 
 def create_mcp(service: DocsService, keys: KeyRing, *, fixed_key: str | None = None,
-               telemetry: Telemetry | None = None) -> MCPServer:
-    """The MCP server. `fixed_key`: the stdio process's key (HTTP reads each request's)."""
+               telemetry: Telemetry | None = None,
+               analytics: AnalyticsFeed | None = None) -> MCPServer:
+    """The MCP server. `fixed_key`: the stdio process's key (HTTP reads each request's);
+    `analytics`: where searches are recorded (none when not given)."""
     stdio_levels = keys.levels(fixed_key) if fixed_key is not None else None
     server = MCPServer(name="hetriever", instructions=INSTRUCTIONS, version="0.1.0")
 
@@ -152,9 +155,11 @@ def create_mcp(service: DocsService, keys: KeyRing, *, fixed_key: str | None = N
                             repositories=[repository] if repository else None, lang=lang,
                             group="page", levels=levels(ctx))
         result = answer.pop("_result")
+        seconds, scope = time.perf_counter() - started, [repository] if repository else None
         if telemetry is not None:
-            telemetry.search(result, len(answer["results"]), time.perf_counter() - started,
-                             [repository] if repository else None)
+            telemetry.search(result, len(answer["results"]), seconds, scope)
+        if analytics is not None:  # no open can be reported: an agent reads the text
+            analytics.search(result, answer, seconds, scope)
         return format_results(answer, budget)
 
     @server.tool()

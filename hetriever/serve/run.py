@@ -12,6 +12,7 @@ from typing import Any
 from hetriever.core.config import Settings
 from hetriever.core.logs import follow_level, get_logger
 from hetriever.serve import slow_clients
+from hetriever.serve.analytics_feed import AnalyticsFeed
 from hetriever.serve.keys import (ENV_CLIENT_KEY, ENV_KEYS, ENV_KEYS_FILE, InvalidKeyError,
                                   KeyRing)
 from hetriever.serve.service import DocsService, Limits
@@ -73,13 +74,15 @@ def serve(settings: Settings, *, host: str, port: int, limits: Limits | None = N
     warm_http(service, keys)  # the web stack's first-call costs, before /readyz answers
     settle()
     telemetry = Telemetry(settings.resolved_state_dir, "http")
-    app = create_app(service, keys=keys, telemetry=telemetry)
+    analytics = AnalyticsFeed(settings, "http")
+    app = create_app(service, keys=keys, telemetry=telemetry, analytics=analytics)
     log.info("serve_started", host=host, port=port, keys=len(keys.grants),
-             repositories=len(service.store.repository_names()))
+             repositories=len(service.store.repository_names()), analytics=analytics.enabled)
     try:
         slow_clients.run(app, host=host, port=port, timeout=settings.request_timeout,
                          log_level="warning", access_log=False)
     finally:
+        analytics.close()
         telemetry.close()
         service.close()
     return 0
@@ -102,15 +105,16 @@ def mcp(settings: Settings, *, transport: str, host: str, port: int) -> int:
         warm_mcp(service, keys)  # the tools' first calls
         settle()
         telemetry = Telemetry(settings.resolved_state_dir, "mcp")
+        analytics = AnalyticsFeed(settings, "mcp")
         server = create_mcp(service, keys, fixed_key=fixed if transport == "stdio" else None,
-                            telemetry=telemetry)
+                            telemetry=telemetry, analytics=analytics)
     try:
         if transport == "stdio":
             import anyio
 
             from hetriever.serve.mcp_stdio import serve_stdio
 
-            _exit_on_interrupt(telemetry, service)
+            _exit_on_interrupt(analytics, telemetry, service)
             anyio.run(serve_stdio, server)  # answers every line, malformed ones included
         else:
             app: Any = KeyGate(server.streamable_http_app(host=host), keys)
@@ -118,6 +122,7 @@ def mcp(settings: Settings, *, transport: str, host: str, port: int) -> int:
             slow_clients.run(app, host=host, port=port, timeout=settings.request_timeout,
                              log_level="warning", access_log=False)
     finally:
+        analytics.close()
         telemetry.close()
         service.close()
     return 0
