@@ -450,8 +450,31 @@
     return search;
   }
 
+  /* The page's address keeps the search (`/?q=where&section=docs`): a search can be linked. */
+  function keepInAddress(search) {
+    var given = new URLSearchParams(location.search);
+    ["repository", "section", "lang"].forEach(function (name) {
+      if (given.get(name)) search.state[name] = given.get(name);
+    });
+    if (given.get("q")) {
+      search.input.value = search.state.q = given.get("q");
+      search.schedule(0);
+    }
+    var run = search.run;
+    search.run = function () {
+      var params = new URLSearchParams();
+      Object.keys(search.state).forEach(function (name) {
+        if (search.state[name]) params.set(name, search.state[name]);
+      });
+      var query = params.toString();
+      history.replaceState(null, "", location.pathname + (query ? "?" + query : ""));
+      run.call(search);
+    };
+  }
+
   function mountPage(host, options) {
     var search = new Search(host, { api: options.api, key: options.key, widget: false });
+    keepInAddress(search);
     document.addEventListener("keydown", function (event) {
       if (event.key === "/" && !isTyping(event.target) && !event.ctrlKey && !event.metaKey) {
         event.preventDefault();
