@@ -5,6 +5,7 @@ origins; and the typed OpenAPI document those answers follow."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -278,8 +279,6 @@ def test_the_keyboard_moves_and_opens_and_an_open_is_reported_with_its_query_id(
         browser.switch_to.active_element.send_keys(Keys.ENTER)
         opened = wait(browser, lambda d: d.execute_script("return window.__opened"),
                       "opening a result sent nothing")
-        import json
-
         sent = json.loads(opened[0]["body"])
         assert opened[0]["via"] == "beacon" and opened[0]["url"] == api.url + "/analytics/open"
         assert sent == {"query_id": "q-123", "rank": 1, "url": first.get_attribute("href")}
@@ -373,3 +372,11 @@ def test_openapi_types_every_answer_and_real_answers_match_their_models(api):
     page = httpx.get(api.url + "/pages/" + answer["results"][0]["page_id"], timeout=60).json()
     PageAnswer.model_validate(page)
     RepositoriesAnswer.model_validate(httpx.get(api.url + "/repositories", timeout=60).json())
+
+
+def test_the_cli_json_carries_the_facets(workspace):
+    out = workspace.cli("search", "release where function", "--json", "-k", "1")
+    assert out.returncode == 0, out.stderr
+    facets = json.loads(out.stdout)["facets"]
+    assert {v["value"] for v in facets["section"]} == {"docs", "blog"}
+    assert len(json.loads(out.stdout)["matches"]) == 1  # counted beyond the top k

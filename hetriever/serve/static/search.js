@@ -14,9 +14,9 @@
   var DEBOUNCE_MS = 150;
   var PAGE_SIZE = 10;
   var EXCERPT_CHARS = 280;
-  // Words not worth a mark; question words stay ("where" and "with" are Hugo functions).
-  var STOP_WORDS = new Set("a an and are as at be by do does for how i in is it of on or the to"
-    .split(" "));
+  // Words not worth a mark ("where" is one: it names a Hugo function as often as it asks).
+  var STOP_WORDS = new Set(("a an and are as at be by can do does for from how i in is it of " +
+    "on or the to what when which why with you").split(" "));
   var FACETS = [["repository", "Repository"], ["section", "Section"], ["lang", "Language"]];
 
   function el(tag, attrs, children) {
