@@ -46,10 +46,10 @@ def page_facets(hits: Mapping[str, _Hit], doc_ids: Iterable[str], dropped: set[s
         name = str(result.metadata.get("repository", ""))
         pages.setdefault(page_key(result.metadata, name), result.metadata)
     counts: dict[str, Counter[str]] = {facet: Counter() for facet in FACETS}
-    for meta in pages.values():
-        counts["repository"][str(meta.get("repository", ""))] += 1
-        counts["lang"][language(meta, content_dir)] += 1
-        section = str(meta.get("section", "") or "")
+    for page in pages.values():
+        counts["repository"][str(page.get("repository", ""))] += 1
+        counts["lang"][language(page, content_dir)] += 1
+        section = str(page.get("section", "") or "")
         if section:
             counts["section"][section] += 1
     return {facet: [{"value": value, "count": n} for value, n in
