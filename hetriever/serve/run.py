@@ -74,7 +74,8 @@ def serve(settings: Settings, *, host: str, port: int, limits: Limits | None = N
     settle()
     telemetry = Telemetry(settings.resolved_state_dir, "http")
     app = create_app(service, keys=keys, telemetry=telemetry)
-    log.info("serve_started", host=host, port=port, keys=len(keys.grants),
+    log.info("serve_started", host=host, port=port, page=f"http://{host}:{port}/",
+             keys=len(keys.grants),
              repositories=len(service.store.repository_names()))
     try:
         slow_clients.run(app, host=host, port=port, timeout=settings.request_timeout,

@@ -243,7 +243,8 @@
   };
 
   Search.prototype.params = function () {
-    var params = new URLSearchParams({ q: this.state.q.trim(), k: String(PAGE_SIZE) });
+    var params = new URLSearchParams({ q: this.state.q.trim(), k: String(PAGE_SIZE),
+      group: "page" });
     if (this.state.repository) params.append("repository", this.state.repository);
     if (this.state.lang) params.set("lang", this.state.lang);
     if (this.state.section) params.set("filter", JSON.stringify({ section: this.state.section }));
