@@ -106,9 +106,14 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 def wait(driver: Any, condition: Any, what: str) -> Any:
+    """`condition` within WAIT seconds; the page re-renders as answers come, so an element
+    gone stale in between is looked for again."""
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(driver, WAIT, poll_frequency=0.05).until(condition, message=what)
+    return WebDriverWait(driver, WAIT, poll_frequency=0.05,
+                         ignored_exceptions=(StaleElementReferenceException,)).until(
+        condition, message=what)
 
 
 def css(driver: Any, selector: str) -> list[Any]:
@@ -123,8 +128,18 @@ def type_query(driver: Any, text: str) -> None:
     box.send_keys(text)
 
 
-def results(driver: Any) -> list[Any]:
-    return wait(driver, lambda d: css(d, ".htr-result"), "no results shown")
+def results(driver: Any, query: str | None = None) -> list[Any]:
+    """The results shown once the answer to `query` (by default the box's text) is in."""
+    def shown(d: Any) -> list[Any]:
+        wanted = query if query is not None else css(d, "input[type=search]")[0].get_attribute(
+            "value").strip()
+        root = css(d, ".htr[data-state=results]")
+        if not root or root[0].get_attribute("data-query") != wanted or root[0].get_attribute(
+                "aria-busy"):
+            return []
+        return css(d, ".htr-result")
+
+    return wait(driver, shown, "no results shown")
 
 
 def open_page(browser: Any, api: Any) -> None:

@@ -288,6 +288,7 @@
     this.message.replaceChildren();
     this.status.textContent = "";
     this.root.removeAttribute("data-state");
+    this.root.removeAttribute("data-query");
   };
 
   Search.prototype.showHint = function () {
@@ -333,6 +334,7 @@
     this.renderFacets(answer.facets || {});
     if (!results.length) {
       this.root.setAttribute("data-state", "empty");
+      this.root.setAttribute("data-query", String(answer.query || ""));
       var narrowed = this.state.repository || this.state.section || this.state.lang;
       this.message.replaceChildren(el("div", { class: "htr-empty" }, [
         el("p", { class: "htr-empty-title", text: "No pages match “" + answer.query + "”." }),
@@ -341,6 +343,7 @@
       return;
     }
     this.root.setAttribute("data-state", "results");
+    this.root.setAttribute("data-query", String(answer.query || ""));
     results.forEach(function (result, index) {
       self.results.appendChild(self.renderResult(result, index, pattern));
     });
