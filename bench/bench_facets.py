@@ -26,19 +26,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import RESULTS_DIR, REPO_ROOT, _commit_tree, corpus_dir, percentile  # noqa: E402
 
 from hetriever.core.config import load_settings  # noqa: E402
+from hetriever.core.logs import configure_logging  # noqa: E402
 from hetriever.search import hybrid  # noqa: E402
 from hetriever.search.candidates import _fill_documents, _Hit, _trusted  # noqa: E402
 
 
-def index(corpus: str) -> dict[str, str]:
-    """The environment of an index of `corpus` v2, built once with `hetriever ingest`."""
+def index(corpus: str) -> dict[str, str] | None:
+    """The environment of an index of `corpus` v2, built once with `hetriever ingest`; None
+    when the corpus is absent."""
     root = RESULTS_DIR / f"facets-{corpus}"
     env = {"HETRIEVER_DOCS_ROOT": str(root / "docs"), "HETRIEVER_CHROMA_PATH": str(root / "chroma"),
            "HETRIEVER_STATE_DIR": str(root / "state"), "HETRIEVER_LOG_LEVEL": "WARNING"}
     if not (root / "done").exists():
         source = corpus_dir(corpus)
         if source is None:
-            sys.exit(f"corpus {corpus} not found")
+            return None
         shutil.rmtree(root, ignore_errors=True)
         work = root / "docs" / corpus
         shutil.copytree(source, work, copy_function=shutil.copy)
@@ -55,7 +57,11 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=146)
     parser.add_argument("-k", type=int, default=10)
     args = parser.parse_args()
+    configure_logging("WARNING")
     env = index(args.corpus)
+    if env is None:
+        print(f"skipped: corpus {args.corpus} not found under the shared corpora")
+        return
     questions = [json.loads(line)["question"] for line in
                  (REPO_ROOT / "bench" / "queries" / "real_questions.jsonl").read_text().splitlines()
                  if json.loads(line)["corpus"] == args.corpus][:args.queries]
