@@ -395,3 +395,15 @@ def test_the_cli_json_carries_the_facets(workspace):
     facets = json.loads(out.stdout)["facets"]
     assert {v["value"] for v in facets["section"]} == {"docs", "blog"}
     assert len(json.loads(out.stdout)["matches"]) == 1  # counted beyond the top k
+
+
+def test_every_file_the_page_needs_is_package_data():
+    """A wheel installs what pyproject's package-data names: every file of serve/static."""
+    import fnmatch
+    import tomllib
+
+    patterns = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "package-data"]["hetriever.serve"]
+    static = REPO_ROOT / "hetriever" / "serve" / "static"
+    files = [p.relative_to(static.parent).as_posix() for p in static.iterdir()]
+    assert files and all(any(fnmatch.fnmatch(f, p) for p in patterns) for f in files), files
