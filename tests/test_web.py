@@ -407,3 +407,16 @@ def test_every_file_the_page_needs_is_package_data():
     static = REPO_ROOT / "hetriever" / "serve" / "static"
     files = [p.relative_to(static.parent).as_posix() for p in static.iterdir()]
     assert files and all(any(fnmatch.fnmatch(f, p) for p in patterns) for f in files), files
+
+
+def test_an_operator_key_is_the_pages_own_until_a_visitor_enters_one(workspace, browser):
+    with running(workspace, "serve", HETRIEVER_PAGE_API_KEY=TEAM_KEY) as served:
+        open_page(browser, served)
+        assert "Searching with this site's key." in css(browser, ".htr-key-note")[0].get_attribute(
+            "textContent")
+        type_query(browser, "kestrel on-call rotation")
+        assert any("team-notes" in r.text for r in results(browser))
+        # the API itself still answers a caller without a key as PUBLIC
+        public = httpx.get(served.url + "/search", params={"q": "kestrel on-call rotation"},
+                           timeout=60).json()
+        assert "team-notes" not in {r["repository"] for r in public["results"]}
