@@ -14,7 +14,7 @@
   var DEBOUNCE_MS = 150;
   var PAGE_SIZE = 10;
   var EXCERPT_CHARS = 280;
-  // Words not worth a mark ("where" is one: it names a Hugo function as often as it asks).
+  // Words not worth a mark ("where" is kept: it names a Hugo function as often as it asks).
   var STOP_WORDS = new Set(("a an and are as at be by can do does for from how i in is it of " +
     "on or the to what when which why with you").split(" "));
   var FACETS = [["repository", "Repository"], ["section", "Section"], ["lang", "Language"]];
@@ -106,9 +106,7 @@
     this.operatorKey = options.key || "";
     this.widget = !!options.widget;
     this.state = { q: "", repository: null, section: null, lang: null };
-    this.timer = null;
-    this.inflight = null;
-    this.lastAnswer = null;
+    this.timer = this.inflight = this.lastAnswer = null;
     this.build();
   }
 
@@ -116,11 +114,6 @@
     var own = "";
     try { own = sessionStorage.getItem(KEY_STORE) || ""; } catch (e) { /* storage off */ }
     return own || this.operatorKey;
-  };
-
-  Search.prototype.headers = function () {
-    var key = this.key();
-    return key ? { Authorization: "Bearer " + key } : {};
   };
 
   Search.prototype.build = function () {
@@ -263,8 +256,10 @@
     var controller = new AbortController();
     this.inflight = controller;
     this.root.setAttribute("aria-busy", "true");
+    var key = this.key();
     fetch(this.api + "/search?" + this.params(), {
-      headers: this.headers(), signal: controller.signal, credentials: "omit",
+      headers: key ? { Authorization: "Bearer " + key } : {}, signal: controller.signal,
+      credentials: "omit",
     }).then(function (response) {
       return response.json().catch(function () { return {}; }).then(function (body) {
         return { status: response.status, body: body };
@@ -420,8 +415,17 @@
       credentials: "omit" }).catch(function () { /* a lost beacon is not the reader's problem */ });
   };
 
-  function isTyping(target) {
-    return target && (target.isContentEditable || /^(INPUT|TEXTAREA|SELECT)$/.test(target.tagName));
+  /* `/` anywhere but in a text field. */
+  function onSlash(then) {
+    document.addEventListener("keydown", function (event) {
+      var target = event.target;
+      var typing = target && (target.isContentEditable ||
+        /^(INPUT|TEXTAREA|SELECT)$/.test(target.tagName));
+      if (event.key === "/" && !typing && !event.ctrlKey && !event.metaKey) {
+        event.preventDefault();
+        then();
+      }
+    });
   }
 
   /* The widget: a button on the docs site that opens the search in a modal dialog. */
@@ -445,12 +449,7 @@
     open.addEventListener("click", show);
     close.addEventListener("click", function () { dialog.close(); open.focus(); });
     dialog.addEventListener("click", function (event) { if (event.target === dialog) dialog.close(); });
-    document.addEventListener("keydown", function (event) {
-      if (event.key === "/" && !isTyping(event.target) && !event.ctrlKey && !event.metaKey) {
-        event.preventDefault();
-        show();
-      }
-    });
+    onSlash(show);
     return search;
   }
 
@@ -479,13 +478,7 @@
   function mountPage(host, options) {
     var search = new Search(host, { api: options.api, key: options.key, widget: false });
     keepInAddress(search);
-    document.addEventListener("keydown", function (event) {
-      if (event.key === "/" && !isTyping(event.target) && !event.ctrlKey && !event.metaKey) {
-        event.preventDefault();
-        search.input.focus();
-        search.input.select();
-      }
-    });
+    onSlash(function () { search.input.focus(); search.input.select(); });
     search.input.focus();
     return search;
   }
