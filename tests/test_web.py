@@ -420,3 +420,44 @@ def test_an_operator_key_is_the_pages_own_until_a_visitor_enters_one(workspace, 
         public = httpx.get(served.url + "/search", params={"q": "kestrel on-call rotation"},
                            timeout=60).json()
         assert "team-notes" not in {r["repository"] for r in public["results"]}
+
+
+# Contrast (WCAG 2 relative luminance) of each kind of text against the background it is on,
+# and a label or a name for every control.
+ACCESSIBILITY_PROBE = """
+const rgb = c => (c.match(/[\\d.]+/g) || []).map(Number);
+const lum = ([r, g, b]) => [r, g, b].map(v => (v /= 255) <= 0.03928 ? v / 12.92
+  : Math.pow((v + 0.055) / 1.055, 2.4)).reduce((s, v, i) => s + v * [0.2126, 0.7152, 0.0722][i], 0);
+const background = el => {
+  for (; el; el = el.parentElement) {
+    const c = rgb(getComputedStyle(el).backgroundColor);
+    if (c.length === 3 || c[3] > 0) return c.slice(0, 3);
+  }
+  return [255, 255, 255];
+};
+const ratios = {};
+for (const sel of arguments[0]) {
+  const el = document.querySelector(sel);
+  if (!el) { ratios[sel] = null; continue; }
+  const a = lum(rgb(getComputedStyle(el).color)), b = lum(background(el));
+  ratios[sel] = (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+}
+const unlabelled = [...document.querySelectorAll('.htr input')].filter(i => !i.labels.length)
+  .map(i => i.outerHTML);
+const unnamed = [...document.querySelectorAll('.htr button, .htr a')]
+  .filter(b => !(b.getAttribute('aria-label') || b.textContent.trim())).map(b => b.outerHTML);
+return {ratios, unlabelled, unnamed};
+"""
+TEXTS = (".htr-label", ".htr-help", ".htr-status", "a.htr-title", ".htr-path", ".htr-passage",
+         ".htr-passage mark", ".htr-url", ".htr-facet-name", ".htr-count", ".htr-facet-group h2",
+         ".htr-key summary")
+
+
+def test_text_has_contrast_and_every_control_a_label(browser, api):
+    open_page(browser, api)
+    type_query(browser, "where operators")
+    results(browser)
+    found = browser.execute_script(ACCESSIBILITY_PROBE, list(TEXTS))
+    low = {sel: ratio for sel, ratio in found["ratios"].items() if ratio is None or ratio < 4.5}
+    assert not low, low  # WCAG AA for body text
+    assert not found["unlabelled"] and not found["unnamed"], found
