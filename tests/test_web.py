@@ -461,3 +461,22 @@ def test_text_has_contrast_and_every_control_a_label(browser, api):
     low = {sel: ratio for sel, ratio in found["ratios"].items() if ratio is None or ratio < 4.5}
     assert not low, low  # WCAG AA for body text
     assert not found["unlabelled"] and not found["unnamed"], found
+
+
+def test_tab_goes_box_key_facets_results_in_reading_order(browser, api):
+    from selenium.webdriver.common.keys import Keys
+
+    open_page(browser, api)
+    type_query(browser, "where operators")
+    shown = results(browser)
+    order = []
+    for _ in range(len(css(browser, ".htr-facet")) + len(shown) + 2):
+        browser.switch_to.active_element.send_keys(Keys.TAB)
+        active = browser.switch_to.active_element
+        order.append("key" if active.tag_name == "summary" else
+                     "facet" if "htr-facet" in (active.get_attribute("class") or "") else
+                     "result" if "htr-title" in (active.get_attribute("class") or "") else "other")
+    kinds = [k for i, k in enumerate(order) if i == 0 or order[i - 1] != k]
+    assert kinds[:3] == ["key", "facet", "result"], order
+    ranks = [a.get_attribute("data-rank") for a in css(browser, "a.htr-title")]
+    assert ranks == [str(i) for i in range(1, len(ranks) + 1)]
