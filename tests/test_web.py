@@ -453,11 +453,17 @@ TEXTS = (".htr-label", ".htr-help", ".htr-status", "a.htr-title", ".htr-path", "
          ".htr-key summary")
 
 
-def test_text_has_contrast_and_every_control_a_label(browser, api):
-    open_page(browser, api)
-    type_query(browser, "where operators")
-    results(browser)
-    found = browser.execute_script(ACCESSIBILITY_PROBE, list(TEXTS))
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_text_has_contrast_and_every_control_a_label(browser, api, scheme):
+    browser.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": [
+        {"name": "prefers-color-scheme", "value": scheme}]})
+    try:
+        open_page(browser, api)
+        type_query(browser, "where operators")
+        results(browser)
+        found = browser.execute_script(ACCESSIBILITY_PROBE, list(TEXTS))
+    finally:
+        browser.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
     low = {sel: ratio for sel, ratio in found["ratios"].items() if ratio is None or ratio < 4.5}
     assert not low, low  # WCAG AA for body text
     assert not found["unlabelled"] and not found["unnamed"], found
