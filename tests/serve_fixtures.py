@@ -97,9 +97,10 @@ class Served:
 
 @contextlib.contextmanager
 def running(workspace: Workspace, *argv: str, ready_path: str = "/readyz",
-            **extra_env: str) -> Iterator[Served]:
-    """`hetriever <argv> --port <free>` until the block ends; its output goes to a log file."""
-    port = free_port()
+            port: int | None = None, **extra_env: str) -> Iterator[Served]:
+    """`hetriever <argv> --port <free>` (or `port`) until the block ends; its output goes to
+    a log file."""
+    port = port or free_port()
     log = workspace.root / f"{argv[0]}-{port}.log"
     with log.open("wb") as out:
         proc = subprocess.Popen([str(HETRIEVER), *argv, "--host", "127.0.0.1", "--port",

@@ -155,3 +155,23 @@ def test_an_empty_boolean_variable_is_false():
     assert load_settings(env={"HETRIEVER_INCLUDE_DRAFTS": ""}).include_drafts is False
     assert load_settings(env={"USE_HYBRID_SEARCH": "0",
                               "HETRIEVER_USE_HYBRID_SEARCH": "1"}).use_hybrid_search is True
+
+
+def test_cors_origins_are_origins_as_a_browser_sends_them_and_none_by_default():
+    assert load_settings(env={}, config_file=None).cors_origins == []
+    given = load_settings(env={"HETRIEVER_CORS_ORIGINS": "https://Docs.Example.org/, "
+                                                         "http://localhost:1313"},
+                          config_file=None)
+    assert given.cors_origins == ["https://docs.example.org", "http://localhost:1313"]
+    for bad in ("*", "https://docs.example.org/path", "docs.example.org", "ftp://x.org",
+                "https://user@x.org", "http://x.org:99999"):
+        with pytest.raises(ConfigurationError, match="cors_origins"):
+            load_settings(env={"HETRIEVER_CORS_ORIGINS": bad}, config_file=None)
+
+
+def test_the_page_api_key_is_never_shown():
+    settings = load_settings(env={"HETRIEVER_PAGE_API_KEY": "htr_secret_page_key"},
+                             config_file=None)
+    assert settings.page_api_key.get_secret_value() == "htr_secret_page_key"
+    assert "htr_secret_page_key" not in repr(settings) and "htr_secret_page_key" not in str(
+        settings.model_dump())

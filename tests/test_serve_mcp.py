@@ -4,6 +4,7 @@ subprocess, as a coding assistant starts it) and over streamable HTTP, against a
 from __future__ import annotations
 
 import json
+import re
 import logging
 import selectors
 import signal
@@ -301,3 +302,17 @@ def test_streamable_http_with_keys(served_docs):
 
         assert "private-ops" not in over_http(None)
         assert "repository: private-ops" in over_http(PRIVATE_KEY)
+
+
+def test_stdio_search_names_its_facets_and_a_section_narrows(served_docs):
+    async def steps(client):
+        wide = await client.call_tool("search_docs", {"query": "release where function",
+                                                      "k": 3})
+        narrow = await client.call_tool("search_docs", {"query": "release where function",
+                                                        "section": "blog", "k": 3})
+        return text_of(wide), text_of(narrow)
+
+    wide, narrow = in_session(stdio(served_docs), steps)
+    facets = wide.split("candidate pages: ", 1)[1]
+    assert re.search(r"section (docs|blog) \(\d+\), (docs|blog) \(\d+\)", facets), wide
+    assert "/news/" in narrow and "/docs/" not in narrow.split("Narrow with")[0], narrow

@@ -49,6 +49,7 @@ def _pairs(raw: Any) -> Any:
 
 
 Pairs = Annotated[dict[str, str], NoDecode]
+Origins = Annotated[list[str], NoDecode]
 
 
 def _is_web_address(url: str) -> bool:
@@ -57,6 +58,18 @@ def _is_web_address(url: str) -> bool:
     except ValueError:
         return False
     return parts.scheme in ("http", "https") and bool(parts.hostname)
+
+
+def _is_origin(origin: str) -> bool:
+    """`scheme://host[:port]` as a browser sends it in `Origin`: no path, no wildcard."""
+    if not _is_web_address(origin) or "*" in origin:
+        return False
+    parts = urlsplit(origin)
+    try:
+        parts.port  # noqa: B018 (raises on a port out of range)
+    except ValueError:
+        return False
+    return not (parts.path or parts.query or parts.fragment or parts.username)
 
 
 class _Layered(BaseSettings):
@@ -132,6 +145,14 @@ class Settings(_Layered):
     # Seconds the servers (serve, mcp over HTTP, serve-webhook) give a client to send a
     # request's headers, and then its whole body, before dropping the connection.
     request_timeout: float = 20.0
+    # Web origins (`https://docs.example.org`, comma-separated) whose pages may call
+    # `hetriever serve` from the browser (CORS: the search widget on a docs site). None by
+    # default: only the server's own search page at `/` can.
+    cors_origins: Origins = []
+    # A key the search page at `/` and the widget send for every visitor who gives none:
+    # whoever can load the page searches with its levels. Empty: visitors are PUBLIC unless
+    # they enter a key of their own.
+    page_api_key: SecretStr = SecretStr("")
     # A search process that reads a Chroma server some other machine ingests into, with a state
     # directory of its own: its catalog and BM25 index are copies it keeps in step with the
     # manifest each ingest run publishes in Chroma (hetriever.store.replica, docs/scale-out.md).
@@ -293,6 +314,15 @@ class Settings(_Layered):
         from hetriever.core.names import repository_name
 
         return {repository_name(key): value for key, value in pairs.items()}
+
+    @field_validator("cors_origins", mode="before")
+    @classmethod
+    def _parse_origins(cls, raw: Any) -> Any:
+        # As a browser sends `Origin`: lower case, no trailing slash.
+        items = raw.split(",") if isinstance(raw, str) else raw
+        if not isinstance(items, list):
+            return raw
+        return [str(o).strip().rstrip("/").lower() for o in items if str(o).strip()]
 
     @field_validator("docs_root", "chroma_path", "state_dir", "model_dir", mode="before")
     @classmethod
@@ -498,6 +528,11 @@ def validate(settings: Settings) -> Settings:
         if not _is_web_address(url):
             raise bad("site_urls", f"{repo}: {url!r} is not an http(s) address with a host, "
                                    "such as https://gohugo.io/")
+    for origin in settings.cors_origins:
+        if not _is_origin(origin):
+            raise bad("cors_origins", f"{origin!r} is not a web origin: scheme, host and "
+                                      "port only, such as https://docs.example.org or "
+                                      "http://localhost:1313")
     if not settings.embedding_model.strip():
         raise bad("embedding_model", "must not be empty")
     try:

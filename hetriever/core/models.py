@@ -206,6 +206,9 @@ class RetrievalResult(_Serialisable):
     # Told no language, the search kept to the one the query is written in (its script or
     # words, `hetriever.search.query_language`): that language; "" otherwise.
     query_language: str = ""
+    # Candidate pages per repository, language and section, as {facet: [{"value", "count"}]}
+    # (`hetriever.search.facets`): what a caller can narrow the search by.
+    facets: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
 
 # --- indexing ----------------------------------------------------------------------

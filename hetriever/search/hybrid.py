@@ -99,6 +99,7 @@ from hetriever.store.filters import and_filters, matches, validate_filter
 from hetriever.parse.links import LinkPrior, shown
 from hetriever.core.logs import get_logger
 from hetriever.core.models import RetrievalResult, SearchResult
+from hetriever.search.facets import page_facets
 from hetriever.search.published import preference, recorded_base_urls
 from hetriever.search.query_language import query_language
 from hetriever.chunk.sections import ANCHORS_KEY, anchored_sections
@@ -464,6 +465,8 @@ def _search_once(store: RetrievalStore, text: str, k: int, user_filter: dict | N
     counts = {"dense": len(rankings["dense"]), "bm25": len(rankings["bm25"]),
               "merged": len(set(rankings["dense"]) | set(rankings["bm25"]))}
     out = done(results, mode, counts)
+    out.facets = page_facets(hits, rankings["dense"] + rankings["bm25"], check.dropped, plans,
+                             levels, settings.content_dir, [exact_hit] if exact_hit else [])
     log.info("search_done", mode=mode, group_by=group_by, dense=counts["dense"],
              bm25=counts["bm25"], merged=counts["merged"], results=len(results),
              collections=len(names), exact=exact_hit is not None,

@@ -30,16 +30,19 @@ from hetriever.core.errors import (
     InvalidFilterError,
     InvalidLimitError,
 )
-from hetriever.serve import docs_page, stats_page
+from hetriever.serve import docs_page, stats_page, web
 from hetriever.serve.analytics_feed import AnalyticsFeed, OpenRefused
 from hetriever.core.logs import get_logger
 from hetriever.serve.keys import InvalidKeyError, KeyRing, key_from_headers
+from hetriever.serve.schemas import (ErrorAnswer, PageAnswer, RepositoriesAnswer, SearchAnswer,
+                                     Status)
 from hetriever.serve.service import Busy, DocsService, NotFound, RequestError, TooLarge
 from hetriever.serve.telemetry import PROMETHEUS_CONTENT_TYPE, Telemetry
 
 log = get_logger(__name__)
 
-OPEN_PATHS = ("/healthz", "/readyz", "/metrics", "/docs", "/openapi.json", *docs_page.PATHS)
+OPEN_PATHS = ("/healthz", "/readyz", "/metrics", "/docs", "/openapi.json", *docs_page.PATHS,
+              *web.PATHS)
 LABELLED = ("/search", "/repositories", "/stats", "/analytics/open")  # endpoints in /metrics
 # /stats shows every caller's queries: with keys configured, only a key granting this sees it.
 STATS_LEVEL = "PRIVATE"
@@ -65,14 +68,12 @@ def _json(raw: str | bytes, what: str) -> Any:
         raise RequestError(f"{what} is not valid JSON: {detail}") from None
 
 
-_ERROR_BODY = {"application/json": {"schema": {
-    "type": "object", "properties": {"error": {"type": "string"}}, "required": ["error"]}}}
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
-    400: {"description": "A malformed request: one sentence says what", "content": _ERROR_BODY},
-    401: {"description": "An API key that matches no configured key", "content": _ERROR_BODY},
-    413: {"description": "A request body over the limit", "content": _ERROR_BODY},
+    400: {"description": "A malformed request: one sentence says what", "model": ErrorAnswer},
+    401: {"description": "An API key that matches no configured key", "model": ErrorAnswer},
+    413: {"description": "A request body over the limit", "model": ErrorAnswer},
     503: {"description": "Busy or the index backend unavailable (see Retry-After)",
-          "content": _ERROR_BODY},
+          "model": ErrorAnswer},
 }
 # POST /search reads its body itself (to answer every malformed body with a 400), so FastAPI
 # cannot derive the body's schema: it is written out for the OpenAPI document.
@@ -90,7 +91,8 @@ SEARCH_BODY = {"required": True, "content": {"application/json": {"schema": {
         "group": {"type": "string", "enum": ["page", "chunk"]},
     }}}}}
 
-# The answers' JSON has no declared schema (JSONResponse): what a page's address fields mean.
+# The answers are documented by the models of hetriever.serve.schemas; what the address
+# fields mean.
 ADDRESS_FIELDS = ("`url` is the page's site-relative path (`/docs/functions/where/`); `link` "
                   "its full address (`https://example.org/docs/functions/where/`) when the "
                   "site's baseURL is an absolute http(s) one, else the same path as `url`.")
@@ -184,6 +186,7 @@ def create_app(service: DocsService, *, keys: KeyRing | None = None,
                               "`X-API-Key` for levels above PUBLIC.",
                   docs_url=None, redoc_url=None)  # /docs below, with no CDN
     docs_page.add_docs(app, "hetriever")
+    web.add_web(app, page_api_key=service.settings.page_api_key.get_secret_value())
     app.state.service = service
     app.state.telemetry = telemetry
     app.state.analytics = analytics
@@ -235,7 +238,7 @@ def create_app(service: DocsService, *, keys: KeyRing | None = None,
         return JSONResponse(answer)
 
     @app.get("/search", summary="Search the docs: pages (or chunks) with passages",
-             description=SEARCH_FIELDS, responses=ERROR_RESPONSES)
+             description=SEARCH_FIELDS, responses=ERROR_RESPONSES, response_model=SearchAnswer)
     async def search_get(
         request: Request,
         q: str | None = Query(None, description="the query"),
@@ -252,7 +255,7 @@ def create_app(service: DocsService, *, keys: KeyRing | None = None,
 
     @app.post("/search", summary="Search with a JSON body: {q, k, repository, filter, lang, group}",
               description=SEARCH_FIELDS, responses=ERROR_RESPONSES,
-              openapi_extra={"requestBody": SEARCH_BODY})
+              response_model=SearchAnswer, openapi_extra={"requestBody": SEARCH_BODY})
     async def search_post(request: Request) -> JSONResponse:
         body = _json(await request.body() or b"null", "the body")
         if not isinstance(body, dict):
@@ -273,21 +276,22 @@ def create_app(service: DocsService, *, keys: KeyRing | None = None,
                                 body.get("filter"), body.get("lang"), body.get("group") or None)
 
     @app.get("/pages/{ref:path}", summary="A page's chunks in order (page id, chunk id or URL)",
-             description=ADDRESS_FIELDS,
+             description=ADDRESS_FIELDS, response_model=PageAnswer,
              responses={**ERROR_RESPONSES, 404: {"description": "No such page for this caller",
-                                                 "content": _ERROR_BODY}})
+                                                 "model": ErrorAnswer}})
     async def page(request: Request, ref: str) -> JSONResponse:
         return JSONResponse(await service.call(service.page, ref, levels=request.state.levels))
 
-    @app.get("/repositories", summary="Visible repositories: indexed vs checked-out commit")
+    @app.get("/repositories", summary="Visible repositories: indexed vs checked-out commit",
+             response_model=RepositoriesAnswer, responses=ERROR_RESPONSES)
     async def repositories(request: Request) -> JSONResponse:
         rows = await service.call(service.repositories, levels=request.state.levels)
         return JSONResponse({"repositories": rows})
 
     @app.post("/analytics/open", status_code=204, responses={
         **ERROR_RESPONSES, 404: {"description": "Analytics off, or no recent search has this "
-                                                "query_id", "content": _ERROR_BODY},
-        415: {"description": "A body that is not JSON or text/plain", "content": _ERROR_BODY}},
+                                                "query_id", "model": ErrorAnswer},
+        415: {"description": "A body that is not JSON or text/plain", "model": ErrorAnswer}},
         summary="Record that the reader opened a search result: {query_id, rank, url}",
         description="With analytics on, a /search answer carries `query_id`; the page sends "
                     "this (as sendBeacon does: `text/plain` is read as JSON too) when its "
@@ -336,11 +340,13 @@ def create_app(service: DocsService, *, keys: KeyRing | None = None,
             return _error(503, "the analytics file cannot be read now", **{"Retry-After": "5"})
         return HTMLResponse(stats_page.render(report), headers=stats_page.HEADERS)
 
-    @app.get("/healthz", summary="The process is up")
+    @app.get("/healthz", summary="The process is up", response_model=Status)
     async def healthz() -> JSONResponse:
         return JSONResponse({"status": "ok"})
 
-    @app.get("/readyz", summary="The index backend answers")
+    @app.get("/readyz", summary="The index backend answers", response_model=Status,
+             responses={503: {"description": "The index backend does not answer",
+                              "model": Status}})
     async def readyz() -> JSONResponse:
         # Not behind the search queue: a busy server is still a ready one.
         ok = await anyio.to_thread.run_sync(service.ready)
@@ -354,4 +360,5 @@ def create_app(service: DocsService, *, keys: KeyRing | None = None,
     max_body = service.limits.max_body_bytes
     app.add_middleware(GateMiddleware, keys=keys, max_body=max_body,
                        telemetry=telemetry)
+    web.add_cors(app, service.settings.cors_origins)
     return app

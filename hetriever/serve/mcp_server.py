@@ -68,7 +68,17 @@ def format_results(answer: dict[str, Any], budget_tokens: int) -> str:
         lines.append(f"\n[{i}] {title}\nURL: {r['link']}\nrepository: {r['repository']}  "
                      f"page id: {r['page_id']}  score: {r['score']:.3f}\n"
                      + clip(r["passage"].strip(), share))
-    return clip("\n".join(lines), budget_tokens)
+    narrow = facets_line(answer.get("facets") or {})
+    return clip("\n".join(lines + ([narrow] if narrow else [])), budget_tokens)
+
+
+def facets_line(facets: dict[str, list[dict[str, Any]]]) -> str:
+    """The candidate pages per repository, language and section, as the arguments that
+    narrow to them."""
+    parts = [f"{name} " + ", ".join(f"{v['value']} ({v['count']})" for v in values)
+             for name, values in facets.items() if len(values) > 1]
+    return ("\nNarrow with repository, lang or section; candidate pages: " + "; ".join(parts)
+            if parts else "")
 
 
 def format_page(page: dict[str, Any], budget_tokens: int) -> str:
@@ -145,6 +155,9 @@ def create_mcp(service: DocsService, keys: KeyRing, *, fixed_key: str | None = N
                                                           "else the site's default")] = None,
             k: Annotated[int | None, Field(ge=1, le=MAX_K, description="how many pages "
                                            "(default: the server's default_top_k, 5)")] = None,
+            section: Annotated[str | None, Field(description="only this Hugo section (the "
+                                                            "first folder under content, "
+                                                            'e.g. "docs")')] = None,
             max_tokens: Annotated[int | None, MAX_TOKENS_FIELD] = None) -> str:
         """Search the documentation. Returns the best pages, each with its title, URL, page id
         and the passage that matched. A docs URL as the query puts its page first (a `#anchor`
@@ -153,6 +166,7 @@ def create_mcp(service: DocsService, keys: KeyRing, *, fixed_key: str | None = N
         started = time.perf_counter()
         answer = await call(service.search, query, k=k,
                             repositories=[repository] if repository else None, lang=lang,
+                            filters={"section": section} if section else None,
                             group="page", levels=levels(ctx))
         result = answer.pop("_result")
         seconds, scope = time.perf_counter() - started, [repository] if repository else None

@@ -11,6 +11,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from hetriever.chunk.sections import ANCHORS_KEY, heading_anchor
 from hetriever.core.models import SearchResult
 from hetriever.search.published import full_link, language
 
@@ -49,6 +50,18 @@ def passage(content: str, metadata: Mapping[str, Any]) -> str:
     return content
 
 
+def section_anchor(metadata: Mapping[str, Any]) -> str:
+    """The anchor of the section a chunk is in, "" for a page's top: the id its author gave
+    the section that starts at this chunk (`anchors`), else the id Hugo gives its heading.
+    A heading a page repeats gets Hugo's `-1`, `-2`... only from the page itself: this
+    links to the first one."""
+    given = metadata.get(ANCHORS_KEY)
+    if isinstance(given, list) and given and not metadata.get("merged_headings"):
+        return str(given[-1])
+    headings = str(metadata.get("heading_context") or "").split(CONTEXT_SEPARATOR)
+    return heading_anchor(headings[-1]) if headings[-1].strip() else ""
+
+
 def match_view(match: SearchResult, content_dir: str = "content",
                base_urls: Mapping[str, str] | None = None) -> dict[str, Any]:
     """What the API returns for one match; `base_urls`: where its site is published."""
@@ -56,15 +69,20 @@ def match_view(match: SearchResult, content_dir: str = "content",
     lang = language(meta, content_dir)
     url = str(meta.get("url", ""))
     base_urls = base_urls or {}
+    link = full_link(url, lang, base_urls)
+    anchor = section_anchor(meta)
     return {
         "page_id": page_id(meta),
         "chunk_id": match.doc_id,
         "title": meta.get("title", ""),
         "url": url,
-        "link": full_link(url, lang, base_urls),
+        "link": link,
         "repository": meta.get("repository", ""),
         "file_path": meta.get("file_path", ""),
         "heading": meta.get("heading_context", ""),
+        "anchor": anchor,
+        # the page at the passage's section
+        "heading_link": f"{link}#{anchor}" if anchor else link,
         "section": meta.get("section", ""),
         "lang": lang,
         "translations": [{**t, "link": full_link(str(t.get("url", "")), str(t.get("lang", "")),

@@ -76,8 +76,9 @@ def serve(settings: Settings, *, host: str, port: int, limits: Limits | None = N
     telemetry = Telemetry(settings.resolved_state_dir, "http")
     analytics = AnalyticsFeed(settings, "http")
     app = create_app(service, keys=keys, telemetry=telemetry, analytics=analytics)
-    log.info("serve_started", host=host, port=port, keys=len(keys.grants),
-             repositories=len(service.store.repository_names()), analytics=analytics.enabled)
+    log.info("serve_started", host=host, port=port, page=f"http://{host}:{port}/",
+             keys=len(keys.grants), repositories=len(service.store.repository_names()),
+             analytics=analytics.enabled)
     try:
         slow_clients.run(app, host=host, port=port, timeout=settings.request_timeout,
                          log_level="warning", access_log=False)

@@ -232,6 +232,7 @@ class DocsService:
             "results": [pages.match_view(m, content_dir,
                                          sites[str(m.metadata.get("repository", ""))])
                         for m in matches],
+            "facets": result.facets,
             **({"unknown_repositories": unknown} if unknown else {}),
             "_result": result,  # for metrics; dropped before answering
         }
