@@ -102,6 +102,47 @@ def test_a_search_that_finds_nothing_is_listed_and_an_open_is_recorded(served_do
     assert "script-src" not in page.headers["content-security-policy"]
 
 
+def test_stats_charts_render_in_a_browser_and_the_hostile_query_stays_text(
+        served_docs, api, tmp_path):
+    """/stats in a real headless Chromium: every chart is drawn with visible bars, the hostile
+    query is shown as its own text, and nothing on the page runs a script."""
+    from tests.browser_fixtures import chromium
+
+    httpx.get(api.url + "/search", params={"q": HOSTILE, "filter": NOTHING}, timeout=TIMEOUT)
+    eventually(lambda: report(served_docs)["no_result"])
+    driver = chromium(tmp_path / "profile")
+    try:
+        driver.execute_cdp_cmd("Network.enable", {})
+        driver.execute_cdp_cmd("Network.setExtraHTTPHeaders",
+                               {"headers": {"X-API-Key": PRIVATE_KEY}})
+        driver.get(api.url + "/stats")
+        charts = driver.execute_script("""
+            return Array.from(document.querySelectorAll('svg.chart')).map(svg => {
+              const box = svg.getBoundingClientRect();
+              const bars = Array.from(svg.querySelectorAll('rect.bar'))
+                .filter(r => r.getBoundingClientRect().width > 0
+                             && r.getBoundingClientRect().height > 0);
+              return [svg.id, box.width, box.height, bars.length];
+            });""")
+        drawn = {name: (w, h, bars) for name, w, h, bars in charts}
+        assert {"chart-per-day", "chart-top-queries", "chart-no-result",
+                "chart-latency-warm"} <= set(drawn), drawn
+        for name in ("chart-per-day", "chart-top-queries", "chart-no-result",
+                     "chart-latency-warm"):
+            width, height, bars = drawn[name]
+            assert width > 50 and height > 20 and bars >= 1, (name, drawn[name])
+        shown = driver.execute_script("return document.body.innerText")
+        assert HOSTILE in shown  # the query as typed, as text
+        assert driver.execute_script("return document.querySelectorAll('script').length") == 0
+        errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+        assert not errors, errors
+        driver.set_window_size(1200, 1600)
+        driver.save_screenshot(str(tmp_path / "stats.png"))
+        assert (tmp_path / "stats.png").stat().st_size > 10_000
+    finally:
+        driver.quit()
+
+
 def test_opens_are_validated_and_capped(api):
     found = httpx.get(api.url + "/search", params={"q": "where", "k": 2},
                       timeout=TIMEOUT).json()

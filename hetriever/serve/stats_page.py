@@ -51,7 +51,7 @@ def per_day_chart(days: list[dict[str, Any]]) -> str:
     height, top, bottom = 180, 16, 40
     most = max(d["queries"] for d in days) or 1
     step = max(8.0, min(48.0, (WIDTH - 40) / len(days)))
-    width = int(40 + step * len(days))
+    width = max(int(40 + step * len(days)), 340)  # room for the legend under a few days
     scale = (height - top - bottom) / most
     parts = [f'<svg class="chart" id="chart-per-day" role="img" width="{width}" '
              f'height="{height}" viewBox="0 0 {width} {height}" '
