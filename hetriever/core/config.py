@@ -132,6 +132,9 @@ class Settings(_Layered):
     # Seconds the servers (serve, mcp over HTTP, serve-webhook) give a client to send a
     # request's headers, and then its whole body, before dropping the connection.
     request_timeout: float = 20.0
+    # Bytes one line of MCP over stdio may hold; a longer one is refused unread (a tool call
+    # is a few kB: a line of gigabytes would otherwise be held whole).
+    mcp_max_line: int = 4 * 1024 * 1024
     # A search process that reads a Chroma server some other machine ingests into, with a state
     # directory of its own: its catalog and BM25 index are copies it keeps in step with the
     # manifest each ingest run publishes in Chroma (hetriever.store.replica, docs/scale-out.md).
@@ -398,6 +401,7 @@ _BETWEEN: dict[str, tuple[int, int, str]] = {
     "chunk_tokens": (32, 8192, ""),
     "fetch_timeout": (1, 86_400, " seconds"),
     "run_lock_timeout": (0, 86_400, " seconds"),
+    "mcp_max_line": (1024, 1024 ** 3, " bytes"),
 }
 
 
