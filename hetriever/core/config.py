@@ -96,6 +96,9 @@ class WebhookSettings(_Layered):
     max_body: int = 1024 * 1024  # GitHub caps payloads at 25 MB; pushes are far smaller
     # GitHub gives up on a delivery after 10 s; answer 503 before that so the failure is ours.
     prefect_timeout: float = 8.0
+    # Seconds a delivery waits for the catalog's write lock (an ingest holds it while it
+    # writes) before it is queued and answered 202 `queued`.
+    catalog_timeout: float = 1.0
 
 
 class Settings(_Layered):
