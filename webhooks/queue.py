@@ -48,15 +48,18 @@ class DeliveryQueue:
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self._path(item.delivery)
         temporary = path.with_suffix(f".tmp-{os.getpid()}")
-        with open(temporary, "w", encoding="utf-8") as out:
-            json.dump(asdict(item), out)
-            out.flush()
-            os.fsync(out.fileno())
-        temporary.replace(path)
+        try:
+            with open(temporary, "w", encoding="utf-8") as out:
+                json.dump(asdict(item), out)
+                out.flush()
+                os.fsync(out.fileno())
+            temporary.replace(path)
+        except OSError:
+            temporary.unlink(missing_ok=True)
+            raise
 
     def items(self) -> list[QueuedDelivery]:
-        """What waits, oldest first (a file that cannot be read is left, and logged by the
-        caller through the error it raises only once it is read)."""
+        """What waits, oldest first."""
         if not self.directory.is_dir():
             return []
         found = []
@@ -64,7 +67,7 @@ class DeliveryQueue:
             try:
                 found.append(QueuedDelivery(**json.loads(path.read_text(encoding="utf-8"))))
             except (OSError, ValueError, TypeError):
-                continue  # half a file an older crash left: its push waits for the schedule
+                continue  # unreadable (not ours to delete): its push waits for the schedule
         return sorted(found, key=lambda item: item.received_at)
 
     def done(self, item: QueuedDelivery) -> None:

@@ -30,10 +30,7 @@ import hmac
 import json
 import os
 import re
-import sqlite3
-import threading
-import time
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,12 +48,8 @@ from hetriever.core.config import Settings, WebhookSettings, load_settings
 from hetriever.core.errors import ConfigurationError
 from hetriever.core.logs import get_logger
 from hetriever.core.names import repository_name
-from webhooks.deliveries import DELIVERY_RETENTION_SECONDS, CatalogBusy, DeliveryStore
+from webhooks.deliveries import CatalogBusy, DeliveryStore
 from webhooks.queue import DeliveryQueue, QueuedDelivery, queued_now
-
-__all__ = ["DELIVERY_RETENTION_SECONDS", "CatalogBusy", "DeliveryStore", "WebhookConfig",
-           "RepoRoute", "create_app", "serve", "signature_for", "normalise_github_repo",
-           "parse_repo_routes", "start_ingest"]
 
 log = get_logger(__name__)
 
