@@ -493,3 +493,47 @@ def test_a_push_while_another_process_writes_the_catalog_is_queued_and_started_a
             output, _ = proc.communicate(timeout=20)
     _assert_one_run_for(ingest_deployment, run_id)  # queued twice, started once
     assert "Traceback" not in output and "webhook_queued" in output
+
+
+def test_a_queued_push_waits_while_prefect_is_down_and_keeps_no_claim(tmp_path):
+    from hetriever.store.catalog import Catalog
+    from webhooks.queue import DeliveryQueue
+
+    state = tmp_path / "state"
+    Catalog.for_state_dir(state).close()
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_THE_CATALOG,
+                               str(state / "catalog.sqlite")], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    config = _config(state, f"http://127.0.0.1:{_closed_port()}/api", prefect_timeout=2.0,
+                     queue_interval=0.2)
+    delivery = str(uuid.uuid4())
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with running(config) as base:
+            queued = send(base, push_payload(), delivery=delivery)
+            assert queued.status_code == 202 and queued.json()["status"] == "queued"
+            holder.stdin.write("\n")
+            holder.stdin.flush()
+            assert holder.wait(timeout=30) == 0
+            # Tried against the closed port (each try ends in 2 s): the push stays queued
+            # and its claim is let go, so a redelivery or a later try still starts it.
+            deadline = time.monotonic() + 30
+            store = DeliveryStore(state / "catalog.sqlite")
+            try:
+                while time.monotonic() < deadline:
+                    tried = send(base, push_payload(), delivery=delivery)
+                    if tried.status_code == 503:
+                        break
+                    time.sleep(0.3)
+                assert tried.status_code == 503, tried.text  # Prefect down, not "duplicate"
+                assert tried.headers["retry-after"] == "30"
+                # a try of the queue may hold the claim for a moment: it is let go again
+                while store.get(delivery) is not None and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                assert store.get(delivery) is None
+            finally:
+                store.close()
+            assert [q.delivery for q in DeliveryQueue(state).items()] == [delivery]
+    finally:
+        if holder.poll() is None:
+            holder.kill()

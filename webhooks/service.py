@@ -402,7 +402,7 @@ def create_app(config: WebhookConfig) -> Starlette:
                          "error": "another process is writing the catalog and the delivery "
                                   f"could not be queued ({exc.strerror or exc}); redeliver it"}
         log.info("webhook_queued", delivery=item.delivery, repository=item.repository,
-                 waiting=len(queue))
+                 waiting=await off_loop(len, queue))
         return 202, {"status": "queued", "repository": item.repository, "branch": item.branch,
                      "commit": item.commit, "delivery": item.delivery,
                      "reason": "another process is writing the catalog; the run is started "
