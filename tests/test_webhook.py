@@ -230,6 +230,11 @@ def test_config_from_env(tmp_path):
     assert (config.max_body, config.deployment, config.state_dir) == (
         2048, "ingest/scheduled", tmp_path)
     assert SECRET not in repr(config)
+    assert config.catalog_timeout == 1.0
+    assert WebhookConfig.from_env({**env, "HETRIEVER_WEBHOOK_CATALOG_TIMEOUT": "2.5"}
+                                  ).catalog_timeout == 2.5
+    with pytest.raises(ConfigurationError, match="CATALOG_TIMEOUT"):  # past GitHub's 10 s
+        WebhookConfig.from_env({**env, "HETRIEVER_WEBHOOK_CATALOG_TIMEOUT": "30"})
 
 
 def test_config_reads_the_secret_from_a_file(tmp_path):
