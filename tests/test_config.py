@@ -77,6 +77,7 @@ def test_use_hybrid_search_env(word, expected):
     ({"HETRIEVER_CHROMA_TIMEOUT": "inf"}, "chroma_timeout"),
     ({"HETRIEVER_DENSE_WEIGHT": "nan"}, "dense_weight"),
     ({"HETRIEVER_EMBEDDING_MODEL": "bogus"}, "embedding_model"),  # not at the first search
+    ({"HETRIEVER_MCP_MAX_LINE": "10"}, "mcp_max_line"),  # no request fits in 10 bytes
 ])
 def test_invalid_values_name_the_setting(env, name):
     with pytest.raises(ConfigurationError) as info:

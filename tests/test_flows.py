@@ -528,9 +528,10 @@ def test_a_failed_fetch_reports_its_remote_without_credentials(sample_parent, mo
     from prefect.client.orchestration import get_client
 
     token = "ghp_flowsecret0123456789"
+    password = f"{token}#?/'\"< {token}"  # what ends a URL to a splitter, around the token
 
     def fails(repo, ref, **_):  # the fetch fails, with the remote's URL in git's message
-        raise SourceError(f"git fetch failed: repository 'https://bot:{token}@example.invalid"
+        raise SourceError(f"git fetch failed: repository 'https://bot:{password}@example.invalid"
                           "/acme/docs.git/' not found")
 
     monkeypatch.setattr(ingest_flow, "fetch_target", fails)

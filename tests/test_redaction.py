@@ -13,6 +13,7 @@ import io
 import json
 import os
 import socket
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,11 @@ from tests.helpers import commit_all, git, init_repo, write_files
 from tests.serve_fixtures import HETRIEVER, Workspace, running
 
 TOKEN = "ghp_secret0123456789abcdefTOKEN"
-LEAKY_URL = f"https://deploy-bot:{TOKEN}@example.invalid/acme/docs.git"
+# A password git takes as written, holding what ends a URL's authority to a parser that splits
+# at the first "/", "?" or "#", and what ends a URL in a message (quotes, "<", a space); the
+# token on both sides, so a part of it left over is seen.
+PASSWORD = f"{TOKEN}#?/'\"< {TOKEN}"
+LEAKY_URL = f"https://deploy-bot:{PASSWORD}@example.invalid/acme/docs.git"
 CLEAN_URL = "https://example.invalid/acme/docs.git"
 PAGE = "---\ntitle: Kestrel guide\n---\n\nThe kestrel guide explains nesting boxes.\n"
 SESSION_TIMEOUT = 240
@@ -40,6 +45,21 @@ SESSION_TIMEOUT = 240
 
 @pytest.mark.parametrize(("url", "redacted", "public"), [
     (LEAKY_URL, CLEAN_URL, CLEAN_URL),
+    *[(f"https://deploy-bot:{TOKEN}{c}x{TOKEN}@example.invalid/acme/docs.git", CLEAN_URL,
+       CLEAN_URL) for c in "#?/'\"< @"],
+    (f"https://{TOKEN}#/?@github.com/a/b", "https://github.com/a/b", "https://github.com/a/b"),
+    (f"https://u:{TOKEN}@host.example:8443/x.git", "https://host.example:8443/x.git",
+     "https://host.example:8443/x.git"),
+    (f"https://u:{TOKEN}/x@[2001:db8::1]:8443/x.git", "https://[2001:db8::1]:8443/x.git",
+     "https://[2001:db8::1]:8443/x.git"),
+    (f"http://u:{TOKEN}?@[::1]/x", "http://[::1]/x", "http://[::1]/x"),
+    (f"ssh://git:{TOKEN}#@host.example:2222/x.git", "ssh://host.example:2222/x.git",
+     "ssh://host.example:2222/x.git"),
+    # git's scp-like form: a password before the host goes, with its user
+    (f"deploy:{TOKEN}#?/x@host.example:acme/docs.git", "host.example:acme/docs.git",
+     "host.example:acme/docs.git"),
+    (f"deploy:{TOKEN} x'\"<@[2001:db8::1]:acme/docs.git", "[2001:db8::1]:acme/docs.git",
+     "[2001:db8::1]:acme/docs.git"),
     (f"https://{TOKEN}@github.com/a/b", "https://github.com/a/b", "https://github.com/a/b"),
     ("https://user:p@ss@host.example/x.git", "https://host.example/x.git",
      "https://host.example/x.git"),
@@ -65,6 +85,44 @@ def test_redact_text_removes_every_urls_credentials():
     assert TOKEN not in out and "a:b@" not in out
     assert f"'{CLEAN_URL}/'" in out and "http://127.0.0.1:4200/api" in out
     assert "kim@example.org" in out
+
+
+@pytest.mark.parametrize(("said", "left"), [
+    # git quotes a URL it rejects; the password may hold the quote, a space, "#", "/"...
+    (f"fatal: unable to access '{LEAKY_URL}/': URL rejected",
+     f"fatal: unable to access '{CLEAN_URL}/': URL rejected"),
+    (f'remote "https://u:{TOKEN}"x<y@host.example/x" failed',
+     'remote "https://host.example/x" failed'),
+    (f"cannot reach https://u:{TOKEN}/x@[::1]:8080/api now", "cannot reach https://[::1]:8080/api now"),
+    (f"fatal: 'deploy:{TOKEN}#/x@host.example:acme/docs.git' does not appear to be a git "
+     "repository", "fatal: 'host.example:acme/docs.git' does not appear to be a git repository"),
+    (f"url=https://u:{TOKEN} x@host.example", "url=https://host.example"),
+    # what holds no credentials stays whole
+    ("https://host.example/x is down, mail kim@example.org",
+     "https://host.example/x is down, mail kim@example.org"),
+    ("https://host.example:8080 is down, kim@example.org",
+     "https://host.example:8080 is down, kim@example.org"),
+    ("git@github.com:acme/docs.git and https://h.example/x", "git@github.com:acme/docs.git "
+     "and https://h.example/x"),
+])
+def test_redact_text_finds_a_password_of_any_characters(said, left):
+    assert redact_text(said) == left
+
+
+def test_the_catalog_stores_urls_redacted_and_redacts_what_an_older_one_stored(tmp_path):
+    catalog = Catalog.for_state_dir(tmp_path)
+    try:
+        catalog.upsert_repository("leaky-docs", url=LEAKY_URL)
+        stored = sqlite3.connect(catalog.path).execute(
+            "SELECT url FROM repositories WHERE name = 'leaky-docs'").fetchone()[0]
+        assert stored == CLEAN_URL
+        with sqlite3.connect(catalog.path) as conn:  # as an older version left it
+            conn.execute("UPDATE repositories SET url = ? WHERE name = 'leaky-docs'",
+                         (LEAKY_URL,))
+        record = catalog.repository("leaky-docs")
+        assert record is not None and record.url == CLEAN_URL
+    finally:
+        catalog.close()
 
 
 def test_log_lines_carry_no_credentials(monkeypatch):
@@ -148,11 +206,11 @@ def leaky(tmp_path_factory, minilm_model_dir) -> Workspace:
     # What discovery stored has no token; an index written before it did is redacted on the
     # way out: put one back as an older version would have left it.
     catalog = Catalog.for_state_dir(root / "state")
-    try:
-        assert TOKEN not in json.dumps([r.url for r in catalog.repositories()])
-        catalog.upsert_repository("leaky-docs", url=LEAKY_URL)
-    finally:
-        catalog.close()
+    path = catalog.path
+    catalog.close()
+    with sqlite3.connect(path) as conn:
+        assert TOKEN not in json.dumps(conn.execute("SELECT url FROM repositories").fetchall())
+        conn.execute("UPDATE repositories SET url = ? WHERE name = 'leaky-docs'", (LEAKY_URL,))
     return workspace
 
 

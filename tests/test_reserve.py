@@ -93,3 +93,50 @@ def test_json_commands_say_an_error_once_as_json(tmp_path, monkeypatch, capsys):
         assert code == 1 and out == "" and err.count("no space left") == 1
     finally:  # the CLI pointed the log at capsys's stream, which closes after the test
         structlog.configure(logger_factory=structlog.PrintLoggerFactory(file=sys.__stderr__))
+
+
+def test_a_full_disk_named_below_is_not_named_again(tmp_path):
+    from hetriever.core.storage import StorageError, storage_problem
+
+    full = OSError(errno.ENOSPC, "No space left on device")
+    named = storage_problem(full, [tmp_path])
+    assert isinstance(named, StorageError)
+    assert storage_problem(named, [tmp_path]) is named
+    try:  # as the store re-raises it under its own error
+        try:
+            raise named
+        except StorageError as exc:
+            raise RuntimeError("write failed") from exc
+    except RuntimeError as outer:
+        again = storage_problem(outer, [tmp_path])
+    assert again is named and str(again).count("no space left") == 1
+
+
+def test_a_read_lent_the_reserve_takes_it_back_at_exit(tmp_path):
+    # In a process of its own: the reserve comes back when the command ends (its databases
+    # closed), what fits of it on the still full disk.
+    import subprocess
+
+    script = (
+        "import sqlite3, sys\n"
+        "from hetriever.commands import reserve\n"
+        "from tests.chroma_fixtures import store_settings\n"
+        "from pathlib import Path\n"
+        "settings = store_settings(Path(sys.argv[1]))\n"
+        "calls = []\n"
+        "def read():\n"
+        "    calls.append(1)\n"
+        "    if len(calls) == 1:\n"
+        "        raise sqlite3.OperationalError('database or disk is full')\n"
+        "    return 'answer'\n"
+        "print(reserve.reading(settings, read, lambda w: None))\n"
+        "print((settings.resolved_state_dir / reserve.RESERVE_NAME).exists())\n")
+    settings = store_settings(tmp_path)
+    settings.resolved_state_dir.mkdir(parents=True)
+    reserve.keep(settings)
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True,
+                          text=True, timeout=120, cwd=os.getcwd())
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["answer", "False"]  # lent while the command ran
+    kept = settings.resolved_state_dir / reserve.RESERVE_NAME
+    assert kept.stat().st_size == reserve.RESERVE_BYTES  # and back after it

@@ -199,8 +199,8 @@ class RawSession:
     surrogate escape (`"\\ud83d"`, which clients that write JSON with ASCII escapes send and
     the SDK's client refuses to serialise)."""
 
-    def __init__(self, workspace) -> None:
-        self.proc = subprocess.Popen([str(HETRIEVER), "mcp"], env=workspace.env,
+    def __init__(self, workspace, **env: str) -> None:
+        self.proc = subprocess.Popen([str(HETRIEVER), "mcp"], env={**workspace.env, **env},
                                      cwd=workspace.root, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         self.waiting = selectors.DefaultSelector()  # select() fails on fds >= 1024
@@ -316,3 +316,69 @@ def test_stdio_search_names_its_facets_and_a_section_narrows(served_docs):
     facets = wide.split("candidate pages: ", 1)[1]
     assert re.search(r"section (docs|blog) \(\d+\), (docs|blog) \(\d+\)", facets), wide
     assert "/news/" in narrow and "/docs/" not in narrow.split("Narrow with")[0], narrow
+
+
+def _peak_rss_kib(pid: int) -> int:
+    """The process's peak resident set (VmHWM), in KiB."""
+    with open(f"/proc/{pid}/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmHWM in /proc/<pid>/status")
+
+
+def test_stdio_refuses_an_over_long_line_without_holding_it_and_serves_on(served_docs):
+    # A 50 MB line: read in bounded pieces, answered with an error carrying its id, and the
+    # rest of it discarded; the process never holds more than the cap (here 1 MiB).
+    session = RawSession(served_docs, HETRIEVER_MCP_MAX_LINE=str(1024 * 1024))
+    size = 50 * 1024 * 1024
+    try:
+        session.send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "test", "version": "1"}}})
+        assert session.answer()["id"] == 1
+        session.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        before = _peak_rss_kib(session.proc.pid)
+        head = b'{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": ' \
+               b'"search_docs", "arguments": {"query": "'
+        session.send(head + b"x" * (size - len(head) - 4) + b'"}}}')
+        refused = session.answer()
+        after = _peak_rss_kib(session.proc.pid)
+        session.send({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+            "name": "search_docs", "arguments": {"query": "where function"}}})
+        served = session.answer()
+    finally:
+        err = session.close()
+    assert refused["id"] == 2 and refused["error"]["code"] == -32600, refused
+    assert "over the 1048576-byte limit" in refused["error"]["message"]
+    assert served["id"] == 3 and not served["result"]["isError"], served
+    # Reading the line whole took well over 100 MB (bytes, text, parse); bounded pieces
+    # stay within a few times the cap.
+    assert after - before < 16 * 1024, (before, after)
+    assert "mcp_line_too_long" in err and "Traceback" not in err
+
+
+def test_stdio_a_request_before_initialize_is_told_to_initialize(served_docs):
+    session = RawSession(served_docs)
+    try:
+        session.send({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+        early = session.answer()
+        session.send({"jsonrpc": "2.0", "id": 2, "method": "ping"})  # allowed before, as MCP says
+        pong = session.answer()
+        session.send({"jsonrpc": "2.0", "id": 3, "method": "no/such"})
+        unknown = session.answer()
+        session.send({"jsonrpc": "2.0", "id": 4, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "test", "version": "1"}}})
+        assert session.answer()["id"] == 4
+        session.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        session.send({"jsonrpc": "2.0", "id": 5, "method": "tools/list"})
+        listed = session.answer()
+    finally:
+        session.close()
+    assert early["id"] == 1 and early["error"]["code"] == -32600, early
+    assert "not initialized" in early["error"]["message"]
+    assert pong == {"jsonrpc": "2.0", "id": 2, "result": {}}
+    assert unknown["error"]["code"] == -32601  # unknown is unknown, initialised or not
+    assert listed["id"] == 5 and {t["name"] for t in listed["result"]["tools"]} >= {
+        "search_docs", "list_repositories"}

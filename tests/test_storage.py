@@ -111,3 +111,34 @@ def test_search_and_status_answer_on_a_full_disk_and_json_errors_are_json(
     again = run_cli(docs, env, "ingest", "--json")
     assert again.returncode == 0 and json.loads(again.stdout)[0]["ok"], again.stderr[-2000:]
     assert (small_disk / "state" / ".space-reserve").stat().st_size == 2 * 1024 * 1024
+
+
+@pytest.mark.slow
+def test_reads_answer_on_a_full_disk_every_time_and_the_write_error_is_said_once(
+        tmp_path, small_disk, minilm_model_dir):
+    # The reserve a read released used to stay released: once something took that space
+    # (here a second filler, as a log or another program would), every later search and
+    # status exited 1.
+    docs = pages_repo(tmp_path, n=20)
+    env = cli_env(small_disk, minilm_model_dir)
+    assert run_cli(docs, env, "ingest").returncode == 0
+    write_pages(docs, 200, 2)
+    fill(small_disk / "filler")
+    failed = run_cli(docs, env, "ingest")
+    assert failed.returncode == 1, failed.stderr[-2000:]
+    assert failed.stderr.count("no space left") == 1, failed.stderr[-3000:]  # not nested
+    for attempt in range(3):
+        found = run_cli(docs, env, "search", "alpha", "--json")
+        assert found.returncode == 0, (attempt, found.stdout[-2000:], found.stderr[-2000:])
+        assert json.loads(found.stdout)["matches"]
+        fill(small_disk / f"filler-{attempt}")  # whatever was freed is taken again
+        status = run_cli(docs, env, "status", "--json")
+        assert status.returncode == 0, (attempt, status.stdout[-2000:], status.stderr[-2000:])
+        assert json.loads(status.stdout)[0]["chunks"] == 20
+        fill(small_disk / f"filler-status-{attempt}")
+    for name in ["filler"] + [f"filler-{i}" for i in range(3)] + [
+            f"filler-status-{i}" for i in range(3)]:
+        (small_disk / name).unlink()
+    again = run_cli(docs, env, "ingest", "--json")
+    assert again.returncode == 0 and json.loads(again.stdout)[0]["ok"], again.stderr[-2000:]
+    assert (small_disk / "state" / ".space-reserve").stat().st_size == 2 * 1024 * 1024

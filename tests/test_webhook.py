@@ -230,6 +230,11 @@ def test_config_from_env(tmp_path):
     assert (config.max_body, config.deployment, config.state_dir) == (
         2048, "ingest/scheduled", tmp_path)
     assert SECRET not in repr(config)
+    assert config.catalog_timeout == 1.0
+    assert WebhookConfig.from_env({**env, "HETRIEVER_WEBHOOK_CATALOG_TIMEOUT": "2.5"}
+                                  ).catalog_timeout == 2.5
+    with pytest.raises(ConfigurationError, match="CATALOG_TIMEOUT"):  # past GitHub's 10 s
+        WebhookConfig.from_env({**env, "HETRIEVER_WEBHOOK_CATALOG_TIMEOUT": "30"})
 
 
 def test_config_reads_the_secret_from_a_file(tmp_path):
@@ -431,3 +436,109 @@ def test_prefect_down_is_503_and_redelivery_works(prefect_harness, ingest_deploy
         resp = send(base, push_payload(after=after), delivery=delivery)
     assert resp.status_code == 202, resp.text
     assert _flow_run(resp.json()["flow_run_id"]).parameters["ref"] == "refs/heads/master"
+
+
+HOLD_THE_CATALOG = """
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("BEGIN IMMEDIATE")  # the write lock, as an ingest holds it while it writes
+print("locked", flush=True)
+sys.stdin.readline()
+conn.execute("COMMIT")
+"""
+
+
+@pytest.mark.prefect
+def test_a_push_while_another_process_writes_the_catalog_is_queued_and_started_after(
+        prefect_harness, ingest_deployment, tmp_path):
+    from hetriever.store.catalog import Catalog
+
+    state = tmp_path / "state"
+    Catalog.for_state_dir(state).close()  # the catalog an ingest made
+    port = _closed_port()
+    env = {**os.environ, "HETRIEVER_WEBHOOK_SECRET": SECRET, "HETRIEVER_WEBHOOK_REPOS": REPOS,
+           "HETRIEVER_WEBHOOK_DEPLOYMENT": ingest_deployment, "HETRIEVER_STATE_DIR": str(state),
+           "PREFECT_API_URL": prefect_harness.api_url, "HETRIEVER_LOG_FORMAT": "json"}
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_THE_CATALOG,
+                               str(state / "catalog.sqlite")], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    proc = None
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        proc = _start_service(port, env)  # it starts with the catalog locked
+        base = f"http://127.0.0.1:{port}"
+        delivery = str(uuid.uuid4())
+        # Hang guard: the lock is held until the test lets go, so an answer at all comes
+        # before the lock is released.
+        queued = send(base, push_payload(), delivery=delivery)
+        assert queued.status_code == 202, queued.text
+        assert queued.json()["status"] == "queued" and queued.json()["repository"] == "hugo-docs"
+        health = httpx.get(f"{base}/healthz", timeout=15)
+        assert health.status_code == 200 and health.json() == {"status": "ok"}
+        again = send(base, push_payload(), delivery=delivery)  # GitHub's redeliver, still locked
+        assert again.status_code == 202 and again.json()["status"] == "queued", again.text
+        assert holder.poll() is None  # the lock was held throughout
+
+        holder.stdin.write("\n")
+        holder.stdin.flush()
+        assert holder.wait(timeout=30) == 0
+        deadline = time.monotonic() + 90  # hang guard: the queue is tried every few seconds
+        answer = send(base, push_payload(), delivery=delivery)
+        while not answer.json().get("flow_run_id") and time.monotonic() < deadline:
+            time.sleep(0.5)
+            answer = send(base, push_payload(), delivery=delivery)
+        assert answer.status_code == 200 and answer.json()["status"] == "duplicate", answer.text
+        run_id = answer.json()["flow_run_id"]
+        assert run_id and _flow_run(run_id).parameters["ref"] == "refs/heads/master"
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+        if proc is not None:
+            proc.terminate()
+            output, _ = proc.communicate(timeout=20)
+    _assert_one_run_for(ingest_deployment, run_id)  # queued twice, started once
+    assert "Traceback" not in output and "webhook_queued" in output
+
+
+def test_a_queued_push_waits_while_prefect_is_down_and_keeps_no_claim(tmp_path):
+    from hetriever.store.catalog import Catalog
+    from webhooks.queue import DeliveryQueue
+
+    state = tmp_path / "state"
+    Catalog.for_state_dir(state).close()
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_THE_CATALOG,
+                               str(state / "catalog.sqlite")], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    config = _config(state, f"http://127.0.0.1:{_closed_port()}/api", prefect_timeout=2.0,
+                     queue_interval=0.2)
+    delivery = str(uuid.uuid4())
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with running(config) as base:
+            queued = send(base, push_payload(), delivery=delivery)
+            assert queued.status_code == 202 and queued.json()["status"] == "queued"
+            holder.stdin.write("\n")
+            holder.stdin.flush()
+            assert holder.wait(timeout=30) == 0
+            # Tried against the closed port (each try ends in 2 s): the push stays queued
+            # and its claim is let go, so a redelivery or a later try still starts it.
+            deadline = time.monotonic() + 30
+            store = DeliveryStore(state / "catalog.sqlite")
+            try:
+                while time.monotonic() < deadline:
+                    tried = send(base, push_payload(), delivery=delivery)
+                    if tried.status_code == 503:
+                        break
+                    time.sleep(0.3)
+                assert tried.status_code == 503, tried.text  # Prefect down, not "duplicate"
+                assert tried.headers["retry-after"] == "30"
+                # a try of the queue may hold the claim for a moment: it is let go again
+                while store.get(delivery) is not None and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                assert store.get(delivery) is None
+            finally:
+                store.close()
+            assert [q.delivery for q in DeliveryQueue(state).items()] == [delivery]
+    finally:
+        if holder.poll() is None:
+            holder.kill()

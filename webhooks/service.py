@@ -14,6 +14,12 @@ that is an ancestor of the indexed one.
 Delivery ids, and the SHA-256 of each signed body, live in a table of the state dir's catalog
 file, so a restart still dedupes. A delivery is claimed before Prefect is called and released
 again if the call fails: GitHub's "redeliver" then works once Prefect is back.
+
+The catalog is shared with ingest runs, which hold its write lock while they write. No SQLite
+call runs on the event loop (each goes to a worker thread), each waits at most
+`catalog_timeout` (1 s) for the lock, and a delivery that could not be claimed in that time is
+queued on disk and answered 202 `queued` (webhooks/queue.py says why not 503), so `/healthz`
+and every answer come at once whatever a writer does.
 """
 
 from __future__ import annotations
@@ -24,8 +30,6 @@ import hmac
 import json
 import os
 import re
-import threading
-import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,7 +48,8 @@ from hetriever.core.config import Settings, WebhookSettings, load_settings
 from hetriever.core.errors import ConfigurationError
 from hetriever.core.logs import get_logger
 from hetriever.core.names import repository_name
-from hetriever.core.sqlite_files import connect
+from webhooks.deliveries import CatalogBusy, DeliveryStore
+from webhooks.queue import DeliveryQueue, QueuedDelivery, queued_now
 
 log = get_logger(__name__)
 
@@ -60,7 +65,9 @@ MIN_SECRET_LENGTH = 16
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
 DEFAULT_PREFECT_TIMEOUT = WebhookSettings.model_fields["prefect_timeout"].default
-DELIVERY_RETENTION_SECONDS = 30 * 24 * 3600  # GitHub keeps deliveries redeliverable for less
+DEFAULT_CATALOG_TIMEOUT = WebhookSettings.model_fields["catalog_timeout"].default
+QUEUE_INTERVAL = 2.0  # seconds between tries of the queued deliveries
+RETRY_AFTER = "30"  # seconds, on a 503: for senders that retry (GitHub does not)
 
 _REPO_NAME = re.compile(r"^[a-z0-9-]{3,63}$")
 _ZERO_SHA = "0" * 40
@@ -95,8 +102,14 @@ class WebhookConfig:
     state_dir: Path = Path(".hetriever")
     prefect_timeout: float = DEFAULT_PREFECT_TIMEOUT
     request_timeout: float = 20.0  # headers, then the body (hetriever.serve.slow_clients)
+    catalog_timeout: float = DEFAULT_CATALOG_TIMEOUT  # for the catalog's write lock
+    queue_interval: float = QUEUE_INTERVAL
 
     def __post_init__(self) -> None:
+        if not 0 < self.catalog_timeout <= 5:
+            raise ConfigurationError(
+                "HETRIEVER_WEBHOOK_CATALOG_TIMEOUT must be more than 0 and at most 5 seconds",
+                hint="GitHub waits 10 s for an answer, Prefect's call included")
         if len(self.secret) < MIN_SECRET_LENGTH:
             raise ConfigurationError(
                 f"the webhook secret is shorter than {MIN_SECRET_LENGTH} characters",
@@ -147,6 +160,7 @@ class WebhookConfig:
             state_dir=settings.resolved_state_dir,
             prefect_timeout=hook.prefect_timeout,
             request_timeout=settings.request_timeout,
+            catalog_timeout=hook.catalog_timeout,
         )
 
 
@@ -175,74 +189,6 @@ def parse_repo_routes(raw: str) -> dict[str, RepoRoute]:
             )
         routes[github] = RepoRoute(docs_name=docs_name, branch=branch or None)
     return routes
-
-
-# --- delivery dedup ------------------------------------------------------------------
-
-
-class DeliveryStore:
-    """Delivery ids already acted on, in SQLite so that a restart still dedupes."""
-
-    def __init__(self, path: Path, retention_seconds: float = DELIVERY_RETENTION_SECONDS) -> None:
-        self.path = path
-        self.retention = retention_seconds
-        self._lock = threading.Lock()
-        self._db = connect(path)
-        self._db.execute(
-            "CREATE TABLE IF NOT EXISTS webhook_deliveries ("
-            " delivery_id TEXT PRIMARY KEY, received_at REAL NOT NULL,"
-            " repository TEXT NOT NULL, flow_run_id TEXT)"
-        )
-        self._db.execute("CREATE INDEX IF NOT EXISTS webhook_deliveries_received"
-                         " ON webhook_deliveries (received_at)")
-        columns = {r[1] for r in self._db.execute("PRAGMA table_info(webhook_deliveries)")}
-        if "body_digest" not in columns:  # a table an earlier version created
-            self._db.execute("ALTER TABLE webhook_deliveries ADD COLUMN body_digest TEXT")
-        self._db.execute("CREATE INDEX IF NOT EXISTS webhook_deliveries_body"
-                         " ON webhook_deliveries (body_digest)")
-
-    def claim(self, delivery_id: str, repository: str, body_digest: str | None = None) -> bool:
-        """Record the id (and the body's digest); False if either was already there within
-        the retention window: the same delivery again, or the same signed body replayed under
-        another id."""
-        now = time.time()
-        with self._lock:
-            self._db.execute("DELETE FROM webhook_deliveries WHERE received_at < ?",
-                             (now - self.retention,))
-            if body_digest is not None and self._db.execute(
-                    "SELECT 1 FROM webhook_deliveries WHERE body_digest = ?",
-                    (body_digest,)).fetchone():
-                return False
-            cur = self._db.execute(
-                "INSERT OR IGNORE INTO webhook_deliveries (delivery_id, received_at, repository,"
-                " body_digest) VALUES (?, ?, ?, ?)", (delivery_id, now, repository, body_digest))
-            return cur.rowcount == 1
-
-    def complete(self, delivery_id: str, flow_run_id: str) -> None:
-        with self._lock:
-            self._db.execute("UPDATE webhook_deliveries SET flow_run_id = ? WHERE delivery_id = ?",
-                             (flow_run_id, delivery_id))
-
-    def release(self, delivery_id: str) -> None:
-        """Forget a claimed id whose run could not be started, so a redelivery is honoured."""
-        with self._lock:
-            self._db.execute("DELETE FROM webhook_deliveries WHERE delivery_id = ?", (delivery_id,))
-
-    def get(self, delivery_id: str, body_digest: str | None = None) -> dict[str, Any] | None:
-        """The delivery with this id, else the one with this body digest."""
-        with self._lock:
-            row = self._db.execute(
-                "SELECT delivery_id, received_at, repository, flow_run_id"
-                " FROM webhook_deliveries WHERE delivery_id = ? OR body_digest = ?"
-                " ORDER BY delivery_id = ? DESC LIMIT 1",
-                (delivery_id, body_digest, delivery_id)).fetchone()
-        if row is None:
-            return None
-        return dict(zip(("delivery_id", "received_at", "repository", "flow_run_id"), row))
-
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
 
 
 # --- the app -------------------------------------------------------------------------
@@ -371,7 +317,13 @@ async def start_ingest(config: WebhookConfig, repository: str, branch: str,
 
 def create_app(config: WebhookConfig) -> Starlette:
     """The webhook service as an ASGI app (`serve()` runs it with uvicorn)."""
-    store = DeliveryStore(config.state_dir / CATALOG_FILE)  # a table of the catalog file
+    store = DeliveryStore(config.state_dir / CATALOG_FILE,  # a table of the catalog file
+                          busy_timeout=config.catalog_timeout)
+    queue = DeliveryQueue(config.state_dir)
+
+    async def off_loop(fn: Any, *args: Any) -> Any:
+        """`fn(*args)` on a worker thread: SQLite never blocks the event loop."""
+        return await anyio.to_thread.run_sync(fn, *args)
 
     async def healthz(request: Request) -> JSONResponse:
         return JSONResponse({"status": "ok"})
@@ -391,7 +343,8 @@ def create_app(config: WebhookConfig) -> Starlette:
         level("webhook_delivery", delivery=delivery or None, gh_event=event or None,
               repository=body.get("repository"), outcome=outcome, http_status=status,
               reason=body.get("reason") or body.get("error"))
-        return JSONResponse(body, status_code=status)
+        headers = {"Retry-After": RETRY_AFTER} if status == 503 else None
+        return JSONResponse(body, status_code=status, headers=headers)
 
     async def _handle(request: Request, delivery: str, event: str) -> tuple[int, dict[str, Any]]:
         raw = await _read_body(request, config.max_body)
@@ -416,28 +369,107 @@ def create_app(config: WebhookConfig) -> Starlette:
         if not delivery:
             raise _error(400, "missing X-GitHub-Delivery header")
         digest = hashlib.sha256(raw).hexdigest()
-        if not store.claim(delivery, repository, digest):
-            previous = store.get(delivery, digest) or {}
-            return 200, {"status": "duplicate", "repository": repository,
-                         "flow_run_id": previous.get("flow_run_id"),
-                         "delivery": previous.get("delivery_id")}
+        try:
+            claimed = await off_loop(store.claim, delivery, repository, digest)
+            if not claimed:
+                previous = await off_loop(store.get, delivery, digest) or {}
+                return 200, {"status": "duplicate", "repository": repository,
+                             "flow_run_id": previous.get("flow_run_id"),
+                             "delivery": previous.get("delivery_id")}
+        except CatalogBusy:
+            return await _queue(queued_now(delivery, repository, branch, commit,
+                                           digest))
         try:
             flow_run_id = await start_ingest(config, repository, branch, delivery)
         except PrefectUnavailable as exc:
-            store.release(delivery)
+            await _release(delivery, repository, branch, commit, digest)
             return 503, {"status": "error", "repository": repository,
                          "error": redact_text(str(exc))}  # PREFECT_API_URL may hold a login
         except BaseException:
-            store.release(delivery)
+            with anyio.CancelScope(shield=True):
+                await _release(delivery, repository, branch, commit, digest)
             raise
-        store.complete(delivery, flow_run_id)
+        await _complete(delivery, flow_run_id)
         return 202, {"status": "started", "repository": repository, "branch": branch,
                      "commit": commit, "flow_run_id": flow_run_id}
 
+    async def _queue(item: QueuedDelivery) -> tuple[int, dict[str, Any]]:
+        try:
+            await off_loop(queue.put, item)
+        except OSError as exc:
+            log.error("webhook_queue_unwritable", error=str(exc))
+            return 503, {"status": "error", "repository": item.repository,
+                         "error": "another process is writing the catalog and the delivery "
+                                  f"could not be queued ({exc.strerror or exc}); redeliver it"}
+        log.info("webhook_queued", delivery=item.delivery, repository=item.repository,
+                 waiting=await off_loop(len, queue))
+        return 202, {"status": "queued", "repository": item.repository, "branch": item.branch,
+                     "commit": item.commit, "delivery": item.delivery,
+                     "reason": "another process is writing the catalog; the run is started "
+                               "as soon as it is free"}
+
+    async def _release(delivery: str, repository: str, branch: str, commit: str,
+                       digest: str) -> None:
+        try:
+            await off_loop(store.release, delivery)
+        except CatalogBusy:  # the claim stays: the queue retries the delivery
+            with contextlib.suppress(OSError):
+                await off_loop(queue.put, queued_now(delivery, repository, branch, commit,
+                                                     digest))
+
+    async def _complete(delivery: str, flow_run_id: str) -> None:
+        try:
+            await off_loop(store.complete, delivery, flow_run_id)
+        except CatalogBusy:  # the run is started; only its id goes unrecorded
+            log.warning("webhook_run_id_unrecorded", delivery=delivery, flow_run_id=flow_run_id)
+
+    async def drain() -> None:
+        """Start what waits in the queue, oldest first, while the catalog is free."""
+        for item in await off_loop(queue.items):
+            try:
+                if not await off_loop(store.claim, item.delivery, item.repository,
+                                      item.body_digest):
+                    previous = await off_loop(store.get, item.delivery, item.body_digest) or {}
+                    # a claim of its own left without a run (its release found the lock
+                    # held) is started; any other is a duplicate
+                    if previous.get("delivery_id") != item.delivery or previous.get(
+                            "flow_run_id"):
+                        log.info("webhook_queued_duplicate", delivery=item.delivery,
+                                 repository=item.repository,
+                                 flow_run_id=previous.get("flow_run_id"))
+                        await off_loop(queue.done, item)
+                        continue
+            except CatalogBusy:
+                return  # still written to: the next round
+            try:
+                flow_run_id = await start_ingest(config, item.repository, item.branch,
+                                                 item.delivery)
+            except PrefectUnavailable as exc:
+                with contextlib.suppress(CatalogBusy):
+                    await off_loop(store.release, item.delivery)
+                log.warning("webhook_queued_waiting", delivery=item.delivery,
+                            repository=item.repository, error=redact_text(str(exc)))
+                return
+            await _complete(item.delivery, flow_run_id)
+            await off_loop(queue.done, item)
+            log.info("webhook_queued_started", delivery=item.delivery,
+                     repository=item.repository, flow_run_id=flow_run_id)
+
+    async def drain_forever() -> None:
+        while True:
+            await anyio.sleep(config.queue_interval)
+            try:
+                await drain()
+            except Exception as exc:  # a bug, or the disk: logged, tried again
+                log.exception("webhook_queue_failed", error=str(exc))
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        yield
-        store.close()
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(drain_forever)
+            yield
+            tasks.cancel_scope.cancel()
+        await off_loop(store.close)
 
     app = Starlette(
         routes=[Route("/healthz", healthz, methods=["GET"]),
@@ -446,6 +478,7 @@ def create_app(config: WebhookConfig) -> Starlette:
     )
     app.state.config = config
     app.state.deliveries = store
+    app.state.queue = queue
     return app
 
 

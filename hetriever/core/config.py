@@ -109,6 +109,9 @@ class WebhookSettings(_Layered):
     max_body: int = 1024 * 1024  # GitHub caps payloads at 25 MB; pushes are far smaller
     # GitHub gives up on a delivery after 10 s; answer 503 before that so the failure is ours.
     prefect_timeout: float = 8.0
+    # Seconds a delivery waits for the catalog's write lock (an ingest holds it while it
+    # writes) before it is queued and answered 202 `queued`.
+    catalog_timeout: float = 1.0
 
 
 class Settings(_Layered):
@@ -153,6 +156,9 @@ class Settings(_Layered):
     # whoever can load the page searches with its levels. Empty: visitors are PUBLIC unless
     # they enter a key of their own.
     page_api_key: SecretStr = SecretStr("")
+    # Bytes one line of MCP over stdio may hold; a longer one is refused unread (a tool call
+    # is a few kB: a line of gigabytes would otherwise be held whole).
+    mcp_max_line: int = 4 * 1024 * 1024
     # A search process that reads a Chroma server some other machine ingests into, with a state
     # directory of its own: its catalog and BM25 index are copies it keeps in step with the
     # manifest each ingest run publishes in Chroma (hetriever.store.replica, docs/scale-out.md).
@@ -440,6 +446,7 @@ _BETWEEN: dict[str, tuple[int, int, str]] = {
     "fetch_timeout": (1, 86_400, " seconds"),
     "run_lock_timeout": (0, 86_400, " seconds"),
     "analytics_retention_days": (1, 3_650, " days"),
+    "mcp_max_line": (1024, 1024 ** 3, " bytes"),
 }
 
 

@@ -20,29 +20,93 @@ from collections.abc import Iterable
 from pathlib import Path
 from urllib.parse import urlsplit
 
-# scheme://userinfo@ : the userinfo runs to the last "@" before the host's "/" (a password
-# may hold an unescaped "@"); scp-like `user@host:path` names a user, never a secret.
-_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)[^/\s?#'\"<>]*@")
+# A URL's authority is `[userinfo@]host[:port]`. A password may hold any character, `@`, `/`,
+# `?`, `#`, quotes, `<` or a space among them (git does not make anyone escape them), so the
+# userinfo is not found by splitting at the first `/`: it runs to the LAST "@" that is followed
+# by a host (a name, or `[IPv6]`), an optional port and the end of the authority. What a
+# `@` later in a path or query hides is redacted too: a URL may lose a little, never leak.
+_SCHEME = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://")
+_HOST = r"(?:\[[0-9A-Fa-f:.]+(?:%[\w.~-]+)?\]|[A-Za-z0-9._~%-]+)(?::[0-9]*)?"
+_AUTHORITY_ENDS = re.compile(_HOST + r"(?=[/?#]|\Z)")  # a whole URL: what follows the host
+_AUTHORITY_ENDS_IN_TEXT = re.compile(_HOST + r"(?=[/?#\s'\"<>),;\]]|\.?\Z|\.\s)")
+_JUST_A_HOST = re.compile(_HOST + r"\Z")
+_WHITESPACE = re.compile(r"\s")
+# scp-like `[user@]host:path` (git's own syntax): a `user:password@` before the host is a
+# secret; a user alone (`git@`) names an account and stays.
+_SCP_HOST = r"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):(?!//)"
+_SCP_SECRET = re.compile(r"^[^\s/:@]+:.*@(?=" + _SCP_HOST + ")", re.S)
+_SCP_SECRET_IN_TEXT = re.compile(r"(?<![\w.:/@%+-])[A-Za-z0-9._~%+-]+:\S*@(?=" + _SCP_HOST + ")")
+_SCP_LIKE = re.compile(r"^(?:[^\s/@]+@)?" + _SCP_HOST)
 _NETWORK_SCHEMES = ("http", "https", "ssh", "git", "git+ssh", "ssh+git")
-_SCP_LIKE = re.compile(r"^[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:(?!//)")
+
+
+def _userinfo_ends(rest: str, authority: re.Pattern[str]) -> int:
+    """Where the userinfo at the start of `rest` (the text after `scheme://`) ends, its last
+    "@" included; 0 when there is none."""
+    ends = 0
+    for at in (i for i, c in enumerate(rest) if c == "@"):
+        if authority.match(rest, at + 1):
+            ends = at + 1
+    return ends
+
+
+def _userinfo_in_text(rest: str) -> int:
+    """`_userinfo_ends` for a URL inside a message, where the URL's own end is not known.
+    Within its first word the last "@" before a host wins (`...@127.0.0.1:4200/api and
+    kim@example.org` keeps the address). A password with a space in it (`'https://u:pa
+    ss@host/'`, as git quotes a URL it rejects) runs past that word; so the rest of the
+    line is searched too when the first word ends right at the host of its last "@", or
+    holds no such "@" and does not begin with a plain host (`https://host/x, mail kim@...`
+    and `https://host:8080 is down` stay whole)."""
+    line = rest.split("\n", 1)[0]
+    space = _WHITESPACE.search(line)
+    if space is None:
+        return _userinfo_ends(line, _AUTHORITY_ENDS_IN_TEXT)
+    word = line[:space.start()]
+    ends = _userinfo_ends(word, _AUTHORITY_ENDS_IN_TEXT)
+    if ends and not _JUST_A_HOST.match(word, ends):
+        return ends  # the URL goes on past its host, to a path
+    if not ends and _JUST_A_HOST.match(re.split(r"[/?#]", word, maxsplit=1)[0]):
+        return 0  # a plain host: no userinfo
+    return _userinfo_ends(line, _AUTHORITY_ENDS_IN_TEXT) or ends
 
 
 def redact_url(url: str) -> str:
-    """`url` without the user, password or token before its host."""
-    return _USERINFO.sub(r"\g<scheme>", url) if url else url
+    """`url` without the user, password or token before its host (a URL with a scheme, or
+    git's scp-like `user:password@host:path`)."""
+    if not url or "@" not in url:
+        return url
+    found = _SCHEME.match(url.lstrip())
+    if found is None:
+        return _SCP_SECRET.sub("", url, count=1)
+    start = len(url) - len(url.lstrip()) + found.end()
+    ends = _userinfo_ends(url[start:], _AUTHORITY_ENDS)
+    return url[:start] + url[start + ends:]
 
 
 def redact_text(text: str) -> str:
     """`text` with the userinfo of every URL in it removed."""
-    return _USERINFO.sub(r"\g<scheme>", text) if text and "@" in text else text
+    if not text or "@" not in text:
+        return text
+    pieces, at = [], 0
+    for found in _SCHEME.finditer(text):
+        if found.start() < at:  # inside a userinfo already dropped
+            continue
+        following = _SCHEME.search(text, found.end())
+        rest = text[found.end():following.start() if following else len(text)]
+        pieces.append(text[at:found.end()])
+        at = found.end() + _userinfo_in_text(rest)
+    pieces.append(text[at:])
+    return _SCP_SECRET_IN_TEXT.sub("", "".join(pieces))
 
 
 def public_url(url: str) -> str:
     """A repository URL as a remote caller may see it: a network URL without credentials,
     else "" (a local path or `file://` URL says where things are on the server)."""
     url = (url or "").strip()
-    if _SCP_LIKE.match(url):
-        return url
+    if "://" not in url and "@" in url:  # git's scp-like form, or a path holding an "@"
+        redacted = redact_url(url)
+        return redacted if _SCP_LIKE.match(redacted) else ""
     try:
         scheme = urlsplit(url).scheme.lower()
     except ValueError:

@@ -35,7 +35,12 @@ def _chain(exc: BaseException | None) -> Iterable[BaseException]:
 
 
 def storage_problem(exc: BaseException, directories: Iterable[Path]) -> StorageError | None:
-    """A StorageError if `exc` comes from a full or read-only disk holding `directories`."""
+    """A StorageError if `exc` comes from a full or read-only disk holding `directories`:
+    the one in its chain when there is one (a layer below named it already: wrapped again,
+    the message held itself, twice over)."""
+    named = next((e for e in _chain(exc) if isinstance(e, StorageError)), None)
+    if named is not None:
+        return named
     directories = [Path(d) for d in directories]
     text = " ".join(str(e).lower() for e in _chain(exc))
     codes = {getattr(e, "errno", None) for e in _chain(exc)}

@@ -14,8 +14,10 @@ import os
 import time
 from typing import Annotated, Any
 
+import mcp_types as types
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.shared.exceptions import MCPError
 from pydantic import Field
 
 from hetriever.core.logs import get_logger
@@ -115,13 +117,34 @@ def _budget(max_tokens: int | None) -> int:
     return max_tokens
 
 
+NOT_INITIALIZED = ("Invalid Request: the session is not initialized; send `initialize` "
+                   "(then `notifications/initialized`) first")
+
+
+async def not_initialized_error(ctx: Any, call_next: Any) -> Any:
+    """A request before `initialize` is answered -32600 "not initialized". The SDK refuses
+    it with -32602 "Invalid request parameters" (a compatibility shape it pins), which
+    tells a client to fix its arguments rather than its handshake. Unknown methods stay
+    -32601 and `ping` is served, as the SDK does."""
+    try:
+        return await call_next(ctx)
+    except MCPError as exc:
+        gate = (exc.code == types.INVALID_PARAMS and exc.message == "Invalid request parameters"
+                and getattr(ctx.session, "client_params", True) is None)
+        if not gate:
+            raise
+        log.warning("mcp_not_initialized", method=str(ctx.method)[:80])
+        raise MCPError(code=types.INVALID_REQUEST, message=NOT_INITIALIZED) from None
+
+
 def create_mcp(service: DocsService, keys: KeyRing, *, fixed_key: str | None = None,
                telemetry: Telemetry | None = None,
                analytics: AnalyticsFeed | None = None) -> MCPServer:
     """The MCP server. `fixed_key`: the stdio process's key (HTTP reads each request's);
     `analytics`: where searches are recorded (none when not given)."""
     stdio_levels = keys.levels(fixed_key) if fixed_key is not None else None
-    server = MCPServer(name="hetriever", instructions=INSTRUCTIONS, version="0.1.0")
+    server = MCPServer(name="hetriever", instructions=INSTRUCTIONS, version="0.1.0",
+                       middleware=[not_initialized_error])
 
     def levels(ctx: Context) -> frozenset[str]:
         if stdio_levels is not None:

@@ -13,6 +13,11 @@ refuses. Here each line is read as bytes and
 Parameters of the wrong shape inside an object are the SDK's to answer (`-32602`; a tool's
 arguments of the wrong type come back as a tool error, as MCP asks).
 
+A line is read in bounded pieces: one over `mcp_max_line` bytes (default 4 MiB) is answered
+with `-32600` (with its id when the line's first 64 KiB hold it at the top level, as clients
+write it before `params`), the rest of it read and thrown away piece by piece, so the
+process never holds more than the cap of one line; then serving goes on.
+
 While serving, fd 0 reads the null device and fd 1 goes to stderr, as in the SDK, so stray
 output of a library never reaches the wire.
 """
@@ -25,6 +30,7 @@ import os
 import re
 import sys
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 import anyio
@@ -37,6 +43,75 @@ log = get_logger(__name__)
 
 _LONE_SURROGATE = re.compile(r"[\ud800-\udfff]")
 REPLACEMENT = "\ufffd"
+PIECE = 64 * 1024  # what is read at a time past the cap, and what is kept to find an id
+DEFAULT_MAX_LINE = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class OverLong:
+    """A line longer than the cap: its first `PIECE` bytes and how long it was."""
+
+    head: bytes
+    length: int
+
+
+def read_line(stream: BinaryIO, limit: int) -> bytes | OverLong | None:
+    """The next line of `stream` (None at its end), or an `OverLong` for a line over `limit`
+    bytes, whose rest is read and dropped piece by piece (never more than `limit` held)."""
+    line = stream.readline(limit + 1)
+    if not line:
+        return None
+    if line.endswith(b"\n") or len(line) <= limit:
+        return line
+    head, length = line[:PIECE], len(line)
+    del line
+    while True:
+        piece = stream.readline(PIECE)
+        length += len(piece)
+        if not piece or piece.endswith(b"\n"):
+            return OverLong(head, length)
+
+
+def top_level_id(head: bytes) -> Any:
+    """The `id` of the JSON object the cut `head` begins, when it is there before the cut
+    at the object's top level (never one nested in `params`); else None."""
+    text, decoder = head.decode("utf-8", errors="replace"), json.JSONDecoder()
+    at = _skip_space(text, 0)
+    if not text.startswith("{", at):
+        return None
+    at += 1
+    try:
+        while True:
+            at = _skip_space(text, at)
+            key, at = decoder.raw_decode(text, at)
+            at = _skip_space(text, at)
+            if not isinstance(key, str) or not text.startswith(":", at):
+                return None
+            value, at = decoder.raw_decode(text, _skip_space(text, at + 1))
+            if key == "id":
+                return value
+            at = _skip_space(text, at)
+            if not text.startswith(",", at):
+                return None
+            at += 1
+    except (ValueError, RecursionError):  # the cut came first: no id to answer with
+        return None
+
+
+def _skip_space(text: str, at: int) -> int:
+    while at < len(text) and text[at] in " \t\r\n":
+        at += 1
+    return at
+
+
+def over_long_error(line: OverLong, limit: int) -> types.JSONRPCError:
+    request_id = top_level_id(line.head)
+    log.warning("mcp_line_too_long", length=line.length, limit=limit,
+                request_id=str(request_id)[:80] if request_id is not None else None,
+                hint="raise HETRIEVER_MCP_MAX_LINE if such requests are meant")
+    return _error(request_id, types.INVALID_REQUEST,
+                  f"Invalid Request: the line of {line.length} bytes is over the "
+                  f"{limit}-byte limit (HETRIEVER_MCP_MAX_LINE)")
 
 
 def _clean(value: Any) -> tuple[Any, int]:
@@ -131,8 +206,8 @@ def _claim_stdio() -> tuple[BinaryIO, BinaryIO, Any]:
 
 
 @contextlib.asynccontextmanager
-async def stdio_transport(stdin: BinaryIO | None = None,
-                          stdout: BinaryIO | None = None) -> AsyncIterator[tuple[Any, Any]]:
+async def stdio_transport(stdin: BinaryIO | None = None, stdout: BinaryIO | None = None,
+                          max_line: int = DEFAULT_MAX_LINE) -> AsyncIterator[tuple[Any, Any]]:
     """(read stream, write stream) for `Server.run`, over the process's stdio by default."""
     restore = None
     if stdin is None or stdout is None:
@@ -140,14 +215,22 @@ async def stdio_transport(stdin: BinaryIO | None = None,
     to_server, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_stream, to_wire = anyio.create_memory_object_stream[SessionMessage](0)
     answers = write_stream.clone()  # the transport's own answers share the one writer
-    lines, out = anyio.wrap_file(stdin), anyio.wrap_file(stdout)
+    wire_in, out = stdin, anyio.wrap_file(stdout)
 
     async def read_lines() -> None:
         async with to_server, answers:
-            async for line in lines:
-                if not line.strip():
+            while True:
+                # abandoned at shutdown: the thread may block on the descriptor till exit
+                line = await anyio.to_thread.run_sync(read_line, wire_in, max_line,
+                                                      abandon_on_cancel=True)
+                if line is None:
+                    break
+                if isinstance(line, OverLong):
+                    message: Any = over_long_error(line, max_line)
+                elif not line.strip():
                     continue
-                message = read_message(line)
+                else:
+                    message = read_message(line)
                 target = answers if isinstance(message, types.JSONRPCError) else to_server
                 await target.send(SessionMessage(message))
 
@@ -170,8 +253,8 @@ async def stdio_transport(stdin: BinaryIO | None = None,
             restore()
 
 
-async def serve_stdio(server: Any) -> None:
+async def serve_stdio(server: Any, max_line: int = DEFAULT_MAX_LINE) -> None:
     """Run an `MCPServer` over this transport (its own `run("stdio")` uses the SDK's)."""
     lowlevel = server._lowlevel_server  # what the SDK's run_stdio_async runs, too
-    async with stdio_transport() as (read_stream, write_stream):
+    async with stdio_transport(max_line=max_line) as (read_stream, write_stream):
         await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())

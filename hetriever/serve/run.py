@@ -116,7 +116,8 @@ def mcp(settings: Settings, *, transport: str, host: str, port: int) -> int:
             from hetriever.serve.mcp_stdio import serve_stdio
 
             _exit_on_interrupt(analytics, telemetry, service)
-            anyio.run(serve_stdio, server)  # answers every line, malformed ones included
+            # answers every line, malformed and over-long ones included
+            anyio.run(serve_stdio, server, settings.mcp_max_line)
         else:
             app: Any = KeyGate(server.streamable_http_app(host=host), keys)
             log.info("mcp_started", transport="http", url=f"http://{host}:{port}/mcp")

@@ -65,6 +65,7 @@ from hetriever.store.catalog_records import (  # noqa: F401 (re-exported: states
 from hetriever.store.catalog_pages import PageKeys
 from hetriever.store.catalog_windows import WINDOWS_SCHEMA, PublishWindows
 from hetriever.core.logs import get_logger
+from hetriever.core.redact import redact_url
 from hetriever.core.sqlite_files import connect, is_damaged, set_aside
 
 log = get_logger(__name__)
@@ -142,8 +143,9 @@ class Catalog(PageKeys, PublishWindows):
                           settings: dict[str, Any] | None = None) -> None:
         with self.transaction() as conn:
             conn.execute("INSERT OR IGNORE INTO repositories(name) VALUES (?)", (name,))
-            if url is not None:
-                conn.execute("UPDATE repositories SET url = ? WHERE name = ?", (url, name))
+            if url is not None:  # a copy of the catalog is a way out too: never a password
+                conn.execute("UPDATE repositories SET url = ? WHERE name = ?",
+                             (redact_url(url), name))
             if access_level is not None:
                 conn.execute("UPDATE repositories SET access_level = ? WHERE name = ?",
                              (access_level.upper(), name))
@@ -156,7 +158,9 @@ class Catalog(PageKeys, PublishWindows):
         if not rows:
             return None
         r = rows[0]
-        return RepositoryRecord(name=r["name"], url=r["url"], access_level=r["access_level"],
+        # redacted on the way out too: an older version stored URLs as git holds them
+        return RepositoryRecord(name=r["name"], url=redact_url(r["url"] or ""),
+                                access_level=r["access_level"],
                                 settings=json.loads(r["settings"] or "{}"),
                                 active_collection=r["active_collection"],
                                 last_commit=r["last_commit"], last_run_at=r["last_run_at"],
@@ -310,6 +314,8 @@ class Catalog(PageKeys, PublishWindows):
             if row is None:
                 raise KeyError(collection)
             state = {**json.loads(row[0] or "{}"), **fields}
+            if state.get("repository_url"):
+                state["repository_url"] = redact_url(state["repository_url"])
             state = {k: v for k, v in state.items() if v is not None}
             conn.execute("UPDATE collections SET index_state = ? WHERE name = ?",
                          (json.dumps(state, sort_keys=True), collection))
