@@ -35,10 +35,24 @@ def show_snapshot(progress, task, snap) -> None:
                     files=f"{snap.files_done}/{snap.files_total} files")
 
 
+PROGRESS_EVENT = "index_progress"  # hetriever.index.progress
+
+
+def _drop_progress(_logger, _name, event_dict):
+    """The live bar shows what an index_progress line would say."""
+    import structlog
+
+    if event_dict.get("event") == PROGRESS_EVENT:
+        raise structlog.DropEvent
+    return event_dict
+
+
 @contextmanager
 def logs_through(progress, show: bool):
     """While the bar is up, log lines go through its console (above the bar, which stays
-    whole): rich redirects sys.stderr then, and the log's printer is pointed at it."""
+    whole): rich redirects sys.stderr then, and the log's printer is pointed at it. On a
+    terminal the bar replaces the index_progress lines; elsewhere (a pipe, CI) rich draws no
+    bar and the lines stay."""
     import sys
 
     import structlog
@@ -46,12 +60,16 @@ def logs_through(progress, show: bool):
     if not show:
         yield
         return
-    previous = structlog.get_config()["logger_factory"]
-    structlog.configure(logger_factory=structlog.PrintLoggerFactory(file=sys.stderr))
+    config = structlog.get_config()
+    previous = {"logger_factory": config["logger_factory"], "processors": config["processors"]}
+    live = progress.console.is_terminal
+    structlog.configure(logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+                        processors=[_drop_progress, *previous["processors"]] if live
+                        else previous["processors"])
     try:
         yield
     finally:
-        structlog.configure(logger_factory=previous)
+        structlog.configure(**previous)
 
 
 async def ingest_local(settings, names: list[str] | None, force_full: bool,
@@ -110,18 +128,20 @@ async def ingest_local(settings, names: list[str] | None, force_full: bool,
 
 def print_ingest(outcomes: list[dict], where: str = "") -> None:
     """One row per repository; a failed one shows what it did get done (the flow's failure
-    carries its counts) and its whole error below the table, never cut into a column."""
+    carries its counts) and its whole error below the table, never cut into a column. Names,
+    paths and errors as written (`hetriever.commands.output`)."""
     from rich.table import Table
-    from rich.text import Text
 
-    table = Table(title="ingest" + (f" into {where}" if where else ""))
+    from hetriever.commands.output import plain
+
+    table = Table(title=plain("ingest" + (f" into {where}" if where else "")))
     for col in ("repository", "mode", "commit", "indexed", "skipped", "deleted",
                 "chunks +", "reused", "chunks -", "seconds"):
         table.add_column(col)
     for o in outcomes:
-        mode = o.get("mode", "") if o["ok"] else "[red]failed[/red]"
+        mode = plain(o.get("mode", "")) if o["ok"] else plain("failed", "red")
         has_counts = "files_indexed" in o
-        table.add_row(o["repository"], mode, o.get("new_commit", "")[:12],
+        table.add_row(plain(o["repository"]), mode, o.get("new_commit", "")[:12],
                       *([str(o["files_indexed"]), str(len(o["skipped"])),
                          str(o["files_deleted"]), str(o["chunks_written"]),
                          str(o["chunks_reused"]), str(o["chunks_deleted"]),
@@ -132,7 +152,9 @@ def print_ingest(outcomes: list[dict], where: str = "") -> None:
         if not o["ok"]:
             error = str(o.get("error", ""))
             error = error.removeprefix(f"{o['repository']}: ")  # the flow's names it already
-            console.print(Text(f"{o['repository']}: {error}", style="red"))
+            console.print(plain(f"{o['repository']}: {error}", "red"))
+        elif o.get("behind_note"):
+            console.print(plain(f"{o['repository']}: {o['behind_note']}", "yellow"))
 
 
 def run_ingest_flow(args: argparse.Namespace, settings) -> list[dict]:

@@ -14,6 +14,7 @@ from typing import Any
 import structlog
 
 from hetriever.core.redact import redact_text
+from hetriever.core.terminal import terminal_safe
 
 _configured = False
 _level, _format = "INFO", "console"  # as last configured, for libraries' loggers
@@ -53,6 +54,7 @@ def configure_logging(level: str = "INFO", fmt: str = "console", sink: str = "st
             structlog.processors.StackInfoRenderer(),
             structlog.processors.format_exc_info,
             _redact,
+            *([] if fmt == "json" else [_printable]),  # JSON escapes control characters
             _renderer(fmt),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(
@@ -96,6 +98,16 @@ def _redact(_logger: Any, _name: str,
     for key, value in event_dict.items():
         if isinstance(value, str) and "@" in value:
             event_dict[key] = redact_text(value)
+    return event_dict
+
+
+def _printable(_logger: Any, _name: str,
+               event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """A line on a terminal quotes the docs (a file's path, a title): their control
+    characters shown, not obeyed."""
+    for key, value in event_dict.items():
+        if isinstance(value, str):
+            event_dict[key] = terminal_safe(value)
     return event_dict
 
 
