@@ -13,6 +13,7 @@ import time
 from prefect import flow, get_run_logger
 from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
 
+from flows.query_report import result_lines, results_markdown
 from flows.run_logs import prefect_run_logging
 from hetriever.core.config import load_settings
 from hetriever.discover.changes import require_known
@@ -20,6 +21,7 @@ from hetriever.search.metrics import QueryMetric, metrics_store
 from hetriever.core.names import as_given
 from hetriever.search.hybrid import retrieve
 from hetriever.search.knowledge_store import get_knowledge_store, validate_collection_name
+from hetriever.search.published import links_of
 
 SOURCE = "query-flow"  # as `hetriever metrics --source` names it
 
@@ -74,7 +76,8 @@ async def query(
                 "value": round(startup_ms, 1)},
                {"metric": "mode", "value": result.mode},
                {"metric": "results", "value": result.total_results},
-               {"metric": "top score", "value": metric.top_score},
+               {"metric": "top score",
+                "value": None if metric.top_score is None else round(metric.top_score, 2)},
                *[{"metric": f"{name} candidates", "value": count}
                  for name, count in result.retriever_counts.items()]],
         description=f"Metrics of the query {query[:80]!r}",
@@ -84,13 +87,13 @@ async def query(
         description="Search latency over the newest 1,000 recorded queries, by source (cli, "
                     "query-flow, http, mcp) and temperature (cold: a process's first search, "
                     "start-up included)")
-    lines = [f"# Results for `{query[:200]}`", ""]
-    for i, match in enumerate(result.matches, start=1):
-        meta = match.metadata
-        heading = f" > {meta['heading_context']}" if meta.get("heading_context") else ""
-        lines.append(f"{i}. **{meta.get('title', '')}{heading}** "
-                     f"({meta.get('repository', '')}{meta.get('url', '')}) "
-                     f"score {match.score:.3f} via {match.source}")
-    await acreate_markdown_artifact(key="query-results", markdown="\n".join(lines),
-                                    description="Query results")
-    return {**result.to_dict(), "startup_ms": round(startup_ms, 1)}
+    links = links_of(store.catalog, result.matches, settings.site_urls, settings.content_dir)
+    for line in result_lines(result, links):  # what `prefect deployment run --watch` shows
+        logger.info("%s", line)
+    await acreate_markdown_artifact(key="query-results",
+                                    markdown=results_markdown(result, links),
+                                    description=f"Results of the query {query[:80]!r}")
+    answer = result.to_dict()
+    for match, link in zip(answer["matches"], links):
+        match["link"] = link  # as the HTTP API's and `hetriever search --json`'s
+    return {**answer, "startup_ms": round(startup_ms, 1)}
