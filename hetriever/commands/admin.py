@@ -141,10 +141,15 @@ def cmd_status(args: argparse.Namespace) -> int:
         if r["upstream_error"] and r["indexed_commit"]:
             print(f"hetriever: note: {terminal_safe(r['repository'])}: "
                   f"{terminal_safe(r['upstream_error'])}", file=sys.stderr)
+    from hetriever.commands.behind import behind_note
+
+    for repo, r in zip(repos, rows):
+        note = behind_note(settings.docs_root, repo, r, checked_out=r["up_to_date"])
+        if note:
+            print(terminal_safe(f"hetriever: note: {r['repository']}: {note}"), file=sys.stderr)
     if any(r["behind_upstream"] for r in rows):
         print("hetriever: note: commits wait upstream: the next fetching run (the schedule, "
-              "or a push webhook at once) indexes them; by hand: " + UPDATE_BY_HAND,
-              file=sys.stderr)
+              "or a push webhook at once) indexes them", file=sys.stderr)
     return EXIT_OK
 
 

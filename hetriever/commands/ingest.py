@@ -79,6 +79,7 @@ async def ingest_local(settings, names: list[str] | None, force_full: bool,
     from hetriever.index.release import release_repository
     from hetriever.core.logs import get_logger
     from hetriever.discover.repositories import configured_repositories
+    from hetriever.discover.upstream import upstream
     from hetriever.search.knowledge_store import get_knowledge_store
 
     log = get_logger("hetriever.cli")
@@ -104,7 +105,10 @@ async def ingest_local(settings, names: list[str] | None, force_full: bool,
                 # One repository's working set at a time. Not on Ctrl-C or SIGTERM: the run
                 # is still finishing the window under way, and releasing reopens Chroma.
                 release_repository(store, repo.name)
-                outcome = {"repository": repo.name, "ok": result.completed, **result.to_dict()}
+                # What waits upstream as of the last fetch (as the flow's outcome says)
+                waiting = await asyncio.to_thread(upstream, repo, result.new_commit)
+                outcome = {"repository": repo.name, "ok": result.completed, **result.to_dict(),
+                           **waiting.to_dict()}
                 if not result.completed:
                     outcome["error"] = failed_files_error(result.failed)
                 outcomes.append(outcome)
@@ -153,8 +157,6 @@ def print_ingest(outcomes: list[dict], where: str = "") -> None:
             error = str(o.get("error", ""))
             error = error.removeprefix(f"{o['repository']}: ")  # the flow's names it already
             console.print(plain(f"{o['repository']}: {error}", "red"))
-        elif o.get("behind_note"):
-            console.print(plain(f"{o['repository']}: {o['behind_note']}", "yellow"))
 
 
 def run_ingest_flow(args: argparse.Namespace, settings) -> list[dict]:
@@ -217,6 +219,27 @@ def run_ingest_flow(args: argparse.Namespace, settings) -> list[dict]:
     return summary["repositories"]
 
 
+def note_behind(settings, outcomes: list[dict]) -> None:
+    """On stderr, per repository whose followed branch has commits this run did not index
+    (as of the last fetch): that it is behind, and the by-hand update."""
+    import sys
+
+    from hetriever.commands.behind import behind_note
+    from hetriever.core.terminal import terminal_safe
+    from hetriever.discover.repositories import configured_repositories
+
+    waiting = {o["repository"]: o for o in outcomes if o["ok"] and o.get("behind_upstream")}
+    if not waiting:
+        return
+    for repo in configured_repositories(settings, list(waiting)):
+        outcome = waiting[repo.name]
+        # a completed run indexed the checkout: it is the checkout that is behind
+        note = behind_note(settings.docs_root, repo, outcome,
+                           checked_out=outcome.get("mode") != "refused")
+        if note:
+            print(terminal_safe(f"hetriever: note: {repo.name}: {note}"), file=sys.stderr)
+
+
 def cmd_ingest(args: argparse.Namespace) -> int:
     if args.allow_mass_delete and not args.full:
         raise UserError("--allow-mass-delete needs --full",
@@ -239,4 +262,5 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         print_json(outcomes)
     else:
         print_ingest(outcomes, index_location(settings))
+        note_behind(settings, outcomes)
     return EXIT_OK if all(o["ok"] for o in outcomes) else EXIT_FAILED
