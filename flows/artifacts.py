@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import Counter
 
 from prefect.artifacts import acreate_markdown_artifact
+from prefect.utilities.urls import url_for
 
 from hetriever.core.redact import redact_text
 from hetriever.core.models import IndexResult, SkippedFile
@@ -136,16 +137,29 @@ async def publish_repository(result: IndexResult, runs: list[dict],
             description=f"Files of {result.repository} that were not indexed, with reasons")
 
 
+def report_cell(outcome: dict) -> str:
+    """Where a repository's own page is: its run (`index-<name>`), linked where the Prefect UI
+    is known, and the page's artifact key."""
+    run_id = outcome.get("run_id")
+    if not run_id:
+        return ""
+    key = artifact_key(outcome["repository"])
+    link = url_for("flow-run", obj_id=run_id)
+    run = f"[index-{outcome['repository']}]({link})" if link else f"index-{outcome['repository']}"
+    return f"{run}, artifact `{key}`"
+
+
 def summary_markdown(outcomes: list[dict]) -> str:
-    """The parent run's summary: failed repositories first, with the whole error."""
+    """The parent run's summary: failed repositories first, with the whole error; each row
+    links the repository's run, whose artifacts tab holds its page (`report_cell`)."""
     ordered = sorted(outcomes, key=lambda o: o["ok"])
     lines = ["| repository | result | mode | indexed | skipped | failed | embedded | reused "
-             "| deleted | upstream |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "| deleted | upstream | report |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for o in ordered:
         result = "ok" if o["ok"] else "FAILED: " + _cell(o.get("error", ""))
         lines.append(f"| {o['repository']} | {result} | {o.get('mode', '')} "
                      f"| {o.get('files_indexed', '')} | {len(o.get('skipped', []))} "
                      f"| {len(o.get('failed', []))} | {o.get('chunks_written', '')} "
                      f"| {o.get('chunks_reused', '')} | {o.get('chunks_deleted', '')} "
-                     f"| {_cell(upstream_text(o))} |")
+                     f"| {_cell(upstream_text(o))} | {report_cell(o)} |")
     return "\n".join(lines)

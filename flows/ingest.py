@@ -210,14 +210,17 @@ async def _ingest(settings: Settings, repositories: list[str] | None, force_full
                     task_runner=runner_for())(repo, settings, force_full, parent_run_id,
                                                   parent_run_name, return_state=True)
                 data = await state.aresult(raise_on_failure=False)
+                # the repository's run, where its page is: the summary links it
+                run = {"run_id": str(state.state_details.flow_run_id)
+                       if state.state_details.flow_run_id else ""}
                 if state.is_completed() and isinstance(data, dict):
-                    outcomes.append({"repository": repo.name, "ok": True, **data})
+                    outcomes.append({"repository": repo.name, "ok": True, **data, **run})
                 else:
                     details = data if isinstance(data, dict) else {}
                     error = state.message if details else str(data)
                     outcomes.append({"repository": repo.name, "ok": False,
                                      "error": redact_text(error or state.message or ""),
-                                     **details})
+                                     **details, **run})
             except (HetrieverError, subprocess.CalledProcessError, OSError) as exc:
                 # A failed fetch names the remote: never with its credentials.
                 logger.error("%s failed: %s", repo.name, redact_text(str(exc)))
