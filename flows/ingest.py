@@ -24,7 +24,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows.artifacts import publish_repository, summary_markdown
 from hetriever.core.redact import redact_text
-from flows.run_logs import ParentProgress, prefect_run_logging
+from flows.run_logs import ParentProgress, prefect_run_logging, watch_safe
 from hetriever.core.config import Settings, load_settings
 from hetriever.discover.changes import select_repositories
 from hetriever.core.errors import HetrieverError, SourceError
@@ -223,7 +223,7 @@ async def _ingest(settings: Settings, repositories: list[str] | None, force_full
                                      **details, **run})
             except (HetrieverError, subprocess.CalledProcessError, OSError) as exc:
                 # A failed fetch names the remote: never with its credentials.
-                logger.error("%s failed: %s", repo.name, redact_text(str(exc)))
+                logger.error("%s failed: %s", repo.name, watch_safe(redact_text(str(exc))))
                 outcomes.append({"repository": repo.name, "ok": False,
                                  "error": redact_text(str(exc))})
 

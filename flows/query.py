@@ -14,7 +14,7 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
 
 from flows.query_report import result_lines, results_markdown
-from flows.run_logs import prefect_run_logging
+from flows.run_logs import prefect_run_logging, watch_safe
 from hetriever.core.config import load_settings
 from hetriever.discover.changes import require_known
 from hetriever.search.metrics import QueryMetric, metrics_store
@@ -66,8 +66,8 @@ async def query(
         by_source = metrics.summary(last=1000).by_source
     finally:
         metrics.close()
-    logger.info("query %r: %d results in %.1f ms (%s, %s); process start-up %.0f ms",
-                query[:80], result.total_results, result.search_time_ms, result.mode,
+    logger.info("query %s: %d results in %.1f ms (%s, %s); process start-up %.0f ms",
+                watch_safe(repr(query[:80])), result.total_results, result.search_time_ms, result.mode,
                 result.retriever_counts, startup_ms)
     await acreate_table_artifact(
         key="query-metrics",

@@ -15,6 +15,7 @@ from urllib.parse import quote, urlsplit
 
 from hetriever.chunk.chunker import CONTEXT_SEPARATOR
 from hetriever.chunk.sections import heading_anchor
+from hetriever.core.logs import watch_safe
 from hetriever.core.terminal import terminal_safe
 
 PASSAGE_CHARS = 300
@@ -94,6 +95,7 @@ def result_lines(result: Any, links: list[str], limit: int = LOGGED) -> list[str
         meta = match.metadata
         heading = f" > {meta['heading_context']}" if meta.get("heading_context") else ""
         title = " ".join(f"{meta.get('title', '')}{heading}".split())
-        # --watch prints these on a terminal: docs text shown, never obeyed
-        lines.append(terminal_safe(f"{i}. {title}  {match.score:.2f}  {anchored(link, meta)}"))
+        # --watch prints these on a terminal, as Rich markup: docs text shown, never obeyed
+        lines.append(watch_safe(terminal_safe(
+            f"{i}. {title}  {match.score:.2f}  {anchored(link, meta)}")))
     return lines

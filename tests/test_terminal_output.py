@@ -196,3 +196,37 @@ def test_in_a_terminal_the_bar_replaces_the_progress_lines_and_in_a_pipe_they_st
     assert "index_finished" in screen  # the other lines still show
     assert "indexing bar-docs" in screen  # the bar was drawn
     assert "full" in screen  # the table
+
+
+def test_hetriever_lines_in_a_prefect_run_log_survive_watch(capsys):
+    """`prefect deployment run --watch` prints a run's log lines as Rich markup: hetriever's
+    events there (the stdlib sink's rendering) show docs text as written, never stop it."""
+    import io
+    import logging
+
+    from rich.console import Console
+
+    from hetriever.core.logs import configure_logging, get_logger
+
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append(record)
+
+    target = logging.getLogger("hetriever.test_watch")
+    keep = Keep()
+    target.addHandler(keep)
+    target.setLevel(logging.INFO)
+    try:
+        configure_logging("INFO", "console", sink="stdlib")
+        get_logger("hetriever.test_watch").warning(
+            "file_failed", path="content/[lang]/x.md", error="type[/name] [[menus.main]]")
+    finally:
+        target.removeHandler(keep)
+        configure_logging("INFO", "console")
+    (record,) = records
+    screen = io.StringIO()
+    Console(file=screen, width=300).print(f"[dim]▪[/dim] 12:00:00 {record.getMessage()}")
+    assert ("file_failed path=content/[lang]/x.md error=type[/name] [[menus.main]]"
+            in screen.getvalue()), screen.getvalue()

@@ -116,8 +116,17 @@ def _render_event(_logger: Any, _name: str, event_dict: MutableMapping[str, Any]
     event = event_dict.pop("event", "")
     exception = event_dict.pop("exception", None)
     fields = " ".join(f"{k}={v}" for k, v in event_dict.items())
-    line = f"{event} {fields}".rstrip()
-    return f"{line}\n{exception}" if exception else line
+    line = watch_safe(f"{event} {fields}".rstrip())
+    return f"{line}\n{watch_safe(exception)}" if exception else line
+
+
+def watch_safe(text: object) -> str:
+    """A line for a Prefect run's log: `prefect deployment run --watch` prints log lines as
+    Rich markup, so what Rich would take for a tag (`type[/name]`, `[[menus.main]]`, a
+    path's `[lang]`) is escaped, and shown as written there."""
+    from rich.markup import escape
+
+    return escape(str(text))
 
 
 def get_logger(name: str | None = None, **context: object) -> structlog.stdlib.BoundLogger:
