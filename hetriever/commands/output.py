@@ -10,7 +10,7 @@ docs text can never drive the terminal.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from rich.text import Text
@@ -90,8 +90,3 @@ def print_search_results(result: Any, links: Sequence[str], console: Any,
     if index:
         console.print(plain(f"index: {index}", "dim"), highlight=False)
 
-
-def print_lines(console: Any, lines: Iterable[object], style: str = "") -> None:
-    """Each line as written."""
-    for line in lines:
-        console.print(plain(line, style), highlight=False)

@@ -55,16 +55,14 @@ def run_search(settings, query: str, repositories: list[str] | None, top_k: int 
 def result_links(result, settings=None) -> list[str]:
     """Each match's full link (`https://docs.example.org/docs/quokka/`) where the index
     `settings` name recorded where its site is published, else its site-relative URL."""
-    from hetriever.search.published import base_urls_of, full_link, language
+    from hetriever.search.published import links_of
 
     if settings is None:
         return [str(m.metadata.get("url", "")) for m in result.matches]
     from hetriever.search.knowledge_store import get_knowledge_store
 
-    sites = base_urls_of(get_knowledge_store(settings).catalog, result.matches,
-                         settings.site_urls)
-    return [full_link(str(m.metadata.get("url", "")), language(m.metadata, settings.content_dir),
-                      sites[str(m.metadata.get("repository", ""))]) for m in result.matches]
+    return links_of(get_knowledge_store(settings).catalog, result.matches, settings.site_urls,
+                    settings.content_dir)
 
 
 def print_results(result, settings=None, index: str = "") -> None:
