@@ -198,7 +198,7 @@ def test_in_a_terminal_the_bar_replaces_the_progress_lines_and_in_a_pipe_they_st
     assert "full" in screen  # the table
 
 
-def test_hetriever_lines_in_a_prefect_run_log_survive_watch(capsys):
+def test_hetriever_lines_in_a_prefect_run_log_survive_watch():
     """`prefect deployment run --watch` prints a run's log lines as Rich markup: hetriever's
     events there (the stdlib sink's rendering) show docs text as written, never stop it."""
     import io
@@ -214,17 +214,20 @@ def test_hetriever_lines_in_a_prefect_run_log_survive_watch(capsys):
         def emit(self, record):
             records.append(record)
 
+    import structlog
+
     target = logging.getLogger("hetriever.test_watch")
     keep = Keep()
     target.addHandler(keep)
     target.setLevel(logging.INFO)
+    previous = structlog.get_config()
     try:
         configure_logging("INFO", "console", sink="stdlib")
         get_logger("hetriever.test_watch").warning(
             "file_failed", path="content/[lang]/x.md", error="type[/name] [[menus.main]]")
     finally:
         target.removeHandler(keep)
-        configure_logging("INFO", "console")
+        structlog.configure(**previous)  # not this test's captured stderr, closed after it
     (record,) = records
     screen = io.StringIO()
     Console(file=screen, width=300).print(f"[dim]▪[/dim] 12:00:00 {record.getMessage()}")
