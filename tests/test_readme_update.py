@@ -103,8 +103,10 @@ def test_the_readme_update_line_works_as_written_after_the_recipe(home):
     assert "noop" in after.stdout and "behind" not in after.stderr, after.stderr
 
 
-def test_without_the_recipe_s_config_line_the_update_fails_as_the_readme_says(home):
-    """Why the recipe sets protocol.file.allow in the submodule: git refuses the fetch."""
+@pytest.mark.slow
+def test_without_the_recipe_s_config_line_the_update_fails_and_status_says_why(home):
+    """Why the recipe sets protocol.file.allow in the submodule: git refuses its submodule
+    update; a parent built without it is told a line that sets it and updates."""
     home_dir, env = home
     lines = [line for line in recipe()
              if "config protocol.file.allow" not in line and "hetriever" not in line]
@@ -112,3 +114,21 @@ def test_without_the_recipe_s_config_line_the_update_fails_as_the_readme_says(ho
     push_page(env, "platypus")
     failed = shell(env, "git -C ~/docs-parent submodule update --remote", cwd=home_dir)
     assert failed.returncode != 0 and "transport 'file' not allowed" in failed.stderr
+
+    # hetriever's own fetch is not a submodule command: `status --fetch` sees the commit,
+    # and names the line that brings it in, which sets what git needs first
+    env = {**env, "PATH": f"{REPO_ROOT / '.venv' / 'bin'}:{env['PATH']}",
+           "HETRIEVER_DOCS_ROOT": str(home_dir / "docs-parent")}
+    assert shell(env, "hetriever ingest", cwd=home_dir).returncode == 0
+    status = shell(env, "hetriever status --fetch", cwd=home_dir)
+    sub, parent = home_dir / "docs-parent" / "site-a", home_dir / "docs-parent"
+    command = (f"git -C {sub} config protocol.file.allow always && git -C {parent} "
+               "submodule update --remote site-a && hetriever ingest")
+    assert f"checkout is behind its upstream (origin/HEAD has 1 more commit); run `{command}`" \
+        in status.stderr, status.stderr
+    done = shell(env, command, cwd=home_dir)
+    assert done.returncode == 0 and "incremental" in done.stdout, done.stdout + done.stderr
+    # from now on the README's line works as written
+    push_page(env, "echidna")
+    updated = shell(env, update_line(), cwd=home_dir)
+    assert updated.returncode == 0 and "incremental" in updated.stdout, updated.stderr

@@ -137,13 +137,12 @@ def cmd_status(args: argparse.Namespace) -> int:
                       str(r["files"]), str(r["chunks"]), str(r["failures"]),
                       plain(f"{r['last_run']} {r['last_run_outcome']}".strip()))
     make_console().print(table)
-    for r in rows:
-        if r["upstream_error"] and r["indexed_commit"]:
-            print(f"hetriever: note: {terminal_safe(r['repository'])}: "
-                  f"{terminal_safe(r['upstream_error'])}", file=sys.stderr)
     from hetriever.commands.behind import behind_note
 
     for repo, r in zip(repos, rows):
+        if r["upstream_error"] and r["indexed_commit"]:
+            print(terminal_safe(f"hetriever: note: {r['repository']}: {r['upstream_error']}"),
+                  file=sys.stderr)
         note = behind_note(settings.docs_root, repo, r, checked_out=r["up_to_date"])
         if note:
             print(terminal_safe(f"hetriever: note: {r['repository']}: {note}"), file=sys.stderr)
