@@ -31,6 +31,11 @@ SERVER_ENV: dict[str, str] = {
     "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_BATCH_SIZE": "100",
     "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_READ_BATCH_SIZE": "100",
     "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_FLUSH_INTERVAL": "1",
+    # `prefect deployment run ... --watch` prints a run's logs as they come only where the
+    # server streams them out (Prefect's default: off, and --watch shows state events alone:
+    # no query results, no ingest progress).
+    "PREFECT_SERVER_LOGS_STREAM_PUBLISHING_ENABLED": "true",
+    "PREFECT_SERVER_LOGS_STREAM_OUT_ENABLED": "true",
 }
 
 

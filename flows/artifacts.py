@@ -9,11 +9,15 @@ of skipped files is a second artifact (`ingest-<name>-skipped`).
 
 from __future__ import annotations
 
+import html
+import re
 from collections import Counter
 
 from prefect.artifacts import acreate_markdown_artifact
+from prefect.utilities.urls import url_for
 
 from hetriever.core.redact import redact_text
+from hetriever.core.terminal import terminal_safe
 from hetriever.core.models import IndexResult, SkippedFile
 
 LIST_LIMIT = 500  # files listed in the skipped-files artifact
@@ -23,9 +27,25 @@ def artifact_key(name: str) -> str:
     return "ingest-" + "".join(c if c.isalnum() or c == "-" else "-" for c in name.lower())
 
 
+# Characters that would start inline markup in a table cell (emphasis, code, a link, a cell's
+# end); HTML is escaped as entities. Dots, dashes and parentheses stay readable.
+_INLINE = re.compile(r"([\\`*_\[\]|~])")
+
+
 def _cell(text: object) -> str:
-    # Errors name git remotes: never with their credentials.
-    return redact_text(str(text)).replace("|", "\\|").replace("\n", " ")
+    """Text for a table cell, as written: errors and reasons quote the docs (data, never
+    markup that renders), and name git remotes (never with their credentials)."""
+    line = " ".join(terminal_safe(redact_text(str(text))).split())
+    return _INLINE.sub(r"\\\1", html.escape(line, quote=False))
+
+
+def _code(path: object) -> str:
+    """A file's path as a code span (literal, HTML too): fenced by more backticks than it
+    holds; a pipe escaped, which a table needs even there."""
+    text = " ".join(terminal_safe(str(path)).split())
+    ticks = "`" * (max((len(run) for run in re.findall("`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{ticks}{pad}{text}{pad}{ticks}".replace("|", "\\|")
 
 
 def skip_reason_kind(reason: str) -> str:
@@ -39,7 +59,7 @@ def failures_section(failed: list[SkippedFile]) -> list[str]:
     lines = [f"## {len(failed)} file(s) FAILED", "",
              "They keep their previous chunks; the commit was not recorded, so the next run "
              "tries them again.", "", "| file | error |", "|---|---|"]
-    lines += [f"| `{_cell(f.path)}` | {_cell(f.reason)} |" for f in failed]
+    lines += [f"| {_code(f.path)} | {_cell(f.reason)} |" for f in failed]
     return lines + [""]
 
 
@@ -117,7 +137,7 @@ def repository_markdown(result: IndexResult, runs: list[dict],
 
 def skipped_markdown(result: IndexResult) -> str:
     shown = sorted(result.skipped, key=lambda s: (skip_reason_kind(s.reason), s.path))
-    lines = [f"| `{_cell(s.path)}` | {_cell(s.reason)} |" for s in shown[:LIST_LIMIT]]
+    lines = [f"| {_code(s.path)} | {_cell(s.reason)} |" for s in shown[:LIST_LIMIT]]
     more = len(shown) - len(lines)
     return "\n".join([f"# Skipped files in {result.repository}", "", "| file | reason |",
                       "|---|---|", *lines, *([f"\n…and {more} more"] if more > 0 else [])])
@@ -136,16 +156,29 @@ async def publish_repository(result: IndexResult, runs: list[dict],
             description=f"Files of {result.repository} that were not indexed, with reasons")
 
 
+def report_cell(outcome: dict) -> str:
+    """Where a repository's own page is: its run (`index-<name>`), linked where the Prefect UI
+    is known, and the page's artifact key."""
+    run_id = outcome.get("run_id")
+    if not run_id:
+        return ""
+    key = artifact_key(outcome["repository"])
+    link = url_for("flow-run", obj_id=run_id)
+    run = f"[index-{outcome['repository']}]({link})" if link else f"index-{outcome['repository']}"
+    return f"{run}, artifact `{key}`"
+
+
 def summary_markdown(outcomes: list[dict]) -> str:
-    """The parent run's summary: failed repositories first, with the whole error."""
+    """The parent run's summary: failed repositories first, with the whole error; each row
+    links the repository's run, whose artifacts tab holds its page (`report_cell`)."""
     ordered = sorted(outcomes, key=lambda o: o["ok"])
     lines = ["| repository | result | mode | indexed | skipped | failed | embedded | reused "
-             "| deleted | upstream |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "| deleted | upstream | report |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for o in ordered:
         result = "ok" if o["ok"] else "FAILED: " + _cell(o.get("error", ""))
         lines.append(f"| {o['repository']} | {result} | {o.get('mode', '')} "
                      f"| {o.get('files_indexed', '')} | {len(o.get('skipped', []))} "
                      f"| {len(o.get('failed', []))} | {o.get('chunks_written', '')} "
                      f"| {o.get('chunks_reused', '')} | {o.get('chunks_deleted', '')} "
-                     f"| {_cell(upstream_text(o))} |")
+                     f"| {_cell(upstream_text(o))} | {report_cell(o)} |")
     return "\n".join(lines)

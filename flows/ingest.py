@@ -24,7 +24,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows.artifacts import publish_repository, summary_markdown
 from hetriever.core.redact import redact_text
-from flows.run_logs import ParentProgress, prefect_run_logging
+from flows.run_logs import ParentProgress, prefect_run_logging, watch_safe
 from hetriever.core.config import Settings, load_settings
 from hetriever.discover.changes import select_repositories
 from hetriever.core.errors import HetrieverError, SourceError
@@ -210,17 +210,20 @@ async def _ingest(settings: Settings, repositories: list[str] | None, force_full
                     task_runner=runner_for())(repo, settings, force_full, parent_run_id,
                                                   parent_run_name, return_state=True)
                 data = await state.aresult(raise_on_failure=False)
+                # the repository's run, where its page is: the summary links it
+                run = {"run_id": str(state.state_details.flow_run_id)
+                       if state.state_details.flow_run_id else ""}
                 if state.is_completed() and isinstance(data, dict):
-                    outcomes.append({"repository": repo.name, "ok": True, **data})
+                    outcomes.append({"repository": repo.name, "ok": True, **data, **run})
                 else:
                     details = data if isinstance(data, dict) else {}
                     error = state.message if details else str(data)
                     outcomes.append({"repository": repo.name, "ok": False,
                                      "error": redact_text(error or state.message or ""),
-                                     **details})
+                                     **details, **run})
             except (HetrieverError, subprocess.CalledProcessError, OSError) as exc:
                 # A failed fetch names the remote: never with its credentials.
-                logger.error("%s failed: %s", repo.name, redact_text(str(exc)))
+                logger.error("%s failed: %s", repo.name, watch_safe(redact_text(str(exc))))
                 outcomes.append({"repository": repo.name, "ok": False,
                                  "error": redact_text(str(exc))})
 

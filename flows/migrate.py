@@ -12,7 +12,7 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import acreate_table_artifact
 from prefect.states import Completed, Failed
 
-from flows.run_logs import prefect_run_logging
+from flows.run_logs import prefect_run_logging, watch_safe
 from hetriever.core.config import load_settings
 from hetriever.discover.changes import select_repositories
 from hetriever.core.errors import HetrieverError
@@ -34,7 +34,7 @@ async def migrate(repositories: list[str] | None = None, force: bool = False):
             try:
                 report = await migrate_repository(repo, store, settings, force=force)
             except HetrieverError as exc:
-                logger.error("%s: %s", repo.name, exc)
+                logger.error("%s: %s", repo.name, watch_safe(exc))
                 rows.append({"repository": repo.name, "result": f"FAILED: {exc}"})
                 continue
             index = report.index

@@ -15,8 +15,9 @@ import time
 from prefect import flow, get_run_logger
 from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
 
-from flows.analytics_markdown import analytics_markdown, md
-from flows.run_logs import prefect_run_logging
+from flows.analytics_markdown import analytics_markdown
+from flows.query_report import result_lines, results_markdown
+from flows.run_logs import prefect_run_logging, watch_safe
 from hetriever.search.analytics import QueryRecord, record_quietly
 from hetriever.search.analytics_report import analytics_report
 from hetriever.core.config import load_settings
@@ -25,6 +26,7 @@ from hetriever.search.metrics import QueryMetric, metrics_store
 from hetriever.core.names import as_given
 from hetriever.search.hybrid import retrieve
 from hetriever.search.knowledge_store import get_knowledge_store, validate_collection_name
+from hetriever.search.published import links_of
 
 SOURCE = "query-flow"  # as `hetriever metrics --source` names it
 
@@ -69,8 +71,8 @@ async def query(
         by_source = metrics.summary(last=1000).by_source
     finally:
         metrics.close()
-    logger.info("query %r: %d results in %.1f ms (%s, %s); process start-up %.0f ms",
-                query[:80], result.total_results, result.search_time_ms, result.mode,
+    logger.info("query %s: %d results in %.1f ms (%s, %s); process start-up %.0f ms",
+                watch_safe(repr(query[:80])), result.total_results, result.search_time_ms, result.mode,
                 result.retriever_counts, startup_ms)
     await acreate_table_artifact(
         key="query-metrics",
@@ -79,7 +81,8 @@ async def query(
                 "value": round(startup_ms, 1)},
                {"metric": "mode", "value": result.mode},
                {"metric": "results", "value": result.total_results},
-               {"metric": "top score", "value": metric.top_score},
+               {"metric": "top score",
+                "value": None if metric.top_score is None else round(metric.top_score, 2)},
                *[{"metric": f"{name} candidates", "value": count}
                  for name, count in result.retriever_counts.items()]],
         description=f"Metrics of the query {query[:80]!r}",
@@ -96,13 +99,13 @@ async def query(
                                     markdown=analytics_markdown(analytics_report(settings)),
                                     description="What readers asked, found nothing for and "
                                                 "opened (hetriever analytics)")
-    lines = [f"# Results for {md(query[:200])}", ""]
-    for i, match in enumerate(result.matches, start=1):
-        meta = match.metadata
-        heading = f" > {meta['heading_context']}" if meta.get("heading_context") else ""
-        lines.append(f"{i}. **{md(str(meta.get('title', '')) + heading)}** "
-                     f"({md(str(meta.get('repository', '')) + str(meta.get('url', '')))}) "
-                     f"score {match.score:.3f} via {match.source}")
-    await acreate_markdown_artifact(key="query-results", markdown="\n".join(lines),
-                                    description="Query results")
-    return {**result.to_dict(), "startup_ms": round(startup_ms, 1)}
+    links = links_of(store.catalog, result.matches, settings.site_urls, settings.content_dir)
+    for line in result_lines(result, links):  # what `prefect deployment run --watch` shows
+        logger.info("%s", line)
+    await acreate_markdown_artifact(key="query-results",
+                                    markdown=results_markdown(result, links),
+                                    description=f"Results of the query {query[:80]!r}")
+    answer = result.to_dict()
+    for match, link in zip(answer["matches"], links):
+        match["link"] = link  # as the HTTP API's and `hetriever search --json`'s
+    return {**answer, "startup_ms": round(startup_ms, 1)}

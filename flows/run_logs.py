@@ -10,6 +10,12 @@ Inside `prefect_run_logging()`:
 
 `ParentProgress` also writes a repository run's progress into the parent ingest run's log:
 `prefect deployment run ... --watch` follows that run's logs only, not its subflows'.
+
+`--watch` prints each log line as Rich markup: a line quoting the docs (`type[/name]`) would
+stop it with a MarkupError, `[[menus.main]]` would lose its brackets. Lines that carry docs
+text go through `watch_safe` (hetriever's own events do, in `configure_logging`'s stdlib
+sink): `\\[` before what Rich would take for a tag, so `--watch` shows the text as written
+(the UI's log view shows the backslash).
 """
 
 from __future__ import annotations
@@ -22,7 +28,9 @@ from typing import Iterator
 
 import structlog
 
-from hetriever.core.logs import configure_logging
+from hetriever.core.logs import configure_logging, watch_safe
+
+__all__ = ["prefect_run_logging", "ParentProgress", "watch_safe"]
 from hetriever.index.progress import LOG_EVERY
 
 ROUTINE_TASK_LINES = ("Finished in state Completed",)

@@ -53,12 +53,29 @@ def _query_count(raw: str) -> int:
     return value
 
 
+class _Subcommands:
+    """`add_parser` with the options of `common` (-q and -v) on every command."""
+
+    def __init__(self, actions: Any, common: argparse.ArgumentParser) -> None:
+        self._actions, self._common = actions, common
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        return self._actions.add_parser(name, parents=[self._common], **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hetriever", description="Hybrid search over Hugo documentation repositories, kept in step with git.")
     parser.add_argument("--docs-root", help="parent repo with submodules, or a folder of git repos")
     parser.add_argument("--chroma-path", help="embedded Chroma directory")
-    parser.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
-    sub = parser.add_subparsers(dest="command", required=True)
+    verbosity = argparse.ArgumentParser(add_help=False)  # -q/-v after a command's name too
+    for where in (parser, verbosity):
+        default = False if where is parser else argparse.SUPPRESS
+        where.add_argument("-q", "--quiet", action="store_true", default=default,
+                           help="log only warnings and errors")
+        where.add_argument("-v", "--verbose", action="store_true", default=default,
+                           help="log what the command does too (INFO lines such as "
+                                "search_done; ingest logs them without -v)")
+    sub = _Subcommands(parser.add_subparsers(dest="command", required=True), verbosity)
 
     p = sub.add_parser("ingest", help="index changed documentation repositories")
     p.add_argument("-r", "--repository", action="append", help="only this repository (repeatable)")
@@ -262,8 +279,11 @@ def _error(args: argparse.Namespace, code: int, message: str, hint: str | None) 
     script reading the outcome gets it where the outcome would be)."""
     if getattr(args, "json", False):
         print_json({"ok": False, "error": message, "hint": hint, "exit_code": code})
-    else:
-        print(f"hetriever: error: {message}" + (f" ({hint})" if hint else ""), file=sys.stderr)
+    else:  # an error may quote the docs (a file's name, a front matter value): as written
+        from hetriever.core.terminal import terminal_safe
+
+        print(terminal_safe(f"hetriever: error: {message}" + (f" ({hint})" if hint else "")),
+              file=sys.stderr)
     return code
 
 

@@ -126,6 +126,18 @@ def test_stack_up_runs_the_schedule_that_catches_a_missed_push_and_down_stops_it
                                 cwd=tmp_path, env=env, capture_output=True, text=True,
                                 timeout=120)
         assert pushed in status.stdout
+
+        # `--watch` shows the query run's top results as they are logged (the stack's server
+        # streams run logs out)
+        watched = subprocess.run(
+            [str(Path(sys.executable).parent / "prefect"), "deployment", "run", "query/query",
+             "-p", "query=quokka configuration", "-p", "top_k=2", "--watch",
+             "--watch-timeout", str(RUN_TIMEOUT)], cwd=tmp_path,
+            env={**env, "PREFECT_API_URL": api, "COLUMNS": "200"}, capture_output=True,
+            text=True, timeout=RUN_TIMEOUT + 60)
+        assert watched.returncode == 0, watched.stdout + watched.stderr
+        assert "1. Missed push" in watched.stdout and "docs/missed/" in watched.stdout, \
+            watched.stdout
     finally:
         down = stack("down", env, directory)
     assert down.returncode == 0, down.stdout + down.stderr

@@ -9,6 +9,7 @@ from collections import Counter
 from typing import Any
 
 from hetriever.commands import reserve
+from hetriever.core.terminal import terminal_safe
 from hetriever.commands.common import (EXIT_OK, cli_settings, index_location, index_problem,
                                        make_console, note_location, print_json, require_index)
 
@@ -33,7 +34,7 @@ def status_rows(settings, repos, *, fetch: bool = False) -> list[dict[str, Any]]
 
     problem = index_problem(settings)
     if problem:  # a fresh setup, or a mistyped path: the rows say "never indexed", and why
-        print(f"hetriever: note: {problem}", file=sys.stderr)
+        print(f"hetriever: note: {terminal_safe(problem)}", file=sys.stderr)
     store = None if problem else get_knowledge_store(settings)
     rows = []
     for repo in repos:
@@ -109,48 +110,60 @@ def cmd_status(args: argparse.Namespace) -> int:
     where = index_location(settings)
     note_location(settings)
     rows = reserve.reading(settings, lambda: status_rows(settings, repos, fetch=args.fetch),
-                           lambda warning: print(f"hetriever: warning: {warning}",
+                           lambda warning: print(f"hetriever: warning: {terminal_safe(warning)}",
                                                  file=sys.stderr))
     if args.json:
         print_json([{**row, "index": where} for row in rows])
         return EXIT_OK
     from rich.table import Table
 
-    table = Table(title=f"status of {where}")
+    from hetriever.commands.output import joined, plain
+
+    table = Table(title=plain(f"status of {where}"))
     for col in ("repository", "checked out", "indexed", "upstream", "status", "files",
                 "chunks", "failures", "last run"):
         table.add_column(col)
     for r in rows:
-        mark = "[green]✓[/green]" if r["up_to_date"] else "[yellow]behind[/yellow]"
-        status = r["status"] + (" [red]migrate[/red]" if r["needs_migration"] else "")
+        mark = ("✓", "green") if r["up_to_date"] else ("behind", "yellow")
+        status = joined(r["status"], *([(" migrate", "red")] if r["needs_migration"] else []))
         if r["error"]:
-            mark, status = "[red]error[/red]", f"{status} [red]{r['error'][:80]}[/red]"
+            mark = ("error", "red")
+            status.append(terminal_safe(f" {r['error'][:80]}"), style="red")
         elif r["bm25_problem"]:
-            status = f"[red]{status}[/red]: BM25 index unusable, dense-only until an ingest"
-        table.add_row(r["repository"], r["checked_out"][:12],
-                      f"{r['indexed_commit'][:12]} {mark}", upstream_cell(r), status,
+            status = joined((r["status"], "red"),
+                            ": BM25 index unusable, dense-only until an ingest")
+        table.add_row(plain(r["repository"]), r["checked_out"][:12],
+                      joined(f"{r['indexed_commit'][:12]} ", mark), upstream_cell(r), status,
                       str(r["files"]), str(r["chunks"]), str(r["failures"]),
-                      f"{r['last_run']} {r['last_run_outcome']}".strip())
+                      plain(f"{r['last_run']} {r['last_run_outcome']}".strip()))
     make_console().print(table)
-    for r in rows:
+    from hetriever.commands.behind import behind_note
+
+    for repo, r in zip(repos, rows):
         if r["upstream_error"] and r["indexed_commit"]:
-            print(f"hetriever: note: {r['repository']}: {r['upstream_error']}", file=sys.stderr)
+            print(terminal_safe(f"hetriever: note: {r['repository']}: {r['upstream_error']}"),
+                  file=sys.stderr)
+        note = behind_note(settings.docs_root, repo, r, checked_out=r["up_to_date"])
+        if note:
+            print(terminal_safe(f"hetriever: note: {r['repository']}: {note}"), file=sys.stderr)
     if any(r["behind_upstream"] for r in rows):
         print("hetriever: note: commits wait upstream: the next fetching run (the schedule, "
               "or a push webhook at once) indexes them", file=sys.stderr)
     return EXIT_OK
 
 
-def upstream_cell(row: dict[str, Any]) -> str:
+def upstream_cell(row: dict[str, Any]):
     """"✓ origin/main", "behind by 3 (origin/main a1b2c3d4e5f6)", "?" or "" (no remote)."""
+    from hetriever.commands.output import joined
+
     if not row["upstream_ref"]:
         return ""
     if row["behind_upstream"] is None:
-        return f"[dim]? {row['upstream_ref']}[/dim]"
+        return joined((f"? {row['upstream_ref']}", "dim"))
     if row["behind_upstream"] == 0:
-        return f"[green]✓[/green] {row['upstream_ref']}"
-    return (f"[yellow]behind by {row['behind_upstream']}[/yellow] ({row['upstream_ref']} "
-            f"{row['upstream_commit'][:12]})")
+        return joined(("✓", "green"), f" {row['upstream_ref']}")
+    return joined((f"behind by {row['behind_upstream']}", "yellow"),
+                  f" ({row['upstream_ref']} {row['upstream_commit'][:12]})")
 
 
 def cmd_purge(args: argparse.Namespace) -> int:
@@ -163,9 +176,11 @@ def cmd_purge(args: argparse.Namespace) -> int:
     if args.json:
         print_json({**report.to_dict(), "total_chunks": report.total_chunks})
     else:
-        make_console().print(f"purged {report.total_chunks} soft-deleted chunks deleted before "
-                             f"{report.cutoff}: {report.chunks}; catalog files removed: "
-                             f"{report.files}")
+        from hetriever.commands.output import plain
+
+        make_console().print(plain(f"purged {report.total_chunks} soft-deleted chunks deleted "
+                                   f"before {report.cutoff}: {report.chunks}; catalog files "
+                                   f"removed: {report.files}"))
     return EXIT_OK
 
 
@@ -181,10 +196,13 @@ def cmd_forget(args: argparse.Namespace) -> int:
     if args.json:
         print_json(report.to_dict())
     else:
+        from hetriever.commands.output import plain
+
         what = f"{report.repository}:{report.file}" if report.file else report.repository
-        make_console().print(f"forgot {what}: {report.chunks} chunks, {report.bm25_rows} BM25 rows "
-                             f"from {', '.join(report.collections) or 'no collection'}; catalog "
-                             f"rows {report.catalog_rows}")
+        make_console().print(plain(
+            f"forgot {what}: {report.chunks} chunks, {report.bm25_rows} BM25 rows from "
+            f"{', '.join(report.collections) or 'no collection'}; catalog rows "
+            f"{report.catalog_rows}"))
     return EXIT_OK
 
 
@@ -201,10 +219,12 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     if args.json:
         print_json([r.to_dict() for r in reports])
     else:
+        from hetriever.commands.output import plain
+
         for r in reports:
-            make_console().print(f"{r.repository}: " + (
+            make_console().print(plain(f"{r.repository}: " + (
                 f"{r.old_collection} -> {r.new_collection}, dropped {r.dropped_chunks} chunks"
-                if r.migrated else r.reason))
+                if r.migrated else r.reason)))
     return EXIT_OK
 
 
@@ -240,16 +260,18 @@ def cmd_metrics(args: argparse.Namespace) -> int:
         return EXIT_OK
     from rich.table import Table
 
+    from hetriever.commands.output import plain
+
     console = make_console()
     for line in metrics_headline(summary, args.last):
         console.print(line, markup=False, highlight=False)
     if summary.by_source:
-        table = Table(title=f"by source; cold: a process's first search, start-up included "
-                            f"({settings.resolved_state_dir.absolute()})")
+        table = Table(title=plain(f"by source; cold: a process's first search, start-up "
+                                  f"included ({settings.resolved_state_dir.absolute()})"))
         for col in ("source", "temperature", "queries", "p50 ms", "p95 ms", "p99 ms"):
             table.add_column(col)
         for row in summary.by_source:
-            table.add_row(row["source"], row["temperature"], str(row["count"]),
+            table.add_row(plain(row["source"]), plain(row["temperature"]), str(row["count"]),
                           str(row["p50_ms"]), str(row["p95_ms"]), str(row["p99_ms"]))
         console.print(table)
     return EXIT_OK

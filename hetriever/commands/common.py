@@ -23,9 +23,33 @@ def make_console(stderr: bool = False):
     return console
 
 
+# Commands whose informational log lines tell what they do (an ingest's repositories, a
+# server's requests). The others print their answer; their log shows warnings and errors
+# unless asked with -v.
+TELLING = {"ingest", "migrate", "serve", "mcp", "serve-webhook", "prepare-model"}
+
+
+def log_level(args: argparse.Namespace, configured: str) -> str:
+    """The CLI's log level: -q warnings and errors only; -v the configured level, INFO at
+    least; else the configured level for a TELLING command, WARNING at least for the others."""
+    import logging
+
+    level = logging.getLevelName(configured.upper())
+    level = level if isinstance(level, int) else logging.INFO
+    if getattr(args, "quiet", False):
+        chosen = logging.WARNING
+    elif getattr(args, "verbose", False):
+        chosen = min(level, logging.INFO)
+    elif getattr(args, "command", None) in TELLING:
+        chosen = level
+    else:
+        chosen = max(level, logging.WARNING)
+    return logging.getLevelName(chosen)
+
+
 def cli_settings(args: argparse.Namespace, **extra: Any):
     """Settings with the global options (--docs-root, --chroma-path) and `extra` on top;
-    logging configured (quiet: warnings and errors only)."""
+    logging configured (`log_level`: -q, -v and the command)."""
     from hetriever.core.config import load_settings
     from hetriever.core.logs import configure_logging
 
@@ -35,8 +59,7 @@ def cli_settings(args: argparse.Namespace, **extra: Any):
     if getattr(args, "chroma_path", None):
         overrides["chroma_path"] = args.chroma_path
     settings = load_settings(**overrides)
-    configure_logging(settings.log_level if not getattr(args, "quiet", False) else "WARNING",
-                      settings.log_format)
+    configure_logging(log_level(args, settings.log_level), settings.log_format)
     return settings
 
 

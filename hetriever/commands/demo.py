@@ -50,15 +50,19 @@ def cmd_demo(args: argparse.Namespace) -> int:
     docs_root = _demo_docs(DEMO_DIR)
     args.docs_root = str(docs_root)
     args.chroma_path = str(DEMO_DIR / "chroma_data")
+    from hetriever.commands.output import joined
+
     settings = cli_settings(args, state_dir=str(DEMO_DIR / ".hetriever"))
     console = make_console()
-    console.print(f"[bold]1. ingest[/bold] {docs_root}/sample-docs -> {settings.chroma_path}")
+    console.print(joined(("1. ingest", "bold"),
+                         f" {docs_root}/sample-docs -> {settings.chroma_path}"))
     outcomes = asyncio.run(ingest_local(settings, None, False, show_progress=True))
     print_ingest(outcomes)
     if not all(o["ok"] for o in outcomes):
         return EXIT_FAILED
     query = args.query or DEMO_QUERY
-    console.print(f"\n[bold]2. search[/bold] {query!r}")
+    console.print()
+    console.print(joined(("2. search", "bold"), f" {query!r}"))
     result = run_search(settings, query, None, 3, None, None)
     print_results(result, settings)
     return EXIT_OK if result.matches else EXIT_FAILED

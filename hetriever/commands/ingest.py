@@ -35,10 +35,24 @@ def show_snapshot(progress, task, snap) -> None:
                     files=f"{snap.files_done}/{snap.files_total} files")
 
 
+PROGRESS_EVENT = "index_progress"  # hetriever.index.progress
+
+
+def _drop_progress(_logger, _name, event_dict):
+    """The live bar shows what an index_progress line would say."""
+    import structlog
+
+    if event_dict.get("event") == PROGRESS_EVENT:
+        raise structlog.DropEvent
+    return event_dict
+
+
 @contextmanager
 def logs_through(progress, show: bool):
     """While the bar is up, log lines go through its console (above the bar, which stays
-    whole): rich redirects sys.stderr then, and the log's printer is pointed at it."""
+    whole): rich redirects sys.stderr then, and the log's printer is pointed at it. On a
+    terminal the bar replaces the index_progress lines; elsewhere (a pipe, CI) rich draws no
+    bar and the lines stay."""
     import sys
 
     import structlog
@@ -46,12 +60,16 @@ def logs_through(progress, show: bool):
     if not show:
         yield
         return
-    previous = structlog.get_config()["logger_factory"]
-    structlog.configure(logger_factory=structlog.PrintLoggerFactory(file=sys.stderr))
+    config = structlog.get_config()
+    previous = {"logger_factory": config["logger_factory"], "processors": config["processors"]}
+    live = progress.console.is_terminal
+    structlog.configure(logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+                        processors=[_drop_progress, *previous["processors"]] if live
+                        else previous["processors"])
     try:
         yield
     finally:
-        structlog.configure(logger_factory=previous)
+        structlog.configure(**previous)
 
 
 async def ingest_local(settings, names: list[str] | None, force_full: bool,
@@ -61,6 +79,7 @@ async def ingest_local(settings, names: list[str] | None, force_full: bool,
     from hetriever.index.release import release_repository
     from hetriever.core.logs import get_logger
     from hetriever.discover.repositories import configured_repositories
+    from hetriever.discover.upstream import upstream
     from hetriever.search.knowledge_store import get_knowledge_store
 
     log = get_logger("hetriever.cli")
@@ -86,7 +105,10 @@ async def ingest_local(settings, names: list[str] | None, force_full: bool,
                 # One repository's working set at a time. Not on Ctrl-C or SIGTERM: the run
                 # is still finishing the window under way, and releasing reopens Chroma.
                 release_repository(store, repo.name)
-                outcome = {"repository": repo.name, "ok": result.completed, **result.to_dict()}
+                # What waits upstream as of the last fetch (as the flow's outcome says)
+                waiting = await asyncio.to_thread(upstream, repo, result.new_commit)
+                outcome = {"repository": repo.name, "ok": result.completed, **result.to_dict(),
+                           **waiting.to_dict()}
                 if not result.completed:
                     outcome["error"] = failed_files_error(result.failed)
                 outcomes.append(outcome)
@@ -110,18 +132,20 @@ async def ingest_local(settings, names: list[str] | None, force_full: bool,
 
 def print_ingest(outcomes: list[dict], where: str = "") -> None:
     """One row per repository; a failed one shows what it did get done (the flow's failure
-    carries its counts) and its whole error below the table, never cut into a column."""
+    carries its counts) and its whole error below the table, never cut into a column. Names,
+    paths and errors as written (`hetriever.commands.output`)."""
     from rich.table import Table
-    from rich.text import Text
 
-    table = Table(title="ingest" + (f" into {where}" if where else ""))
+    from hetriever.commands.output import plain
+
+    table = Table(title=plain("ingest" + (f" into {where}" if where else "")))
     for col in ("repository", "mode", "commit", "indexed", "skipped", "deleted",
                 "chunks +", "reused", "chunks -", "seconds"):
         table.add_column(col)
     for o in outcomes:
-        mode = o.get("mode", "") if o["ok"] else "[red]failed[/red]"
+        mode = plain(o.get("mode", "")) if o["ok"] else plain("failed", "red")
         has_counts = "files_indexed" in o
-        table.add_row(o["repository"], mode, o.get("new_commit", "")[:12],
+        table.add_row(plain(o["repository"]), mode, o.get("new_commit", "")[:12],
                       *([str(o["files_indexed"]), str(len(o["skipped"])),
                          str(o["files_deleted"]), str(o["chunks_written"]),
                          str(o["chunks_reused"]), str(o["chunks_deleted"]),
@@ -132,7 +156,7 @@ def print_ingest(outcomes: list[dict], where: str = "") -> None:
         if not o["ok"]:
             error = str(o.get("error", ""))
             error = error.removeprefix(f"{o['repository']}: ")  # the flow's names it already
-            console.print(Text(f"{o['repository']}: {error}", style="red"))
+            console.print(plain(f"{o['repository']}: {error}", "red"))
 
 
 def run_ingest_flow(args: argparse.Namespace, settings) -> list[dict]:
@@ -195,6 +219,27 @@ def run_ingest_flow(args: argparse.Namespace, settings) -> list[dict]:
     return summary["repositories"]
 
 
+def note_behind(settings, outcomes: list[dict]) -> None:
+    """On stderr, per repository whose followed branch has commits this run did not index
+    (as of the last fetch): that it is behind, and the by-hand update."""
+    import sys
+
+    from hetriever.commands.behind import behind_note
+    from hetriever.core.terminal import terminal_safe
+    from hetriever.discover.repositories import configured_repositories
+
+    waiting = {o["repository"]: o for o in outcomes if o["ok"] and o.get("behind_upstream")}
+    if not waiting:
+        return
+    for repo in configured_repositories(settings, list(waiting)):
+        outcome = waiting[repo.name]
+        # a completed run indexed the checkout: it is the checkout that is behind
+        note = behind_note(settings.docs_root, repo, outcome,
+                           checked_out=outcome.get("mode") != "refused")
+        if note:
+            print(terminal_safe(f"hetriever: note: {repo.name}: {note}"), file=sys.stderr)
+
+
 def cmd_ingest(args: argparse.Namespace) -> int:
     if args.allow_mass_delete and not args.full:
         raise UserError("--allow-mass-delete needs --full",
@@ -217,4 +262,5 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         print_json(outcomes)
     else:
         print_ingest(outcomes, index_location(settings))
+        note_behind(settings, outcomes)
     return EXIT_OK if all(o["ok"] for o in outcomes) else EXIT_FAILED

@@ -60,44 +60,22 @@ def run_search(settings, query: str, repositories: list[str] | None, top_k: int 
 def result_links(result, settings=None) -> list[str]:
     """Each match's full link (`https://docs.example.org/docs/quokka/`) where the index
     `settings` name recorded where its site is published, else its site-relative URL."""
-    from hetriever.search.published import base_urls_of, full_link, language
+    from hetriever.search.published import links_of
 
     if settings is None:
         return [str(m.metadata.get("url", "")) for m in result.matches]
     from hetriever.search.knowledge_store import get_knowledge_store
 
-    sites = base_urls_of(get_knowledge_store(settings).catalog, result.matches,
-                         settings.site_urls)
-    return [full_link(str(m.metadata.get("url", "")), language(m.metadata, settings.content_dir),
-                      sites[str(m.metadata.get("repository", ""))]) for m in result.matches]
+    return links_of(get_knowledge_store(settings).catalog, result.matches, settings.site_urls,
+                    settings.content_dir)
 
 
-def print_results(result, settings=None) -> None:
-    """Each match with its full link (`result_links`) or its repository and URL."""
-    console = make_console()
-    language = (f", in {result.query_language}: the query's language (--lang to choose)"
-                if getattr(result, "query_language", "") else "")
-    console.print(f"[bold]{result.total_results} results[/bold] for {result.query!r} "
-                  f"({result.mode}, {result.search_time_ms:.1f} ms{language})")
-    for i, (match, link) in enumerate(zip(result.matches, result_links(result, settings)),
-                                      start=1):
-        meta = match.metadata
-        heading = f" > {meta['heading_context']}" if meta.get("heading_context") else ""
-        repository = str(meta.get("repository", ""))
-        where = f"{repository}  {link}" if "://" in link else f"{repository}{link}"
-        console.print(f"\n[bold cyan]{i}. {meta.get('title', '')}{heading}[/bold cyan]"
-                      f"  [dim]{where}[/dim]", highlight=False)
-        console.print(f"   score {match.score:.3f} ({match.source})")
-        # The passage without its "title > heading" prefix (a page record: without its title).
-        cut = "\n" if meta.get("page_record") else "\n\n"
-        body = match.content.split(cut, 1)[-1].replace("\n", " ")
-        console.print(f"   {body[:220]}{'…' if len(body) > 220 else ''}", highlight=False)
-        also = [p["heading_context"] for p in match.passages if p.get("heading_context")]
-        if also:
-            console.print(f"   [dim]also: {'; '.join(also)}[/dim]", highlight=False)
-        if match.translations:
-            other = ", ".join(f"{t['lang']} {t['url']}" for t in match.translations)
-            console.print(f"   [dim]in other languages: {other}[/dim]", highlight=False)
+def print_results(result, settings=None, index: str = "") -> None:
+    """Each match with its full link (`result_links`) or its repository and URL, as written
+    (`hetriever.commands.output`)."""
+    from hetriever.commands.output import print_search_results
+
+    print_search_results(result, result_links(result, settings), make_console(), index)
 
 
 def _parse_filter(raw: str | None) -> dict | None:
@@ -184,16 +162,17 @@ def cmd_search(args: argparse.Namespace) -> int:
         access or None, args.group, args.lang), warnings.append)
     warnings += _warnings(settings, args.repository,
                           settings.use_hybrid_search if hybrid is None else hybrid)
+    from hetriever.core.terminal import terminal_safe
+
     for warning in warnings:
-        print(f"hetriever: warning: {warning}", file=sys.stderr)
+        print(f"hetriever: warning: {terminal_safe(warning)}", file=sys.stderr)
     if args.json:
         answer = result.to_dict()
         for match, link in zip(answer["matches"], result_links(result, settings)):
             match["link"] = link  # as the HTTP API's: the page's full address where known
         print_json({**answer, "warnings": warnings})
     else:
-        print_results(result, settings)
-        make_console().print(f"[dim]index: {index_location(settings)}[/dim]", highlight=False)
+        print_results(result, settings, index_location(settings))
     return EXIT_OK
 
 

@@ -14,6 +14,7 @@ from typing import Any
 import structlog
 
 from hetriever.core.redact import redact_text
+from hetriever.core.terminal import terminal_safe
 
 _configured = False
 _level, _format = "INFO", "console"  # as last configured, for libraries' loggers
@@ -53,6 +54,7 @@ def configure_logging(level: str = "INFO", fmt: str = "console", sink: str = "st
             structlog.processors.StackInfoRenderer(),
             structlog.processors.format_exc_info,
             _redact,
+            *([] if fmt == "json" else [_printable]),  # JSON escapes control characters
             _renderer(fmt),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(
@@ -99,13 +101,32 @@ def _redact(_logger: Any, _name: str,
     return event_dict
 
 
+def _printable(_logger: Any, _name: str,
+               event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """A line on a terminal quotes the docs (a file's path, a title): their control
+    characters shown, not obeyed."""
+    for key, value in event_dict.items():
+        if isinstance(value, str):
+            event_dict[key] = terminal_safe(value)
+    return event_dict
+
+
 def _render_event(_logger: Any, _name: str, event_dict: MutableMapping[str, Any]) -> str:
     """`event key=value ...` for a handler that adds its own time and level."""
     event = event_dict.pop("event", "")
     exception = event_dict.pop("exception", None)
     fields = " ".join(f"{k}={v}" for k, v in event_dict.items())
-    line = f"{event} {fields}".rstrip()
-    return f"{line}\n{exception}" if exception else line
+    line = watch_safe(f"{event} {fields}".rstrip())
+    return f"{line}\n{watch_safe(exception)}" if exception else line
+
+
+def watch_safe(text: object) -> str:
+    """A line for a Prefect run's log: `prefect deployment run --watch` prints log lines as
+    Rich markup, so what Rich would take for a tag (`type[/name]`, `[[menus.main]]`, a
+    path's `[lang]`) is escaped, and shown as written there."""
+    from rich.markup import escape
+
+    return escape(str(text))
 
 
 def get_logger(name: str | None = None, **context: object) -> structlog.stdlib.BoundLogger:

@@ -77,3 +77,13 @@ def preference(metadata: Mapping[str, Any], host: str, base_urls: Mapping[str, s
     if host and urlsplit(link).netloc.lower() == host:
         return 0
     return 1 if languages and lang == languages[0] else 2
+
+
+def links_of(catalog: Any, matches: Iterable[Any], site_urls: Mapping[str, str],
+             content_dir: str = "content") -> list[str]:
+    """Each match's full link (`full_link`) where its site's published address is known,
+    else its site-relative URL: what the HTTP API, the CLI and the query flow show."""
+    matches = list(matches)
+    sites = base_urls_of(catalog, matches, site_urls)
+    return [full_link(str(m.metadata.get("url", "")), language(m.metadata, content_dir),
+                      sites[str(m.metadata.get("repository", ""))]) for m in matches]
