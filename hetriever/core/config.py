@@ -205,6 +205,9 @@ class Settings(_Layered):
     # questions MRR@10 +0.03 (Hugo, 146) and +0.03 (OpenTelemetry, 30), look-ups within
     # -0.006 (sweep 0-1 in bench/README.md). 0 = off.
     link_prior_weight: float = 0.3
+    # A search over several sites keeps those whose mean dense similarity of their 5 nearest
+    # chunks is within this of the best site's (hetriever.search.routing); 1 = keep every site.
+    route_margin: float = 0.0
     group_by: str = "page"  # results: one per page (best passage) or "chunk"
     # Results' language: "" = each multilingual site's default language, or the one the
     # query is written in (single-language sites are not filtered), a code ("ja"), or "all".
@@ -455,6 +458,8 @@ def validate(settings: Settings) -> Settings:
         raise bad("bm25_phrase_weight", "must be 0 (off) or more")
     if not 0 <= settings.link_prior_weight <= 10:
         raise bad("link_prior_weight", "must be between 0 (off) and 10")
+    if not 0 <= settings.route_margin <= 1:
+        raise bad("route_margin", "must be between 0 (only the nearest site) and 1 (every site)")
     if settings.fusion not in {"score", "rrf"}:
         raise bad("fusion", "must be score or rrf")
     if settings.short_query_terms < 0:

@@ -101,6 +101,8 @@ from hetriever.core.logs import get_logger
 from hetriever.core.models import RetrievalResult, SearchResult
 from hetriever.search.published import preference, recorded_base_urls
 from hetriever.search.query_language import query_language
+from hetriever.search.routing import routed
+from hetriever.store.bm25.bm25_index import CorpusStats
 from hetriever.chunk.sections import ANCHORS_KEY, anchored_sections
 from hetriever.store.store_types import RetrievalStore
 
@@ -193,15 +195,34 @@ def plan_collections(store: RetrievalStore, names: list[str]) -> dict[str, Colle
 def _bm25(store: RetrievalStore, names: list[str], query: str, n: int,
           wheres: Mapping[str, dict | None], hits: dict[str, _Hit]) -> list[str]:
     found: list[tuple[float, str]] = []
+    # Several sites: idf over all of them, so that their raw scores share one scale.
+    corpus = CorpusStats.of([store.search_bm25(name) for name in names], query) \
+        if len(names) > 1 else None
     for name in names:
         where = wheres[name]
-        for doc_id, raw in store.search_bm25(name).search(query, n, where):
+        index = store.search_bm25(name)
+        got = index.search(query, n, where) if corpus is None else \
+            index.search(query, n, where, corpus=corpus)
+        for doc_id, raw in got:
             hit = hits.setdefault(doc_id, _Hit(doc_id, name))
             hit.bm25_raw = float(raw)
             found.append((hit.bm25_raw, doc_id))
-    # Raw BM25 of different collections share a scale well enough to interleave.
     found.sort(key=lambda t: (-t[0], t[1]))
     return [doc_id for _, doc_id in found[:n]]
+
+
+def _route(store: RetrievalStore, names: list[str], hits: dict[str, _Hit],
+           dense_ids: list[str], vector: Any, n: int, plans: dict[str, CollectionPlan]
+           ) -> tuple[list[str], list[str], dict[str, CollectionPlan]]:
+    """The collections a search over several keeps (`routing.routed`), their dense
+    candidates cut to `n`, and their plans; the other collections' hits are forgotten."""
+    kept = routed(store, names, hits, dense_ids, vector, store.settings.route_margin)
+    if len(kept) < len(names):
+        log.debug("search_routed", kept=kept, left_out=[m for m in names if m not in kept])
+        for doc_id in [d for d, hit in hits.items() if hit.collection not in kept]:
+            del hits[doc_id]
+    return (kept, [d for d in dense_ids if d in hits][:n],
+            {name: p for name, p in plans.items() if name in kept})
 
 
 def _exact(store: RetrievalStore, query: str, plans: Mapping[str, CollectionPlan],
@@ -420,7 +441,9 @@ def _search_once(store: RetrievalStore, text: str, k: int, user_filter: dict | N
         vector = store.embedder.embed([text[:MAX_QUERY_CHARS]])[0]
         # A hybrid page search labels candidates from BM25 and fetches only what it shows.
         dense_ids = _dense(store, names, vector, n, wheres, hits,
-                           ids_only=use_hybrid and group_by == "page")
+                           ids_only=use_hybrid and group_by == "page", each=len(names) > 1)
+        if len(names) > 1:  # several sites: those the query is about (hetriever.search.routing)
+            names, dense_ids, plans = _route(store, names, hits, dense_ids, vector, n, plans)
     except BackendConnectionError:
         if not use_hybrid:  # dense was asked for and its backend is down: say so
             raise

@@ -1,0 +1,105 @@
+"""Two small real sites in one store rank as one: a search naming no repository ranks a
+question as the search in its own site does.
+
+A handful of real pages of the Hugo and OpenTelemetry documentation (the shared corpora, v2),
+each set its own git repository, indexed by the real pipeline into one embedded Chroma + BM25
+store with the real MiniLM. Before routing (hetriever.search.routing) and corpus-wide idf,
+OpenTelemetry's "Submitting content" page, a keyword match for "weight" and "order", stood
+above Hugo's menu pages for a menu question, as the best BM25 match of its own collection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from pathlib import Path
+
+import pytest
+
+from hetriever.discover.repositories import Repository
+from hetriever.index.indexing import index_repository
+from hetriever.search.hybrid import hybrid_search
+from hetriever.search.knowledge_store import ChromaKnowledgeStore
+from hetriever.store.bm25.bm25_index import CorpusStats
+from tests.chroma_fixtures import store_settings
+from tests.helpers import commit_all, corpus_version, init_repo
+
+PAGES = {
+    "hugo-docs": ["content/en/content-management/menus.md",
+                  "content/en/content-management/multilingual.md",
+                  "content/en/content-management/urls.md",
+                  "content/en/methods/menu/ByWeight.md",
+                  "content/en/templates/menu.md"],
+    "opentelemetry-io": ["content/en/docs/contributing/pull-requests.md",
+                         "content/en/docs/concepts/resources/index.md",
+                         "content/en/docs/concepts/signals/metrics.md",
+                         "content/en/docs/concepts/instrumentation/zero-code/index.md"],
+}
+QUESTIONS = {  # question -> the site it is about
+    "how do I make a menu ordered by weight": "hugo-docs",
+    "how can I translate my site into another language": "hugo-docs",
+    "how to set the service name": "opentelemetry-io",
+    "how do I open a pull request to change the docs": "opentelemetry-io",
+}
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory, minilm_embedder):
+    tmp = tmp_path_factory.mktemp("sites")
+    store = ChromaKnowledgeStore(store_settings(tmp), embedder=minilm_embedder)
+    for name, pages in PAGES.items():
+        source = corpus_version(name, "v2")  # skips where the corpora are absent
+        repo = init_repo(tmp / name)
+        for page in pages:
+            (repo / page).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(source / page, repo / page)
+        commit_all(repo, name)
+        result = asyncio.run(index_repository(Repository(name=name, path=repo), store,
+                                              store.settings))
+        assert result.completed and not result.failed
+    yield store
+    store.close_sync()
+
+
+def _pages(store, query: str, namespaces=None) -> list[tuple[str, str]]:
+    got = hybrid_search(store, query, 5, namespaces=namespaces)
+    return [(m.metadata["repository"], m.metadata["file_path"]) for m in got.matches]
+
+
+@pytest.mark.parametrize("question", sorted(QUESTIONS))
+def test_no_repository_named_ranks_as_its_own_site(store, question):
+    site = QUESTIONS[question]
+    together = _pages(store, question)
+    alone = _pages(store, question, [site])
+    assert together[0][0] == site  # the first result is the site's the question is about
+    # and its pages come in the order its own search gives them, none of the other's between
+    assert [p for p in together if p[0] == site][:3] == alone[:3]
+    assert all(r == site for r, _ in together[:3])
+
+
+def test_every_site_is_searched_when_the_routing_margin_is_one(store):
+    wide = store.settings
+    store.settings = wide.model_copy(update={"route_margin": 1.0})
+    try:
+        sites = {r for r, _ in _pages(store, "how do I make a menu ordered by weight")}
+    finally:
+        store.settings = wide
+    assert sites == set(PAGES)  # without routing, the other site's keyword matches come in
+
+
+def test_idf_over_several_sites_is_one_scale(store):
+    query = "menu weight"
+    hugo, otel = store.search_bm25("hugo-docs"), store.search_bm25("opentelemetry-io")
+    both = CorpusStats.of([hugo, otel], query)
+    n_hugo, df_hugo = hugo.term_counts(query)
+    n_otel, df_otel = otel.term_counts(query)
+    assert both.documents == n_hugo + n_otel
+    assert both.frequencies["menu"] == df_hugo.get("menu", 0) + df_otel.get("menu", 0)
+    # One scale: the same term has the same idf in both sites' scores.
+    assert both.idf("menu") == pytest.approx(CorpusStats(n_hugo + n_otel, {
+        "menu": df_hugo["menu"] + df_otel.get("menu", 0)}).idf("menu"))
+    alone = dict(otel.search(query, 5))
+    shared = dict(otel.search(query, 5, corpus=both))
+    assert alone and shared and set(shared) <= set(otel.ids())
+    # "menu" is common in the Hugo site: over both sites it weighs less in OpenTelemetry's
+    assert max(shared.values()) < max(alone.values())
