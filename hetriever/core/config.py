@@ -205,8 +205,11 @@ class Settings(_Layered):
     # questions MRR@10 +0.03 (Hugo, 146) and +0.03 (OpenTelemetry, 30), look-ups within
     # -0.006 (sweep 0-1 in bench/README.md). 0 = off.
     link_prior_weight: float = 0.3
-    # A search over several sites keeps those whose mean dense similarity of their 5 nearest
-    # chunks is within this of the best site's (hetriever.search.routing); 1 = keep every site.
+    # A search over several sites keeps those whose relevance (the mean dense similarity of
+    # their 5 nearest chunks, plus 0.3 x the query's cosine to the site's mean vector) is
+    # within this of the best site's (hetriever.search.routing): 0 = the most relevant site
+    # only; mixing sites lost MRR@10 at every margin tried (sweep in bench/README.md,
+    # "Many sites"); 1 = keep every site.
     route_margin: float = 0.0
     group_by: str = "page"  # results: one per page (best passage) or "chunk"
     # Results' language: "" = each multilingual site's default language, or the one the
