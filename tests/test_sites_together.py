@@ -14,6 +14,7 @@ import asyncio
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from hetriever.discover.repositories import Repository
@@ -103,3 +104,29 @@ def test_idf_over_several_sites_is_one_scale(store):
     assert alone and shared and set(shared) <= set(otel.ids())
     # "menu" is common in the Hugo site: over both sites it weighs less in OpenTelemetry's
     assert max(shared.values()) < max(alone.values())
+
+
+def test_each_site_has_a_unit_mean_vector(store):
+    from hetriever.search.routing import centroid
+
+    for name in PAGES:
+        mean = centroid(store, name)
+        assert mean is not None and mean.shape == (384,)
+        assert abs(float(np.linalg.norm(mean)) - 1.0) < 1e-4
+    assert centroid(store, "hugo-docs") is centroid(store, "hugo-docs")  # read once
+
+
+def test_routing_keeps_the_sites_within_the_margin():
+    from hetriever.search.candidates import _Hit
+    from hetriever.search.routing import relevance, routed
+
+    hits = {f"a{i}": _Hit(f"a{i}", "site-a", dense_score=0.8 - i / 100) for i in range(6)}
+    hits.update({f"b{i}": _Hit(f"b{i}", "site-b", dense_score=0.79 - i / 100) for i in range(6)})
+    ids = sorted(hits, key=lambda d: -(hits[d].dense_score or 0))
+    scores = relevance(hits, ids, top=5)
+    assert scores["site-a"] == pytest.approx(0.78) and scores["site-b"] == pytest.approx(0.77)
+    names = ["site-a", "site-b", "site-c"]  # site-c: no dense candidate at all
+    assert routed(None, names, hits, ids, None, 0.0) == ["site-a"]
+    assert routed(None, names, hits, ids, None, 0.02) == ["site-a", "site-b"]
+    assert routed(None, names, hits, ids, None, 1.0) == names  # 1: every site
+    assert routed(None, names, hits, [], None, 0.0) == names  # no dense evidence: all

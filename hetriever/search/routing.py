@@ -88,14 +88,15 @@ def relevance(hits: Mapping[str, _Hit], dense_ids: Sequence[str], top: int = ROU
     return out
 
 
-def routed(store: RetrievalStore, names: Sequence[str], hits: Mapping[str, _Hit],
+def routed(store: RetrievalStore | None, names: Sequence[str], hits: Mapping[str, _Hit],
            dense_ids: Sequence[str] | None, vector: Any, margin: float) -> list[str]:
     """The collections of `names` a search keeps: those whose relevance is within `margin`
     of the best (all of them when there is one, or no dense evidence, or margin >= 1)."""
     if len(names) < 2 or not dense_ids or margin >= 1:
         return list(names)
-    scores = relevance(hits, dense_ids, ROUTE_TOP,
-                       {name: centroid(store, name) for name in names}, vector)
+    centroids = {name: centroid(store, name) for name in names} \
+        if store is not None and vector is not None else None
+    scores = relevance(hits, dense_ids, ROUTE_TOP, centroids, vector)
     if not scores:
         return list(names)
     best = max(scores.values())
