@@ -165,6 +165,37 @@ def sweep(store: Any, items: list[dict], margins: list[float], progress: Any) ->
     return out
 
 
+ROUTE_TOPS = (1, 3, 5, 8, 10)
+CENTROID_WEIGHTS = (0.0, 0.2, 0.3, 0.4, 0.5, 1.0)
+
+
+def route_grid(store: Any, items: list[dict]) -> list[dict]:
+    """How often routing (margin 0) keeps a site other than the question's, by the nearest
+    chunks it averages and the centroid's weight: tuning part / held-out third."""
+    from hetriever.search.candidates import _Hit
+    from hetriever.search.routing import centroid, relevance
+
+    names = store.repository_names()
+    centroids = {name: centroid(store, name) for name in names}
+    n = search.candidate_depth(K, "page")
+    seen = []
+    for item in items:
+        vector = store.embedder.embed([item["question"]])[0]
+        hits: dict[str, _Hit] = {}
+        ids = search._dense(store, names, vector, n, {m: None for m in names}, hits, each=True)
+        seen.append((item, hits, ids, vector))
+    out = []
+    for top in ROUTE_TOPS:
+        for weight in CENTROID_WEIGHTS:
+            wrong = {False: 0, True: 0}
+            for item, hits, ids, vector in seen:
+                scores = relevance(hits, ids, top, centroids, vector, weight)
+                wrong[held_out(item["id"])] += max(scores, key=scores.get) != item["corpus"]
+            out.append({"top": top, "centroid_weight": weight, "wrong_tuning": wrong[False],
+                        "wrong_held_out": wrong[True]})
+    return out
+
+
 def report(items: list[dict], runs: dict[str, list[list[str]]],
            scopes: tuple[str, ...] = SCOPES) -> dict:
     judged = judged_answers()
@@ -195,6 +226,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--margins", default="",
                         help="comma-separated route_margin values to sweep (no-repository "
                              "search only), e.g. 0,0.02,0.05,1")
+    parser.add_argument("--route-grid", action="store_true",
+                        help="also count wrong routings by nearest chunks and centroid weight")
     args = parser.parse_args(argv)
     configure_logging("ERROR")
 
@@ -207,10 +240,11 @@ def main(argv: list[str] | None = None) -> int:
         items = items[:args.limit]
     margins = [float(m) for m in args.margins.split(",") if m.strip()]
     swept = sweep(store, items, margins, progress) if margins else []
+    grid = route_grid(store, items) if args.route_grid else []
     runs = measure(store, items, progress)
     store.close_sync()
     result = {"sample_copies": SAMPLE_COPIES, "route_margin": store.settings.route_margin,
-              "sets": report(items, runs), "margin_sweep": swept}
+              "sets": report(items, runs), "margin_sweep": swept, "route_grid": grid}
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     (RESULTS_DIR / "bench_many_sites-latest.json").write_text(json.dumps(result, indent=2))
     (RESULTS_DIR / "bench_many_sites-runs.json").write_text(json.dumps(
@@ -227,6 +261,9 @@ def main(argv: list[str] | None = None) -> int:
                          r["judged"]["success@1"], r["judged"]["success@3"], r["foreign@1"]))
     print_table(("set", "n", "scope", "MRR labels", "s@1 labels", "MRR judged", "s@1 judged",
                  "s@3 judged", "foreign@1"), rows)
+    for cell in grid:
+        print(f"top {cell['top']}, centroid weight {cell['centroid_weight']}: wrong site "
+              f"{cell['wrong_tuning']} tuning / {cell['wrong_held_out']} held out")
     for cell in swept:
         print(f"route_margin {cell['route_margin']}: " + "; ".join(
             f"{key} MRR {v['mrr@10']:.3f} foreign@1 {v['foreign@1']:.3f}"

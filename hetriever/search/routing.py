@@ -69,9 +69,9 @@ def centroid(store: RetrievalStore, name: str) -> np.ndarray | None:
 
 def relevance(hits: Mapping[str, _Hit], dense_ids: Sequence[str], top: int = ROUTE_TOP,
               centroids: Mapping[str, np.ndarray | None] | None = None,
-              vector: Any = None) -> dict[str, float]:
+              vector: Any = None, centroid_weight: float = CENTROID_WEIGHT) -> dict[str, float]:
     """Collection -> mean dense similarity of its `top` nearest candidates (ids best first),
-    plus CENTROID_WEIGHT x the query vector's cosine to the collection's centroid."""
+    plus `centroid_weight` x the query vector's cosine to the collection's centroid."""
     seen: dict[str, list[float]] = {}
     for doc_id in dense_ids:
         hit = hits[doc_id]
@@ -84,7 +84,7 @@ def relevance(hits: Mapping[str, _Hit], dense_ids: Sequence[str], top: int = ROU
         for name in out:
             mean = centroids.get(name)
             if mean is not None:
-                out[name] += CENTROID_WEIGHT * float(query @ mean)
+                out[name] += centroid_weight * float(query @ mean)
     return out
 
 
