@@ -130,3 +130,12 @@ def test_routing_keeps_the_sites_within_the_margin():
     assert routed(None, names, hits, ids, None, 0.02) == ["site-a", "site-b"]
     assert routed(None, names, hits, ids, None, 1.0) == names  # 1: every site
     assert routed(None, names, hits, [], None, 0.0) == names  # no dense evidence: all
+
+
+def test_the_other_site_fills_up_a_search_its_own_site_cannot(store):
+    got = hybrid_search(store, "how do I make a menu ordered by weight", 20)
+    sites = [m.metadata["repository"] for m in got.matches]
+    assert sites[:len(PAGES["hugo-docs"])] == ["hugo-docs"] * len(PAGES["hugo-docs"])
+    assert "opentelemetry-io" in sites  # after every Hugo page, not instead of none
+    pages = [(m.metadata["repository"], m.metadata["file_path"]) for m in got.matches]
+    assert len(pages) == len(set(pages))

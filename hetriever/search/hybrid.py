@@ -225,6 +225,20 @@ def _route(store: RetrievalStore, names: list[str], hits: dict[str, _Hit],
             {name: p for name, p in plans.items() if name in kept})
 
 
+def _filling(store: RetrievalStore, text: str, k: int, shown: list[SearchResult],
+             user_filter: dict | None, levels: frozenset[str], names: list[str],
+             use_hybrid: bool, group_by: str, started: float,
+             wanted_lang: str) -> list[SearchResult]:
+    """Up to `k` results of the sites routing left out, after a search's own (which had fewer
+    than asked for): searched as a search of their own, without the ones already shown."""
+    more = _search_once(store, text, k + len(shown), user_filter, levels, names, use_hybrid,
+                        False, group_by, started, wanted_lang)
+    seen = {r.doc_id for r in shown} | {page_key(r.metadata, str(r.metadata.get("repository")))
+                                        for r in shown}
+    return [r for r in more.matches if r.doc_id not in seen and page_key(
+        r.metadata, str(r.metadata.get("repository"))) not in seen][:k]
+
+
 def _exact(store: RetrievalStore, query: str, plans: Mapping[str, CollectionPlan],
            levels: frozenset[str], user_filter: dict | None,
            wanted_lang: str = "") -> SearchResult | None:
@@ -435,6 +449,7 @@ def _search_once(store: RetrievalStore, text: str, k: int, user_filter: dict | N
         settings = settings.model_copy(update={"dense_weight": weight})
     n = candidate_depth(k, group_by)
     hits: dict[str, _Hit] = {}
+    left_out: list[str] = []  # sites the query is not about (routing): they only fill up
     dense_ids: list[str] | None = None
     bm25_ids: list[str] | None = None
     try:
@@ -443,7 +458,9 @@ def _search_once(store: RetrievalStore, text: str, k: int, user_filter: dict | N
         dense_ids = _dense(store, names, vector, n, wheres, hits,
                            ids_only=use_hybrid and group_by == "page", each=len(names) > 1)
         if len(names) > 1:  # several sites: those the query is about (hetriever.search.routing)
+            routed_from = names
             names, dense_ids, plans = _route(store, names, hits, dense_ids, vector, n, plans)
+            left_out = [name for name in routed_from if name not in names]
     except BackendConnectionError:
         if not use_hybrid:  # dense was asked for and its backend is down: say so
             raise
@@ -483,6 +500,9 @@ def _search_once(store: RetrievalStore, text: str, k: int, user_filter: dict | N
     else:
         results = _chunk_results(scored, exact_hit)
     results = results[:k]
+    if left_out and len(results) < k:  # too few: the other sites' results follow
+        results += _filling(store, text, k - len(results), results, user_filter, levels,
+                            left_out, use_hybrid, group_by, started, wanted_lang)
     _add_translations(store, plans, results)
     counts = {"dense": len(rankings["dense"]), "bm25": len(rankings["bm25"]),
               "merged": len(set(rankings["dense"]) | set(rankings["bm25"]))}

@@ -14,7 +14,8 @@ out; the others' candidates are merged (dense by similarity; BM25 with idf over 
 sites together, `CorpusStats`), as if they were one site.
 
 A query plainly about one site is thus searched as in that site alone; one that two sites
-answer alike keeps both. Without dense candidates (dense failed, or hybrid off with nothing
+answer alike keeps both. The sites left out only fill up a search the kept ones cannot
+(fewer results than asked for: `hybrid._filling`), after every result of theirs. Without dense candidates (dense failed, or hybrid off with nothing
 found) nothing is left out.
 """
 
