@@ -74,7 +74,7 @@ class CorpusStats:
 
     @classmethod
     def of(cls, indexes: Iterable[BM25Index], query: str) -> CorpusStats:
-        documents, frequencies = 0, {}
+        documents, frequencies = 0, dict[str, int]()
         for index in indexes:
             n, counts = index.term_counts(query)
             documents += n
