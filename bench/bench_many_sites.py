@@ -15,8 +15,8 @@ Every question of the Hugo and OpenTelemetry sets (tuning part and held-out thir
 - both: over the two real sites (`namespaces=["hugo-docs", "opentelemetry-io"]`);
 - all: with no repository named (all twelve).
 Reported per corpus and part: MRR@10, success@1 and success@3 on labels alone and on labels
-plus pooled judgments (`judged.py`), and the share of questions whose first result is
-another site's page ("foreign@1").
+plus pooled judgments (`judged.py`), the share of questions whose first result is
+another site's page ("foreign@1"), and each scope's search time (p50 / p95, ms).
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from common import (  # noqa: E402
     load_sample_chunks,
     make_embedder,
     make_store,
+    percentile,
     print_table,
     write_windows,
 )
@@ -128,8 +129,14 @@ def build_store(progress: Any) -> tuple[Any, dict[str, CorpusChunks]]:
     return store, corpora
 
 
-def ranked_pages(store: Any, query: str, namespaces: list[str] | None) -> list[str]:
+TIMES: dict[str, list[float]] = {}  # scope -> ms per search
+
+
+def ranked_pages(store: Any, query: str, namespaces: list[str] | None,
+                 scope: str = "") -> list[str]:
+    began = time.perf_counter()
     got = search.hybrid_search(store, query, K, namespaces=namespaces)
+    TIMES.setdefault(scope, []).append((time.perf_counter() - began) * 1000.0)
     return list(dict.fromkeys(f"{m.metadata.get('repository')}:{m.metadata.get('file_path')}"
                               for m in got.matches))[:K]
 
@@ -141,7 +148,7 @@ def measure(store: Any, items: list[dict], progress: Any,
     for i, item in enumerate(items):
         for scope in scopes_run:
             ns = [item["corpus"]] if scope == "own" else scopes[scope]
-            runs[scope].append(ranked_pages(store, item["question"], ns))
+            runs[scope].append(ranked_pages(store, item["question"], ns, scope))
         if i % 100 == 99:
             progress(f"  {i + 1}/{len(items)} questions")
     return runs
@@ -241,10 +248,14 @@ def main(argv: list[str] | None = None) -> int:
     margins = [float(m) for m in args.margins.split(",") if m.strip()]
     swept = sweep(store, items, margins, progress) if margins else []
     grid = route_grid(store, items) if args.route_grid else []
+    TIMES.clear()
     runs = measure(store, items, progress)
+    ms = {scope: {"p50": round(percentile(TIMES[scope], 50), 1),
+                  "p95": round(percentile(TIMES[scope], 95), 1)} for scope in SCOPES}
     store.close_sync()
     result = {"sample_copies": SAMPLE_COPIES, "route_margin": store.settings.route_margin,
-              "sets": report(items, runs), "margin_sweep": swept, "route_grid": grid}
+              "sets": report(items, runs), "margin_sweep": swept, "route_grid": grid,
+              "ms": ms}
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     (RESULTS_DIR / "bench_many_sites-latest.json").write_text(json.dumps(result, indent=2))
     (RESULTS_DIR / "bench_many_sites-runs.json").write_text(json.dumps(
@@ -261,6 +272,8 @@ def main(argv: list[str] | None = None) -> int:
                          r["judged"]["success@1"], r["judged"]["success@3"], r["foreign@1"]))
     print_table(("set", "n", "scope", "MRR labels", "s@1 labels", "MRR judged", "s@1 judged",
                  "s@3 judged", "foreign@1"), rows)
+    print("search ms p50 / p95: " + ", ".join(f"{scope} {v['p50']} / {v['p95']}"
+                                              for scope, v in ms.items()))
     for cell in grid:
         print(f"top {cell['top']}, centroid weight {cell['centroid_weight']}: wrong site "
               f"{cell['wrong_tuning']} tuning / {cell['wrong_held_out']} held out")

@@ -3,7 +3,7 @@ question as the search in its own site does.
 
 A handful of real pages of the Hugo and OpenTelemetry documentation (the shared corpora, v2),
 each set its own git repository, indexed by the real pipeline into one embedded Chroma + BM25
-store with the real MiniLM. Before routing (hetriever.search.routing) and corpus-wide idf,
+store (embedded, and over `chroma run`) with the real MiniLM. Before routing (hetriever.search.routing) and corpus-wide idf,
 OpenTelemetry's "Submitting content" page, a keyword match for "weight" and "order", stood
 above Hugo's menu pages for a menu question, as the best BM25 match of its own collection.
 """
@@ -22,7 +22,7 @@ from hetriever.index.indexing import index_repository
 from hetriever.search.hybrid import hybrid_search
 from hetriever.search.knowledge_store import ChromaKnowledgeStore
 from hetriever.store.bm25.bm25_index import CorpusStats
-from tests.chroma_fixtures import store_settings
+from tests.chroma_fixtures import server_database_client, store_settings
 from tests.helpers import commit_all, corpus_version, init_repo
 
 PAGES = {
@@ -44,10 +44,14 @@ QUESTIONS = {  # question -> the site it is about
 }
 
 
-@pytest.fixture(scope="module")
-def store(tmp_path_factory, minilm_embedder):
+@pytest.fixture(scope="module",
+                params=["embedded", pytest.param("server", marks=pytest.mark.server)])
+def store(request, tmp_path_factory, minilm_embedder):
     tmp = tmp_path_factory.mktemp("sites")
-    store = ChromaKnowledgeStore(store_settings(tmp), embedder=minilm_embedder)
+    server = request.getfixturevalue("chroma_server") if request.param == "server" else None
+    client = server_database_client(server, "sites-together") if server else None
+    store = ChromaKnowledgeStore(store_settings(tmp, server), embedder=minilm_embedder,
+                                 client=client)
     for name, pages in PAGES.items():
         source = corpus_version(name, "v2")  # skips where the corpora are absent
         repo = init_repo(tmp / name)
