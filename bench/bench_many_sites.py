@@ -76,14 +76,14 @@ class ReusingEmbedder:
             self.known[text] = np.asarray(vector, dtype=np.float32)
 
     def embed(self, texts: Any) -> np.ndarray:
+        """Known texts from the other stores; any other (a query) embedded every time, so a
+        search costs what it costs."""
         missing = [t for t in texts if t not in self.known]
-        if missing:
-            for t, v in zip(missing, self.inner.embed(missing)):
-                self.known[t] = v
+        fresh = dict(zip(missing, self.inner.embed(missing))) if missing else {}
         self.calls += 1
         self.texts_embedded += len(texts)
-        return np.stack([self.known[t] for t in texts]) if texts else \
-            np.zeros((0, self.dimensions), dtype=np.float32)
+        return np.stack([self.known[t] if t in self.known else fresh[t] for t in texts]) \
+            if texts else np.zeros((0, self.dimensions), dtype=np.float32)
 
 
 def write_corpus(store: Any, corpus: CorpusChunks) -> None:
