@@ -174,13 +174,16 @@ def sweep(store: Any, items: list[dict], margins: list[float], progress: Any) ->
 
 ROUTE_TOPS = (1, 3, 5, 8, 10)
 CENTROID_WEIGHTS = (0.0, 0.2, 0.3, 0.4, 0.5, 1.0)
+VETO_GAPS = (0.0, 0.03, 0.05, 0.07, 0.1)  # 0: no veto
+VETO_SHARES = (0.3, 0.4, 0.5, 0.6)
 
 
 def route_grid(store: Any, items: list[dict]) -> list[dict]:
     """How often routing (margin 0) keeps a site other than the question's, by the nearest
     chunks it averages and the centroid's weight: tuning part / held-out third."""
     from hetriever.search.candidates import _Hit
-    from hetriever.search.routing import centroid, relevance
+    from hetriever.search.hybrid import _best_keyword_scores
+    from hetriever.search.routing import centroid, keyword_veto, relevance
 
     names = store.repository_names()
     centroids = {name: centroid(store, name) for name in names}
@@ -191,7 +194,18 @@ def route_grid(store: Any, items: list[dict]) -> list[dict]:
         hits: dict[str, _Hit] = {}
         ids = search._dense(store, names, vector, n, {m: None for m in names}, hits, each=True)
         seen.append((item, hits, ids, vector))
+    keywords = [_best_keyword_scores(store, item["question"], names, {m: None for m in names})
+                for item, _, _, _ in seen]
     out = []
+    for gap in VETO_GAPS:  # the keyword veto at 5 chunks, weight 0.3
+        for share in VETO_SHARES:
+            wrong = {False: 0, True: 0}
+            for (item, hits, ids, vector), words in zip(seen, keywords):
+                scores = keyword_veto(relevance(hits, ids, 5, centroids, vector, 0.3), words,
+                                      gap, share)
+                wrong[held_out(item["id"])] += max(scores, key=scores.get) != item["corpus"]
+            out.append({"veto_gap": gap, "veto_share": share, "wrong_tuning": wrong[False],
+                        "wrong_held_out": wrong[True]})
     for top in ROUTE_TOPS:
         for weight in CENTROID_WEIGHTS:
             wrong = {False: 0, True: 0}
@@ -275,8 +289,10 @@ def main(argv: list[str] | None = None) -> int:
     print("search ms p50 / p95: " + ", ".join(f"{scope} {v['p50']} / {v['p95']}"
                                               for scope, v in ms.items()))
     for cell in grid:
-        print(f"top {cell['top']}, centroid weight {cell['centroid_weight']}: wrong site "
-              f"{cell['wrong_tuning']} tuning / {cell['wrong_held_out']} held out")
+        what = (f"veto gap {cell['veto_gap']}, share {cell['veto_share']}" if "veto_gap" in cell
+                else f"top {cell['top']}, centroid weight {cell['centroid_weight']}")
+        print(f"{what}: wrong site {cell['wrong_tuning']} tuning / {cell['wrong_held_out']} "
+              f"held out")
     for cell in swept:
         print(f"route_margin {cell['route_margin']}: " + "; ".join(
             f"{key} MRR {v['mrr@10']:.3f} foreign@1 {v['foreign@1']:.3f}"

@@ -143,3 +143,18 @@ def test_the_other_site_fills_up_a_search_its_own_site_cannot(store):
     assert "opentelemetry-io" in sites  # after every Hugo page, not instead of none
     pages = [(m.metadata["repository"], m.metadata["file_path"]) for m in got.matches]
     assert len(pages) == len(set(pages))
+
+
+def test_a_near_site_with_far_more_of_the_words_takes_the_lead():
+    from hetriever.search.routing import keyword_veto
+
+    scores = {"hugo-docs": 0.70, "opentelemetry-io": 0.74}
+    # dense's lead is within the gap, and the leader has under half the rival's best BM25
+    assert max(keyword_veto(scores, {"hugo-docs": 45.0, "opentelemetry-io": 10.0}).items(),
+               key=lambda kv: kv[1])[0] == "hugo-docs"
+    # the same words: dense decides
+    assert keyword_veto(scores, {"hugo-docs": 20.0, "opentelemetry-io": 18.0}) == scores
+    # too far behind by dense: no veto, whatever the words
+    far = {"hugo-docs": 0.60, "opentelemetry-io": 0.74}
+    assert keyword_veto(far, {"hugo-docs": 45.0, "opentelemetry-io": 10.0}) == far
+    assert keyword_veto(scores, {}) == scores

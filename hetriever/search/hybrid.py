@@ -211,18 +211,35 @@ def _bm25(store: RetrievalStore, names: list[str], query: str, n: int,
     return [doc_id for _, doc_id in found[:n]]
 
 
-def _route(store: RetrievalStore, names: list[str], hits: dict[str, _Hit],
-           dense_ids: list[str], vector: Any, n: int, plans: dict[str, CollectionPlan]
+def _route(store: RetrievalStore, text: str, names: list[str], hits: dict[str, _Hit],
+           dense_ids: list[str], vector: Any, n: int, plans: dict[str, CollectionPlan],
+           wheres: Mapping[str, dict | None]
            ) -> tuple[list[str], list[str], dict[str, CollectionPlan]]:
     """The collections a search over several keeps (`routing.routed`), their dense
     candidates cut to `n`, and their plans; the other collections' hits are forgotten."""
-    kept = routed(store, names, hits, dense_ids, vector, store.settings.route_margin)
+    margin = store.settings.route_margin
+    keywords = _best_keyword_scores(store, text, names, wheres) if margin < 1 else {}
+    kept = routed(store, names, hits, dense_ids, vector, margin, keywords)
     if len(kept) < len(names):
         log.debug("search_routed", kept=kept, left_out=[m for m in names if m not in kept])
         for doc_id in [d for d, hit in hits.items() if hit.collection not in kept]:
             del hits[doc_id]
     return (kept, [d for d in dense_ids if d in hits][:n],
             {name: p for name, p in plans.items() if name in kept})
+
+
+def _best_keyword_scores(store: RetrievalStore, text: str, names: list[str],
+                         wheres: Mapping[str, dict | None]) -> dict[str, float]:
+    """Each site's best raw BM25 score for `text`, idf over all of them ({} if BM25 fails:
+    routing then goes by dense alone)."""
+    try:
+        indexes = {name: store.search_bm25(name) for name in names}
+        corpus = CorpusStats.of(indexes.values(), text)
+        return {name: max((s for _, s in index.search(text, 1, wheres[name], corpus=corpus)),
+                          default=0.0) for name, index in indexes.items()}
+    except Exception as exc:  # routing's keyword evidence is an extra
+        log.warning("route_keywords_failed", error=f"{type(exc).__name__}: {exc}")
+        return {}
 
 
 def _filling(store: RetrievalStore, text: str, k: int, shown: list[SearchResult],
@@ -459,7 +476,8 @@ def _search_once(store: RetrievalStore, text: str, k: int, user_filter: dict | N
                            ids_only=use_hybrid and group_by == "page", each=len(names) > 1)
         if len(names) > 1:  # several sites: those the query is about (hetriever.search.routing)
             routed_from = names
-            names, dense_ids, plans = _route(store, names, hits, dense_ids, vector, n, plans)
+            names, dense_ids, plans = _route(store, text, names, hits, dense_ids, vector, n,
+                                             plans, wheres)
             left_out = [name for name in routed_from if name not in names]
     except BackendConnectionError:
         if not use_hybrid:  # dense was asked for and its backend is down: say so

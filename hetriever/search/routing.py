@@ -8,7 +8,9 @@ several collections first asks each for its own dense candidates, and gives each
 a relevance: the mean similarity of its `ROUTE_TOP` nearest chunks (a site with many pages
 near the question beats one page of a small site that happens to share its words), plus a
 little of the query's cosine to the site's mean vector (what the site as a whole is about:
-a question about a blog's theme is Hugo's even when an OpenTelemetry blog post is near). A
+a question about a blog's theme is Hugo's even when an OpenTelemetry blog post is near); a
+near site with far more of the query's words (its best BM25 score, idf over all the sites)
+takes the lead (`keyword_veto`). A
 collection whose relevance is more than `settings.route_margin` below the best one's is left
 out; the others' candidates are merged (dense by similarity; BM25 with idf over the kept
 sites together, `CorpusStats`), as if they were one site.
@@ -35,6 +37,9 @@ log = get_logger("hetriever.search")
 ROUTE_TOP = 5  # nearest chunks a collection's relevance averages (swept in bench/README.md)
 CENTROID_WEIGHT = 0.3  # weight of the query's cosine to the site's mean vector (swept too)
 CENTROID_BATCH = 5000  # vectors read from Chroma at a time for a site's mean
+# A site within VETO_GAP of the most relevant one whose best BM25 score the most relevant
+# does not reach VETO_SHARE of is kept instead (`keyword_veto`; swept in bench/README.md).
+VETO_GAP, VETO_SHARE = 0.07, 0.5
 _CENTROIDS: dict[tuple[str, int], np.ndarray | None] = {}
 _CENTROIDS_MAX = 256
 
@@ -89,10 +94,29 @@ def relevance(hits: Mapping[str, _Hit], dense_ids: Sequence[str], top: int = ROU
     return out
 
 
+def keyword_veto(scores: Mapping[str, float], keywords: Mapping[str, float],
+                 gap: float = VETO_GAP, share: float = VETO_SHARE) -> dict[str, float]:
+    """`scores` with the most relevant site giving way to a near one (within `gap`) whose
+    best BM25 match (idf over all the sites) it does not reach `share` of: dense finds
+    OpenTelemetry's telemetry pages near a question about Google Analytics, while only Hugo
+    has the words."""
+    if not scores or not keywords:
+        return dict(scores)
+    top = max(scores, key=lambda name: (scores[name], name))
+    rivals = [name for name in scores if name != top and scores[top] - scores[name] < gap
+              and keywords.get(top, 0.0) < share * keywords.get(name, 0.0)]
+    if not rivals:
+        return dict(scores)
+    winner = max(rivals, key=lambda name: (keywords.get(name, 0.0), name))
+    return {**scores, winner: scores[top] + 1e-9}
+
+
 def routed(store: RetrievalStore | None, names: Sequence[str], hits: Mapping[str, _Hit],
-           dense_ids: Sequence[str] | None, vector: Any, margin: float) -> list[str]:
+           dense_ids: Sequence[str] | None, vector: Any, margin: float,
+           keywords: Mapping[str, float] | None = None) -> list[str]:
     """The collections of `names` a search keeps: those whose relevance is within `margin`
-    of the best (all of them when there is one, or no dense evidence, or margin >= 1)."""
+    of the best (all of them when there is one, or no dense evidence, or margin >= 1), after
+    `keyword_veto` by each site's best BM25 score (`keywords`, when given)."""
     if len(names) < 2 or not dense_ids or margin >= 1:
         return list(names)
     centroids = {name: centroid(store, name) for name in names} \
@@ -100,5 +124,6 @@ def routed(store: RetrievalStore | None, names: Sequence[str], hits: Mapping[str
     scores = relevance(hits, dense_ids, ROUTE_TOP, centroids, vector)
     if not scores:
         return list(names)
+    scores = keyword_veto(scores, keywords or {})
     best = max(scores.values())
     return [name for name in names if scores.get(name, -1.0) >= best - margin]
