@@ -207,9 +207,10 @@ class Settings(_Layered):
     link_prior_weight: float = 0.3
     # A search over several sites keeps those whose relevance (the mean dense similarity of
     # their 5 nearest chunks, plus 0.3 x the query's cosine to the site's mean vector) is
-    # within this of the best site's (hetriever.search.routing): 0 = the most relevant site
-    # only; mixing sites lost MRR@10 at every margin tried (sweep in bench/README.md,
-    # "Many sites"); 1 = keep every site.
+    # within this of the best site's, after a near site with far more of the query's words
+    # took the lead (hetriever.search.routing): 0 = the most relevant site only; mixing sites
+    # lost MRR@10 at every margin tried (sweep in bench/README.md, "Many sites"); 1 = keep
+    # every site. The sites left out only fill up a search the kept ones cannot.
     route_margin: float = 0.0
     group_by: str = "page"  # results: one per page (best passage) or "chunk"
     # Results' language: "" = each multilingual site's default language, or the one the
