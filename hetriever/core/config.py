@@ -232,6 +232,13 @@ class Settings(_Layered):
     # questions MRR@10 +0.03 (Hugo, 146) and +0.03 (OpenTelemetry, 30), look-ups within
     # -0.006 (sweep 0-1 in bench/README.md). 0 = off.
     link_prior_weight: float = 0.3
+    # A search over several sites keeps those whose relevance (the mean dense similarity of
+    # their 5 nearest chunks, plus 0.3 x the query's cosine to the site's mean vector) is
+    # within this of the best site's, after a near site with far more of the query's words
+    # took the lead (hetriever.search.routing): 0 = the most relevant site only; mixing sites
+    # lost MRR@10 at every margin tried (sweep in bench/README.md, "Many sites"); 1 = keep
+    # every site. The sites left out only fill up a search the kept ones cannot.
+    route_margin: float = 0.0
     group_by: str = "page"  # results: one per page (best passage) or "chunk"
     # Results' language: "" = each multilingual site's default language, or the one the
     # query is written in (single-language sites are not filtered), a code ("ja"), or "all".
@@ -504,6 +511,8 @@ def validate(settings: Settings) -> Settings:
         raise bad("bm25_phrase_weight", "must be 0 (off) or more")
     if not 0 <= settings.link_prior_weight <= 10:
         raise bad("link_prior_weight", "must be between 0 (off) and 10")
+    if not 0 <= settings.route_margin <= 1:
+        raise bad("route_margin", "must be between 0 (only the nearest site) and 1 (every site)")
     if settings.fusion not in {"score", "rrf"}:
         raise bad("fusion", "must be score or rrf")
     if settings.short_query_terms < 0:

@@ -31,8 +31,9 @@ def similarity(distance: float, space: str = "cosine") -> float:
 
 def _dense(store: RetrievalStore, names: list[str], vector: Any, n: int,
            wheres: Mapping[str, dict | None], hits: dict[str, _Hit], *,
-           ids_only: bool = False) -> list[str]:
-    """The `n` nearest chunks over `names`, recorded in `hits` with their similarity.
+           ids_only: bool = False, each: bool = False) -> list[str]:
+    """The `n` nearest chunks over `names`, recorded in `hits` with their similarity; with
+    `each`, every collection's `n` nearest, best first (for `routing`, which cuts them).
 
     `ids_only`: an unfiltered kNN asks Chroma for ids and distances alone, leaving text and
     metadata to be fetched for the chunks a page search shows (`results._Checker`, which
@@ -62,7 +63,7 @@ def _dense(store: RetrievalStore, names: list[str], vector: Any, n: int,
             hit.dense_score = similarity(float(dist), store.settings.hnsw_space)
             found.append((hit.dense_score, doc_id))
     found.sort(key=lambda t: (-t[0], t[1]))
-    return [doc_id for _, doc_id in found[:n]]
+    return [doc_id for _, doc_id in (found if each else found[:n])]
 
 
 OVERFETCH = 4  # unfiltered candidates per wanted one before falling back to a `where` query

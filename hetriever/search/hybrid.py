@@ -102,6 +102,8 @@ from hetriever.core.models import RetrievalResult, SearchResult
 from hetriever.search.facets import page_facets
 from hetriever.search.published import preference, recorded_base_urls
 from hetriever.search.query_language import query_language
+from hetriever.search.routing import routed
+from hetriever.store.bm25.bm25_index import CorpusStats
 from hetriever.chunk.sections import ANCHORS_KEY, anchored_sections
 from hetriever.store.store_types import RetrievalStore
 
@@ -194,15 +196,86 @@ def plan_collections(store: RetrievalStore, names: list[str]) -> dict[str, Colle
 def _bm25(store: RetrievalStore, names: list[str], query: str, n: int,
           wheres: Mapping[str, dict | None], hits: dict[str, _Hit]) -> list[str]:
     found: list[tuple[float, str]] = []
+    # Several sites: idf over all of them, so that their raw scores share one scale.
+    corpus = CorpusStats.of([store.search_bm25(name) for name in names], query) \
+        if len(names) > 1 else None
     for name in names:
         where = wheres[name]
-        for doc_id, raw in store.search_bm25(name).search(query, n, where):
+        index = store.search_bm25(name)
+        got = index.search(query, n, where) if corpus is None else \
+            index.search(query, n, where, corpus=corpus)
+        for doc_id, raw in got:
             hit = hits.setdefault(doc_id, _Hit(doc_id, name))
             hit.bm25_raw = float(raw)
             found.append((hit.bm25_raw, doc_id))
-    # Raw BM25 of different collections share a scale well enough to interleave.
     found.sort(key=lambda t: (-t[0], t[1]))
     return [doc_id for _, doc_id in found[:n]]
+
+
+def _route(store: RetrievalStore, text: str, names: list[str], hits: dict[str, _Hit],
+           dense_ids: list[str], vector: Any, n: int, plans: dict[str, CollectionPlan],
+           wheres: Mapping[str, dict | None]
+           ) -> tuple[list[str], list[str], dict[str, CollectionPlan], dict[str, _Hit]]:
+    """The collections a search over several keeps (`routing.routed`), their dense
+    candidates cut to `n`, and their plans; the other collections' hits are set aside (taken
+    out of `hits` and returned: they rank nothing, and only the facets count them)."""
+    margin = store.settings.route_margin
+    keywords = _best_keyword_scores(store, text, names, wheres) if margin < 1 else {}
+    kept = routed(store, names, hits, dense_ids, vector, margin, keywords)
+    aside: dict[str, _Hit] = {}
+    if len(kept) < len(names):
+        log.debug("search_routed", kept=kept, left_out=[m for m in names if m not in kept])
+        for doc_id in [d for d, hit in hits.items() if hit.collection not in kept]:
+            aside[doc_id] = hits.pop(doc_id)
+    return (kept, [d for d in dense_ids if d in hits][:n],
+            {name: p for name, p in plans.items() if name in kept}, aside)
+
+
+def _labelled(store: RetrievalStore, aside: dict[str, _Hit]) -> dict[str, _Hit]:
+    """The hits routing set aside, each with its page from BM25's copy of its metadata (no
+    Chroma read), so the facets say how many candidate pages the other sites had; a hit BM25
+    cannot tell is left out of the count."""
+    by_collection: dict[str, list[str]] = {}
+    for doc_id, hit in aside.items():
+        if hit.metadata is None and hit.label is None:
+            by_collection.setdefault(hit.collection, []).append(doc_id)
+    for name, ids in by_collection.items():
+        try:
+            known = store.search_bm25(name).metadata_of(ids)
+        except Exception as exc:  # facets are an extra: the count just leaves them out
+            log.debug("facet_labels_failed", collection=name, error=str(exc))
+            known = {}
+        for doc_id in ids:
+            aside[doc_id].label = known.get(doc_id)
+    return aside
+
+
+def _best_keyword_scores(store: RetrievalStore, text: str, names: list[str],
+                         wheres: Mapping[str, dict | None]) -> dict[str, float]:
+    """Each site's best raw BM25 score for `text`, idf over all of them ({} if BM25 fails:
+    routing then goes by dense alone)."""
+    try:
+        indexes = {name: store.search_bm25(name) for name in names}
+        corpus = CorpusStats.of(indexes.values(), text)
+        return {name: max((s for _, s in index.search(text, 1, wheres[name], corpus=corpus)),
+                          default=0.0) for name, index in indexes.items()}
+    except Exception as exc:  # routing's keyword evidence is an extra
+        log.warning("route_keywords_failed", error=f"{type(exc).__name__}: {exc}")
+        return {}
+
+
+def _filling(store: RetrievalStore, text: str, k: int, shown: list[SearchResult],
+             user_filter: dict | None, levels: frozenset[str], names: list[str],
+             use_hybrid: bool, group_by: str, started: float,
+             wanted_lang: str) -> list[SearchResult]:
+    """Up to `k` results of the sites routing left out, after a search's own (which had fewer
+    than asked for): searched as a search of their own, without the ones already shown."""
+    more = _search_once(store, text, k + len(shown), user_filter, levels, names, use_hybrid,
+                        False, group_by, started, wanted_lang)
+    seen = {r.doc_id for r in shown} | {page_key(r.metadata, str(r.metadata.get("repository")))
+                                        for r in shown}
+    return [r for r in more.matches if r.doc_id not in seen and page_key(
+        r.metadata, str(r.metadata.get("repository"))) not in seen][:k]
 
 
 def _exact(store: RetrievalStore, query: str, plans: Mapping[str, CollectionPlan],
@@ -415,13 +488,21 @@ def _search_once(store: RetrievalStore, text: str, k: int, user_filter: dict | N
         settings = settings.model_copy(update={"dense_weight": weight})
     n = candidate_depth(k, group_by)
     hits: dict[str, _Hit] = {}
+    left_out: list[str] = []  # sites the query is not about (routing): they only fill up
+    aside: dict[str, _Hit] = {}  # their candidates, counted by the facets alone
+    all_plans = plans
     dense_ids: list[str] | None = None
     bm25_ids: list[str] | None = None
     try:
         vector = store.embedder.embed([text[:MAX_QUERY_CHARS]])[0]
         # A hybrid page search labels candidates from BM25 and fetches only what it shows.
         dense_ids = _dense(store, names, vector, n, wheres, hits,
-                           ids_only=use_hybrid and group_by == "page")
+                           ids_only=use_hybrid and group_by == "page", each=len(names) > 1)
+        if len(names) > 1:  # several sites: those the query is about (hetriever.search.routing)
+            routed_from = names
+            names, dense_ids, plans, aside = _route(store, text, names, hits, dense_ids,
+                                                    vector, n, plans, wheres)
+            left_out = [name for name in routed_from if name not in names]
     except BackendConnectionError:
         if not use_hybrid:  # dense was asked for and its backend is down: say so
             raise
@@ -461,12 +542,17 @@ def _search_once(store: RetrievalStore, text: str, k: int, user_filter: dict | N
     else:
         results = _chunk_results(scored, exact_hit)
     results = results[:k]
+    if left_out and len(results) < k:  # too few: the other sites' results follow
+        results += _filling(store, text, k - len(results), results, user_filter, levels,
+                            left_out, use_hybrid, group_by, started, wanted_lang)
     _add_translations(store, plans, results)
     counts = {"dense": len(rankings["dense"]), "bm25": len(rankings["bm25"]),
               "merged": len(set(rankings["dense"]) | set(rankings["bm25"]))}
     out = done(results, mode, counts)
-    out.facets = page_facets(hits, rankings["dense"] + rankings["bm25"], check.dropped, plans,
-                             levels, settings.content_dir, [exact_hit] if exact_hit else [])
+    aside = _labelled(store, aside) if aside else aside
+    out.facets = page_facets({**aside, **hits}, [*rankings["dense"], *rankings["bm25"], *aside],
+                             check.dropped, all_plans, levels, settings.content_dir,
+                             [exact_hit] if exact_hit else [])
     log.info("search_done", mode=mode, group_by=group_by, dense=counts["dense"],
              bm25=counts["bm25"], merged=counts["merged"], results=len(results),
              collections=len(names), exact=exact_hit is not None,

@@ -21,6 +21,7 @@ pairs in a candidate's headings (`hetriever.store.bm25.phrases`); terms come fro
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 import threading
 from contextlib import contextmanager
@@ -60,6 +61,33 @@ from hetriever.core.sqlite_files import connect, in_batches, read_meta
 log = get_logger(__name__)
 
 # --- persistent index --------------------------------------------------------------
+
+
+class CorpusStats:
+    """Document counts of a query's terms summed over several BM25 indexes (sites searched
+    together), and the Okapi idf they give: each site's own idf puts its best keyword match
+    at the top of its own scale, so raw scores of sites with different vocabularies do not
+    compare (a word rare in one site and common in another)."""
+
+    def __init__(self, documents: int, frequencies: Mapping[str, int]) -> None:
+        self.documents, self.frequencies = documents, dict(frequencies)
+
+    @classmethod
+    def of(cls, indexes: Iterable[BM25Index], query: str) -> CorpusStats:
+        documents, frequencies = 0, dict[str, int]()
+        for index in indexes:
+            n, counts = index.term_counts(query)
+            documents += n
+            for term, df in counts.items():
+                frequencies[term] = frequencies.get(term, 0) + df
+        return cls(documents, frequencies)
+
+    def idf(self, term: str) -> float:
+        df = self.frequencies.get(term, 0)
+        if not df:
+            return 0.0
+        return math.log(1.0 + (self.documents - df + 0.5) / (df + 0.5))
+
 
 
 class BM25Index:
@@ -368,8 +396,12 @@ class BM25Index:
             self._check_open()
             return int(read_meta(self._rconn, "generation"))
 
-    def search(self, query: str, k: int, where: Mapping | None = None) -> list[tuple[str, float]]:
-        """Top `k` (id, raw BM25 score) among documents matching `where`; only scores > 0."""
+    def search(self, query: str, k: int, where: Mapping | None = None, *,
+               corpus: CorpusStats | None = None) -> list[tuple[str, float]]:
+        """Top `k` (id, raw BM25 score) among documents matching `where`; only scores > 0.
+
+        `corpus`: document counts over several indexes (`CorpusStats.of`), whose idf then
+        replaces this index's own, so that raw scores of different sites share one scale."""
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise InvalidLimitError(f"k must be a positive integer, got {k!r}")
         normalised = validate_filter(where)
@@ -381,16 +413,34 @@ class BM25Index:
             term_ids = sorted({vocab[t] for t in terms if t in vocab})
             if not term_ids or not state.n_live:
                 return []
+
+            def idf(term: str) -> float:
+                if corpus is not None:
+                    return corpus.idf(term)
+                return state.term_idf(vocab.get(term), n_terms)
+
+            idfs = None if corpus is None else {vocab[t]: corpus.idf(t) for t in terms
+                                                if t in vocab}
             phrases = bool(self.phrase_weight) and len(terms) > 1
             top, scores = state.search(term_ids, n_terms, self.k1, self.b,
-                                       max(k, PHRASE_CANDIDATES) if phrases else k, normalised)
+                                       max(k, PHRASE_CANDIDATES) if phrases else k, normalised,
+                                       idfs)
             top.sort(key=lambda s: (-scores[s], state.doc_ids[s]))
             hits = [(state.doc_ids[s], float(scores[s])) for s in top]
             if phrases and hits:
                 hits = with_phrases(hits, terms, [state.metas[s] for s in top], self.phrase_weight,
-                                    lambda t: state.term_idf(vocab.get(t), n_terms))
+                                    idf)
         hits.sort(key=lambda h: (-h[1], h[0]))
         return hits[:k]
+
+    def term_counts(self, query: str) -> tuple[int, dict[str, int]]:
+        """Live documents, and for each analysed query term the live documents holding it."""
+        with self._lock:
+            state = self._current()
+            vocab = self._vocab or {}
+            n_terms = len(vocab)
+            return state.n_live, {t: len(state.live_postings(vocab[t], n_terms)[0])
+                                  for t in set(tokenize(query)) if t in vocab}
 
     def language_counts(self, query: str, languages: Sequence[str]
                         ) -> tuple[dict[str, int], list[dict[str, int]]]:

@@ -322,16 +322,19 @@ class _State:
 
     # -- scoring --
 
-    def scores(self, term_ids: list[int], n_terms: int, k1: float, b: float) -> np.ndarray:
-        """Okapi BM25 of every slot for the query's term ids (0 where no term matches)."""
+    def scores(self, term_ids: list[int], n_terms: int, k1: float, b: float,
+               idfs: Mapping[int, float] | None = None) -> np.ndarray:
+        """Okapi BM25 of every slot for the query's term ids (0 where no term matches);
+        `idfs` (term id -> idf) replaces this index's own idf, e.g. one over several sites."""
         scores = np.zeros(len(self.doc_ids), dtype=np.float64)
         norm = self.norm(k1, b)
         for term in term_ids:
             docs, tfs = self.live_postings(term, n_terms)
             if not len(docs):
                 continue
+            idf = idfs[term] if idfs is not None and term in idfs else self.idf_of(len(docs))
             # A live doc appears at most once per term, so plain fancy-index += is exact.
-            scores[docs] += self.idf_of(len(docs)) * tfs * (k1 + 1.0) / (tfs + norm[docs])
+            scores[docs] += idf * tfs * (k1 + 1.0) / (tfs + norm[docs])
         return scores
 
     def live_postings(self, term: int, n_terms: int) -> tuple[np.ndarray, np.ndarray]:
@@ -358,10 +361,11 @@ class _State:
         return self.idf_of(len(self.live_postings(term, n_terms)[0]))
 
     def search(self, term_ids: list[int], n_terms: int, k1: float, b: float, k: int,
-               where: dict | None) -> tuple[list[int], np.ndarray]:
+               where: dict | None, idfs: Mapping[int, float] | None = None
+               ) -> tuple[list[int], np.ndarray]:
         """The best `k` slots matching `where` (a normalised filter) with a score > 0, and
         every slot's score."""
-        scores = self.scores(term_ids, n_terms, k1, b)
+        scores = self.scores(term_ids, n_terms, k1, b, idfs)
         candidates = np.flatnonzero(scores > 0)
         if where is not None:
             allowed = self.allowed_mask(where)
