@@ -244,3 +244,15 @@ def test_a_site_configuration_change_is_a_full_pass_so_every_link_follows(tmp_pa
         assert asyncio.run(index_repository(found, store, store.settings)).mode == "incremental"
     finally:
         docs.close()
+
+
+def test_an_address_that_is_not_http_or_site_relative_is_no_link():
+    from hetriever.search.published import full_link
+
+    bases = {"en": "https://docs.example.org/"}
+    for hostile in ("javascript:alert(1)", "JavaScript://x%0Aalert(1)", " javascript:x",
+                    "data:text/html,<script>x</script>", "//evil.example/x", "vbscript:x"):
+        assert full_link(hostile, "en", bases) == "", hostile
+    assert full_link("/docs/a/", "en", bases) == "https://docs.example.org/docs/a/"
+    assert full_link("https://other.example/b/", "en", bases) == "https://other.example/b/"
+    assert full_link("/docs/a/", "en", {}) == "/docs/a/"

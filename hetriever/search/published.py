@@ -34,11 +34,22 @@ def language(metadata: Mapping[str, Any], content_dir: str = "content") -> str:
     return DEFAULT_LANGUAGE
 
 
+def _openable(url: str) -> bool:
+    """A site-relative path, or an absolute http(s) address: what a result may link to."""
+    if url.startswith("/") and not url.startswith("//"):
+        return True
+    scheme = urlsplit(url.strip()).scheme.lower()
+    return scheme in ("http", "https")
+
+
 def full_link(url: str, lang: str, base_urls: Mapping[str, str]) -> str:
     """A page's address to open: its site-relative `url` (which holds the baseURL's path, as
     Hugo's relative permalink does) on the scheme and host of the baseURL its language is
     published under (`hetriever.discover.site.Site.absolute_base_urls`, recorded at ingest); the `url`
-    itself when no such baseURL is known."""
+    itself when no such baseURL is known. An address that is neither site-relative nor
+    http(s) (a front matter `url: javascript:...`) is no link: "" (callers show no link)."""
+    if not _openable(url):
+        return ""
     base = base_urls.get(lang) or base_urls.get("")
     if not base or not url.startswith("/") or url.startswith("//"):
         return url
