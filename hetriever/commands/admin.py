@@ -8,7 +8,7 @@ import sys
 from collections import Counter
 from typing import Any
 
-from hetriever.commands import reserve
+from hetriever.commands import reserve, resident
 from hetriever.commands.common import (EXIT_OK, cli_settings, index_location, index_problem,
                                        make_console, note_location, print_json, require_index)
 
@@ -111,8 +111,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     rows = reserve.reading(settings, lambda: status_rows(settings, repos, fetch=args.fetch),
                            lambda warning: print(f"hetriever: warning: {warning}",
                                                  file=sys.stderr))
+    route = resident.describe(args, settings)
     if args.json:
-        print_json([{**row, "index": where} for row in rows])
+        print_json([{**row, "index": where, "search_route": route} for row in rows])
         return EXIT_OK
     from rich.table import Table
 
@@ -132,6 +133,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                       str(r["files"]), str(r["chunks"]), str(r["failures"]),
                       f"{r['last_run']} {r['last_run_outcome']}".strip())
     make_console().print(table)
+    make_console().print(f"searches: {route_line(route)}", highlight=False)
     for r in rows:
         if r["upstream_error"] and r["indexed_commit"]:
             print(f"hetriever: note: {r['repository']}: {r['upstream_error']}", file=sys.stderr)
@@ -139,6 +141,14 @@ def cmd_status(args: argparse.Namespace) -> int:
         print("hetriever: note: commits wait upstream: the next fetching run (the schedule, "
               "or a push webhook at once) indexes them", file=sys.stderr)
     return EXIT_OK
+
+
+def route_line(route: dict[str, Any]) -> str:
+    """Which way `hetriever search` goes from here (hetriever.commands.resident)."""
+    if route["route"] == "resident":
+        return (f"answered by the resident search process (pid {route['pid']}; it stops "
+                f"after {route['stops_after_idle_s']} s more without a search)")
+    return f"in-process ({route['why']})"
 
 
 def upstream_cell(row: dict[str, Any]) -> str:

@@ -3,22 +3,23 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
-import sqlite3
 import sys
 from typing import Any
 
-from hetriever.commands import reserve
 from hetriever.commands.common import (EXIT_OK, cli_settings, index_location, make_console,
-                                       note_location, print_json,
+                                       note_location, print_json, print_note,
                                        require_index)
 from hetriever.core.errors import UserError
+from hetriever.core.models import RetrievalResult, SearchResult
 
 
 def run_search(settings, query: str, repositories: list[str] | None, top_k: int | None,
                 filters: dict | None, hybrid: bool | None, access: list[str] | None = None,
-                group_by: str | None = None, lang: str | None = None):
+                group_by: str | None = None, lang: str | None = None, *, cold: bool = True):
+    import asyncio
+    import sqlite3
+
     from hetriever.search.metrics import QueryMetric, metrics_store
     from hetriever.search.hybrid import retrieve
     from hetriever.search.knowledge_store import get_knowledge_store
@@ -39,10 +40,10 @@ def run_search(settings, query: str, repositories: list[str] | None, top_k: int 
     try:  # a query's metrics are worth less than its answer (a full disk, a locked file)
         metrics = metrics_store(settings.resolved_state_dir)
         try:
-            # A CLI search is its process's first: the model, store and BM25 index load on
-            # its way.
+            # A CLI search in its own process is that process's first: the model, store and
+            # BM25 index load on its way (`cold`); the resident process's are warm.
             metrics.record(QueryMetric.from_result(result, repositories, source="cli",
-                                                   cold=True))
+                                                   cold=cold))
         finally:
             metrics.close()
     except (sqlite3.Error, OSError) as exc:
@@ -57,6 +58,8 @@ def result_links(result, settings=None) -> list[str]:
     `settings` name recorded where its site is published, else its site-relative URL."""
     from hetriever.search.published import base_urls_of, full_link, language
 
+    if isinstance(result, ServedResult):
+        return result.links
     if settings is None:
         return [str(m.metadata.get("url", "")) for m in result.matches]
     from hetriever.search.knowledge_store import get_knowledge_store
@@ -147,13 +150,26 @@ def _warnings(settings, repositories: list[str] | None, hybrid: bool) -> list[st
     return out
 
 
-def cmd_search(args: argparse.Namespace) -> int:
+def search_request(args: argparse.Namespace) -> dict[str, Any]:
+    """A search's arguments as the command line gave them (what the resident process is sent)."""
+    return {name: getattr(args, name) for name in SEARCH_ARGUMENTS}
+
+
+SEARCH_ARGUMENTS = ("query", "repository", "top_k", "filter", "mode", "group", "lang", "access")
+
+
+def search_here(settings, request: dict[str, Any], *, cold: bool = True,
+                note: bool = True) -> tuple[Any, list[str]]:
+    """The search `request` (`search_request`) in this process: its checks, then the result
+    and its warnings. `cold`: this process's first search; `note`: say on stderr where an old
+    default index is."""
+    from hetriever.commands import reserve
     from hetriever.store.filters import validate_filter
     from hetriever.core.names import as_given
     from hetriever.search.hybrid import resolve_top_k
     from hetriever.search.knowledge_store import validate_collection_name
 
-    settings = cli_settings(args)
+    args = argparse.Namespace(**request)
     if not args.query.strip():
         raise UserError("the query is empty", hint="give some words to search for")
     if args.top_k is not None and args.top_k < 1:
@@ -170,15 +186,46 @@ def cmd_search(args: argparse.Namespace) -> int:
     validate_filter(filters)
     resolve_top_k(args.top_k, settings.default_top_k, settings.max_top_k)
     require_index(settings)
-    note_location(settings)
+    if note:
+        note_location(settings)
     hybrid = None if args.mode is None else args.mode == "hybrid"
     access = [level for raw in (args.access or []) for level in raw.split(",") if level.strip()]
     warnings: list[str] = []
     result = reserve.reading(settings, lambda: run_search(
         settings, args.query, args.repository or None, args.top_k, filters, hybrid,
-        access or None, args.group, args.lang), warnings.append)
+        access or None, args.group, args.lang, cold=cold), warnings.append)
     warnings += _warnings(settings, args.repository,
                           settings.use_hybrid_search if hybrid is None else hybrid)
+    return result, warnings
+
+
+class ServedResult(RetrievalResult):
+    """A result the resident process answered, with the links it found for its matches."""
+
+    links: list[str]
+
+
+def _served(answer: dict[str, Any]) -> tuple[ServedResult, list[str]]:
+    fields = dict(answer["result"])
+    matches = [SearchResult(**match) for match in fields.pop("matches")]
+    result = ServedResult(matches=matches, **fields)
+    result.links = list(answer["links"])
+    return result, list(answer["warnings"])
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    from hetriever.commands import resident
+
+    served = resident.ask(args, search_request(args))
+    if served is None:
+        settings = cli_settings(args)
+        result, warnings = search_here(settings, search_request(args))
+        where = index_location(settings)
+    else:  # answered by the resident process: the settings, store and model stay unloaded
+        settings = None
+        result, warnings = _served(served)
+        where = served["index"]
+        print_note(served["note"])
     for warning in warnings:
         print(f"hetriever: warning: {warning}", file=sys.stderr)
     if args.json:
@@ -188,7 +235,9 @@ def cmd_search(args: argparse.Namespace) -> int:
         print_json({**answer, "warnings": warnings})
     else:
         print_results(result, settings)
-        make_console().print(f"[dim]index: {index_location(settings)}[/dim]", highlight=False)
+        make_console().print(f"[dim]index: {where}[/dim]", highlight=False)
+    if served is None:
+        resident.start(args, settings)  # after the output: the next search is answered warm
     return EXIT_OK
 
 

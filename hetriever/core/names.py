@@ -9,9 +9,11 @@ import hashlib
 import re
 import unicodedata
 
-from chromadb.api.segment import check_index_name
-
+from hetriever.core.chroma_import import override_checks_skipped
 from hetriever.core.errors import InvalidCollectionNameError
+
+with override_checks_skipped():
+    from chromadb.api.segment import check_index_name
 
 COLLECTION_NAME_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{1,61})[a-z0-9]$")
 NAME_RE = re.compile(r"^[a-z0-9-]+$")  # a repository's name (discovery's rule)
