@@ -25,7 +25,7 @@ def run_search(settings, query: str, repositories: list[str] | None, top_k: int 
     from hetriever.search.knowledge_store import get_knowledge_store
 
     async def go():
-        from hetriever.discover.changes import require_known
+        from hetriever.core.names import require_known
         from hetriever.search.knowledge_store import validate_collection_name
 
         store = get_knowledge_store(settings)

@@ -10,7 +10,7 @@ import re
 import unicodedata
 
 from hetriever.core.chroma_import import override_checks_skipped
-from hetriever.core.errors import InvalidCollectionNameError
+from hetriever.core.errors import InvalidCollectionNameError, RepositoryNotFoundError
 
 with override_checks_skipped():
     from chromadb.api.segment import check_index_name
@@ -68,3 +68,12 @@ def as_given(names: list[str] | None) -> list[str] | None:
     if not names:
         return names
     return [repository_name(n) if isinstance(n, str) else n for n in names]
+
+
+def require_known(names: list[str] | None, known: list[str]) -> None:
+    """An unknown repository name is a clear error that lists the known ones."""
+    unknown = sorted(set(names or []) - set(known))
+    if unknown:
+        raise RepositoryNotFoundError(
+            f"unknown repositories: {', '.join(unknown)}",
+            hint=f"known: {', '.join(sorted(known)) or 'none (run `hetriever ingest` first)'}")
