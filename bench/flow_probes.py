@@ -140,3 +140,85 @@ def cpu_line(cpu: dict) -> str:
     return (f"cpu: this process {cpu['flow_process_cpu_s']:.1f} s, server "
             f"{cpu['server_cpu_s']:.1f} s (+{cpu['server_cpu_after_s']:.1f} s in "
             f"{cpu['server_busy_after_s']:.1f} s after)")
+
+
+# --- where the flow process's threads are: stacks sampled every few milliseconds ------------
+
+# Innermost first, the first frame whose file matches names the part; frames of neutral
+# libraries (pydantic, asyncio, the standard library) pass the sample on to their caller.
+PARTS = (
+    ("task body", ("/hetriever/", "/tasks/process.py:process_file_task")),
+    ("results and transactions", ("/prefect/results.py", "/prefect/transactions.py",
+                                  "/prefect/cache_policies.py", "/prefect/locking/")),
+    ("states and events", ("/prefect/states.py", "/prefect/events/",
+                           "/prefect/utilities/engine.py", "/prefect/client/schemas/")),
+    ("logging", ("/prefect/logging/",)),
+    ("task submission", ("/prefect/task_runners.py", "/prefect/futures.py",
+                         "/prefect/tasks.py", "/tasks/process.py")),
+    ("task engine", ("/prefect/task_engine.py", "/prefect/context.py",
+                     "/prefect/utilities/callables.py")),
+    ("other Prefect", ("/prefect/",)),
+)
+# The innermost Python frame of a thread blocked in C (a lock, a queue, a selector).
+WAITING = {"wait", "acquire", "select", "poll", "sleep", "get", "_wait_for_tstate_lock",
+           "recv", "recv_into", "accept", "read", "readinto", "_worker", "run_forever"}
+
+
+def part_of(frame: Any) -> tuple[str, str] | None:
+    """The part a sampled stack belongs to and the frame that decided it (file:function);
+    None for a thread that waits."""
+    if frame.f_code.co_name in WAITING:
+        return None
+    while frame is not None:
+        where = f"{frame.f_code.co_filename}:{frame.f_code.co_name}"
+        for part, needles in PARTS:
+            if any(needle in where for needle in needles):
+                return part, where.split("/site-packages/")[-1]
+        frame = frame.f_back
+    return "other", ""
+
+
+class StackSampler:
+    """Counts, every `interval` seconds, which part each thread of this process is in (a
+    thread that waits is not counted). Under the GIL a runnable thread waiting for it is
+    counted where it stands, so the shares are of thread time, not exactly of CPU time."""
+
+    def __init__(self, interval: float = 0.005) -> None:
+        self.interval = interval
+        self.counts: dict[str, int] = {}
+        self.places: dict[str, int] = {}  # "part | file:function" -> samples
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="stack-sampler", daemon=True)
+
+    def _run(self) -> None:
+        import sys
+
+        me = threading.get_ident()
+        while not self._stop.wait(self.interval):
+            for ident, frame in sys._current_frames().items():
+                if ident == me:
+                    continue
+                found = part_of(frame)
+                if found is not None:
+                    part, place = found
+                    self.counts[part] = self.counts.get(part, 0) + 1
+                    key = f"{part} | {place}"
+                    self.places[key] = self.places.get(key, 0) + 1
+
+    def __enter__(self) -> StackSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def top_places(self, count: int = 12) -> dict[str, float]:
+        total = sum(self.places.values()) or 1
+        ranked = sorted(self.places.items(), key=lambda kv: -kv[1])[:count]
+        return {place: round(n / total, 3) for place, n in ranked}
+
+    def shares(self) -> dict[str, float]:
+        total = sum(self.counts.values()) or 1
+        return {part: round(count / total, 3)
+                for part, count in sorted(self.counts.items(), key=lambda kv: -kv[1])}
