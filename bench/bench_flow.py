@@ -231,7 +231,7 @@ class FanOut:
     calls: dict[str, int] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
     cpu: dict[str, float] = field(default_factory=dict)
-    # the flow process's sampled thread time by part (StackSampler): the task bodies, Prefect's
+    # the flow process's threads' CPU by part (StackSampler): the task bodies, Prefect's
     # submission, task engine, states and events, results and transactions, logging
     parts: dict[str, float] = field(default_factory=dict)
 
@@ -306,7 +306,7 @@ def fan_out(corpus: str, runners: list[str], probe: Probe,
                           {k: round(v, 3) for k, v in probe.seconds.items()}, cpu,
                           sampler.shares()))
         say(f"{corpus}: {'fan-out only':<20} {lane:<18} {wall:8.2f} s  {cpu_line(cpu)}")
-        say(f"    thread time by part: {sampler.shares()}")
+        say(f"    CPU by part: {sampler.shares()} = {sampler.seconds()} s")
         say(f"    where: {sampler.top_places()}")
     return out
 

@@ -169,41 +169,57 @@ def part_of(frame: Any) -> tuple[str, str] | None:
     None for a thread that waits."""
     if frame.f_code.co_name in WAITING:
         return None
+    inner = f"{frame.f_code.co_filename.rsplit('/', 1)[-1]}:{frame.f_code.co_name}"
     while frame is not None:
         where = f"{frame.f_code.co_filename}:{frame.f_code.co_name}"
         for part, needles in PARTS:
             if any(needle in where for needle in needles):
-                return part, where.split("/site-packages/")[-1]
+                return part, f"{where.split('/site-packages/')[-1]} (in {inner})"
         frame = frame.f_back
-    return "other", ""
+    return "other", inner
 
 
 class StackSampler:
-    """Counts, every `interval` seconds, which part each thread of this process is in (a
-    thread that waits is not counted). Under the GIL a runnable thread waiting for it is
-    counted where it stands, so the shares are of thread time, not exactly of CPU time."""
+    """CPU time of this process's threads by part: every `interval` seconds each thread's CPU
+    time since the last look (/proc/self/task/<tid>/schedstat) is put down to the part its
+    stack is in now. A thread's state alone would not do: on a busy machine a thread that
+    has just made a system call waits runnable for a core, and would be counted there."""
 
     def __init__(self, interval: float = 0.005) -> None:
         self.interval = interval
-        self.counts: dict[str, int] = {}
-        self.places: dict[str, int] = {}  # "part | file:function" -> samples
+        self.counts: dict[str, float] = {}  # part -> CPU seconds
+        self.places: dict[str, float] = {}  # "part | file:function (in innermost)" -> seconds
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="stack-sampler", daemon=True)
+
+    @staticmethod
+    def _cpu_ns(native_id: int | None) -> int:
+        try:
+            return int(Path(f"/proc/self/task/{native_id}/schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return 0
 
     def _run(self) -> None:
         import sys
 
         me = threading.get_ident()
+        last: dict[int, int] = {}
         while not self._stop.wait(self.interval):
-            for ident, frame in sys._current_frames().items():
-                if ident == me:
+            frames = sys._current_frames()
+            for thread in threading.enumerate():
+                frame = frames.get(thread.ident or -1)
+                if thread.ident == me or frame is None or thread.native_id is None:
+                    continue
+                now = self._cpu_ns(thread.native_id)
+                used = (now - last.get(thread.native_id, now)) / 1e9
+                last[thread.native_id] = now
+                if used <= 0:
                     continue
                 found = part_of(frame)
-                if found is not None:
-                    part, place = found
-                    self.counts[part] = self.counts.get(part, 0) + 1
-                    key = f"{part} | {place}"
-                    self.places[key] = self.places.get(key, 0) + 1
+                part, place = found if found is not None else ("waiting", "")
+                self.counts[part] = self.counts.get(part, 0.0) + used
+                key = f"{part} | {place}"
+                self.places[key] = self.places.get(key, 0.0) + used
 
     def __enter__(self) -> StackSampler:
         self._thread.start()
@@ -217,6 +233,10 @@ class StackSampler:
         total = sum(self.places.values()) or 1
         ranked = sorted(self.places.items(), key=lambda kv: -kv[1])[:count]
         return {place: round(n / total, 3) for place, n in ranked}
+
+    def seconds(self) -> dict[str, float]:
+        return {part: round(cpu, 2) for part, cpu in sorted(self.counts.items(),
+                                                            key=lambda kv: -kv[1])}
 
     def shares(self) -> dict[str, float]:
         total = sum(self.counts.values()) or 1

@@ -130,6 +130,9 @@ def test_resident_answers_as_in_process_and_sees_a_new_ingest(index):
     search(env, QUERIES[0])  # in-process, and starts the resident process
     found = wait_for_resident(env)
     assert found["pid"] != os.getpid()
+    said = cli(env, "status").stdout
+    assert f"searches: answered by the resident search process (pid {found['pid']};" in said
+    assert "searches: in-process (search_resident_idle is 0)" in cli(in_process, "status").stdout
     warm_before = warm_cli_searches(env)
     got = [search(env, args) for args in QUERIES]
     assert warm_cli_searches(env) == warm_before + len(QUERIES)  # the resident answered
