@@ -182,6 +182,8 @@ def start(args: Any, settings: Any) -> None:
     if not enabled(settings) or not _own_private_dir(runtime_dir(), create=True):
         return
     key = args_key(args)
+    if _starting_or_running(key):
+        return
     command = [sys.executable, "-m", "hetriever.commands.resident_server", "--key", key]
     for option in ("docs_root", "chroma_path"):
         if getattr(args, option, None):
@@ -194,6 +196,22 @@ def start(args: Any, settings: Any) -> None:
                              start_new_session=True, close_fds=True)
     except OSError:
         return  # a search without its resident is still a search
+
+
+def _starting_or_running(key: str) -> bool:
+    """A resident process holds the lock of `key` from its start (still loading, say)."""
+    import fcntl
+
+    try:
+        with open(socket_path(key).with_suffix(".lock"), "a") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                return True
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    except OSError:
+        return False
+    return False
 
 
 # --- the wire: one JSON object each way, length first ----------------------------------
