@@ -57,7 +57,7 @@ if str(REPO_ROOT) not in sys.path:
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "false")
 
-from bench.flow_probes import CpuMeter, Probe, cpu_line, instrumented  # noqa: E402
+from bench.flow_probes import CpuMeter, Probe, StackSampler, cpu_line, instrumented  # noqa: E402
 
 CORPORA = Path(os.environ.get("HETRIEVER_CORPORA", REPO_ROOT.parent / "shared" / "corpora"))
 NAMES = ("hugo-docs", "opentelemetry-io")
@@ -231,10 +231,16 @@ class FanOut:
     calls: dict[str, int] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
     cpu: dict[str, float] = field(default_factory=dict)
+    # the flow process's threads' CPU by part (StackSampler): the task bodies, Prefect's
+    # submission, task engine, states and events, results and transactions, logging
+    parts: dict[str, float] = field(default_factory=dict)
+
+
+FLOW_LANES_ONLY = False  # --flow-lanes-only
 
 
 def fan_out(corpus: str, runners: list[str], probe: Probe,
-            say: Callable[[str], None]) -> list[FanOut]:
+            say: Callable[[str], None], flow_lanes_only: bool = False) -> list[FanOut]:
     """The flow's fan-out (one process-file task per file) against the same work in-process:
     one `process_file` per file (a git read each, a resolver each), and the batched loop that
     `index_repository` runs (one git reader, one shared include resolver)."""
@@ -279,13 +285,14 @@ def fan_out(corpus: str, runners: list[str], probe: Probe,
                                           processed_at=stamp)
 
     lanes: list[tuple[str, Callable[[], Any]]] = [
-        ("in-process batched", batched), ("in-process per file", per_file),
+        *([] if flow_lanes_only else [("in-process batched", batched),
+                                      ("in-process per file", per_file)]),
         *[(f"flow[{r}]", fan_out_flow.with_options(task_runner=make_task_runner(r)))
           for r in runners]]
     out = []
     for lane, fn in lanes:
         probe.reset()
-        with instrumented(probe):
+        with instrumented(probe), StackSampler() as sampler:
             meter = CpuMeter()
             start = time.perf_counter()
             pending = fn()
@@ -296,8 +303,11 @@ def fan_out(corpus: str, runners: list[str], probe: Probe,
         cpu = meter.settle()
         out.append(FanOut(corpus, lane, len(paths), round(wall, 3),
                           round(1000 * wall / max(1, len(paths)), 2), dict(probe.calls),
-                          {k: round(v, 3) for k, v in probe.seconds.items()}, cpu))
+                          {k: round(v, 3) for k, v in probe.seconds.items()}, cpu,
+                          sampler.shares()))
         say(f"{corpus}: {'fan-out only':<20} {lane:<18} {wall:8.2f} s  {cpu_line(cpu)}")
+        say(f"    CPU by part: {sampler.shares()} = {sampler.seconds()} s")
+        say(f"    where: {sampler.top_places()}")
     return out
 
 
@@ -323,7 +333,7 @@ def bench_corpus(corpus: str, runners: list[str], scratch: Path, model_dir: Path
     if fan_out_only:
         site.checkout(v2)
         point_env_at(Path(tempfile.mkdtemp(prefix="fan-", dir=scratch)), parent, model_dir)
-        return runs, fan_out(corpus, runners, probe, say)
+        return runs, fan_out(corpus, runners, probe, say, FLOW_LANES_ONLY)
 
     if full_only:  # full v2 only, the lanes back to back in fresh directories
         site.checkout(v2)
@@ -478,7 +488,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prefect-defaults", action="store_true",
                         help="the harness's server without deployments/server_settings.py "
                              "(Prefect's settings, not niced)")
+    parser.add_argument("--flow-lanes-only", action="store_true",
+                        help="with --fan-out-only: only the flow's lanes (their parts sampled)")
     args = parser.parse_args(argv)
+    global FLOW_LANES_ONLY
+    FLOW_LANES_ONLY = args.flow_lanes_only
     corpora = args.corpus or ["hugo-docs"]
     runners = args.runner or ["threads"]
 

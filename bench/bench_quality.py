@@ -3,6 +3,7 @@
     python bench/bench_quality.py                       # both corpora, every query
     python bench/bench_quality.py --limit 100 --json    # at most 100 queries per set
     python bench/bench_quality.py --page-record prefix  # index with another page-record mode
+    python bench/bench_quality.py --no-sweeps           # the modes' scores only
 
 Each corpus (hugo-docs v2, opentelemetry-io v2) is indexed by the real pipeline into its own
 embedded store with real embeddings, cached in bench/results/quality-<corpus>-<record>-<commit>/
@@ -281,17 +282,21 @@ def offline_pages(dense: Scored, bm25: Scored, depth: int, *, fusion: str = "sco
 
 
 def evaluate(store: Any, corpus: CorpusChunks, queries: list[Query],
-             progress: Callable[[str], None]) -> dict:
+             progress: Callable[[str], None], sweeps: bool = True) -> dict:
+    """`sweeps`: also the offline sweeps (off: the four modes' scores only, in a third of
+    the time)."""
     ns = [corpus.name]
     dense_lists, bm25_lists = [], []
     ranked: dict[str, list[list[str]]] = {m: [] for m in MODES}
     ms: list[float] = []
     for i, (q, _) in enumerate(queries):
-        r = search.hybrid_search(store, q, DEEP, namespaces=ns, hybrid=False, exact=False,
-                                 group_by="chunk")
-        dense_lists.append([(m.doc_id, m.metadata, m.dense_score or 0.0) for m in r.matches])
+        if sweeps:
+            r = search.hybrid_search(store, q, DEEP, namespaces=ns, hybrid=False, exact=False,
+                                     group_by="chunk")
+            dense_lists.append([(m.doc_id, m.metadata, m.dense_score or 0.0)
+                                for m in r.matches])
         bm25_lists.append([(h.doc_id, h.metadata, h.bm25_raw or 0.0)
-                           for h in bm25_only(store, q, DEEP, namespaces=ns)])
+                           for h in bm25_only(store, q, DEEP if sweeps else K, namespaces=ns)])
         began = time.perf_counter()
         got = search.hybrid_search(store, q, K, namespaces=ns)
         ms.append((time.perf_counter() - began) * 1000.0)
@@ -303,6 +308,10 @@ def evaluate(store: Any, corpus: CorpusChunks, queries: list[Query],
         ranked["bm25"].append(pages([m for _, m, _ in bm25_lists[-1]]))
         if i % 100 == 99:
             progress(f"  {i + 1}/{len(queries)} queries")
+    if not sweeps:
+        return {"queries": len(queries), **{mode: score(ranked[mode], queries) for mode in MODES},
+                "default_ms": {"p50": round(percentile(ms, 50), 1),
+                               "p95": round(percentile(ms, 95), 1)}}
     s = store.settings
     depth = search.candidate_depth(K, "page")
     lists = list(zip(dense_lists, bm25_lists))
@@ -377,6 +386,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=0, help="at most this many queries per set")
     parser.add_argument("--page-record", default="chunk", choices=("chunk", "prefix", "off"))
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-sweeps", action="store_true",
+                        help="the modes' scores only (e.g. to compare two models)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     configure_logging("ERROR")
@@ -407,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.limit and len(queries) > args.limit:
                 queries = random.Random(args.seed).sample(queries, args.limit)
             progress(f"{name}/{set_name}: {len(queries)} queries")
-            entry[set_name] = evaluate(store, corpus, queries, progress)
+            entry[set_name] = evaluate(store, corpus, queries, progress, not args.no_sweeps)
         store.close_sync()
         report["corpora"][name] = entry
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
@@ -439,6 +450,8 @@ def print_report(report: dict) -> None:
             if set_name not in entry:
                 continue
             r = entry[set_name]
+            if "sweep" not in r:  # --no-sweeps
+                continue
             best = max(r["sweep"], key=lambda s: (s["mrr@10"], s["recall@10"]))
             cell = {k: v for k, v in best.items() if k in ("fusion", "dense_weight", "rrf_k",
                                                              "depth")}

@@ -140,3 +140,105 @@ def cpu_line(cpu: dict) -> str:
     return (f"cpu: this process {cpu['flow_process_cpu_s']:.1f} s, server "
             f"{cpu['server_cpu_s']:.1f} s (+{cpu['server_cpu_after_s']:.1f} s in "
             f"{cpu['server_busy_after_s']:.1f} s after)")
+
+
+# --- where the flow process's threads are: stacks sampled every few milliseconds ------------
+
+# Innermost first, the first frame whose file matches names the part; frames of neutral
+# libraries (pydantic, asyncio, the standard library) pass the sample on to their caller.
+PARTS = (
+    ("task body", ("/hetriever/", "/tasks/process.py:process_file_task")),
+    ("results and transactions", ("/prefect/results.py", "/prefect/transactions.py",
+                                  "/prefect/cache_policies.py", "/prefect/locking/")),
+    ("states and events", ("/prefect/states.py", "/prefect/events/",
+                           "/prefect/utilities/engine.py", "/prefect/client/schemas/")),
+    ("logging", ("/prefect/logging/",)),
+    ("task submission", ("/prefect/task_runners.py", "/prefect/futures.py",
+                         "/prefect/tasks.py", "/tasks/process.py")),
+    ("task engine", ("/prefect/task_engine.py", "/prefect/context.py",
+                     "/prefect/utilities/callables.py")),
+    ("other Prefect", ("/prefect/",)),
+)
+# The innermost Python frame of a thread blocked in C (a lock, a queue, a selector).
+WAITING = {"wait", "acquire", "select", "poll", "sleep", "get", "_wait_for_tstate_lock",
+           "recv", "recv_into", "accept", "read", "readinto", "_worker", "run_forever"}
+
+
+def part_of(frame: Any) -> tuple[str, str] | None:
+    """The part a sampled stack belongs to and the frame that decided it (file:function);
+    None for a thread that waits."""
+    if frame.f_code.co_name in WAITING:
+        return None
+    inner = f"{frame.f_code.co_filename.rsplit('/', 1)[-1]}:{frame.f_code.co_name}"
+    while frame is not None:
+        where = f"{frame.f_code.co_filename}:{frame.f_code.co_name}"
+        for part, needles in PARTS:
+            if any(needle in where for needle in needles):
+                return part, f"{where.split('/site-packages/')[-1]} (in {inner})"
+        frame = frame.f_back
+    return "other", inner
+
+
+class StackSampler:
+    """CPU time of this process's threads by part: every `interval` seconds each thread's CPU
+    time since the last look (/proc/self/task/<tid>/schedstat) is put down to the part its
+    stack is in now. A thread's state alone would not do: on a busy machine a thread that
+    has just made a system call waits runnable for a core, and would be counted there."""
+
+    def __init__(self, interval: float = 0.005) -> None:
+        self.interval = interval
+        self.counts: dict[str, float] = {}  # part -> CPU seconds
+        self.places: dict[str, float] = {}  # "part | file:function (in innermost)" -> seconds
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="stack-sampler", daemon=True)
+
+    @staticmethod
+    def _cpu_ns(native_id: int | None) -> int:
+        try:
+            return int(Path(f"/proc/self/task/{native_id}/schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return 0
+
+    def _run(self) -> None:
+        import sys
+
+        me = threading.get_ident()
+        last: dict[int, int] = {}
+        while not self._stop.wait(self.interval):
+            frames = sys._current_frames()
+            for thread in threading.enumerate():
+                frame = frames.get(thread.ident or -1)
+                if thread.ident == me or frame is None or thread.native_id is None:
+                    continue
+                now = self._cpu_ns(thread.native_id)
+                used = (now - last.get(thread.native_id, now)) / 1e9
+                last[thread.native_id] = now
+                if used <= 0:
+                    continue
+                found = part_of(frame)
+                part, place = found if found is not None else ("waiting", "")
+                self.counts[part] = self.counts.get(part, 0.0) + used
+                key = f"{part} | {place}"
+                self.places[key] = self.places.get(key, 0.0) + used
+
+    def __enter__(self) -> StackSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def top_places(self, count: int = 12) -> dict[str, float]:
+        total = sum(self.places.values()) or 1
+        ranked = sorted(self.places.items(), key=lambda kv: -kv[1])[:count]
+        return {place: round(n / total, 3) for place, n in ranked}
+
+    def seconds(self) -> dict[str, float]:
+        return {part: round(cpu, 2) for part, cpu in sorted(self.counts.items(),
+                                                            key=lambda kv: -kv[1])}
+
+    def shares(self) -> dict[str, float]:
+        total = sum(self.counts.values()) or 1
+        return {part: round(count / total, 3)
+                for part, count in sorted(self.counts.items(), key=lambda kv: -kv[1])}

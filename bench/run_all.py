@@ -14,8 +14,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 # Cheap first; the store/quality/flow/load benches index whole corpora and take minutes.
 ORDER = ["ingest", "bm25", "embed", "side_by_side", "precision", "filter", "store", "quality",
-         "misses", "weak", "flow", "load", "access", "serve", "first_query", "cluster", "follow",
-         "small_change", "facets"]
+         "misses", "weak", "flow", "load", "access", "serve", "first_query", "cli_search",
+         "cluster", "follow", "small_change", "facets"]
 
 
 def main(argv: list[str]) -> int:

@@ -19,15 +19,32 @@ import threading
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from hetriever.commands.analytics import cmd_analytics
-from hetriever.commands.admin import cmd_forget, cmd_metrics, cmd_migrate, cmd_purge, cmd_status
 from hetriever.commands.common import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_TERMINATED,
                                        EXIT_USAGE, print_json)
-from hetriever.commands.demo import cmd_demo
-from hetriever.commands.ingest import cmd_ingest
-from hetriever.commands.search import cmd_follow, cmd_search
-from hetriever.commands.serving import cmd_mcp, cmd_prepare_model, cmd_serve, cmd_serve_webhook
 from hetriever.core.errors import HetrieverError, UserError
+
+
+def _command(module: str, name: str) -> Any:
+    """The command `name` of `hetriever.commands.<module>`, imported when it runs: a search
+    at the prompt pays for what it uses, not for every command's imports."""
+    def run(args: argparse.Namespace) -> int:
+        import importlib
+
+        return getattr(importlib.import_module(f"hetriever.commands.{module}"), name)(args)
+
+    run.__name__ = name
+    return run
+
+
+cmd_ingest = _command("ingest", "cmd_ingest")
+cmd_search, cmd_follow = _command("search", "cmd_search"), _command("search", "cmd_follow")
+cmd_status, cmd_purge = _command("admin", "cmd_status"), _command("admin", "cmd_purge")
+cmd_forget, cmd_migrate = _command("admin", "cmd_forget"), _command("admin", "cmd_migrate")
+cmd_metrics, cmd_demo = _command("admin", "cmd_metrics"), _command("demo", "cmd_demo")
+cmd_serve, cmd_mcp = _command("serving", "cmd_serve"), _command("serving", "cmd_mcp")
+cmd_prepare_model = _command("serving", "cmd_prepare_model")
+cmd_serve_webhook = _command("serving", "cmd_serve_webhook")
+cmd_analytics = _command("analytics", "cmd_analytics")
 
 
 def _days(raw: str) -> float:

@@ -11,6 +11,10 @@ os.environ.setdefault("ANONYMIZED_TELEMETRY", "false")
 # An index made without HETRIEVER_CHROMA_PATH goes under the user's data directory: a test
 # that makes one (or a CLI subprocess it starts) writes in a directory of the run's own.
 os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="hetriever-test-data-")
+# A search leaves no resident search process behind unless its test asks for one
+# (tests/test_resident_search.py); its sockets would go in a directory of the run's own.
+os.environ["HETRIEVER_SEARCH_RESIDENT_IDLE"] = "0"
+os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="hetriever-run-")
 
 from deployments.server_settings import apply_server_settings
 from tests.helpers import corpus_version

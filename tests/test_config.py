@@ -8,7 +8,8 @@ from hetriever.core.config import MODEL_MAX_TOKENS, Settings, load_settings
 from hetriever.core.errors import ConfigurationError
 
 
-def test_defaults_fit_the_embedding_window():
+def test_defaults_fit_the_embedding_window(monkeypatch):
+    monkeypatch.delenv("HETRIEVER_SEARCH_RESIDENT_IDLE")  # the suite's own (conftest.py)
     settings = load_settings(env={})
     assert settings == Settings()
     assert settings.chunk_tokens <= MODEL_MAX_TOKENS - 2

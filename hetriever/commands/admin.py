@@ -8,7 +8,7 @@ import sys
 from collections import Counter
 from typing import Any
 
-from hetriever.commands import reserve
+from hetriever.commands import reserve, resident
 from hetriever.core.terminal import terminal_safe
 from hetriever.commands.common import (EXIT_OK, cli_settings, index_location, index_problem,
                                        make_console, note_location, print_json, require_index)
@@ -112,8 +112,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     rows = reserve.reading(settings, lambda: status_rows(settings, repos, fetch=args.fetch),
                            lambda warning: print(f"hetriever: warning: {terminal_safe(warning)}",
                                                  file=sys.stderr))
+    route = resident.describe(args, settings)
     if args.json:
-        print_json([{**row, "index": where} for row in rows])
+        print_json([{**row, "index": where, "search_route": route} for row in rows])
         return EXIT_OK
     from rich.table import Table
 
@@ -137,6 +138,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                       str(r["files"]), str(r["chunks"]), str(r["failures"]),
                       plain(f"{r['last_run']} {r['last_run_outcome']}".strip()))
     make_console().print(table)
+    make_console().print(f"searches: {route_line(route)}", highlight=False)
     from hetriever.commands.behind import behind_note
 
     for repo, r in zip(repos, rows):
@@ -150,6 +152,14 @@ def cmd_status(args: argparse.Namespace) -> int:
         print("hetriever: note: commits wait upstream: the next fetching run (the schedule, "
               "or a push webhook at once) indexes them", file=sys.stderr)
     return EXIT_OK
+
+
+def route_line(route: dict[str, Any]) -> str:
+    """Which way `hetriever search` goes from here (hetriever.commands.resident)."""
+    if route["route"] == "resident":
+        return (f"answered by the resident search process (pid {route['pid']}; it stops "
+                f"after {route['stops_after_idle_s']} s more without a search)")
+    return f"in-process ({route['why']})"
 
 
 def upstream_cell(row: dict[str, Any]):

@@ -76,11 +76,18 @@ def index_location(settings) -> str:
 def note_location(settings) -> None:
     """On stderr, when the index in use is the old `./chroma_data` default: how to keep
     finding it from another directory."""
-    import sys
+    print_note(location_note(settings))
 
+
+def location_note(settings) -> str:
     from hetriever.core.index_location import legacy_note
 
-    note = "" if settings.server_mode else legacy_note(settings.chroma_path, settings.docs_root)
+    return "" if settings.server_mode else legacy_note(settings.chroma_path, settings.docs_root)
+
+
+def print_note(note: str) -> None:
+    import sys
+
     if note:
         print(f"hetriever: note: {note}", file=sys.stderr)
 

@@ -3,28 +3,29 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
-import sqlite3
 import sys
 from typing import Any
 
-from hetriever.commands import reserve
 from hetriever.commands.common import (EXIT_OK, cli_settings, index_location, make_console,
-                                       note_location, print_json,
+                                       note_location, print_json, print_note,
                                        require_index)
 from hetriever.core.errors import UserError
+from hetriever.core.models import RetrievalResult, SearchResult
 
 
 def run_search(settings, query: str, repositories: list[str] | None, top_k: int | None,
                 filters: dict | None, hybrid: bool | None, access: list[str] | None = None,
-                group_by: str | None = None, lang: str | None = None):
+                group_by: str | None = None, lang: str | None = None, *, cold: bool = True):
+    import asyncio
+    import sqlite3
+
     from hetriever.search.metrics import QueryMetric, metrics_store
     from hetriever.search.hybrid import retrieve
     from hetriever.search.knowledge_store import get_knowledge_store
 
     async def go():
-        from hetriever.discover.changes import require_known
+        from hetriever.core.names import require_known
         from hetriever.search.knowledge_store import validate_collection_name
 
         store = get_knowledge_store(settings)
@@ -39,32 +40,34 @@ def run_search(settings, query: str, repositories: list[str] | None, top_k: int 
     try:  # a query's metrics are worth less than its answer (a full disk, a locked file)
         metrics = metrics_store(settings.resolved_state_dir)
         try:
-            # A CLI search is its process's first: the model, store and BM25 index load on
-            # its way.
+            # A CLI search in its own process is that process's first: the model, store and
+            # BM25 index load on its way (`cold`); the resident process's are warm.
             metrics.record(QueryMetric.from_result(result, repositories, source="cli",
-                                                   cold=True))
+                                                   cold=cold))
         finally:
             metrics.close()
     except (sqlite3.Error, OSError) as exc:
         from hetriever.core.logs import get_logger
 
         get_logger(__name__).warning("query_metrics_not_recorded", error=str(exc))
-    if settings.analytics:  # cold: the CLI's search is its process's first
+    if settings.analytics:  # cold: a search in its own process is that process's first
         from hetriever.search.analytics import QueryRecord, record_quietly
 
         record_quietly(settings, QueryRecord.of(result, repositories=repositories,
-                                                source="cli", cold=True))
+                                                source="cli", cold=cold))
     return result
 
 
 def result_links(result, settings=None) -> list[str]:
     """Each match's full link (`https://docs.example.org/docs/quokka/`) where the index
-    `settings` name recorded where its site is published, else its site-relative URL."""
-    from hetriever.search.published import links_of
-
+    `settings` name recorded where its site is published, else its site-relative URL (the
+    resident process's answer carries the links it found)."""
+    if isinstance(result, ServedResult):
+        return result.links
     if settings is None:
         return [str(m.metadata.get("url", "")) for m in result.matches]
     from hetriever.search.knowledge_store import get_knowledge_store
+    from hetriever.search.published import links_of
 
     return links_of(get_knowledge_store(settings).catalog, result.matches, settings.site_urls,
                     settings.content_dir)
@@ -130,13 +133,26 @@ def _warnings(settings, repositories: list[str] | None, hybrid: bool) -> list[st
     return out
 
 
-def cmd_search(args: argparse.Namespace) -> int:
+def search_request(args: argparse.Namespace) -> dict[str, Any]:
+    """A search's arguments as the command line gave them (what the resident process is sent)."""
+    return {name: getattr(args, name) for name in SEARCH_ARGUMENTS}
+
+
+SEARCH_ARGUMENTS = ("query", "repository", "top_k", "filter", "mode", "group", "lang", "access")
+
+
+def search_here(settings, request: dict[str, Any], *, cold: bool = True,
+                note: bool = True) -> tuple[Any, list[str]]:
+    """The search `request` (`search_request`) in this process: its checks, then the result
+    and its warnings. `cold`: this process's first search; `note`: say on stderr where an old
+    default index is."""
+    from hetriever.commands import reserve
     from hetriever.store.filters import validate_filter
     from hetriever.core.names import as_given
     from hetriever.search.hybrid import resolve_top_k
     from hetriever.search.knowledge_store import validate_collection_name
 
-    settings = cli_settings(args)
+    args = argparse.Namespace(**request)
     if not args.query.strip():
         raise UserError("the query is empty", hint="give some words to search for")
     if args.top_k is not None and args.top_k < 1:
@@ -153,15 +169,46 @@ def cmd_search(args: argparse.Namespace) -> int:
     validate_filter(filters)
     resolve_top_k(args.top_k, settings.default_top_k, settings.max_top_k)
     require_index(settings)
-    note_location(settings)
+    if note:
+        note_location(settings)
     hybrid = None if args.mode is None else args.mode == "hybrid"
     access = [level for raw in (args.access or []) for level in raw.split(",") if level.strip()]
     warnings: list[str] = []
     result = reserve.reading(settings, lambda: run_search(
         settings, args.query, args.repository or None, args.top_k, filters, hybrid,
-        access or None, args.group, args.lang), warnings.append)
+        access or None, args.group, args.lang, cold=cold), warnings.append)
     warnings += _warnings(settings, args.repository,
                           settings.use_hybrid_search if hybrid is None else hybrid)
+    return result, warnings
+
+
+class ServedResult(RetrievalResult):
+    """A result the resident process answered, with the links it found for its matches."""
+
+    links: list[str]
+
+
+def _served(answer: dict[str, Any]) -> tuple[ServedResult, list[str]]:
+    fields = dict(answer["result"])
+    matches = [SearchResult(**match) for match in fields.pop("matches")]
+    result = ServedResult(matches=matches, **fields)
+    result.links = list(answer["links"])
+    return result, list(answer["warnings"])
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    from hetriever.commands import resident
+
+    served = resident.ask(args, search_request(args))
+    if served is None:
+        settings = cli_settings(args)
+        result, warnings = search_here(settings, search_request(args))
+        where = index_location(settings)
+    else:  # answered by the resident process: the settings, store and model stay unloaded
+        settings = None
+        result, warnings = _served(served)
+        where = served["index"]
+        print_note(served["note"])
     from hetriever.core.terminal import terminal_safe
 
     for warning in warnings:
@@ -172,7 +219,9 @@ def cmd_search(args: argparse.Namespace) -> int:
             match["link"] = link  # as the HTTP API's: the page's full address where known
         print_json({**answer, "warnings": warnings})
     else:
-        print_results(result, settings, index_location(settings))
+        print_results(result, settings, where)
+    if served is None:
+        resident.start(args, settings)  # after the output: the next search is answered warm
     return EXIT_OK
 
 

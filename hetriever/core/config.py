@@ -244,6 +244,10 @@ class Settings(_Layered):
     # query is written in (single-language sites are not filtered), a code ("ja"), or "all".
     search_language: str = ""
     default_top_k: int = 5
+    # Seconds the resident search process that `hetriever search` starts waits for the next
+    # search before it stops (hetriever.commands.resident); 0: every search loads the index
+    # in its own process.
+    search_resident_idle: float = 600.0
     max_top_k: int = 100
     similarity_threshold: float = 0.0
     fetch_timeout: float = 600.0  # seconds a fetching run's `git fetch` of one repository may take
@@ -454,6 +458,7 @@ _BETWEEN: dict[str, tuple[int, int, str]] = {
     "run_lock_timeout": (0, 86_400, " seconds"),
     "analytics_retention_days": (1, 3_650, " days"),
     "mcp_max_line": (1024, 1024 ** 3, " bytes"),
+    "search_resident_idle": (0, 86_400, " seconds"),
 }
 
 

@@ -9,9 +9,11 @@ import hashlib
 import re
 import unicodedata
 
-from chromadb.api.segment import check_index_name
+from hetriever.core.chroma_import import override_checks_skipped
+from hetriever.core.errors import InvalidCollectionNameError, RepositoryNotFoundError
 
-from hetriever.core.errors import InvalidCollectionNameError
+with override_checks_skipped():
+    from chromadb.api.segment import check_index_name
 
 COLLECTION_NAME_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{1,61})[a-z0-9]$")
 NAME_RE = re.compile(r"^[a-z0-9-]+$")  # a repository's name (discovery's rule)
@@ -66,3 +68,12 @@ def as_given(names: list[str] | None) -> list[str] | None:
     if not names:
         return names
     return [repository_name(n) if isinstance(n, str) else n for n in names]
+
+
+def require_known(names: list[str] | None, known: list[str]) -> None:
+    """An unknown repository name is a clear error that lists the known ones."""
+    unknown = sorted(set(names or []) - set(known))
+    if unknown:
+        raise RepositoryNotFoundError(
+            f"unknown repositories: {', '.join(unknown)}",
+            hint=f"known: {', '.join(sorted(known)) or 'none (run `hetriever ingest` first)'}")

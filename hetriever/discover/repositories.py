@@ -16,7 +16,6 @@ import git
 
 from hetriever.core.errors import (
     InvalidRepositoryNameError,
-    RepositoryNotFoundError,
     SourceError,
     SourceSettingError,
 )
@@ -28,6 +27,7 @@ from hetriever.core.names import (
     as_given,
     is_valid_repository_name,
     repository_name,
+    require_known,  # noqa: F401 (re-exported)
 )
 from hetriever.core.redact import redact_url
 from hetriever.discover.site import Site
@@ -134,15 +134,6 @@ def discover_repositories(
             problem=problem, branch=branch,
         )
     return [repos[name] for name in sorted(repos)]
-
-
-def require_known(names: list[str] | None, known: list[str]) -> None:
-    """An unknown repository name is a clear error that lists the known ones."""
-    unknown = sorted(set(names or []) - set(known))
-    if unknown:
-        raise RepositoryNotFoundError(
-            f"unknown repositories: {', '.join(unknown)}",
-            hint=f"known: {', '.join(sorted(known)) or 'none (run `hetriever ingest` first)'}")
 
 
 def select_repositories(repos: list[Repository], names: list[str] | None) -> list[Repository]:
