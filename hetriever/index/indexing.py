@@ -34,7 +34,7 @@ from typing import AsyncIterator, Callable, Iterable
 
 from hetriever.core import faults
 from hetriever.core.access import declared_level
-from hetriever.store.catalog import DISCOVERED, SKIPPED
+from hetriever.store.catalog import DISCOVERED, FAILED, PROCESSED, SKIPPED
 from hetriever.core.config import Settings
 from hetriever.core.errors import IndexingError
 from hetriever.index.file_retry import retry_file
@@ -337,6 +337,7 @@ async def index_holding_lock(repo: Repository, store: IndexingStore, settings: S
     started = time.perf_counter()
     now = now or now_utc()
     last_commit, last_status = await last_indexed(store, repo)
+    await settle_recorded_run(store, repo, last_commit, last_status)
     change_set = plan(repo, last_commit, last_status,
                       force_full=force_full or content_dir_changed(store, repo))
     # Dates passed since the last run: their files join the run, even at the same commit.
@@ -385,6 +386,32 @@ async def index_holding_lock(repo: Repository, store: IndexingStore, settings: S
     return result
 
 
+async def settle_recorded_run(store: IndexingStore, repo: Repository, commit: str | None,
+                              status: str | None) -> None:
+    """A run that died after it recorded its commit in the collection (everything stored),
+    before the catalog closed its run: the catalog still says the older commit, which `status`
+    and `/repositories` show, and the next run would be a no-op that never fixes it. Close
+    that run as `ok` at the recorded commit now, and publish what it would have."""
+    physical = store.physical_name(repo.name)
+    if status != STATUS_COMPLETE or not commit or physical is None:
+        return
+    catalog = store.catalog
+    left = [r for r in catalog.runs(repo.name, limit=5)
+            if r["collection"] == physical and r["outcome"] == "running"
+            and r["new_commit"] == commit]
+    record = catalog.repository(repo.name)
+    if not left and (record is None or record.last_commit == commit):
+        return
+    log.warning("recorded_run_settled", repository=repo.name, commit=commit[:12],
+                action="the catalog now says the commit the collection recorded")
+    if left:
+        catalog.finish_run(left[0]["id"], outcome="ok", counts=left[0]["counts"],
+                           commit=commit)
+    else:
+        catalog.set_last_commit(repo.name, commit)
+    await asyncio.to_thread(publish_sync, store, repo.name, None)
+
+
 async def heal_bm25(store, repo: Repository, settings: Settings) -> None:
     """A BM25 index that is damaged, or missing or empty beside a filled collection, is
     rebuilt from Chroma before anything else (even when the commit is already indexed).
@@ -419,16 +446,35 @@ async def start_run(store: IndexingStore, repo: Repository, settings: Settings,
                     change_set: ChangeSet, result: IndexResult) -> None:
     """Everything before the files are written: guards, repair, the run marked, deletes."""
     doomed = change_set.paths_to_delete()
+    gone: list[str] = []
     if change_set.mode == "full":  # chosen after an unfinished run, or asked for
         # Chroma's own list: files indexed before, absent from the new tree
         counts = await store.file_chunk_counts(repo.name)
         doomed += sorted(set(counts) - set(change_set.paths_to_index()))
         check_mass_delete(repo, doomed, counts, settings)
         await reconcile_derived(store, repo)
+        gone = rows_without_chunks_gone(store, repo, change_set, doomed)
     elif doomed:
         check_mass_delete(repo, doomed, await indexed_file_counts(store, repo), settings)
     await begin_run(store, repo, change_set)
     await remove_paths(store, repo, doomed, result)
+    if gone:
+        store.catalog.remove_files(store.physical_name(repo.name) or "", gone)
+
+
+def rows_without_chunks_gone(store: IndexingStore, repo: Repository, change_set: ChangeSet,
+                             doomed: list[str]) -> list[str]:
+    """Catalog rows of files that hold no chunks (skipped, failed, never finished) and are
+    absent from the new tree. Chroma's list, which a full pass deletes by, never names them,
+    so `status` counted them (and listed a deleted file as failed) for good."""
+    physical = store.physical_name(repo.name)
+    if physical is None:
+        return []
+    present = set(change_set.paths_to_index()) | {s.path for s in change_set.skipped}
+    present.update(doomed)
+    return sorted(f.path for f in store.catalog.files(physical)
+                  if f.state in (SKIPPED, FAILED, DISCOVERED, PROCESSED)
+                  and f.path not in present)
 
 
 async def _run(store: IndexingStore, repo: Repository, settings: Settings, change_set: ChangeSet,
