@@ -135,6 +135,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     for r in rows:
         if r["upstream_error"] and r["indexed_commit"]:
             print(f"hetriever: note: {r['repository']}: {r['upstream_error']}", file=sys.stderr)
+        if r["upstream_note"]:
+            print(f"hetriever: note: {r['repository']}: {r['upstream_note']}", file=sys.stderr)
     if any(r["behind_upstream"] for r in rows):
         print("hetriever: note: commits wait upstream: the next fetching run (the schedule, "
               "or a push webhook at once) indexes them", file=sys.stderr)
@@ -147,6 +149,10 @@ def upstream_cell(row: dict[str, Any]) -> str:
         return ""
     if row["behind_upstream"] is None:
         return f"[dim]? {row['upstream_ref']}[/dim]"
+    if row["ahead_of_upstream"]:  # the branch was moved back, or rewritten
+        moved = "moved back" if row["behind_upstream"] == 0 else "diverged"
+        return (f"[red]{moved}[/red] ({row['upstream_ref']} {row['upstream_commit'][:12]}, "
+                f"{row['ahead_of_upstream']} indexed commit(s) not on it)")
     if row["behind_upstream"] == 0:
         return f"[green]✓[/green] {row['upstream_ref']}"
     return (f"[yellow]behind by {row['behind_upstream']}[/yellow] ({row['upstream_ref']} "
