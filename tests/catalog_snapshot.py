@@ -1,6 +1,6 @@
 """Every table and every column of a catalog, for comparing a recovered index with a clean one.
 
-`catalog_rows(path)` reads the catalog file itself (not through `Catalog`'s queries, which show
+`catalog_rows(path, collection)` reads the catalog file itself (not through `Catalog`'s queries, which show
 only part of it): each table by name, its rows sorted, every column but the few that differ
 between two correct builds of the same commit. Those, and why:
 
@@ -20,8 +20,11 @@ between two correct builds of the same commit. Those, and why:
   repository, collection, new commit, outcome and error.
 - `sqlite_sequence`: SQLite's counter of run ids.
 
-The collection name (`<repo>_v<generation>`) is kept: a recovered index must be served from
-the same kind of place, and the generation differs only where a test says so.
+Only the served collection's rows are read (`collection`): a generation a migration left
+behind is the business of the tests that look for it (`generations()` in
+tests/test_crash_points.py). Its name (`<repo>_v<generation>`) reads `<served>` and the
+`collections.generation` column is left out: a migration serves the same index from a later
+generation.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from typing import Any
 
 EXCLUDED_COLUMNS: dict[str, set[str]] = {
     "repositories": {"last_run_at", "next_generation"},
-    "collections": {"created_at"},
+    "collections": {"created_at", "generation"},
     "files": {"updated_at", "last_commit"},
 }
 EXCLUDED_META_KEYS = {"alias_epoch", "index_location", "state_location"}
@@ -44,7 +47,11 @@ SKIPPED_TABLES = {"sqlite_sequence", "runs"}
 EXCLUDED_COLLECTION_METADATA = {"last_updated"}
 
 
-def catalog_rows(path: Path) -> dict[str, Any]:
+SERVED = "<served>"
+
+
+def catalog_rows(path: Path, collection: str) -> dict[str, Any]:
+    """Every table of the catalog at `path` as seen for the served `collection`."""
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
         tables = [r[0] for r in conn.execute(
@@ -55,7 +62,11 @@ def catalog_rows(path: Path) -> dict[str, Any]:
                 continue
             columns = [r[1] for r in conn.execute(f"PRAGMA table_info({table})")
                        if r[1] not in EXCLUDED_COLUMNS.get(table, set())]
-            rows = conn.execute(f"SELECT {', '.join(columns)} FROM {table}").fetchall()
+            key = {"collections": "name"}.get(table, "collection")
+            where = f" WHERE {key} = ?" if key in columns else ""
+            rows = conn.execute(f"SELECT {', '.join(columns)} FROM {table}{where}",
+                                (collection,) if where else ()).fetchall()
+            rows = [tuple(SERVED if v == collection else v for v in r) for r in rows]
             if table == "meta":
                 rows = [r for r in rows if r[0] not in EXCLUDED_META_KEYS
                         and not r[0].startswith(EXCLUDED_META_PREFIXES)]
@@ -63,8 +74,8 @@ def catalog_rows(path: Path) -> dict[str, Any]:
                 at = columns.index("index_state")
                 rows = [(*r[:at], _index_state(r[at]), *r[at + 1:]) for r in rows]
             out[table] = sorted(rows, key=repr)
-        runs = conn.execute("SELECT repository, collection, new_commit, outcome, error, id "
-                            "FROM runs ORDER BY id").fetchall()
+        runs = conn.execute("SELECT repository, ?, new_commit, outcome, error, id FROM runs "
+                            "WHERE collection = ? ORDER BY id", (SERVED, collection)).fetchall()
         last: dict[str, tuple] = {}
         for row in runs:
             last[row[0]] = row[:5]

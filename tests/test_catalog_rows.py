@@ -65,6 +65,7 @@ def test_a_full_pass_drops_the_rows_of_skipped_and_failed_files_deleted_from_the
     assert got["skipped"] == want["skipped"] == 0
     assert got["failed_files"] == want["failed_files"] == []
     assert got["failures"] == want["failures"] == 0
-    got_rows = catalog_rows(tmp_path / "case" / "state" / "catalog.sqlite")
-    want_rows = catalog_rows(tmp_path / "clean" / "state" / "catalog.sqlite")
+    served = f"{REPO_NAME}_v1"
+    got_rows = catalog_rows(tmp_path / "case" / "state" / "catalog.sqlite", served)
+    want_rows = catalog_rows(tmp_path / "clean" / "state" / "catalog.sqlite", served)
     assert got_rows["files"] == want_rows["files"]

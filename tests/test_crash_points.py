@@ -94,7 +94,7 @@ def snapshot(root: Path, embedder: Any, model_dir: Path) -> dict[str, Any]:
             # every table and column of the catalog (`status` and `/repositories` read the
             # repositories row), and the collection's whole metadata, less what
             # tests/catalog_snapshot.py names
-            "catalog": catalog_rows(store.catalog.path),
+            "catalog": catalog_rows(store.catalog.path, physical),
             "collection_metadata": collection_metadata(meta),
         }
     finally:

@@ -76,7 +76,7 @@ def snapshot(root: Path, model_dir: Path, embedder: Any) -> dict[str, Any]:
             "status": meta["index_status"],
             "totals": (meta.get("total_documents"), meta.get("total_chunks")),
             # every table and column, less what tests/catalog_snapshot.py names
-            "catalog": catalog_rows(catalog.path),
+            "catalog": catalog_rows(catalog.path, physical),
             "collection_metadata": collection_metadata(meta),
         }
     finally:
