@@ -191,3 +191,28 @@ def test_an_unreadable_object_fails_its_file_in_a_full_pass(
         tmp_path, minilm_model_dir, minilm_embedder):
     """Many files: read by blob id from the tree listing."""
     _unreadable_is_a_failure(tmp_path, minilm_model_dir, minilm_embedder, pages=40, full=True)
+
+
+def test_a_huge_chunk_of_an_older_index_is_returned_cut_with_the_reason(
+        tmp_path, minilm_model_dir, minilm_embedder):
+    """An index built before chunks were bounded holds a 1.9 MB chunk: search returns its
+    first 10,000 characters and says so (it was returned whole)."""
+    from hetriever.search.candidates import MAX_PASSAGE_CHARS
+    from hetriever.search.hybrid import hybrid_search
+    from tests.chroma_fixtures import make_chunk
+
+    store = _open(tmp_path, minilm_model_dir, minilm_embedder)
+    try:
+        huge = make_chunk(REPO_NAME, "content/docs/huge.md", "zanzibar " + "y" * 1_900_000)
+        small = make_chunk(REPO_NAME, "content/docs/small.md", "zanzibar is an island.")
+        for chunk in (huge, small):
+            run(store.upsert_file_chunks(REPO_NAME, chunk.file_path, [chunk]))
+        for group in ("page", "chunk"):
+            result = hybrid_search(store, "zanzibar", top_k=5, namespaces=[REPO_NAME],
+                                   group_by=group)
+            (cut,) = [m for m in result.matches if m.doc_id == huge.id]
+            assert len(cut.content) < MAX_PASSAGE_CHARS + 200
+            assert cut.content.startswith("zanzibar yyy")
+            assert "passage cut: 1,900,009 characters" in cut.content
+    finally:
+        store.close_sync()
