@@ -26,7 +26,8 @@ from hetriever.chunk.bounds import (
 )
 from hetriever.core.budget import check as check_budget
 from hetriever.core.logs import get_logger
-from hetriever.core.models import REQUIRED_CHUNK_METADATA, Block, Chunk, Metadata
+from hetriever.chunk.metadata import page_metadata
+from hetriever.core.models import Block, Chunk, Metadata
 from hetriever.parse.parsed_page import Page
 from hetriever.chunk.tokenizer import TokenCounter, word_boundary
 
@@ -459,40 +460,6 @@ def chunk_page(
             metadata["merged_headings"] = list(dict.fromkeys(piece.merged))
         chunks.append(Chunk(chunk_id(page.repository, page.file_path, text, occurrence), text, metadata))
     return chunks
-
-
-def page_metadata(page: Page, extra: Mapping | None) -> Metadata:
-    """The metadata every chunk of `page` carries: `extra` (reserved keys refused), then the
-    page's own fields."""
-    # No run timestamp here: it would make every unchanged chunk differ on every run (and be
-    # rewritten); run and file times live in the catalog.
-    meta: Metadata = {}
-    for key, value in (extra or {}).items():
-        if key in REQUIRED_CHUNK_METADATA:
-            log.warning("extra_metadata_ignored", key=key, reason="reserved chunk metadata key")
-            continue
-        if value is None or (isinstance(value, (list, tuple)) and not value):
-            continue  # Chroma rejects None and empty lists
-        meta[str(key)] = list(value) if isinstance(value, tuple) else value
-    if page.tags:
-        meta["tags"] = list(page.tags)
-    description = page.front_matter.get("description")
-    if isinstance(description, str) and description.strip():
-        meta["description"] = description.strip()
-    weight = page.front_matter.get("weight")
-    if isinstance(weight, (int, float)) and not isinstance(weight, bool):
-        meta["weight"] = weight
-    meta.update({
-        "repository": page.repository,
-        "file_path": page.file_path,
-        "url": page.url,
-        "title": page.title,
-        "section": page.section,
-    })
-    if page.lang:
-        meta["lang"] = page.lang
-        meta["translation_key"] = page.translation_key
-    return meta
 
 
 def _norm(text: str) -> str:

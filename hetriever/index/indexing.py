@@ -34,11 +34,12 @@ from typing import AsyncIterator, Callable, Iterable
 
 from hetriever.core import faults
 from hetriever.core.access import declared_level
-from hetriever.store.catalog import DISCOVERED, FAILED, PROCESSED, SKIPPED
+from hetriever.store.catalog import DISCOVERED, SKIPPED
 from hetriever.core.config import Settings
 from hetriever.core.errors import IndexingError
 from hetriever.index.file_retry import retry_file
-from hetriever.index.full_pass import content_dir_changed, site_changed
+from hetriever.index.full_pass import content_dir_changed, rows_without_chunks_gone, site_changed
+from hetriever.index.settle import settle_recorded_run
 from hetriever.store.generations import drop_abandoned_builds
 from hetriever.discover.changes import SkipFile, compute_change_set, read_content_files, site_at
 from hetriever.core.logs import get_logger
@@ -337,7 +338,8 @@ async def index_holding_lock(repo: Repository, store: IndexingStore, settings: S
     started = time.perf_counter()
     now = now or now_utc()
     last_commit, last_status = await last_indexed(store, repo)
-    await settle_recorded_run(store, repo, last_commit, last_status)
+    if last_status == STATUS_COMPLETE and last_commit:
+        await settle_recorded_run(store, repo, last_commit)
     change_set = plan(repo, last_commit, last_status,
                       force_full=force_full or content_dir_changed(store, repo))
     # Dates passed since the last run: their files join the run, even at the same commit.
@@ -384,32 +386,6 @@ async def index_holding_lock(repo: Repository, store: IndexingStore, settings: S
                chunks_written=result.chunks_written, chunks_reused=result.chunks_reused,
                chunks_deleted=result.chunks_deleted, seconds=round(result.total_seconds, 2))
     return result
-
-
-async def settle_recorded_run(store: IndexingStore, repo: Repository, commit: str | None,
-                              status: str | None) -> None:
-    """A run that died after it recorded its commit in the collection (everything stored),
-    before the catalog closed its run: the catalog still says the older commit, which `status`
-    and `/repositories` show, and the next run would be a no-op that never fixes it. Close
-    that run as `ok` at the recorded commit now, and publish what it would have."""
-    physical = store.physical_name(repo.name)
-    if status != STATUS_COMPLETE or not commit or physical is None:
-        return
-    catalog = store.catalog
-    left = [r for r in catalog.runs(repo.name, limit=5)
-            if r["collection"] == physical and r["outcome"] == "running"
-            and r["new_commit"] == commit]
-    record = catalog.repository(repo.name)
-    if not left and (record is None or record.last_commit == commit):
-        return
-    log.warning("recorded_run_settled", repository=repo.name, commit=commit[:12],
-                action="the catalog now says the commit the collection recorded")
-    if left:
-        catalog.finish_run(left[0]["id"], outcome="ok", counts=left[0]["counts"],
-                           commit=commit)
-    else:
-        catalog.set_last_commit(repo.name, commit)
-    await asyncio.to_thread(publish_sync, store, repo.name, None)
 
 
 async def heal_bm25(store, repo: Repository, settings: Settings) -> None:
@@ -460,21 +436,6 @@ async def start_run(store: IndexingStore, repo: Repository, settings: Settings,
     await remove_paths(store, repo, doomed, result)
     if gone:
         store.catalog.remove_files(store.physical_name(repo.name) or "", gone)
-
-
-def rows_without_chunks_gone(store: IndexingStore, repo: Repository, change_set: ChangeSet,
-                             doomed: list[str]) -> list[str]:
-    """Catalog rows of files that hold no chunks (skipped, failed, never finished) and are
-    absent from the new tree. Chroma's list, which a full pass deletes by, never names them,
-    so `status` counted them (and listed a deleted file as failed) for good."""
-    physical = store.physical_name(repo.name)
-    if physical is None:
-        return []
-    present = set(change_set.paths_to_index()) | {s.path for s in change_set.skipped}
-    present.update(doomed)
-    return sorted(f.path for f in store.catalog.files(physical)
-                  if f.state in (SKIPPED, FAILED, DISCOVERED, PROCESSED)
-                  and f.path not in present)
 
 
 async def _run(store: IndexingStore, repo: Repository, settings: Settings, change_set: ChangeSet,
