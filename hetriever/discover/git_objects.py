@@ -200,7 +200,7 @@ class _BlobReader:
                               hint="check that the repository is intact (`git fsck`)")
         return header
 
-    def next_text(self, max_bytes: int, path: str = "") -> str:
+    def next_text(self, max_bytes: int, path: str = "", *, look_up: bool = True) -> str:
         """The next queued path's text, or SkipFile (UnreadableFile when the tree lists the
         file but git cannot read its object)."""
         assert self.proc.stdout
@@ -213,7 +213,9 @@ class _BlobReader:
             if word in _SYMLINK_FAILURES and rest.isdigit():
                 detail = self.proc.stdout.read(int(rest) + 1)[:-1].decode("utf-8", "replace")
                 raise SkipFile(f"{_SYMLINK_FAILURES[word]}: {detail}")
-            listed = by_blob or (path and self._listed(path))
+            # `look_up`: ask the tree whether `path` is there (a git process; include
+            # candidates, most of which do not exist, skip it)
+            listed = by_blob or (path and look_up and self._listed(path))
             if listed:
                 raise UnreadableFile(
                     f"git cannot read the object of {path or by_blob} at commit "
@@ -308,15 +310,16 @@ class FileReader:
         self._reader: _BlobReader | None = None
         self._finalizer: weakref.finalize | None = None
 
-    def read(self, path: str, *, max_bytes: int) -> str:
-        """The text of `path` (LF line endings, no BOM), or raise SkipFile."""
+    def read(self, path: str, *, max_bytes: int, look_up: bool = False) -> str:
+        """The text of `path` (LF line endings, no BOM), or raise SkipFile. `look_up`: tell
+        a file git cannot read (UnreadableFile) from one that is not there."""
         check_path(path)
         if self._reader is None:
             self._reader = _BlobReader(self.repo, self.commit)
             self._finalizer = weakref.finalize(self, self._reader.close)
         self._reader.ask(path)
         try:
-            return self._reader.next_text(max_bytes, path)
+            return self._reader.next_text(max_bytes, path, look_up=look_up)
         except SourceError:  # git stopped: the next read starts another process
             self.close()
             raise
@@ -331,6 +334,6 @@ def read_content_file(repo: Repository, path: str, commit: str, *, max_bytes: in
     """The text of `path` at `commit` (LF line endings, no BOM), or raise SkipFile."""
     reader = FileReader(repo, commit)
     try:
-        return reader.read(path, max_bytes=max_bytes)
+        return reader.read(path, max_bytes=max_bytes, look_up=True)
     finally:
         reader.close()
