@@ -34,6 +34,7 @@ from hetriever.index.release import release_repository
 from hetriever.discover.repositories import Repository
 from hetriever.discover.repositories import check_usable
 from hetriever.discover.fetch import (
+    accept_moved_back,
     check_out,
     fetch_target,
     followed_branch,
@@ -190,13 +191,14 @@ async def _ingest(settings: Settings, repositories: list[str] | None, force_full
                     indexed, _ = await last_indexed(get_knowledge_store(settings), repo)
                     if moves_back(repo, sha, indexed):  # e.g. an old push replayed
                         assert indexed is not None
+                        hint = accept_moved_back(repo, sha)
                         logger.warning(
                             "%s: refused commit %s: it is an ancestor of the indexed commit %s, "
-                            "and the index only moves forward (to go back on purpose, check the "
-                            "commit out and run `hetriever ingest --full`)",
-                            repo.name, sha[:12], indexed[:12])
+                            "and the index only moves forward (%s)",
+                            repo.name, sha[:12], indexed[:12], hint)
                         outcomes.append({"repository": repo.name, "ok": True, "mode": "refused",
-                                         "new_commit": indexed, "refused_commit": sha})
+                                         "new_commit": indexed, "refused_commit": sha,
+                                         "hint": hint})
                         continue
                     check_out(repo, sha)
                     logger.info("%s: fetched, at %s", repo.name, sha[:12])
@@ -234,6 +236,12 @@ async def _ingest(settings: Settings, repositories: list[str] | None, force_full
     if summary["failed"]:
         return Failed(message=f"{summary['failed']} of {len(outcomes)} repositories failed",
                       data=summary)
-    changed = [o["repository"] for o in outcomes if o.get("mode") not in (None, "noop")]
-    return Completed(message=f"{len(outcomes)} repositories up to date"
-                             + (f" ({len(changed)} updated)" if changed else ""), data=summary)
+    changed = [o for o in outcomes if o.get("mode") not in (None, "noop", "refused")]
+    refused = [o["repository"] for o in outcomes if o.get("mode") == "refused"]
+    done = [f"{len(changed)} updated"] if changed else []
+    if refused:  # not updated, and not up to date with its remote either
+        done.append(f"{len(refused)} refused a commit that moves back: {', '.join(refused)}")
+    counted = f"{len(outcomes) - len(refused)} of {len(outcomes)}" if refused \
+        else f"{len(outcomes)}"
+    return Completed(message=f"{counted} repositories up to date"
+                             + (f" ({'; '.join(done)})" if done else ""), data=summary)

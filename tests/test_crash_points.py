@@ -27,6 +27,7 @@ from hetriever.store.chunk_records import ChunkCollection
 from hetriever.index.indexing import STATUS_COMPLETE, STATUS_INDEXING, index_repository
 from hetriever.search.hybrid import retrieve
 from hetriever.search.knowledge_store import ChromaKnowledgeStore
+from tests.catalog_snapshot import catalog_rows, collection_metadata
 from tests.chroma_fixtures import store_settings
 from tests.helpers import commit_all, init_repo, write_files
 from tests.test_faults import (REPO_NAME, cli_command, cli_env, page_text, run, run_cli,
@@ -90,6 +91,11 @@ def snapshot(root: Path, embedder: Any, model_dir: Path) -> dict[str, Any]:
             "indexed_files": sorted(f.path for f in store.catalog.files(physical, INDEXED)),
             "commit": meta["commit_hash"],
             "status": meta["index_status"],
+            # every table and column of the catalog (`status` and `/repositories` read the
+            # repositories row), and the collection's whole metadata, less what
+            # tests/catalog_snapshot.py names
+            "catalog": catalog_rows(store.catalog.path, physical),
+            "collection_metadata": collection_metadata(meta),
         }
     finally:
         store.close_sync()
@@ -163,10 +169,21 @@ def _fields_differing(got: Any, want: Any) -> Any:
     return out
 
 
+def _rows_differing(got: Any, want: Any) -> Any:
+    """Of two tables (lists of rows), the rows only one has; else both values."""
+    if isinstance(got, list) and isinstance(want, list):
+        return {"extra": [r for r in got if r not in want],
+                "missing": [r for r in want if r not in got]}
+    return {"got": got, "want": want}
+
+
 def assert_same(got: dict[str, Any], clean: dict[str, Any]) -> None:
     """Equal in every field; a difference is shown as the rows that differ."""
     for key, want in clean.items():
-        if isinstance(want, dict):
+        if key in ("catalog", "collection_metadata"):
+            differ = {k: _rows_differing(got[key].get(k), want.get(k))
+                      for k in set(got[key]) | set(want) if got[key].get(k) != want.get(k)}
+        elif isinstance(want, dict):
             differ = {i: _fields_differing(got[key].get(i), want.get(i))
                       for i in set(got[key]) | set(want) if got[key].get(i) != want.get(i)}
         elif isinstance(want, list):

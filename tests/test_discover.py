@@ -226,20 +226,24 @@ def test_submodules_in_directories_named_after_their_remotes_are_indexable(tmp_p
     assert [r.name for r in select_repositories(repos, ["hugodocs"])] == ["hugodocs"]
 
 
-def test_two_directories_with_one_name_are_an_error_naming_both(tmp_path):
+def test_two_directories_with_one_name_fail_alone_naming_both(tmp_path):
     doc_repo(tmp_path / "root", "site.docs")
     doc_repo(tmp_path / "root", "site-docs")
-    with pytest.raises(SourceError, match="both named 'site-docs'") as err:
-        discover_repositories(tmp_path / "root")
-    assert "site.docs" in str(err.value) and "directories" in err.value.hint
+    doc_repo(tmp_path / "root", "other-docs")
+    repos = discover_repositories(tmp_path / "root")
+    assert [r.name for r in repos] == ["other-docs", "site-docs"]
+    other, same = repos
+    assert other.problem == ""
+    assert "all named 'site-docs'" in same.problem and "site.docs" in same.problem
+    assert "rename all but one" in same.problem and not same.path.exists()
 
 
-def test_duplicate_names_are_an_error(tmp_path):
+def test_duplicate_names_fail_alone(tmp_path):
     src, _ = doc_repo(tmp_path / "src", "same-docs")
     parent = make_parent_with_submodule(tmp_path, src, "same-docs")
     add_submodule(parent, src, "other/same-docs")
-    with pytest.raises(SourceError, match="same-docs"):
-        discover_repositories(parent)
+    (repo,) = discover_repositories(parent)
+    assert "same-docs" in repo.problem and "other/same-docs" in repo.problem
 
 
 def _parent_with_gitmodules(tmp: Path, sub_path: str) -> Path:

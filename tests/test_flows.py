@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import time
 from pathlib import Path
@@ -698,3 +699,47 @@ def test_full_reindex_re_embeds_everything_and_migrate_only_what_changed(sample_
     assert row["result"] == f"{before} -> {store.physical_name('sample-docs')}"
     assert store.physical_name("sample-docs") != before
     assert len({p for p, _ in stored(store, "sample-docs").values()}) == 7  # searchable as before
+
+
+def test_a_force_pushed_revert_is_refused_with_the_command_that_accepts_it(sample_parent,
+                                                                           capsys):
+    """The followed branch is force-pushed back to an older commit: fetching runs refuse it
+    (the index only moves forward), say how to accept it, do not count it as updated, and
+    `status --fetch` says the branch moved back instead of "up to date"."""
+    from hetriever.cli import main as cli_main
+
+    parent, source = sample_parent
+    old = git(source, "rev-parse", "HEAD")
+    write_files(source, {"content/docs/reverted.md": "---\ntitle: Reverted\n---\n\nSoon gone.\n"})
+    newer = commit_all(source, "a commit that gets reverted by a force push")
+    state, summary = run_ingest(fetch=True)
+    assert summary["repositories"][0]["new_commit"] == newer
+    git(source, "reset", "--hard", old)  # what `git push --force` of the older commit leaves
+
+    state, summary = run_ingest(fetch=True)
+    assert state.is_completed(), state.message
+    (refused,) = summary["repositories"]
+    assert refused["mode"] == "refused" and refused["refused_commit"] == old
+    checkout = parent / "docs" / "sample-docs"
+    command = f"git -C {checkout} checkout --detach {old} && hetriever ingest -r sample-docs --full"
+    assert command in refused["hint"]
+    assert "updated" not in state.message and "1 refused" in state.message, state.message
+    assert state.message.startswith("0 of 1 repositories up to date"), state.message
+
+    assert cli_main(["status", "--fetch", "--json"]) == 0
+    out, err = capsys.readouterr()
+    (row,) = json.loads(out)
+    assert row["behind_upstream"] == 0 and row["ahead_of_upstream"] == 1
+    assert row["upstream_commit"] == old and "moved back" in row["upstream_note"]
+    assert command in row["upstream_note"]
+    assert cli_main(["status", "--fetch"]) == 0
+    out, err = capsys.readouterr()
+    assert "moved back" in " ".join(out.split()) and command in " ".join(err.split())
+
+    # the command it names takes the index back, and fetching runs are then up to date
+    git(checkout, "checkout", "--quiet", "--detach", old)
+    assert cli_main(["ingest", "-r", "sample-docs", "--full", "--json"]) == 0
+    capsys.readouterr()
+    assert asyncio.run(open_store().get_collection_metadata("sample-docs"))["commit_hash"] == old
+    state, summary = run_ingest(fetch=True)
+    assert summary["repositories"][0]["mode"] == "noop", summary

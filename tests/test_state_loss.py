@@ -19,6 +19,7 @@ import pytest
 from hetriever.store.catalog_records import CATALOG_FILE
 from hetriever.store.chunk_records import ChunkCollection
 from hetriever.search.knowledge_store import ChromaKnowledgeStore
+from tests.catalog_snapshot import catalog_rows, collection_metadata
 from tests.chroma_fixtures import store_settings
 from tests.helpers import commit_all, init_repo, write_files
 from tests.test_faults import cli_env, run, run_cli
@@ -74,6 +75,9 @@ def snapshot(root: Path, model_dir: Path, embedder: Any) -> dict[str, Any]:
             "commit": meta["commit_hash"],
             "status": meta["index_status"],
             "totals": (meta.get("total_documents"), meta.get("total_chunks")),
+            # every table and column, less what tests/catalog_snapshot.py names
+            "catalog": catalog_rows(catalog.path, physical),
+            "collection_metadata": collection_metadata(meta),
         }
     finally:
         store.close_sync()

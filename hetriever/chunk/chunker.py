@@ -17,8 +17,17 @@ import re
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
+from hetriever.chunk.bounds import (
+    MAX_CHUNK_CHARS,
+    MAX_HEADING_CHARS,
+    MAX_UNIT_CHARS,
+    count_in_slices,
+    cut_text,
+)
+from hetriever.core.budget import check as check_budget
 from hetriever.core.logs import get_logger
-from hetriever.core.models import REQUIRED_CHUNK_METADATA, Block, Chunk, Metadata
+from hetriever.chunk.metadata import page_metadata
+from hetriever.core.models import Block, Chunk, Metadata
 from hetriever.parse.parsed_page import Page
 from hetriever.chunk.tokenizer import TokenCounter, word_boundary
 
@@ -71,6 +80,10 @@ class _Piece:
     has_code: bool
     merged: list[str] = field(default_factory=list)  # headings of sections folded into the body
 
+    @property
+    def chars(self) -> int:
+        return sum(len(p) for p in self.parts) + len(BODY_SEPARATOR) * (len(self.parts) - 1)
+
 
 class _Chunker:
     def __init__(self, page: Page, counter: TokenCounter, budget: int, min_tokens: int) -> None:
@@ -94,7 +107,7 @@ class _Chunker:
         headings_only: list[str] = []
         for block in blocks:
             if block.kind == "heading":
-                text = " ".join(block.text.split())
+                text = " ".join(block.text.split())[:MAX_HEADING_CHARS]
                 if not text:
                     continue
                 level = block.level if block.level > 0 else 1
@@ -108,11 +121,13 @@ class _Chunker:
             elif block.kind == "code":
                 text = block.text.strip("\n")
                 if text.strip():
-                    sections[-1].units.append(_Unit(text, 0, True))
+                    sections[-1].units.extend(_Unit(t, 0, True) for t in
+                                              cut_text(text, MAX_UNIT_CHARS, lines=True))
             else:
                 text = block.text.strip()
                 if text:
-                    sections[-1].units.append(_Unit(text, 0, False))
+                    sections[-1].units.extend(_Unit(t, 0, False) for t in
+                                              cut_text(text, MAX_UNIT_CHARS, lines=False))
         # A heading with nothing under it (trailing, or followed only by removed markup) would
         # vanish with its empty section unless a later section carries it in its context:
         # keep its text as a line of the section before it.
@@ -136,16 +151,16 @@ class _Chunker:
         headings = list(dict.fromkeys(h for c in contexts for h in c))
         prefixes = [_prefix(self.page.title, c) for c in contexts]
         units = [u for s in sections for u in s.units]
-        counts = self.counter.count_batch(
+        counts = count_in_slices(self.counter.count_batch,
             [u.text for u in units] + prefixes + headings + [CONTEXT_SEPARATOR.strip()])
         for unit, n in zip(units, counts):
             unit.tokens = n
         offset = len(units)
         cap = self.budget // 2
         for context, prefix, n in zip(contexts, prefixes, counts[offset:]):
-            if n > cap:
+            if n > cap or len(prefix) > MAX_CHUNK_CHARS // 4:
                 # A runaway heading path may not starve the body: keep its start only.
-                prefix = self.counter.truncate(prefix, cap)
+                prefix = self.counter.truncate(prefix[:MAX_CHUNK_CHARS // 4], cap)
                 n = self.counter.count(prefix)
             self.prefix[context] = prefix
             self.body_limit[context] = self.budget - n - (self.join if prefix else 0)
@@ -158,17 +173,37 @@ class _Chunker:
     def split_oversize(self, sections: list[_Section]) -> None:
         for section in sections:
             limit = self.body_limit[section.context]
-            if all(u.tokens <= limit for u in section.units):
+            if all(u.tokens <= limit and len(u.text) <= MAX_CHUNK_CHARS for u in section.units):
                 continue
+            check_budget()
             units: list[_Unit] = []
             for unit in section.units:
-                if unit.tokens <= limit:
+                if unit.tokens <= limit and len(unit.text) <= MAX_CHUNK_CHARS:
                     units.append(unit)
+                    continue
+                if unit.tokens <= limit:
+                    split = [unit]
                 elif unit.is_code:
-                    units.extend(self._split_code(unit.text, limit))
+                    split = self._split_code(unit.text, limit)
                 else:
-                    units.extend(self._split_paragraph(unit.text, limit))
+                    split = self._split_paragraph(unit.text, limit)
+                units.extend(self._cut_long(split))
             section.units = units
+
+    def _cut_long(self, units: list[_Unit]) -> list[_Unit]:
+        """Units over `MAX_CHUNK_CHARS` (words the tokenizer makes one `[UNK]` of) cut by
+        characters, each piece counted on its own."""
+        if all(len(u.text) <= MAX_CHUNK_CHARS for u in units):
+            return units
+        out: list[_Unit] = []
+        for unit in units:
+            if len(unit.text) <= MAX_CHUNK_CHARS:
+                out.append(unit)
+                continue
+            pieces = cut_text(unit.text, MAX_CHUNK_CHARS, lines=unit.is_code)
+            counts = self.counter.count_batch(pieces)
+            out.extend(_Unit(p, n, unit.is_code) for p, n in zip(pieces, counts))
+        return out
 
     def _split_paragraph(self, text: str, limit: int) -> list[_Unit]:
         spans = _sentence_spans(text)
@@ -287,7 +322,8 @@ class _Chunker:
             limit = self.body_limit[section.context]
             current: _Piece | None = None
             for unit in section.units:
-                if current is not None and current.tokens + self.join + unit.tokens <= limit:
+                if current is not None and current.tokens + self.join + unit.tokens <= limit \
+                        and current.chars + len(BODY_SEPARATOR) + len(unit.text) <= MAX_CHUNK_CHARS:
                     current.parts.append(unit.text)
                     current.tokens += self.join + unit.tokens
                     current.has_code = current.has_code or unit.is_code
@@ -343,6 +379,8 @@ class _Chunker:
         total = first.tokens + self.join + tokens
         if total > self.body_limit[first.context]:
             return False
+        if first.chars + sum(len(p) + len(BODY_SEPARATOR) for p in parts) > MAX_CHUNK_CHARS:
+            return False
         first.parts.extend(parts)
         first.tokens = total
         first.has_code = first.has_code or second.has_code
@@ -356,7 +394,8 @@ class _Chunker:
         if self.counter.additive:
             return out  # sums are exact: see the module docstring
         checked: list[tuple[_Piece, str]] = []
-        for (piece, text), n in zip(out, self.counter.count_batch([t for _, t in out])):
+        for (piece, text), n in zip(out, count_in_slices(self.counter.count_batch,
+                                                         [t for _, t in out])):
             if n <= self.budget:
                 checked.append((piece, text))
                 continue
@@ -396,9 +435,12 @@ def chunk_page(
     sections = chunker.sections(blocks)
     if not sections:
         return []
+    check_budget()
     chunker.measure(sections)
+    check_budget()
     chunker.split_oversize(sections)
     pieces = chunker.merge_short(chunker.pack(sections))
+    check_budget()
     texts = chunker.texts(pieces)
 
     base = page_metadata(page, extra_metadata)
@@ -418,40 +460,6 @@ def chunk_page(
             metadata["merged_headings"] = list(dict.fromkeys(piece.merged))
         chunks.append(Chunk(chunk_id(page.repository, page.file_path, text, occurrence), text, metadata))
     return chunks
-
-
-def page_metadata(page: Page, extra: Mapping | None) -> Metadata:
-    """The metadata every chunk of `page` carries: `extra` (reserved keys refused), then the
-    page's own fields."""
-    # No run timestamp here: it would make every unchanged chunk differ on every run (and be
-    # rewritten); run and file times live in the catalog.
-    meta: Metadata = {}
-    for key, value in (extra or {}).items():
-        if key in REQUIRED_CHUNK_METADATA:
-            log.warning("extra_metadata_ignored", key=key, reason="reserved chunk metadata key")
-            continue
-        if value is None or (isinstance(value, (list, tuple)) and not value):
-            continue  # Chroma rejects None and empty lists
-        meta[str(key)] = list(value) if isinstance(value, tuple) else value
-    if page.tags:
-        meta["tags"] = list(page.tags)
-    description = page.front_matter.get("description")
-    if isinstance(description, str) and description.strip():
-        meta["description"] = description.strip()
-    weight = page.front_matter.get("weight")
-    if isinstance(weight, (int, float)) and not isinstance(weight, bool):
-        meta["weight"] = weight
-    meta.update({
-        "repository": page.repository,
-        "file_path": page.file_path,
-        "url": page.url,
-        "title": page.title,
-        "section": page.section,
-    })
-    if page.lang:
-        meta["lang"] = page.lang
-        meta["translation_key"] = page.translation_key
-    return meta
 
 
 def _norm(text: str) -> str:

@@ -11,7 +11,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 
-from hetriever.chunk.chunker import CONTEXT_SEPARATOR, chunk_id, page_metadata
+from hetriever.chunk.chunker import CONTEXT_SEPARATOR, chunk_id
+from hetriever.chunk.metadata import page_metadata
 from hetriever.core.models import Chunk, Metadata
 from hetriever.parse.parsed_page import Page
 from hetriever.chunk.tokenizer import TokenCounter

@@ -20,9 +20,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from bs4 import BeautifulSoup
-from bs4.element import Comment, Declaration, Doctype, NavigableString, ProcessingInstruction
+from bs4.element import CData, NavigableString, Tag
 
 from hetriever.clean.fences import split_fences
+from hetriever.core.budget import check as check_budget
 from hetriever.core.logs import get_logger
 from hetriever.core.models import Block
 from hetriever.clean.shortcodes import (  # noqa: F401 (IncludeResolver: re-exported)
@@ -47,9 +48,16 @@ _INLINE_CODE2 = re.compile(r"(?<!`)``(?!`)((?:[^\n]|\n(?![ \t]*\n))+?)(?<!`)``(?
 _INLINE_CODE1 = re.compile(r"(?<!`)`(?!`)((?:[^`\n]|\n(?![ \t]*\n))+?)`(?!`)")
 _AUTOLINK = re.compile(r"<((?:https?|ftp)://[^\s<>]+|mailto:[^\s<>]+)>")
 _ESCAPE = re.compile(r"\\([!-/:-@\[-`{-~])")
+# Every body below stops at the next opener, so an unclosed one costs the text up to there, not
+# the rest of the page (many unclosed `<!--` were quadratic).
 _HTML_DROP = re.compile(
-    r"<!--.*?-->|<\?.*?\?>|<(script|style|template)\b[^>]*>.*?</\1\s*>", re.S | re.I)
+    r"<!--(?:(?!<!--).)*?-->|<\?(?:(?!<\?).)*?\?>"
+    r"|<(script|style|template)\b[^<>]*>(?:(?!<\1\b).)*?</\1\s*>", re.S | re.I)
 _TAG = re.compile(r"<(/?)([A-Za-z][A-Za-z0-9-]*)(?=[\s/>])")
+_ANY_TAG = re.compile(r"<[^<>]*>")
+# A paragraph with more tags than this is stripped by a regular expression, not parsed into a
+# tree (bs4 keeps ~1 KB per element).
+MAX_HTML_TAGS = 20_000
 
 _ATX = re.compile(r" {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")
 _HEADING_ATTRS = re.compile(r"\s*\{\s*[#.][^{}]*\}\s*$")
@@ -71,12 +79,14 @@ _LINK = re.compile(r"\[((?:[^\[\]]|\[[^\[\]]*\])*)\]"
 _SHORTCUT_REF = re.compile(r"\[([^\[\]]+)\](?![(\[])")
 _FOOTNOTE_REF = re.compile(r"\[\^[^\]\s]+\]")
 # Emphasis may wrap onto the next line of its paragraph (sources wrapped at 80 columns).
+# A span's text holds no delimiter of its kind: each opener is then tried up to the next
+# delimiter only, so a paragraph of openers with no closer is linear (it was quadratic).
 _EMPHASIS = (
-    re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*", re.S),
-    re.compile(r"(?<!\w)__(?=\S)(.+?)(?<=\S)__(?!\w)", re.S),
-    re.compile(r"~~(?=\S)(.+?)(?<=\S)~~", re.S),
-    re.compile(r"(?<![\w*\\])\*(?=[^\s*])(.+?)(?<=[^\s*])\*(?![\w*])", re.S),
-    re.compile(r"(?<![\w\\])_(?=[^\s_])(.+?)(?<=[^\s_])_(?!\w)", re.S),
+    re.compile(r"\*\*(?=\S)((?:(?!\*\*).)+?)(?<=\S)\*\*", re.S),
+    re.compile(r"(?<!\w)__(?=\S)((?:(?!__).)+?)(?<=\S)__(?!\w)", re.S),
+    re.compile(r"~~(?=\S)((?:(?!~~).)+?)(?<=\S)~~", re.S),
+    re.compile(r"(?<![\w*\\])\*(?=[^\s*])([^*]+?)(?<=[^\s*])\*(?![\w*])", re.S),
+    re.compile(r"(?<![\w\\])_(?=[^\s_])((?:[^_]|(?<=\w)_(?=\w))+?)(?<=[^\s_])_(?!\w)", re.S),
 )
 # A Goldmark block attribute line, e.g. `{.badge .w-75}` or `{class="x" #id}`.
 _ATTR_LINE = re.compile(r"\{(?:\s*(?:[.#][\w-]+|[\w-]+=(?:\"[^\"]*\"|'[^']*'|[^\s}]+)))+\s*\}")
@@ -127,27 +137,72 @@ def _strip_html(text: str, in_table: bool) -> str:
     # Angle-bracket placeholders such as `<secret>` are words, not tags: keep them.
     text = _TAG.sub(lambda m: m.group(0) if m.group(2).lower() in HTML_TAGS
                     else "&lt;" + m.group(0)[1:], text)
-    soup = BeautifulSoup(text, "html.parser")
-    for el in soup.find_all(["script", "style", "template", "noscript"]):
-        el.decompose()
-    for node in soup.find_all(string=lambda s: isinstance(
-            s, (Comment, ProcessingInstruction, Declaration, Doctype))):
-        node.extract()
-    for br in soup.find_all("br"):
-        br.replace_with(" " if in_table else "\n")
-    for img in soup.find_all("img"):
-        alt = img.get("alt")
-        img.replace_with(f" {alt} " if isinstance(alt, str) and alt.strip() else "")
-    for row in soup.find_all("tr"):
-        for child in list(row.children):
-            if isinstance(child, NavigableString) and not child.strip():
-                child.extract()  # indentation between cells
-        for cell in row.find_all(["td", "th"], recursive=False)[:-1]:
-            cell.insert_after(" | ")
-    for el in soup.find_all(_HTML_BLOCK_TAGS):
-        el.insert_before("\n")
-        el.insert_after("\n")
-    return soup.get_text()
+    if text.count("<") > MAX_HTML_TAGS:
+        # A tree this large costs memory in proportion; its tags are dropped as text instead.
+        return html.unescape(_ANY_TAG.sub(" ", text))
+    return _soup_text(BeautifulSoup(text, "html.parser"), in_table)
+
+
+_DROPPED_TAGS = frozenset(("script", "style", "template", "noscript"))
+_BLOCK_TAG_SET = frozenset(_HTML_BLOCK_TAGS)
+_TEXT_TYPES = (NavigableString, CData)
+_END = object()  # a block element's end, on the walk's stack
+
+
+def _soup_text(soup: BeautifulSoup, in_table: bool) -> str:
+    """The text of a parsed HTML fragment, one walk with a stack of its own (linear in the
+    tree, however deep it nests): block elements on lines of their own, table cells apart
+    by ` | `, `<br>` a line break (a space in a table), an image its alt text; scripts,
+    styles, comments and declarations dropped. (Editing the tree instead, with bs4's
+    `insert_after`, walks each element's descendants once per edit: quadratic in depth.)"""
+    parts: list[str] = []
+    stack: list[object] = list(reversed(soup.contents))
+    in_row: list[bool] = []  # per open element on the stack: is it a <tr>? (see _ROW_END)
+    walked = 0
+    while stack:
+        node = stack.pop()
+        walked += 1
+        if not walked % 4096:
+            check_budget()
+        if node is _END:
+            parts.append("\n")
+            continue
+        if isinstance(node, str):  # a string of ours (a cell separator) or of the tree
+            if type(node) in _TEXT_TYPES or type(node) is str:
+                parts.append(node)
+            continue
+        if not isinstance(node, Tag):
+            continue
+        name = node.name
+        if name in _DROPPED_TAGS:
+            continue
+        if name == "br":
+            parts.append(" " if in_table else "\n")
+            continue
+        if name == "img":
+            alt = node.get("alt")
+            parts.append(f" {alt} " if isinstance(alt, str) and alt.strip() else "")
+            continue
+        children: list[object] = list(node.contents)
+        if name == "tr":
+            # indentation (and a <br>) between cells is not text; cells apart by " | "
+            children = [c for c in children if not (
+                (isinstance(c, NavigableString) and type(c) in _TEXT_TYPES and not c.strip())
+                or (isinstance(c, Tag) and c.name in ("br", "img") and not _img_alt(c)))]
+            cells = [i for i, c in enumerate(children)
+                     if isinstance(c, Tag) and c.name in ("td", "th")]
+            for i in reversed(cells[:-1]):
+                children.insert(i + 1, " | ")
+        if name in _BLOCK_TAG_SET:
+            parts.append("\n")
+            stack.append(_END)
+        stack.extend(reversed(children))
+    return "".join(parts)
+
+
+def _img_alt(tag: Tag) -> str:
+    alt = tag.get("alt") if tag.name == "img" else None
+    return alt if isinstance(alt, str) and alt.strip() else ""
 
 
 def _table_rows(text: str) -> str:
@@ -232,7 +287,9 @@ def _markdown_blocks(text: str, ctx: _Context, refs: set[str], out: list[Block])
             given = _HEADING_ID.search(attrs.group().strip().strip("{}")) if attrs else None
             out.append(Block("heading", title, level, given.group(1) if given else ""))
 
-    for line in text.split("\n"):
+    for number, line in enumerate(text.split("\n")):
+        if not number % 1024:
+            check_budget()
         quoted = False
         if line.lstrip().startswith(">"):
             line = _QUOTE.sub("", line, count=1)
@@ -354,7 +411,8 @@ def _clean(body: str, resolver: IncludeResolver | None, params: Mapping[str, str
 # calls, link definitions) is left out of the source count, so only lost prose lowers it.
 _WORD = re.compile(r"[^\W\d_]{3,}")
 _NOT_PROSE = re.compile(
-    r"<(script|style)\b.*?</\1\s*>|<!--.*?-->|<[^<>]{0,400}>|\]\([^()\s]{0,400}\)|\S+://\S+"
+    r"<(script|style)\b(?:(?!<\1\b).)*?</\1\s*>|<!--(?:(?!<!--).)*?-->|<[^<>]{0,400}>"
+    r"|\]\([^()\s]{0,400}\)|(?<!\w)\w+://\S+"
     r"|\{\{.{0,400}?\}\}"
     r"|^ {0,3}\[[^\]\n]+\]:[^\n]*$", re.S | re.I | re.M)
 

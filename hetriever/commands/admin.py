@@ -145,7 +145,12 @@ def cmd_status(args: argparse.Namespace) -> int:
         if r["upstream_error"] and r["indexed_commit"]:
             print(terminal_safe(f"hetriever: note: {r['repository']}: {r['upstream_error']}"),
                   file=sys.stderr)
-        note = behind_note(settings.docs_root, repo, r, checked_out=r["up_to_date"])
+        if r["upstream_note"]:
+            print(terminal_safe(f"hetriever: note: {r['repository']}: {r['upstream_note']}"),
+                  file=sys.stderr)
+        # a branch moved back or rewritten has its own note, with the command that accepts it
+        note = "" if r["ahead_of_upstream"] else behind_note(settings.docs_root, repo, r,
+                                                             checked_out=r["up_to_date"])
         if note:
             print(terminal_safe(f"hetriever: note: {r['repository']}: {note}"), file=sys.stderr)
     if any(r["behind_upstream"] for r in rows):
@@ -170,6 +175,10 @@ def upstream_cell(row: dict[str, Any]):
         return ""
     if row["behind_upstream"] is None:
         return joined((f"? {row['upstream_ref']}", "dim"))
+    if row["ahead_of_upstream"]:  # the branch was moved back, or rewritten
+        moved = "moved back" if row["behind_upstream"] == 0 else "diverged"
+        return joined((moved, "red"), f" ({row['upstream_ref']} {row['upstream_commit'][:12]}, "
+                      f"{row['ahead_of_upstream']} indexed commit(s) not on it)")
     if row["behind_upstream"] == 0:
         return joined(("✓", "green"), f" {row['upstream_ref']}")
     return joined((f"behind by {row['behind_upstream']}", "yellow"),

@@ -123,6 +123,12 @@ class Settings(_Layered):
     content_dir: str = "content"  # Hugo content dir inside each documentation repository
     include_drafts: bool = False
     max_file_bytes: int = 2_000_000
+    # One file's parse -> clean -> chunk may take this long; past it the file fails alone
+    # (its old chunks kept, retried next run) and the rest of the run goes on.
+    file_seconds: float = 120.0
+    # A page that would make more chunks than this is skipped with the count as its reason
+    # (the largest page of the shared corpora makes 160).
+    max_file_chunks: int = 5000
     repository_urls: Pairs = {}  # name -> URL override
     # name -> where the site is published, for full links (over the baseURL its config has:
     # a placeholder, one passed to `hugo --baseURL` at build time, or no configuration)
@@ -459,6 +465,7 @@ _BETWEEN: dict[str, tuple[int, int, str]] = {
     "analytics_retention_days": (1, 3_650, " days"),
     "mcp_max_line": (1024, 1024 ** 3, " bytes"),
     "search_resident_idle": (0, 86_400, " seconds"),
+    "max_file_chunks": (1, 1_000_000, ""),
 }
 
 
@@ -501,6 +508,8 @@ def validate(settings: Settings) -> Settings:
         raise bad("chroma_timeout", "must be a positive number of seconds, at most 3600")
     if not 0 < settings.request_timeout <= 3_600:
         raise bad("request_timeout", "must be a positive number of seconds, at most 3600")
+    if not 0 < settings.file_seconds <= 86_400:
+        raise bad("file_seconds", "must be above 0 and at most 86400 seconds")
     if settings.max_file_bytes < 1:
         raise bad("max_file_bytes", "must be positive")
     if not 1 <= settings.chroma_port <= 65535:

@@ -151,6 +151,14 @@ def moves_back(repo: Repository, sha: str, indexed: str | None) -> bool:
     return run_git(repo, "merge-base", "--is-ancestor", sha, indexed).returncode == 0
 
 
+def accept_moved_back(repo: Repository, sha: str) -> str:
+    """The commands that index `sha` although it moves the index back (a force-pushed revert
+    of the followed branch): a run that does not fetch indexes what is checked out."""
+    return (f"if the branch was moved back on purpose, check its commit out and index it: "
+            f"`git -C {repo.path} checkout --detach {sha} && hetriever ingest -r {repo.name} "
+            f"--full`")
+
+
 def on_followed_branch(repo: Repository, sha: str) -> bool:
     """Whether `sha` is in the followed branch's history (where the next scheduled run goes)."""
     return run_git(repo, "merge-base", "--is-ancestor", sha,

@@ -49,6 +49,12 @@ class SkipFile(Exception):
         super().__init__(reason)
 
 
+class UnreadableFile(SkipFile):
+    """A file the commit's tree lists whose object git cannot read (a corrupt or missing
+    object): a read error, never "the file is gone". The per-file step fails the file (its
+    old chunks kept, the commit unrecorded, retried next run); it is no skip."""
+
+
 
 def run_git(repo: Repository, *args: str) -> bytes:
     check_usable(repo)
@@ -129,6 +135,10 @@ class _BlobReader:
             stderr=subprocess.DEVNULL,
         )
         self.writer: threading.Thread | None = None
+        # Per queued request, in order: the path when it was asked for by blob id (the tree
+        # lists it, so "missing" means git cannot read it), else None.
+        self._by_blob: list[str | None] = []
+        self._answered = 0
         # Resolve the commit first, in the same process, so every path is read at one sha.
         self._send(f"{commit}^{{commit}}\n".encode("utf-8", "surrogateescape"))
         try:
@@ -160,6 +170,7 @@ class _BlobReader:
         Symlinks and unknown paths still go by path, so git resolves (or rejects) them.
         """
         blobs = blobs or {}
+        self._by_blob.extend(p if p in blobs else None for p in paths)
         payload = b"".join((blobs[p] + "\n").encode() if p in blobs else self._by_path(p)
                            for p in paths)
 
@@ -175,6 +186,7 @@ class _BlobReader:
 
     def ask(self, path: str) -> None:
         """Queue one path (already checked) and keep git's input open for more."""
+        self._by_blob.append(None)
         self._send(self._by_path(path))
 
     def _by_path(self, path: str) -> bytes:
@@ -188,16 +200,27 @@ class _BlobReader:
                               hint="check that the repository is intact (`git fsck`)")
         return header
 
-    def next_text(self, max_bytes: int) -> str:
-        """The next queued path's text, or SkipFile."""
+    def next_text(self, max_bytes: int, path: str = "", *, look_up: bool = True) -> str:
+        """The next queued path's text, or SkipFile (UnreadableFile when the tree lists the
+        file but git cannot read its object)."""
         assert self.proc.stdout
         header = self._header()
+        by_blob = self._by_blob[self._answered] if self._answered < len(self._by_blob) else None
+        self._answered += 1
         match = _SHA_HEADER.match(header)
         if match is None:
             word, _, rest = header.partition(b" ")
             if word in _SYMLINK_FAILURES and rest.isdigit():
                 detail = self.proc.stdout.read(int(rest) + 1)[:-1].decode("utf-8", "replace")
                 raise SkipFile(f"{_SYMLINK_FAILURES[word]}: {detail}")
+            # `look_up`: ask the tree whether `path` is there (a git process; include
+            # candidates, most of which do not exist, skip it)
+            listed = by_blob or (path and look_up and self._listed(path))
+            if listed:
+                raise UnreadableFile(
+                    f"git cannot read the object of {path or by_blob} at commit "
+                    f"{self.sha[:12]} (the tree lists it; run `git fsck` in "
+                    f"{self.repo.path})")
             raise SkipFile(f"missing at commit {self.sha[:12]}")
         kind, size = match.group(2).decode(), int(match.group(3))
         if kind != "blob" or size > max_bytes:
@@ -208,6 +231,16 @@ class _BlobReader:
         data = self.proc.stdout.read(size)
         self.proc.stdout.read(1)  # the newline after the contents
         return decode_blob(data)
+
+    def _listed(self, path: str) -> bool:
+        """Whether the commit's tree has an entry at `path` (asked only when git answered
+        "missing", which it also says of an object it cannot read)."""
+        try:
+            out = run_git(self.repo, "ls-tree", "-z", "--full-tree", self.sha, "--", path)
+        except SourceError:
+            return False
+        return any(record.endswith(b"\t" + path.encode("utf-8", "surrogateescape"))
+                   for record in out.split(b"\0"))
 
     def _discard(self, n: int) -> None:
         assert self.proc.stdout
@@ -260,7 +293,7 @@ def read_content_files(
                 yield path, problem
                 continue
             try:
-                yield path, reader.next_text(max_bytes)
+                yield path, reader.next_text(max_bytes, path)
             except SkipFile as skip:
                 yield path, skip
     finally:
@@ -277,15 +310,16 @@ class FileReader:
         self._reader: _BlobReader | None = None
         self._finalizer: weakref.finalize | None = None
 
-    def read(self, path: str, *, max_bytes: int) -> str:
-        """The text of `path` (LF line endings, no BOM), or raise SkipFile."""
+    def read(self, path: str, *, max_bytes: int, look_up: bool = False) -> str:
+        """The text of `path` (LF line endings, no BOM), or raise SkipFile. `look_up`: tell
+        a file git cannot read (UnreadableFile) from one that is not there."""
         check_path(path)
         if self._reader is None:
             self._reader = _BlobReader(self.repo, self.commit)
             self._finalizer = weakref.finalize(self, self._reader.close)
         self._reader.ask(path)
         try:
-            return self._reader.next_text(max_bytes)
+            return self._reader.next_text(max_bytes, path, look_up=look_up)
         except SourceError:  # git stopped: the next read starts another process
             self.close()
             raise
@@ -300,6 +334,6 @@ def read_content_file(repo: Repository, path: str, commit: str, *, max_bytes: in
     """The text of `path` at `commit` (LF line endings, no BOM), or raise SkipFile."""
     reader = FileReader(repo, commit)
     try:
-        return reader.read(path, max_bytes=max_bytes)
+        return reader.read(path, max_bytes=max_bytes, look_up=True)
     finally:
         reader.close()

@@ -109,6 +109,7 @@ def discover_repositories(
             )
 
     repos: dict[str, Repository] = {}
+    same: dict[str, list[Path]] = {}  # a name -> the directories that all normalise to it
     for directory, path, url, problem, branch in found:
         # A submodule path leading out keeps its path as its name, unchanged (and invalid).
         name = directory if _leads_out(directory) else repository_name(directory)
@@ -123,16 +124,23 @@ def discover_repositories(
             log.error("repository_name_invalid", repository=name, error=str(exc))
             problem = problem or str(exc)
         if name in repos:
-            raise SourceSettingError(
-                f"two repositories are both named {name!r}: {repos[name].path} and {path}",
-                hint="a repository's name is its directory's, lower-cased, other characters as "
-                     "dashes; rename one of the directories",
-            )
+            same.setdefault(name, [repos[name].path]).append(path)
+            continue
         repos[name] = Repository(
             # Stored and published without credentials: the catalog, the manifest.
             name=name, path=path, url=redact_url(urls.get(name, url)), content_dir=content_dir,
             problem=problem, branch=branch,
         )
+    for name, paths in same.items():
+        # They fail alone (none may pass for another); every other repository goes on. The
+        # path is a placeholder that does not exist, so nothing reads through it.
+        log.error("repository_names_collide", repository=name, paths=[str(p) for p in paths])
+        repos[name] = Repository(
+            name=name, path=root / ".git" / "same-name-repositories" / name,
+            content_dir=content_dir,
+            problem=f"{len(paths)} directories are all named {name!r}: "
+                    f"{', '.join(str(p) for p in paths)} (a repository's name is its "
+                    "directory's, lower-cased, other characters as dashes; rename all but one)")
     return [repos[name] for name in sorted(repos)]
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from hetriever.core.errors import SourceError
 from hetriever.core.redact import redact_text
-from hetriever.discover.fetch import fetch_remote, followed_branch, run_git
+from hetriever.discover.fetch import accept_moved_back, fetch_remote, followed_branch, run_git
 from hetriever.discover.repositories import Repository
 
 GIT_TIMEOUT = 60.0  # a fetch from a remote that does not answer must not hang `status`
@@ -25,10 +25,15 @@ class Upstream:
     commit: str = ""        # the remote's head at the last fetch
     behind: int | None = None  # commits on `ref` the index does not hold (None: unknown)
     error: str = ""         # why the head or the count is unknown (a fetch that failed...)
+    # commits the index holds that `ref` no longer has: the branch was moved back (behind 0)
+    # or rewritten (diverged); a fetching run refuses a head that moves the index back
+    ahead: int | None = None
+    note: str = ""          # what the move means and what to do, when `ahead` is set
 
     def to_dict(self) -> dict:
         return {"upstream_ref": self.ref, "upstream_commit": self.commit,
-                "behind_upstream": self.behind, "upstream_error": self.error}
+                "behind_upstream": self.behind, "upstream_error": self.error,
+                "ahead_of_upstream": self.ahead, "upstream_note": self.note}
 
 
 def _git(repo: Repository, *args: str) -> subprocess.CompletedProcess:
@@ -73,6 +78,20 @@ def _upstream(repo: Repository, indexed: str, fetch_first: bool) -> Upstream:
     if _rev(repo, indexed) == "":
         return Upstream(ref, head, None, error or f"the indexed commit {indexed[:12]} is not "
                                                   "in this clone")
-    count = _git(repo, "rev-list", "--count", f"{indexed}..{head}")
-    behind = int(count.stdout.strip()) if count.returncode == 0 else None
-    return Upstream(ref, head, behind, error)
+    behind, ahead = _count(repo, f"{indexed}..{head}"), _count(repo, f"{head}..{indexed}")
+    if not ahead:
+        return Upstream(ref, head, behind, error, ahead)
+    if behind == 0:  # a force-pushed revert: the remote's head is an ancestor of the index
+        note = (f"{ref} moved back to {head[:12]}, {ahead} commit(s) before the indexed "
+                f"{indexed[:12]}: fetching runs refuse it (the index only moves forward); "
+                + accept_moved_back(repo, head))
+    else:
+        note = (f"{ref} and the index have diverged ({behind} new upstream, {ahead} indexed "
+                "commit(s) no longer on it, a force push): the next fetching run indexes "
+                f"{head[:12]}")
+    return Upstream(ref, head, behind, error, ahead, note)
+
+
+def _count(repo: Repository, revs: str) -> int | None:
+    done = _git(repo, "rev-list", "--count", revs)
+    return int(done.stdout.strip()) if done.returncode == 0 else None

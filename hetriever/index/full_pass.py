@@ -11,8 +11,10 @@ of the index is refused as any full pass is.
 from __future__ import annotations
 
 from hetriever.core.logs import get_logger
+from hetriever.core.models import ChangeSet
 from hetriever.discover.repositories import Repository
 from hetriever.discover.site import Site
+from hetriever.store.catalog import DISCOVERED, FAILED, PROCESSED, SKIPPED
 from hetriever.store.store_types import IndexingStore
 
 log = get_logger(__name__)
@@ -45,3 +47,18 @@ def site_changed(store: IndexingStore, repo: Repository, site: Site) -> bool:
     log.warning("site_config_changed", repository=repo.name, action="a full pass",
                 reason="languages, content mounts, baseURL or permalinks may move every page")
     return True
+
+
+def rows_without_chunks_gone(store: IndexingStore, repo: Repository, change_set: ChangeSet,
+                             doomed: list[str]) -> list[str]:
+    """Catalog rows of files that hold no chunks (skipped, failed, never finished) and are
+    absent from the new tree. Chroma's list, which a full pass deletes by, never names them,
+    so `status` counted them (and listed a deleted file as failed) for good."""
+    physical = store.physical_name(repo.name)
+    if physical is None:
+        return []
+    present = set(change_set.paths_to_index()) | {s.path for s in change_set.skipped}
+    present.update(doomed)
+    return sorted(f.path for f in store.catalog.files(physical)
+                  if f.state in (SKIPPED, FAILED, DISCOVERED, PROCESSED)
+                  and f.path not in present)

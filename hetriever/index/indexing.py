@@ -38,7 +38,8 @@ from hetriever.store.catalog import DISCOVERED, SKIPPED
 from hetriever.core.config import Settings
 from hetriever.core.errors import IndexingError
 from hetriever.index.file_retry import retry_file
-from hetriever.index.full_pass import content_dir_changed, site_changed
+from hetriever.index.full_pass import content_dir_changed, rows_without_chunks_gone, site_changed
+from hetriever.index.settle import settle_recorded_run
 from hetriever.store.generations import drop_abandoned_builds
 from hetriever.discover.changes import SkipFile, compute_change_set, read_content_files, site_at
 from hetriever.core.logs import get_logger
@@ -337,6 +338,8 @@ async def index_holding_lock(repo: Repository, store: IndexingStore, settings: S
     started = time.perf_counter()
     now = now or now_utc()
     last_commit, last_status = await last_indexed(store, repo)
+    if last_status == STATUS_COMPLETE and last_commit:
+        await settle_recorded_run(store, repo, last_commit)
     change_set = plan(repo, last_commit, last_status,
                       force_full=force_full or content_dir_changed(store, repo))
     # Dates passed since the last run: their files join the run, even at the same commit.
@@ -419,16 +422,20 @@ async def start_run(store: IndexingStore, repo: Repository, settings: Settings,
                     change_set: ChangeSet, result: IndexResult) -> None:
     """Everything before the files are written: guards, repair, the run marked, deletes."""
     doomed = change_set.paths_to_delete()
+    gone: list[str] = []
     if change_set.mode == "full":  # chosen after an unfinished run, or asked for
         # Chroma's own list: files indexed before, absent from the new tree
         counts = await store.file_chunk_counts(repo.name)
         doomed += sorted(set(counts) - set(change_set.paths_to_index()))
         check_mass_delete(repo, doomed, counts, settings)
         await reconcile_derived(store, repo)
+        gone = rows_without_chunks_gone(store, repo, change_set, doomed)
     elif doomed:
         check_mass_delete(repo, doomed, await indexed_file_counts(store, repo), settings)
     await begin_run(store, repo, change_set)
     await remove_paths(store, repo, doomed, result)
+    if gone:
+        store.catalog.remove_files(store.physical_name(repo.name) or "", gone)
 
 
 async def _run(store: IndexingStore, repo: Repository, settings: Settings, change_set: ChangeSet,

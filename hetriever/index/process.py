@@ -15,14 +15,14 @@ from functools import lru_cache
 from pathlib import PurePosixPath
 from typing import Callable, Iterable, Mapping, Sequence
 
-from hetriever.core import faults
+from hetriever.core import budget, faults
 from hetriever.store.catalog_windows import Window, utc_text
 from hetriever.chunk.chunker import chunk_page
 from hetriever.clean.cleaner import clean_page
 from hetriever.core.config import Settings
 from hetriever.discover.changes import SkipFile, list_content_files, read_content_file, read_content_files
 from hetriever.core.errors import SourceError
-from hetriever.discover.git_objects import FileReader, tree_entries
+from hetriever.discover.git_objects import FileReader, UnreadableFile, tree_entries
 from hetriever.parse.links import LINKS_KEY, outbound_keys
 from hetriever.core.logs import get_logger
 from hetriever.core.models import Block, ChangeKind, ChangeSet, Chunk, FileChange, SkippedFile
@@ -44,6 +44,15 @@ from hetriever.chunk.sections import keep_given_anchors
 from hetriever.chunk.tokenizer import load_token_counter
 
 log = get_logger(__name__)
+
+# A cleaned page of more blocks (headings, paragraphs, code) than this is skipped before it is
+# chunked: chunking it would cost seconds and hundreds of MB for thousands of tiny chunks.
+# The pages of the shared corpora have at most ~300.
+MAX_FILE_BLOCKS = 20_000
+
+
+class FileReadError(SourceError):
+    """git lists a file but cannot read it: the file fails (never a delete)."""
 
 
 @dataclass
@@ -290,6 +299,11 @@ def process_text(repo: Repository, path: str, text: str, settings: Settings, *,
         page.body = expand_glossary(page.body, terms)
     params = {**inherited_params, **page.params} if inherited_params else page.params
     blocks = clean_page(page.body, include_resolver=include_resolver, params=params, path=path)
+    budget.check()
+    if len(blocks) > MAX_FILE_BLOCKS:
+        return FileOutcome(path, skipped=SkippedFile(
+            path, f"too many blocks ({len(blocks)} headings, paragraphs and code blocks > "
+                  f"max {MAX_FILE_BLOCKS})"), lines=lines, window=window)
     access = settings.access_levels.get(repo.name, "PUBLIC").upper()
     if settings.page_record == "prefix" and page_summary_lines(page):
         blocks = [Block("paragraph", "\n".join(page_summary_lines(page))), *blocks]
@@ -301,6 +315,10 @@ def process_text(repo: Repository, path: str, text: str, settings: Settings, *,
         min_tokens=settings.min_chunk_tokens,
         extra_metadata=page_extras(page, access),
     )
+    if len(chunks) > settings.max_file_chunks:
+        return FileOutcome(path, skipped=SkippedFile(
+            path, f"too many chunks ({len(chunks)} > max {settings.max_file_chunks}, "
+                  "HETRIEVER_MAX_FILE_CHUNKS)"), lines=lines, window=window)
     keep_given_anchors(chunks, blocks)
     if settings.page_record == "chunk":
         record = page_record(page, counter=token_counter(settings),
@@ -367,6 +385,8 @@ def process_file(repo: Repository, path: str, commit: str, settings: Settings, *
             text = read_content_file(repo, path, commit, max_bytes=settings.max_file_bytes)
         elif isinstance(text, SkipFile):
             raise text
+    except UnreadableFile as unreadable:  # a read error: the file fails, its chunks stay
+        raise FileReadError(unreadable.reason) from None
     except SkipFile as skip:
         log.warning("file_skipped", repository=repo.name, path=path, reason=skip.reason)
         return FileOutcome(path, skipped=SkippedFile(path, skip.reason))
@@ -379,11 +399,17 @@ def safe_process_text(repo: Repository, path: str, text: str, settings: Settings
     """`process_text` that turns any error into a skip; `processed_at` is unused (see
     `process_file`)."""
     try:
-        # Only a page that calls `param` needs its ancestors' cascades read.
-        inherited = resolver.inherited_params(path) if "param" in text else None
-        return process_text(repo, path, text, settings, include_resolver=resolver.for_page(path),
-                            inherited_params=inherited, parents=resolver.ancestors(path),
-                            now=resolver.now, resolver=resolver)
+        with budget.file_budget(settings.file_seconds):
+            # Only a page that calls `param` needs its ancestors' cascades read.
+            inherited = resolver.inherited_params(path) if "param" in text else None
+            return process_text(repo, path, text, settings,
+                                include_resolver=resolver.for_page(path),
+                                inherited_params=inherited, parents=resolver.ancestors(path),
+                                now=resolver.now, resolver=resolver)
+    except budget.FileBudgetExceeded as exc:  # this file fails alone; the run goes on
+        reason = f"{exc.message}, the limit of HETRIEVER_FILE_SECONDS; the next ingest retries it"
+        log.error("file_failed", repository=repo.name, path=path, error=reason)
+        return FileOutcome(path, failed=reason)
     except Exception as exc:  # a bad file is logged and skipped; it never stops the run
         log.error("file_failed", repository=repo.name, path=path,
                   error=f"{type(exc).__name__}: {exc}")

@@ -99,7 +99,20 @@ def page_key(metadata: Mapping[str, Any], collection: str) -> str:
     return f"{collection}\x1f{metadata.get('file_path', '')}"
 
 
+# A returned passage's length: ingest cuts chunks to 8,000 characters (plus their prefix), but
+# an index built before that may hold a chunk of a whole 2 MB page.
+MAX_PASSAGE_CHARS = 10_000
+
+
+def bounded_passage(text: str) -> str:
+    """`text`, or its start with a line saying it was cut and why, when over the bound."""
+    if len(text) <= MAX_PASSAGE_CHARS:
+        return text
+    return (text[:MAX_PASSAGE_CHARS] + f"\n[passage cut: {len(text):,} characters, the first "
+            f"{MAX_PASSAGE_CHARS:,} shown; `hetriever ingest --full` re-cuts it into chunks]")
+
+
 def _passage(hit: _Hit) -> dict[str, Any]:
     meta = hit.metadata or {}
     return {"doc_id": hit.doc_id, "heading_context": meta.get("heading_context", ""),
-            "content": hit.content or ""}
+            "content": bounded_passage(hit.content or "")}

@@ -68,6 +68,7 @@ from hetriever.search.candidates import (  # noqa: F401 (re-exported for callers
     _Hit,
     _passage,
     _trusted,
+    bounded_passage,
     page_key,
 )
 from hetriever.search.dense import (  # noqa: F401
@@ -394,7 +395,7 @@ def _language(hit: TitleHit, wanted: str) -> str:
 
 
 def _exact_result(hit: _Hit) -> SearchResult:
-    return SearchResult(doc_id=hit.doc_id, content=hit.content or "",
+    return SearchResult(doc_id=hit.doc_id, content=bounded_passage(hit.content or ""),
                         metadata=shown(hit.metadata or {}), score=1.0, source="exact")
 
 

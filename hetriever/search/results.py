@@ -12,7 +12,14 @@ from typing import Any
 
 from hetriever.core.access import CollectionPlan
 from hetriever.store.bm25.analyzer import tokenize
-from hetriever.search.candidates import _fill_documents, _Hit, _passage, _trusted, page_key
+from hetriever.search.candidates import (
+    _fill_documents,
+    _Hit,
+    _passage,
+    _trusted,
+    bounded_passage,
+    page_key,
+)
 from hetriever.search.fusion import FusedPage, fuse_pages, ordered, rrf_fuse, score_fuse
 from hetriever.parse.links import LinkPrior, shown
 from hetriever.core.logs import get_logger
@@ -192,7 +199,7 @@ class _Scored:
         hit = self.hits[doc_id]
         source = "hybrid" if dense is not None and bm25 is not None else (
             "dense" if dense is not None else "bm25")
-        return SearchResult(doc_id=doc_id, content=hit.content or "",
+        return SearchResult(doc_id=doc_id, content=bounded_passage(hit.content or ""),
                             metadata=shown(hit.metadata),
                             score=score, source=source, dense_score=dense, bm25_score=bm25,
                             rrf_score=rrf if self.mode == "hybrid" else None,

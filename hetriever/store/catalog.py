@@ -153,6 +153,13 @@ class Catalog(PageKeys, PublishWindows):
                 conn.execute("UPDATE repositories SET settings = ? WHERE name = ?",
                              (json.dumps(settings, sort_keys=True, default=str), name))
 
+    def set_last_commit(self, name: str, commit: str) -> None:
+        """The commit the repository's searched collection holds (what `status` shows)."""
+        with self.transaction() as conn:
+            conn.execute("INSERT OR IGNORE INTO repositories(name) VALUES (?)", (name,))
+            conn.execute("UPDATE repositories SET last_commit = ? WHERE name = ?",
+                         (commit, name))
+
     def repository(self, name: str) -> RepositoryRecord | None:
         rows = self._rows("SELECT * FROM repositories WHERE name = ?", (name,))
         if not rows:
