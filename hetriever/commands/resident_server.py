@@ -136,6 +136,11 @@ class Resident:
             links = result_links(result, self.settings)
         except Exception as exc:  # the CLI searches in-process and reports it its own way
             return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+        if warnings:  # a damaged BM25 file, a partial index: what a long-lived store holds
+            # of them may be older than the files, so this process steps aside and the CLI
+            # searches in-process, where a repaired index is seen at once
+            self.stopping = "degraded index"
+            return {"ok": False, "error": "degraded index: searched in-process"}
         return {"ok": True, "result": result.to_dict(), "warnings": warnings, "links": links,
                 "note": location_note(self.settings), "index": index_location(self.settings)}
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import MutableMapping
-from typing import Any
+from typing import Any, TextIO, cast
 
 import structlog
 
@@ -60,10 +60,25 @@ def configure_logging(level: str = "INFO", fmt: str = "console", sink: str = "st
         wrapper_class=structlog.make_filtering_bound_logger(
             logging.getLevelName(level.upper())
         ),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=cast(TextIO, _STDERR)),
         cache_logger_on_first_use=False,
     )
     _configured = True
+
+
+class _Stderr:
+    """Whatever `sys.stderr` is when a line is written, not when logging was configured: a
+    command run in-process under a test's captured stream (or a redirected one) must not
+    leave the logger holding that stream after it is closed."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
+_STDERR = _Stderr()
 
 
 def _renderer(fmt: str) -> Any:

@@ -114,6 +114,11 @@ class Repository(_Answer):
     upstream_ref: str
     upstream_commit: str
     behind_upstream: int | None
+    ahead_of_upstream: int | None = Field(
+        None, description="indexed commits the followed branch no longer has (it was moved "
+                          "back or rewritten); null when not known")
+    upstream_note: str = Field("", description="what such a move means and the command that "
+                                               "accepts it; '' when there is none")
     upstream_error: str
     files: int
     chunks: int
