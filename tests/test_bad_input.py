@@ -147,6 +147,7 @@ def cli_env(tmp_path, monkeypatch, minilm_model_dir, capsys):
     monkeypatch.chdir(tmp_path)
     for key in [k for k in os.environ if k.startswith("HETRIEVER_")]:
         monkeypatch.delenv(key)
+    monkeypatch.setenv("HETRIEVER_SEARCH_RESIDENT_IDLE", "0")  # no resident search process
     monkeypatch.setenv("HETRIEVER_CHROMA_PATH", str(tmp_path / "chroma"))
     monkeypatch.setenv("HETRIEVER_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setenv("HETRIEVER_MODEL_DIR", str(minilm_model_dir))

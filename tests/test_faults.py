@@ -80,7 +80,9 @@ def cli_env(tmp_path: Path, model_dir: Path, **extra: str) -> dict[str, str]:
                HETRIEVER_MODEL_DIR=str(model_dir),
                HETRIEVER_FAULTS_STATE=str(tmp_path / "faults"),
                HETRIEVER_WRITE_WINDOW=str(WINDOW),
-               HETRIEVER_LOG_FORMAT="json")
+               HETRIEVER_LOG_FORMAT="json",
+               # searches in their own process, as these tests measure them (no resident one)
+               HETRIEVER_SEARCH_RESIDENT_IDLE="0")
     env.update(extra)
     return env
 

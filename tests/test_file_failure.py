@@ -26,6 +26,7 @@ def broken_read(tmp_path, monkeypatch, minilm_model_dir):
     monkeypatch.chdir(tmp_path)
     for key in [k for k in os.environ if k.startswith("HETRIEVER_")]:
         monkeypatch.delenv(key)
+    monkeypatch.setenv("HETRIEVER_SEARCH_RESIDENT_IDLE", "0")  # no resident search process
     repo = init_repo(tmp_path / "docs" / "sample-docs")
     shutil.copytree(REPO_ROOT / "examples" / "sample-docs", repo, dirs_exist_ok=True)
     commit_all(repo, "sample")

@@ -44,6 +44,7 @@ def newcomer(tmp_path, monkeypatch, minilm_model_dir):
     """A user with two Hugo site repos, no hetriever settings but the docs root."""
     for key in [k for k in os.environ if k.startswith("HETRIEVER_")]:
         monkeypatch.delenv(key)
+    monkeypatch.setenv("HETRIEVER_SEARCH_RESIDENT_IDLE", "0")  # no resident search process
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
     monkeypatch.setenv("HETRIEVER_MODEL_DIR", str(minilm_model_dir))
     monkeypatch.setenv("HETRIEVER_LOG_LEVEL", "WARNING")

@@ -195,6 +195,7 @@ def leaky(tmp_path_factory, minilm_model_dir) -> Workspace:
     commit_all(parent, "submodules")
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("HETRIEVER_")},
            "HETRIEVER_DOCS_ROOT": str(parent),
+           "HETRIEVER_SEARCH_RESIDENT_IDLE": "0",  # no resident search process
            "HETRIEVER_CHROMA_PATH": str(root / "chroma"),
            "HETRIEVER_STATE_DIR": str(root / "state"),
            "HETRIEVER_MODEL_DIR": str(minilm_model_dir),

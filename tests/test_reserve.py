@@ -78,6 +78,7 @@ def test_json_commands_say_an_error_once_as_json(tmp_path, monkeypatch, capsys):
 
     for key in [k for k in os.environ if k.startswith("HETRIEVER_")]:
         monkeypatch.delenv(key)
+    monkeypatch.setenv("HETRIEVER_SEARCH_RESIDENT_IDLE", "0")  # no resident search process
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(admin, "status_rows", full)
     monkeypatch.setattr(repositories, "configured_repositories", lambda settings: [])

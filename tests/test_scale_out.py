@@ -84,7 +84,8 @@ def _worker_counts(address: str) -> dict[str, int]:
 
 def _search(docs: Path, env: dict[str, str], query: str,
             log: list[str] | None = None) -> list[tuple[str, float]]:
-    done = run_cli(docs, env, "search", query, "--json", "-k", "5")
+    # -v: a search logs its INFO lines (how the follower was brought in step) only when asked
+    done = run_cli(docs, env, "search", query, "--json", "-k", "5", "-v")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Traceback" not in done.stderr
     if log is not None:
@@ -184,10 +185,10 @@ def test_a_follower_that_missed_a_publish_and_a_forget(tmp_path, minilm_model_di
         follower = cli_env(tmp_path / "searcher", minilm_model_dir, HETRIEVER_FOLLOW="1",
                            HETRIEVER_READ_BATCH_SIZE="7", HETRIEVER_BATCH_SIZE="5", **where)
         assert run_cli(parent, ingest, "ingest").returncode == 0
-        done = run_cli(parent, follower, "follow", "--json")
+        done = run_cli(parent, follower, "follow", "--json", "-v")
         assert done.returncode == 0, done.stderr[-2000:]
         assert json.loads(done.stdout)["repositories"] == ["sample-docs"]
-        again = json.loads(run_cli(parent, follower, "follow", "--json").stdout)
+        again = json.loads(run_cli(parent, follower, "follow", "--json", "-v").stdout)
         assert again["repositories"] == [] and again["added"] == 0  # nothing changed
 
         # Two runs while the follower was away: it missed a publish, so it diffs everything.
@@ -197,7 +198,7 @@ def test_a_follower_that_missed_a_publish_and_a_forget(tmp_path, minilm_model_di
                 "see [bundles](/docs/content/page-bundles/).\n")
             update_submodule(parent, "sample-docs", commit_all(source, f"away {i}"))
             assert run_cli(parent, ingest, "ingest").returncode == 0
-        done = run_cli(parent, follower, "follow", "--json")
+        done = run_cli(parent, follower, "follow", "--json", "-v")
         assert _followed_how(done.stderr) == ["diff"]
         assert json.loads(done.stdout)["added"] >= 2
         for query in ("written while the follower was away", "Away 2",
@@ -209,7 +210,7 @@ def test_a_follower_that_missed_a_publish_and_a_forget(tmp_path, minilm_model_di
         assert linked[0] == linked[1] == {"content/docs/away-1.md", "content/docs/away-2.md"}
 
         assert run_cli(parent, ingest, "forget", "-r", "sample-docs").returncode == 0
-        done = run_cli(parent, follower, "follow", "--json")
+        done = run_cli(parent, follower, "follow", "--json", "-v")
         assert json.loads(done.stdout)["dropped"] == ["sample-docs"]
         assert not list((tmp_path / "searcher" / "state" / "bm25").glob("*.sqlite"))
         searched = run_cli(parent, follower, "search", "where", "--json")
