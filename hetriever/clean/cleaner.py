@@ -26,10 +26,10 @@ from hetriever.clean.fences import split_fences
 from hetriever.core.budget import check as check_budget
 from hetriever.core.logs import get_logger
 from hetriever.core.models import Block
-from hetriever.clean.shortcodes import (  # noqa: F401 (IncludeResolver: re-exported)
+from hetriever.clean.shortcodes import (
     _ALERT_TYPES,
     _PH_OPEN,
-    IncludeResolver,
+    IncludeLookup,
     _Context,
     _expand,
 )
@@ -366,7 +366,7 @@ def _ref_key(label: str) -> str:
     return " ".join(label.replace("`", " ").split()).casefold()
 
 
-def clean_page(body: str, *, include_resolver: IncludeResolver | None = None,
+def clean_page(body: str, *, include_resolver: IncludeLookup | None = None,
                params: Mapping[str, str] | None = None, path: str | None = None) -> list[Block]:
     """Turn a page body (Markdown after the front matter) into ordered Blocks. Never raises.
 
@@ -390,7 +390,7 @@ def clean_page(body: str, *, include_resolver: IncludeResolver | None = None,
     return blocks
 
 
-def _clean(body: str, resolver: IncludeResolver | None, params: Mapping[str, str],
+def _clean(body: str, resolver: IncludeLookup | None, params: Mapping[str, str],
            path: str | None) -> list[Block]:
     ctx = _Context(params=params, resolver=resolver, path=path)
     _expand(body, ctx, 0)

@@ -26,7 +26,8 @@ from hetriever.clean.snippets import fill_template, partial_names
 
 log = get_logger(__name__)
 
-IncludeResolver = Callable[[str], "str | None"]
+# A snippet name -> its text (None: no such snippet); the index stage passes one per page.
+IncludeLookup = Callable[[str], "str | None"]
 
 MAX_INCLUDE_DEPTH = 3
 
@@ -40,7 +41,7 @@ _PLACEHOLDER = re.compile("\ue000(\\d+)\ue001")
 @dataclass
 class _Context:
     params: Mapping[str, str]
-    resolver: IncludeResolver | None
+    resolver: IncludeLookup | None
     path: str | None
     protected: list[str] = field(default_factory=list)
     chain: list[str] = field(default_factory=list)  # includes being expanded (recursion guard)

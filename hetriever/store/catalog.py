@@ -51,7 +51,7 @@ from hetriever.store.catalog_records import (  # noqa: F401 (re-exported: states
     INDEXED,
     normalise_title,
     now_iso,
-    physical_name,
+    generation_collection_name,
     PHYSICAL_RE,
     PROCESSED,
     RepositoryRecord,
@@ -213,7 +213,7 @@ class Catalog(PageKeys, PublishWindows):
             conn.execute("INSERT OR IGNORE INTO repositories(name) VALUES (?)", (repository,))
             gen = int(conn.execute("SELECT next_generation FROM repositories WHERE name = ?",
                                    (repository,)).fetchone()[0])
-            name = physical_name(repository, gen)
+            name = generation_collection_name(repository, gen)
             conn.execute("UPDATE repositories SET next_generation = ? WHERE name = ?",
                          (gen + 1, repository))
             conn.execute("INSERT INTO collections(name, repository, generation, fingerprint, "

@@ -131,7 +131,8 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
 
 
-def physical_name(repository: str, generation: int) -> str:
+def generation_collection_name(repository: str, generation: int) -> str:
+    """The Chroma collection that holds `repository`'s generation `generation`."""
     return f"{repository}_v{generation}"
 
 
