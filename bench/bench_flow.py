@@ -252,7 +252,8 @@ def fan_out(corpus: str, runners: list[str], probe: Probe,
     from hetriever.discover.changes import read_content_files
     import hetriever.index.indexing as indexing
     import hetriever.index.process as process
-    from hetriever.index.indexing import IncludeResolver, now_iso
+    from hetriever.core.clock import now_iso
+    from hetriever.index.process import IncludeResolver
     from hetriever.index.indexing import FileWork
     from tasks.process import map_with_tasks
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from hetriever.store.catalog import Catalog, SKIPPED
-from hetriever.store.catalog_windows import open_at, utc_text
+from hetriever.core.clock import utc_text
+from hetriever.store.catalog_windows import open_at
 from hetriever.index.indexing import index_repository
 from hetriever.search.knowledge_store import ChromaKnowledgeStore
 from tests.chroma_fixtures import chroma_or_memory_store, store_settings

@@ -451,7 +451,3 @@ def hugo_path(relative: str) -> tuple[str, str]:
     if stem == "index" and len(parts) > 1:
         return ("/" + "/".join(parts[:-1])).lower(), "page"
     return ("/" + "/".join(parts[:-1] + [stem])).lower(), "page"
-
-
-def now_utc() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from hetriever.core.clock import now_iso
 from hetriever.core.config import MINILM_NAME
 from hetriever.core.errors import EmbeddingError, HetrieverError
 from hetriever.core.logs import get_logger
@@ -313,7 +314,7 @@ def _build_into(build_dir: Path, source: _Source) -> dict[str, Any]:
         "hidden_size": int(config["hidden_size"]),
         "files": {name: (build_dir / name).stat().st_size
                   for name in (MODEL_FILE, DATA_FILE, *TOKENIZER_FILES)},
-        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "created_at": now_iso(),
     }
     # The manifest goes last: its presence marks the build complete.
     (build_dir / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n",
@@ -434,7 +435,7 @@ def prepare_int8(target_dir: Path, *, source_dir: Path | None = None,
                 "fp32_mtime_ns": stat.st_mtime_ns,
                 "model_bytes": (build_dir / MODEL_FILE).stat().st_size,
                 "data_bytes": (build_dir / DATA_FILE).stat().st_size,
-                "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+                "created_at": now_iso()}
             (build_dir / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n",
                                                    encoding="utf-8")
             _readable_by_all(build_dir)

@@ -29,7 +29,7 @@ import dataclasses
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import AsyncIterator, Callable, Iterable
 
 from hetriever.core import faults
@@ -48,7 +48,7 @@ from hetriever.discover.repositories import Repository
 from hetriever.embed import progress as embedding_progress
 from hetriever.index.outcomes import OutcomeWriter
 from hetriever.index.progress import ProgressSnapshot, RunProgress
-from hetriever.discover.publish_rules import now_utc
+from hetriever.core.clock import now_iso, now_utc
 from hetriever.index.publish_windows import (
     expand_publish_dependents,
     windows_checked,
@@ -75,10 +75,6 @@ log = get_logger(__name__)
 STATUS_KEY = "index_status"
 STATUS_INDEXING = "indexing"
 STATUS_COMPLETE = "complete"
-
-
-def now_iso() -> str:
-    return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
 
 
 # --- planning ------------------------------------------------------------------------

@@ -19,6 +19,7 @@ import asyncio
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
+from hetriever.core.clock import now_utc, utc_text
 from hetriever.core import faults
 from hetriever.store.catalog import DELETED
 from hetriever.core.config import Settings
@@ -77,8 +78,8 @@ def purge_sync(store, older_than_days: float | None = None, *,
                now: datetime | None = None) -> PurgeReport:
     """Hard-delete chunks soft-deleted more than `older_than_days` (default: the setting) ago."""
     days = store.settings.retention_days if older_than_days is None else older_than_days
-    cutoff = (now or datetime.now(timezone.utc)) - timedelta(days=days)
-    report = PurgeReport(cutoff=cutoff.replace(microsecond=0).isoformat())
+    cutoff = (now or now_utc()) - timedelta(days=days)
+    report = PurgeReport(cutoff=utc_text(cutoff))
     catalog = store.catalog
     for name in store.repository_names():
         physical = store.physical_name(name)

@@ -16,7 +16,8 @@ from pathlib import PurePosixPath
 from typing import Callable, Iterable, Mapping, Sequence
 
 from hetriever.core import budget, faults
-from hetriever.store.catalog_windows import Window, utc_text
+from hetriever.core.clock import now_utc, utc_text
+from hetriever.store.catalog_windows import Window
 from hetriever.chunk.chunker import chunk_page
 from hetriever.clean.cleaner import clean_page
 from hetriever.core.config import Settings
@@ -39,7 +40,7 @@ from hetriever.parse.publish_pages import (
     shown_on,
     verdict,
 )
-from hetriever.discover.publish_rules import Decision, Section, now_utc
+from hetriever.discover.publish_rules import Decision, Section
 from hetriever.chunk.sections import keep_given_anchors
 from hetriever.chunk.tokenizer import load_token_counter
 

@@ -15,7 +15,7 @@ import datetime as dt
 import posixpath
 from typing import Any
 
-from hetriever.store.catalog_windows import utc_text
+from hetriever.core.clock import utc_text
 from hetriever.discover.changes import SkipFile, list_content_files, read_content_files
 from hetriever.core.logs import get_logger
 from hetriever.core.models import ChangeKind, ChangeSet, FileChange

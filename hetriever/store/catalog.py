@@ -50,7 +50,6 @@ from hetriever.store.catalog_records import (  # noqa: F401 (re-exported: states
     heading_keys,
     INDEXED,
     normalise_title,
-    now_iso,
     generation_collection_name,
     PHYSICAL_RE,
     PROCESSED,
@@ -64,6 +63,7 @@ from hetriever.store.catalog_records import (  # noqa: F401 (re-exported: states
 )
 from hetriever.store.catalog_pages import PageKeys
 from hetriever.store.catalog_windows import WINDOWS_SCHEMA, PublishWindows
+from hetriever.core.clock import now_iso
 from hetriever.core.logs import get_logger
 from hetriever.core.redact import redact_url
 from hetriever.core.sqlite_files import connect, is_damaged, set_aside

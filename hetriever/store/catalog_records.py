@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from collections.abc import Iterable
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -125,10 +124,6 @@ CREATE TABLE IF NOT EXISTS links (
 );
 CREATE INDEX IF NOT EXISTS links_by_key ON links (collection, key);
 """
-
-
-def now_iso() -> str:
-    return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
 
 
 def generation_collection_name(repository: str, generation: int) -> str:

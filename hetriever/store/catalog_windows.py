@@ -7,7 +7,6 @@ Dates are kept as UTC ISO strings (`2026-11-18T00:00:00+00:00`), compared as tex
 
 from __future__ import annotations
 
-import datetime as dt
 import sqlite3
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -24,15 +23,6 @@ CREATE TABLE IF NOT EXISTS windows (
 """
 # A window: (publish_at, expire_at), "" for no date; None when time cannot change the file.
 Window = tuple[str, str] | None
-
-
-def utc_text(moment: dt.datetime | None) -> str:
-    """A moment as the catalog keeps it; "" for none."""
-    if moment is None:
-        return ""
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=dt.timezone.utc)
-    return moment.astimezone(dt.timezone.utc).replace(microsecond=0).isoformat()
 
 
 def open_at(window: tuple[str, str], moment: str) -> bool:

@@ -33,7 +33,8 @@ from typing import Any
 from chromadb.errors import NotFoundError
 
 from hetriever.core.redact import redact_url
-from hetriever.store.catalog import DELETED, INDEXED, now_iso
+from hetriever.core.clock import now_iso
+from hetriever.store.catalog import DELETED, INDEXED
 from hetriever.core.logs import get_logger
 
 log = get_logger(__name__)
