@@ -9,6 +9,7 @@ from collections import Counter
 from typing import Any
 
 from hetriever.commands import reserve, resident
+from hetriever.core.access import declared_level
 from hetriever.core.terminal import terminal_safe
 from hetriever.commands.common import (EXIT_OK, cli_settings, index_location, index_problem,
                                        make_console, note_location, print_json, require_index)
@@ -43,7 +44,7 @@ def status_rows(settings, repos, *, fetch: bool = False) -> list[dict[str, Any]]
                 "repository": repo.name, "checked_out": "", "indexed_commit": "",
                 "up_to_date": False, "status": "unusable", "error": redact_text(repo.problem),
                 "collection": "", "bm25_problem": "",
-                "access_level": settings.access_levels.get(repo.name, "PUBLIC"),
+                "access_level": declared_level(settings, repo.name),
                 "files": 0, "chunks": 0, "skipped": 0, "skipped_reasons": {}, "failures": 0,
                 "failed_files": [],
                 "soft_deleted_files": 0, "last_run": "", "last_run_outcome": "",
@@ -75,8 +76,8 @@ def status_rows(settings, repos, *, fetch: bool = False) -> list[dict[str, Any]]
             "error": redact_text(error),
             "bm25_problem": bm25,
             "collection": physical or "",
-            "access_level": record.access_level if record else
-            settings.access_levels.get(repo.name, "PUBLIC"),
+            "access_level": declared_level(settings, repo.name,
+                                           record.access_level if record else None),
             "files": counts.get(INDEXED, meta.get("total_documents", 0)),
             "chunks": meta.get("total_chunks", 0),
             "skipped": counts.get(SKIPPED, 0),

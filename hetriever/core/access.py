@@ -52,7 +52,9 @@ def caller_levels(levels: Iterable[str] | str | None) -> frozenset[str]:
 
 
 def declared_level(settings: Settings, repository: str, recorded: str | None = None) -> str:
-    """A repository's level: configuration first, then the catalog's record, then PUBLIC."""
+    """A repository's level: configuration first, then the catalog's record, then PUBLIC.
+    The one rule: indexing stamps it on chunks, search plans by it, status and /repositories
+    show it."""
     if repository in settings.access_levels:
         return settings.access_levels[repository].upper()
     return (recorded or DEFAULT_LEVEL).upper()

@@ -16,6 +16,7 @@ from pathlib import PurePosixPath
 from typing import Callable, Iterable, Mapping, Sequence
 
 from hetriever.core import budget, faults
+from hetriever.core.access import declared_level
 from hetriever.core.clock import now_utc, utc_text
 from hetriever.store.catalog_windows import Window
 from hetriever.chunk.chunker import chunk_page
@@ -305,7 +306,7 @@ def process_text(repo: Repository, path: str, text: str, settings: Settings, *,
         return FileOutcome(path, skipped=SkippedFile(
             path, f"too many blocks ({len(blocks)} headings, paragraphs and code blocks > "
                   f"max {MAX_FILE_BLOCKS})"), lines=lines, window=window)
-    access = settings.access_levels.get(repo.name, "PUBLIC").upper()
+    access = declared_level(settings, repo.name)
     if settings.page_record == "prefix" and page_summary_lines(page):
         blocks = [Block("paragraph", "\n".join(page_summary_lines(page))), *blocks]
     chunks = chunk_page(
