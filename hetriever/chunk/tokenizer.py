@@ -17,6 +17,7 @@ from typing import Sequence
 
 from tokenizers import Encoding, Tokenizer
 
+from hetriever.core import caches
 from hetriever.core.config import MINILM_NAME
 from hetriever.core.errors import EmbeddingError
 from hetriever.core.logs import get_logger
@@ -162,6 +163,14 @@ def _bare_name(model_name: str) -> str:
 
 _cache: dict[tuple[str, str], TokenCounter] = {}
 _cache_lock = threading.Lock()
+
+
+def clear_token_counters() -> None:
+    with _cache_lock:
+        _cache.clear()
+
+
+caches.register("token counters", clear_token_counters)
 
 
 def load_token_counter(model_name: str = MINILM_NAME, model_dir: Path | None = None) -> TokenCounter:

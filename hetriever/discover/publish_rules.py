@@ -208,6 +208,7 @@ def rules_json(rules: SiteRules) -> str:
     return json.dumps(data, sort_keys=True)
 
 
+# A pure memo of the parse (no process cache: nothing in it can go stale).
 @lru_cache(maxsize=32)
 def rules_from_json(text: str) -> SiteRules:
     if not text:
@@ -223,6 +224,7 @@ def rules_from_json(text: str) -> SiteRules:
 # --- globs, as Hugo's (gobwas/glob with "/" as the separator) -------------------------------
 
 
+# A pure memo of the compile (no process cache: nothing in it can go stale).
 @lru_cache(maxsize=512)
 def _glob_regex(pattern: str) -> re.Pattern[str]:
     out, i, depth = [], 0, 0

@@ -28,6 +28,7 @@ from hetriever.core.config import (  # noqa: F401 (parse_model_spec re-exported)
     Settings,
     parse_model_spec,
 )
+from hetriever.core import caches
 from hetriever.core.errors import ConfigurationError, EmbeddingError
 from hetriever.core.logs import get_logger
 from hetriever.embed import progress
@@ -481,3 +482,6 @@ def get_embedder(settings: Settings) -> Embedder:
 def clear_embedder_cache() -> None:
     with _cache_lock:
         _cache.clear()
+
+
+caches.register("embedders", clear_embedder_cache)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import datetime as dt
 import threading
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import PurePosixPath
 from typing import Callable, Iterable, Mapping, Sequence
 
@@ -252,15 +251,9 @@ class IncludeResolver:
             return self._pages[path]
 
 
-@lru_cache(maxsize=4)
-def _counter(model: str, model_dir: str | None):
-    from pathlib import Path
-
-    return load_token_counter(model, Path(model_dir) if model_dir else None)
-
-
 def token_counter(settings: Settings):
-    return _counter(settings.embedding_model, str(settings.model_dir) if settings.model_dir else None)
+    # load_token_counter keeps one counter per model (the "token counters" process cache)
+    return load_token_counter(settings.embedding_model, settings.model_dir)
 
 
 def page_extras(page, access: str) -> dict:

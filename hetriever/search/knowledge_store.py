@@ -21,6 +21,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from hetriever.core import caches
 from hetriever.core.config import Settings, load_settings
 from hetriever.core.errors import ConfigurationError
 from hetriever.core.models import Chunk, Document, Metadata, SearchResult
@@ -158,3 +159,6 @@ def clear_store_cache() -> None:
         _stores.clear()
     for store in stores:
         store.close_sync()
+
+
+caches.register("stores", clear_store_cache)

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from hetriever.core import caches
 from hetriever.core.logs import get_logger
 from hetriever.search.candidates import _Hit
 from hetriever.store.store_types import RetrievalStore
@@ -42,6 +43,7 @@ CENTROID_BATCH = 5000  # vectors read from Chroma at a time for a site's mean
 VETO_GAP, VETO_SHARE = 0.07, 0.5
 _CENTROIDS: dict[tuple[str, int], np.ndarray | None] = {}
 _CENTROIDS_MAX = 256
+caches.register("site centroids", _CENTROIDS.clear)
 
 
 def centroid(store: RetrievalStore, name: str) -> np.ndarray | None:

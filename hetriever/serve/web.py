@@ -32,6 +32,7 @@ CACHE = {"Cache-Control": "public, max-age=300"}
 CORS_HEADERS = ["Authorization", "X-API-Key", "Content-Type"]
 
 
+# A packaged file read once (no process cache: it cannot change while the process runs).
 @lru_cache(maxsize=None)
 def asset(name: str) -> str:
     return files("hetriever.serve").joinpath("static", name).read_text(encoding="utf-8")

@@ -15,6 +15,8 @@ from collections.abc import Iterator
 
 import Stemmer
 
+from hetriever.core import caches
+
 # A word: letters/digits, optionally joined by '.', '_' or '-' (identifiers, file names,
 # versions). `[^\W_]` is a Unicode letter or digit.
 _WORD = re.compile(r"[^\W_]+(?:[._-][^\W_]+)*")
@@ -68,6 +70,9 @@ def forget_stems() -> None:
     """Empty the stem cache: a run over many sites lets each site's words go with the rest of
     its working set (hetriever.index.release), so the cache holds one site's at a time."""
     _STEMS.clear()
+
+
+caches.register("stems", forget_stems)
 
 
 def _stem(word: str) -> str:
