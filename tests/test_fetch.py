@@ -10,7 +10,8 @@ import pytest
 
 from hetriever.core.errors import SourceError
 from hetriever.discover import upstream as upstream_module
-from hetriever.discover.fetch import FetchTimedOut, fetch_target, run_git
+from hetriever.discover.fetch import FetchTimedOut, fetch_target
+from hetriever.discover.git_runner import run_git
 from hetriever.discover.repositories import Repository
 from tests.helpers import commit_all, git, hanging_remote, init_repo, survivors, write_files
 
@@ -52,8 +53,8 @@ def test_status_says_the_fetch_timed_out_instead_of_waiting(
 def test_run_git_returns_what_git_said(tmp_path: Path) -> None:
     repo = Repository(name="plain", path=init_repo(tmp_path / "plain"))
     done = run_git(repo, "rev-parse", "--verify", "--quiet", "no-such-ref")
-    assert done.returncode != 0 and done.stdout == ""
-    assert run_git(repo, "rev-parse", "--is-inside-work-tree").stdout.strip() == "true"
+    assert done.returncode != 0 and not done.ok and done.stdout == b""
+    assert run_git(repo, "rev-parse", "--is-inside-work-tree").text == "true"
 
 
 def test_what_git_said_is_one_line(tmp_path: Path) -> None:

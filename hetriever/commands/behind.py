@@ -31,10 +31,10 @@ def _local(url: str) -> bool:
 
 
 def _file_allowed(repo: Any) -> bool:
-    from hetriever.discover.fetch import run_git
+    from hetriever.discover.git_runner import run_git
 
     done = run_git(repo, "config", "--get", "protocol.file.allow", timeout=10)
-    return done.returncode == 0 and done.stdout.strip() == "always"
+    return done.ok and done.text == "always"
 
 
 def waiting_text(row: dict[str, Any]) -> str:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import shutil
-import subprocess
 from pathlib import Path
 
 from hetriever.commands.common import EXIT_FAILED, EXIT_OK, cli_settings, make_console
@@ -25,13 +24,14 @@ def _sample_docs_source() -> Path:
     return here
 
 
-def _git(cwd: Path, *argv: str) -> None:
-    env = {"GIT_AUTHOR_NAME": "hetriever", "GIT_AUTHOR_EMAIL": "demo@example.invalid",
-           "GIT_COMMITTER_NAME": "hetriever", "GIT_COMMITTER_EMAIL": "demo@example.invalid"}
-    import os
+_DEMO_AUTHOR = {"GIT_AUTHOR_NAME": "hetriever", "GIT_AUTHOR_EMAIL": "demo@example.invalid",
+                "GIT_COMMITTER_NAME": "hetriever", "GIT_COMMITTER_EMAIL": "demo@example.invalid"}
 
-    subprocess.run(["git", *argv], cwd=cwd, check=True, capture_output=True,
-                   env={**os.environ, **env})
+
+def _git(cwd: Path, *argv: str) -> None:
+    from hetriever.discover.git_runner import git_output
+
+    git_output(cwd, *argv, env=_DEMO_AUTHOR)
 
 
 def _demo_docs(root: Path) -> Path:

@@ -11,9 +11,8 @@ many files uses one `git cat-file --batch` process, so a ~1000-file site takes m
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
-
-import git
 
 from hetriever.core.errors import SourceError
 from hetriever.discover.git_objects import (  # noqa: F401 (reading functions re-exported)
@@ -23,10 +22,10 @@ from hetriever.discover.git_objects import (  # noqa: F401 (reading functions re
     pathspec,
     read_content_file,
     read_content_files,
-    run_git,
     tree_entries,
 )
 from hetriever.core.logs import get_logger
+from hetriever.discover.git_runner import git_output, is_work_tree_top, run_git
 from hetriever.discover.repositories import (  # noqa: F401 (discover_repositories etc. re-exported)
     check_usable,
     discover_repositories,
@@ -56,27 +55,22 @@ _GITLINK_MODE = "160000"
 
 def _resolve_commit(repo: Repository, rev: str) -> str | None:
     """Full sha of `rev` as a commit in `repo`, or None when the repository does not have it."""
-    try:
-        out = git.Git(repo.path).execute(
-            ["git", "rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}"]
-        )
-    except git.GitCommandError:
-        return None
-    return out.strip() or None
+    done = run_git(repo, "rev-parse", "--verify", "--quiet", "--end-of-options",
+                   f"{rev}^{{commit}}")
+    return (done.text or None) if done.ok else None
 
 
 def head_commit(repo: Repository) -> str:
     """The full sha checked out in the repository's working tree (detached HEAD is fine)."""
     check_usable(repo)
-    try:
-        with git.Repo(repo.path) as handle:
-            return handle.head.commit.hexsha
-    except (git.InvalidGitRepositoryError, git.NoSuchPathError) as exc:
+    if not is_work_tree_top(Path(repo.path)):
         raise SourceError(f"{repo.path} is not a git repository",
-                          hint="check docs_root, or run `git submodule update --init`") from exc
-    except ValueError as exc:  # HEAD points at a branch with no commits yet
+                          hint="check docs_root, or run `git submodule update --init`")
+    done = run_git(repo, "rev-parse", "--verify", "--quiet", "HEAD^{commit}")
+    if not done.ok:  # HEAD points at a branch with no commits yet
         raise SourceError(f"repository {repo.name} has no commits",
-                          hint="commit the documentation first") from exc
+                          hint="commit the documentation first")
+    return done.text
 
 
 def is_content_file(path: str, content_dir: str) -> bool:
@@ -126,7 +120,7 @@ def check_content_dir_present(repo: Repository, sha: str) -> None:
     if repo.content_dir in ("", "."):
         return
     try:
-        kind = run_git(repo, "cat-file", "-t", f"{sha}:{repo.content_dir}").strip()
+        kind = git_output(repo, "cat-file", "-t", f"{sha}:{repo.content_dir}").strip()
     except SourceError:
         kind = b""
     if kind != b"tree":
@@ -139,7 +133,7 @@ def check_content_dir_present(repo: Repository, sha: str) -> None:
 
 def is_dirty(repo: Repository) -> bool:
     """Whether content files have uncommitted changes (staged, unstaged or untracked)."""
-    raw = run_git(repo, "status", "--porcelain=v1", "-z", "--untracked-files=all",
+    raw = git_output(repo, "status", "--porcelain=v1", "-z", "--untracked-files=all",
                "--ignore-submodules=all", *pathspec(repo))
     # Records are "XY path"; a rename or copy is followed by a bare record with the old path.
     records = iter(raw.split(b"\0"))
@@ -205,7 +199,7 @@ def _diff(repo: Repository, old: str, new: str) -> list[FileChange]:
     diff-tree is the plumbing form of that diff (not affected by user diff config). Above git's
     rename limit it reports renames as delete + add, which indexes to the same result.
     """
-    raw = run_git(repo, "diff-tree", "-r", "-z", "--raw", "-M", "--no-ext-diff", old, new,
+    raw = git_output(repo, "diff-tree", "-r", "-z", "--raw", "-M", "--no-ext-diff", old, new,
                *pathspec(repo))
     fields = raw.split(b"\0")
     changes: list[FileChange] = []
@@ -270,7 +264,7 @@ def site_at(repo: Repository, commit: str) -> Site:
 
     def kind(path: str) -> bytes:
         try:
-            return run_git(repo, "cat-file", "-t", f"{sha}:{path}").strip()
+            return git_output(repo, "cat-file", "-t", f"{sha}:{path}").strip()
         except SourceError:
             return b""
 
@@ -285,7 +279,7 @@ def site_at(repo: Repository, commit: str) -> Site:
     listed: list[str] = []
     for config_dir in SITE_CONFIG_DIRS:
         if kind(config_dir) == b"tree":
-            out = run_git(repo, "ls-tree", "--name-only", sha, config_dir + "/")
+            out = git_output(repo, "ls-tree", "--name-only", sha, config_dir + "/")
             listed += [p for p in out.decode("utf-8", "replace").splitlines() if p]
     site = load_site(read, listed, lambda path: kind(path) == b"tree",
                      content_dir=repo.content_dir)

@@ -14,12 +14,12 @@ run); a remote that needs them fails at once.
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import time
 
 from hetriever.core.errors import SourceError
+from hetriever.core.redact import redact_text
+from hetriever.discover.git_runner import GitRun, run_git
 from hetriever.discover.repositories import Repository
 
 FETCH_TIMEOUT = 600.0  # seconds, for a whole fetch (Settings.fetch_timeout)
@@ -29,29 +29,7 @@ class FetchTimedOut(SourceError):
     """The remote did not finish answering a fetch before its deadline."""
 
 
-def run_git(repo: Repository, *args: str, timeout: float | None = None,
-            ) -> subprocess.CompletedProcess:
-    """`git <args>` in the repository, never prompting on the terminal; after `timeout`
-    seconds git and every process it started (the transport helper, ssh) are killed and
-    TimeoutExpired is raised."""
-    with subprocess.Popen(["git", *args], cwd=repo.path, stdin=subprocess.DEVNULL,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          env={**os.environ, "GIT_TERMINAL_PROMPT": "0"},
-                          start_new_session=True) as proc:
-        try:
-            out, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.communicate()
-            raise
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
-
-
-def _run(repo: Repository, args: list[str], deadline: float | None,
-         ) -> subprocess.CompletedProcess:
+def _run(repo: Repository, args: list[str], deadline: float | None) -> GitRun:
     timeout = None if deadline is None else max(0.1, deadline - time.monotonic())
     try:
         return run_git(repo, *args, timeout=timeout)
@@ -64,11 +42,11 @@ def _run(repo: Repository, args: list[str], deadline: float | None,
 
 def _git(repo: Repository, *args: str, deadline: float | None = None) -> str:
     done = _run(repo, list(args), deadline)
-    if done.returncode != 0:
-        said = " ".join(line.strip() for line in done.stderr.splitlines() if line.strip())
-        raise SourceError(f"{repo.name}: git {' '.join(args)} failed: {said or done.returncode}",
+    if not done.ok:
+        raise SourceError(f"{repo.name}: git {' '.join(args)} failed: "
+                          f"{done.said or done.returncode}",
                           hint="check the repository's remote `origin` and that it is reachable")
-    return done.stdout.strip()
+    return done.text
 
 
 def _resolves(repo: Repository, rev: str) -> bool:
@@ -130,7 +108,7 @@ def _fetch_branch(repo: Repository, branch: str | None = None, *, followed: bool
     done = _run(repo, ["fetch", "--quiet", "origin",
                        f"+refs/heads/{branch}:refs/remotes/origin/{branch}"], deadline)
     if done.returncode != 0:
-        said = (done.stderr.strip().splitlines() or [""])[-1]
+        said = redact_text((done.stderr.strip().splitlines() or [""])[-1])
         if not followed:
             raise SourceError(f"{repo.name}: branch {branch!r} is not a branch of the remote "
                               f"`origin` ({said})",

@@ -1,4 +1,4 @@
-"""Git objects at a commit: running git, listing a tree, reading blobs.
+"""Git objects at a commit: listing a tree, reading blobs (git runs through `git_runner`).
 
 Everything is read from git objects, never from the working tree, so what gets indexed is
 exactly what was committed. Reading many files uses one `git cat-file --batch` process
@@ -15,12 +15,10 @@ import threading
 import weakref
 from collections.abc import Iterable, Iterator
 
-import git
-
 from hetriever.core.errors import SourceError
 from hetriever.core.logs import get_logger
+from hetriever.discover.git_runner import git_output, start_git
 from hetriever.discover.repositories import Repository
-from hetriever.discover.repositories import check_usable
 
 log = get_logger(__name__)
 
@@ -56,29 +54,13 @@ class UnreadableFile(SkipFile):
 
 
 
-def run_git(repo: Repository, *args: str) -> bytes:
-    check_usable(repo)
-    try:
-        return git.Git(repo.path).execute(
-            ["git", *args], stdout_as_string=False, strip_newline_in_stdout=False
-        )
-    except git.GitCommandError as exc:
-        stderr = exc.stderr.strip() if isinstance(exc.stderr, str) else exc.stderr
-        raise SourceError(f"git {args[0]} failed in {repo.name} ({repo.path}): {stderr}",
-                          hint="check that the repository is intact (`git fsck`)") from exc
-    except git.NoSuchPathError as exc:
-        raise SourceError(f"repository {repo.name} is missing at {repo.path}",
-                          hint="run discovery again or check docs_root") from exc
-
-
-
 def pathspec(repo: Repository) -> list[str]:
     return [] if repo.content_dir in ("", ".") else ["--", repo.content_dir]
 
 
 def tree_entries(repo: Repository, sha: str) -> dict[str, tuple[str, str, str]]:
     """path -> (mode, type, object sha) for everything under content_dir at commit `sha`."""
-    raw = run_git(repo, "ls-tree", "-r", "-z", "--full-tree", sha, *pathspec(repo))
+    raw = git_output(repo, "ls-tree", "-r", "-z", "--full-tree", sha, *pathspec(repo))
     entries = {}
     for record in raw.split(b"\0"):
         if record:
@@ -129,11 +111,7 @@ class _BlobReader:
         if not commit or "\n" in commit:
             raise SourceError(f"invalid commit {commit!r} for repository {repo.name}",
                               hint="pass a commit sha")
-        self.proc = subprocess.Popen(
-            ["git", "cat-file", "--batch", "--follow-symlinks"],
-            cwd=repo.path, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-        )
+        self.proc = start_git(repo, "cat-file", "--batch", "--follow-symlinks")
         self.writer: threading.Thread | None = None
         # Per queued request, in order: the path when it was asked for by blob id (the tree
         # lists it, so "missing" means git cannot read it), else None.
@@ -236,7 +214,7 @@ class _BlobReader:
         """Whether the commit's tree has an entry at `path` (asked only when git answered
         "missing", which it also says of an object it cannot read)."""
         try:
-            out = run_git(self.repo, "ls-tree", "-z", "--full-tree", self.sha, "--", path)
+            out = git_output(self.repo, "ls-tree", "-z", "--full-tree", self.sha, "--", path)
         except SourceError:
             return False
         return any(record.endswith(b"\t" + path.encode("utf-8", "surrogateescape"))

@@ -12,8 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
-import git
-
 from hetriever.core.errors import (
     InvalidRepositoryNameError,
     SourceError,
@@ -30,6 +28,7 @@ from hetriever.core.names import (
     require_known,  # noqa: F401 (re-exported)
 )
 from hetriever.core.redact import redact_url
+from hetriever.discover.git_runner import is_work_tree_top, run_git
 from hetriever.discover.site import Site
 
 if TYPE_CHECKING:
@@ -170,18 +169,15 @@ def _from_gitmodules(parent: Path) -> list[tuple[str, Path, str, str, str]]:
     A submodule that cannot be used (a path leading out, not checked out) is kept with its
     problem, so it fails alone and the others are indexed; its path is a placeholder that
     does not exist, so nothing can read through it."""
-    try:
-        raw = git.Git(parent).execute(
-            ["git", "config", "--file", ".gitmodules", "-z", "--get-regexp",
-             r"^submodule\..*\.(path|url|branch)$"],
-            stdout_as_string=False, strip_newline_in_stdout=False,
-        )
-    except git.GitCommandError as exc:
-        if exc.status == 1:  # no matching keys
-            raw = b""
-        else:
-            raise SourceError(f"cannot read {parent / '.gitmodules'}: {exc.stderr.strip()}",
-                              hint="fix the file's syntax (git config format)") from exc
+    done = run_git(parent, "config", "--file", ".gitmodules", "-z", "--get-regexp",
+                   r"^submodule\..*\.(path|url|branch)$")
+    if done.returncode == 1:  # no matching keys
+        raw = b""
+    elif not done.ok:
+        raise SourceError(f"cannot read {parent / '.gitmodules'}: {done.said}",
+                          hint="fix the file's syntax (git config format)")
+    else:
+        raw = done.stdout
     entries: dict[str, dict[str, str]] = {}
     for record in raw.decode("utf-8", "surrogateescape").split("\0"):
         if not record:
@@ -232,10 +228,8 @@ def _leads_out(rel: str) -> bool:
 
 def _current_branch(path: Path) -> str:
     """The branch checked out at `path`; "" when HEAD is detached."""
-    try:
-        return git.Git(path).execute(["git", "symbolic-ref", "--quiet", "--short", "HEAD"])
-    except git.GitCommandError:
-        return ""
+    done = run_git(path, "symbolic-ref", "--quiet", "--short", "HEAD")
+    return done.text if done.ok else ""
 
 
 def check_usable(repo: Repository) -> None:
@@ -255,12 +249,7 @@ def _submodule_dir(parent: Path, sub_name: str, rel: str) -> Path:
             f"repository {parent}",
             hint="submodule paths must be relative, without '..' or symlinks leading out",
         )
-    try:
-        with git.Repo(target) as handle:
-            top = Path(handle.working_tree_dir or "").resolve()
-    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
-        top = None
-    if top != target:
+    if not is_work_tree_top(target):
         raise SourceError(
             f"submodule {sub_name!r} at {rel} is not initialised or not checked out",
             hint=f"run `git submodule update --init {rel}` in {parent}",
@@ -269,10 +258,8 @@ def _submodule_dir(parent: Path, sub_name: str, rel: str) -> Path:
 
 
 def _origin_url(path: Path) -> str:
-    try:
-        return git.Git(path).execute(["git", "config", "--get", "remote.origin.url"])
-    except git.GitCommandError:
-        return ""
+    done = run_git(path, "config", "--get", "remote.origin.url")
+    return done.text if done.ok else ""
 
 
 def _check_content_dir(content_dir: str) -> None:

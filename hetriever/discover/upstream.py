@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 from hetriever.core.errors import SourceError
 from hetriever.core.redact import redact_text
-from hetriever.discover.fetch import accept_moved_back, fetch_remote, followed_branch, run_git
+from hetriever.discover.fetch import accept_moved_back, fetch_remote, followed_branch
+from hetriever.discover.git_runner import GitRun, run_git
 from hetriever.discover.repositories import Repository
 
 GIT_TIMEOUT = 60.0  # a fetch from a remote that does not answer must not hang `status`
@@ -36,7 +37,7 @@ class Upstream:
                 "ahead_of_upstream": self.ahead, "upstream_note": self.note}
 
 
-def _git(repo: Repository, *args: str) -> subprocess.CompletedProcess:
+def _git(repo: Repository, *args: str) -> GitRun:
     return run_git(repo, *args, timeout=GIT_TIMEOUT)
 
 
@@ -52,7 +53,7 @@ def fetch(repo: Repository) -> str:
 
 def _rev(repo: Repository, rev: str) -> str:
     done = _git(repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
-    return done.stdout.strip() if done.returncode == 0 else ""
+    return done.text if done.ok else ""
 
 
 def upstream(repo: Repository, indexed: str, *, fetch_first: bool = False) -> Upstream:
@@ -60,7 +61,7 @@ def upstream(repo: Repository, indexed: str, *, fetch_first: bool = False) -> Up
     cannot be read is said in `error`, never raised (a report must not fail a run)."""
     try:
         return _upstream(repo, indexed, fetch_first)
-    except (OSError, subprocess.SubprocessError, ValueError) as exc:
+    except (OSError, subprocess.SubprocessError, ValueError, SourceError) as exc:
         return Upstream(followed_branch(repo), "", None, f"cannot read the remote: {exc}")
 
 
@@ -94,4 +95,4 @@ def _upstream(repo: Repository, indexed: str, fetch_first: bool) -> Upstream:
 
 def _count(repo: Repository, revs: str) -> int | None:
     done = _git(repo, "rev-list", "--count", revs)
-    return int(done.stdout.strip()) if done.returncode == 0 else None
+    return int(done.text) if done.ok else None
