@@ -32,6 +32,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from hetriever.search.request import SearchRequest
 from hetriever.core.access import CollectionPlan  # noqa: E402
 from hetriever.core.config import load_settings  # noqa: E402
 from hetriever.core.logs import configure_logging  # noqa: E402
@@ -85,7 +86,7 @@ def measure(store, queries, **kwargs) -> tuple[list[float], int]:
     times, results = [], 0
     for q in queries:
         began = time.perf_counter()
-        r = hybrid_search(store, q, top_k=10, **kwargs)
+        r = hybrid_search(store, SearchRequest(q, top_k=10, **kwargs))
         times.append((time.perf_counter() - began) * 1000)
         results += len(r.matches)
     return times, results
@@ -121,13 +122,13 @@ def latency(args: argparse.Namespace) -> None:
         queries = [" ".join(rng.choice(WORDS, size=4)) for _ in range(args.queries)]
         vectors = store.embedder.embed(queries[:args.queries])
         for q in queries[:5]:  # warm caches
-            hybrid_search(store, q, namespaces=["plain-docs"])
+            hybrid_search(store, SearchRequest(q, repositories=["plain-docs"]))
 
         scenarios = {
-            "plain": dict(namespaces=["plain-docs"]),
-            "skip": dict(namespaces=["plain-docs", "secret-docs"]),
-            "mixed": dict(namespaces=["mixed-docs"]),
-            "deleted": dict(namespaces=["gone-docs"]),
+            "plain": dict(repositories=["plain-docs"]),
+            "skip": dict(repositories=["plain-docs", "secret-docs"]),
+            "mixed": dict(repositories=["mixed-docs"]),
+            "deleted": dict(repositories=["gone-docs"]),
         }
         print(f"{'scenario':<10} {'p50 ms':>8} {'p95 ms':>8} {'results':>8}")
         for name, kwargs in scenarios.items():
@@ -137,7 +138,7 @@ def latency(args: argparse.Namespace) -> None:
         original = CollectionPlan.where
         CollectionPlan.where = lambda self, allowed: {"access_level": {"$in": sorted(allowed)}}
         try:
-            times, n = measure(store, queries, namespaces=["plain-docs"])
+            times, n = measure(store, queries, repositories=["plain-docs"])
             print(f"{'forced':<10} {statistics.median(times):8.1f} {pct(times, 0.95):8.1f} {n:8d}")
         finally:
             CollectionPlan.where = original
@@ -185,7 +186,7 @@ def titles(args: argparse.Namespace) -> None:
             times = []
             for path, title in pages.items():
                 began = time.perf_counter()
-                r = hybrid_search(store, title, top_k=5, exact=exact)
+                r = hybrid_search(store, SearchRequest(title, top_k=5, exact=exact))
                 times.append((time.perf_counter() - began) * 1000)
                 top = r.matches[0].metadata["file_path"] if r.matches else None
                 hits += top == path

@@ -25,6 +25,7 @@ from statistics import median
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import RESULTS_DIR, REPO_ROOT, _commit_tree, corpus_dir, percentile  # noqa: E402
 
+from hetriever.search.request import SearchRequest
 from hetriever.core.config import load_settings  # noqa: E402
 from hetriever.core.logs import configure_logging  # noqa: E402
 from hetriever.search import hybrid  # noqa: E402
@@ -89,11 +90,11 @@ def main() -> None:
 
     hybrid.page_facets = timed
     for question in questions[:5]:  # warm: model, collections, BM25
-        hybrid.hybrid_search(store, question, args.k)
+        hybrid.hybrid_search(store, SearchRequest(question, args.k))
     del counted[:], verified[:], unread[:], pages[:]
     for question in questions:
         started = time.perf_counter()
-        hybrid.hybrid_search(store, question, args.k)
+        hybrid.hybrid_search(store, SearchRequest(question, args.k))
         searches.append((time.perf_counter() - started) * 1000)
     print(f"{args.corpus}: {len(questions)} real questions, k={args.k}, page results")
     for name, values in (("search (facets included), ms", searches),

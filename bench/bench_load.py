@@ -35,6 +35,7 @@ from common import chroma_server  # noqa: E402
 
 from structlog.testing import capture_logs  # noqa: E402
 
+from hetriever.search.request import SearchRequest
 from hetriever.core.config import load_settings  # noqa: E402
 from hetriever.discover.changes import discover_repositories  # noqa: E402
 from hetriever.embed.embedder import get_embedder  # noqa: E402
@@ -148,7 +149,7 @@ def measure(store: ChromaKnowledgeStore, name: str, clients: int, seconds: float
             query = " ".join(rng.sample(WORDS, 3)) + f" page{rng.randrange(pages)}"
             began = time.perf_counter()
             try:
-                result = hybrid_search(store, query, top_k=5, namespaces=[REPO])
+                result = hybrid_search(store, SearchRequest(query, top_k=5, repositories=[REPO]))
             except Exception:  # noqa: BLE001 - counted, not fatal
                 with lock:
                     phase.errors += 1

@@ -47,6 +47,7 @@ from common import (  # noqa: E402
     write_windows,
 )
 from judged import acceptable, judged_answers, success  # noqa: E402
+from hetriever.search.request import SearchRequest
 from hetriever.chunk.page_records import display_chunk  # noqa: E402
 from hetriever.core.logs import configure_logging  # noqa: E402
 from hetriever.search import hybrid as search  # noqa: E402
@@ -135,7 +136,7 @@ TIMES: dict[str, list[float]] = {}  # scope -> ms per search
 def ranked_pages(store: Any, query: str, namespaces: list[str] | None,
                  scope: str = "") -> list[str]:
     began = time.perf_counter()
-    got = search.hybrid_search(store, query, K, namespaces=namespaces)
+    got = search.hybrid_search(store, SearchRequest(query, K, repositories=namespaces))
     TIMES.setdefault(scope, []).append((time.perf_counter() - began) * 1000.0)
     return list(dict.fromkeys(f"{m.metadata.get('repository')}:{m.metadata.get('file_path')}"
                               for m in got.matches))[:K]

@@ -39,6 +39,7 @@ from common import (  # noqa: E402
     make_embedder,
     print_table,
 )
+from hetriever.search.request import SearchRequest
 from hetriever.core.config import Settings  # noqa: E402
 from hetriever.core.logs import configure_logging  # noqa: E402
 from hetriever.parse.links import LinkPrior, outbound_keys, page_keys  # noqa: E402
@@ -111,8 +112,8 @@ class Corpus:
 
     def retrieve(self, query: str) -> tuple[Scored, Scored]:
         if query not in self.lists:
-            r = search.hybrid_search(self.store, query, bq.DEEP, namespaces=[self.name],
-                                     hybrid=False, exact=False, group_by="chunk")
+            r = search.hybrid_search(self.store, SearchRequest(query, bq.DEEP, repositories=[self.name],
+                                     hybrid=False, exact=False, group_by="chunk"))
             dense = [(m.doc_id, m.metadata, m.dense_score or 0.0) for m in r.matches]
             bm25 = [(h.doc_id, h.metadata, h.bm25_raw or 0.0)
                     for h in bm25_only(self.store, query, bq.DEEP, namespaces=[self.name])]
@@ -293,7 +294,7 @@ def classify(corpus: Corpus, read: dict[str, str]) -> list[dict]:
     for item in corpus.items:
         q, relevant = item["question"], set(item["answers"])
         dense, bm25 = corpus.retrieve(q)
-        got = search.hybrid_search(corpus.store, q, bq.K, namespaces=[corpus.name])
+        got = search.hybrid_search(corpus.store, SearchRequest(q, bq.K, repositories=[corpus.name]))
         corpus.default[item["id"]] = bq.pages([m.metadata for m in got.matches])
         ranks = {"default": page_rank(corpus.default[item["id"]], relevant),
                  "dense_page": page_rank(list_pages(dense), relevant, 100),

@@ -45,6 +45,7 @@ from common import (  # noqa: E402
     make_embedder,
     print_table,
 )
+from hetriever.search.request import SearchRequest
 from hetriever.search import hybrid as search  # noqa: E402
 from hetriever.core.logs import configure_logging  # noqa: E402
 
@@ -69,8 +70,8 @@ def run_set(store: Any, queries: list[Query], lang: str | None,
     ranked: dict[str, list[list[str]]] = {m: [] for m in MODES}
     for q, _ in queries:
         for mode in ("hybrid", "dense"):
-            got = search.hybrid_search(store, q, K, namespaces=[NAME], exact=False,
-                                       hybrid=(mode == "hybrid"), lang=lang)
+            got = search.hybrid_search(store, SearchRequest(q, K, repositories=[NAME], exact=False,
+                                       hybrid=(mode == "hybrid"), lang=lang))
             ranked[mode].append(pages([m.metadata for m in got.matches]))
         hits = bm25_only(store, q, K * 10, namespaces=[NAME],
                          filters={"lang": bm25_lang} if bm25_lang else None)
@@ -88,7 +89,7 @@ def unstated_set(store: Any, queries: list[Query], lang: str, default: str) -> d
     from hetriever.search import query_language
 
     stated = [pages([m.metadata for m in search.hybrid_search(
-        store, q, K, namespaces=[NAME], lang=lang).matches]) for q, _ in queries]
+        store, SearchRequest(q, K, repositories=[NAME], lang=lang)).matches]) for q, _ in queries]
     row: dict[str, Any] = {"queries": len(queries), "stated": score(stated, queries)}
     saved = query_language.WORD_RATIO
     try:
@@ -96,7 +97,7 @@ def unstated_set(store: Any, queries: list[Query], lang: str, default: str) -> d
             query_language.WORD_RATIO = ratio
             ranked, kept = [], 0
             for q, _ in queries:
-                got = search.hybrid_search(store, q, K, namespaces=[NAME])
+                got = search.hybrid_search(store, SearchRequest(q, K, repositories=[NAME]))
                 ranked.append(pages([m.metadata for m in got.matches]))
                 kept += (getattr(got, "query_language", "") or default) == lang
             row[f"none@{ratio:g}"] = {**score(ranked, queries), "kept": kept}
@@ -113,8 +114,8 @@ def weight_sweep(store: Any, queries: list[Query], lang: str) -> list[dict[str, 
     pages asks) by dense weight: how much the English model should count for `lang`."""
     lists = []
     for q, _ in queries:
-        dense = search.hybrid_search(store, q, 100, namespaces=[NAME], exact=False,
-                                     hybrid=False, group_by="chunk", lang=lang)
+        dense = search.hybrid_search(store, SearchRequest(q, 100, repositories=[NAME], exact=False,
+                                     hybrid=False, group_by="chunk", lang=lang))
         bm25 = bm25_only(store, q, 100, namespaces=[NAME], filters={"lang": lang})
         lists.append(([(m.doc_id, m.metadata, m.dense_score or 0.0) for m in dense.matches],
                       [(h.doc_id, h.metadata, h.bm25_raw or 0.0) for h in bm25]))

@@ -76,6 +76,7 @@ from common import (  # noqa: E402
     print_table,
     write_windows,
 )
+from hetriever.search.request import SearchRequest
 from hetriever.search import hybrid as search  # noqa: E402
 from hetriever.chunk.page_records import display_chunk  # noqa: E402
 from hetriever.core.config import Settings  # noqa: E402
@@ -291,19 +292,19 @@ def evaluate(store: Any, corpus: CorpusChunks, queries: list[Query],
     ms: list[float] = []
     for i, (q, _) in enumerate(queries):
         if sweeps:
-            r = search.hybrid_search(store, q, DEEP, namespaces=ns, hybrid=False, exact=False,
-                                     group_by="chunk")
+            r = search.hybrid_search(store, SearchRequest(q, DEEP, repositories=ns, hybrid=False, exact=False,
+                                     group_by="chunk"))
             dense_lists.append([(m.doc_id, m.metadata, m.dense_score or 0.0)
                                 for m in r.matches])
         bm25_lists.append([(h.doc_id, h.metadata, h.bm25_raw or 0.0)
                            for h in bm25_only(store, q, DEEP if sweeps else K, namespaces=ns)])
         began = time.perf_counter()
-        got = search.hybrid_search(store, q, K, namespaces=ns)
+        got = search.hybrid_search(store, SearchRequest(q, K, repositories=ns))
         ms.append((time.perf_counter() - began) * 1000.0)
         ranked["default"].append(pages([m.metadata for m in got.matches]))
-        got = search.hybrid_search(store, q, K, namespaces=ns, exact=False)
+        got = search.hybrid_search(store, SearchRequest(q, K, repositories=ns, exact=False))
         ranked["hybrid"].append(pages([m.metadata for m in got.matches]))
-        got = search.hybrid_search(store, q, K, namespaces=ns, exact=False, hybrid=False)
+        got = search.hybrid_search(store, SearchRequest(q, K, repositories=ns, exact=False, hybrid=False))
         ranked["dense"].append(pages([m.metadata for m in got.matches]))
         ranked["bm25"].append(pages([m for _, m, _ in bm25_lists[-1]]))
         if i % 100 == 99:

@@ -42,6 +42,7 @@ from bench_store import build_latency_store, embeddings_for, load_chunks, query_
 from common import RESULTS_DIR, bench_settings, make_embedder, percentile, print_table  # noqa: E402
 
 from deployments.temporary_server import free_port  # noqa: E402
+from hetriever.search.request import SearchRequest
 from hetriever.core.logs import configure_logging  # noqa: E402
 from hetriever.search.hybrid import hybrid_search  # noqa: E402
 
@@ -146,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         warm = queries[:10]
 
         def local(_: Any, q: str) -> None:
-            hybrid_search(store, q, TOP_K)
+            hybrid_search(store, SearchRequest(q, TOP_K))
 
         proc, url = start_server(workdir, embedder.model_dir)
         try:

@@ -59,6 +59,7 @@ from common import (  # noqa: E402
     print_table,
     write_windows,
 )
+from hetriever.search.request import SearchRequest
 from hetriever.search import dense as dense_mod  # noqa: E402
 from hetriever.search import hybrid as search_mod  # noqa: E402
 from hetriever.core.logs import configure_logging  # noqa: E402
@@ -247,14 +248,14 @@ def bench_latency(corpus: CorpusChunks, vectors: np.ndarray, embedder: Any, size
     hybrid_search = search_mod.hybrid_search
 
     def dense(scope: str) -> Callable[[str, dict], Any]:
-        return lambda q, e: hybrid_search(store, q, TOP_K, **_scope_args(scope, e), hybrid=False)
+        return lambda q, e: hybrid_search(store, SearchRequest(q, TOP_K, **_scope_args(scope, e), hybrid=False))
 
     def hybrid(scope: str) -> Callable[[str, dict], Any]:
-        return lambda q, e: hybrid_search(store, q, TOP_K, **_scope_args(scope, e), hybrid=True)
+        return lambda q, e: hybrid_search(store, SearchRequest(q, TOP_K, **_scope_args(scope, e), hybrid=True))
 
     def hybrid_chunks(scope: str) -> Callable[[str, dict], Any]:
-        return lambda q, e: hybrid_search(store, q, TOP_K, **_scope_args(scope, e), hybrid=True,
-                                          group_by="chunk")
+        return lambda q, e: hybrid_search(store, SearchRequest(q, TOP_K, **_scope_args(scope, e), hybrid=True,
+                                          group_by="chunk"))
 
     def bm25(scope: str) -> Callable[[str, dict], Any]:
         return lambda q, e: bm25_only(store, q, TOP_K, **_scope_args(scope, e))
@@ -311,10 +312,10 @@ def bench_latency(corpus: CorpusChunks, vectors: np.ndarray, embedder: Any, size
 
 def _scope_args(scope: str, extra: dict) -> dict:
     if scope in ("section", "section-where"):
-        return {"filters": {"section": extra["section"]}, "namespaces": None}
+        return {"filters": {"section": extra["section"]}, "repositories": None}
     if scope == "namespace":
-        return {"filters": None, "namespaces": [MAIN]}
-    return {"filters": None, "namespaces": None}
+        return {"filters": None, "repositories": [MAIN]}
+    return {"filters": None, "repositories": None}
 
 
 # --- main ----------------------------------------------------------------------------

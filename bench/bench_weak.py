@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_quality as bq  # noqa: E402
 from common import RESULTS_DIR, bench_settings, load_corpus_chunks, make_embedder, print_table  # noqa: E402
+from hetriever.search.request import SearchRequest
 from hetriever.core.config import Settings  # noqa: E402
 from hetriever.core.logs import configure_logging  # noqa: E402
 from hetriever.search import hybrid as search  # noqa: E402
@@ -52,11 +53,11 @@ def main() -> int:
         other = next(n for n in stores if n != name)
         for item in bq.question_items(name):
             part = "held-out" if bq.held_out(item["id"]) else "tuning"
-            own = search.hybrid_search(store, item["question"], K, namespaces=[name])
+            own = search.hybrid_search(store, SearchRequest(item["question"], K, repositories=[name]))
             found = bq.pages([m.metadata for m in own.matches], TOP)
             kind = "answered" if set(found) & set(item["answers"]) else "missed"
             rows.append((part, kind, nearest_similarity(own.matches)))
-            away = search.hybrid_search(stores[other], item["question"], K, namespaces=[other])
+            away = search.hybrid_search(stores[other], SearchRequest(item["question"], K, repositories=[other]))
             rows.append((part, "unanswerable", nearest_similarity(away.matches)))
 
     def share(part: str, kind: str, cut: float) -> float:

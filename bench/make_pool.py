@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_quality import CORPORA, K, QUERIES, index_corpus, question_items  # noqa: E402
 from common import RESULTS_DIR, bench_settings, bm25_only, load_corpus_chunks, make_embedder  # noqa: E402
+from hetriever.search.request import SearchRequest
 from hetriever.core.config import Settings  # noqa: E402
 from hetriever.core.logs import configure_logging  # noqa: E402
 from hetriever.search import hybrid as search  # noqa: E402
@@ -50,11 +51,11 @@ def _distinct(rows: list[tuple[dict, str]], top: int) -> Pages:
 
 def retrievers(top: int) -> dict[str, Callable[[Any, str, list[str]], Pages]]:
     def default(store: Any, q: str, ns: list[str]) -> Pages:
-        got = search.hybrid_search(store, q, K, namespaces=ns)
+        got = search.hybrid_search(store, SearchRequest(q, K, repositories=ns))
         return _distinct([(m.metadata, m.content) for m in got.matches], top)
 
     def dense(store: Any, q: str, ns: list[str]) -> Pages:
-        got = search.hybrid_search(store, q, K, namespaces=ns, exact=False, hybrid=False)
+        got = search.hybrid_search(store, SearchRequest(q, K, repositories=ns, exact=False, hybrid=False))
         return _distinct([(m.metadata, m.content) for m in got.matches], top)
 
     def bm25(store: Any, q: str, ns: list[str]) -> Pages:

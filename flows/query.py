@@ -25,6 +25,7 @@ from hetriever.discover.changes import require_known
 from hetriever.search.metrics import QueryMetric, metrics_store
 from hetriever.core.names import as_given
 from hetriever.search.hybrid import retrieve
+from hetriever.search.request import SearchRequest
 from hetriever.search.knowledge_store import get_knowledge_store, validate_collection_name
 from hetriever.search.published import links_of
 
@@ -55,10 +56,12 @@ async def query(
             validate_collection_name(name)  # a malformed name says so, before "unknown"
         require_known(repositories, store.repository_names())
 
+        # The flow's parameters are its deployment's interface; inside, one request.
+        request = SearchRequest(query, top_k, filters, repositories=repositories, hybrid=hybrid,
+                                access_levels=access_levels, group_by=group_by, lang=lang)
+
         async def search():
-            return await retrieve(store, query, top_k=top_k, filters=filters,
-                                  namespaces=repositories, hybrid=hybrid,
-                                  access_levels=access_levels, group_by=group_by, lang=lang)
+            return await retrieve(store, request)
 
         first = await search()  # warm-up: store, model, BM25 index loaded in this process
         startup_ms = 1000 * (time.perf_counter() - started)

@@ -9,6 +9,7 @@ import pytest
 from structlog.testing import capture_logs
 
 import hetriever.core.access as access
+from hetriever.search.request import SearchRequest
 from hetriever.core.errors import InvalidFilterError
 from hetriever.search.hybrid import plan_collections, retrieve
 from tests.chroma_fixtures import make_chunk
@@ -49,14 +50,14 @@ def repos(result) -> set[str]:
 
 
 def test_default_caller_sees_public_only(store) -> None:
-    result = run(retrieve(store, "zebra", top_k=10))
+    result = run(retrieve(store, SearchRequest("zebra", top_k=10)))
     assert repos(result) == {PUB}
-    both = run(retrieve(store, "zebra", top_k=10, access_levels=["PUBLIC", "PRIVATE"]))
+    both = run(retrieve(store, SearchRequest("zebra", top_k=10, access_levels=["PUBLIC", "PRIVATE"])))
     assert repos(both) == {PUB, PRIV}
     # levels are a set, not a ladder: PRIVATE alone does not include TEAM or PUBLIC
-    assert repos(run(retrieve(store, "zebra", top_k=10, access_levels="PRIVATE"))) == {PRIV}
-    assert repos(run(retrieve(store, "zebra", top_k=10,
-                              access_levels=["PUBLIC", "TEAM", "PRIVATE"]))) == {PUB, PRIV, TEAM}
+    assert repos(run(retrieve(store, SearchRequest("zebra", top_k=10, access_levels="PRIVATE")))) == {PRIV}
+    assert repos(run(retrieve(store, SearchRequest("zebra", top_k=10,
+                              access_levels=["PUBLIC", "TEAM", "PRIVATE"])))) == {PUB, PRIV, TEAM}
 
 
 @pytest.mark.parametrize("where", [
@@ -67,15 +68,15 @@ def test_default_caller_sees_public_only(store) -> None:
 ])
 def test_forged_filters_cannot_widen_access(store, where) -> None:
     for namespaces in (None, [PRIV], [PRIV, PUB]):
-        result = run(retrieve(store, "zebra salaries private payroll", top_k=10, filters=where,
-                              namespaces=namespaces))
+        result = run(retrieve(store, SearchRequest("zebra salaries private payroll", top_k=10, filters=where,
+                              repositories=namespaces)))
         assert all(m.metadata["access_level"] == "PUBLIC" for m in result.matches), where
         assert PRIV not in repos(result)
 
 
 def test_unknown_access_level_is_an_error(store) -> None:
     with pytest.raises(InvalidFilterError, match="unknown access level"):
-        run(retrieve(store, "zebra", access_levels=["ROOT"]))
+        run(retrieve(store, SearchRequest("zebra", access_levels=["ROOT"])))
 
 
 def test_homogeneous_collections_get_no_chunk_filter(store) -> None:
@@ -105,11 +106,11 @@ def test_mixed_collection_store_side_filter_alone(mixed_store, monkeypatch) -> N
         "access_level": {"$in": ["PUBLIC"]}}
     for where in (None, {"access_level": "PRIVATE"}, {"$or": [{"access_level": "PRIVATE"},
                                                               {"file_path": "content/board.md"}]}):
-        result = run(retrieve(mixed_store, "walrus budget board meeting", top_k=10,
-                              filters=where))
+        result = run(retrieve(mixed_store, SearchRequest("walrus budget board meeting", top_k=10,
+                              filters=where)))
         assert "content/board.md" not in {m.metadata["file_path"] for m in result.matches}
-    allowed = run(retrieve(mixed_store, "walrus budget board meeting", top_k=10,
-                           access_levels=["PUBLIC", "PRIVATE"]))
+    allowed = run(retrieve(mixed_store, SearchRequest("walrus budget board meeting", top_k=10,
+                           access_levels=["PUBLIC", "PRIVATE"])))
     assert allowed.matches[0].metadata["file_path"] == "content/board.md"
 
 
@@ -117,7 +118,7 @@ def test_mixed_collection_python_check_alone(mixed_store, monkeypatch) -> None:
     # Layer 1 switched off (a bug that forgets the chunk filter): the Python check still drops it.
     monkeypatch.setattr(access.CollectionPlan, "where", lambda self, allowed: None)
     with capture_logs() as logs:
-        result = run(retrieve(mixed_store, "walrus budget board meeting", top_k=10))
+        result = run(retrieve(mixed_store, SearchRequest("walrus budget board meeting", top_k=10)))
     assert "content/board.md" not in {m.metadata["file_path"] for m in result.matches}
     assert any(e["event"] == "result_access_denied" and e["reason"] == "chunk level PRIVATE"
                for e in logs)
@@ -133,20 +134,20 @@ def test_chunk_claiming_public_inside_a_private_collection(make_store, chroma_ba
                                  [make_chunk(PRIV, "content/liar.md", text,
                                              access_level="PUBLIC")]))
     # The collection's declared level governs: a PUBLIC caller never queries it.
-    assert PRIV not in repos(run(retrieve(store, "narwhal migration", top_k=10)))
+    assert PRIV not in repos(run(retrieve(store, SearchRequest("narwhal migration", top_k=10))))
     # Even if the collection were queried by mistake, the declared level is checked per result.
     monkeypatch.setattr(access.CollectionPlan, "visible", lambda self, allowed: True)
     with capture_logs() as logs:
-        result = run(retrieve(store, "narwhal migration", top_k=10))
+        result = run(retrieve(store, SearchRequest("narwhal migration", top_k=10)))
     assert PRIV not in repos(result)
     assert any(e["event"] == "result_access_denied" and e["reason"] == "collection level PRIVATE"
                for e in logs)
     # A caller with PRIVATE only does not get it either: its own claim (PUBLIC) is not theirs.
     monkeypatch.undo()
-    result = run(retrieve(store, "narwhal migration", top_k=10, access_levels=["PRIVATE"]))
+    result = run(retrieve(store, SearchRequest("narwhal migration", top_k=10, access_levels=["PRIVATE"])))
     assert "content/liar.md" not in {m.metadata["file_path"] for m in result.matches}
-    both = run(retrieve(store, "narwhal migration", top_k=10,
-                        access_levels=["PRIVATE", "PUBLIC"]))
+    both = run(retrieve(store, SearchRequest("narwhal migration", top_k=10,
+                        access_levels=["PRIVATE", "PUBLIC"])))
     assert both.matches[0].metadata["file_path"] == "content/liar.md"
 
 
@@ -155,4 +156,4 @@ def test_level_changed_in_config_hides_the_collection_at_once(make_store, chroma
         pytest.skip("embedded is enough")
     populate(make_store())  # everything indexed as PUBLIC
     now_private = make_store(access_levels={PUB: "PRIVATE"})
-    assert PUB not in repos(run(retrieve(now_private, "zebra crossings handbook", top_k=10)))
+    assert PUB not in repos(run(retrieve(now_private, SearchRequest("zebra crossings handbook", top_k=10))))

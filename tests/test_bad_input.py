@@ -21,6 +21,7 @@ import structlog
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hetriever.search.request import SearchRequest
 from hetriever.cli import main as cli_main
 from hetriever.discover.changes import discover_repositories
 from hetriever.core.errors import InvalidFilterError, InvalidLimitError
@@ -127,7 +128,7 @@ def test_nothing_outside_the_repository_reaches_the_index(messy, messy_index):
     assert not any("leak" in m["file_path"] or "outside" in m["file_path"]
                    for m in got["metadatas"])
     # and search cannot find it either
-    result = hybrid_search(store, SECRET_TOKEN, top_k=20)
+    result = hybrid_search(store, SearchRequest(SECRET_TOKEN, top_k=20))
     assert all(SECRET_TOKEN not in m.content for m in result.matches)
 
 
@@ -221,7 +222,7 @@ def test_odd_queries_never_raise_and_never_change_the_index(messy_index, query):
     store, _ = messy_index
     before = run(store.count(REPO))
     for hybrid in (True, False):
-        result = hybrid_search(store, query, top_k=5, hybrid=hybrid)
+        result = hybrid_search(store, SearchRequest(query, top_k=5, hybrid=hybrid))
         assert len(result.matches) <= 5
         for m in result.matches:
             assert content_hash(m.content) == m.metadata["content_hash"]
@@ -231,7 +232,7 @@ def test_odd_queries_never_raise_and_never_change_the_index(messy_index, query):
 @pytest.mark.parametrize("top_k, expected", [(None, 5), (0, 5), (-3, 5), (1, 1), (100, 100)])
 def test_limits_are_clamped_to_defaults(messy_index, top_k, expected):
     store, _ = messy_index
-    result = hybrid_search(store, "page", top_k=top_k)
+    result = hybrid_search(store, SearchRequest("page", top_k=top_k))
     assert len(result.matches) <= expected
 
 
@@ -239,7 +240,7 @@ def test_limits_are_clamped_to_defaults(messy_index, top_k, expected):
 def test_bad_limits_are_refused(messy_index, top_k):
     store, _ = messy_index
     with pytest.raises(InvalidLimitError):
-        hybrid_search(store, "page", top_k=top_k)
+        hybrid_search(store, SearchRequest("page", top_k=top_k))
 
 
 # --- namespace isolation under any filter ---------------------------------------------------------
@@ -299,11 +300,11 @@ def test_a_search_scoped_to_a_never_returns_b_under_any_filter(iso_store, where,
         normalised = validate_filter(where)
     except InvalidFilterError:
         with pytest.raises(InvalidFilterError):
-            hybrid_search(iso_store, "templates install collector", filters=where,
-                          namespaces=[A], hybrid=hybrid)
+            hybrid_search(iso_store, SearchRequest("templates install collector", filters=where,
+                          repositories=[A], hybrid=hybrid))
         return
-    result = hybrid_search(iso_store, "templates install collector", top_k=30, filters=where,
-                           namespaces=[A], hybrid=hybrid)
+    result = hybrid_search(iso_store, SearchRequest("templates install collector", top_k=30, filters=where,
+                           repositories=[A], hybrid=hybrid))
     allowed = {c.id for c in _iso_chunks() if c.repository == A and matches(normalised, c.metadata)}
     for m in result.matches:
         assert m.metadata["repository"] == A

@@ -11,6 +11,7 @@ from typing import Any
 import chromadb
 import pytest
 
+from hetriever.search.request import SearchRequest
 from hetriever.store.chunk_records import TEXT_KEY, ChunkCollection
 from hetriever.core.errors import IndexingError
 from hetriever.search.hybrid import hybrid_search
@@ -105,8 +106,8 @@ def test_an_index_written_the_older_way_searches_and_updates_without_rewrites(
     col.raw.add(ids=got["ids"], embeddings=got["embeddings"], metadatas=metas,
                 documents=[m[TEXT_KEY] for m in got["metadatas"]])
 
-    found = hybrid_search(store, "section page cascade front matter", top_k=3, exact=False,
-                          group_by="chunk")
+    found = hybrid_search(store, SearchRequest("section page cascade front matter", top_k=3, exact=False,
+                          group_by="chunk"))
     assert found.matches[0].content == TEXTS[2]
     again = run(store.upsert_file_chunks(REPO, PAGE, chunks))
     assert (again.written, again.reused) == (0, 3)  # the older records are left as they are

@@ -19,6 +19,7 @@ from collections import Counter
 import pytest
 from structlog.testing import capture_logs
 
+from hetriever.search.request import SearchRequest
 from hetriever.index.indexing import index_repository, run_lock
 from hetriever.search.hybrid import hybrid_search
 from hetriever.search.knowledge_store import content_hash
@@ -126,14 +127,14 @@ def test_a_long_lived_store_sees_what_another_process_wrote(tmp_path, minilm_emb
     store = open_store(tmp_path, minilm_embedder)
     try:
         query = "alpha bravo charlie page7"
-        before = hybrid_search(store, query, top_k=5, namespaces=[REPO_NAME], hybrid=False)
+        before = hybrid_search(store, SearchRequest(query, top_k=5, repositories=[REPO_NAME], hybrid=False))
         assert len(before.matches) == 5
         assert all("version1" in m.content for m in before.matches)
 
         write_pages(docs, 40, 2)  # every chunk changes: new ids, the old ones deleted
         ingest_ok(docs, env)
         with capture_logs() as logs:
-            after = hybrid_search(store, query, top_k=5, namespaces=[REPO_NAME], hybrid=False)
+            after = hybrid_search(store, SearchRequest(query, top_k=5, repositories=[REPO_NAME], hybrid=False))
         assert len(after.matches) == 5
         assert all("version2" in m.content for m in after.matches)
         assert not [e for e in logs if e["event"] == "result_without_content"]
@@ -200,8 +201,8 @@ def test_searches_while_another_process_reindexes_stay_consistent(tmp_path, mini
                 query = " ".join(rng.sample(WORDS, 3)) + f" page{rng.randrange(PAGES)}"
                 hybrid = rng.random() < 0.8
                 try:
-                    result = hybrid_search(store, query, top_k=5, namespaces=[REPO_NAME],
-                                           hybrid=hybrid)
+                    result = hybrid_search(store, SearchRequest(query, top_k=5, repositories=[REPO_NAME],
+                                           hybrid=hybrid))
                 except Exception as exc:  # noqa: BLE001 - any error is a finding
                     problems.append(f"{type(exc).__name__}: {exc}")
                     continue

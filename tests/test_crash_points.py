@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from hetriever.search.request import SearchRequest
 from hetriever.core import faults
 from hetriever.store.catalog import BUILDING, INDEXED
 from hetriever.store.chunk_records import ChunkCollection
@@ -206,7 +207,7 @@ def test_a_chunk_gone_from_chroma_is_never_served_from_bm25_or_the_title_index(
     store = _open(root, minilm_embedder, minilm_model_dir)
     try:
         for query in (f"Page {REMOVED[0]}", f"page{REMOVED[0]} version1"):
-            result = run(retrieve(store, query, top_k=10, namespaces=[REPO_NAME]))
+            result = run(retrieve(store, SearchRequest(query, top_k=10, repositories=[REPO_NAME])))
             served = {m.doc_id for m in result.matches}
             assert not served & stale, query
             assert all(m.metadata["file_path"] != removed for m in result.matches), query
@@ -259,7 +260,7 @@ def dropped_generations(done: subprocess.CompletedProcess) -> list[tuple[str, st
 def first_hit(root: Path, embedder: Any, model_dir: Path, query: str) -> str:
     store = _open(root, embedder, model_dir)
     try:
-        result = run(retrieve(store, query, top_k=5, namespaces=[REPO_NAME]))
+        result = run(retrieve(store, SearchRequest(query, top_k=5, repositories=[REPO_NAME])))
         return result.matches[0].metadata["file_path"]
     finally:
         store.close_sync()

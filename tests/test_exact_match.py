@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from hetriever.search.request import SearchRequest
 from hetriever.discover.changes import discover_repositories
 from hetriever.index.indexing import index_repository
 from hetriever.search.hybrid import hybrid_search
@@ -90,7 +91,7 @@ def store(tmp_path: Path, minilm_embedder):
 
 
 def first_file(store, query: str, **kwargs) -> tuple[str, str]:
-    result = hybrid_search(store, query, top_k=5, **kwargs)
+    result = hybrid_search(store, SearchRequest(query, top_k=5, **kwargs))
     top = result.matches[0]
     return top.metadata["file_path"], top.source
 
@@ -127,43 +128,43 @@ def test_exact_queries_rank_the_page_first(store, query, path) -> None:
 
 
 def test_exact_hit_is_merged_without_duplicates(store) -> None:
-    result = hybrid_search(store, "where", top_k=5)
+    result = hybrid_search(store, SearchRequest("where", top_k=5))
     ids = [m.doc_id for m in result.matches]
     assert len(ids) == len(set(ids)) and len(ids) == 5
     assert [m.source for m in result.matches].count("exact") == 1
     assert result.matches[0].score == 1.0
     # semantic results follow, in their own order
     assert all(m.source in {"dense", "bm25", "hybrid"} for m in result.matches[1:])
-    assert ids == [m.doc_id for m in hybrid_search(store, "where", top_k=5).matches]
+    assert ids == [m.doc_id for m in hybrid_search(store, SearchRequest("where", top_k=5)).matches]
 
 
 def test_non_title_queries_take_the_semantic_path(store) -> None:
-    result = hybrid_search(store, "filter a slice by key and value", top_k=5)
+    result = hybrid_search(store, SearchRequest("filter a slice by key and value", top_k=5))
     assert all(m.source != "exact" for m in result.matches)
     # an address no page has (the home page's among them) is searched like any text
     for query in ("https://example.org/functions/collections/nowhere/", "https://example.org/"):
-        assert all(m.source != "exact" for m in hybrid_search(store, query, top_k=5).matches)
+        assert all(m.source != "exact" for m in hybrid_search(store, SearchRequest(query, top_k=5)).matches)
     # a description of one search term is a label, not a key ("About" is not found by it)
-    result = hybrid_search(store, "how to begin", top_k=5)
+    result = hybrid_search(store, SearchRequest("how to begin", top_k=5))
     assert all(m.source != "exact" for m in result.matches)
-    assert hybrid_search(store, "where", top_k=5, exact=False).matches[0].source != "exact"
+    assert hybrid_search(store, SearchRequest("where", top_k=5, exact=False)).matches[0].source != "exact"
 
 
 def test_a_heading_hit_shows_its_section(store) -> None:
-    top = hybrid_search(store, "Why is my page missing?", top_k=5).matches[0]
+    top = hybrid_search(store, SearchRequest("Why is my page missing?", top_k=5)).matches[0]
     assert top.source == "exact" and "Drafts and pages dated in the future" in top.content
     # a heading two pages share names neither of them; one term is a label, two a topic
     for query in ("Related collection functions", "Examples", "Related functions"):
-        assert all(m.source != "exact" for m in hybrid_search(store, query, top_k=5).matches)
+        assert all(m.source != "exact" for m in hybrid_search(store, SearchRequest(query, top_k=5)).matches)
     # ... unless the search's own scope keeps one of them
-    top = hybrid_search(store, "Related collection functions", top_k=5,
-                        filters={"section": "troubleshooting"}).matches[0]
+    top = hybrid_search(store, SearchRequest("Related collection functions", top_k=5,
+                        filters={"section": "troubleshooting"})).matches[0]
     assert (top.source, top.metadata["file_path"]) == ("exact", "content/troubleshooting/faq.md")
 
 
 def test_a_pasted_url_shows_the_section_its_fragment_names(store) -> None:
     def top(query: str):
-        match = hybrid_search(store, query, top_k=5).matches[0]
+        match = hybrid_search(store, SearchRequest(query, top_k=5)).matches[0]
         assert match.source == "exact"
         return match.metadata["file_path"], match.content
 
@@ -189,17 +190,17 @@ def test_a_pasted_url_shows_the_section_its_fragment_names(store) -> None:
 
 def test_exact_hits_respect_filters_access_and_deletion(store, tmp_path, minilm_embedder) -> None:
     # a filter that excludes the page excludes its exact hit too
-    result = hybrid_search(store, "where", top_k=5, filters={"section": "methods"})
+    result = hybrid_search(store, SearchRequest("where", top_k=5, filters={"section": "methods"}))
     assert all(m.source != "exact" for m in result.matches)
     # a caller without the repository's level gets nothing, exact or not
     settings = store_settings(tmp_path, access_levels={"func-docs": "PRIVATE"})
     private = ChromaKnowledgeStore(settings, embedder=minilm_embedder, client=store.client)
     try:
-        assert hybrid_search(private, "where", top_k=5).matches == []
+        assert hybrid_search(private, SearchRequest("where", top_k=5)).matches == []
         # its chunks still say PUBLIC until re-indexed: a caller needs both levels meanwhile
-        assert hybrid_search(private, "where", top_k=5, access_levels=["PRIVATE"]).matches == []
-        assert hybrid_search(private, "where", top_k=5,
-                             access_levels=["PRIVATE", "PUBLIC"]).matches[0].source == "exact"
+        assert hybrid_search(private, SearchRequest("where", top_k=5, access_levels=["PRIVATE"])).matches == []
+        assert hybrid_search(private, SearchRequest("where", top_k=5,
+                             access_levels=["PRIVATE", "PUBLIC"])).matches[0].source == "exact"
     finally:
         private.close_sync()
     # a deleted page is no longer an exact hit
@@ -207,7 +208,7 @@ def test_exact_hits_respect_filters_access_and_deletion(store, tmp_path, minilm_
     commit_all(store.repo_dir, "drop where")
     (repo,) = discover_repositories(store.repo_dir.parent)
     run(index_repository(repo, store, store.settings))
-    result = hybrid_search(store, "where", top_k=5)
+    result = hybrid_search(store, SearchRequest("where", top_k=5))
     assert all(m.source != "exact" for m in result.matches)
     assert "content/functions/collections/Where.md" not in {
         m.metadata["file_path"] for m in result.matches}
@@ -217,7 +218,7 @@ def test_exact_hits_respect_filters_access_and_deletion(store, tmp_path, minilm_
 def test_a_function_named_by_a_stopword_is_found_by_its_name_and_more(store, query) -> None:
     """`where` is a search term (analyzer.TEMPLATE_NAMES), so a query that names the function
     with other words finds its page first by the words too (the exact path left out)."""
-    result = hybrid_search(store, query, top_k=5, exact=False)
+    result = hybrid_search(store, SearchRequest(query, top_k=5, exact=False))
     top = result.matches[0]
     assert (top.metadata["file_path"], top.source) == (
         "content/functions/collections/Where.md", "hybrid")
@@ -233,7 +234,7 @@ def test_a_function_named_by_a_stopword_is_found_by_its_name_and_more(store, que
 ])
 def test_a_function_named_with_the_word_function_is_an_exact_hit(store, query, path) -> None:
     """"<name> function": the name is an exact key, the word says what it names."""
-    top = hybrid_search(store, query, top_k=5).matches[0]
+    top = hybrid_search(store, SearchRequest(query, top_k=5)).matches[0]
     assert (top.metadata["file_path"], top.source) == (path, "exact")
 
 
@@ -245,4 +246,4 @@ def test_a_function_named_with_the_word_function_is_an_exact_hit(store, query, p
     "params method",              # two methods are called Params: neither is named
 ])
 def test_other_queries_with_the_word_function_take_the_semantic_path(store, query) -> None:
-    assert all(m.source != "exact" for m in hybrid_search(store, query, top_k=5).matches)
+    assert all(m.source != "exact" for m in hybrid_search(store, SearchRequest(query, top_k=5)).matches)

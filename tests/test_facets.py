@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from hetriever.search.request import SearchRequest
 from hetriever.search.hybrid import hybrid_search
 from hetriever.search.knowledge_store import ChromaKnowledgeStore
 from tests.chroma_fixtures import make_chunk, store_settings
@@ -45,7 +46,7 @@ def counts(result: Any, facet: str) -> dict[str, int]:
 
 
 def test_facets_count_candidate_pages_beyond_the_top_k(store) -> None:
-    result = hybrid_search(store, "install the kestrel tool", 1, lang="all")
+    result = hybrid_search(store, SearchRequest("install the kestrel tool", 1, lang="all"))
     assert len(result.matches) == 1
     assert counts(result, "repository") == {A: 4, B: 1}
     assert counts(result, "section") == {"install": 4, "guides": 1}
@@ -55,22 +56,22 @@ def test_facets_count_candidate_pages_beyond_the_top_k(store) -> None:
 
 
 def test_facets_narrow_with_the_search_parameters(store) -> None:
-    by_repo = hybrid_search(store, "install the kestrel tool", 3, namespaces=[B], lang="all")
+    by_repo = hybrid_search(store, SearchRequest("install the kestrel tool", 3, repositories=[B], lang="all"))
     assert counts(by_repo, "repository") == {B: 1}
-    by_section = hybrid_search(store, "install the kestrel tool", 3, {"section": "guides"},
-                               lang="all")
+    by_section = hybrid_search(store, SearchRequest("install the kestrel tool", 3, {"section": "guides"},
+                               lang="all"))
     assert counts(by_section, "section") == {"guides": 1}
     assert [m.metadata["file_path"] for m in by_section.matches] == ["content/guides/upgrade.md"]
 
 
 def test_facets_never_count_what_the_caller_may_not_see(store) -> None:
-    public = hybrid_search(store, "install kestrel private vault cluster", 5, lang="all")
+    public = hybrid_search(store, SearchRequest("install kestrel private vault cluster", 5, lang="all"))
     assert SECRET not in counts(public, "repository")
-    private = hybrid_search(store, "install kestrel private vault cluster", 5, lang="all",
-                            access_levels=["PUBLIC", "PRIVATE"])
+    private = hybrid_search(store, SearchRequest("install kestrel private vault cluster", 5, lang="all",
+                            access_levels=["PUBLIC", "PRIVATE"]))
     assert counts(private, "repository")[SECRET] == 1
 
 
 def test_a_search_with_nothing_to_search_has_empty_facets(store) -> None:
-    result = hybrid_search(store, "install", 3, namespaces=["no-such-docs"])
+    result = hybrid_search(store, SearchRequest("install", 3, repositories=["no-such-docs"]))
     assert result.matches == [] and result.facets == {}

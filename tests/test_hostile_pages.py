@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from hetriever.search.request import SearchRequest
 from hetriever.index.indexing import index_repository
 from hetriever.search.knowledge_store import ChromaKnowledgeStore
 from tests.chroma_fixtures import store_settings
@@ -210,8 +211,8 @@ def test_a_huge_chunk_of_an_older_index_is_returned_cut_with_the_reason(
         for chunk in (huge, small):
             run(store.upsert_file_chunks(REPO_NAME, chunk.file_path, [chunk]))
         for group in ("page", "chunk"):
-            result = hybrid_search(store, "zanzibar", top_k=5, namespaces=[REPO_NAME],
-                                   group_by=group)
+            result = hybrid_search(store, SearchRequest("zanzibar", top_k=5, repositories=[REPO_NAME],
+                                   group_by=group))
             (cut,) = [m for m in result.matches if m.doc_id == huge.id]
             assert len(cut.content) < MAX_PASSAGE_CHARS + 200
             assert cut.content.startswith("zanzibar yyy")

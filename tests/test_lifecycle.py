@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from hetriever.search.request import SearchRequest
 from hetriever.store.catalog import DELETED
 from hetriever.discover.changes import discover_repositories
 from hetriever.core.errors import IndexingError, RepositoryNotFoundError
@@ -53,7 +54,7 @@ def open_store(tmp_path: Path, embedder, **overrides) -> ChromaKnowledgeStore:
 
 
 def files_found(store, query: str, **kwargs) -> list[str]:
-    result = hybrid_search(store, query, top_k=10, **kwargs)
+    result = hybrid_search(store, SearchRequest(query, top_k=10, **kwargs))
     return [m.metadata["file_path"] for m in result.matches]
 
 
@@ -84,7 +85,7 @@ def test_soft_delete_hides_keeps_and_purge_removes(docs, tmp_path, minilm_embedd
         for hybrid in (True, False):
             assert "content/docs/otters.md" not in files_found(store, "otters sleep holding "
                                                                       "hands", hybrid=hybrid)
-        assert hybrid_search(store, "otters", top_k=5).matches  # the others still answer
+        assert hybrid_search(store, SearchRequest("otters", top_k=5)).matches  # the others still answer
         assert store.catalog.files(store.physical_name(REPO), DELETED)[0].path.endswith(
             "otters.md")
         meta = run(store.get_collection_metadata(REPO))
@@ -135,7 +136,7 @@ def test_forget_a_file_and_a_repository(docs, tmp_path, minilm_embedder) -> None
         assert report.catalog_rows["files"] == 2 and report.catalog_rows["repositories"] == 1
         assert store.collection_names() == [] and not bm25_file.exists()
         assert store.catalog.repository(REPO) is None and store.repository_names() == []
-        assert hybrid_search(store, "otters", top_k=5).matches == []
+        assert hybrid_search(store, SearchRequest("otters", top_k=5)).matches == []
         with pytest.raises(RepositoryNotFoundError):
             run(forget(store, REPO))
     finally:
@@ -165,7 +166,7 @@ def test_migrate_builds_beside_switches_atomically_and_drops(tmp_path, minilm_em
         def searcher() -> None:
             while not stop.is_set():
                 try:
-                    found = hybrid_search(old_store, "otters herons beavers river", top_k=5)
+                    found = hybrid_search(old_store, SearchRequest("otters herons beavers river", top_k=5))
                     results.append({m.doc_id for m in found.matches})
                 except Exception as exc:  # noqa: BLE001 - any error is a finding
                     errors.append(f"{type(exc).__name__}: {exc}")

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from hetriever.search.request import SearchRequest
 from hetriever.store.catalog import Catalog
 from hetriever.core.config import Settings
 from hetriever.discover.changes import discover_repositories
@@ -180,7 +181,7 @@ def site(tmp_path: Path, minilm_embedder):
 
 
 def _first(store, query: str) -> str:
-    got = hybrid_search(store, query, 3, exact=False)
+    got = hybrid_search(store, SearchRequest(query, 3, exact=False))
     return got.matches[0].metadata["file_path"]
 
 
@@ -197,9 +198,9 @@ def test_a_question_prefers_the_page_other_pages_link_to(site):
     real = store.catalog.link_sources
     store.catalog.link_sources = (  # type: ignore[method-assign]
         lambda *a: calls.append(a) or real(*a))
-    hybrid_search(store, QUESTION, 3, exact=False, hybrid=False)
+    hybrid_search(store, SearchRequest(QUESTION, 3, exact=False, hybrid=False))
     assert calls == []
-    hybrid_search(store, QUESTION, 3, exact=False)
+    hybrid_search(store, SearchRequest(QUESTION, 3, exact=False))
     assert len(calls) == 1
     # A look-up by name gets no prior: the narrow page's own title still comes first.
     assert _first(store, "Menu entry parameters") == "content/menu-entry.md"

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from hetriever.search.request import SearchRequest
 from hetriever.discover.changes import discover_repositories
 from hetriever.core.errors import InvalidLimitError
 from hetriever.index.indexing import index_repository
@@ -84,55 +85,55 @@ def test_every_language_is_indexed_with_its_url_and_searched_by_language(site):
             == by_path["content/en/docs/traces.md"]["translation_key"])
 
     # No language asked: the site's default language only, each result naming its others.
-    default = hybrid_search(store, "traces span request", 10, namespaces=[NAME])
+    default = hybrid_search(store, SearchRequest("traces span request", 10, repositories=[NAME]))
     assert default.matches and {lang for lang, _ in urls(default)} == {"en"}
     traces = [m for m in default.matches if m.metadata["url"] == "/docs/traces/"]
     assert traces and traces[0].translations == [
         {"lang": "ja", "url": "/ja/docs/traces/", "title": "トレース"}]
     # One language, by name, for dense and BM25 alike.
-    ja = hybrid_search(store, "トレース スパン", 10, namespaces=[NAME], lang="ja")
+    ja = hybrid_search(store, SearchRequest("トレース スパン", 10, repositories=[NAME], lang="ja"))
     assert urls(ja) == [("ja", "/ja/docs/traces/")]
-    dense_ja = hybrid_search(store, "traces", 10, namespaces=[NAME], lang="ja", hybrid=False)
+    dense_ja = hybrid_search(store, SearchRequest("traces", 10, repositories=[NAME], lang="ja", hybrid=False))
     assert {lang for lang, _ in urls(dense_ja)} == {"ja"}
     # Every language.
-    both = hybrid_search(store, "traces", 10, namespaces=[NAME], lang="all")
+    both = hybrid_search(store, SearchRequest("traces", 10, repositories=[NAME], lang="all"))
     assert {"en", "ja"} <= {lang for lang, _ in urls(both)}
     # A language the site does not have finds nothing; a malformed one is a clear error.
-    assert hybrid_search(store, "traces", 10, namespaces=[NAME], lang="fr").matches == []
+    assert hybrid_search(store, SearchRequest("traces", 10, repositories=[NAME], lang="fr")).matches == []
     with pytest.raises(InvalidLimitError, match="language code"):
-        hybrid_search(store, "traces", 10, namespaces=[NAME], lang="ja; drop")
+        hybrid_search(store, SearchRequest("traces", 10, repositories=[NAME], lang="ja; drop"))
     # The exact-title path keeps to the language too.
-    english_exact = hybrid_search(store, "トレース", 5, namespaces=[NAME], lang="en")
+    english_exact = hybrid_search(store, SearchRequest("トレース", 5, repositories=[NAME], lang="en"))
     assert english_exact.matches and all(m.metadata["lang"] == "en"
                                          for m in english_exact.matches)
-    exact = hybrid_search(store, "トレース", 5, namespaces=[NAME], lang="ja")
+    exact = hybrid_search(store, SearchRequest("トレース", 5, repositories=[NAME], lang="ja"))
     assert exact.matches[0].source == "exact" and exact.matches[0].metadata["lang"] == "ja"
     # A query written in Japanese, told no language, keeps to the site's Japanese pages
     # (its script names one of the site's languages); English letters keep the default.
     for query in ("トレース", "スパンの中の一瞬を記録"):
-        told_none = hybrid_search(store, query, 5, namespaces=[NAME])
+        told_none = hybrid_search(store, SearchRequest(query, 5, repositories=[NAME]))
         assert told_none.matches and {lang for lang, _ in urls(told_none)} == {"ja"}
-    assert hybrid_search(store, "トレース", 5, namespaces=[NAME]).matches[0].source == "exact"
-    mixed = hybrid_search(store, "Record span events", 5, namespaces=[NAME])
+    assert hybrid_search(store, SearchRequest("トレース", 5, repositories=[NAME])).matches[0].source == "exact"
+    mixed = hybrid_search(store, SearchRequest("Record span events", 5, repositories=[NAME]))
     assert {lang for lang, _ in urls(mixed)} == {"en"}
     # Korean letters name no language of this site: its default.
-    korean = hybrid_search(store, "트레이스 스팬", 5, namespaces=[NAME])
+    korean = hybrid_search(store, SearchRequest("트레이스 스팬", 5, repositories=[NAME]))
     assert {lang for lang, _ in urls(korean)} <= {"en"}
     # A heading both languages have names one page in each language's search, none in all.
     for lang, url in (("en", "/docs/traces/"), ("ja", "/ja/docs/traces/")):
-        top = hybrid_search(store, "Record span events", 5, namespaces=[NAME],
-                            lang=lang).matches[0]
+        top = hybrid_search(store, SearchRequest("Record span events", 5, repositories=[NAME],
+                            lang=lang)).matches[0]
         assert (top.source, top.metadata["url"]) == ("exact", url)
         assert "Record span events" in top.content
-    both_exact = hybrid_search(store, "Record span events", 5, namespaces=[NAME], lang="all")
+    both_exact = hybrid_search(store, SearchRequest("Record span events", 5, repositories=[NAME], lang="all"))
     assert all(m.source != "exact" for m in both_exact.matches)
     # A pasted URL names its page in the URL's language, unless the search names another.
     for query, url in (("https://example.org/ja/docs/traces/", "/ja/docs/traces/"),
                        ("/docs/traces", "/docs/traces/")):
-        top = hybrid_search(store, query, 5, namespaces=[NAME]).matches[0]
+        top = hybrid_search(store, SearchRequest(query, 5, repositories=[NAME])).matches[0]
         assert (top.source, top.metadata["url"]) == ("exact", url)
-    pasted = hybrid_search(store, "https://example.org/ja/docs/traces/", 5, namespaces=[NAME],
-                           lang="en")
+    pasted = hybrid_search(store, SearchRequest("https://example.org/ja/docs/traces/", 5, repositories=[NAME],
+                           lang="en"))
     assert all(m.metadata["lang"] == "en" and m.source != "exact" for m in pasted.matches)
 
 
@@ -152,14 +153,14 @@ def test_adding_or_deleting_a_translation_touches_only_that_file(site):
     assert before < after_add
     es_ids = after_add - before
     assert {m["lang"] for m in col.get(ids=list(es_ids))["metadatas"]} == {"es"}
-    found = hybrid_search(store, "trazas solicitud", 5, namespaces=[NAME], lang="es")
+    found = hybrid_search(store, SearchRequest("trazas solicitud", 5, repositories=[NAME], lang="es"))
     assert urls(found)[0] == ("es", "/es/docs/traces/")
     # Told no language, Spanish words keep to the Spanish pages (they are in no English
     # page); English words keep the default.
-    told_none = hybrid_search(store, "las trazas siguen una solicitud", 5, namespaces=[NAME])
+    told_none = hybrid_search(store, SearchRequest("las trazas siguen una solicitud", 5, repositories=[NAME]))
     assert told_none.query_language == "es"
     assert urls(told_none) == [("es", "/es/docs/traces/")]
-    english = hybrid_search(store, "traces follow a request", 5, namespaces=[NAME])
+    english = hybrid_search(store, SearchRequest("traces follow a request", 5, repositories=[NAME]))
     assert english.query_language == "" and {lang for lang, _ in urls(english)} == {"en"}
 
     git(source, "rm", "-q", "content/ja/docs/traces.md")
@@ -168,8 +169,8 @@ def test_adding_or_deleting_a_translation_touches_only_that_file(site):
     assert removed.files_deleted == 1
     left = set(col.get()["ids"])
     assert left < after_add and es_ids <= left
-    assert hybrid_search(store, "トレース", 5, namespaces=[NAME], lang="ja").matches == []
+    assert hybrid_search(store, SearchRequest("トレース", 5, repositories=[NAME], lang="ja")).matches == []
     # The query's own language has nothing now: told no language, the default's pages.
-    fallback = hybrid_search(store, "トレース", 5, namespaces=[NAME])
+    fallback = hybrid_search(store, SearchRequest("トレース", 5, repositories=[NAME]))
     assert fallback.matches and {lang for lang, _ in urls(fallback)} == {"en"}
     assert fallback.query_language == ""

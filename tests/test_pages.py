@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from hetriever.search.request import SearchRequest
 from hetriever.chunk.page_records import page_record, page_summary_lines
 from hetriever.core.config import Settings
 from hetriever.discover.changes import discover_repositories
@@ -129,13 +130,13 @@ def indexed(tmp_path: Path, minilm_embedder):
 
 
 def test_a_section_page_is_found_by_its_description(indexed):
-    got = hybrid_search(indexed, "how do I organize pages into sections and bundles", 3)
+    got = hybrid_search(indexed, SearchRequest("how do I organize pages into sections and bundles", 3))
     assert got.matches[0].metadata["file_path"] == "content/content-management/_index.md"
     assert got.matches[0].metadata["page_record"] is True
 
 
 def test_page_results_are_distinct_pages_with_passages(indexed):
-    got = hybrid_search(indexed, "where function collections templates", 10)
+    got = hybrid_search(indexed, SearchRequest("where function collections templates", 10))
     paths = [m.metadata["file_path"] for m in got.matches]
     assert len(paths) == len(set(paths))
     # The long page takes one place, its next best chunks ride along as passages.
@@ -143,7 +144,7 @@ def test_page_results_are_distinct_pages_with_passages(indexed):
     assert 1 <= len(notes.passages) <= 2
     assert all(p["content"] and p["doc_id"] != notes.doc_id for p in notes.passages)
     # Chunk results are still there for callers that want passages.
-    chunks = hybrid_search(indexed, "where function collections templates", 10, group_by="chunk")
+    chunks = hybrid_search(indexed, SearchRequest("where function collections templates", 10, group_by="chunk"))
     chunk_paths = [m.metadata["file_path"] for m in chunks.matches]
     assert chunk_paths.count("content/release-notes.md") > 1
     assert all(not m.passages for m in chunks.matches)
@@ -153,11 +154,11 @@ def test_group_by_is_validated(indexed):
     from hetriever.core.errors import InvalidLimitError
 
     with pytest.raises(InvalidLimitError):
-        hybrid_search(indexed, "where", 3, group_by="site")
+        hybrid_search(indexed, SearchRequest("where", 3, group_by="site"))
 
 
 def test_an_identifier_query_finds_its_page(indexed):
-    got = hybrid_search(indexed, "collections where", 3, hybrid=True, exact=False)
+    got = hybrid_search(indexed, SearchRequest("collections where", 3, hybrid=True, exact=False))
     assert got.matches[0].metadata["file_path"] == "content/functions/where.md"
 
 
@@ -171,7 +172,7 @@ def test_a_bm25_row_chroma_lacks_is_never_served(indexed):
     col.delete(ids=record)  # Chroma only: BM25 still lists it
     assert indexed.bm25("site").get(record[0]) is not None
     for hybrid in (True, False):
-        result = hybrid_search(indexed, "Host on Netlify", 5, hybrid=hybrid, exact=False)
+        result = hybrid_search(indexed, SearchRequest("Host on Netlify", 5, hybrid=hybrid, exact=False))
         shown = [m.doc_id for m in result.matches] + [
             p["doc_id"] for m in result.matches for p in m.passages]
         assert record[0] not in shown
@@ -190,8 +191,8 @@ def test_a_chunk_bm25_lacks_is_still_found_and_shown_from_chroma(indexed):
     index = indexed.bm25("site")
     with index.transaction():
         assert index.delete(got["ids"]) == len(got["ids"])  # BM25 only: Chroma keeps them
-    result = hybrid_search(indexed, "deploy my site to Netlify with a build command", 3,
-                           exact=False)
+    result = hybrid_search(indexed, SearchRequest("deploy my site to Netlify with a build command", 3,
+                           exact=False))
     top = result.matches[0]
     assert top.metadata["file_path"] == "content/hosting/netlify.md"
     assert top.source == "dense" and top.doc_id in got["ids"]
@@ -222,7 +223,7 @@ def test_a_hybrid_page_search_reads_metadata_only_for_what_it_shows(indexed, mon
             return got
 
     monkeypatch.setattr(indexed, "collection", lambda name: Recording(col))
-    result = hybrid_search(indexed, "where function collections templates", 2, exact=False)
+    result = hybrid_search(indexed, SearchRequest("where function collections templates", 2, exact=False))
     queries = [a for a in asked if a[0] == "query"]
     assert queries and all(include == ["distances"] for _, include, _ in queries)
     fetched = sum(n for kind, _, n in asked if kind == "get")
@@ -233,6 +234,6 @@ def test_a_hybrid_page_search_reads_metadata_only_for_what_it_shows(indexed, mon
         assert match.metadata["file_path"] == row_meta["file_path"] and match.content
     # a dense-only or chunk search still reads rows with the kNN (nothing to label them)
     asked.clear()
-    hybrid_search(indexed, "where function collections templates", 2, exact=False,
-                  hybrid=False)
+    hybrid_search(indexed, SearchRequest("where function collections templates", 2, exact=False,
+                  hybrid=False))
     assert all("metadatas" in include for kind, include, _ in asked if kind == "query")

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
+from hetriever.search.request import SearchRequest
 from hetriever.search import dense as dense_module
 from hetriever.store.chunk_records import ChunkCollection
 from hetriever.embed.embedder import MiniLMEmbedder
@@ -139,7 +140,7 @@ def test_rrf_fuse_and_similarity() -> None:
 
 def test_distinctive_query_ranks_its_document_first(store) -> None:
     where_id = chunks_of(A)[0].id
-    result = run(retrieve(store, "filter pages by parameter value like a SQL where clause"))
+    result = run(retrieve(store, SearchRequest("filter pages by parameter value like a SQL where clause")))
     assert result.mode == "hybrid" and result.matches
     top = result.matches[0]
     assert top.doc_id == where_id and top.source == "hybrid"
@@ -169,7 +170,7 @@ def test_distinctive_query_ranks_its_document_first(store) -> None:
 def test_rrf_fusion_when_settings_ask_for_it(store) -> None:
     rrf = ChromaKnowledgeStore(store.settings.replace(fusion="rrf"), embedder=store.embedder,
                                client=store.client)
-    result = run(retrieve(rrf, "filter pages by parameter value like a SQL where clause"))
+    result = run(retrieve(rrf, SearchRequest("filter pages by parameter value like a SQL where clause")))
     top = result.matches[0]
     assert top.doc_id == chunks_of(A)[0].id
     assert top.score == pytest.approx(1.0)  # rank 1 in both lists: the maximum
@@ -177,7 +178,7 @@ def test_rrf_fusion_when_settings_ask_for_it(store) -> None:
 
 
 def test_dense_only_when_hybrid_is_off(store) -> None:
-    result = run(retrieve(store, "How do I install on a Mac?", top_k=3, hybrid=False))
+    result = run(retrieve(store, SearchRequest("How do I install on a Mac?", top_k=3, hybrid=False)))
     assert result.mode == "dense" and len(result.matches) == 3
     assert result.retriever_counts["bm25"] == 0
     for m in result.matches:
@@ -187,12 +188,12 @@ def test_dense_only_when_hybrid_is_off(store) -> None:
     off = ChromaKnowledgeStore(store.settings.replace(use_hybrid_search=False),
                                embedder=store.embedder, client=store.client)
     assert off.search_mode() == "dense" and store.search_mode() == "hybrid"
-    assert run(retrieve(off, "install hugo")).mode == "dense"
+    assert run(retrieve(off, SearchRequest("install hugo"))).mode == "dense"
 
 
 def test_bm25_only_when_embedding_fails(broken_store) -> None:
     with capture_logs() as logs:
-        result = run(retrieve(broken_store, "Homebrew brew install", top_k=3))
+        result = run(retrieve(broken_store, SearchRequest("Homebrew brew install", top_k=3)))
     assert result.mode == "bm25"
     assert any(e["event"] == "dense_retrieval_failed" for e in logs)
     assert result.matches[0].metadata["file_path"] == "content/install/macos.md"
@@ -200,15 +201,15 @@ def test_bm25_only_when_embedding_fails(broken_store) -> None:
         assert m.source == "bm25" and m.dense_score is None
         assert m.content and m.metadata["repository"] in (A, B)  # fetched for BM25-only hits
         assert m.score == m.bm25_score
-    assert run(retrieve(broken_store, "Homebrew", hybrid=False)).mode == "bm25"
+    assert run(retrieve(broken_store, SearchRequest("Homebrew", hybrid=False))).mode == "bm25"
 
 
 def test_similarity_threshold_applies_to_the_final_score(store) -> None:
     strict = ChromaKnowledgeStore(store.settings.replace(similarity_threshold=0.75),
                                   embedder=store.embedder, client=store.client)
-    result = run(retrieve(strict, "install hugo on linux snap", top_k=10, hybrid=False))
+    result = run(retrieve(strict, SearchRequest("install hugo on linux snap", top_k=10, hybrid=False)))
     assert result.matches and all(m.score >= 0.75 for m in result.matches)
-    loose = run(retrieve(store, "install hugo on linux snap", top_k=10, hybrid=False))
+    loose = run(retrieve(store, SearchRequest("install hugo on linux snap", top_k=10, hybrid=False)))
     assert len(loose.matches) > len(result.matches)
 
 
@@ -228,14 +229,14 @@ def test_filters_apply_to_both_retrievers_identically(store, broken_store, where
     expected = ids_for(where)
     assert expected
     # Dense sees every matching chunk (2 * top_k candidates > fixture size).
-    dense = run(retrieve(store, "hugo", top_k=10, filters=where, hybrid=False))
+    dense = run(retrieve(store, SearchRequest("hugo", top_k=10, filters=where, hybrid=False)))
     assert {m.doc_id for m in dense.matches} == expected
     # BM25 sees the matching chunks that contain a query term ("the", "install", "hugo").
     words = "the install hugo collector function"
-    bm25 = run(retrieve(broken_store, words, top_k=10, filters=where))
+    bm25 = run(retrieve(broken_store, SearchRequest(words, top_k=10, filters=where)))
     assert bm25.mode == "bm25" and bm25.matches
     assert {m.doc_id for m in bm25.matches} <= expected
-    hybrid = run(retrieve(store, words, top_k=10, filters=where))
+    hybrid = run(retrieve(store, SearchRequest(words, top_k=10, filters=where)))
     assert {m.doc_id for m in hybrid.matches} == expected
     assert {m.doc_id for m in bm25.matches} == {m.doc_id for m in hybrid.matches
                                                if m.bm25_score is not None}
@@ -244,31 +245,31 @@ def test_filters_apply_to_both_retrievers_identically(store, broken_store, where
 def test_invalid_filter(store) -> None:
     for bad in ({"section": {"$regex": "x"}}, {"$or": []}, {"tags": {"$in": []}}, ["section"]):
         with pytest.raises(InvalidFilterError):
-            run(retrieve(store, "install", filters=bad))
+            run(retrieve(store, SearchRequest("install", filters=bad)))
 
 
 # --- limits and queries -------------------------------------------------------------------
 
 
 def test_limits(store) -> None:
-    assert len(run(retrieve(store, "install", top_k=None)).matches) == 5
-    assert len(run(retrieve(store, "install", top_k=0)).matches) == 5
-    assert len(run(retrieve(store, "install", top_k=-3)).matches) == 5
-    assert len(run(retrieve(store, "install", top_k=2)).matches) == 2
-    assert len(run(retrieve(store, "install", top_k=100)).matches) == len(DOCS)
+    assert len(run(retrieve(store, SearchRequest("install", top_k=None))).matches) == 5
+    assert len(run(retrieve(store, SearchRequest("install", top_k=0))).matches) == 5
+    assert len(run(retrieve(store, SearchRequest("install", top_k=-3))).matches) == 5
+    assert len(run(retrieve(store, SearchRequest("install", top_k=2))).matches) == 2
+    assert len(run(retrieve(store, SearchRequest("install", top_k=100))).matches) == len(DOCS)
     with pytest.raises(InvalidLimitError):
-        run(retrieve(store, "install", top_k=101))
+        run(retrieve(store, SearchRequest("install", top_k=101)))
 
 
 @pytest.mark.parametrize("query", ["", "   ", "\n\t"])
 def test_empty_query_returns_nothing(store, query: str) -> None:
-    result = run(retrieve(store, query))
+    result = run(retrieve(store, SearchRequest(query)))
     assert result.matches == [] and result.total_results == 0
 
 
 def test_very_long_query_is_truncated_not_rejected(store) -> None:
     query = "Homebrew macOS " + "x" * (MAX_QUERY_CHARS * 2)
-    result = run(retrieve(store, query, top_k=3))
+    result = run(retrieve(store, SearchRequest(query, top_k=3)))
     assert result.matches and result.mode == "hybrid"
 
 
@@ -284,14 +285,14 @@ def test_very_long_query_is_truncated_not_rejected(store) -> None:
 ])
 def test_namespace_scope_cannot_be_widened_by_filters(store, where) -> None:
     for hybrid in (True, False):
-        result = run(retrieve(store, "OpenTelemetry Collector receivers exporters Kubernetes",
-                              top_k=20, filters=where, namespaces=[A], hybrid=hybrid))
+        result = run(retrieve(store, SearchRequest("OpenTelemetry Collector receivers exporters Kubernetes",
+                              top_k=20, filters=where, repositories=[A], hybrid=hybrid)))
         assert all(m.metadata["repository"] == A for m in result.matches)
         assert not {m.doc_id for m in result.matches} & {c.id for c in chunks_of(B)}
-    unscoped = run(retrieve(store, "OpenTelemetry Collector receivers", top_k=20))
+    unscoped = run(retrieve(store, SearchRequest("OpenTelemetry Collector receivers", top_k=20)))
     assert {m.metadata["repository"] for m in unscoped.matches} == {A, B}
-    assert run(retrieve(store, "Collector", namespaces=["gamma-docs"])).matches == []
-    assert run(retrieve(store, "Collector", namespaces=[])).matches == []
+    assert run(retrieve(store, SearchRequest("Collector", repositories=["gamma-docs"]))).matches == []
+    assert run(retrieve(store, SearchRequest("Collector", repositories=[]))).matches == []
 
 
 def test_out_of_scope_metadata_is_dropped(make_store) -> None:
@@ -302,7 +303,7 @@ def test_out_of_scope_metadata_is_dropped(make_store) -> None:
     col = store.client.get_collection(store.physical_name(A), embedding_function=None)
     col.update(ids=[target.id], metadatas=[{"repository": B}])
     with capture_logs() as logs:
-        result = run(retrieve(store, "Homebrew brew", top_k=10, namespaces=[A]))
+        result = run(retrieve(store, SearchRequest("Homebrew brew", top_k=10, repositories=[A])))
     assert target.id not in {m.doc_id for m in result.matches}
     assert any(e["event"] == "result_out_of_scope" for e in logs)
 
@@ -316,7 +317,7 @@ def test_hash_mismatch_results_are_dropped(make_store) -> None:
     col.update(ids=[target.id], embeddings=got["embeddings"],
                documents=["Partials are reusable template fragments. (tampered)"])
     with capture_logs() as logs:
-        result = run(retrieve(store, "reusable template fragments partial", top_k=10))
+        result = run(retrieve(store, SearchRequest("reusable template fragments partial", top_k=10)))
     assert target.id not in {m.doc_id for m in result.matches}
     assert any(e["event"] == "result_hash_mismatch" and e["doc_id"] == target.id for e in logs)
     assert result.matches  # the rest still comes back
@@ -331,13 +332,13 @@ def test_server_going_down_degrades_to_bm25(tmp_path, minilm_embedder) -> None:
         stop_chroma_server(server)
         assert run(store.health_check()) is False
         # BM25 lives beside us: hybrid search answers from it, with its copy of the text.
-        result = run(retrieve(store, "Homebrew brew install", top_k=3))
+        result = run(retrieve(store, SearchRequest("Homebrew brew install", top_k=3)))
         assert result.mode == "bm25"
         assert result.matches[0].metadata["file_path"] == "content/install/macos.md"
         assert result.matches[0].content == chunks_of(A)[3].text
         # Dense-only search and writes fail fast with a clear error.
         with pytest.raises(BackendConnectionError, match="chroma run"):
-            run(retrieve(store, "Homebrew", hybrid=False))
+            run(retrieve(store, SearchRequest("Homebrew", hybrid=False)))
         with pytest.raises(BackendConnectionError):
             run(store.upsert_file_chunks(A, "content/x.md", [make_chunk(A, "content/x.md", "x")]))
 

@@ -14,6 +14,7 @@ import httpx
 import pytest
 from mcp.client import Client
 
+from hetriever.search.request import SearchRequest
 from hetriever.discover.changes import discover_repositories
 from hetriever.index.indexing import index_repository
 from hetriever.search.hybrid import hybrid_search
@@ -95,7 +96,7 @@ def service(tmp_path_factory: pytest.TempPathFactory, minilm_embedder: Any):
 
 
 def top(service: DocsService, query: str, **kw: Any) -> dict[str, Any]:
-    return service.search(query, k=3, **kw)["results"][0]
+    return service.search(SearchRequest(query, 3, **kw))["results"][0]
 
 
 def test_results_and_pages_carry_full_links_under_the_base_url_path(service):
@@ -146,7 +147,7 @@ def test_a_pasted_link_names_the_page_published_at_its_host(service, tmp_path):
               ("https://gannet.example/docs/gannet/", "en")]
     for link, lang in pasted:
         for asked in ("all", None):
-            first = hybrid_search(service.store, link, 3, lang=asked).matches[0]
+            first = hybrid_search(service.store, SearchRequest(link, 3, lang=asked)).matches[0]
             assert (first.source, first.metadata["lang"]) == ("exact", lang), (link, asked)
             shown = top(service, link, lang=asked)
             assert (shown["source"], shown["lang"]) == ("exact", lang), (link, asked)

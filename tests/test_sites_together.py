@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hetriever.search.request import SearchRequest
 from hetriever.discover.repositories import Repository
 from hetriever.index.indexing import index_repository
 from hetriever.search.hybrid import hybrid_search
@@ -67,7 +68,7 @@ def store(request, tmp_path_factory, minilm_embedder):
 
 
 def _pages(store, query: str, namespaces=None) -> list[tuple[str, str]]:
-    got = hybrid_search(store, query, 5, namespaces=namespaces)
+    got = hybrid_search(store, SearchRequest(query, 5, repositories=namespaces))
     return [(m.metadata["repository"], m.metadata["file_path"]) for m in got.matches]
 
 
@@ -85,13 +86,13 @@ def test_no_repository_named_ranks_as_its_own_site(store, question):
 def test_the_facets_name_the_sites_routing_set_aside(store):
     # Routed to one site, a search still says how many candidate pages each site had, so a
     # caller can narrow to the other one.
-    got = hybrid_search(store, "how do I make a menu ordered by weight", 5)
+    got = hybrid_search(store, SearchRequest("how do I make a menu ordered by weight", 5))
     assert {r.metadata["repository"] for r in got.matches[:3]} == {"hugo-docs"}
     counts = {f["value"]: f["count"] for f in got.facets["repository"]}
     assert set(counts) == {"hugo-docs", "opentelemetry-io"}, counts
     assert all(n >= 1 for n in counts.values())
-    alone = hybrid_search(store, "how do I make a menu ordered by weight", 5,
-                          namespaces=["opentelemetry-io"])
+    alone = hybrid_search(store, SearchRequest("how do I make a menu ordered by weight", 5,
+                          repositories=["opentelemetry-io"]))
     assert alone.matches and {r.metadata["repository"] for r in alone.matches} == {
         "opentelemetry-io"}
 
@@ -151,7 +152,7 @@ def test_routing_keeps_the_sites_within_the_margin():
 
 
 def test_the_other_site_fills_up_a_search_its_own_site_cannot(store):
-    got = hybrid_search(store, "how do I make a menu ordered by weight", 20)
+    got = hybrid_search(store, SearchRequest("how do I make a menu ordered by weight", 20))
     sites = [m.metadata["repository"] for m in got.matches]
     assert sites[:len(PAGES["hugo-docs"])] == ["hugo-docs"] * len(PAGES["hugo-docs"])
     assert "opentelemetry-io" in sites  # after every Hugo page, not instead of none

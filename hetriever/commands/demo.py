@@ -12,6 +12,7 @@ from hetriever.commands.common import EXIT_FAILED, EXIT_OK, cli_settings, make_c
 from hetriever.commands.ingest import ingest_local, print_ingest
 from hetriever.commands.search import print_results, run_search
 from hetriever.core.errors import HetrieverError
+from hetriever.search.request import SearchRequest
 
 DEMO_DIR = Path(".demo")
 DEMO_QUERY = "how do I filter a collection with where"
@@ -63,6 +64,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
     query = args.query or DEMO_QUERY
     console.print()
     console.print(joined(("2. search", "bold"), f" {query!r}"))
-    result = run_search(settings, query, None, 3, None, None)
+    result = run_search(settings, SearchRequest(query, 3))
     print_results(result, settings)
     return EXIT_OK if result.matches else EXIT_FAILED

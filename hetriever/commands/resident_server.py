@@ -43,10 +43,12 @@ class Resident:
         from hetriever.core.config import ACCESS_LEVELS
         from hetriever.search.hybrid import retrieve
         from hetriever.search.knowledge_store import get_knowledge_store
+        from hetriever.search.request import SearchRequest
 
         store = get_knowledge_store(self.settings)
         store.embedder.embed(["warm up"])
-        asyncio.run(retrieve(store, WARM_UP_QUERY, access_levels=sorted(ACCESS_LEVELS)))
+        asyncio.run(retrieve(store, SearchRequest(WARM_UP_QUERY,
+                                                  access_levels=sorted(ACCESS_LEVELS))))
 
     def bind(self) -> socket.socket:
         self.path.unlink(missing_ok=True)  # a process that held the lock before us is gone

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hetriever.commands.common import (EXIT_OK, cli_settings, index_location, make_console,
                                        note_location, print_json, print_note,
@@ -13,10 +13,12 @@ from hetriever.commands.common import (EXIT_OK, cli_settings, index_location, ma
 from hetriever.core.errors import UserError
 from hetriever.core.models import RetrievalResult, SearchResult
 
+if TYPE_CHECKING:
+    from hetriever.search.request import SearchRequest
 
-def run_search(settings, query: str, repositories: list[str] | None, top_k: int | None,
-                filters: dict | None, hybrid: bool | None, access: list[str] | None = None,
-                group_by: str | None = None, lang: str | None = None, *, cold: bool = True):
+
+def run_search(settings, request: SearchRequest, *, cold: bool = True):
+    """`request` answered in this process, its metrics and analytics recorded."""
     import asyncio
     import sqlite3
 
@@ -32,9 +34,9 @@ def run_search(settings, query: str, repositories: list[str] | None, top_k: int 
         for name in repositories or []:
             validate_collection_name(name)  # a malformed name says so, before "unknown"
         require_known(repositories, store.repository_names())
-        return await retrieve(store, query, top_k=top_k, filters=filters,
-                              namespaces=repositories, hybrid=hybrid, access_levels=access,
-                              group_by=group_by, lang=lang)
+        return await retrieve(store, request)
+
+    repositories = list(request.repositories) if request.repositories else None
 
     result = asyncio.run(go())
     try:  # a query's metrics are worth less than its answer (a full disk, a locked file)
@@ -133,26 +135,28 @@ def _warnings(settings, repositories: list[str] | None, hybrid: bool) -> list[st
     return out
 
 
-def search_request(args: argparse.Namespace) -> dict[str, Any]:
-    """A search's arguments as the command line gave them (what the resident process is sent)."""
+def search_arguments(args: argparse.Namespace) -> dict[str, Any]:
+    """A search's arguments as the command line gave them (what the resident process is sent;
+    `search_here` parses them into a SearchRequest)."""
     return {name: getattr(args, name) for name in SEARCH_ARGUMENTS}
 
 
 SEARCH_ARGUMENTS = ("query", "repository", "top_k", "filter", "mode", "group", "lang", "access")
 
 
-def search_here(settings, request: dict[str, Any], *, cold: bool = True,
+def search_here(settings, arguments: dict[str, Any], *, cold: bool = True,
                 note: bool = True) -> tuple[Any, list[str]]:
-    """The search `request` (`search_request`) in this process: its checks, then the result
-    and its warnings. `cold`: this process's first search; `note`: say on stderr where an old
+    """The search `arguments` (`search_arguments`) ask, in this process: their checks, then
+    the result and its warnings. `cold`: this process's first search; `note`: say on stderr where an old
     default index is."""
     from hetriever.commands import reserve
     from hetriever.store.filters import validate_filter
     from hetriever.core.names import as_given
     from hetriever.search.hybrid import resolve_top_k
     from hetriever.search.knowledge_store import validate_collection_name
+    from hetriever.search.request import SearchRequest
 
-    args = argparse.Namespace(**request)
+    args = argparse.Namespace(**arguments)
     if not args.query.strip():
         raise UserError("the query is empty", hint="give some words to search for")
     if args.top_k is not None and args.top_k < 1:
@@ -174,9 +178,11 @@ def search_here(settings, request: dict[str, Any], *, cold: bool = True,
     hybrid = None if args.mode is None else args.mode == "hybrid"
     access = [level for raw in (args.access or []) for level in raw.split(",") if level.strip()]
     warnings: list[str] = []
-    result = reserve.reading(settings, lambda: run_search(
-        settings, args.query, args.repository or None, args.top_k, filters, hybrid,
-        access or None, args.group, args.lang, cold=cold), warnings.append)
+    request = SearchRequest(args.query, args.top_k, filters,
+                            repositories=args.repository or None, hybrid=hybrid,
+                            access_levels=access or None, group_by=args.group, lang=args.lang)
+    result = reserve.reading(settings, lambda: run_search(settings, request, cold=cold),
+                             warnings.append)
     warnings += _warnings(settings, args.repository,
                           settings.use_hybrid_search if hybrid is None else hybrid)
     return result, warnings
@@ -199,10 +205,10 @@ def _served(answer: dict[str, Any]) -> tuple[ServedResult, list[str]]:
 def cmd_search(args: argparse.Namespace) -> int:
     from hetriever.commands import resident
 
-    served = resident.ask(args, search_request(args))
+    served = resident.ask(args, search_arguments(args))
     if served is None:
         settings = cli_settings(args)
-        result, warnings = search_here(settings, search_request(args))
+        result, warnings = search_here(settings, search_arguments(args))
         where = index_location(settings)
     else:  # answered by the resident process: the settings, store and model stay unloaded
         settings = None

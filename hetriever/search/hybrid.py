@@ -104,6 +104,7 @@ from hetriever.search.facets import page_facets
 from hetriever.search.published import preference, recorded_base_urls
 from hetriever.search.query_language import query_language
 from hetriever.search.routing import routed
+from hetriever.search.request import SearchRequest
 from hetriever.store.bm25.bm25_index import CorpusStats
 from hetriever.chunk.sections import ANCHORS_KEY, anchored_sections
 from hetriever.store.store_types import RetrievalStore
@@ -399,38 +400,28 @@ def _exact_result(hit: _Hit) -> SearchResult:
                         metadata=shown(hit.metadata or {}), score=1.0, source="exact")
 
 
-def hybrid_search(store: RetrievalStore, query: str, top_k: int | None = None,
-                  filters: dict[str, Any] | None = None, *,
-                  namespaces: Sequence[str] | None = None,
-                  hybrid: bool | None = None,
-                  access_levels: Sequence[str] | str | None = None,
-                  exact: bool = True, group_by: str | None = None,
-                  lang: str | None = None) -> RetrievalResult:
-    """Run one search against `store` (a ChromaKnowledgeStore). See the module docstring.
+def hybrid_search(store: RetrievalStore, request: SearchRequest) -> RetrievalResult:
+    """Answer one search against `store` (a ChromaKnowledgeStore). See the module docstring.
 
-    `access_levels`: the levels the caller may see (default PUBLIC only).
-    `exact`: use the exact-title fast path.
-    `group_by`: "page" (one result per page, its best chunk first; the default from settings)
-    or "chunk".
-    `lang`: a language code, "all", or None for `settings.search_language` ("" = the
-    language the query is written in, where it names one of a multilingual site's
-    (`hetriever.search.query_language`), else that site's default; if the query's language has
-    nothing, the default's; single-language sites are not filtered).
+    A request's `lang` None takes `settings.search_language`; if the query's own language
+    has nothing, the default's is searched; single-language sites are not filtered.
     """
     started = time.perf_counter()
     settings = store.settings
-    k = resolve_top_k(top_k, settings.default_top_k, settings.max_top_k)
-    user_filter = validate_filter(filters)
-    levels = caller_levels(access_levels)
-    use_hybrid = settings.use_hybrid_search if hybrid is None else bool(hybrid)
-    group = settings.group_by if group_by is None else group_by
+    k = resolve_top_k(request.top_k, settings.default_top_k, settings.max_top_k)
+    user_filter = validate_filter(request.filters)
+    levels = caller_levels(request.access_levels)
+    use_hybrid = settings.use_hybrid_search if request.hybrid is None else bool(request.hybrid)
+    group = settings.group_by if request.group_by is None else request.group_by
     if group not in ("page", "chunk"):
-        raise InvalidLimitError(f"group_by must be 'page' or 'chunk', got {group_by!r}")
-    text = query if isinstance(query, str) else ""
+        raise InvalidLimitError(f"group_by must be 'page' or 'chunk', got {request.group_by!r}")
+    text = request.query if isinstance(request.query, str) else ""
+    lang = request.lang
     wanted = (settings.search_language if lang is None else lang).strip().lower()
     if wanted and not _LANG_CODE.match(wanted):
         raise InvalidLimitError(f"lang must be a language code such as 'en' or 'pt-br', or "
                                 f"'all', got {lang!r}")
+    namespaces, exact = request.repositories, request.exact
     if wanted and user_filter is not None and "lang" in json.dumps(user_filter):
         wanted = "all"  # the caller's own filter on `lang` decides
     for attempt in range(1, EPOCH_RETRIES + 2):
@@ -561,15 +552,6 @@ def _search_once(store: RetrievalStore, text: str, k: int, user_filter: dict | N
     return out
 
 
-async def retrieve(store: RetrievalStore, query: str, top_k: int | None = None,
-                   filters: dict[str, Any] | None = None, *,
-                   namespaces: Sequence[str] | None = None,
-                   hybrid: bool | None = None,
-                   access_levels: Sequence[str] | str | None = None,
-                   exact: bool = True, group_by: str | None = None,
-                   lang: str | None = None) -> RetrievalResult:
+async def retrieve(store: RetrievalStore, request: SearchRequest) -> RetrievalResult:
     """`hybrid_search` off the event loop (embedding and Chroma calls block)."""
-    return await asyncio.to_thread(hybrid_search, store, query, top_k, filters,
-                                   namespaces=namespaces, hybrid=hybrid,
-                                   access_levels=access_levels, exact=exact, group_by=group_by,
-                                   lang=lang)
+    return await asyncio.to_thread(hybrid_search, store, request)

@@ -49,10 +49,11 @@ class ChromaKnowledgeStore(SyncStore):
                      group_by: str | None = None,
                      lang: str | None = None) -> list[SearchResult]:
         from hetriever.search.hybrid import retrieve
+        from hetriever.search.request import SearchRequest
 
-        result = await retrieve(self, query, top_k=top_k, filters=filters,
-                                namespaces=namespaces, hybrid=hybrid,
-                                access_levels=access_levels, group_by=group_by, lang=lang)
+        result = await retrieve(self, SearchRequest(
+            query, top_k, filters, repositories=namespaces, hybrid=hybrid,
+            access_levels=access_levels, group_by=group_by, lang=lang))
         return result.matches
 
     async def get_by_id(self, doc_id: str) -> Document | None:

@@ -36,6 +36,7 @@ from hetriever.core.logs import get_logger
 from hetriever.serve.keys import InvalidKeyError, KeyRing, key_from_headers
 from hetriever.serve.schemas import (ErrorAnswer, PageAnswer, RepositoriesAnswer, SearchAnswer,
                                      Status)
+from hetriever.search.request import SearchRequest
 from hetriever.serve.service import Busy, DocsService, NotFound, RequestError, TooLarge
 from hetriever.serve.telemetry import PROMETHEUS_CONTENT_TYPE, Telemetry
 
@@ -226,9 +227,9 @@ def create_app(service: DocsService, *, keys: KeyRing | None = None,
                          repository: list[str] | None, filters: Any, lang: str | None,
                          group: str | None) -> JSONResponse:
         started = time.perf_counter()
-        answer = await service.call(service.search, q, k=k, repositories=repository or None,
-                                    filters=filters, lang=lang, group=group,
-                                    levels=request.state.levels)
+        answer = await service.call(service.search, SearchRequest(
+            q or "", k, filters, repositories=repository or None, lang=lang, group_by=group,
+            access_levels=request.state.levels))
         result = answer.pop("_result")
         seconds = time.perf_counter() - started
         telemetry.search(result, len(answer["results"]), seconds, repository)

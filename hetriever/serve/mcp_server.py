@@ -22,6 +22,7 @@ from pydantic import Field
 
 from hetriever.core.logs import get_logger
 from hetriever.core.errors import HetrieverError
+from hetriever.search.request import SearchRequest
 from hetriever.serve.analytics_feed import AnalyticsFeed
 from hetriever.serve.keys import ENV_CLIENT_KEY, InvalidKeyError, KeyRing, key_from_headers
 from hetriever.serve.service import DocsService, Limits
@@ -187,10 +188,10 @@ def create_mcp(service: DocsService, keys: KeyRing, *, fixed_key: str | None = N
         shows that section)."""
         budget = _budget(max_tokens)
         started = time.perf_counter()
-        answer = await call(service.search, query, k=k,
-                            repositories=[repository] if repository else None, lang=lang,
-                            filters={"section": section} if section else None,
-                            group="page", levels=levels(ctx))
+        answer = await call(service.search, SearchRequest(
+            query, k, {"section": section} if section else None,
+            repositories=[repository] if repository else None, lang=lang, group_by="page",
+            access_levels=levels(ctx)))
         result = answer.pop("_result")
         seconds, scope = time.perf_counter() - started, [repository] if repository else None
         if telemetry is not None:

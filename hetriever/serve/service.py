@@ -17,7 +17,7 @@ import json
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -36,6 +36,7 @@ from hetriever.core.names import is_valid_repository_name, repository_name
 from hetriever.search.hybrid import hybrid_search, plan_collections
 from hetriever.serve import pages
 from hetriever.search.knowledge_store import ChromaKnowledgeStore
+from hetriever.search.request import SearchRequest
 
 log = get_logger(__name__)
 
@@ -150,8 +151,8 @@ class DocsService:
         levels = sorted(ACCESS_LEVELS)
         for query in WARM_UP_QUERIES:
             for group in GROUPS:
-                hybrid_search(self.store, query, self.default_k, None, namespaces=served,
-                              access_levels=levels, group_by=group)
+                hybrid_search(self.store, SearchRequest(query, self.default_k, repositories=served,
+                                                        access_levels=levels, group_by=group))
 
     def public_message(self, exc: BaseException) -> str:
         """An error's sentence as a remote caller may read it: the server's directories
@@ -189,14 +190,15 @@ class DocsService:
             raise RequestError(f"k must be an integer from 1 to {self.max_k}, got {k!r}")
         return text, k
 
-    def search(self, query: str | None, *, k: int | None = None,
-               repositories: list[str] | None = None, filters: dict[str, Any] | None = None,
-               lang: str | None = None, group: str | None = None,
-               levels: frozenset[str] | None = None) -> dict[str, Any]:
-        """`group`: "page" or "chunk"; None takes the `group_by` setting."""
+    def search(self, request: SearchRequest) -> dict[str, Any]:
+        """`request` as a remote caller sent it (its `access_levels` the caller's key's),
+        checked against what this server serves, answered."""
         started = time.perf_counter()
-        text, k = self.check_query(query, k)
-        group = self.settings.group_by if group is None else group
+        text, k = self.check_query(request.query, request.top_k)
+        group = self.settings.group_by if request.group_by is None else request.group_by
+        filters, lang = request.filters, request.lang
+        repositories = list(request.repositories) if request.repositories else None
+        levels = caller_levels(request.access_levels)  # None: PUBLIC only
         if group not in GROUPS:
             raise RequestError(f"group must be one of {', '.join(GROUPS)}, got {group!r}")
         if filters is not None and not isinstance(filters, dict):
@@ -211,14 +213,15 @@ class DocsService:
         # Named repositories this caller cannot search: missing and hidden ones alike, so the
         # answer says nothing about which exists.
         unknown = sorted(set(repositories) - set(self._visible_plans(
-            levels or caller_levels(None), served))) if repositories else []
+            levels, served))) if repositories else []
         wanted_lang = lang.strip().lower() if lang and lang.strip() else None
         try:
             # The language is a store-side filter (hetriever.search): None keeps each
             # multilingual site's default language (or the query's own), "all" any.
-            result = hybrid_search(self.store, text, k, filters, namespaces=names,
-                                   access_levels=sorted(levels or caller_levels(None)),
-                                   group_by=group, lang=wanted_lang)
+            result = hybrid_search(self.store, replace(
+                request, query=text, top_k=k, repositories=names,
+                access_levels=sorted(levels), group_by=group,
+                lang=wanted_lang))
         except (InvalidFilterError, InvalidLimitError) as exc:
             raise RequestError(str(exc)) from None
         matches = result.matches[:k]
