@@ -154,7 +154,7 @@ def latency(args: argparse.Namespace) -> None:
 
 
 def titles(args: argparse.Namespace) -> None:
-    from hetriever.discover.changes import discover_repositories
+    from hetriever.discover.repositories import discover_repositories
     from hetriever.embed.embedder import get_embedder
     from hetriever.index.indexing import index_repository
     from tests.helpers import commit_all, init_repo, replace_tree

@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import RESULTS_DIR, chroma_server, percentile, print_table  # noqa: E402
 
-from hetriever.search.hybrid import exact_nearest  # noqa: E402
+from hetriever.search.dense import exact_nearest  # noqa: E402
 
 # Section name -> share of every 100,000 consecutive items.
 SHARES = {"s-0.01": 0.0001, "s-0.3": 0.003, "s-1": 0.01, "s-2.5": 0.025, "s-10": 0.10,

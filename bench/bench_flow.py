@@ -96,7 +96,7 @@ def point_env_at(workdir: Path, parent: Path, model_dir: Path) -> None:
 
 def prepare_model_dir(given: str | None) -> Path:
     from hetriever.core.config import load_settings
-    from hetriever.embed.embedder import prepare_model
+    from hetriever.embed.model_build import prepare_model
 
     target = Path(given) if given else load_settings().resolved_model_dir
     return prepare_model(target)
@@ -106,7 +106,7 @@ def warm_up(model_dir: Path) -> None:
     """Load the model and the token counter once, so no scenario pays for them."""
     from hetriever.core.config import load_settings
     from hetriever.embed.embedder import get_embedder
-    from hetriever.index.indexing import token_counter
+    from hetriever.index.process import token_counter
 
     settings = load_settings().replace(model_dir=model_dir)
     get_embedder(settings).embed(["warm up the ONNX session"])
@@ -166,7 +166,7 @@ def run_flow(corpus: str, scenario: str, runner: str, probe: Probe) -> Run:
 
 def run_in_process(corpus: str, scenario: str, probe: Probe) -> Run:
     from hetriever.core.config import load_settings
-    from hetriever.discover.changes import discover_repositories
+    from hetriever.discover.repositories import discover_repositories
     from hetriever.index.indexing import index_repository
     from hetriever.search.knowledge_store import get_knowledge_store
 
@@ -248,8 +248,9 @@ def fan_out(corpus: str, runners: list[str], probe: Probe,
     from flows.ingest import make_task_runner
     from flows.run_logs import prefect_run_logging
     from hetriever.core.config import load_settings
-    from hetriever.discover.changes import discover_repositories, head_commit, list_content_files
-    from hetriever.discover.changes import read_content_files
+    from hetriever.discover.repositories import discover_repositories
+    from hetriever.discover.changes import head_commit, list_content_files
+    from hetriever.discover.git_objects import read_content_files
     import hetriever.index.indexing as indexing
     import hetriever.index.process as process
     from hetriever.core.clock import now_iso

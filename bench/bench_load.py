@@ -37,7 +37,7 @@ from structlog.testing import capture_logs  # noqa: E402
 
 from hetriever.search.request import SearchRequest
 from hetriever.core.config import load_settings  # noqa: E402
-from hetriever.discover.changes import discover_repositories  # noqa: E402
+from hetriever.discover.repositories import discover_repositories  # noqa: E402
 from hetriever.embed.embedder import get_embedder  # noqa: E402
 from hetriever.index.indexing import index_repository  # noqa: E402
 from hetriever.core.logs import configure_logging  # noqa: E402

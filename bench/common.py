@@ -39,8 +39,9 @@ if str(REPO_ROOT) not in sys.path:
 
 from hetriever.search import hybrid as search  # noqa: E402
 from hetriever.core.config import Settings  # noqa: E402
-from hetriever.discover.changes import list_content_files, read_content_files, site_at  # noqa: E402
-from hetriever.index.indexing import IncludeResolver, safe_process_text  # noqa: E402
+from hetriever.discover.changes import list_content_files, site_at  # noqa: E402
+from hetriever.discover.git_objects import read_content_files  # noqa: E402
+from hetriever.index.process import IncludeResolver, safe_process_text  # noqa: E402
 from hetriever.core.models import Chunk  # noqa: E402
 from hetriever.discover.repositories import Repository
 

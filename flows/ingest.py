@@ -24,9 +24,10 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows.artifacts import publish_repository, summary_markdown
 from hetriever.core.redact import redact_text
-from flows.run_logs import ParentProgress, prefect_run_logging, watch_safe
+from flows.run_logs import ParentProgress, prefect_run_logging
+from hetriever.core.logs import watch_safe
 from hetriever.core.config import Settings, load_settings
-from hetriever.discover.changes import select_repositories
+from hetriever.discover.repositories import select_repositories
 from hetriever.core.errors import HetrieverError, SourceError
 from hetriever.index.file_retry import failed_files_error
 from hetriever.index.indexing import index_repository, last_indexed

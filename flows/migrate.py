@@ -12,9 +12,10 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import acreate_table_artifact
 from prefect.states import Completed, Failed
 
-from flows.run_logs import prefect_run_logging, watch_safe
+from flows.run_logs import prefect_run_logging
+from hetriever.core.logs import watch_safe
 from hetriever.core.config import load_settings
-from hetriever.discover.changes import select_repositories
+from hetriever.discover.repositories import select_repositories
 from hetriever.core.errors import HetrieverError
 from hetriever.index.lifecycle import migrate_repository
 from hetriever.search.knowledge_store import get_knowledge_store

@@ -17,11 +17,12 @@ from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
 
 from flows.analytics_markdown import analytics_markdown
 from flows.query_report import result_lines, results_markdown
-from flows.run_logs import prefect_run_logging, watch_safe
+from flows.run_logs import prefect_run_logging
+from hetriever.core.logs import watch_safe
 from hetriever.search.analytics import QueryRecord, record_quietly
 from hetriever.search.analytics_report import analytics_report
 from hetriever.core.config import load_settings
-from hetriever.discover.changes import require_known
+from hetriever.core.names import require_known
 from hetriever.search.metrics import QueryMetric, metrics_store
 from hetriever.core.names import as_given
 from hetriever.search.hybrid import retrieve

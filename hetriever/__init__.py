@@ -7,6 +7,8 @@ with `indexing` owning the incremental algorithm that ties them together.
 
 from hetriever.core.malloc import limit_arenas
 
+__all__ = ["__version__"]
+
 __version__ = "0.1.0"
 
 # Before onnxruntime and Chroma start their threads (see hetriever.core.malloc).

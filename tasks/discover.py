@@ -9,7 +9,8 @@ from prefect.cache_policies import NONE
 from hetriever.core.config import Settings
 from hetriever.discover.repositories import Repository
 from hetriever.discover.repositories import configured_repositories
-from tasks.retry import RETRIES, RETRY_DELAYS, RETRY_JITTER, retry_transient
+from hetriever.index.file_retry import RETRIES, RETRY_DELAYS, RETRY_JITTER
+from tasks.retry import retry_transient
 
 
 @task(name="discover-repositories", cache_policy=NONE, retries=RETRIES,

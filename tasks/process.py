@@ -14,11 +14,13 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from prefect.utilities.annotations import quote
 
 from hetriever.core.config import Settings
-from hetriever.discover.changes import SkipFile
-from hetriever.index.indexing import FileOutcome, FileWork, IncludeResolver, process_file
+from hetriever.discover.git_objects import SkipFile
+from hetriever.index.process import FileOutcome, IncludeResolver, process_file
+from hetriever.index.indexing import FileWork
 from hetriever.discover.repositories import Repository
 from hetriever.index.file_retry import failed_outcome
-from tasks.retry import RETRIES, RETRY_DELAYS, RETRY_JITTER, retry_transient
+from hetriever.index.file_retry import RETRIES, RETRY_DELAYS, RETRY_JITTER
+from tasks.retry import retry_transient
 
 
 

@@ -3,12 +3,7 @@
 
 from __future__ import annotations
 
-from hetriever.index.file_retry import (  # noqa: F401 (re-exported for the task decorators)
-    RETRIES,
-    RETRY_DELAYS,
-    RETRY_JITTER,
-    is_transient,
-)
+from hetriever.index.file_retry import is_transient
 
 
 def retry_transient(task, task_run, state) -> bool:

@@ -6,8 +6,9 @@ import dataclasses
 
 from hetriever.store.chunk_records import ChunkCollection
 from hetriever.core.config import Settings
-from hetriever.discover.changes import list_content_files, read_content_files, site_at
-from hetriever.index.indexing import IncludeResolver, safe_process_text
+from hetriever.discover.changes import list_content_files, site_at
+from hetriever.discover.git_objects import read_content_files
+from hetriever.index.process import IncludeResolver, safe_process_text
 from hetriever.discover.repositories import Repository
 
 

@@ -26,8 +26,9 @@ from pathlib import Path
 import pytest
 
 from hetriever.core.config import Settings
-from hetriever.discover.changes import head_commit, list_content_files, read_content_files, site_at
-from hetriever.index.indexing import IncludeResolver, safe_process_text
+from hetriever.discover.changes import head_commit, list_content_files, site_at
+from hetriever.discover.git_objects import read_content_files
+from hetriever.index.process import IncludeResolver, safe_process_text
 from hetriever.discover.repositories import Repository
 
 MARK = "HETRIEVER-PAGE|"

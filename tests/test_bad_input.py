@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from hetriever.search.request import SearchRequest
 from hetriever.cli import main as cli_main
-from hetriever.discover.changes import discover_repositories
+from hetriever.discover.repositories import discover_repositories
 from hetriever.core.errors import InvalidFilterError, InvalidLimitError
 from hetriever.store.filters import FIELD_OPS, matches, validate_filter
 from hetriever.index.indexing import index_repository

@@ -26,7 +26,7 @@ from hetriever.store.catalog import (
 )
 from hetriever.store.catalog_records import address_host
 from hetriever.cli import main
-from hetriever.discover.changes import discover_repositories
+from hetriever.discover.repositories import discover_repositories
 from hetriever.index.indexing import index_repository
 from hetriever.chunk.sections import heading_anchor
 from hetriever.search.knowledge_store import ChromaKnowledgeStore

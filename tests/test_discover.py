@@ -8,15 +8,15 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
+from hetriever.discover.git_objects import SkipFile, read_content_file, read_content_files
 from hetriever.discover.changes import (
-    SkipFile,
     compute_change_set,
-    discover_repositories,
     head_commit,
     is_dirty,
     list_content_files,
-    read_content_file,
-    read_content_files,
+)
+from hetriever.discover.repositories import (
+    discover_repositories,
     select_repositories,
     validate_repository_name,
 )

@@ -22,17 +22,15 @@ from hetriever.cli import main as cli_main
 from hetriever.core.config import Settings
 from hetriever.embed.embedder import (
     ENCODE_SLICE,
-    MINILM_NAME,
-    ONNX_SUBDIR,
     Embedder,
     MiniLMEmbedder,
     OllamaEmbedder,
     SentenceTransformerEmbedder,
     clear_embedder_cache,
     get_embedder,
-    parse_model_spec,
-    prepare_model,
 )
+from hetriever.core.config import MINILM_NAME, parse_model_spec
+from hetriever.embed.model_build import ONNX_SUBDIR, prepare_model
 from hetriever.embed.model_build import (
     BUILD_VERSION,
     DATA_FILE,

@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 from hetriever.core.config import load_settings
-from hetriever.embed.embedder import MINILM_NAME, MODEL_FILE, MiniLMEmbedder, batch_bounds, prepare_int8
+from hetriever.core.config import MINILM_NAME
+from hetriever.embed.model_build import MODEL_FILE, prepare_int8
+from hetriever.embed.embedder import MiniLMEmbedder, batch_bounds
 from hetriever.embed.model_build import DATA_FILE, INT8_SUBDIR
 from hetriever.core.errors import ConfigurationError, IndexingError
 from hetriever.index.indexing import index_repository

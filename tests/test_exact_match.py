@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from hetriever.search.request import SearchRequest
-from hetriever.discover.changes import discover_repositories
+from hetriever.discover.repositories import discover_repositories
 from hetriever.index.indexing import index_repository
 from hetriever.search.hybrid import hybrid_search
 from hetriever.search.knowledge_store import ChromaKnowledgeStore

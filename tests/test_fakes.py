@@ -16,7 +16,7 @@ import pytest
 from chromadb.config import Settings as ChromaSettings
 from chromadb.errors import NotFoundError
 
-from hetriever.discover.changes import discover_repositories
+from hetriever.discover.repositories import discover_repositories
 from hetriever.index.indexing import STATUS_COMPLETE, index_repository
 from hetriever.search.knowledge_store import ChromaKnowledgeStore
 from tests.chroma_fixtures import store_settings

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 import tests.chroma_fixtures as chroma_fixtures
-from hetriever.discover.changes import discover_repositories
+from hetriever.discover.repositories import discover_repositories
 from hetriever.core.errors import EmbeddingError
 from hetriever.index.indexing import STATUS_COMPLETE, STATUS_INDEXING, index_repository
 from hetriever.search.knowledge_store import ChromaKnowledgeStore

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hetriever.discover.changes import discover_repositories
+from hetriever.discover.repositories import discover_repositories
 from hetriever.search.knowledge_store import clear_store_cache, get_knowledge_store
 from tests.flow_support import fresh_full_pass, stored
 from tests.helpers import (

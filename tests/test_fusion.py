@@ -137,7 +137,7 @@ def test_score_page_fusion_is_weighted_z_of_best_chunks(dense, bm25, w):
 
 def test_dense_counts_less_in_languages_the_english_model_reads_poorly():
     from hetriever.core.config import Settings
-    from hetriever.search.hybrid import dense_weight_for
+    from hetriever.search.results import dense_weight_for
 
     s = Settings()
     assert dense_weight_for(s, "") == dense_weight_for(s, "en") == s.dense_weight
@@ -149,7 +149,7 @@ def test_dense_counts_less_in_languages_the_english_model_reads_poorly():
 
 def test_a_short_english_query_leans_on_the_words_and_a_question_on_meaning():
     from hetriever.core.config import Settings
-    from hetriever.search.hybrid import dense_weight_for
+    from hetriever.search.results import dense_weight_for
 
     s = Settings()
     title = "Configure the collector"  # 2 distinct terms: a look-up by name

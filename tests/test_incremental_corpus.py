@@ -4,13 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from hetriever.discover.changes import (
-    compute_change_set,
-    discover_repositories,
-    head_commit,
-    list_content_files,
-    read_content_files,
-)
+from hetriever.discover.changes import compute_change_set, head_commit, list_content_files
+from hetriever.discover.repositories import discover_repositories
+from hetriever.discover.git_objects import read_content_files
 from hetriever.core.models import ChangeKind, FileChange
 from tests.helpers import CORPORA, build_corpus_parent, git, update_submodule
 

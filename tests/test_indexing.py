@@ -7,15 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from hetriever.discover.changes import discover_repositories
+from hetriever.discover.repositories import discover_repositories
 from hetriever.core.errors import SourceError
 from hetriever.core.faults import InjectedFault
-from hetriever.index.indexing import (
-    STATUS_COMPLETE,
-    STATUS_INDEXING,
-    index_repository,
-    is_snippet_path,
-)
+from hetriever.index.indexing import STATUS_COMPLETE, STATUS_INDEXING, index_repository
+from hetriever.index.process import is_snippet_path
 from tests.chroma_fixtures import chroma_or_memory_store
 from tests.flow_support import fresh_full_pass, stored
 from tests.helpers import (
@@ -319,7 +315,8 @@ def test_the_per_file_step_is_pluggable_and_a_step_that_gives_up_fails_the_run(d
     outcomes are written as usual; a file it gives up on is filed under `failed`, keeps no new
     chunks, and the run is closed as failed with the commit unrecorded."""
     from hetriever.store.catalog import FAILED
-    from hetriever.index.indexing import FileOutcome, map_in_process
+    from hetriever.index.process import FileOutcome
+    from hetriever.index.indexing import map_in_process
 
     parent, _ = docs
     seen: list[str] = []

@@ -12,7 +12,7 @@ import pytest
 
 from hetriever.search.request import SearchRequest
 from hetriever.store.catalog import DELETED
-from hetriever.discover.changes import discover_repositories
+from hetriever.discover.repositories import discover_repositories
 from hetriever.core.errors import IndexingError, RepositoryNotFoundError
 from hetriever.index.indexing import index_repository
 from hetriever.index.lifecycle import forget, migrate_repository, purge

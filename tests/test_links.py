@@ -13,8 +13,9 @@ import pytest
 from hetriever.search.request import SearchRequest
 from hetriever.store.catalog import Catalog
 from hetriever.core.config import Settings
-from hetriever.discover.changes import discover_repositories
-from hetriever.index.indexing import index_repository, process_text
+from hetriever.discover.repositories import discover_repositories
+from hetriever.index.indexing import index_repository
+from hetriever.index.process import process_text
 from hetriever.parse.links import LINKS_KEY, LinkPrior, links_of, outbound_keys, page_keys
 from hetriever.discover.repositories import Repository
 from hetriever.search.results import is_question

@@ -56,7 +56,7 @@ def test_only_the_newest_queries_are_kept(tmp_path):
 def test_metrics_and_webhook_deliveries_live_in_the_catalog_file(tmp_path):
     from hetriever.store.catalog import Catalog
     from hetriever.search.metrics import metrics_store
-    from webhooks.service import DeliveryStore
+    from webhooks.deliveries import DeliveryStore
 
     catalog = Catalog.for_state_dir(tmp_path)
     metrics = metrics_store(tmp_path)

@@ -14,7 +14,7 @@ import pytest
 from chromadb.api.models.Collection import Collection
 
 from hetriever.store.bm25.bm25_index import BM25Index
-from hetriever.discover.changes import discover_repositories
+from hetriever.discover.repositories import discover_repositories
 from hetriever.index.indexing import STATUS_INDEXING, index_repository
 from hetriever.search.knowledge_store import ChromaKnowledgeStore
 from tests.chroma_fixtures import store_settings

@@ -11,8 +11,9 @@ import pytest
 from hetriever.search.request import SearchRequest
 from hetriever.chunk.page_records import page_record, page_summary_lines
 from hetriever.core.config import Settings
-from hetriever.discover.changes import discover_repositories
-from hetriever.index.indexing import index_repository, process_text, token_counter
+from hetriever.discover.repositories import discover_repositories
+from hetriever.index.indexing import index_repository
+from hetriever.index.process import process_text, token_counter
 from hetriever.discover.repositories import Repository
 from hetriever.parse.page import page_params, parse_page
 from hetriever.search.hybrid import hybrid_search

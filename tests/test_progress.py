@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 
 from hetriever.core.models import IndexResult
-from hetriever.discover.changes import discover_repositories
+from hetriever.discover.repositories import discover_repositories
 from hetriever.embed import progress as embedding_progress
 from hetriever.index import progress as run_progress
 from hetriever.index.indexing import index_repository

@@ -23,11 +23,8 @@ from hetriever.core.errors import (
     InvalidLimitError,
 )
 from hetriever.store.filters import matches, validate_filter
-from hetriever.search.hybrid import (
-    MAX_QUERY_CHARS,
-    retrieve,
-    similarity,
-)
+from hetriever.search.hybrid import MAX_QUERY_CHARS, retrieve
+from hetriever.search.dense import similarity
 from hetriever.search.fusion import rrf_fuse
 from hetriever.search.knowledge_store import ChromaKnowledgeStore
 from tests.chroma_fixtures import (
@@ -374,7 +371,7 @@ def sectioned(tmp_path):
     import numpy as np
 
     from hetriever.store.bm25.bm25_index import BM25Index
-    from hetriever.search.hybrid import _dense_rows
+    from hetriever.search.dense import _dense_rows
 
     store = ChromaKnowledgeStore(store_settings(tmp_path))
     col = store.client.create_collection("sectioned", configuration={"hnsw": {"space": "l2"}},
@@ -568,7 +565,7 @@ def test_vector_distances_are_chromas(tmp_path, space):
     import chromadb
     import numpy as np
 
-    from hetriever.search.hybrid import vector_distances
+    from hetriever.search.dense import vector_distances
 
     rng = np.random.default_rng(3)
     vectors = rng.standard_normal((40, 16)).astype(np.float32)

@@ -15,7 +15,7 @@ import pytest
 from mcp.client import Client
 
 from hetriever.search.request import SearchRequest
-from hetriever.discover.changes import discover_repositories
+from hetriever.discover.repositories import discover_repositories
 from hetriever.index.indexing import index_repository
 from hetriever.search.hybrid import hybrid_search
 from hetriever.serve.http_api import create_app

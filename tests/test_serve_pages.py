@@ -11,7 +11,7 @@ import asyncio
 import pytest
 
 from hetriever.core import faults
-from hetriever.discover.changes import discover_repositories
+from hetriever.discover.repositories import discover_repositories
 from hetriever.index.indexing import index_repository
 from hetriever.serve.service import DocsService
 from hetriever.search.knowledge_store import ChromaKnowledgeStore

@@ -24,8 +24,8 @@ import pytest
 import uvicorn
 
 from hetriever.core.errors import ConfigurationError
+from webhooks.deliveries import DeliveryStore
 from webhooks.service import (
-    DeliveryStore,
     RepoRoute,
     WebhookConfig,
     create_app,

@@ -12,17 +12,16 @@ from hetriever.core.errors import ConfigurationError, HetrieverError, UserError
 def cmd_prepare_model(args: argparse.Namespace) -> int:
     """Build the offline model and its int8 variant, then run both once on a sentence."""
     from hetriever.core.config import load_settings
-    from hetriever.embed.embedder import (
-        MINILM_NAME,
+    from hetriever.core.config import MINILM_NAME, parse_model_spec
+    from hetriever.embed.model_build import (
         MODEL_FILE,
         ONNX_SUBDIR,
         PRECISIONS,
-        MiniLMEmbedder,
         _read_manifest,
-        parse_model_spec,
         prepare_int8,
         prepare_model,
     )
+    from hetriever.embed.embedder import MiniLMEmbedder
     from hetriever.core.logs import get_logger
 
     try:

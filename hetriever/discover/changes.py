@@ -2,7 +2,7 @@
 between the last indexed commit and that one.
 
 Finding the repositories lives in `hetriever.discover.repositories`, reading git objects in
-`hetriever.discover.git_objects`; both are re-exported here, the discover stage's one entry point.
+`hetriever.discover.git_objects`, running git in `hetriever.discover.git_runner`.
 Everything is read from git objects at a given commit, never from the working tree, so what
 gets indexed is exactly what was committed; uncommitted edits are only reported (`is_dirty`).
 Listing and diffing use one `git ls-tree` / `git diff-tree` call per repository, and reading
@@ -15,33 +15,17 @@ from pathlib import Path
 from typing import Literal
 
 from hetriever.core.errors import SourceError
-from hetriever.discover.git_objects import (  # noqa: F401 (reading functions re-exported)
-    SkipFile,
-    check_path,
-    decode_blob,
-    pathspec,
-    read_content_file,
-    read_content_files,
-    tree_entries,
-)
+from hetriever.discover.git_objects import SkipFile, pathspec, read_content_file, tree_entries
 from hetriever.core.logs import get_logger
 from hetriever.discover.git_runner import git_output, is_work_tree_top, run_git
-from hetriever.discover.repositories import (  # noqa: F401 (discover_repositories etc. re-exported)
-    check_usable,
-    discover_repositories,
-    require_known,
-    select_repositories,
-    validate_repository_name,
-)
+from hetriever.discover.repositories import check_usable
 from hetriever.discover.site import Site, load_site
 from hetriever.core.models import ChangeKind, ChangeSet, FileChange, SkippedFile
 from hetriever.discover.repositories import Repository
 
 __all__ = [
-    "SkipFile", "check_path", "compute_change_set", "decode_blob", "discover_repositories",
-    "head_commit", "is_content_file", "is_dirty", "list_content_files", "read_content_file",
-    "select_repositories",
-    "read_content_files", "validate_repository_name",
+    "check_content_dir_present", "compute_change_set", "head_commit", "is_content_file",
+    "is_dirty", "list_content_files", "site_at", "undecodable_files",
 ]
 
 log = get_logger(__name__)

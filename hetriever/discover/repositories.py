@@ -25,7 +25,7 @@ from hetriever.core.names import (
     as_given,
     is_valid_repository_name,
     repository_name,
-    require_known,  # noqa: F401 (re-exported)
+    require_known,
 )
 from hetriever.core.redact import redact_url
 from hetriever.discover.git_runner import is_work_tree_top, run_git

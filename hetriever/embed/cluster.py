@@ -22,7 +22,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from hetriever.core.config import Settings
-from hetriever.embed.embedder import Embedder, MiniLMEmbedder, get_embedder, parse_model_spec
+from hetriever.embed.embedder import Embedder, MiniLMEmbedder, get_embedder
+from hetriever.core.config import parse_model_spec
 from hetriever.core.errors import EmbeddingError
 from hetriever.core.logs import get_logger
 

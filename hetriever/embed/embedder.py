@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from hetriever.core.config import (  # noqa: F401 (parse_model_spec re-exported)
+from hetriever.core.config import (
     MODEL_MAX_TOKENS,
     Settings,
     parse_model_spec,
@@ -32,16 +32,15 @@ from hetriever.core import caches
 from hetriever.core.errors import ConfigurationError, EmbeddingError
 from hetriever.core.logs import get_logger
 from hetriever.embed import progress
-from hetriever.embed.model_build import (  # noqa: F401 (re-exported: the model's names and builders)
+from hetriever.embed.model_build import (
     INSTALL_HINT,
-    MINILM_NAME,
     MODEL_FILE,
     ONNX_SUBDIR,
     PRECISIONS,
-    _read_manifest,
     prepare_int8,
     prepare_model,
 )
+from hetriever.core.config import MINILM_NAME
 
 
 log = get_logger(__name__)

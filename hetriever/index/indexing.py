@@ -41,7 +41,8 @@ from hetriever.index.file_retry import retry_file
 from hetriever.index.full_pass import content_dir_changed, rows_without_chunks_gone, site_changed
 from hetriever.index.settle import settle_recorded_run
 from hetriever.store.generations import drop_abandoned_builds
-from hetriever.discover.changes import SkipFile, compute_change_set, read_content_files, site_at
+from hetriever.discover.git_objects import SkipFile, read_content_files
+from hetriever.discover.changes import compute_change_set, site_at
 from hetriever.core.logs import get_logger
 from hetriever.core.models import ChangeSet, IndexResult
 from hetriever.discover.repositories import Repository
@@ -54,16 +55,11 @@ from hetriever.index.publish_windows import (
     windows_checked,
     with_crossed_windows,
 )
-from hetriever.index.process import (  # noqa: F401 (re-exported: the per-file step)
+from hetriever.index.process import (
     FileOutcome,
     IncludeResolver,
     expand_snippet_dependents,
-    is_snippet_path,
-    page_extras,
     process_file,
-    process_text,
-    safe_process_text,
-    token_counter,
 )
 from hetriever.store.recovery import adopt_orphaned_collection
 from hetriever.store.replica import publish_sync

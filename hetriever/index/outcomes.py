@@ -17,7 +17,7 @@ from hetriever.core.models import IndexResult, SkippedFile
 from hetriever.discover.repositories import Repository
 from hetriever.chunk.page_records import display_chunk
 from hetriever.index.process import FileOutcome
-from hetriever.index.progress import RunProgress  # noqa: F401 (re-exported)
+from hetriever.index.progress import RunProgress
 from hetriever.store.store_types import IndexingStore
 
 # The run's events keep the logger they were always logged under.

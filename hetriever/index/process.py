@@ -21,7 +21,8 @@ from hetriever.store.catalog_windows import Window
 from hetriever.chunk.chunker import chunk_page
 from hetriever.clean.cleaner import clean_page
 from hetriever.core.config import Settings
-from hetriever.discover.changes import SkipFile, list_content_files, read_content_file, read_content_files
+from hetriever.discover.git_objects import SkipFile, read_content_file, read_content_files
+from hetriever.discover.changes import list_content_files
 from hetriever.core.errors import SourceError
 from hetriever.discover.git_objects import FileReader, UnreadableFile, tree_entries
 from hetriever.parse.links import LINKS_KEY, outbound_keys

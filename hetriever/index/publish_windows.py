@@ -16,7 +16,8 @@ import posixpath
 from typing import Any
 
 from hetriever.core.clock import utc_text
-from hetriever.discover.changes import SkipFile, list_content_files, read_content_files
+from hetriever.discover.git_objects import SkipFile, read_content_files
+from hetriever.discover.changes import list_content_files
 from hetriever.core.logs import get_logger
 from hetriever.core.models import ChangeKind, ChangeSet, FileChange
 from hetriever.discover.repositories import Repository

@@ -2,3 +2,6 @@
 query language, results and the async KnowledgeStore that serves them; query
 metrics.
 """
+
+# Import each name from the module that defines it: a package re-exports nothing.
+__all__: list[str] = []

@@ -63,28 +63,9 @@ from hetriever.store.catalog_records import (
     address_host,
     drop_shared,
 )
-from hetriever.search.candidates import (  # noqa: F401 (re-exported for callers of search)
-    _fill_documents,
-    _Hit,
-    _passage,
-    _trusted,
-    bounded_passage,
-    page_key,
-)
-from hetriever.search.dense import (  # noqa: F401
-    EXACT_IDS_MAX,
-    ID_FILTER_MAX,
-    MIN_OVERFETCH,
-    OVERFETCH,
-    _dense,
-    _dense_rows,
-    _dense_rows_by_ids,
-    exact_nearest,
-    similarity,
-    vector_distances,
-)
-from hetriever.search.results import (  # noqa: F401
-    PASSAGES_PER_PAGE,
+from hetriever.search.candidates import _fill_documents, _Hit, _trusted, bounded_passage, page_key
+from hetriever.search.dense import _dense
+from hetriever.search.results import (
     _add_translations,
     _Checker,
     _chunk_results,
