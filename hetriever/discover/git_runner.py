@@ -11,7 +11,8 @@ with its credentials.
 `run_git` answers whatever git exits with; `git_output` is for a command that must succeed
 (its stdout, else a SourceError); `start_git` starts a long-lived process talking over pipes
 (`git cat-file --batch`). A place is a discovered repository (its own problem raised first,
-`check_usable`) or a plain directory (the parent repository, a fresh demo).
+as `repositories.check_usable` does) or a plain directory (the parent repository, a fresh
+demo). Repositories run git through here, so this module names them only by their shape.
 """
 
 from __future__ import annotations
@@ -22,18 +23,30 @@ import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Union
+from typing import Protocol, Union
 
 from hetriever.core.errors import SourceError
 from hetriever.core.redact import redact_text
 
-if TYPE_CHECKING:
-    from hetriever.discover.repositories import Repository
-
 __all__ = ["GitRun", "git_output", "is_work_tree_top", "run_git", "start_git"]
 
 GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", "LANGUAGE": "C"}
-Place = Union["Repository", Path]
+
+
+class _Repository(Protocol):
+    """What git needs of a `Repository`."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def path(self) -> Path: ...
+
+    @property
+    def problem(self) -> str: ...
+
+
+Place = Union[_Repository, Path]
 
 
 @dataclass(frozen=True)
@@ -66,9 +79,8 @@ def _where(place: Place) -> tuple[Path, str]:
     if isinstance(place, Path):
         cwd, label, name = place, str(place), str(place)
     else:
-        from hetriever.discover.repositories import check_usable  # it runs git through here
-
-        check_usable(place)
+        if place.problem:  # an unusable submodule: its own problem, never git's
+            raise SourceError(place.problem)
         cwd, label, name = place.path, f"{place.name} ({place.path})", place.name
     if not Path(cwd).is_dir():
         raise SourceError(f"repository {name} is missing at {cwd}",
