@@ -68,10 +68,11 @@ def vectors(n: int, rng: np.random.Generator) -> np.ndarray:
     return v / np.linalg.norm(v, axis=1, keepdims=True)
 
 
-_CHILD = ("import resource, sys\n"
+_CHILD = ("import sys\n"
           "from hetriever.cli import main\n"
+          "from hetriever.core.peak_memory import own_peak_rss_mb\n"
           "code = main(['-q', 'follow', '--json'])\n"
-          "peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+          "peak = int(own_peak_rss_mb() * 1024)\n"
           "print(f'PEAK_KB {peak}', file=sys.stderr)\n"
           "sys.exit(code)\n")
 
