@@ -137,8 +137,10 @@ def main() -> int:
         archive = subprocess.run(["git", "archive", args.baseline, "hetriever"], cwd=REPO_ROOT,
                                  check=True, capture_output=True).stdout
         subprocess.run(["tar", "-x", "-C", str(baseline_dir)], input=archive, check=True)
+        # In its own process too: a revision with a resident search process would start one.
         ways["baseline"] = ([sys.executable, "-c", BASELINE_RUNNER, "-q"],
-                            {**env, "PYTHONPATH": str(baseline_dir)})
+                            {**env, "HETRIEVER_SEARCH_RESIDENT_IDLE": "0",
+                             "PYTHONPATH": str(baseline_dir)})
 
     resident_env = ways["resident"][1]
     pid = resident_pid(resident_env, cwd)
