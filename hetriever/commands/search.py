@@ -201,8 +201,11 @@ def cmd_search(args: argparse.Namespace) -> int:
 
     served = resident.ask(args, search_request(args))
     if served is None:
-        settings = cli_settings(args)
-        result, warnings = search_here(settings, search_request(args))
+        from hetriever.embed.embedder import embedding_one_query
+
+        with embedding_one_query():
+            settings = cli_settings(args)
+            result, warnings = search_here(settings, search_request(args))
         where = index_location(settings)
     else:  # answered by the resident process: the settings, store and model stay unloaded
         settings = None
