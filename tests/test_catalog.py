@@ -29,7 +29,7 @@ from hetriever.cli import main
 from hetriever.discover.changes import discover_repositories
 from hetriever.index.indexing import index_repository
 from hetriever.chunk.sections import heading_anchor
-from hetriever.search.knowledge_store import ChromaKnowledgeStore
+from hetriever.store.knowledge_store import Store
 from tests.chroma_fixtures import store_settings
 from tests.helpers import (
     break_the_cleaner_on_where,
@@ -237,7 +237,7 @@ def docs(tmp_path: Path):
 
 @pytest.fixture
 def store(tmp_path: Path, minilm_embedder):
-    store = ChromaKnowledgeStore(store_settings(tmp_path), embedder=minilm_embedder)
+    store = Store(store_settings(tmp_path), embedder=minilm_embedder)
     yield store
     store.close_sync()
 
@@ -289,7 +289,7 @@ def test_status_command_reads_the_catalog(docs, tmp_path, minilm_model_dir, monk
     monkeypatch.setenv("HETRIEVER_CHROMA_PATH", str(tmp_path / "cli-chroma"))
     monkeypatch.setenv("HETRIEVER_STATE_DIR", str(tmp_path / "cli-state"))
     monkeypatch.setenv("HETRIEVER_MODEL_DIR", str(minilm_model_dir))
-    from hetriever.search.knowledge_store import clear_store_cache
+    from hetriever.store.knowledge_store import clear_store_cache
 
     clear_store_cache()
     try:

@@ -18,7 +18,7 @@ from hetriever.parse.links import LINKS_KEY, LinkPrior, links_of, outbound_keys,
 from hetriever.discover.repositories import Repository
 from hetriever.search.results import is_question
 from hetriever.search.hybrid import hybrid_search
-from hetriever.search.knowledge_store import ChromaKnowledgeStore
+from hetriever.store.knowledge_store import Store
 from tests.chroma_fixtures import store_settings
 from tests.helpers import (
     commit_all,
@@ -170,7 +170,7 @@ def site(tmp_path: Path, minilm_embedder):
 
     def index(**overrides):
         (repo,) = discover_repositories(parent)
-        store = ChromaKnowledgeStore(store_settings(tmp_path, **overrides),
+        store = Store(store_settings(tmp_path, **overrides),
                                      embedder=minilm_embedder)
         result = asyncio.run(index_repository(repo, store, store.settings))
         assert result.completed and not result.failed

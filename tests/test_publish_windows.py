@@ -13,7 +13,7 @@ import pytest
 from hetriever.store.catalog import Catalog, SKIPPED
 from hetriever.store.catalog_windows import open_at, utc_text
 from hetriever.index.indexing import index_repository
-from hetriever.search.knowledge_store import ChromaKnowledgeStore
+from hetriever.store.knowledge_store import Store
 from tests.chroma_fixtures import chroma_or_memory_store, store_settings
 from tests.fakes import HashEmbedder, MemoryClient
 from tests.flow_support import stored
@@ -172,12 +172,12 @@ def test_an_ingest_stores_what_the_per_file_step_decides(tmp_path: Path):
     commit_all(site, "site")
     now = at("2030-01-01")
     settings = store_settings(tmp_path, run_lock_timeout=1.0)
-    store = ChromaKnowledgeStore(settings, embedder=HashEmbedder(), client=MemoryClient(),
+    store = Store(settings, embedder=HashEmbedder(), client=MemoryClient(),
                                  lock_timeout=2.0)
     try:
         (repo,) = discover_repositories(site)
         assert run(index_repository(repo, store, settings, now=now)).completed
-        got = store.client.get_collection(store.physical_name(repo.name)).get(
+        got = store.chroma.client.get_collection(store.physical_name(repo.name)).get(
             include=["metadatas"])
         urls = {m["file_path"]: m["url"] for m in got["metadatas"]}
     finally:

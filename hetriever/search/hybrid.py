@@ -406,7 +406,7 @@ def hybrid_search(store: RetrievalStore, query: str, top_k: int | None = None,
                   access_levels: Sequence[str] | str | None = None,
                   exact: bool = True, group_by: str | None = None,
                   lang: str | None = None) -> RetrievalResult:
-    """Run one search against `store` (a ChromaKnowledgeStore). See the module docstring.
+    """Run one search against `store` (a Store). See the module docstring.
 
     `access_levels`: the levels the caller may see (default PUBLIC only).
     `exact`: use the exact-title fast path.
