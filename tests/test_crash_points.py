@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from hetriever.core import faults
-from hetriever.store.catalog import BUILDING, INDEXED
+from hetriever.store.catalog_records import BUILDING, INDEXED
 from hetriever.store.chunk_records import ChunkCollection
 from hetriever.index.indexing import STATUS_COMPLETE, STATUS_INDEXING, index_repository
 from hetriever.search.hybrid import retrieve
@@ -74,7 +74,7 @@ def snapshot(root: Path, embedder: Any, model_dir: Path) -> dict[str, Any]:
         bm25 = store.bm25(REPO_NAME)
 
         def rows(table: str, *columns: str) -> list[tuple]:
-            return sorted(tuple(r) for r in store.catalog._rows(
+            return sorted(tuple(r) for r in store.catalog.db.rows(
                 f"SELECT {', '.join(columns)} FROM {table} WHERE collection = ?", (physical,)))
 
         meta = run(store.get_collection_metadata(REPO_NAME))

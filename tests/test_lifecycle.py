@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hetriever.store.catalog import DELETED
+from hetriever.store.catalog_records import DELETED
 from hetriever.discover.changes import discover_repositories
 from hetriever.core.errors import IndexingError, RepositoryNotFoundError
 from hetriever.index.indexing import index_repository

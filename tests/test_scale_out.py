@@ -169,7 +169,7 @@ def test_dask_workers_embed_and_followers_search_like_one_process(
 def _linking(state: Path, key: str) -> set[str]:
     catalog = Catalog.for_state_dir(state)
     try:
-        return catalog.link_sources(catalog.active("sample-docs") or "", [key]).get(key, set())
+        return catalog.pages.link_sources(catalog.active("sample-docs") or "", [key]).get(key, set())
     finally:
         catalog.close()
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from hetriever.store.catalog_records import CATALOG_FILE
+from hetriever.store.catalog_schema import CATALOG_FILE
 from hetriever.store.chunk_records import ChunkCollection
 from hetriever.store.knowledge_store import Store
 from tests.catalog_snapshot import catalog_rows, collection_metadata
@@ -59,7 +59,7 @@ def snapshot(root: Path, model_dir: Path, embedder: Any) -> dict[str, Any]:
         catalog = store.catalog
 
         def rows(table: str) -> list[tuple]:
-            return sorted(tuple(r)[1:] for r in catalog._rows(
+            return sorted(tuple(r)[1:] for r in catalog.db.rows(
                 f"SELECT * FROM {table} WHERE collection = ?", (physical,)))
 
         meta = run(store.get_collection_metadata(REPO))

@@ -23,7 +23,7 @@ def status_rows(settings, repos, *, fetch: bool = False) -> list[dict[str, Any]]
     catalog has not seen (an index made before it existed). Where no ingest has written an
     index yet, every repository is "never indexed" and nothing is created.
     """
-    from hetriever.store.catalog import DELETED, FAILED, INDEXED, SKIPPED
+    from hetriever.store.catalog_records import DELETED, FAILED, INDEXED, SKIPPED
     from hetriever.discover.changes import head_commit
     from hetriever.discover.upstream import Upstream, upstream
     from hetriever.core.redact import redact_text

@@ -34,7 +34,7 @@ from typing import AsyncIterator, Callable, Iterable
 
 from hetriever.core import faults
 from hetriever.core.access import declared_level
-from hetriever.store.catalog import DISCOVERED, SKIPPED
+from hetriever.store.catalog_records import DISCOVERED, SKIPPED
 from hetriever.core.config import Settings
 from hetriever.core.errors import IndexingError
 from hetriever.index.file_retry import retry_file

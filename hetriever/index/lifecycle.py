@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
 from hetriever.core import faults
-from hetriever.store.catalog import DELETED
+from hetriever.store.catalog_records import DELETED
 from hetriever.core.config import Settings
 from hetriever.core.errors import IndexingError, RepositoryNotFoundError, UserError
 from hetriever.store.generations import drop_abandoned_builds
@@ -103,7 +103,7 @@ async def purge(store, older_than_days: float | None = None, *,
 
 def forget_repository_sync(store, name: str) -> ForgetReport:
     """Erase a repository: every physical collection (Chroma + BM25) and its catalog rows."""
-    from hetriever.store.catalog import split_physical
+    from hetriever.store.catalog_records import split_physical
 
     report = ForgetReport(repository=name, file=None)
     known = {c.name for c in store.catalog.collections(name)}

@@ -27,7 +27,7 @@ import anyio.to_thread
 
 from hetriever.search import published
 from hetriever.core.access import caller_levels, denial
-from hetriever.store.catalog import INDEXED
+from hetriever.store.catalog_records import INDEXED
 from hetriever.store.catalog_records import address_host
 from hetriever.core.config import ACCESS_LEVELS, Settings
 from hetriever.core.errors import HetrieverError, InvalidFilterError, InvalidLimitError
@@ -329,7 +329,7 @@ class DocsService:
         except ValueError:  # e.g. an unclosed IPv6 host: names no page
             return None
         found = [(physical[hit.collection], hit) for hit in
-                 self.store.catalog.lookup_title(ref, list(physical))
+                 self.store.catalog.pages.lookup_title(ref, list(physical))
                  if hit.kind in ("url", "alias")]
         if len(found) > 1:  # pages at one path: a multihost site's languages, two sites
             found = self._by_preference(found[:8], address_host(ref), visible)

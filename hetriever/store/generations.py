@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 
-from hetriever.store.catalog import BUILDING
+from hetriever.store.catalog_records import BUILDING
 from hetriever.core.logs import get_logger
 
 log = get_logger(__name__)

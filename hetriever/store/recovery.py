@@ -40,8 +40,8 @@ def adopt_orphaned_collection(store: Any, name: str) -> str | None:
     fingerprint = str(metadata.get("schema_fingerprint") or store.fingerprint())
     # Every access level its chunks hold: a level the catalog missed would let a search skip
     # the per-chunk check that hides those chunks.
-    levels = {str(m["access_level"]) for m in store.chroma.all_records(col, ["metadatas"])["metadatas"]
-              if m and "access_level" in m}
+    records = store.chroma.all_records(col, ["metadatas"])["metadatas"]
+    levels = {str(m["access_level"]) for m in records if m and "access_level" in m}
     catalog.adopt(name, physical, fingerprint, levels=levels, commit="")
     # No commit: the next run is a full pass; "indexing" until it records one.
     catalog.set_index_state(physical, commit_hash=None, index_status="indexing")

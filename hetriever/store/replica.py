@@ -33,7 +33,7 @@ from typing import Any
 from chromadb.errors import NotFoundError
 
 from hetriever.core.redact import redact_url
-from hetriever.store.catalog import DELETED, INDEXED, now_iso
+from hetriever.store.catalog_records import DELETED, INDEXED, now_iso
 from hetriever.core.logs import get_logger
 from hetriever.store.views import RepositoryViews
 
@@ -70,7 +70,8 @@ class FollowReport:
 
 
 def _manifest_for_writing(views: RepositoryViews) -> Any:
-    return views.chroma.call("create_collection", lambda: views.chroma.client.get_or_create_collection(
+    client = views.chroma.client
+    return views.chroma.call("create_collection", lambda: client.get_or_create_collection(
         MANIFEST, embedding_function=None, metadata={"hetriever": "manifest"}))
 
 
@@ -204,7 +205,7 @@ def _follow_repository(views: RepositoryViews, name: str, entry: dict[str, str],
     else:
         how, (written, deleted, files) = "diff", _diff_all(views, name, physical, col, index)
     # What /repositories shows as this copy's last run: when it was copied.
-    with catalog.transaction() as conn:
+    with catalog.db.transaction() as conn:
         conn.execute("UPDATE repositories SET last_run_at = ?, last_run_outcome = ? "
                      "WHERE name = ?", (now_iso(), COPIED, name))
     log.info("repository_followed", repository=name, collection=physical, how=how,
@@ -273,7 +274,8 @@ def _diff_all(views: RepositoryViews, name: str, physical: str, col: Any,
     return len(stale), len(gone), len(touched)
 
 
-def _follow_paths(views: RepositoryViews, name: str, physical: str, index: Any, paths: set[str]) -> None:
+def _follow_paths(views: RepositoryViews, name: str, physical: str, index: Any,
+                  paths: set[str]) -> None:
     """`_follow_files` for `paths`, from the copy just brought in step (it holds what Chroma
     holds), a group of files at a time."""
     ordered = sorted(paths)
@@ -316,8 +318,8 @@ def _same(held: dict | None, meta: dict) -> bool:
         json.dumps(meta, sort_keys=True, default=str)
 
 
-def _follow_files(views: RepositoryViews, name: str, physical: str, ids: list[str], metas: list[dict],
-                  touched: set[str]) -> None:
+def _follow_files(views: RepositoryViews, name: str, physical: str, ids: list[str],
+                  metas: list[dict], touched: set[str]) -> None:
     """Exact-title rows and soft-deleted files of the files a follow pass touched."""
     catalog = views.catalog
     chunks: dict[str, list[tuple[int, str, dict]]] = defaultdict(list)
@@ -332,7 +334,7 @@ def _follow_files(views: RepositoryViews, name: str, physical: str, ids: list[st
         rows = sorted(chunks.get(path, []), key=lambda r: (r[0], r[1]))
         if rows and all(m.get("is_deleted") is True for _, _, m in rows):
             deleted.append(path)
-            catalog.set_page(physical, path)
+            catalog.pages.set_page(physical, path)
             continue
         # The page's first body chunk, or its page record when it has no body (display_chunk).
         first = next((r for r in rows if not r[2].get("page_record")), rows[0] if rows else None)
@@ -341,7 +343,7 @@ def _follow_files(views: RepositoryViews, name: str, physical: str, ids: list[st
             continue
         live.append(path)
         counts[path] = len(rows)
-        catalog.set_page(physical, path, first[1], first[2], [(r[1], r[2]) for r in rows])
+        catalog.pages.set_page(physical, path, first[1], first[2], [(r[1], r[2]) for r in rows])
     if live:
         catalog.set_files(physical, name, live, INDEXED, chunk_counts=counts)
     if deleted:

@@ -22,7 +22,11 @@ from chromadb.errors import NotFoundError
 
 from hetriever.store.bm25.bm25_index import BM25Index
 from hetriever.store.catalog import Catalog
-from hetriever.store.catalog_records import INDEX_STATE_DEFAULTS, INDEX_STATE_KEYS, split_physical
+from hetriever.store.catalog_records import (
+    INDEX_STATE_DEFAULTS,
+    INDEX_STATE_KEYS,
+    split_physical,
+)
 from hetriever.store.chroma_access import ChromaAccess
 from hetriever.store.chunk_records import ChunkCollection
 from hetriever.store.store_types import CollectionInfo

@@ -351,7 +351,9 @@ class StoreWrites:
             col = self.views.physical_collection(physical, name)
             removed = int(self.chroma.call("count", col.count)) if col is not None else 0
             if col is not None:
-                self.chroma.call("delete_collection", lambda: self.chroma.client.delete_collection(physical))
+                client = self.chroma.client
+                self.chroma.call("delete_collection",
+                                 lambda: client.delete_collection(physical))
                 if not self.settings.chroma_host:  # embedded: its file is ours to clean
                     clear_orphan_arrays(self.settings.chroma_path)
             self.views.bm25_physical(physical).drop()
