@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from hetriever.index.indexing import index_repository
-from hetriever.search.knowledge_store import ChromaKnowledgeStore
+from hetriever.store.knowledge_store import Store
 from tests.chroma_fixtures import store_settings
 from tests.flow_support import stored
 from tests.helpers import commit_all, git, init_repo, write_files
@@ -49,8 +49,8 @@ def _ingest_measured(docs: Path, env: dict[str, str]) -> tuple[list[dict], int, 
     return json.loads(done.stdout) if done.stdout.strip() else [], peak, done.stderr
 
 
-def _open(tmp_path: Path, model_dir: Path, embedder, **overrides) -> ChromaKnowledgeStore:
-    return ChromaKnowledgeStore(store_settings(tmp_path, model_dir=model_dir, **overrides),
+def _open(tmp_path: Path, model_dir: Path, embedder, **overrides) -> Store:
+    return Store(store_settings(tmp_path, model_dir=model_dir, **overrides),
                                 embedder=embedder)
 
 
@@ -126,7 +126,7 @@ def test_pathological_pages_are_bounded_in_memory_chunks_and_size(tmp_path, mini
     # into the child): 552 MB measured, alone and under a 1.5 GB parent; 1.4 GB before.
     assert peak < 750, err[-2000:]
 
-    store = ChromaKnowledgeStore(store_settings(tmp_path, model_dir=minilm_model_dir))
+    store = Store(store_settings(tmp_path, model_dir=minilm_model_dir))
     try:
         chunks = stored(store, REPO_NAME)
     finally:
