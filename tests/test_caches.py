@@ -8,7 +8,7 @@ from hetriever.store.bm25 import analyzer
 
 # Importing the modules that own a cache registers it.
 import hetriever.embed.embedder  # noqa: F401
-import hetriever.search.knowledge_store  # noqa: F401
+import hetriever.store.knowledge_store  # noqa: F401
 import hetriever.search.routing  # noqa: F401
 
 

@@ -42,8 +42,8 @@ class Resident:
 
         from hetriever.core.config import ACCESS_LEVELS
         from hetriever.search.hybrid import retrieve
-        from hetriever.search.knowledge_store import get_knowledge_store
         from hetriever.search.request import SearchRequest
+        from hetriever.store.knowledge_store import get_knowledge_store
 
         store = get_knowledge_store(self.settings)
         store.embedder.embed(["warm up"])
