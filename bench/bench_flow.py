@@ -252,7 +252,7 @@ def fan_out(corpus: str, runners: list[str], probe: Probe,
     from hetriever.discover.changes import read_content_files
     import hetriever.index.indexing as indexing
     import hetriever.index.process as process
-    from hetriever.index.indexing import IncludeResolver, now_iso
+    from hetriever.index.indexing import IncludeResolver
     from hetriever.index.indexing import FileWork
     from tasks.process import map_with_tasks
 
@@ -260,20 +260,19 @@ def fan_out(corpus: str, runners: list[str], probe: Probe,
     (repo,) = [r for r in discover_repositories(settings.docs_root) if r.name == corpus]
     commit = head_commit(repo)
     paths = list_content_files(repo, commit)
-    stamp = now_iso()
 
     @flow(name="bench-fan-out")
     async def fan_out_flow() -> int:
         # as the ingest flow does: one batched read, one include cache, the task-per-file
         # mapper, the run's logging (which drops each task run's routine "Finished" line)
-        work = FileWork(repo, commit, settings, IncludeResolver(repo, commit, settings), stamp)
+        work = FileWork(repo, commit, settings, IncludeResolver(repo, commit, settings))
         files = read_content_files(repo, paths, commit, max_bytes=settings.max_file_bytes)
         with prefect_run_logging(settings.log_level, settings.log_format):
             return sum([1 async for _ in map_with_tasks(files, work)])
 
     def per_file() -> None:
         for p in paths:
-            indexing.process_file(repo, p, commit, settings, processed_at=stamp)
+            indexing.process_file(repo, p, commit, settings)
 
     def batched() -> None:
         resolver = IncludeResolver(repo, commit, settings)
@@ -281,8 +280,7 @@ def fan_out(corpus: str, runners: list[str], probe: Probe,
                                           max_bytes=settings.max_file_bytes):
             if isinstance(text, str):
                 # looked up on the module, so the probe sees it
-                process.safe_process_text(repo, p, text, settings, resolver=resolver,
-                                          processed_at=stamp)
+                process.safe_process_text(repo, p, text, settings, resolver=resolver)
 
     lanes: list[tuple[str, Callable[[], Any]]] = [
         *([] if flow_lanes_only else [("in-process batched", batched),

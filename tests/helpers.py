@@ -178,3 +178,44 @@ def survivors() -> list[str]:
         if f"sleep {SLEEP}" in cmdline:
             found.append(f"{pid}: {cmdline}")
     return found
+
+
+def small_disk_at(mount: Path, size: str = "12m"):
+    """A real tmpfs of `size` mounted at `mount` (a context manager, unmounted after); a
+    test that cannot mount one (not root) is skipped."""
+    from contextlib import contextmanager
+
+    @contextmanager
+    def mounted():
+        mount.mkdir(parents=True, exist_ok=True)
+        if os.geteuid() != 0 or subprocess.run(
+                ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)],
+                capture_output=True).returncode != 0:
+            pytest.skip("needs root to mount a small tmpfs")
+        try:
+            yield mount
+        finally:
+            subprocess.run(["umount", "-l", str(mount)], check=False)
+
+    return mounted()
+
+
+def fill(path: Path) -> None:
+    """Write zeros to `path` until its disk is full (it may be full already)."""
+    try:
+        with open(path, "wb") as f:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+    except OSError:
+        pass
+
+
+def break_remote(repo: Path, nowhere: Path) -> None:
+    """Point the clone's `origin` at a directory that does not exist: every fetch fails."""
+    git(repo, "remote", "set-url", "origin", str(nowhere))
+
+
+def move_branch_back(source: Path, commit: str) -> None:
+    """What `git push --force` of an older commit leaves on the remote: its branch there."""
+    git(source, "reset", "--hard", "--quiet", commit)

@@ -15,12 +15,14 @@ from hetriever.search.knowledge_store import clear_store_cache, get_knowledge_st
 from tests.flow_support import fresh_full_pass, stored
 from tests.helpers import (
     add_submodule,
+    break_remote,
     build_corpus_parent,
     build_sample_parent,
     commit_all,
     git,
     hanging_remote,
     init_repo,
+    move_branch_back,
     survivors,
     update_submodule,
     write_files,
@@ -485,8 +487,7 @@ def test_the_followed_branch_is_fetched_by_name_and_a_deleted_one_is_an_error(tm
 def test_a_fetch_that_cannot_reach_the_remote_fails_that_repository_clearly(sample_parent):
     parent, _ = sample_parent
     sub = parent / "docs" / "sample-docs"
-    subprocess.run(["git", "remote", "set-url", "origin", str(parent / "nowhere")], cwd=sub,
-                   check=True)
+    break_remote(sub, parent / "nowhere")
     state, summary = run_ingest(fetch=True)
     assert state.is_failed()
     (repo,) = summary["repositories"]
@@ -524,7 +525,7 @@ def test_a_remote_that_stops_answering_fails_its_repository_and_the_run_goes_on(
 def test_a_failed_fetch_reports_its_remote_without_credentials(sample_parent, monkeypatch):
     """A git error that names the remote with its token: the outcome, the summary artifact
     and the run's log lines carry it without the token."""
-    import flows.ingest as ingest_flow
+    import hetriever.index.ingest as one_ingest
     from hetriever.core.errors import SourceError
     from prefect.client.orchestration import get_client
 
@@ -535,7 +536,7 @@ def test_a_failed_fetch_reports_its_remote_without_credentials(sample_parent, mo
         raise SourceError(f"git fetch failed: repository 'https://bot:{password}@example.invalid"
                           "/acme/docs.git/' not found")
 
-    monkeypatch.setattr(ingest_flow, "fetch_target", fails)
+    monkeypatch.setattr(one_ingest, "fetch_target", fails)
     state, summary = run_ingest(fetch=True)
     assert state.is_failed()
     (repo,) = summary["repositories"]
@@ -714,7 +715,7 @@ def test_a_force_pushed_revert_is_refused_with_the_command_that_accepts_it(sampl
     newer = commit_all(source, "a commit that gets reverted by a force push")
     state, summary = run_ingest(fetch=True)
     assert summary["repositories"][0]["new_commit"] == newer
-    git(source, "reset", "--hard", old)  # what `git push --force` of the older commit leaves
+    move_branch_back(source, old)
 
     state, summary = run_ingest(fetch=True)
     assert state.is_completed(), state.message

@@ -156,4 +156,6 @@ class IndexingStore(KnowledgeStore, _Resolving, Protocol):
 
     def bm25_problem(self, name: str) -> str | None: ...
 
+    def storage_problem(self, exc: BaseException) -> Any: ...  # a StorageError, or None
+
     async def rebuild_bm25(self, collection: str) -> RepairResult: ...
