@@ -180,8 +180,8 @@ def note_behind(settings, repos, outcomes: list[dict]) -> None:
     (as of the last fetch): that it is behind, and the by-hand update."""
     import sys
 
-    from hetriever.commands.behind import behind_note
     from hetriever.core.terminal import terminal_safe
+    from hetriever.discover.upstream import upstream_advice
 
     waiting = {o["repository"]: o for o in outcomes if o["ok"] and o.get("behind_upstream")}
     for repo in repos:
@@ -189,7 +189,7 @@ def note_behind(settings, repos, outcomes: list[dict]) -> None:
         if outcome is None:
             continue
         # a completed run indexed the checkout: it is the checkout that is behind
-        note = behind_note(settings.docs_root, repo, outcome,
+        note = upstream_advice(settings.docs_root, repo, outcome,
                            checked_out=outcome.get("mode") != "refused")
         if note:
             print(terminal_safe(f"hetriever: note: {repo.name}: {note}"), file=sys.stderr)
