@@ -58,10 +58,10 @@ def failing_docs_root(root: Path, model_dir: Path):
 
 async def in_process(settings) -> list[dict]:
     from hetriever.discover.repositories import configured_repositories
-    from hetriever.index.ingest import ingest
+    from hetriever.index.ingest import ingest_repositories
 
     repos = configured_repositories(settings)
-    outcomes = await ingest(repos, get_knowledge_store(settings), settings, fetch=True)
+    outcomes = await ingest_repositories(repos, get_knowledge_store(settings), settings, fetch=True)
     return [o.to_dict() for o in outcomes]
 
 

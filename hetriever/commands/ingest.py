@@ -74,7 +74,7 @@ def logs_through(progress, show: bool):
 async def ingest_local(settings, repos, force_full: bool, show_progress: bool) -> list[dict]:
     """The ingest in this process (`hetriever.index.ingest`), with the progress bar; a full or
     read-only disk stops it and is raised, said once, as the command's error."""
-    from hetriever.index.ingest import ingest
+    from hetriever.index.ingest import ingest_repositories
     from hetriever.search.knowledge_store import get_knowledge_store
 
     store = get_knowledge_store(settings)
@@ -85,7 +85,7 @@ async def ingest_local(settings, repos, force_full: bool, show_progress: bool) -
                                      rate="", eta="", files="")
             return lambda snap: show_snapshot(progress, task, snap)
 
-        outcomes = await ingest(repos, store, settings, force_full=force_full,
+        outcomes = await ingest_repositories(repos, store, settings, force_full=force_full,
                                 progress_for=progress_for)
     stopped = next((o.storage for o in outcomes if o.storage is not None), None)
     if stopped is not None:

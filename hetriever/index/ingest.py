@@ -163,7 +163,7 @@ async def fetch_step(repo: Repository, store: IndexingStore, settings: Settings,
 IndexStep = Callable[[Repository], Awaitable[RepositoryOutcome]]
 
 
-async def ingest(repos: list[Repository], store: IndexingStore, settings: Settings, *,
+async def ingest_repositories(repos: list[Repository], store: IndexingStore, settings: Settings, *,
                  force_full: bool = False, fetch: bool = False, ref: str | None = None,
                  index_step: IndexStep | None = None,
                  progress_for: Callable[[Repository], Callable[[ProgressSnapshot], None]]
