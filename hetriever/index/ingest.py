@@ -127,9 +127,11 @@ async def index_one(repo: Repository, store: IndexingStore, settings: Settings, 
             release_repository(store, repo.name)
     except Exception as exc:  # one failing repository does not stop the others
         return failed(repo.name, exc, store)
-    record = store.catalog.repository(repo.name)
-    # What waits upstream once this run is done (as of the last fetch)
-    waiting = await asyncio.to_thread(upstream, repo, record.last_commit if record else "")
+    # What waits upstream once this run is done (as of the last fetch): against the commit
+    # the index holds now, the new one only if it was recorded
+    record = None if result.completed else store.catalog.repository(repo.name)
+    held = result.new_commit if result.completed else (record.last_commit if record else "")
+    waiting = await asyncio.to_thread(upstream, repo, held or "")
     return RepositoryOutcome(repo.name, result.completed, result, waiting,
                              error="" if result.completed else failed_files_error(result.failed))
 
