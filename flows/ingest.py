@@ -108,10 +108,14 @@ async def index_repository_flow(repo: Repository, settings: Settings,
         if cluster is not None:
             cluster.close()
 
-    with prefect_run_logging(settings.log_level, settings.log_format):
-        outcome = await one_ingest.index_one(repo, store, settings, force_full=force_full,
-                                             map_files=map_with_tasks, on_progress=watch,
-                                             release=release)
+    try:
+        with prefect_run_logging(settings.log_level, settings.log_format):
+            outcome = await one_ingest.index_one(repo, store, settings, force_full=force_full,
+                                                 map_files=map_with_tasks, on_progress=watch,
+                                                 release=release)
+    except BaseException:  # a cancelled run: its cluster's clients closed all the same
+        release()
+        raise
     result = outcome.result
     if result is not None:
         runs = shared.catalog.runs(repo.name, limit=10) if result.mode != "noop" else []

@@ -115,18 +115,20 @@ async def index_one(repo: Repository, store: IndexingStore, settings: Settings, 
     """Index one repository and release its working set; never raises for a failure of its
     own (`failed`), only for Ctrl-C, SIGTERM or a cancelled run. `release`: what else the
     caller lets go of (a cluster's store)."""
+    def let_go() -> None:
+        if release is not None:
+            release()
+        release_repository(store, repo.name)
+
+    # One repository's working set at a time; not on Ctrl-C or SIGTERM (they pass through
+    # here): the run is still finishing the window under way, and releasing reopens Chroma.
     try:
-        try:
-            result = await index_repository(repo, store, settings, force_full=force_full,
-                                            map_files=map_files, on_progress=on_progress)
-        finally:
-            # One repository's working set at a time. Not on Ctrl-C or SIGTERM either: the
-            # run is still finishing the window under way, and releasing reopens Chroma.
-            if release is not None:
-                release()
-            release_repository(store, repo.name)
+        result = await index_repository(repo, store, settings, force_full=force_full,
+                                        map_files=map_files, on_progress=on_progress)
     except Exception as exc:  # one failing repository does not stop the others
+        let_go()
         return failed(repo.name, exc, store)
+    let_go()
     # What waits upstream once this run is done (as of the last fetch): against the commit
     # the index holds now, the new one only if it was recorded
     record = None if result.completed else store.catalog.repository(repo.name)
