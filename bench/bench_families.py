@@ -139,7 +139,7 @@ def run_corpus(name: str, embedder: Any, lookups: int, progress: Any) -> dict[st
     store, _ = index_corpus(corpus, embedder, "chunk")
     s = store.settings
     lists = Lists(store, name)
-    prior = LinkPrior(store.catalog, {name: store.physical_name(name)}, s.link_prior_weight)
+    prior = LinkPrior(store.catalog.pages, {name: store.physical_name(name)}, s.link_prior_weight)
     depth = search.candidate_depth(K, "page")
     queries = build_queries(corpus)
     items = question_items(name)

@@ -97,7 +97,7 @@ def write_corpus(store: Any, corpus: CorpusChunks) -> None:
         physical = store.physical_name(corpus.name)
         for path, chunks in corpus.files.items():
             first = display_chunk(chunks)
-            store.catalog.set_page(physical, path, first.id, first.metadata,
+            store.catalog.pages.set_page(physical, path, first.id, first.metadata,
                                    [(c.id, c.metadata) for c in chunks])
     asyncio.run(write())
 

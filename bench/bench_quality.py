@@ -231,7 +231,7 @@ def index_corpus(corpus: CorpusChunks, embedder: Any, record: str,
         physical = store.physical_name(corpus.name)
         for path, chunks in corpus.files.items():
             first = display_chunk(chunks)
-            store.catalog.set_page(physical, path, first.id, first.metadata,
+            store.catalog.pages.set_page(physical, path, first.id, first.metadata,
                                    [(c.id, c.metadata) for c in chunks])
         return written, reused
 
@@ -318,7 +318,7 @@ def evaluate(store: Any, corpus: CorpusChunks, queries: list[Query],
     weights = [search.dense_weight_for(s, "", q) for q, _ in queries]  # by the query's length
     # The links prior, for the questions among the queries (as hybrid_search applies it).
     physical = {corpus.name: store.physical_name(corpus.name)}
-    priors = {w: LinkPrior(store.catalog, physical, w)
+    priors = {w: LinkPrior(store.catalog.pages, physical, w)
               for w in {*SWEEP_LINKS, s.link_prior_weight}}
     asks = [is_question(s, "", q) for q, _ in queries]
 

@@ -206,9 +206,9 @@ def make_embedder(settings: Settings) -> Any:
 
 
 def make_store(root: Path, embedder: Any, **overrides: Any) -> Any:
-    from hetriever.search.knowledge_store import ChromaKnowledgeStore
+    from hetriever.store.knowledge_store import Store
 
-    return ChromaKnowledgeStore(bench_settings(root, **overrides), embedder=embedder)
+    return Store(bench_settings(root, **overrides), embedder=embedder)
 
 
 def bm25_only(store: Any, query: str, top_k: int, filters: dict | None = None,

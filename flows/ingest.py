@@ -29,7 +29,7 @@ from hetriever.core.errors import SourceError
 from hetriever.discover.repositories import Repository, select_repositories
 from hetriever.index import ingest as one_ingest
 from hetriever.index.ingest import RepositoryOutcome
-from hetriever.search.knowledge_store import get_knowledge_store
+from hetriever.store.knowledge_store import get_knowledge_store
 from tasks.discover import discover_task
 from tasks.process import map_with_tasks
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from hetriever.discover.changes import discover_repositories
-from hetriever.search.knowledge_store import clear_store_cache, get_knowledge_store
+from hetriever.store.knowledge_store import clear_store_cache, get_knowledge_store
 from tests.flow_support import fresh_full_pass, stored
 from tests.helpers import (
     add_submodule,

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from hetriever.core.config import load_settings
-from hetriever.search.knowledge_store import clear_store_cache, get_knowledge_store
+from hetriever.store.knowledge_store import clear_store_cache, get_knowledge_store
 from tests.helpers import (
     add_submodule,
     break_remote,

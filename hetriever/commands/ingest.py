@@ -75,7 +75,7 @@ async def ingest_local(settings, repos, force_full: bool, show_progress: bool) -
     """The ingest in this process (`hetriever.index.ingest`), with the progress bar; a full or
     read-only disk stops it and is raised, said once, as the command's error."""
     from hetriever.index.ingest import ingest_repositories
-    from hetriever.search.knowledge_store import get_knowledge_store
+    from hetriever.store.knowledge_store import get_knowledge_store
 
     store = get_knowledge_store(settings)
     store.catalog  # a state directory made for another index is refused before any repository

@@ -88,7 +88,7 @@ def failed(repository: str, exc: BaseException,
     """The outcome of a repository whose fetch or run raised `exc` (logged here); `store`:
     the index `exc` may have met a full or read-only disk of (None for a fetch, which
     writes into the checkout only)."""
-    storage = store.storage_problem(exc) if store is not None else None
+    storage = store.chroma.storage_problem(exc) if store is not None else None
     if storage is not None:
         log.error("repository_failed", repository=repository, error=str(storage))
         return RepositoryOutcome(repository, False, error=redact_text(str(storage)),

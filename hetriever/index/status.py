@@ -20,7 +20,7 @@ from hetriever.core.redact import public_url
 from hetriever.discover.changes import head_commit
 from hetriever.discover.repositories import Repository
 from hetriever.discover.upstream import Upstream, upstream
-from hetriever.store.catalog import INDEXED
+from hetriever.store.catalog_records import INDEXED
 
 
 @dataclass(frozen=True)
