@@ -151,7 +151,9 @@ class IndexingStore(KnowledgeStore, _Resolving, Protocol):
     and the manifest it publishes to."""
 
     replica: Replica
-    chroma: _StorageAware  # the handle that tells a full or read-only disk
+
+    @property
+    def chroma(self) -> _StorageAware: ...  # the handle that tells a full or read-only disk
 
     def fingerprint(self) -> str: ...
 
