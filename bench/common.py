@@ -34,8 +34,6 @@ from typing import Any, Sequence
 import numpy as np
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
 
 from hetriever.search import hybrid as search  # noqa: E402
 from hetriever.core.config import Settings  # noqa: E402

@@ -16,8 +16,8 @@ each), then `--changed` pages edited and committed and indexed, in turn: through
 cluster, the thread runner, "dask" (a local cluster the run starts itself), the cluster, the
 thread runner.
 
-    python bench/bench_cluster.py [--chunks 3000] [--repeat 3] [--json]
-    python bench/bench_cluster.py --warm-runs 5 [--site sample|hugo-docs] [--changed 3]
+    python -m bench.embedding.bench_cluster [--chunks 3000] [--repeat 3] [--json]
+    python -m bench.embedding.bench_cluster --warm-runs 5 [--site sample|hugo-docs] [--changed 3]
 """
 
 from __future__ import annotations
@@ -37,8 +37,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
+REPO_ROOT = Path(__file__).resolve().parents[2]
 # Prefect's temporary server would otherwise send telemetry (there may be no network) and log
 # a locked-database traceback from that service at start.
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")

@@ -4,7 +4,7 @@ Texts are paragraphs of the hugo-docs v2 corpus (`../shared/corpora`, or $HETRIE
 when present, else synthetic paragraphs of similar length. Each cell is the median of
 `--repeat` timed passes over all texts, after one untimed warm-up batch.
 
-    python bench/bench_embed.py [--texts 2000] [--batch-sizes 16,32,64,128] [--repeat 1] [--json]
+    python -m bench.embedding.bench_embed [--texts 2000] [--batch-sizes 16,32,64,128] [--repeat 1] [--json]
 """
 
 from __future__ import annotations
@@ -21,8 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 from hetriever.embed.embedder import MiniLMEmbedder, default_threads  # noqa: E402
 from hetriever.core.logs import configure_logging  # noqa: E402

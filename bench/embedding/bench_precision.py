@@ -1,7 +1,7 @@
 """fp32 vs int8 all-MiniLM-L6-v2: texts/s on real chunks, and how close the vectors are.
 
-    python bench/bench_precision.py [--chunks 600] [--repeat 3] [--json]
-    HETRIEVER_BENCH_CANDIDATES=1 python bench/bench_precision.py --chunks 200
+    python -m bench.embedding.bench_precision [--chunks 600] [--repeat 3] [--json]
+    HETRIEVER_BENCH_CANDIDATES=1 python -m bench.embedding.bench_precision --chunks 200
 
 With HETRIEVER_BENCH_CANDIDATES=1 the other builds this CPU could run are measured beside
 them (built into a temporary directory, never the product's): fp16 (every float tensor in
@@ -27,11 +27,9 @@ from pathlib import Path
 
 import numpy as np
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
-from common import embedding_bench_args, settings_embedder  # noqa: E402
+from bench.common import embedding_bench_args, settings_embedder  # noqa: E402
 
 from hetriever.embed.embedder import default_threads  # noqa: E402
 

@@ -1,7 +1,7 @@
 """Embedding real chunks with the cores busy elsewhere: batches side by side, one core each
 (the default), against one batch at a time across every core.
 
-    python bench/bench_side_by_side.py [--chunks 1200] [--repeat 3] [--json]
+    python -m bench.embedding.bench_side_by_side [--chunks 1200] [--repeat 3] [--json]
 
 An ingest never has the cores to itself: parse/clean/chunk (Python, holding the GIL), the
 Chroma and BM25 writes, and through the flow the per-file task runs and the Prefect server
@@ -29,9 +29,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 import numpy as np  # noqa: E402
 

@@ -1,8 +1,8 @@
 """End-to-end ingest through the Prefect `ingest` flow, against the same work done in-process.
 
-    python bench/bench_flow.py [--corpus hugo-docs] [--runner threads] [--runner threads:4] [--json]
-    python bench/bench_flow.py --incremental-only --repeat 2   # lanes alternating, twice each
-    python bench/bench_flow.py --full-only --server-not-niced  # the server at the flow's priority
+    python -m bench.ingest.bench_flow [--corpus hugo-docs] [--runner threads] [--runner threads:4] [--json]
+    python -m bench.ingest.bench_flow --incremental-only --repeat 2   # lanes alternating, twice each
+    python -m bench.ingest.bench_flow --full-only --server-not-niced  # the server at the flow's priority
 
 For each corpus (v1 and v2 of ../shared/corpora/<corpus>, committed into a throw-away source
 repo and added as a submodule of a throw-away parent repo), every scenario gets fresh Chroma
@@ -49,9 +49,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 # No network here: keep Prefect's and Chroma's servers from trying to send telemetry.
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")

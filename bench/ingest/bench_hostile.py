@@ -1,6 +1,6 @@
 """What one hostile page costs the per-file step, by nesting depth and by page size.
 
-    python bench/bench_hostile.py [--json] [--quick]
+    python -m bench.ingest.bench_hostile [--json] [--quick]
 
 Each case is one page committed to a throw-away git repository and put through the real
 per-file step (`process_file`: git read, parse, publish rules, clean, chunk), in a fresh child
@@ -22,9 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 from bench.common import _git  # noqa: E402
 

@@ -1,6 +1,6 @@
 """Throughput of parse -> skip rules -> clean -> chunk over v2 of the shared corpora.
 
-    python bench/bench_ingest.py [--runs 3] [--json] [--profile N]
+    python -m bench.ingest.bench_ingest [--runs 3] [--json] [--profile N]
 
 Files are read into memory first, so the figures are the CPU cost of turning Markdown into
 chunks (no git, no embedding). Each corpus runs `--runs` times; the median run is reported.
@@ -24,8 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 from typing import Callable
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 from hetriever.chunk.chunker import chunk_page  # noqa: E402
 from hetriever.clean.cleaner import clean_page  # noqa: E402

@@ -1,6 +1,6 @@
 """What an incremental run costs besides embedding, as the index grows.
 
-    python bench/bench_small_change.py [--copies 28] [--changed 10] [--deleted 2] [--profile FILE]
+    python -m bench.ingest.bench_small_change [--copies 28] [--changed 10] [--deleted 2] [--profile FILE]
 
 One git repository holds hugo-docs v2's content `--copies` times (`content/copy-NNN/...`,
 3,600 chunks a copy: 28 copies are 100,800 chunks). It is indexed in full, then a commit edits
@@ -18,16 +18,13 @@ import asyncio
 import contextlib
 import json
 import shutil
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 from bench.common import CORPORA, print_table  # noqa: E402
 

@@ -1,10 +1,10 @@
 """Peak RSS and wall time of real `hetriever` CLI processes: full and incremental ingests, search.
 
-    python bench/bench_memory.py [--corpus hugo-docs] [--search-chunks 100000] [--json]
-    HETRIEVER_EMBEDDING_PRECISION=int8 python bench/bench_memory.py   # the int8 model
-    python bench/bench_memory.py --engine prefect --search-chunks 0   # ingests through the flow
-    python bench/bench_memory.py --many sample     # 1 vs 10 copies of the sample docs
-    python bench/bench_memory.py --many corpora    # hugo-docs + the whole opentelemetry.io site
+    python -m bench.memory.bench_memory [--corpus hugo-docs] [--search-chunks 100000] [--json]
+    HETRIEVER_EMBEDDING_PRECISION=int8 python -m bench.memory.bench_memory   # the int8 model
+    python -m bench.memory.bench_memory --engine prefect --search-chunks 0   # ingests through the flow
+    python -m bench.memory.bench_memory --many sample     # 1 vs 10 copies of the sample docs
+    python -m bench.memory.bench_memory --many corpora    # hugo-docs + the whole opentelemetry.io site
 
 With `--engine prefect` the ingests run the Prefect flow; without PREFECT_API_URL, the CLI
 starts a temporary server (deployments/temporary_server.py) as a child process, and `ru_maxrss`
@@ -47,8 +47,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
+REPO_ROOT = Path(__file__).resolve().parents[2]
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "false")
 
 HETRIEVER = Path(sys.executable).with_name("hetriever")

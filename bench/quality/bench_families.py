@@ -1,7 +1,7 @@
 """Retrieval families for questions, each measured on every set against the same baseline.
 
-    python bench/bench_families.py                 # both corpora, look-up sets sampled
-    python bench/bench_families.py --lookups 300 --json
+    python -m bench.quality.bench_families                 # both corpora, look-up sets sampled
+    python -m bench.quality.bench_families --lookups 300 --json
 
 Per corpus, in the quality bench's cached store (`bench_quality.index_corpus`), every query
 is run once through each retriever (dense and BM25, 100 chunks each), and pages are fused
@@ -36,9 +36,8 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_quality import (  # noqa: E402
+from bench.quality.bench_quality import (  # noqa: E402
     CORPORA,
     DEEP,
     K,
@@ -48,9 +47,9 @@ from bench_quality import (  # noqa: E402
     offline_pages,
     question_items,
 )
-from common import RESULTS_DIR, bench_settings, bm25_only, load_corpus_chunks, make_embedder  # noqa: E402
-from common import print_table  # noqa: E402
-from judged import acceptable, judged_answers, success  # noqa: E402
+from bench.common import RESULTS_DIR, bench_settings, bm25_only, load_corpus_chunks, make_embedder  # noqa: E402
+from bench.common import print_table  # noqa: E402
+from bench.judged import acceptable, judged_answers, success  # noqa: E402
 from hetriever.core.logs import configure_logging  # noqa: E402
 from hetriever.parse.links import LinkPrior  # noqa: E402
 from hetriever.search import hybrid as search  # noqa: E402

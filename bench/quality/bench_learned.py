@@ -1,7 +1,7 @@
 """A learned ranker over the signals the fusion already has, for questions.
 
-    python bench/bench_learned.py               # both corpora
-    python bench/bench_learned.py --json
+    python -m bench.quality.bench_learned               # both corpora
+    python -m bench.quality.bench_learned --json
 
 For each question (an English query of more than `short_query_terms` terms: where the
 product would apply it) the first `DEPTH` pages of the product's fusion (offline, as in
@@ -27,13 +27,12 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_families import LOOKUP_SETS, Lists  # noqa: E402
-from bench_quality import CORPORA, K, build_queries, held_out, index_corpus, offline_pages  # noqa: E402
-from bench_quality import question_items  # noqa: E402
-from common import RESULTS_DIR, bench_settings, load_corpus_chunks, make_embedder  # noqa: E402
-from judged import acceptable, judged_answers, success  # noqa: E402
+from bench.quality.bench_families import LOOKUP_SETS, Lists  # noqa: E402
+from bench.quality.bench_quality import CORPORA, K, build_queries, held_out, index_corpus, offline_pages  # noqa: E402
+from bench.quality.bench_quality import question_items  # noqa: E402
+from bench.common import RESULTS_DIR, bench_settings, load_corpus_chunks, make_embedder  # noqa: E402
+from bench.judged import acceptable, judged_answers, success  # noqa: E402
 from hetriever.core.logs import configure_logging  # noqa: E402
 from hetriever.parse.links import LinkPrior  # noqa: E402
 from hetriever.search import hybrid as search  # noqa: E402

@@ -1,7 +1,7 @@
 """Many sites as one ranking: the question sets searched with no repository named.
 
-    python bench/bench_many_sites.py                 # every question, both scopes
-    python bench/bench_many_sites.py --json
+    python -m bench.quality.bench_many_sites                 # every question, both scopes
+    python -m bench.quality.bench_many_sites --json
 
 One embedded store holds hugo-docs v2, opentelemetry-io v2 and ten copies of the bundled
 examples/sample-docs, each copy its own repository (`sample-docs-01` ... `-10`): twelve
@@ -31,10 +31,9 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_quality import CORPORA, K, held_out, question_items  # noqa: E402
-from common import (  # noqa: E402
+from bench.quality.bench_quality import CORPORA, K, held_out, question_items  # noqa: E402
+from bench.common import (  # noqa: E402
     RESULTS_DIR,
     CorpusChunks,
     bench_settings,
@@ -46,7 +45,7 @@ from common import (  # noqa: E402
     print_table,
     write_windows,
 )
-from judged import acceptable, judged_answers, success  # noqa: E402
+from bench.judged import acceptable, judged_answers, success  # noqa: E402
 from hetriever.chunk.page_records import display_chunk  # noqa: E402
 from hetriever.core.logs import configure_logging  # noqa: E402
 from hetriever.search import hybrid as search  # noqa: E402
@@ -103,7 +102,7 @@ def write_corpus(store: Any, corpus: CorpusChunks) -> None:
 
 
 def build_store(progress: Any) -> tuple[Any, dict[str, CorpusChunks]]:
-    from bench_quality import index_corpus
+    from bench.quality.bench_quality import index_corpus
 
     inner = make_embedder(bench_settings(RESULTS_DIR / "unused"))
     embedder = ReusingEmbedder(inner)

@@ -1,7 +1,7 @@
 """Why the default search misses real questions, and what each fix tried does per class.
 
-    python bench/bench_misses.py                 # both corpora
-    python bench/bench_misses.py --corpora hugo-docs
+    python -m bench.quality.bench_misses                 # both corpora
+    python -m bench.quality.bench_misses --corpora hugo-docs
 
 Every real question (bench/queries/real_questions.jsonl and questions.jsonl, both parts) is
 searched as bench_quality.py searches it (its cached stores): the default search, and the dense
@@ -27,10 +27,9 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import bench_quality as bq  # noqa: E402
-from common import (  # noqa: E402
+from bench.quality import bench_quality as bq  # noqa: E402
+from bench.common import (  # noqa: E402
     RESULTS_DIR,
     bench_settings,
     bm25_only,

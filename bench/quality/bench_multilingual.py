@@ -1,7 +1,7 @@
 """Search by language over the whole multilingual opentelemetry.io site (page level, MRR@10).
 
-    python bench/bench_multilingual.py [--per-language 40] [--json]
-    python bench/bench_multilingual.py --unstated-only --per-language 100
+    python -m bench.quality.bench_multilingual [--per-language 40] [--json]
+    python -m bench.quality.bench_multilingual --unstated-only --per-language 100
 
 The site (`../shared/corpora/opentelemetry-io/v2-site`: 11 languages, its real configuration)
 is indexed by the real pipeline, with real embeddings, into
@@ -34,10 +34,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_quality import K, Query, index_corpus, offline_pages, pages, score  # noqa: E402
-from common import (  # noqa: E402
+from bench.quality.bench_quality import K, Query, index_corpus, offline_pages, pages, score  # noqa: E402
+from bench.common import (  # noqa: E402
     RESULTS_DIR,
     bench_settings,
     bm25_only,

@@ -1,9 +1,9 @@
 """Retrieval quality at page level: R@10, MRR@10 and nDCG@10 per query set and search mode.
 
-    python bench/bench_quality.py                       # both corpora, every query
-    python bench/bench_quality.py --limit 100 --json    # at most 100 queries per set
-    python bench/bench_quality.py --page-record prefix  # index with another page-record mode
-    python bench/bench_quality.py --no-sweeps           # the modes' scores only
+    python -m bench.quality.bench_quality                       # both corpora, every query
+    python -m bench.quality.bench_quality --limit 100 --json    # at most 100 queries per set
+    python -m bench.quality.bench_quality --page-record prefix  # index with another page-record mode
+    python -m bench.quality.bench_quality --no-sweeps           # the modes' scores only
 
 Each corpus (hugo-docs v2, opentelemetry-io v2) is indexed by the real pipeline into its own
 embedded store with real embeddings, cached in bench/results/quality-<corpus>-<record>-<commit>/
@@ -61,9 +61,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import (  # noqa: E402
+from bench.common import (  # noqa: E402
     RESULTS_DIR,
     CorpusChunks,
     bench_settings,
@@ -86,7 +85,7 @@ from hetriever.core.logs import configure_logging  # noqa: E402
 from hetriever.parse.page import _load, split_front_matter  # noqa: E402
 
 CORPORA = ("hugo-docs", "opentelemetry-io")
-QUERIES = Path(__file__).resolve().parent / "queries"
+QUERIES = Path(__file__).resolve().parents[1] / "queries"
 QUESTION_FILES = (QUERIES / "real_questions.jsonl", QUERIES / "questions.jsonl")
 K = 10
 DEEP = 100  # chunks per retriever fetched once per query for the offline sweep

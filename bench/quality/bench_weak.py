@@ -1,7 +1,7 @@
 """Where "weak" starts: the nearest result's similarity of answered, missed and unanswerable
 real questions, for the `analytics_weak_similarity` cut.
 
-    python bench/bench_weak.py
+    python -m bench.quality.bench_weak
 
 Every real question (bench/queries/real_questions.jsonl and questions.jsonl, both corpora) is
 searched as a server searches it (`hybrid_search`, 5 pages) twice: in its own corpus, where
@@ -19,10 +19,9 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import bench_quality as bq  # noqa: E402
-from common import RESULTS_DIR, bench_settings, load_corpus_chunks, make_embedder, print_table  # noqa: E402
+from bench.quality import bench_quality as bq  # noqa: E402
+from bench.common import RESULTS_DIR, bench_settings, load_corpus_chunks, make_embedder, print_table  # noqa: E402
 from hetriever.core.config import Settings  # noqa: E402
 from hetriever.core.logs import configure_logging  # noqa: E402
 from hetriever.search import hybrid as search  # noqa: E402

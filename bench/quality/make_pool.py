@@ -1,7 +1,7 @@
 """The judging pool of the question sets: pages the retrievers put first that are not labels.
 
-    python bench/make_pool.py                  # both corpora, every question, top 3
-    python bench/make_pool.py --top 5          # deeper
+    python -m bench.quality.make_pool                  # both corpora, every question, top 3
+    python -m bench.quality.make_pool --top 5          # deeper
 
 For every question of bench/queries/real_questions.jsonl and questions.jsonl (tuning part and
 held-out third alike), searched in its own corpus's store (the quality bench's cached store,
@@ -24,10 +24,9 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_quality import CORPORA, K, QUERIES, index_corpus, question_items  # noqa: E402
-from common import RESULTS_DIR, bench_settings, bm25_only, load_corpus_chunks, make_embedder  # noqa: E402
+from bench.quality.bench_quality import CORPORA, K, QUERIES, index_corpus, question_items  # noqa: E402
+from bench.common import RESULTS_DIR, bench_settings, bm25_only, load_corpus_chunks, make_embedder  # noqa: E402
 from hetriever.core.config import Settings  # noqa: E402
 from hetriever.core.logs import configure_logging  # noqa: E402
 from hetriever.search import hybrid as search  # noqa: E402

@@ -1,7 +1,7 @@
 """Access-filtered search latency at 10k chunks, and the exact-match hit rate on hugo-docs v2.
 
-    .venv/bin/python bench/bench_access.py latency [--chunks 10000] [--queries 100]
-    .venv/bin/python bench/bench_access.py titles  [--corpus ../shared/corpora/hugo-docs/v2]
+    .venv/bin/python -m bench.search_speed.bench_access latency [--chunks 10000] [--queries 100]
+    .venv/bin/python -m bench.search_speed.bench_access titles  [--corpus ../shared/corpora/hugo-docs/v2]
 
 latency: a 10k-chunk collection (synthetic texts, random unit vectors written straight to Chroma
 and BM25, so building it takes seconds; queries are embedded by the real model) searched as
@@ -22,15 +22,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 
 from hetriever.core.access import CollectionPlan  # noqa: E402
 from hetriever.core.config import load_settings  # noqa: E402

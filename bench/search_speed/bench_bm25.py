@@ -1,8 +1,8 @@
 """Benchmark the BM25 index: build rate, one-file update, reload, query latency.
 
-    python bench/bench_bm25.py                 # 10k and 100k chunks, table
-    python bench/bench_bm25.py --sizes 10000 --json
-    python bench/bench_bm25.py --stem-eval     # recall of stemming on/off on the real corpora
+    python -m bench.search_speed.bench_bm25                 # 10k and 100k chunks, table
+    python -m bench.search_speed.bench_bm25 --sizes 10000 --json
+    python -m bench.search_speed.bench_bm25 --stem-eval     # recall of stemming on/off on the real corpora
 
 Chunks are paragraphs of the shared corpora (../shared/corpora, or $HETRIEVER_CORPORA) packed
 to ~150 words, repeated with perturbed words to reach each size; without the corpora a
@@ -17,18 +17,16 @@ import os
 import random
 import re
 import statistics
-import sys
 import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hetriever.store.bm25 import bm25_index as bm25  # noqa: E402
 from hetriever.store.bm25.bm25_index import BM25Index, tokenize  # noqa: E402
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 CORPORA = Path(os.environ.get("HETRIEVER_CORPORA", REPO_ROOT.parent / "shared" / "corpora"))
 FRONT_MATTER = re.compile(r"\A---\n.*?\n---\n", re.S)
 

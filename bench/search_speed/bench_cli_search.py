@@ -1,8 +1,8 @@
 """`hetriever search` at the prompt, as whole processes: in-process against the resident
 search process, and against the code of another revision.
 
-    python bench/bench_cli_search.py                       # hugo-docs v2, 5 rounds
-    python bench/bench_cli_search.py --baseline 66a1aa0 --rounds 5 --json
+    python -m bench.search_speed.bench_cli_search                       # hugo-docs v2, 5 rounds
+    python -m bench.search_speed.bench_cli_search --baseline 66a1aa0 --rounds 5 --json
 
 The index is a full ingest of hugo-docs v2 (a git repository made of the corpus' files),
 built once into bench/results/cli-index/ and reused. Each round runs every query once per
@@ -37,9 +37,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import CORPORA, REPO_ROOT, RESULTS_DIR, print_table  # noqa: E402
+from bench.common import CORPORA, REPO_ROOT, RESULTS_DIR, print_table  # noqa: E402
 
 QUERIES = ["range over pages sorted by date", "where", "how do I add a menu entry",
            "image processing resize", "RelPermalink"]

@@ -7,7 +7,7 @@ a page search otherwise leaves unread. This indexes a real corpus with the real 
 under bench/results/), runs real questions through `hybrid_search`, and times, per search,
 the search itself, the facet count, and the fetch-and-check of every unread candidate.
 
-    .venv/bin/python bench/bench_facets.py [--corpus hugo-docs] [--queries 146]
+    .venv/bin/python -m bench.search_speed.bench_facets [--corpus hugo-docs] [--queries 146]
 """
 
 from __future__ import annotations
@@ -22,8 +22,7 @@ import time
 from pathlib import Path
 from statistics import median
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import RESULTS_DIR, REPO_ROOT, _commit_tree, corpus_dir, percentile  # noqa: E402
+from bench.common import RESULTS_DIR, REPO_ROOT, _commit_tree, corpus_dir, percentile  # noqa: E402
 
 from hetriever.core.config import load_settings  # noqa: E402
 from hetriever.core.logs import configure_logging  # noqa: E402

@@ -1,6 +1,6 @@
 """Chroma alone: a filtered kNN by `where`, by the list of matching ids, or ranked here.
 
-    python bench/bench_filter.py [--size 100000] [--queries 40] [--server] [--json]
+    python -m bench.search_speed.bench_filter [--size 100000] [--queries 40] [--server] [--json]
 
 Why: search answers a selective filter (one that the unfiltered over-fetch cannot satisfy)
 from the ids the BM25 index lists (`hetriever.search.dense._dense_rows_by_ids`): up to
@@ -20,16 +20,14 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import RESULTS_DIR, chroma_server, percentile, print_table  # noqa: E402
+from bench.common import RESULTS_DIR, chroma_server, percentile, print_table  # noqa: E402
 
 from hetriever.search.hybrid import exact_nearest  # noqa: E402
 

@@ -1,6 +1,6 @@
 """Recall of Chroma's HNSW against exact search, by `ef_search`, at 10k and 100k chunks.
 
-    python bench/bench_recall.py [--sizes 10000,100000] [--queries 200] [--json]
+    python -m bench.search_speed.bench_recall [--sizes 10000,100000] [--queries 200] [--json]
 
 Vectors: the real chunk vectors of the cached bench_quality stores (hugo-docs and
 opentelemetry-io v2, ~12k), then copies of them with noise until each size is reached (as
@@ -19,17 +19,15 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import RESULTS_DIR, bench_settings, load_corpus_chunks, make_embedder, make_store, percentile  # noqa: E402,E501
-from bench_quality import build_queries  # noqa: E402
+from bench.common import RESULTS_DIR, bench_settings, load_corpus_chunks, make_embedder, make_store, percentile  # noqa: E402,E501
+from bench.quality.bench_quality import build_queries  # noqa: E402
 from hetriever.core.config import Settings  # noqa: E402
 from hetriever.core.logs import configure_logging  # noqa: E402
 
@@ -54,7 +52,7 @@ def real_vectors() -> tuple[np.ndarray, list[str]]:
         for items in build_queries(corpus).values():
             queries.extend(q for q, _ in items)
     if not vecs:
-        raise SystemExit("no bench_quality store found: run bench/bench_quality.py first")
+        raise SystemExit("no bench_quality store found: run bench/quality/bench_quality.py first")
     return np.concatenate(vecs), queries
 
 

@@ -1,8 +1,8 @@
 """Knowledge-store benchmark: embed+store throughput, and query latency at 10k/100k chunks.
 
-    python bench/bench_store.py                       # throughput, then latency at 10k and 100k
-    python bench/bench_store.py --sizes 10000 --quick # smaller run
-    python bench/bench_store.py --only latency --json
+    python -m bench.search_speed.bench_store                       # throughput, then latency at 10k and 100k
+    python -m bench.search_speed.bench_store --sizes 10000 --quick # smaller run
+    python -m bench.search_speed.bench_store --only latency --json
 
 (a) Throughput. The real chunks of hugo-docs v2 (from the real pipeline; without the corpus,
     examples/sample-docs repeated) are embedded three ways, once each:
@@ -44,9 +44,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import (  # noqa: E402
+from bench.common import (  # noqa: E402
     RESULTS_DIR,
     CorpusChunks,
     bench_settings,

@@ -1,7 +1,7 @@
 """The first search a fresh `hetriever serve` answers, against the warm median.
 
-    python bench/bench_first_query.py               # 10k chunks, 3 starts
-    python bench/bench_first_query.py --size 2000 --starts 5 --json
+    python -m bench.serve.bench_first_query               # 10k chunks, 3 starts
+    python -m bench.serve.bench_first_query --size 2000 --starts 5 --json
 
 The index is bench_serve's (bench_store's latency index: real hugo-docs v2 chunks with real
 embeddings, perturbed copies up to N chunks, plus a 1,000-chunk side collection). For each
@@ -28,11 +28,10 @@ from typing import Any
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_serve import TOP_K, start_server  # noqa: E402
-from bench_store import build_latency_store, embeddings_for, load_chunks, query_set  # noqa: E402
-from common import RESULTS_DIR, bench_settings, make_embedder, percentile, print_table  # noqa: E402
+from bench.serve.bench_serve import TOP_K, start_server  # noqa: E402
+from bench.search_speed.bench_store import build_latency_store, embeddings_for, load_chunks, query_set  # noqa: E402
+from bench.common import RESULTS_DIR, bench_settings, make_embedder, percentile, print_table  # noqa: E402
 
 from hetriever.core.logs import configure_logging  # noqa: E402
 

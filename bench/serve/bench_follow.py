@@ -13,7 +13,7 @@ subprocess with a state directory of its own (time and peak RSS of that process)
 - check: nothing changed (the manifest read only).
 The cold copy is also compared with building the same BM25 index from texts in-process.
 
-    python bench/bench_follow.py [--chunks 100000] [--change 0.01] [--json]
+    python -m bench.serve.bench_follow [--chunks 100000] [--change 0.01] [--json]
 """
 
 from __future__ import annotations
@@ -29,8 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 from bench.common import (  # noqa: E402
     RESULTS_DIR, chroma_server, load_corpus_chunks, load_sample_chunks)

@@ -1,6 +1,6 @@
 """Search latency and throughput under load, while an ingest rewrites the index.
 
-    python bench/bench_load.py [--clients 8] [--seconds 30] [--idle-seconds 10] [--pages 300]
+    python -m bench.serve.bench_load [--clients 8] [--seconds 30] [--idle-seconds 10] [--pages 300]
                                [--model-dir DIR] [--server] [--json]
 
 A throw-away git repository of `--pages` small pages is indexed once. Then `--clients` threads
@@ -29,9 +29,8 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import chroma_server  # noqa: E402
+from bench.common import chroma_server  # noqa: E402
 
 from structlog.testing import capture_logs  # noqa: E402
 

@@ -1,8 +1,8 @@
 """Served search: warm HTTP latency of `hetriever serve` vs the same search in-process.
 
-    python bench/bench_serve.py                  # 10k chunks, 200 queries per row
-    python bench/bench_serve.py --quick          # 50 queries per row
-    python bench/bench_serve.py --size 20000 --json
+    python -m bench.serve.bench_serve                  # 10k chunks, 200 queries per row
+    python -m bench.serve.bench_serve --quick          # 50 queries per row
+    python -m bench.serve.bench_serve --size 20000 --json
 
 The index is bench_store's latency index: real chunks of hugo-docs v2 (examples/sample-docs
 repeated without the corpus) with real embeddings, copied with small perturbations up to N
@@ -36,10 +36,9 @@ from typing import Any, Callable
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_store import build_latency_store, embeddings_for, load_chunks, query_set  # noqa: E402
-from common import RESULTS_DIR, bench_settings, make_embedder, percentile, print_table  # noqa: E402
+from bench.search_speed.bench_store import build_latency_store, embeddings_for, load_chunks, query_set  # noqa: E402
+from bench.common import RESULTS_DIR, bench_settings, make_embedder, percentile, print_table  # noqa: E402
 
 from deployments.temporary_server import free_port  # noqa: E402
 from hetriever.core.logs import configure_logging  # noqa: E402
