@@ -27,39 +27,27 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import re
 import sys
 from collections import Counter
-from pathlib import Path
 from typing import Any
-
-import numpy as np
-
 
 from bench.quality.bench_quality import (  # noqa: E402
     CORPORA,
-    DEEP,
-    K,
-    build_queries,
     held_out,
     index_corpus,
     offline_pages,
     question_items,
 )
-from bench.common import RESULTS_DIR, bench_settings, bm25_only, load_corpus_chunks, make_embedder  # noqa: E402
+from bench.quality.retrievers import LOOKUP_SETS, open_corpus  # noqa: E402
+from bench.common import RESULTS_DIR, bench_settings, make_embedder  # noqa: E402
 from bench.common import print_table  # noqa: E402
 from bench.judged import acceptable, judged_answers, success  # noqa: E402
 from hetriever.core.logs import configure_logging  # noqa: E402
-from hetriever.parse.links import LinkPrior  # noqa: E402
-from hetriever.search import hybrid as search  # noqa: E402
-from hetriever.search.results import is_question  # noqa: E402
 from hetriever.store.bm25.analyzer import STOPWORDS  # noqa: E402
 
 FAMILIES = ("base", "asking", "asking1", "rm3", "rocchio", "prf")
-LOOKUP_SETS = ("title", "description", "heading", "section", "url", "function")
 FEEDBACK_DOCS, FEEDBACK_TERMS = 10, 10  # rm3
-ROCCHIO_DOCS, ROCCHIO_BETA = 5, 0.5
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 _ASKING = re.compile(r"^\s*(how|what|why|when|where|which|who|whom|whose|is|are|can|could|"
                      r"should|shall|does|do|did|will|would|may|might|has|have|any|anyone|"
@@ -98,64 +86,17 @@ def rm3_query(query: str, hits: list[tuple[str, dict, float, str]]) -> str:
     return query + " " + " ".join(w for w, _ in weights.most_common(FEEDBACK_TERMS))
 
 
-class Lists:
-    """One corpus's retrievers, each list [(chunk id, metadata, score, text)]."""
-
-    def __init__(self, store: Any, name: str) -> None:
-        self.store, self.name = store, name
-        self.col = store.collection(name)
-
-    def dense_vector(self, vector: Any) -> list[tuple[str, dict, float, str]]:
-        hits: dict = {}
-        ids = search._dense(self.store, [self.name], vector, DEEP, {self.name: None}, hits)
-        search._fill_documents(self.store, [hits[d] for d in ids])
-        return [(d, hits[d].metadata or {}, hits[d].dense_score or 0.0, hits[d].content or "")
-                for d in ids]
-
-    def dense(self, query: str) -> tuple[Any, list[tuple[str, dict, float, str]]]:
-        vector = self.store.embedder.embed([query[:search.MAX_QUERY_CHARS]])[0]
-        return vector, self.dense_vector(vector)
-
-    def bm25(self, query: str) -> list[tuple[str, dict, float, str]]:
-        return [(h.doc_id, h.metadata or {}, h.bm25_raw or 0.0, h.content or "")
-                for h in bm25_only(self.store, query, DEEP, namespaces=[self.name])]
-
-    def rocchio(self, vector: Any, dense: list[tuple[str, dict, float, str]]
-                ) -> list[tuple[str, dict, float, str]]:
-        ids = [d for d, _, _, _ in dense[:ROCCHIO_DOCS]]
-        if not ids:
-            return dense
-        got = self.col.get(ids=ids, include=["embeddings"])
-        mean = np.asarray(got["embeddings"], dtype=np.float32).mean(axis=0)
-        moved = np.asarray(vector, dtype=np.float32) + ROCCHIO_BETA * mean
-        return self.dense_vector(moved / np.linalg.norm(moved))
-
-
 def run_corpus(name: str, embedder: Any, lookups: int, progress: Any) -> dict[str, Any]:
-    corpus = load_corpus_chunks(name)
-    if corpus is None:
+    run = open_corpus(name, embedder)
+    if run is None:
         return {}
-    store, _ = index_corpus(corpus, embedder, "chunk")
-    s = store.settings
-    lists = Lists(store, name)
-    prior = LinkPrior(store.catalog, {name: store.physical_name(name)}, s.link_prior_weight)
-    depth = search.candidate_depth(K, "page")
-    queries = build_queries(corpus)
+    lists, fuse = run.lists, run.fuse
     items = question_items(name)
     sets: dict[str, list[tuple[str, Any]]] = {
         "questions": [(it["question"], it) for it in items if not held_out(it["id"])],
         "questions-held-out": [(it["question"], it) for it in items if held_out(it["id"])]}
     for set_name in LOOKUP_SETS:
-        qs = queries.get(set_name) or []
-        if len(qs) > lookups:
-            qs = random.Random(0).sample(qs, lookups)
-        sets[set_name] = [(q, rel) for q, rel in qs]
-
-    def fuse(q: str, d: list, b: list) -> list[str]:
-        return offline_pages([(x, m, sc) for x, m, sc, _ in d], [(x, m, sc) for x, m, sc, _ in b],
-                             depth, fusion=s.fusion, k=s.rrf_k,
-                             dense_weight=search.dense_weight_for(s, "", q),
-                             prior=prior if is_question(s, "", q) else None, corpus=name)
+        sets[set_name] = run.lookups(set_name, lookups)
 
     judged = judged_answers()
     out: dict[str, Any] = {}
@@ -196,7 +137,7 @@ def run_corpus(name: str, embedder: Any, lookups: int, progress: Any) -> dict[st
                      **{f: {"labels": success(ranked[f], rel)} for f in FAMILIES}}
         out[set_name] = entry
         progress(f"{name}/{set_name}: {len(qs)} queries")
-    store.close_sync()
+    run.close()
     return out
 
 

@@ -22,16 +22,14 @@ import argparse
 import json
 import random
 import sys
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-
-from bench.quality.bench_families import LOOKUP_SETS, Lists  # noqa: E402
-from bench.quality.bench_quality import CORPORA, K, build_queries, held_out, index_corpus, offline_pages  # noqa: E402
+from bench.quality.retrievers import LOOKUP_SETS, open_corpus  # noqa: E402
+from bench.quality.bench_quality import CORPORA, K, held_out, offline_pages  # noqa: E402
 from bench.quality.bench_quality import question_items  # noqa: E402
-from bench.common import RESULTS_DIR, bench_settings, load_corpus_chunks, make_embedder  # noqa: E402
+from bench.common import RESULTS_DIR, bench_settings, make_embedder  # noqa: E402
 from bench.judged import acceptable, judged_answers, success  # noqa: E402
 from hetriever.core.logs import configure_logging  # noqa: E402
 from hetriever.parse.links import LinkPrior  # noqa: E402
@@ -102,32 +100,21 @@ def collect(embedder: Any, lookups: int, progress: Any) -> list[dict]:
     judged = judged_answers()
     rows: list[dict] = []
     for name in CORPORA:
-        corpus = load_corpus_chunks(name)
-        if corpus is None:
+        run = open_corpus(name, embedder)
+        if run is None:
             continue
-        store, _ = index_corpus(corpus, embedder, "chunk")
-        s = store.settings
-        lists = Lists(store, name)
-        prior = LinkPrior(store.catalog, {name: store.physical_name(name)}, s.link_prior_weight)
-        depth = search.candidate_depth(K, "page")
-        queries = build_queries(corpus)
+        s, lists, prior, depth = run.settings, run.lists, run.prior, run.depth
         todo: list[tuple[str, str, set[str], str]] = []
         for it in question_items(name):
             part = "questions-held-out" if held_out(it["id"]) else "questions"
             todo.append((part, it["question"], acceptable([it], judged)[0], it["id"]))
         for set_name in LOOKUP_SETS:
-            qs = queries.get(set_name) or []
-            if len(qs) > lookups:
-                qs = random.Random(0).sample(qs, lookups)
-            todo.extend((set_name, q, rel, "") for q, rel in qs)
+            todo.extend((set_name, q, rel, "") for q, rel in run.lookups(set_name, lookups))
         for set_name, q, rel, qid in todo:
             _, d = lists.dense(q)
             b = lists.bm25(q)
             ask = is_question(s, "", q)
-            fused = offline_pages([(x, m, sc) for x, m, sc, _ in d],
-                                  [(x, m, sc) for x, m, sc, _ in b], depth, fusion=s.fusion,
-                                  k=s.rrf_k, dense_weight=search.dense_weight_for(s, "", q),
-                                  prior=prior if ask else None, corpus=name)
+            fused = run.fuse(q, d, b)
             ranked = fused  # offline_pages cuts at K: deepen below
             if ask:
                 ranked = deep_pages(d, b, depth, s, q, prior if ask else None, name)
@@ -136,7 +123,7 @@ def collect(embedder: Any, lookups: int, progress: Any) -> list[dict]:
                          "features": page_features(q, d, b, ranked, prior, name).tolist()
                          if ask else []})
         progress(f"{name}: {len(todo)} queries")
-        store.close_sync()
+        run.close()
     return rows
 
 

@@ -22,15 +22,12 @@ another site's page ("foreign@1"), and each scope's search time (p50 / p95, ms).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-
 
 from bench.quality.bench_quality import CORPORA, K, held_out, question_items  # noqa: E402
 from bench.common import (  # noqa: E402
@@ -43,10 +40,9 @@ from bench.common import (  # noqa: E402
     make_store,
     percentile,
     print_table,
-    write_windows,
+    write_corpus,
 )
 from bench.judged import acceptable, judged_answers, success  # noqa: E402
-from hetriever.chunk.page_records import display_chunk  # noqa: E402
 from hetriever.core.logs import configure_logging  # noqa: E402
 from hetriever.search import hybrid as search  # noqa: E402
 
@@ -83,22 +79,6 @@ class ReusingEmbedder:
         self.texts_embedded += len(texts)
         return np.stack([self.known[t] if t in self.known else fresh[t] for t in texts]) \
             if texts else np.zeros((0, self.dimensions), dtype=np.float32)
-
-
-def write_corpus(store: Any, corpus: CorpusChunks) -> None:
-    """Index `corpus` into `store` as its repository, the exact-title catalog included (as
-    `bench_quality.index_corpus` does)."""
-    async def write() -> None:
-        for window in write_windows(corpus.files, store.settings.write_window):
-            await store.upsert_files(corpus.name, window)
-        for path in set(await store.list_files(corpus.name)) - set(corpus.files):
-            await store.delete_file(corpus.name, path)
-        physical = store.physical_name(corpus.name)
-        for path, chunks in corpus.files.items():
-            first = display_chunk(chunks)
-            store.catalog.set_page(physical, path, first.id, first.metadata,
-                                   [(c.id, c.metadata) for c in chunks])
-    asyncio.run(write())
 
 
 def build_store(progress: Any) -> tuple[Any, dict[str, CorpusChunks]]:

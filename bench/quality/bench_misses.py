@@ -24,9 +24,7 @@ import json
 import math
 import re
 import sys
-from pathlib import Path
 from typing import Any, Callable
-
 
 from bench.quality import bench_quality as bq  # noqa: E402
 from bench.common import (  # noqa: E402

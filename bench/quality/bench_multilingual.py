@@ -31,9 +31,7 @@ import argparse
 import json
 import random
 import sys
-from pathlib import Path
 from typing import Any
-
 
 from bench.quality.bench_quality import K, Query, index_corpus, offline_pages, pages, score  # noqa: E402
 from bench.common import (  # noqa: E402

@@ -49,7 +49,6 @@ the offline fusion reproduces `hybrid_search` exactly, so the sweep speaks for t
 from __future__ import annotations
 
 import argparse
-import asyncio
 import hashlib
 import json
 import math
@@ -60,7 +59,6 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable
-
 
 from bench.common import (  # noqa: E402
     RESULTS_DIR,
@@ -73,10 +71,9 @@ from bench.common import (  # noqa: E402
     make_store,
     percentile,
     print_table,
-    write_windows,
+    write_corpus,
 )
 from hetriever.search import hybrid as search  # noqa: E402
-from hetriever.chunk.page_records import display_chunk  # noqa: E402
 from hetriever.core.config import Settings  # noqa: E402
 from hetriever.parse.links import LinkPrior  # noqa: E402
 from hetriever.search.candidates import _Hit  # noqa: E402
@@ -216,26 +213,8 @@ def index_corpus(corpus: CorpusChunks, embedder: Any, record: str,
                  label: str | None = None) -> tuple[Any, dict]:
     root = RESULTS_DIR / f"quality-{corpus.name}-{label or record}-{corpus.commit[:12]}"
     store = make_store(root, embedder, page_record=record)
-    windows = write_windows(corpus.files, store.settings.write_window)
-
-    async def write() -> tuple[int, int]:
-        written = reused = 0
-        for window in windows:
-            got = await store.upsert_files(corpus.name, window)
-            written, reused = written + got.written, reused + got.reused
-        stale = set(await store.list_files(corpus.name)) - set(corpus.files)
-        for path in stale:
-            await store.delete_file(corpus.name, path)
-        # The exact-title index, as an index run fills it (`outcomes.apply_outcomes`).
-        physical = store.physical_name(corpus.name)
-        for path, chunks in corpus.files.items():
-            first = display_chunk(chunks)
-            store.catalog.set_page(physical, path, first.id, first.metadata,
-                                   [(c.id, c.metadata) for c in chunks])
-        return written, reused
-
     began = time.perf_counter()
-    written, reused = asyncio.run(write())
+    written, reused = write_corpus(store, corpus)
     return store, {"store": root.name, "chunks": len(corpus.chunks), "embedded": written,
                    "reused": reused, "seconds": round(time.perf_counter() - began, 1)}
 

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
-
 
 from bench.quality import bench_quality as bq  # noqa: E402
 from bench.common import RESULTS_DIR, bench_settings, load_corpus_chunks, make_embedder, print_table  # noqa: E402

@@ -24,7 +24,6 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-
 from bench.quality.bench_quality import CORPORA, K, QUERIES, index_corpus, question_items  # noqa: E402
 from bench.common import RESULTS_DIR, bench_settings, bm25_only, load_corpus_chunks, make_embedder  # noqa: E402
 from hetriever.core.config import Settings  # noqa: E402

@@ -22,7 +22,6 @@ import time
 from collections import Counter
 from pathlib import Path
 
-
 from hetriever.store.bm25 import bm25_index as bm25  # noqa: E402
 from hetriever.store.bm25.bm25_index import BM25Index, tokenize  # noqa: E402
 

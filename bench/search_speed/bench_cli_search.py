@@ -37,7 +37,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-
 from bench.common import CORPORA, REPO_ROOT, RESULTS_DIR, print_table  # noqa: E402
 
 QUERIES = ["range over pages sorted by date", "where", "how do I add a menu entry",

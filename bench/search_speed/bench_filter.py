@@ -26,7 +26,6 @@ from pathlib import Path
 
 import numpy as np
 
-
 from bench.common import RESULTS_DIR, chroma_server, percentile, print_table  # noqa: E402
 
 from hetriever.search.hybrid import exact_nearest  # noqa: E402

@@ -21,10 +21,8 @@ import json
 import random
 import tempfile
 import time
-from pathlib import Path
 
 import numpy as np
-
 
 from bench.common import RESULTS_DIR, bench_settings, load_corpus_chunks, make_embedder, make_store, percentile  # noqa: E402,E501
 from bench.quality.bench_quality import build_queries  # noqa: E402

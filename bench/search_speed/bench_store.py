@@ -32,11 +32,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import json
-import random
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -44,14 +41,21 @@ from typing import Any, Callable
 
 import numpy as np
 
-
+from bench.latency_store import (  # noqa: E402
+    MAIN,
+    SIDE,
+    SIDE_SIZE,
+    TOP_K,
+    build_latency_store,
+    embeddings_for,
+    load_chunks,
+    query_set,
+)
 from bench.common import (  # noqa: E402
     RESULTS_DIR,
     CorpusChunks,
     bench_settings,
     bm25_only,
-    load_corpus_chunks,
-    load_sample_chunks,
     make_embedder,
     make_store,
     percentile,
@@ -61,28 +65,6 @@ from bench.common import (  # noqa: E402
 from hetriever.search import dense as dense_mod  # noqa: E402
 from hetriever.search import hybrid as search_mod  # noqa: E402
 from hetriever.core.logs import configure_logging  # noqa: E402
-from hetriever.search.knowledge_store import content_hash  # noqa: E402
-
-MAIN, SIDE = "bench-main", "bench-side"
-SIDE_SIZE = 1000
-NOISE_NORM = 0.35  # expected norm of the perturbation added to a unit vector
-TOP_K = 10
-
-
-def load_chunks(quick: bool) -> CorpusChunks:
-    chunks = load_corpus_chunks("hugo-docs")
-    if chunks is None:
-        print("hugo-docs v2 not found: using examples/sample-docs repeated", file=sys.stderr)
-        chunks = load_sample_chunks(10 if quick else 70)
-    if quick:  # the first files up to ~600 chunks
-        kept, n = {}, 0
-        for path, file_chunks in chunks.files.items():
-            if n >= 600:
-                break
-            kept[path] = file_chunks
-            n += len(file_chunks)
-        chunks.files = kept
-    return chunks
 
 
 # --- (a) throughput ------------------------------------------------------------------
@@ -154,57 +136,6 @@ def bench_throughput(corpus: CorpusChunks, embedder: Any, workdir: Path,
 # --- (b) latency ---------------------------------------------------------------------
 
 
-def _perturbed(corpus: CorpusChunks, vectors: np.ndarray, n: int, collection: str,
-               rng: np.random.Generator, word_rng: random.Random) -> tuple[list, list, list, np.ndarray]:
-    base = corpus.chunks
-    ids, texts, metas = [], [], []
-    out = np.empty((n, vectors.shape[1]), dtype=np.float32)
-    sigma = NOISE_NORM / np.sqrt(vectors.shape[1])
-    for i in range(n):
-        j, chunk = divmod(i, len(base))[0], base[i % len(base)]
-        text = chunk.text
-        meta = dict(chunk.metadata, repository=collection)
-        vec = vectors[i % len(base)]
-        if j or collection != MAIN:
-            words = text.split(" ")
-            text = " ".join(w for w in words if word_rng.random() >= 0.1) or text
-            meta["file_path"] = f"copy-{j}/{meta['file_path']}"
-            vec = vec + rng.normal(0.0, sigma, vec.shape).astype(np.float32)
-            vec = vec / np.linalg.norm(vec)
-        meta["content_hash"] = content_hash(text)
-        ids.append(hashlib.sha256(f"{collection}/{j}/{chunk.id}".encode()).hexdigest())
-        texts.append(text)
-        metas.append(meta)
-        out[i] = vec
-    return ids, texts, metas, out
-
-
-def build_latency_store(corpus: CorpusChunks, vectors: np.ndarray, size: int, root: Path,
-                        embedder: Any) -> tuple[Any, dict]:
-    store = make_store(root, embedder)
-    rng, word_rng = np.random.default_rng(size), random.Random(size)
-    timings = {}
-    for name, n in ((MAIN, size), (SIDE, SIDE_SIZE)):
-        ids, texts, metas, vecs = _perturbed(corpus, vectors, n, name, rng, word_rng)
-        store.ensure_collection_sync(name)
-        col = store.collection(name)
-        step = int(store.client.get_max_batch_size())
-        began = time.perf_counter()
-        for start in range(0, n, step):
-            sl = slice(start, start + step)
-            col.add(ids=ids[sl], embeddings=vecs[sl], documents=texts[sl], metadatas=metas[sl])
-        chroma_s = time.perf_counter() - began
-        began = time.perf_counter()
-        index = store.bm25(name)
-        with index.transaction():
-            for start in range(0, n, 5000):
-                sl = slice(start, start + 5000)
-                index.upsert(ids[sl], texts[sl], metas[sl])
-        timings[name] = {"chunks": n, "chroma_add_s": round(chroma_s, 1),
-                         "bm25_build_s": round(time.perf_counter() - began, 1)}
-    return store, timings
-
-
 def time_queries(fn: Callable[[str, dict], Any], queries: list[tuple[str, dict]]) -> list[float]:
     out = []
     for text, extra in queries:
@@ -218,22 +149,6 @@ def summary(ms: list[float]) -> dict:
     return {"p50_ms": round(percentile(ms, 50), 2), "p95_ms": round(percentile(ms, 95), 2),
             "p99_ms": round(percentile(ms, 99), 2), "mean_ms": round(statistics.fmean(ms), 2),
             "queries": len(ms)}
-
-
-def query_set(corpus: CorpusChunks, n: int, seed: int) -> list[tuple[str, dict]]:
-    """(description text, {"section": the page's section}) of pages that have a description."""
-    seen: dict[str, tuple[str, dict]] = {}
-    for chunk in corpus.chunks:
-        desc = chunk.metadata.get("description")
-        if isinstance(desc, str) and len(desc.split()) >= 3 and chunk.file_path not in seen:
-            seen[chunk.file_path] = (desc, {"section": chunk.metadata.get("section", "")})
-    if not seen:  # the fallback corpus has few descriptions: titles instead
-        for chunk in corpus.chunks:
-            seen.setdefault(chunk.file_path, (str(chunk.metadata["title"]),
-                                              {"section": chunk.metadata.get("section", "")}))
-    pool = list(seen.values())
-    random.Random(seed).shuffle(pool)
-    return [pool[i % len(pool)] for i in range(n)]
 
 
 def bench_latency(corpus: CorpusChunks, vectors: np.ndarray, embedder: Any, size: int,
@@ -317,18 +232,6 @@ def _scope_args(scope: str, extra: dict) -> dict:
 
 
 # --- main ----------------------------------------------------------------------------
-
-
-def embeddings_for(corpus: CorpusChunks, embedder: Any) -> np.ndarray:
-    """Vectors of the corpus chunks, cached under bench/results by content."""
-    key = hashlib.sha256("\n".join(c.id for c in corpus.chunks).encode()).hexdigest()[:16]
-    path = RESULTS_DIR / f"embeddings-{corpus.name}-{key}.npy"
-    if path.exists():
-        return np.load(path)
-    vectors = embedder.embed([c.text for c in corpus.chunks])
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    np.save(path, vectors)
-    return vectors
 
 
 def main(argv: list[str] | None = None) -> int:

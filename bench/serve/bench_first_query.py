@@ -28,9 +28,8 @@ from typing import Any
 
 import httpx
 
-
 from bench.serve.bench_serve import TOP_K, start_server  # noqa: E402
-from bench.search_speed.bench_store import build_latency_store, embeddings_for, load_chunks, query_set  # noqa: E402
+from bench.latency_store import build_latency_store, embeddings_for, load_chunks, query_set  # noqa: E402
 from bench.common import RESULTS_DIR, bench_settings, make_embedder, percentile, print_table  # noqa: E402
 
 from hetriever.core.logs import configure_logging  # noqa: E402

@@ -29,7 +29,6 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-
 from bench.common import chroma_server  # noqa: E402
 
 from structlog.testing import capture_logs  # noqa: E402

@@ -36,8 +36,7 @@ from typing import Any, Callable
 
 import httpx
 
-
-from bench.search_speed.bench_store import build_latency_store, embeddings_for, load_chunks, query_set  # noqa: E402
+from bench.latency_store import build_latency_store, embeddings_for, load_chunks, query_set  # noqa: E402
 from bench.common import RESULTS_DIR, bench_settings, make_embedder, percentile, print_table  # noqa: E402
 
 from deployments.temporary_server import free_port  # noqa: E402
