@@ -23,7 +23,7 @@ FENCED = re.compile(r"^([ \t]*)(`{3,}|~{3,}).*?^\1\2[`~]*[ \t]*$", re.M | re.S)
 
 @pytest.fixture(scope="module")
 def outcomes():
-    from tests.helpers import corpus_version
+    from tests.support.helpers import corpus_version
 
     root = corpus_version("hugo-docs", "v2")
     counter = load_token_counter()

@@ -14,7 +14,7 @@ from hetriever.clean.cleaner import clean_page
 from hetriever.core.models import Block
 from hetriever.parse.parsed_page import Page
 from hetriever.parse.page import parse_page
-from tests.helpers import corpus_version
+from tests.support.helpers import corpus_version
 
 pytestmark = pytest.mark.corpus
 

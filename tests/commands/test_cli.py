@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.chroma_fixtures import free_port
-from tests.helpers import REPO_ROOT, commit_all, init_repo
+from tests.support.chroma_fixtures import free_port
+from tests.support.helpers import REPO_ROOT, commit_all, init_repo
 
 HETRIEVER = Path(sys.executable).parent / "hetriever"
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import commit_all, init_repo, write_files
+from tests.support.helpers import commit_all, init_repo, write_files
 
 HETRIEVER = Path(sys.executable).parent / "hetriever"
 ESC = "\x1b"

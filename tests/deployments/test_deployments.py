@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.helpers import REPO_ROOT
+from tests.support.helpers import REPO_ROOT
 
 pytestmark = pytest.mark.prefect
 

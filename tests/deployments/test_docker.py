@@ -17,7 +17,7 @@ import subprocess
 import pytest
 import yaml
 
-from tests.helpers import REPO_ROOT
+from tests.support.helpers import REPO_ROOT
 
 DOCKER = REPO_ROOT / "docker"
 IMAGE_SERVICES = ("prefect-server", "deploy", "worker", "webhook")

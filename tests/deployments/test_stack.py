@@ -15,8 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.chroma_fixtures import free_port
-from tests.helpers import REPO_ROOT, build_sample_parent, commit_all, write_files
+from tests.support.chroma_fixtures import free_port
+from tests.support.helpers import REPO_ROOT, build_sample_parent, commit_all, write_files
 
 pytestmark = pytest.mark.prefect
 

@@ -21,8 +21,8 @@ import pytest
 from deployments.server_settings import SERVER_ENV, SERVER_NICENESS
 from deployments.stack import _reaped
 from hetriever.store.catalog import Catalog
-from tests.helpers import REPO_ROOT, build_sample_parent
-from tests.test_faults import REPO_NAME, pages_repo, signal_when
+from tests.support.helpers import REPO_ROOT, build_sample_parent
+from tests.support.cli_runs import REPO_NAME, pages_repo, signal_when
 
 pytestmark = [pytest.mark.prefect, pytest.mark.slow]
 

@@ -25,7 +25,7 @@ from hetriever.core.models import ChangeKind, FileChange
 from hetriever.discover.repositories import Repository
 from hetriever.core.names import as_given, repository_name
 from hetriever.discover.repositories import check_usable
-from tests.helpers import (
+from tests.support.helpers import (
     add_submodule,
     commit_all,
     git,

@@ -12,7 +12,7 @@ from hetriever.core.errors import SourceError
 from hetriever.discover import upstream as upstream_module
 from hetriever.discover.fetch import FetchTimedOut, fetch_target, run_git
 from hetriever.discover.repositories import Repository
-from tests.helpers import commit_all, git, hanging_remote, init_repo, survivors, write_files
+from tests.support.helpers import commit_all, git, hanging_remote, init_repo, survivors, write_files
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from hetriever.discover.changes import (
     read_content_files,
 )
 from hetriever.core.models import ChangeKind, FileChange
-from tests.helpers import CORPORA, build_corpus_parent, git, update_submodule
+from tests.support.helpers import CORPORA, build_corpus_parent, git, update_submodule
 
 pytestmark = pytest.mark.corpus
 

@@ -2,7 +2,7 @@
 multilingual opentelemetry-io v2-site, language by language.
 
 The corpora hold content and configuration only (no theme, layouts or content modules), so
-Hugo builds them with the oracle's stub theme (`tests/hugo_oracle.py`) and a stub
+Hugo builds them with the oracle's stub theme (`tests/support/hugo_oracle.py`) and a stub
 configuration: hugo-docs has none in the corpus, and gets the publish settings of its real
 `hugo.toml` (content in `content/en`, `timeZone`, `frontmatter` dates); opentelemetry-io keeps
 its own `hugo.yaml` keys that decide pages and URLs, and its content mounts of whole language
@@ -11,7 +11,7 @@ corpus (`tmp/`: specification submodules) and English sections mounted into the 
 languages' trees as fallbacks (hetriever indexes each page once, in its own language:
 `hetriever.discover.site` leaves those mounts out with a note).
 
-hetriever's side runs each file through the per-file step (`tests/hugo_oracle.py`
+hetriever's side runs each file through the per-file step (`tests/support/hugo_oracle.py`
 `hetriever_pages`), which decides every skip and URL a full ingest does; only embedding and
 storing are left out, which change neither.
 """
@@ -26,9 +26,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.chroma_fixtures import store_settings
-from tests.helpers import commit_all, corpus_version, init_repo
-from tests.hugo_oracle import hetriever_pages, hugo_binary, hugo_pages
+from tests.support.chroma_fixtures import store_settings
+from tests.support.helpers import commit_all, corpus_version, init_repo
+from tests.support.hugo_oracle import hetriever_pages, hugo_binary, hugo_pages
 
 pytestmark = [pytest.mark.corpus, pytest.mark.slow]
 

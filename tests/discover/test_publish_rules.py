@@ -211,7 +211,7 @@ def test_facts_keep_only_publish_keys_and_cascades_that_set_them():
 
 
 def test_the_site_configuration_carries_the_publish_settings():
-    from tests.test_site import site_of
+    from tests.support.helpers import site_of
 
     plain = site_of({"hugo.toml": 'baseURL = "https://example.org/"\n'})
     assert plain.publish == "" and plain.rules == SiteRules()

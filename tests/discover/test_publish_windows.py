@@ -14,11 +14,16 @@ from hetriever.store.catalog import Catalog, SKIPPED
 from hetriever.store.catalog_windows import open_at, utc_text
 from hetriever.index.indexing import index_repository
 from hetriever.search.knowledge_store import ChromaKnowledgeStore
-from tests.chroma_fixtures import chroma_or_memory_store, store_settings
-from tests.fakes import HashEmbedder, MemoryClient
-from tests.flow_support import stored
-from tests.helpers import build_sample_parent, commit_all, update_submodule, write_files
-from tests.test_indexing import repo_of
+from tests.support.chroma_fixtures import chroma_or_memory_store, store_settings
+from tests.support.fakes import HashEmbedder, MemoryClient
+from tests.support.flow_support import stored
+from tests.support.helpers import (
+    build_sample_parent,
+    commit_all,
+    repo_of,
+    update_submodule,
+    write_files,
+)
 
 
 def at(day: str) -> dt.datetime:
@@ -160,12 +165,12 @@ def test_the_catalog_finds_crossed_windows(tmp_path: Path):
 
 
 def test_an_ingest_stores_what_the_per_file_step_decides(tmp_path: Path):
-    """The Hugo comparisons (tests/test_publish_hugo.py, test_publish_corpus.py) run the
+    """The Hugo comparisons (tests/discover/test_publish_hugo.py, test_publish_corpus.py) run the
     per-file step without embedding; a full ingest stores exactly those pages at those URLs."""
     from hetriever.discover.repositories import discover_repositories
-    from tests.helpers import init_repo
-    from tests.hugo_oracle import hetriever_pages
-    from tests.test_publish_hugo import FILES
+    from tests.support.helpers import init_repo
+    from tests.support.hugo_oracle import hetriever_pages
+    from tests.support.publish_site import FILES
 
     site = init_repo(tmp_path / "site")
     write_files(site, FILES)

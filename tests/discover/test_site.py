@@ -10,17 +10,7 @@ import pytest
 from hetriever.core.errors import ConfigurationError
 from hetriever.parse.page import parse_page, skip_reason
 from hetriever.discover.site import Site, load_site
-from tests.helpers import corpus_version
-
-
-def site_of(files: dict[str, str], dirs: set[str] | None = None, **kw) -> Site:
-    """A site from in-memory files; directories exist when a file is under them."""
-    present = set(dirs or ())
-    for path in files:
-        parts = path.split("/")
-        present.update("/".join(parts[:i]) for i in range(1, len(parts)))
-    listed = [p for p in files if p.startswith("config/_default/")]
-    return load_site(files.get, listed, lambda d: d in present, **kw)
+from tests.support.helpers import corpus_version, site_of
 
 
 def page(site: Site, path: str, front_matter: str = "title: T") -> object:
@@ -219,7 +209,7 @@ def test_opentelemetry_site_pages_are_where_hugo_publishes_them():
 def test_reading_a_site_from_a_git_commit(tmp_path: Path):
     from hetriever.discover.changes import site_at
     from hetriever.discover.repositories import Repository
-    from tests.helpers import commit_all, init_repo, write_files
+    from tests.support.helpers import commit_all, init_repo, write_files
 
     repo_dir = init_repo(tmp_path / "site")
     write_files(repo_dir, {"config/_default/hugo.toml": 'defaultContentLanguage = "en"\n',
@@ -291,7 +281,7 @@ def test_the_production_configuration_overrides_the_default_one(tmp_path):
     # `hugo` builds the published site as "production": config/production/ over _default/.
     from hetriever.discover.changes import site_at
     from hetriever.discover.repositories import Repository
-    from tests.helpers import commit_all, init_repo, write_files
+    from tests.support.helpers import commit_all, init_repo, write_files
 
     repo = init_repo(tmp_path / "numbat-docs")
     write_files(repo, {"config/_default/hugo.toml": 'baseURL = "http://localhost:1313/"\n'

@@ -28,10 +28,10 @@ from hetriever.store.filters import FIELD_OPS, matches, validate_filter
 from hetriever.index.indexing import index_repository
 from hetriever.search.hybrid import hybrid_search
 from hetriever.search.knowledge_store import ChromaKnowledgeStore, clear_store_cache, content_hash
-from tests.chroma_fixtures import make_chunk, store_settings
-from tests.flow_support import stored
-from tests.helpers import commit_all, init_repo, write_files
-from tests.test_webhook import SECRET, _closed_port, _config, push_payload, running, send
+from tests.support.chroma_fixtures import make_chunk, store_settings
+from tests.support.flow_support import stored
+from tests.support.helpers import commit_all, init_repo, write_files
+from tests.support.webhook_support import SECRET, closed_port, push_payload, running, send, webhook_config
 
 REPO = "messy-docs"
 SECRET_TOKEN = "TOPSECRET" + uuid.uuid4().hex  # must never reach the index
@@ -310,14 +310,14 @@ def test_a_search_scoped_to_a_never_returns_b_under_any_filter(iso_store, where,
         assert m.doc_id in allowed  # the filter narrowed, never widened
 
 
-# --- webhook: what tests/test_webhook.py does not send ------------------------------------------
+# --- webhook: what tests/webhooks/test_webhook.py does not send ------------------------------------------
 
 
 @pytest.fixture(scope="module")
 def webhook(tmp_path_factory):
     """The app with a closed Prefect port: nothing here may get as far as starting a run."""
     state = tmp_path_factory.mktemp("webhook-bad-input")
-    with running(_config(state, f"http://127.0.0.1:{_closed_port()}/api")) as base:
+    with running(webhook_config(state, f"http://127.0.0.1:{closed_port()}/api")) as base:
         yield base
 
 

@@ -1,5 +1,5 @@
 """The catalog after a full pass, and after a run killed once its commit was recorded, equals
-a clean build table by table and column by column (`tests/catalog_snapshot.py`); `status`,
+a clean build table by table and column by column (`tests/support/catalog_snapshot.py`); `status`,
 which reads it, says what a clean build says.
 
 Real git repositories, MiniLM, Chroma and BM25; the runs are `hetriever` subprocesses.
@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.catalog_snapshot import catalog_rows
-from tests.helpers import commit_all, git, init_repo, write_files
-from tests.test_faults import REPO_NAME, cli_env, run_cli
+from tests.support.catalog_snapshot import catalog_rows
+from tests.support.helpers import commit_all, git, init_repo, write_files
+from tests.support.cli_runs import REPO_NAME, cli_env, run_cli
 
 BINARY = "content/docs/binary.md"
 BROKEN = "content/docs/broken.md"

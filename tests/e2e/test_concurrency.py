@@ -22,9 +22,9 @@ from structlog.testing import capture_logs
 from hetriever.index.indexing import index_repository, run_lock
 from hetriever.search.hybrid import hybrid_search
 from hetriever.search.knowledge_store import content_hash
-from tests.chroma_fixtures import store_settings
-from tests.flow_support import stored
-from tests.test_faults import (
+from tests.support.chroma_fixtures import store_settings
+from tests.support.flow_support import stored
+from tests.support.cli_runs import (
     PAGES,
     REPO_NAME,
     RUN_TIMEOUT,
@@ -40,7 +40,7 @@ from tests.test_faults import (
     the_repo,
     write_pages,
 )
-from tests.helpers import commit_all, init_repo, write_files
+from tests.support.helpers import commit_all, init_repo, write_files
 
 pytestmark = pytest.mark.slow  # CLI subprocesses
 
@@ -256,7 +256,7 @@ def test_ingests_of_two_repositories_into_one_directory_wait_for_each_other(
         tmp_path, minilm_model_dir):
     # One embedded directory has one writer at a time. The first ingest's window takes 15 s
     # (injected), longer than the lock used to wait: the second must wait, saying so, and finish.
-    from tests.test_faults import LogWatcher, cli_command
+    from tests.support.cli_runs import LogWatcher, cli_command
 
     docs = tmp_path / "docs"
     for name in ("alpha-docs", "bravo-docs"):

@@ -27,11 +27,18 @@ from hetriever.store.chunk_records import ChunkCollection
 from hetriever.index.indexing import STATUS_COMPLETE, STATUS_INDEXING, index_repository
 from hetriever.search.hybrid import retrieve
 from hetriever.search.knowledge_store import ChromaKnowledgeStore
-from tests.catalog_snapshot import catalog_rows, collection_metadata
-from tests.chroma_fixtures import store_settings
-from tests.helpers import commit_all, init_repo, write_files
-from tests.test_faults import (REPO_NAME, cli_command, cli_env, page_text, run, run_cli,
-                               signal_when, the_repo)
+from tests.support.catalog_snapshot import catalog_rows, collection_metadata
+from tests.support.chroma_fixtures import store_settings
+from tests.support.helpers import commit_all, init_repo, run, write_files
+from tests.support.cli_runs import (
+    REPO_NAME,
+    cli_command,
+    cli_env,
+    page_text,
+    run_cli,
+    signal_when,
+    the_repo,
+)
 
 PAGES = 24
 WINDOW = 8  # several write windows per run
@@ -93,7 +100,7 @@ def snapshot(root: Path, embedder: Any, model_dir: Path) -> dict[str, Any]:
             "status": meta["index_status"],
             # every table and column of the catalog (`status` and `/repositories` read the
             # repositories row), and the collection's whole metadata, less what
-            # tests/catalog_snapshot.py names
+            # tests/support/catalog_snapshot.py names
             "catalog": catalog_rows(store.catalog.path, physical),
             "collection_metadata": collection_metadata(meta),
         }

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.flow_support import stored
-from tests.test_faults import REPO_NAME, cli_env, open_store, pages_repo, run_cli
+from tests.support.flow_support import stored
+from tests.support.cli_runs import REPO_NAME, cli_env, open_store, pages_repo, run_cli
 
 DAMAGE = {
     "damaged": lambda p: p.write_bytes(b"not a database at all " * 400),

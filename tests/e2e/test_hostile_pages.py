@@ -15,10 +15,10 @@ from pathlib import Path
 
 from hetriever.index.indexing import index_repository
 from hetriever.search.knowledge_store import ChromaKnowledgeStore
-from tests.chroma_fixtures import store_settings
-from tests.flow_support import stored
-from tests.helpers import commit_all, git, init_repo, write_files
-from tests.test_faults import REPO_NAME, RUN_TIMEOUT, cli_command, cli_env, run, the_repo
+from tests.support.chroma_fixtures import store_settings
+from tests.support.flow_support import stored
+from tests.support.helpers import commit_all, git, init_repo, run, write_files
+from tests.support.cli_runs import REPO_NAME, RUN_TIMEOUT, cli_command, cli_env, the_repo
 
 NORMAL = "content/docs/normal.md"
 
@@ -201,7 +201,7 @@ def test_a_huge_chunk_of_an_older_index_is_returned_cut_with_the_reason(
     first 10,000 characters and says so (it was returned whole)."""
     from hetriever.search.candidates import MAX_PASSAGE_CHARS
     from hetriever.search.hybrid import hybrid_search
-    from tests.chroma_fixtures import make_chunk
+    from tests.support.chroma_fixtures import make_chunk
 
     store = _open(tmp_path, minilm_model_dir, minilm_embedder)
     try:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import commit_all, git, init_repo, write_files
-from tests.test_faults import cli_env, page_text, run_cli
+from tests.support.helpers import commit_all, git, init_repo, write_files
+from tests.support.cli_runs import cli_env, page_text, run_cli
 
 pytestmark = pytest.mark.slow  # CLI subprocesses
 

@@ -26,8 +26,8 @@ from mcp.client.stdio import StdioServerParameters
 from hetriever.store.catalog import Catalog
 from hetriever.core.errors import BackendConnectionError
 from hetriever.core.redact import public_url, redact_text, redact_url
-from tests.helpers import commit_all, git, init_repo, write_files
-from tests.serve_fixtures import HETRIEVER, Workspace, running
+from tests.support.helpers import commit_all, git, init_repo, write_files
+from tests.support.serve_fixtures import HETRIEVER, Workspace, running
 
 TOKEN = "ghp_secret0123456789abcdefTOKEN"
 # A password git takes as written, holding what ends a URL's authority to a parser that splits
@@ -161,13 +161,13 @@ def test_artifacts_carry_no_credentials():
 
 
 def test_webhook_answers_carry_no_credentials(tmp_path):
-    from tests.test_webhook import SHA, _config, push_payload, running as webhook, send
+    from tests.support.webhook_support import SHA, push_payload, running as webhook, send, webhook_config
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed again: the Prefect API does not answer
     api = f"http://admin:{TOKEN}@127.0.0.1:{port}/api"
-    with webhook(_config(tmp_path, api, prefect_timeout=10.0)) as base:
+    with webhook(webhook_config(tmp_path, api, prefect_timeout=10.0)) as base:
         resp = send(base, push_payload(after=SHA))
     assert resp.status_code == 503, resp.text
     assert "unreachable" in resp.json()["error"] and TOKEN not in resp.text

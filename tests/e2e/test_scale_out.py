@@ -19,10 +19,10 @@ import pytest
 
 from hetriever.store.catalog import Catalog
 from hetriever.search.knowledge_store import clear_store_cache
-from tests.chroma_fixtures import free_port, running_chroma_server
-from tests.helpers import build_sample_parent, commit_all, update_submodule
-from tests.test_faults import cli_env, run_cli
-from tests.test_flows import run_ingest
+from tests.support.chroma_fixtures import free_port, running_chroma_server
+from tests.support.cli_runs import cli_env, run_cli
+from tests.support.flow_support import run_ingest
+from tests.support.helpers import build_sample_parent, commit_all, update_submodule
 
 pytestmark = [pytest.mark.server, pytest.mark.prefect]
 

@@ -19,10 +19,10 @@ import pytest
 from hetriever.store.catalog_records import CATALOG_FILE
 from hetriever.store.chunk_records import ChunkCollection
 from hetriever.search.knowledge_store import ChromaKnowledgeStore
-from tests.catalog_snapshot import catalog_rows, collection_metadata
-from tests.chroma_fixtures import store_settings
-from tests.helpers import commit_all, init_repo, write_files
-from tests.test_faults import cli_env, run, run_cli
+from tests.support.catalog_snapshot import catalog_rows, collection_metadata
+from tests.support.chroma_fixtures import store_settings
+from tests.support.helpers import commit_all, init_repo, run, write_files
+from tests.support.cli_runs import cli_env, run_cli
 
 REPO = "lost-docs"
 DELETED, MODIFIED, ADDED = "content/docs/gone.md", "content/docs/edited.md", "content/docs/new.md"
@@ -75,7 +75,7 @@ def snapshot(root: Path, model_dir: Path, embedder: Any) -> dict[str, Any]:
             "commit": meta["commit_hash"],
             "status": meta["index_status"],
             "totals": (meta.get("total_documents"), meta.get("total_chunks")),
-            # every table and column, less what tests/catalog_snapshot.py names
+            # every table and column, less what tests/support/catalog_snapshot.py names
             "catalog": catalog_rows(catalog.path, physical),
             "collection_metadata": collection_metadata(meta),
         }

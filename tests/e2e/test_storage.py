@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from tests.test_faults import (
+from tests.support.cli_runs import (
     assert_equals_fresh_pass,
     cli_env,
     open_store,

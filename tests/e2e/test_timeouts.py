@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from tests.chroma_fixtures import running_chroma_server
-from tests.test_faults import cli_env, pages_repo, run_cli
+from tests.support.chroma_fixtures import running_chroma_server
+from tests.support.cli_runs import cli_env, pages_repo, run_cli
 
 TIMEOUT = 3  # HETRIEVER_CHROMA_TIMEOUT for the commands below
 BOUND = 30.0  # what the issue asks: a frozen server is detected within 30 s

@@ -41,7 +41,7 @@ from hetriever.embed.model_build import (
     default_source_dir,
 )
 from hetriever.core.errors import ConfigurationError, EmbeddingError
-from tests.helpers import REPO_ROOT
+from tests.support.helpers import REPO_ROOT
 
 PARAPHRASE = ("How do I create a new page in my site?",
               "What is the way to add a new page to a website?")

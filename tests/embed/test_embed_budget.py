@@ -16,8 +16,8 @@ from hetriever.index.indexing import index_repository
 from hetriever.index.lifecycle import migrate_repository
 from hetriever.discover.repositories import Repository
 from hetriever.search.knowledge_store import ChromaKnowledgeStore
-from tests.chroma_fixtures import store_settings
-from tests.helpers import commit_all, init_repo, write_files
+from tests.support.chroma_fixtures import store_settings
+from tests.support.helpers import commit_all, init_repo, write_files
 
 TEXTS = [
     "Hugo is a static site generator written in Go.",

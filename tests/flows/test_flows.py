@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from hetriever.discover.changes import discover_repositories
 from hetriever.search.knowledge_store import clear_store_cache, get_knowledge_store
-from tests.flow_support import fresh_full_pass, stored
-from tests.helpers import (
+from tests.support.flow_support import fresh_full_pass, run_ingest, stored
+from tests.support.helpers import (
     add_submodule,
     build_corpus_parent,
     build_sample_parent,
@@ -21,6 +20,7 @@ from tests.helpers import (
     git,
     hanging_remote,
     init_repo,
+    repo_of,
     survivors,
     update_submodule,
     write_files,
@@ -48,22 +48,10 @@ def sample_parent(env, monkeypatch):
     return parent, source
 
 
-def run_ingest(**params):
-    from flows.ingest import ingest
-
-    state = asyncio.run(ingest(return_state=True, **params))
-    return state, state.result(raise_on_failure=False)
-
-
 def open_store():
     from hetriever.core.config import load_settings
 
     return get_knowledge_store(load_settings())
-
-
-def repo_of(parent: Path, name: str):
-    (repo,) = [r for r in discover_repositories(parent) if r.name == name]
-    return repo
 
 
 def test_cli_prefect_engine_runs_the_flow_on_the_configured_server(sample_parent, monkeypatch):
@@ -417,7 +405,7 @@ def test_a_replayed_old_push_leaves_the_index_at_the_newer_commit(
     from datetime import datetime, timezone
     from uuid import uuid4
 
-    from tests.test_webhook import _config, _flow_run, push_payload, running, send
+    from tests.support.webhook_support import push_payload, read_flow_run, running, send, webhook_config
     from webhooks.service import parse_repo_routes
 
     parent, source = sample_parent
@@ -425,7 +413,7 @@ def test_a_replayed_old_push_leaves_the_index_at_the_newer_commit(
     old = git(source, "rev-parse", "HEAD")
     write_files(source, {"content/docs/newer.md": "---\ntitle: Newer\n---\n\nA newer page.\n"})
     newer = commit_all(source, "a newer push")
-    hook = _config(tmp_path / "hook-state", prefect_harness.api_url,
+    hook = webhook_config(tmp_path / "hook-state", prefect_harness.api_url,
                    deployment=ingest_deployment, repos=parse_repo_routes("docs-org/sample="
                                                                          "sample-docs"))
 
@@ -435,7 +423,7 @@ def test_a_replayed_old_push_leaves_the_index_at_the_newer_commit(
         with running(hook) as base:
             answer = send(base, payload, delivery=str(uuid4()))
         assert answer.status_code == 202, answer.text
-        params = dict(_flow_run(answer.json()["flow_run_id"]).parameters)
+        params = dict(read_flow_run(answer.json()["flow_run_id"]).parameters)
         state, summary = run_ingest(**params)
         assert state.is_completed(), state.message
         return summary["repositories"][0]

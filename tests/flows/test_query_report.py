@@ -13,7 +13,7 @@ import pytest
 
 from flows.query_report import link_target, markdown_text
 from hetriever.search.knowledge_store import clear_store_cache
-from tests.helpers import commit_all, init_repo, write_files
+from tests.support.helpers import commit_all, init_repo, write_files
 
 HOSTILE = ("Run <script>alert(1)</script> then [click](javascript:alert(2)) | a cell | "
            "and `code` ** bold ** # heading")

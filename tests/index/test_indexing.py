@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from hetriever.discover.changes import discover_repositories
 from hetriever.core.errors import SourceError
 from hetriever.core.faults import InjectedFault
 from hetriever.index.indexing import (
@@ -16,14 +15,15 @@ from hetriever.index.indexing import (
     index_repository,
     is_snippet_path,
 )
-from tests.chroma_fixtures import chroma_or_memory_store
-from tests.flow_support import fresh_full_pass, stored
-from tests.helpers import (
+from tests.support.chroma_fixtures import chroma_or_memory_store
+from tests.support.flow_support import fresh_full_pass, stored
+from tests.support.helpers import (
     break_the_cleaner_on_where,
     build_sample_parent,
     commit_all,
     git,
     init_repo,
+    repo_of,
     update_submodule,
     write_files,
 )
@@ -42,11 +42,6 @@ def docs(tmp_path: Path):
 def store(request, tmp_path: Path):
     """The algorithm over real Chroma and MiniLM, and over the fast tier's in-memory stand-ins."""
     yield from chroma_or_memory_store(request, tmp_path)
-
-
-def repo_of(parent: Path, name: str = "sample-docs"):
-    (repo,) = [r for r in discover_repositories(parent) if r.name == name]
-    return repo
 
 
 def test_full_then_noop_then_incremental(docs, store):

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from hetriever.core.config import load_settings
-from tests.fakes import HashEmbedder
-from tests.helpers import SAMPLE_DOCS, commit_all, init_repo
+from tests.support.fakes import HashEmbedder
+from tests.support.helpers import SAMPLE_DOCS, commit_all, init_repo
 
 NAMES = ("site-a", "site-b", "site-c")
 

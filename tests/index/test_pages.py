@@ -16,8 +16,8 @@ from hetriever.discover.repositories import Repository
 from hetriever.parse.page import page_params, parse_page
 from hetriever.search.hybrid import hybrid_search
 from hetriever.search.knowledge_store import ChromaKnowledgeStore
-from tests.chroma_fixtures import store_settings
-from tests.helpers import commit_all, init_repo, make_parent_with_submodule, write_files
+from tests.support.chroma_fixtures import store_settings
+from tests.support.helpers import commit_all, init_repo, make_parent_with_submodule, write_files
 
 REPO = Repository(name="docs", path=Path("."))
 

@@ -13,8 +13,8 @@ from hetriever.index import progress as run_progress
 from hetriever.index.indexing import index_repository
 from hetriever.index.progress import RunProgress
 from hetriever.search.knowledge_store import ChromaKnowledgeStore
-from tests.chroma_fixtures import store_settings
-from tests.helpers import build_sample_parent
+from tests.support.chroma_fixtures import store_settings
+from tests.support.helpers import build_sample_parent
 
 
 def test_chunks_move_between_windows_and_the_total_is_estimated():

@@ -19,8 +19,8 @@ from hetriever.discover.repositories import Repository
 from hetriever.search.results import is_question
 from hetriever.search.hybrid import hybrid_search
 from hetriever.search.knowledge_store import ChromaKnowledgeStore
-from tests.chroma_fixtures import store_settings
-from tests.helpers import (
+from tests.support.chroma_fixtures import store_settings
+from tests.support.helpers import (
     commit_all,
     init_repo,
     make_parent_with_submodule,

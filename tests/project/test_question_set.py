@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from tests.helpers import REPO_ROOT, corpus_version
+from tests.support.helpers import REPO_ROOT, corpus_version
 
 QUERIES = REPO_ROOT / "bench" / "queries"
 FILES = (QUERIES / "real_questions.jsonl", QUERIES / "questions.jsonl")

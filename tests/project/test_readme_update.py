@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO_ROOT
+from tests.support.helpers import REPO_ROOT
 
 PAGE = "---\ntitle: {title}\n---\n\n# {title}\n\nThe {title} page tells how {word} works.\n"
 

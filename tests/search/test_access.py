@@ -11,7 +11,7 @@ from structlog.testing import capture_logs
 import hetriever.core.access as access
 from hetriever.core.errors import InvalidFilterError
 from hetriever.search.hybrid import plan_collections, retrieve
-from tests.chroma_fixtures import make_chunk
+from tests.support.chroma_fixtures import make_chunk
 
 PUB, PRIV, TEAM = "public-docs", "private-docs", "team-docs"
 LEVELS = {PRIV: "PRIVATE", TEAM: "TEAM"}

@@ -1,6 +1,6 @@
 """Search analytics over a real SQLite file: recording, retention, purge, the report, the
 feed a server writes through, the /stats page and the artifact's Markdown (fast tier; the
-served path is in tests/test_analytics_served.py)."""
+served path is in tests/serve/test_analytics_served.py)."""
 
 from __future__ import annotations
 

@@ -12,8 +12,8 @@ from hetriever.discover.changes import discover_repositories
 from hetriever.index.indexing import index_repository
 from hetriever.search.hybrid import hybrid_search
 from hetriever.search.knowledge_store import ChromaKnowledgeStore
-from tests.chroma_fixtures import store_settings
-from tests.helpers import commit_all, init_repo, write_files
+from tests.support.chroma_fixtures import store_settings
+from tests.support.helpers import commit_all, init_repo, write_files
 
 PAGES = {
     "content/functions/collections/Where.md":

@@ -11,8 +11,8 @@ import pytest
 
 from hetriever.search.hybrid import hybrid_search
 from hetriever.search.knowledge_store import ChromaKnowledgeStore
-from tests.chroma_fixtures import make_chunk, store_settings
-from tests.test_search import run
+from tests.support.chroma_fixtures import make_chunk, store_settings
+from tests.support.helpers import run
 
 A, B, SECRET = "alpha-docs", "beta-docs", "secret-docs"
 INSTALL = "Install the kestrel tool"

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from hetriever.commands import resident
-from tests.helpers import REPO_ROOT, commit_all, init_repo, write_files
+from tests.support.helpers import REPO_ROOT, commit_all, init_repo, write_files
 
 pytestmark = pytest.mark.slow  # every wait here has its deadline, every subprocess its timeout
 

@@ -29,7 +29,7 @@ from hetriever.search.hybrid import (
 )
 from hetriever.search.fusion import rrf_fuse
 from hetriever.search.knowledge_store import ChromaKnowledgeStore
-from tests.chroma_fixtures import (
+from tests.support.chroma_fixtures import (
     make_chunk,
     running_chroma_server,
     server_database_client,
@@ -583,8 +583,8 @@ def test_vector_distances_are_chromas(tmp_path, space):
 
 def test_the_phrase_weight_setting_reaches_the_bm25_index(tmp_path):
     from hetriever.search.knowledge_store import ChromaKnowledgeStore
-    from tests.chroma_fixtures import store_settings
-    from tests.fakes import HashEmbedder, MemoryClient
+    from tests.support.chroma_fixtures import store_settings
+    from tests.support.fakes import HashEmbedder, MemoryClient
 
     store = ChromaKnowledgeStore(store_settings(tmp_path, bm25_phrase_weight=0.0),
                                  embedder=HashEmbedder(), client=MemoryClient())

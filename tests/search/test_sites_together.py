@@ -22,8 +22,8 @@ from hetriever.index.indexing import index_repository
 from hetriever.search.hybrid import hybrid_search
 from hetriever.search.knowledge_store import ChromaKnowledgeStore
 from hetriever.store.bm25.bm25_index import CorpusStats
-from tests.chroma_fixtures import server_database_client, store_settings
-from tests.helpers import commit_all, corpus_version, init_repo
+from tests.support.chroma_fixtures import server_database_client, store_settings
+from tests.support.helpers import commit_all, corpus_version, init_repo
 
 PAGES = {
     "hugo-docs": ["content/en/content-management/menus.md",

@@ -1,4 +1,4 @@
-"""Search analytics through a real `hetriever serve` over a real small index (tests/serve_fixtures.py):
+"""Search analytics through a real `hetriever serve` over a real small index (tests/support/serve_fixtures.py):
 a search that finds nothing is listed by `hetriever analytics` and `/stats`, an open sent as
 the page sends it shows up as opened, purge empties it, and with analytics off nothing is
 written."""
@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from hetriever.search.analytics import ANALYTICS_FILE
-from tests.serve_fixtures import HETRIEVER, PRIVATE_KEY, TEAM_KEY, running
+from tests.support.serve_fixtures import HETRIEVER, PRIVATE_KEY, TEAM_KEY, running
 
 pytestmark = pytest.mark.slow  # a real `hetriever serve` process
 
@@ -106,7 +106,7 @@ def test_stats_charts_render_in_a_browser_and_the_hostile_query_stays_text(
         served_docs, api, tmp_path):
     """/stats in a real headless Chromium: every chart is drawn with visible bars, the hostile
     query is shown as its own text, and nothing on the page runs a script."""
-    from tests.browser_fixtures import chromium
+    from tests.support.browser_fixtures import chromium
 
     httpx.get(api.url + "/search", params={"q": HOSTILE, "filter": NOTHING}, timeout=TIMEOUT)
     eventually(lambda: report(served_docs)["no_result"])

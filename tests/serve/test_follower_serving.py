@@ -10,9 +10,9 @@ import pytest
 from hetriever.core.config import load_settings
 from hetriever.store.replica import COPIED
 from hetriever.serve.service import DocsService
-from tests.chroma_fixtures import running_chroma_server
-from tests.helpers import build_sample_parent, commit_all, update_submodule
-from tests.test_faults import cli_env, run_cli
+from tests.support.chroma_fixtures import running_chroma_server
+from tests.support.helpers import build_sample_parent, commit_all, update_submodule
+from tests.support.cli_runs import cli_env, run_cli
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 

@@ -8,8 +8,8 @@ import time
 import httpx
 import pytest
 
-from tests.helpers import commit_all, git, init_repo, write_files
-from tests.serve_fixtures import PRIVATE_KEY, TEAM_KEY, running
+from tests.support.helpers import commit_all, git, init_repo, write_files
+from tests.support.serve_fixtures import PRIVATE_KEY, TEAM_KEY, running
 
 pytestmark = pytest.mark.slow  # a real `hetriever serve` / `hetriever mcp` process
 

@@ -23,8 +23,8 @@ from hetriever.serve.mcp_server import create_mcp
 from hetriever.serve.service import DocsService
 from hetriever.serve.telemetry import Telemetry
 from hetriever.search.knowledge_store import ChromaKnowledgeStore
-from tests.chroma_fixtures import store_settings
-from tests.helpers import commit_all, init_repo, write_files
+from tests.support.chroma_fixtures import store_settings
+from tests.support.helpers import commit_all, init_repo, write_files
 
 TIMEOUT = 120  # seconds for an MCP session or an HTTP exchange
 

@@ -19,7 +19,7 @@ from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.serve_fixtures import HETRIEVER, PRIVATE_KEY, TEAM_KEY, running
+from tests.support.serve_fixtures import HETRIEVER, PRIVATE_KEY, TEAM_KEY, running
 
 pytestmark = pytest.mark.slow  # a real `hetriever serve` / `hetriever mcp` process
 

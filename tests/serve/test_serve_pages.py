@@ -15,8 +15,8 @@ from hetriever.discover.changes import discover_repositories
 from hetriever.index.indexing import index_repository
 from hetriever.serve.service import DocsService
 from hetriever.search.knowledge_store import ChromaKnowledgeStore
-from tests.chroma_fixtures import store_settings
-from tests.helpers import build_sample_parent, commit_all, update_submodule
+from tests.support.chroma_fixtures import store_settings
+from tests.support.helpers import build_sample_parent, commit_all, update_submodule
 
 PAGE = "sample-docs/content/docs/templates/where.md"
 EDITED = {  # the Usage and Operators sections replaced: their chunks get new ids

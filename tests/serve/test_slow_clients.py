@@ -12,9 +12,9 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from tests.chroma_fixtures import free_port, wait_until_answering
-from tests.helpers import REPO_ROOT, stop_process
-from tests.serve_fixtures import running
+from tests.support.chroma_fixtures import free_port, wait_until_answering
+from tests.support.helpers import REPO_ROOT, stop_process
+from tests.support.serve_fixtures import running
 
 pytestmark = pytest.mark.slow  # real server processes
 

@@ -17,11 +17,11 @@ import pytest
 
 from hetriever.serve.keys import hash_key
 from hetriever.serve.schemas import PageAnswer, RepositoriesAnswer, SearchAnswer
-from tests.browser_fixtures import WAIT, chromium, static_site
-from tests.chroma_fixtures import free_port
-from tests.helpers import REPO_ROOT, commit_all, init_repo, write_files
-from tests.hugo_oracle import hugo_binary
-from tests.serve_fixtures import TEAM_KEY, TEAM_NOTES, Workspace, running
+from tests.support.browser_fixtures import WAIT, chromium, static_site
+from tests.support.chroma_fixtures import free_port
+from tests.support.helpers import REPO_ROOT, commit_all, init_repo, write_files
+from tests.support.hugo_oracle import hugo_binary
+from tests.support.serve_fixtures import TEAM_KEY, TEAM_NOTES, Workspace, running
 
 pytestmark = pytest.mark.slow  # a real `hetriever serve` process and a real browser
 

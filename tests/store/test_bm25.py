@@ -15,7 +15,7 @@ from hetriever.store.bm25.bm25_index import BM25Index, tokenize
 from hetriever.core.errors import IndexingError, InvalidFilterError, InvalidLimitError
 from hetriever.store.filters import matches, validate_filter
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def assert_same_hits(got, expected):

@@ -30,8 +30,8 @@ from hetriever.discover.changes import discover_repositories
 from hetriever.index.indexing import index_repository
 from hetriever.chunk.sections import heading_anchor
 from hetriever.search.knowledge_store import ChromaKnowledgeStore
-from tests.chroma_fixtures import store_settings
-from tests.helpers import (
+from tests.support.chroma_fixtures import store_settings
+from tests.support.helpers import (
     break_the_cleaner_on_where,
     build_sample_parent,
     commit_all,

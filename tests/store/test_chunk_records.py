@@ -15,8 +15,8 @@ from hetriever.store.chunk_records import TEXT_KEY, ChunkCollection
 from hetriever.core.errors import IndexingError
 from hetriever.search.hybrid import hybrid_search
 from hetriever.search.knowledge_store import ChromaKnowledgeStore
-from tests.chroma_fixtures import make_chunk, store_settings
-from tests.fakes import HashEmbedder
+from tests.support.chroma_fixtures import make_chunk, store_settings
+from tests.support.fakes import HashEmbedder
 
 REPO = "alpha-docs"
 PAGE = "content/functions/where.md"

@@ -19,9 +19,9 @@ from chromadb.errors import NotFoundError
 from hetriever.discover.changes import discover_repositories
 from hetriever.index.indexing import STATUS_COMPLETE, index_repository
 from hetriever.search.knowledge_store import ChromaKnowledgeStore
-from tests.chroma_fixtures import store_settings
-from tests.fakes import HashEmbedder, MemoryClient
-from tests.helpers import build_sample_parent, commit_all, update_submodule, write_files
+from tests.support.chroma_fixtures import store_settings
+from tests.support.fakes import HashEmbedder, MemoryClient
+from tests.support.helpers import build_sample_parent, commit_all, update_submodule, write_files
 
 RECORDS = [
     ("a", "the where function filters a collection", {"section": "functions", "weight": 1,

@@ -17,9 +17,9 @@ from hetriever.store.bm25.bm25_index import BM25Index
 from hetriever.discover.changes import discover_repositories
 from hetriever.index.indexing import STATUS_INDEXING, index_repository
 from hetriever.search.knowledge_store import ChromaKnowledgeStore
-from tests.chroma_fixtures import store_settings
-from tests.flow_support import fresh_full_pass, stored
-from tests.helpers import build_sample_parent, commit_all, update_submodule
+from tests.support.chroma_fixtures import store_settings
+from tests.support.flow_support import fresh_full_pass, stored
+from tests.support.helpers import build_sample_parent, commit_all, update_submodule
 
 CHROMA_WRITES = ("add", "upsert", "update", "delete")
 BM25_WRITES = ("upsert", "delete", "delete_where")

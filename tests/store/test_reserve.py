@@ -12,7 +12,7 @@ import pytest
 
 from hetriever.commands import reserve
 from hetriever.cli import main
-from tests.chroma_fixtures import store_settings
+from tests.support.chroma_fixtures import store_settings
 
 
 def test_a_read_that_finds_the_disk_full_runs_again_after_releasing_the_reserve(tmp_path):
@@ -121,7 +121,7 @@ def test_a_read_lent_the_reserve_takes_it_back_at_exit(tmp_path):
     script = (
         "import sqlite3, sys\n"
         "from hetriever.commands import reserve\n"
-        "from tests.chroma_fixtures import store_settings\n"
+        "from tests.support.chroma_fixtures import store_settings\n"
         "from pathlib import Path\n"
         "settings = store_settings(Path(sys.argv[1]))\n"
         "calls = []\n"

@@ -31,8 +31,8 @@ from hetriever.search.knowledge_store import (
     validate_collection_name,
 )
 from hetriever.store.views import HNSW_SYNC_THRESHOLD
-from tests.chroma_fixtures import free_port, make_chunk, store_settings
-from tests.flow_support import stored
+from tests.support.chroma_fixtures import free_port, make_chunk, store_settings
+from tests.support.flow_support import stored
 
 REPO = "alpha-docs"
 WHERE = "content/functions/where.md"

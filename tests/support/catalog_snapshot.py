@@ -22,7 +22,7 @@ between two correct builds of the same commit. Those, and why:
 
 Only the served collection's rows are read (`collection`): a generation a migration left
 behind is the business of the tests that look for it (`generations()` in
-tests/test_crash_points.py). Its name (`<repo>_v<generation>`) reads `<served>` and the
+tests/e2e/test_crash_points.py). Its name (`<repo>_v<generation>`) reads `<served>` and the
 `collections.generation` column is left out: a migration serves the same index from a later
 generation.
 """

@@ -26,8 +26,8 @@ import pytest
 
 from deployments.temporary_server import free_port
 from hetriever.core.config import Settings, load_settings
-from tests.fakes import MemoryClient
-from tests.helpers import stop_process
+from tests.support.fakes import MemoryClient
+from tests.support.helpers import stop_process
 
 SERVER_START_TIMEOUT = 60.0
 
@@ -130,7 +130,7 @@ def chroma_or_memory_store(request: pytest.FixtureRequest, tmp_path: Path) -> It
     """For a fixture parametrized ["chroma", "memory"]: a store over real Chroma and MiniLM, or
     over the fast tier's in-memory stand-ins; closed afterwards."""
     from hetriever.search.knowledge_store import ChromaKnowledgeStore
-    from tests.fakes import HashEmbedder
+    from tests.support.fakes import HashEmbedder
 
     settings = store_settings(tmp_path, run_lock_timeout=1.0)
     if request.param == "chroma":

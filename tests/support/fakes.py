@@ -2,7 +2,7 @@
 
 They let the real store, search and indexing code run without the ONNX model or a Chroma
 directory: `ChromaKnowledgeStore(settings, embedder=HashEmbedder(), client=MemoryClient())`.
-`tests/test_fakes.py` holds them to what they stand in for: the client answers the same calls
+`tests/store/test_fakes.py` holds them to what they stand in for: the client answers the same calls
 as embedded Chroma with the same records, and the embedder keeps the `Embedder` contract.
 """
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 
 from hetriever.store.chunk_records import ChunkCollection
@@ -37,3 +38,12 @@ def fresh_full_pass(repo: Repository, commit: str, settings: Settings) -> dict[s
         for chunk in outcome.chunks:
             expected[chunk.id] = (path, chunk.text)
     return expected
+
+
+def run_ingest(**params):
+    """The ingest flow run to its end: (its final state, its result or the exception)."""
+    from flows.ingest import ingest
+
+    state = asyncio.run(ingest(return_state=True, **params))
+    return state, state.result(raise_on_failure=False)
+

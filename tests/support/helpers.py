@@ -1,15 +1,21 @@
-"""Test helpers: real git repositories built in tmp_path, and the shared corpora."""
+"""Test helpers: real git repositories built in tmp_path, a site from in-memory files, and the
+shared corpora."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from hetriever.discover.repositories import Repository, discover_repositories
+from hetriever.discover.site import Site, load_site
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 CORPORA = Path(os.environ.get("HETRIEVER_CORPORA", REPO_ROOT.parent / "shared" / "corpora"))
 
 GIT_ENV = {
@@ -178,3 +184,23 @@ def survivors() -> list[str]:
         if f"sleep {SLEEP}" in cmdline:
             found.append(f"{pid}: {cmdline}")
     return found
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def repo_of(parent: Path, name: str = "sample-docs") -> Repository:
+    """The repository `name` among those discovered under `parent`."""
+    (repo,) = [r for r in discover_repositories(parent) if r.name == name]
+    return repo
+
+
+def site_of(files: dict[str, str], dirs: set[str] | None = None, **kw) -> Site:
+    """A site from in-memory files; directories exist when a file is under them."""
+    present = set(dirs or ())
+    for path in files:
+        parts = path.split("/")
+        present.update("/".join(parts[:i]) for i in range(1, len(parts)))
+    listed = [p for p in files if p.startswith("config/_default/")]
+    return load_site(files.get, listed, lambda d: d in present, **kw)

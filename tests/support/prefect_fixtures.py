@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from tests.helpers import REPO_ROOT
+from tests.support.helpers import REPO_ROOT
 
 TEST_POOL = "hetriever-test-pool"  # not the real pool: test_deployments creates that one
 INGEST_TEST_DEPLOYMENT = "webhook-test"

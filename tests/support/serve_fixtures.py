@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 from hetriever.serve.keys import hash_key
-from tests.chroma_fixtures import free_port, wait_until_answering
-from tests.helpers import REPO_ROOT, commit_all, init_repo, stop_process, write_files
+from tests.support.chroma_fixtures import free_port, wait_until_answering
+from tests.support.helpers import REPO_ROOT, commit_all, init_repo, stop_process, write_files
 
 HETRIEVER = Path(sys.executable).parent / "hetriever"
 START_TIMEOUT = 180.0  # model load on a busy machine

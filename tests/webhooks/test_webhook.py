@@ -9,15 +9,11 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
 
 import httpx
 import pytest
@@ -28,81 +24,22 @@ from webhooks.service import (
     DeliveryStore,
     RepoRoute,
     WebhookConfig,
-    create_app,
     normalise_github_repo,
     parse_repo_routes,
     signature_for,
 )
-from tests.helpers import REPO_ROOT
-
-SECRET = "s3cret-for-tests-0123456789"
-REPOS = "gohugoio/hugoDocs=hugo-docs,open-telemetry/opentelemetry.io=opentelemetry-io@release"
-SHA = "0123456789abcdef0123456789abcdef01234567"
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]  # closed again on exit: nothing listens there
-
-
-def _config(state_dir: Path, api_url: str, **changes) -> WebhookConfig:
-    base = dict(secret=SECRET, prefect_api_url=api_url, repos=parse_repo_routes(REPOS),
-                state_dir=state_dir, max_body=64 * 1024, prefect_timeout=20.0)
-    return WebhookConfig(**{**base, **changes})
-
-
-@contextmanager
-def running(config: WebhookConfig) -> Iterator[str]:
-    """The app under uvicorn in a thread, on a socket bound here (no port race)."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(config), log_level="warning",
-                                           lifespan="on"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    while not server.started:
-        if not thread.is_alive():
-            raise RuntimeError("webhook server thread died on start")
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
-
-
-def push_payload(full_name: str = "gohugoio/hugoDocs", branch: str = "master",
-                 default_branch: str = "master", after: str = SHA) -> dict:
-    return {
-        "ref": f"refs/heads/{branch}",
-        "before": "f" * 40,
-        "after": after,
-        "deleted": False,
-        "repository": {
-            "full_name": full_name,
-            "clone_url": f"https://github.com/{full_name}.git",
-            "default_branch": default_branch,
-        },
-        "head_commit": {"id": after, "message": "docs: edit"},
-    }
-
-
-def send(base: str, payload: object = None, *, event: str = "push", delivery: str | None = None,
-         secret: str | None = SECRET, raw: bytes | None = None, signature: str | None = None,
-         content_type: str = "application/json", headers: dict | None = None) -> httpx.Response:
-    body = raw if raw is not None else json.dumps(payload).encode()
-    hdrs = {"Content-Type": content_type, "X-GitHub-Event": event,
-            "X-GitHub-Delivery": delivery or str(uuid.uuid4())}
-    if signature is not None:
-        hdrs["X-Hub-Signature-256"] = signature
-    elif secret is not None:
-        hdrs["X-Hub-Signature-256"] = signature_for(secret, body)
-    hdrs.update(headers or {})
-    return httpx.post(f"{base}/webhook", content=body, headers=hdrs, timeout=30)
-
+from tests.support.helpers import REPO_ROOT
+from tests.support.webhook_support import (
+    REPOS,
+    SECRET,
+    SHA,
+    closed_port,
+    push_payload,
+    read_flow_run,
+    running,
+    send,
+    webhook_config,
+)
 
 # --- without Prefect ---------------------------------------------------------------------
 
@@ -111,7 +48,7 @@ def send(base: str, payload: object = None, *, event: str = "push", delivery: st
 def offline_app(tmp_path_factory) -> Iterator[str]:
     """An app whose Prefect API is a closed port: every test here must stop before Prefect."""
     state = tmp_path_factory.mktemp("webhook-offline")
-    with running(_config(state, f"http://127.0.0.1:{_closed_port()}/api")) as base:
+    with running(webhook_config(state, f"http://127.0.0.1:{closed_port()}/api")) as base:
         yield base
 
 
@@ -321,16 +258,9 @@ def test_delivery_store_knows_a_body_under_another_id(tmp_path):
 # --- with Prefect ----------------------------------------------------------------------------
 
 
-def _flow_run(flow_run_id: str):
-    from prefect.client.orchestration import get_client
-
-    with get_client(sync_client=True) as client:
-        return client.read_flow_run(uuid.UUID(flow_run_id))
-
-
 @pytest.mark.prefect
 def test_good_push_starts_an_ingest_run_once(prefect_harness, ingest_deployment, tmp_path):
-    config = _config(tmp_path / "state", prefect_harness.api_url, deployment=ingest_deployment)
+    config = webhook_config(tmp_path / "state", prefect_harness.api_url, deployment=ingest_deployment)
     delivery = str(uuid.uuid4())
     with running(config) as base:
         resp = send(base, push_payload(), delivery=delivery)
@@ -338,7 +268,7 @@ def test_good_push_starts_an_ingest_run_once(prefect_harness, ingest_deployment,
         body = resp.json()
         assert body["status"] == "started" and body["repository"] == "hugo-docs"
 
-        run = _flow_run(body["flow_run_id"])
+        run = read_flow_run(body["flow_run_id"])
         assert run.parameters["repositories"] == ["hugo-docs"]
         # a push is a trigger: the run indexes the branch's head, not the pushed commit
         assert run.parameters["fetch"] is True
@@ -379,7 +309,7 @@ def _assert_one_run_for(deployment: str, flow_run_id: str) -> None:
 
 @pytest.mark.prefect
 def test_missing_deployment_is_503_and_not_recorded(prefect_harness, tmp_path):
-    config = _config(tmp_path, prefect_harness.api_url, deployment="ingest/does-not-exist")
+    config = webhook_config(tmp_path, prefect_harness.api_url, deployment="ingest/does-not-exist")
     with running(config) as base:
         resp = send(base, push_payload(), delivery="d-missing")
     assert resp.status_code == 503
@@ -410,10 +340,10 @@ def _start_service(port: int, env: dict[str, str]) -> subprocess.Popen:
 @pytest.mark.prefect
 def test_prefect_down_is_503_and_redelivery_works(prefect_harness, ingest_deployment, tmp_path):
     state = tmp_path / "state"
-    port = _closed_port()
+    port = closed_port()
     env = {**os.environ, "HETRIEVER_WEBHOOK_SECRET": SECRET, "HETRIEVER_WEBHOOK_REPOS": REPOS,
            "HETRIEVER_WEBHOOK_DEPLOYMENT": ingest_deployment, "HETRIEVER_STATE_DIR": str(state),
-           "PREFECT_API_URL": f"http://127.0.0.1:{_closed_port()}/api",
+           "PREFECT_API_URL": f"http://127.0.0.1:{closed_port()}/api",
            "HETRIEVER_LOG_FORMAT": "json"}
     proc = _start_service(port, env)
     delivery = str(uuid.uuid4())
@@ -432,10 +362,10 @@ def test_prefect_down_is_503_and_redelivery_works(prefect_harness, ingest_deploy
     assert delivery in output  # the outcome was logged, by delivery id
 
     # GitHub's redelivery, once Prefect is back, starts the run.
-    with running(_config(state, prefect_harness.api_url, deployment=ingest_deployment)) as base:
+    with running(webhook_config(state, prefect_harness.api_url, deployment=ingest_deployment)) as base:
         resp = send(base, push_payload(after=after), delivery=delivery)
     assert resp.status_code == 202, resp.text
-    assert _flow_run(resp.json()["flow_run_id"]).parameters["ref"] == "refs/heads/master"
+    assert read_flow_run(resp.json()["flow_run_id"]).parameters["ref"] == "refs/heads/master"
 
 
 HOLD_THE_CATALOG = """
@@ -455,7 +385,7 @@ def test_a_push_while_another_process_writes_the_catalog_is_queued_and_started_a
 
     state = tmp_path / "state"
     Catalog.for_state_dir(state).close()  # the catalog an ingest made
-    port = _closed_port()
+    port = closed_port()
     env = {**os.environ, "HETRIEVER_WEBHOOK_SECRET": SECRET, "HETRIEVER_WEBHOOK_REPOS": REPOS,
            "HETRIEVER_WEBHOOK_DEPLOYMENT": ingest_deployment, "HETRIEVER_STATE_DIR": str(state),
            "PREFECT_API_URL": prefect_harness.api_url, "HETRIEVER_LOG_FORMAT": "json"}
@@ -489,7 +419,7 @@ def test_a_push_while_another_process_writes_the_catalog_is_queued_and_started_a
             answer = send(base, push_payload(), delivery=delivery)
         assert answer.status_code == 200 and answer.json()["status"] == "duplicate", answer.text
         run_id = answer.json()["flow_run_id"]
-        assert run_id and _flow_run(run_id).parameters["ref"] == "refs/heads/master"
+        assert run_id and read_flow_run(run_id).parameters["ref"] == "refs/heads/master"
     finally:
         if holder.poll() is None:
             holder.kill()
@@ -509,7 +439,7 @@ def test_a_queued_push_waits_while_prefect_is_down_and_keeps_no_claim(tmp_path):
     holder = subprocess.Popen([sys.executable, "-c", HOLD_THE_CATALOG,
                                str(state / "catalog.sqlite")], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True)
-    config = _config(state, f"http://127.0.0.1:{_closed_port()}/api", prefect_timeout=2.0,
+    config = webhook_config(state, f"http://127.0.0.1:{closed_port()}/api", prefect_timeout=2.0,
                      queue_interval=0.2)
     delivery = str(uuid.uuid4())
     try:
