@@ -8,8 +8,6 @@ mount (skipped otherwise).
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 
 import pytest
 
@@ -21,30 +19,13 @@ from tests.support.cli_runs import (
     run_cli,
     write_pages,
 )
+from tests.support.small_disk import fill, small_tmpfs
 
 
 @pytest.fixture
 def small_disk(tmp_path):
-    mount = tmp_path / "small-disk"
-    mount.mkdir()
-    if os.geteuid() != 0 or subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "size=12m", "tmpfs", str(mount)],
-            capture_output=True).returncode != 0:
-        pytest.skip("needs root to mount a small tmpfs")
-    try:
+    with small_tmpfs(tmp_path / "small-disk", "12m") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
-
-
-def fill(path):
-    with open(path, "wb") as f:
-        try:
-            while True:
-                f.write(b"\0" * 65536)
-                f.flush()
-        except OSError:
-            pass
 
 
 @pytest.mark.slow

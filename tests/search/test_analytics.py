@@ -4,10 +4,7 @@ served path is in tests/serve/test_analytics_served.py)."""
 
 from __future__ import annotations
 
-import contextlib
-import os
 import sqlite3
-import subprocess
 import time
 from html.parser import HTMLParser
 
@@ -22,6 +19,7 @@ from hetriever.search.analytics import (ANALYTICS_FILE, DAY, MAX_QUERY_CHARS, An
 from hetriever.search.analytics_report import analytics_report, build_report
 from hetriever.serve import stats_page
 from hetriever.serve.analytics_feed import AnalyticsFeed, OpenRefused
+from tests.support.small_disk import fill, small_tmpfs
 
 HOSTILE = "<script>alert(1)</script> [/name] **x** | y"
 
@@ -166,21 +164,10 @@ def test_a_locked_or_unwritable_file_costs_the_row_not_the_caller(settings):
 @pytest.fixture
 def full_disk(tmp_path):
     """A real 1 MiB tmpfs, filled to the last byte (root, to mount it; skipped otherwise)."""
-    mount = tmp_path / "full-disk"
-    mount.mkdir()
-    if os.geteuid() != 0 or subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
-            capture_output=True).returncode != 0:
-        pytest.skip("needs root to mount a small tmpfs")
-    try:
+    with small_tmpfs(tmp_path / "full-disk", "1m") as mount:
         (mount / "state").mkdir()
-        with open(mount / "filler", "wb", buffering=0) as filler:
-            with contextlib.suppress(OSError):
-                while True:
-                    filler.write(b"\0" * 4096)
+        fill(mount / "filler", block=4096)
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def test_a_full_disk_costs_the_row_not_the_caller(tmp_path, full_disk):

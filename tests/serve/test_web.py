@@ -6,7 +6,6 @@ origins; and the typed OpenAPI document those answers follow."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -19,9 +18,9 @@ from hetriever.serve.keys import hash_key
 from hetriever.serve.schemas import PageAnswer, RepositoriesAnswer, SearchAnswer
 from tests.support.browser_fixtures import WAIT, chromium, static_site
 from tests.support.chroma_fixtures import free_port
-from tests.support.helpers import REPO_ROOT, commit_all, init_repo, write_files
+from tests.support.helpers import REPO_ROOT, write_files
 from tests.support.hugo_oracle import hugo_binary
-from tests.support.serve_fixtures import TEAM_KEY, TEAM_NOTES, Workspace, running
+from tests.support.serve_fixtures import TEAM_KEY, TEAM_NOTES, Workspace, build_workspace, running
 
 pytestmark = pytest.mark.slow  # a real `hetriever serve` process and a real browser
 
@@ -48,28 +47,10 @@ SITE_LAYOUT = ("<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
 
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory: pytest.TempPathFactory, minilm_embedder: Any) -> Workspace:
-    root = tmp_path_factory.mktemp("web")
-    sample = init_repo(root / "docs" / "sample-docs")
-    shutil.copytree(REPO_ROOT / "examples" / "sample-docs", sample, dirs_exist_ok=True)
-    write_files(sample, HOSTILE)
-    commit_all(sample, "sample docs and a hostile page")
-    team = init_repo(root / "docs" / "team-notes")
-    write_files(team, TEAM_NOTES)
-    commit_all(team, "team notes")
-    keys = root / "api-keys"
-    keys.write_text(f"team {hash_key(TEAM_KEY)} TEAM\n", encoding="utf-8")
-    env = {**os.environ, "HETRIEVER_DOCS_ROOT": str(root / "docs"),
-           "HETRIEVER_CHROMA_PATH": str(root / "chroma"),
-           "HETRIEVER_STATE_DIR": str(root / "state"),
-           "HETRIEVER_MODEL_DIR": str(minilm_embedder.model_dir),
-           "HETRIEVER_ACCESS_LEVELS": "team-notes=TEAM",
-           "HETRIEVER_API_KEYS_FILE": str(keys), "HETRIEVER_LOG_LEVEL": "WARNING"}
-    for name in ("HETRIEVER_API_KEYS", "HETRIEVER_API_KEY", "HETRIEVER_CORS_ORIGINS",
-                 "HETRIEVER_PAGE_API_KEY"):
-        env.pop(name, None)
-    out = Workspace(root, env, sample).cli("ingest", "--json")
-    assert out.returncode == 0, out.stderr
-    return Workspace(root, env, sample)
+    return build_workspace(tmp_path_factory.mktemp("web"), minilm_embedder.model_dir,
+                           sample_files=HOSTILE, repositories={"team-notes": TEAM_NOTES},
+                           access_levels="team-notes=TEAM",
+                           keys=f"team {hash_key(TEAM_KEY)} TEAM\n")
 
 
 @pytest.fixture(scope="module")

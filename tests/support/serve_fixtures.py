@@ -58,34 +58,47 @@ class Workspace:
                               capture_output=True, text=True, timeout=300)
 
 
-@pytest.fixture(scope="session")
-def served_docs(tmp_path_factory: pytest.TempPathFactory, minilm_embedder: Any) -> Workspace:
-    root = tmp_path_factory.mktemp("served")
+def build_workspace(root: Path, model_dir: Path, *, sample_files: dict[str, str],
+                    repositories: dict[str, dict[str, str]], access_levels: str,
+                    keys: str) -> Workspace:
+    """A docs folder under `root`: the sample docs with `sample_files` written over them, one
+    git repository per entry of `repositories`, an API key file holding `keys`; indexed by the
+    real CLI. The environment names every path itself, so none of the caller's applies."""
     sample = init_repo(root / "docs" / "sample-docs")
     shutil.copytree(REPO_ROOT / "examples" / "sample-docs", sample, dirs_exist_ok=True)
-    write_files(sample, FRENCH_PAGE)
+    write_files(sample, sample_files)
     commit_all(sample, "sample docs")
-    for name, files in (("team-notes", TEAM_NOTES), ("private-ops", PRIVATE_OPS)):
+    for name, files in repositories.items():
         repo = init_repo(root / "docs" / name)
         write_files(repo, files)
         commit_all(repo, name)
-    keys = root / "api-keys"
-    keys.write_text(f"# hashed keys\nteam {hash_key(TEAM_KEY)} TEAM\n"
-                    f"ops {hash_key(PRIVATE_KEY)} PRIVATE\n", encoding="utf-8")
+    keys_file = root / "api-keys"
+    keys_file.write_text(keys, encoding="utf-8")
     env = {**os.environ,
            "HETRIEVER_DOCS_ROOT": str(root / "docs"),
            "HETRIEVER_CHROMA_PATH": str(root / "chroma"),
            "HETRIEVER_STATE_DIR": str(root / "state"),
-           "HETRIEVER_MODEL_DIR": str(minilm_embedder.model_dir),
-           "HETRIEVER_ACCESS_LEVELS": "team-notes=TEAM,private-ops=PRIVATE",
-           "HETRIEVER_API_KEYS_FILE": str(keys),
+           "HETRIEVER_MODEL_DIR": str(model_dir),
+           "HETRIEVER_ACCESS_LEVELS": access_levels,
+           "HETRIEVER_API_KEYS_FILE": str(keys_file),
            "HETRIEVER_LOG_LEVEL": "WARNING"}
-    env.pop("HETRIEVER_API_KEYS", None)
-    env.pop("HETRIEVER_API_KEY", None)
+    for name in ("HETRIEVER_API_KEYS", "HETRIEVER_API_KEY", "HETRIEVER_CORS_ORIGINS",
+                 "HETRIEVER_PAGE_API_KEY"):
+        env.pop(name, None)
     workspace = Workspace(root, env, sample)
     out = workspace.cli("ingest", "--json")
     assert out.returncode == 0, out.stderr
     return workspace
+
+
+@pytest.fixture(scope="session")
+def served_docs(tmp_path_factory: pytest.TempPathFactory, minilm_embedder: Any) -> Workspace:
+    return build_workspace(
+        tmp_path_factory.mktemp("served"), minilm_embedder.model_dir, sample_files=FRENCH_PAGE,
+        repositories={"team-notes": TEAM_NOTES, "private-ops": PRIVATE_OPS},
+        access_levels="team-notes=TEAM,private-ops=PRIVATE",
+        keys=f"# hashed keys\nteam {hash_key(TEAM_KEY)} TEAM\n"
+             f"ops {hash_key(PRIVATE_KEY)} PRIVATE\n")
 
 
 @dataclass
