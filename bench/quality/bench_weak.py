@@ -15,6 +15,7 @@ answered flagged (Youden's J), and the held-out third is reported with it.
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 
@@ -29,7 +30,8 @@ K, TOP = 5, 3
 CUTS = [round(0.50 + 0.02 * i, 2) for i in range(21)]  # 0.50 .. 0.90
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)
     configure_logging("ERROR")
     embedder = make_embedder(bench_settings(RESULTS_DIR / "unused"))
     stores = {}
