@@ -122,7 +122,7 @@ def test_pathological_pages_are_bounded_in_memory_chunks_and_size(tmp_path, mini
     assert "HETRIEVER_MAX_FILE_CHUNKS" in reasons["content/docs/brackets.md"]
     assert reasons["content/docs/sections.md"].startswith("too many blocks (")
     assert "content/docs/word.md" not in reasons
-    # The run's peak memory is measured by bench/bench_hostile.py, not asserted here: it is
+    # The run's peak memory is measured by bench/ingest/bench_hostile.py, not asserted here: it is
     # under 800 MB alone, but reached 1,037-1,344 MB in full suites on a loaded machine (the
     # brackets alone took 1.4 GB before), so where it goes under load is still open (#56).
     del peak

@@ -284,7 +284,7 @@ def test_texts_across_tokenizer_slices_keep_their_order_and_vectors(
 
 
 def test_a_window_is_tokenized_a_slice_at_a_time(model_dir: Path) -> None:
-    """What keeps an ingest's peak down (bench/README.md, "Many sites"): the tokenizer's
+    """What keeps an ingest's peak down (bench/HISTORY.md, "Many sites"): the tokenizer's
     Encodings of a whole write window are never alive at once, only a slice's."""
     embedder = MiniLMEmbedder(model_dir, threads=1)
     real = embedder._encode_batch

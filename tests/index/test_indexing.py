@@ -106,7 +106,7 @@ def test_full_then_noop_then_incremental(docs, store):
     assert meta["total_documents"] == len(paths) == 7 and meta["total_chunks"] == len(after)
     assert after == fresh_full_pass(repo, new_commit, settings)
     # Writes, deletes and counts read BM25's file: a process that only ingests never loads
-    # its in-memory index (bench/README.md: opentelemetry-io's peak ~25 MB lower).
+    # its in-memory index (bench/HISTORY.md: opentelemetry-io's peak ~25 MB lower).
     assert store.bm25("sample-docs")._state is None
 
 

@@ -20,7 +20,7 @@ def items() -> list[dict]:
             for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def held_out(item_id: str) -> bool:  # bench/bench_quality.py's rule
+def held_out(item_id: str) -> bool:  # bench/quality/bench_quality.py's rule
     return int(hashlib.sha1(item_id.encode("utf-8")).hexdigest(), 16) % 3 == 0
 
 
