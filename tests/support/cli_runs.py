@@ -30,8 +30,6 @@ WORDS = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo li
          "november oscar papa quebec romeo sierra tango uniform victor whiskey xray").split()
 
 
-
-
 def page_text(i: int, version: int) -> str:
     """A page with no title or description of its own (so no page record): one chunk."""
     rng = random.Random(i * 1000 + version)
