@@ -203,8 +203,8 @@ def write_corpus(store: Any, corpus: CorpusChunks) -> tuple[int, int]:
         physical = store.physical_name(corpus.name)
         for path, chunks in corpus.files.items():
             first = display_chunk(chunks)
-            store.catalog.set_page(physical, path, first.id, first.metadata,
-                                   [(c.id, c.metadata) for c in chunks])
+            store.catalog.pages.set_page(physical, path, first.id, first.metadata,
+                                         [(c.id, c.metadata) for c in chunks])
         return written, reused
 
     return asyncio.run(write())
@@ -228,9 +228,9 @@ def make_embedder(settings: Settings) -> Any:
 
 
 def make_store(root: Path, embedder: Any, **overrides: Any) -> Any:
-    from hetriever.search.knowledge_store import ChromaKnowledgeStore
+    from hetriever.store.knowledge_store import Store
 
-    return ChromaKnowledgeStore(bench_settings(root, **overrides), embedder=embedder)
+    return Store(bench_settings(root, **overrides), embedder=embedder)
 
 
 def bm25_only(store: Any, query: str, top_k: int, filters: dict | None = None,

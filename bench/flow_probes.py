@@ -58,15 +58,15 @@ def instrumented(probe: Probe) -> Iterator[None]:
     import hetriever.index.indexing as indexing
     import hetriever.index.process as process
     import tasks.process
-    from hetriever.search.knowledge_store import ChromaKnowledgeStore
+    from hetriever.store.knowledge_store import Store
 
     patches: list[tuple[Any, str, str]] = [
         (tasks.process, "process_file", "task_body"),
         (process, "safe_process_text", "parse_clean_chunk"),
         (process, "read_content_file", "git_read_single"),
         (indexing, "plan", "plan"),
-        (ChromaKnowledgeStore, "upsert_files_sync", "store_write"),
-        *[(ChromaKnowledgeStore, name, "store_other") for name in STORE_OTHER],
+        (Store, "upsert_files_sync", "store_write"),
+        *[(Store, name, "store_other") for name in STORE_OTHER],
     ]
     originals = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
     try:

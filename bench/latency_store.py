@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from bench.common import RESULTS_DIR, CorpusChunks, load_corpus_chunks, load_sample_chunks, make_store
-from hetriever.search.knowledge_store import content_hash
+from hetriever.core.names import content_hash
 
 MAIN, SIDE = "bench-main", "bench-side"
 SIDE_SIZE = 1000
@@ -70,9 +70,9 @@ def build_latency_store(corpus: CorpusChunks, vectors: np.ndarray, size: int, ro
     timings = {}
     for name, n in ((MAIN, size), (SIDE, SIDE_SIZE)):
         ids, texts, metas, vecs = _perturbed(corpus, vectors, n, name, rng, word_rng)
-        store.ensure_collection_sync(name)
+        store.writes.ensure_collection(name)
         col = store.collection(name)
-        step = int(store.client.get_max_batch_size())
+        step = int(store.chroma.client.get_max_batch_size())
         began = time.perf_counter()
         for start in range(0, n, step):
             sl = slice(start, start + step)

@@ -42,7 +42,7 @@ from hetriever.discover.fetch import (
     on_followed_branch,
 )
 from hetriever.discover.upstream import upstream
-from hetriever.search.knowledge_store import get_knowledge_store
+from hetriever.store.knowledge_store import get_knowledge_store
 from tasks.discover import discover_task
 from tasks.process import map_with_tasks
 

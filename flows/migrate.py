@@ -17,7 +17,7 @@ from hetriever.core.config import load_settings
 from hetriever.discover.changes import select_repositories
 from hetriever.core.errors import HetrieverError
 from hetriever.index.lifecycle import migrate_repository
-from hetriever.search.knowledge_store import get_knowledge_store
+from hetriever.store.knowledge_store import get_knowledge_store
 from tasks.discover import discover_task
 
 

@@ -25,7 +25,8 @@ from hetriever.discover.changes import require_known
 from hetriever.search.metrics import QueryMetric, metrics_store
 from hetriever.core.names import as_given
 from hetriever.search.hybrid import retrieve
-from hetriever.search.knowledge_store import get_knowledge_store, validate_collection_name
+from hetriever.core.names import validate_collection_name
+from hetriever.store.knowledge_store import get_knowledge_store
 from hetriever.search.published import links_of
 
 SOURCE = "query-flow"  # as `hetriever metrics --source` names it

@@ -16,6 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from hetriever.core.sqlite_files import connect
+from hetriever.store.catalog_schema import (
+    DELIVERIES_ADDED_COLUMNS,
+    DELIVERIES_INDEXES,
+    DELIVERIES_SCHEMA,
+)
 
 DELIVERY_RETENTION_SECONDS = 30 * 24 * 3600  # GitHub keeps deliveries redeliverable for less
 
@@ -63,18 +68,12 @@ class DeliveryStore:
     def _open(self) -> sqlite3.Connection:
         db = connect(self.path, timeout=self.busy_timeout)
         try:
-            db.execute(
-                "CREATE TABLE IF NOT EXISTS webhook_deliveries ("
-                " delivery_id TEXT PRIMARY KEY, received_at REAL NOT NULL,"
-                " repository TEXT NOT NULL, flow_run_id TEXT)"
-            )
-            db.execute("CREATE INDEX IF NOT EXISTS webhook_deliveries_received"
-                       " ON webhook_deliveries (received_at)")
+            db.executescript(DELIVERIES_SCHEMA)
             columns = {r[1] for r in db.execute("PRAGMA table_info(webhook_deliveries)")}
-            if "body_digest" not in columns:  # a table an earlier version created
-                db.execute("ALTER TABLE webhook_deliveries ADD COLUMN body_digest TEXT")
-            db.execute("CREATE INDEX IF NOT EXISTS webhook_deliveries_body"
-                       " ON webhook_deliveries (body_digest)")
+            for name, kind in DELIVERIES_ADDED_COLUMNS.items():
+                if name not in columns:  # a table an earlier version created
+                    db.execute(f"ALTER TABLE webhook_deliveries ADD COLUMN {name} {kind}")
+            db.execute(DELIVERIES_INDEXES)
         except BaseException:
             db.close()
             raise

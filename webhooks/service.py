@@ -43,7 +43,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from hetriever.core.redact import redact_text
-from hetriever.store.catalog_records import CATALOG_FILE
+from hetriever.store.catalog_schema import CATALOG_FILE
 from hetriever.core.config import Settings, WebhookSettings, load_settings
 from hetriever.core.errors import ConfigurationError
 from hetriever.core.logs import get_logger

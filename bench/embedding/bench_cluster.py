@@ -136,7 +136,7 @@ def change_files(repo: Path, count: int, round_: int) -> None:
 def flow_run(root: Path, workdir: Path, runner: str) -> dict[str, Any]:
     """One ingest flow run over `root` into `workdir`: its wall time and repository outcome."""
     from flows.ingest import ingest
-    from hetriever.search.knowledge_store import clear_store_cache
+    from hetriever.store.knowledge_store import clear_store_cache
 
     clear_store_cache()
     os.environ.update({"HETRIEVER_DOCS_ROOT": str(root),

@@ -81,7 +81,7 @@ class Site:
 
 def point_env_at(workdir: Path, parent: Path, model_dir: Path) -> None:
     """The flow reads its settings from the environment, as a deployment would."""
-    from hetriever.search.knowledge_store import clear_store_cache
+    from hetriever.store.knowledge_store import clear_store_cache
 
     clear_store_cache()
     os.environ.update({
@@ -166,7 +166,7 @@ def run_in_process(corpus: str, scenario: str, probe: Probe) -> Run:
     from hetriever.core.config import load_settings
     from hetriever.discover.changes import discover_repositories
     from hetriever.index.indexing import index_repository
-    from hetriever.search.knowledge_store import get_knowledge_store
+    from hetriever.store.knowledge_store import get_knowledge_store
 
     settings = load_settings()
     (repo,) = [r for r in discover_repositories(settings.docs_root,
@@ -188,7 +188,7 @@ def run_in_process(corpus: str, scenario: str, probe: Probe) -> Run:
 def check_copy(corpus: str, setup: Run) -> None:
     """A copied v1 index must hold what the setup run wrote, or the incremental run is moot."""
     from hetriever.core.config import load_settings
-    from hetriever.search.knowledge_store import get_knowledge_store
+    from hetriever.store.knowledge_store import get_knowledge_store
 
     count = asyncio.run(get_knowledge_store(load_settings()).count(corpus))
     if count != setup.chunks_written:
@@ -538,7 +538,7 @@ def main(argv: list[str] | None = None) -> int:
                 runs += got
                 fanouts += fans
     finally:
-        from hetriever.search.knowledge_store import clear_store_cache
+        from hetriever.store.knowledge_store import clear_store_cache
 
         clear_store_cache()
         shutil.rmtree(scratch, ignore_errors=True)

@@ -4,7 +4,7 @@
 
 Each case is one page committed to a throw-away git repository and put through the real
 per-file step (`process_file`: git read, parse, publish rules, clean, chunk), in a fresh child
-process, which reports the step's seconds and its own peak RSS (`ru_maxrss`). A child given
+process, which reports the step's seconds and its own peak RSS (`VmHWM`, hetriever/core/peak_memory.py). A child given
 an empty page gives the baseline RSS (interpreter, tokenizer). Embedding is left out: a page's
 chunks are bounded (`max_file_chunks`, 8,000 characters each), so what grows with the page is
 this step. Ratios compare each row with the one before it (the input doubles or triples).
@@ -38,7 +38,8 @@ SHAPES = {
 }
 
 _CHILD = """
-import json, resource, sys, time
+import json, sys, time
+from hetriever.core.peak_memory import own_peak_rss_mb
 from hetriever.core.config import load_settings
 from hetriever.discover.changes import discover_repositories
 from hetriever.index.process import process_file
@@ -49,7 +50,7 @@ start = time.perf_counter()
 outcome = process_file(repo, path, commit, settings)
 seconds = time.perf_counter() - start
 print(json.dumps({"seconds": seconds,
-                  "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "rss_mb": own_peak_rss_mb(),
                   "chunks": len(outcome.chunks),
                   "longest_chunk": max((len(c.text) for c in outcome.chunks), default=0),
                   "skipped": outcome.skipped.reason if outcome.skipped else "",

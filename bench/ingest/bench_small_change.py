@@ -103,7 +103,7 @@ def main() -> None:
     from hetriever.index.indexing import index_repository
     from hetriever.core.logs import configure_logging
     from hetriever.discover.repositories import Repository
-    from hetriever.search.knowledge_store import ChromaKnowledgeStore
+    from hetriever.store.knowledge_store import Store
     from tests.fakes import HashEmbedder
 
     configure_logging("ERROR")
@@ -123,7 +123,7 @@ def main() -> None:
         root = Path(tmp)
         repo_dir = build_repo(root, args.copies)
         settings = Settings(chroma_path=root / "chroma", state_dir=root / "state")
-        store = ChromaKnowledgeStore(settings, embedder=HashEmbedder())
+        store = Store(settings, embedder=HashEmbedder())
         repo = Repository(name="big-docs", path=repo_dir)
         began = time.perf_counter()
         full = asyncio.run(index_repository(repo, store, settings))

@@ -100,16 +100,17 @@ def pad_index(workdir: Path, repository: str, total: int) -> int:
     import numpy as np
 
     from hetriever.core.config import load_settings
-    from hetriever.search.knowledge_store import ChromaKnowledgeStore, content_hash
+    from hetriever.core.names import content_hash
+    from hetriever.store.knowledge_store import Store
 
     settings = load_settings(env={k: v for k, v in env_for(workdir, Path(".")).items()})
-    store = ChromaKnowledgeStore(settings)
+    store = Store(settings)
     try:
         col = store.collection(repository)
         have = col.get(include=["documents", "metadatas", "embeddings"])
         base = len(have["ids"])
         rng = np.random.default_rng(0)
-        step = int(store.client.get_max_batch_size())
+        step = int(store.chroma.client.get_max_batch_size())
         index = store.bm25(repository)
         made = base
         copy = 0

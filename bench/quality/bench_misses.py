@@ -101,7 +101,7 @@ class Corpus:
     def __init__(self, name: str, store: Any, items: list[dict]) -> None:
         self.name, self.store, self.items = name, store, items
         self.settings = store.settings
-        self.prior = LinkPrior(store.catalog, {name: store.physical_name(name)},
+        self.prior = LinkPrior(store.catalog.pages, {name: store.physical_name(name)},
                                self.settings.link_prior_weight)
         self.lists: dict[str, tuple[Scored, Scored]] = {}
         self.default: dict[str, list[str]] = {}

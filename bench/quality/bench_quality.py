@@ -296,7 +296,7 @@ def evaluate(store: Any, corpus: CorpusChunks, queries: list[Query],
     weights = [search.dense_weight_for(s, "", q) for q, _ in queries]  # by the query's length
     # The links prior, for the questions among the queries (as hybrid_search applies it).
     physical = {corpus.name: store.physical_name(corpus.name)}
-    priors = {w: LinkPrior(store.catalog, physical, w)
+    priors = {w: LinkPrior(store.catalog.pages, physical, w)
               for w in {*SWEEP_LINKS, s.link_prior_weight}}
     asks = [is_question(s, "", q) for q, _ in queries]
 

@@ -97,7 +97,7 @@ def open_corpus(name: str, embedder: Any) -> CorpusRetrieval | None:
     if corpus is None:
         return None
     store, _ = index_corpus(corpus, embedder, "chunk")
-    prior = LinkPrior(store.catalog, {name: store.physical_name(name)},
+    prior = LinkPrior(store.catalog.pages, {name: store.physical_name(name)},
                       store.settings.link_prior_weight)
     return CorpusRetrieval(name, corpus, store, Lists(store, name), prior,
                            search.candidate_depth(K, "page"), build_queries(corpus))

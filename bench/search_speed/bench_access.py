@@ -34,7 +34,8 @@ from hetriever.core.access import CollectionPlan  # noqa: E402
 from hetriever.core.config import load_settings  # noqa: E402
 from hetriever.core.logs import configure_logging  # noqa: E402
 from hetriever.search.hybrid import hybrid_search  # noqa: E402
-from hetriever.search.knowledge_store import ChromaKnowledgeStore, content_hash  # noqa: E402
+from hetriever.core.names import content_hash  # noqa: E402
+from hetriever.store.knowledge_store import Store  # noqa: E402
 
 WORDS = ("template page section taxonomy shortcode partial render hook menu param site build "
          "server deploy theme module asset image resize filter range where first sort group "
@@ -47,7 +48,7 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
-def fill(store: ChromaKnowledgeStore, repo: str, n: int, rng: np.random.Generator, *,
+def fill(store: Store, repo: str, n: int, rng: np.random.Generator, *,
          private_share: float = 0.0, deleted_share: float = 0.0) -> None:
     col = store.collection(repo, create=True)
     physical = store.physical_name(repo)
@@ -109,7 +110,7 @@ def latency(args: argparse.Namespace) -> None:
         settings = load_settings(env={}, chroma_path=tmp_path / "chroma", state_dir=tmp_path / "st",
                                  access_levels={"secret-docs": "PRIVATE"},
                                  model_dir=args.model_dir)
-        store = ChromaKnowledgeStore(settings, embedder=get_embedder(settings))
+        store = Store(settings, embedder=get_embedder(settings))
         began = time.perf_counter()
         fill(store, "plain-docs", args.chunks, rng)
         fill(store, "secret-docs", args.chunks, rng)
@@ -165,13 +166,13 @@ def titles(args: argparse.Namespace) -> None:
         commit_all(repo_dir, "hugo-docs")
         settings = load_settings(env={}, chroma_path=tmp_path / "chroma", state_dir=tmp_path / "st",
                                  model_dir=args.model_dir)
-        store = ChromaKnowledgeStore(settings, embedder=get_embedder(settings))
+        store = Store(settings, embedder=get_embedder(settings))
         (repo,) = discover_repositories(repo_dir.parent)
         began = time.perf_counter()
         result = asyncio.run(index_repository(repo, store, settings))
         print(f"indexed {result.files_indexed} pages, {result.chunks_written} chunks in "
               f"{time.perf_counter() - began:.0f}s")
-        col = store.client.get_collection(store.physical_name("hugo-docs"))
+        col = store.chroma.client.get_collection(store.physical_name("hugo-docs"))
         got = col.get(where={"chunk_index": 0}, include=["metadatas"])
         pages = {m["file_path"]: m["title"] for m in got["metadatas"]}
         by_title: dict[str, int] = {}

@@ -135,9 +135,16 @@ def main() -> int:
         archive = subprocess.run(["git", "archive", args.baseline, "hetriever"], cwd=REPO_ROOT,
                                  check=True, capture_output=True).stdout
         subprocess.run(["tar", "-x", "-C", str(baseline_dir)], input=archive, check=True)
+        # In its own process too: a revision with a resident search process would start one.
         ways["baseline"] = ([sys.executable, "-c", BASELINE_RUNNER, "-q"],
-                            {**env, "PYTHONPATH": str(baseline_dir)})
+                            {**env, "HETRIEVER_SEARCH_RESIDENT_IDLE": "0",
+                             "PYTHONPATH": str(baseline_dir)})
 
+    # Bytecode written first, as an installed package has it: where PYTHONDONTWRITEBYTECODE is
+    # set, every search compiled the modules it imports (an extracted baseline has none).
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO_ROOT / "hetriever")]
+                   + ([str(baseline_dir / "hetriever")] if baseline_dir else []),
+                   check=True, capture_output=True)
     resident_env = ways["resident"][1]
     pid = resident_pid(resident_env, cwd)
     if pid is None:  # one search in-process starts it; wait until it answers

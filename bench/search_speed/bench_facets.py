@@ -64,7 +64,7 @@ def main() -> None:
     questions = [json.loads(line)["question"] for line in
                  (REPO_ROOT / "bench" / "queries" / "real_questions.jsonl").read_text().splitlines()
                  if json.loads(line)["corpus"] == args.corpus][:args.queries]
-    from hetriever.search.knowledge_store import get_knowledge_store
+    from hetriever.store.knowledge_store import get_knowledge_store
 
     store = get_knowledge_store(load_settings(env=env, config_file=None))
     counted, verified, unread, pages, searches = [], [], [], [], []

@@ -7,7 +7,7 @@
 (a) Throughput. The real chunks of hugo-docs v2 (from the real pipeline; without the corpus,
     examples/sample-docs repeated) are embedded three ways, once each:
     - raw model: one `MiniLMEmbedder.embed` over every chunk text (length-sorted globally);
-    - write path: `ChromaKnowledgeStore.upsert_files` into a fresh embedded store, in windows
+    - write path: `Store.upsert_files` into a fresh embedded store, in windows
       of `settings.write_window` chunks as an index run writes them;
     - raw model on the store's windows: one `embed` call per write window, as the store embeds
       them, which separates the window's batching effect from the store's own work.
@@ -81,7 +81,7 @@ def bench_throughput(corpus: CorpusChunks, embedder: Any, workdir: Path,
     raw_s = time.perf_counter() - began
 
     store = make_store(workdir / "throughput", embedder)
-    step = store.max_batch_size()
+    step = store.chroma.max_batch_size()
     windows = write_windows(corpus.files, store.settings.write_window)
 
     async def write_all() -> tuple[int, int, float]:
@@ -210,7 +210,7 @@ def bench_latency(corpus: CorpusChunks, vectors: np.ndarray, embedder: Any, size
     # per write window during an ingest): the first query after that reloads the vector index.
     reopened = []
     for q, e in queries[:5]:
-        store._reopen(store.physical_name(MAIN))
+        store.chroma.reopen(store.physical_name(MAIN))
         reopened.extend(time_queries(hybrid("all"), [(q, e)]))
     rows.append({"mode": "hybrid", "scope": "all, after reopen", **summary(reopened)})
     few = store.bm25(MAIN)

@@ -67,10 +67,11 @@ def vectors(n: int, rng: np.random.Generator) -> np.ndarray:
     return v / np.linalg.norm(v, axis=1, keepdims=True)
 
 
-_CHILD = ("import resource, sys\n"
+_CHILD = ("import sys\n"
           "from hetriever.cli import main\n"
+          "from hetriever.core.peak_memory import own_peak_rss_mb\n"
           "code = main(['-q', 'follow', '--json'])\n"
-          "peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+          "peak = int(own_peak_rss_mb() * 1024)\n"
           "print(f'PEAK_KB {peak}', file=sys.stderr)\n"
           "sys.exit(code)\n")
 
@@ -99,8 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     configure_logging("ERROR")
     from hetriever.store.bm25.bm25_index import BM25Index
-    from hetriever.store.replica import publish_sync
-    from hetriever.search.knowledge_store import ChromaKnowledgeStore
+    from hetriever.store.knowledge_store import Store
 
     rng = np.random.default_rng(0)
     ids, texts, metas = records(args.chunks)
@@ -109,16 +109,16 @@ def main(argv: list[str] | None = None) -> int:
             chroma_server(Path(tmp) / "chroma") as port:
         settings = Settings(chroma_host="127.0.0.1", chroma_port=port,
                             state_dir=Path(tmp) / "ingest-state")
-        store = ChromaKnowledgeStore(settings, embedder=_NoModel())
+        store = Store(settings, embedder=_NoModel())
         col = store.collection(NAME, create=True)
-        step = store.max_batch_size()
+        step = store.chroma.max_batch_size()
         began = time.perf_counter()
         for start in range(0, len(ids), step):
             end = start + step
             col.upsert(ids=ids[start:end], documents=texts[start:end],
                        metadatas=metas[start:end], embeddings=vectors(len(ids[start:end]), rng))
         out["server_load_s"] = round(time.perf_counter() - began, 1)
-        publish_sync(store, NAME)
+        store.replica.publish(NAME)
 
         env = {k: v for k, v in os.environ.items() if not k.startswith("HETRIEVER_")}
         env.update(HETRIEVER_CHROMA_HOST="127.0.0.1", HETRIEVER_CHROMA_PORT=str(port))
@@ -149,10 +149,10 @@ def main(argv: list[str] | None = None) -> int:
             out[f"changed_chunks_{tag}"] = len(rows)
             return chosen
 
-        publish_sync(store, NAME, edit("files"))
+        store.replica.publish(NAME, edit("files"))
         out["refresh_files"] = follow(env, state)
         edit("diff")
-        publish_sync(store, NAME)
+        store.replica.publish(NAME)
         out["refresh_diff"] = follow(env, state)
         store.close_sync()
 

@@ -39,7 +39,8 @@ from hetriever.embed.embedder import get_embedder  # noqa: E402
 from hetriever.index.indexing import index_repository  # noqa: E402
 from hetriever.core.logs import configure_logging  # noqa: E402
 from hetriever.search.hybrid import hybrid_search  # noqa: E402
-from hetriever.search.knowledge_store import ChromaKnowledgeStore, content_hash  # noqa: E402
+from hetriever.core.names import content_hash  # noqa: E402
+from hetriever.store.knowledge_store import Store  # noqa: E402
 
 REPO = "load-docs"
 WORDS = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike "
@@ -132,7 +133,7 @@ class Writer(threading.Thread):
         self.join(timeout=60)
 
 
-def measure(store: ChromaKnowledgeStore, name: str, clients: int, seconds: float,
+def measure(store: Store, name: str, clients: int, seconds: float,
             pages: int) -> tuple[Phase, list[float]]:
     phase = Phase(name, seconds)
     latencies: list[float] = []
@@ -203,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
             overrides["model_dir"] = args.model_dir
         settings = load_settings(env={}, config_file=None, log_level="WARNING", **overrides)
         configure_logging(settings.log_level)
-        store = ChromaKnowledgeStore(settings, embedder=get_embedder(settings))
+        store = Store(settings, embedder=get_embedder(settings))
         (repository,) = discover_repositories(repo)
         began = time.perf_counter()
         first = asyncio_run(index_repository(repository, store, settings))

@@ -23,14 +23,14 @@ def status_rows(settings, repos, *, fetch: bool = False) -> list[dict[str, Any]]
     catalog has not seen (an index made before it existed). Where no ingest has written an
     index yet, every repository is "never indexed" and nothing is created.
     """
-    from hetriever.store.catalog import DELETED, FAILED, INDEXED, SKIPPED
+    from hetriever.store.catalog_records import DELETED, FAILED, INDEXED, SKIPPED
     from hetriever.discover.changes import head_commit
     from hetriever.discover.upstream import Upstream, upstream
     from hetriever.core.redact import redact_text
     from hetriever.core.errors import SourceError
     from hetriever.index.lifecycle import needs_migration
     from hetriever.core.names import is_valid_repository_name
-    from hetriever.search.knowledge_store import get_knowledge_store
+    from hetriever.store.knowledge_store import get_knowledge_store
 
     problem = index_problem(settings)
     if problem:  # a fresh setup, or a mistyped path: the rows say "never indexed", and why
@@ -187,7 +187,7 @@ def upstream_cell(row: dict[str, Any]):
 
 def cmd_purge(args: argparse.Namespace) -> int:
     from hetriever.index.lifecycle import purge
-    from hetriever.search.knowledge_store import get_knowledge_store
+    from hetriever.store.knowledge_store import get_knowledge_store
 
     settings = cli_settings(args)
     require_index(settings)
@@ -206,7 +206,7 @@ def cmd_purge(args: argparse.Namespace) -> int:
 def cmd_forget(args: argparse.Namespace) -> int:
     from hetriever.index.lifecycle import forget
     from hetriever.core.names import repository_name
-    from hetriever.search.knowledge_store import get_knowledge_store
+    from hetriever.store.knowledge_store import get_knowledge_store
 
     settings = cli_settings(args)
     require_index(settings)
@@ -228,7 +228,7 @@ def cmd_forget(args: argparse.Namespace) -> int:
 def cmd_migrate(args: argparse.Namespace) -> int:
     from hetriever.index.lifecycle import migrate_repository
     from hetriever.discover.repositories import configured_repositories
-    from hetriever.search.knowledge_store import get_knowledge_store
+    from hetriever.store.knowledge_store import get_knowledge_store
 
     settings = cli_settings(args)
     repos = configured_repositories(settings, args.repository)

@@ -120,7 +120,7 @@ def require_index(settings) -> None:
     a mistake (a typo, another working directory), not 0 results; opening the store there
     would also create an empty index. Only `ingest` (and `serve`, waiting for one) create
     them."""
-    from hetriever.store.catalog import CATALOG_FILE
+    from hetriever.store.catalog_schema import CATALOG_FILE
     from hetriever.core.errors import ConfigurationError
 
     if settings.follow:

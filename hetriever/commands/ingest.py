@@ -80,7 +80,7 @@ async def ingest_local(settings, names: list[str] | None, force_full: bool,
     from hetriever.core.logs import get_logger
     from hetriever.discover.repositories import configured_repositories
     from hetriever.discover.upstream import upstream
-    from hetriever.search.knowledge_store import get_knowledge_store
+    from hetriever.store.knowledge_store import get_knowledge_store
 
     log = get_logger("hetriever.cli")
     repos = configured_repositories(settings, names)
@@ -115,7 +115,7 @@ async def ingest_local(settings, names: list[str] | None, force_full: bool,
             except OSError:  # the data directories, the disk: every repository's problem
                 raise
             except Exception as exc:  # one failing repository does not stop the others
-                storage = store.storage_problem(exc)
+                storage = store.chroma.storage_problem(exc)
                 if storage is not None:  # a full or read-only disk stops every repository
                     raise storage from exc
                 if isinstance(exc, HetrieverError):

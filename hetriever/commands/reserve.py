@@ -102,7 +102,7 @@ def _close_databases() -> None:
 
     from chromadb.api.client import SharedSystemClient
 
-    from hetriever.search.knowledge_store import clear_store_cache
+    from hetriever.store.knowledge_store import clear_store_cache
 
     clear_store_cache()
     SharedSystemClient.clear_system_cache()

@@ -42,7 +42,7 @@ class Resident:
 
         from hetriever.core.config import ACCESS_LEVELS
         from hetriever.search.hybrid import retrieve
-        from hetriever.search.knowledge_store import get_knowledge_store
+        from hetriever.store.knowledge_store import get_knowledge_store
 
         store = get_knowledge_store(self.settings)
         store.embedder.embed(["warm up"])

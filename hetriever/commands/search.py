@@ -22,11 +22,11 @@ def run_search(settings, query: str, repositories: list[str] | None, top_k: int 
 
     from hetriever.search.metrics import QueryMetric, metrics_store
     from hetriever.search.hybrid import retrieve
-    from hetriever.search.knowledge_store import get_knowledge_store
+    from hetriever.store.knowledge_store import get_knowledge_store
 
     async def go():
         from hetriever.core.names import require_known
-        from hetriever.search.knowledge_store import validate_collection_name
+        from hetriever.core.names import validate_collection_name
 
         store = get_knowledge_store(settings)
         for name in repositories or []:
@@ -66,7 +66,7 @@ def result_links(result, settings=None) -> list[str]:
         return result.links
     if settings is None:
         return [str(m.metadata.get("url", "")) for m in result.matches]
-    from hetriever.search.knowledge_store import get_knowledge_store
+    from hetriever.store.knowledge_store import get_knowledge_store
     from hetriever.search.published import links_of
 
     return links_of(get_knowledge_store(settings).catalog, result.matches, settings.site_urls,
@@ -121,7 +121,7 @@ def _warnings(settings, repositories: list[str] | None, hybrid: bool) -> list[st
     """What the results lack: repositories whose first ingest has not completed (`serve`
     leaves those out; here they are searched, and said to be partial), and why a hybrid search
     ran without some repositories' BM25 side."""
-    from hetriever.search.knowledge_store import get_knowledge_store
+    from hetriever.store.knowledge_store import get_knowledge_store
 
     store = get_knowledge_store(settings)
     names = repositories or store.repository_names()
@@ -150,7 +150,7 @@ def search_here(settings, request: dict[str, Any], *, cold: bool = True,
     from hetriever.store.filters import validate_filter
     from hetriever.core.names import as_given
     from hetriever.search.hybrid import resolve_top_k
-    from hetriever.search.knowledge_store import validate_collection_name
+    from hetriever.core.names import validate_collection_name
 
     args = argparse.Namespace(**request)
     if not args.query.strip():
@@ -201,8 +201,11 @@ def cmd_search(args: argparse.Namespace) -> int:
 
     served = resident.ask(args, search_request(args))
     if served is None:
-        settings = cli_settings(args)
-        result, warnings = search_here(settings, search_request(args))
+        from hetriever.embed.embedder import embedding_one_query
+
+        with embedding_one_query():
+            settings = cli_settings(args)
+            result, warnings = search_here(settings, search_request(args))
         where = index_location(settings)
     else:  # answered by the resident process: the settings, store and model stay unloaded
         settings = None
@@ -226,13 +229,12 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def cmd_follow(args: argparse.Namespace) -> int:
-    from hetriever.store.replica import follow_sync
-    from hetriever.search.knowledge_store import get_knowledge_store
+    from hetriever.store.knowledge_store import get_knowledge_store
 
     settings = cli_settings(args)
     if not settings.follow:
         settings = settings.replace(follow=True)  # validated: needs a Chroma server
-    report = follow_sync(get_knowledge_store(settings), force=True)
+    report = get_knowledge_store(settings).replica.follow(force=True)
     if args.json:
         print_json(report.to_dict())
     else:

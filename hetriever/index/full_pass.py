@@ -14,7 +14,7 @@ from hetriever.core.logs import get_logger
 from hetriever.core.models import ChangeSet
 from hetriever.discover.repositories import Repository
 from hetriever.discover.site import Site
-from hetriever.store.catalog import DISCOVERED, FAILED, PROCESSED, SKIPPED
+from hetriever.store.catalog_records import DISCOVERED, FAILED, PROCESSED, SKIPPED
 from hetriever.store.store_types import IndexingStore
 
 log = get_logger(__name__)

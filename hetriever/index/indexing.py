@@ -34,7 +34,7 @@ from typing import AsyncIterator, Callable, Iterable
 
 from hetriever.core import faults
 from hetriever.core.access import declared_level
-from hetriever.store.catalog import DISCOVERED, SKIPPED
+from hetriever.store.catalog_records import DISCOVERED, SKIPPED
 from hetriever.core.config import Settings
 from hetriever.core.errors import IndexingError
 from hetriever.index.file_retry import retry_file
@@ -66,7 +66,6 @@ from hetriever.index.process import (  # noqa: F401 (re-exported: the per-file s
     token_counter,
 )
 from hetriever.store.recovery import adopt_orphaned_collection
-from hetriever.store.replica import publish_sync
 from hetriever.discover.repositories import check_usable
 from hetriever.store.store_types import IndexingStore
 
@@ -225,7 +224,7 @@ async def finish_run(store: IndexingStore, repo: Repository, change_set: ChangeS
     # For searchers elsewhere: after an incremental run, only these files' chunks changed.
     changed = None if change_set.mode == "full" else \
         change_set.paths_to_index() + change_set.paths_to_delete()
-    await asyncio.to_thread(publish_sync, store, repo.name, changed)
+    await asyncio.to_thread(store.replica.publish, repo.name, changed)
 
 
 async def indexed_file_counts(store: IndexingStore, repo: Repository) -> dict[str, int]:

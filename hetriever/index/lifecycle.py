@@ -20,14 +20,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
 from hetriever.core import faults
-from hetriever.store.catalog import DELETED
+from hetriever.store.catalog_records import DELETED
 from hetriever.core.config import Settings
 from hetriever.core.errors import IndexingError, RepositoryNotFoundError, UserError
 from hetriever.store.generations import drop_abandoned_builds
 from hetriever.core.logs import get_logger
 from hetriever.core.models import IndexResult, _Serialisable
 from hetriever.discover.repositories import Repository
-from hetriever.store.replica import publish_sync
 from hetriever.discover.repositories import check_usable
 
 log = get_logger(__name__)
@@ -82,17 +81,17 @@ def purge_sync(store, older_than_days: float | None = None, *,
     catalog = store.catalog
     for name in store.repository_names():
         physical = store.physical_name(name)
-        expired = [(doc_id, path) for doc_id, path, stamp in store.deleted_chunks_sync(name)
+        expired = [(doc_id, path) for doc_id, path, stamp in store.reads.deleted_chunks(name)
                    if (when := _parse(stamp)) is None or when <= cutoff]
-        removed = store.purge_ids_sync(name, [doc_id for doc_id, _ in expired])
+        removed = store.writes.purge_ids(name, [doc_id for doc_id, _ in expired])
         # A file row goes once none of its chunks is left soft-deleted.
-        still = {path for _, path, _ in store.deleted_chunks_sync(name)}
+        still = {path for _, path, _ in store.reads.deleted_chunks(name)}
         gone = [f.path for f in catalog.files(physical, DELETED)
                 if f.path not in still and (_parse(f.deleted_at) or cutoff) <= cutoff]
         report.chunks[name] = removed
         report.files[name] = catalog.remove_files(physical, gone)
         if removed:
-            publish_sync(store, name, sorted({path for _, path in expired}))
+            store.replica.publish(name, sorted({path for _, path in expired}))
             log.info("purged", repository=name, chunks=removed, files=report.files[name])
     return report
 
@@ -104,24 +103,24 @@ async def purge(store, older_than_days: float | None = None, *,
 
 def forget_repository_sync(store, name: str) -> ForgetReport:
     """Erase a repository: every physical collection (Chroma + BM25) and its catalog rows."""
-    from hetriever.store.catalog import split_physical
+    from hetriever.store.catalog_records import split_physical
 
     report = ForgetReport(repository=name, file=None)
     known = {c.name for c in store.catalog.collections(name)}
     # Collections the catalog lost track of (e.g. a crash mid-migration) go too.
-    known |= {c for c in store.collection_names() if (split_physical(c) or ("",))[0] == name}
+    known |= {c for c in store.chroma.collection_names() if (split_physical(c) or ("",))[0] == name}
     if not known and store.catalog.repository(name) is None:
         raise RepositoryNotFoundError(f"repository {name!r} is not indexed",
                                       hint="`hetriever status` lists the indexed repositories")
     # Counted first: dropping a collection removes its file rows from the catalog too.
     files = sum(len(store.catalog.files(physical)) for physical in known)
     for physical in sorted(known):
-        report.bm25_rows += store.bm25_physical(physical).count()
-        report.chunks += store.drop_physical_sync(name, physical)
+        report.bm25_rows += store.views.bm25_physical(physical).count()
+        report.chunks += store.writes.drop_physical(name, physical)
         report.collections.append(physical)
     report.catalog_rows = store.catalog.drop_repository(name)
     report.catalog_rows["files"] += files
-    publish_sync(store, name)  # gone from the manifest: followers drop their copies
+    store.replica.publish(name)  # gone from the manifest: followers drop their copies
     log.info("repository_forgotten", repository=name, chunks=report.chunks,
              collections=report.collections)
     return report
@@ -138,12 +137,12 @@ def forget_file_sync(store, name: str, path: str) -> ForgetReport:
         pinned = store.pinned(name, record.name)
         index = pinned.bm25(name)
         before = index.count()
-        report.chunks += pinned.delete_file_sync(name, path)
+        report.chunks += pinned.writes.delete_file(name, path)
         report.bm25_rows += before - index.count()
         report.catalog_rows["files"] = report.catalog_rows.get("files", 0) + \
             store.catalog.remove_files(record.name, [path])
         report.collections.append(record.name)
-    publish_sync(store, name, [path])
+    store.replica.publish(name, [path])
     log.info("file_forgotten", repository=name, path=path, chunks=report.chunks)
     return report
 
@@ -198,20 +197,20 @@ async def _migrate(repo: Repository, store, settings: Settings, force: bool) -> 
     except BaseException:
         # The old collection stays active; the half-built one is dropped.
         if old is not None:
-            await asyncio.to_thread(store.drop_physical_sync, repo.name, new)
+            await asyncio.to_thread(store.writes.drop_physical, repo.name, new)
         raise
     if not result.completed:
         if old is not None:
-            await asyncio.to_thread(store.drop_physical_sync, repo.name, new)
+            await asyncio.to_thread(store.writes.drop_physical, repo.name, new)
         raise IndexingError(f"{repo.name}: the rebuild into {new} did not complete "
                             f"({len(result.failed)} file(s) failed); searches still use {old}",
                             hint="fix the failing files (see the log) and run migrate again")
     report = MigrateReport(repo.name, old, new, migrated=True, index=result)
     if old is not None and old != new:
         catalog.switch(repo.name, new)
-        await asyncio.to_thread(publish_sync, store, repo.name)
+        await asyncio.to_thread(store.replica.publish, repo.name)
         faults.check("migration_switched", repo.name)
-        report.dropped_chunks = await asyncio.to_thread(store.drop_physical_sync, repo.name, old)
+        report.dropped_chunks = await asyncio.to_thread(store.writes.drop_physical, repo.name, old)
     log.info("migration_finished", repository=repo.name, old=old, new=new,
              chunks=result.chunks_written, dropped=report.dropped_chunks)
     return report

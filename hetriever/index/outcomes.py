@@ -10,7 +10,7 @@ from __future__ import annotations
 
 
 from hetriever.core import faults
-from hetriever.store.catalog import FAILED, INDEXED, PROCESSED, SKIPPED
+from hetriever.store.catalog_records import FAILED, INDEXED, PROCESSED, SKIPPED
 from hetriever.core.errors import EmbeddingError
 from hetriever.core.logs import get_logger
 from hetriever.core.models import IndexResult, SkippedFile
@@ -51,7 +51,7 @@ async def apply_outcomes(store: IndexingStore, repo: Repository, outcomes: list[
         catalog.set_files(physical, repo.name, [path], FAILED, reason=reason)
     stored = [o for o in outcomes if o.path not in failed]
     # Dates that may change a page's fate with no commit: the next runs look at them.
-    catalog.set_windows(physical, {o.path: o.window for o in stored})
+    catalog.publish_windows.set_windows(physical, {o.path: o.window for o in stored})
     catalog.set_files(physical, repo.name, [o.path for o in stored if o.chunks], INDEXED,
                       chunk_counts={o.path: len(o.chunks) for o in stored})
     faults.check("catalog_files_updated", repo.name)
@@ -61,10 +61,10 @@ async def apply_outcomes(store: IndexingStore, repo: Repository, outcomes: list[
             state = FAILED if outcome.skipped.reason.startswith("error:") else SKIPPED
             catalog.set_files(physical, repo.name, [outcome.path], state,
                               reason=outcome.skipped.reason)
-            catalog.set_page(physical, outcome.path)
+            catalog.pages.set_page(physical, outcome.path)
         elif outcome.chunks:
             first = display_chunk(outcome.chunks)
-            catalog.set_page(physical, outcome.path, first.id, first.metadata,
+            catalog.pages.set_page(physical, outcome.path, first.id, first.metadata,
                              [(c.id, c.metadata) for c in outcome.chunks])
 
 

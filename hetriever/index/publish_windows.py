@@ -35,10 +35,10 @@ def with_crossed_windows(store: IndexingStore, repo: Repository, change_set: Cha
     physical = store.physical_name(repo.name)
     if change_set.mode == "full" or physical is None:
         return change_set, []
-    since = store.catalog.windows_checked(physical)
+    since = store.catalog.publish_windows.windows_checked(physical)
     if not since:  # windows were never recorded for this collection: nothing to compare
         return change_set, []
-    crossed = store.catalog.crossed(physical, since, utc_text(now))
+    crossed = store.catalog.publish_windows.crossed(physical, since, utc_text(now))
     already = {c.path for c in change_set.changes}
     gone = set(change_set.paths_to_delete())
     added = [p for p in crossed if p not in already and p not in gone]
@@ -57,7 +57,7 @@ def windows_checked(store: IndexingStore, repo: Repository, now: dt.datetime) ->
     complete, or there were none)."""
     physical = store.physical_name(repo.name)
     if physical is not None:
-        store.catalog.mark_windows_checked(physical, utc_text(now))
+        store.catalog.publish_windows.mark_windows_checked(physical, utc_text(now))
 
 
 def showing_pages(repo: Repository, change_set: ChangeSet) -> list[str]:

@@ -8,7 +8,6 @@ import asyncio
 
 from hetriever.core.logs import get_logger
 from hetriever.discover.repositories import Repository
-from hetriever.store.replica import publish_sync
 from hetriever.store.store_types import IndexingStore
 
 log = get_logger("hetriever.index.indexing")
@@ -35,4 +34,4 @@ async def settle_recorded_run(store: IndexingStore, repo: Repository, commit: st
                            commit=commit)
     else:
         catalog.set_last_commit(repo.name, commit)
-    await asyncio.to_thread(publish_sync, store, repo.name, None)
+    await asyncio.to_thread(store.replica.publish, repo.name, None)

@@ -288,15 +288,15 @@ def _exact(store: RetrievalStore, query: str, plans: Mapping[str, CollectionPlan
     does not hide the English page from an English search)."""
     by_physical = {p.collection: name for name, p in plans.items()}
     try:
-        candidates = store.catalog.lookup_title(query, list(by_physical))
+        candidates = store.catalog.pages.lookup_title(query, list(by_physical))
         form = _NAMED_FUNCTION.match(query) if not candidates else None
         if form:  # "where function": the page named `where`, if a name is what it is
             name = form.group("before") or form.group("after")
-            candidates = [c for c in store.catalog.lookup_title(name, list(by_physical),
+            candidates = [c for c in store.catalog.pages.lookup_title(name, list(by_physical),
                                                                 NAME_KINDS)
                           if not c.key.startswith("/")]
             if not candidates and "." in name.strip("."):  # `collections.Where`
-                candidates = store.catalog.lookup_title(name, list(by_physical), ("title",))
+                candidates = store.catalog.pages.lookup_title(name, list(by_physical), ("title",))
     except Exception as exc:  # the fast path is an extra; it never fails a search
         log.warning("exact_lookup_failed", error=f"{type(exc).__name__}: {exc}")
         return None
@@ -406,7 +406,7 @@ def hybrid_search(store: RetrievalStore, query: str, top_k: int | None = None,
                   access_levels: Sequence[str] | str | None = None,
                   exact: bool = True, group_by: str | None = None,
                   lang: str | None = None) -> RetrievalResult:
-    """Run one search against `store` (a ChromaKnowledgeStore). See the module docstring.
+    """Run one search against `store` (a Store). See the module docstring.
 
     `access_levels`: the levels the caller may see (default PUBLIC only).
     `exact`: use the exact-title fast path.
@@ -528,7 +528,7 @@ def _search_once(store: RetrievalStore, text: str, k: int, user_filter: dict | N
     prior = None  # a question's links prior, for fused pages only (hetriever.parse.links)
     if (mode == "hybrid" and group_by == "page" and settings.fusion == "score"
             and settings.link_prior_weight > 0 and is_question(settings, language, text)):
-        prior = LinkPrior(store.catalog, {name: p.collection for name, p in plans.items()},
+        prior = LinkPrior(store.catalog.pages, {name: p.collection for name, p in plans.items()},
                           settings.link_prior_weight)
     rankings = {"dense": dense_ids or [], "bm25": bm25_ids or []}
     check = _Checker(store, hits, plans, levels)

@@ -17,28 +17,16 @@ from pathlib import Path
 
 import numpy as np
 
-from hetriever.store.catalog_records import CATALOG_FILE
+from hetriever.store.catalog_schema import (
+    CATALOG_FILE,
+    METRICS_ADDED_COLUMNS,
+    METRICS_SCHEMA,
+)
 from hetriever.core.models import RetrievalResult, _Serialisable
 from hetriever.core.sqlite_files import connect
 
 KEEP_QUERIES = 100_000  # ~20 MB of rows; summaries read the last 1,000 by default
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS query_metrics (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    at REAL NOT NULL,
-    query TEXT NOT NULL,
-    mode TEXT NOT NULL,
-    latency_ms REAL NOT NULL,
-    results INTEGER NOT NULL,
-    top_score REAL,
-    retriever_counts TEXT NOT NULL,
-    repositories TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS query_metrics_at ON query_metrics(at);
-"""
-# Added to a table made before them; NULL in its old rows.
-ADDED_COLUMNS = {"source": "TEXT", "cold": "INTEGER"}
 SOURCES = ("cli", "query-flow", "http", "mcp")
 UNRECORDED = "unrecorded"
 # A row's source: recorded, else the prefix servers gave their mode, else unknown.
@@ -110,9 +98,9 @@ class MetricsStore:
         self.path = path
         self.keep = keep
         self._db = connect(path)
-        self._db.executescript(SCHEMA)
+        self._db.executescript(METRICS_SCHEMA)
         have = {row[1] for row in self._db.execute("PRAGMA table_info(query_metrics)")}
-        for name, kind in ADDED_COLUMNS.items():
+        for name, kind in METRICS_ADDED_COLUMNS.items():
             if name not in have:
                 self._db.execute(f"ALTER TABLE query_metrics ADD COLUMN {name} {kind}")
 

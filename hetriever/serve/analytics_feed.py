@@ -1,7 +1,7 @@
 """Served searches and the results readers open, into the analytics file, off the request path.
 
 A search gets its id at once (`query_id` in the /search answer) and its row is written by a
-background thread in batches, so a request never waits on SQLite, and a full disk or a locked
+background thread in batches (serve/batched_writer.py), so a request never waits on SQLite, and a full disk or a locked
 file costs the row (logged), never the search. An open (`POST /analytics/open`) is checked
 against the searches this process answered recently (`RECENT`, in memory): its id must be one
 of them, its rank one of the results shown and its URL that result's (`url` or `link`). One
@@ -10,7 +10,6 @@ open per result is kept, so opens can never outgrow the searches answered.
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
 from collections import OrderedDict
@@ -19,14 +18,13 @@ from typing import Any
 from hetriever.core.config import Settings
 from hetriever.core.logs import get_logger
 from hetriever.core.models import RetrievalResult
-from hetriever.search.analytics import (MAX_URL_CHARS, OpenRecord, QueryRecord,
-                                        new_query_id, open_store)
+from hetriever.search.analytics import (MAX_URL_CHARS, AnalyticsStore, OpenRecord,
+                                        QueryRecord, new_query_id, open_store)
+from hetriever.serve.batched_writer import BatchedWriter
 
 log = get_logger(__name__)
 
 RECENT = 4096  # searches whose results may still be reported opened (in memory)
-FLUSH_EVERY = 64
-QUEUE_SIZE = 10_000
 
 
 class OpenRefused(ValueError):
@@ -48,12 +46,9 @@ class AnalyticsFeed:
         self._recent: OrderedDict[str, tuple[tuple[tuple[str, str], ...], set[int]]] = \
             OrderedDict()
         self._lock = threading.Lock()
-        self._queue: queue.Queue[QueryRecord | OpenRecord | None] = queue.Queue(QUEUE_SIZE)
-        self._writer: threading.Thread | None = None
+        self._writer: BatchedWriter[QueryRecord | OpenRecord, AnalyticsStore] | None = None
         if self.enabled:
-            self._writer = threading.Thread(target=self._write, name="analytics-writer",
-                                            daemon=True)
-            self._writer.start()
+            self._writer = BatchedWriter("analytics", self._open_store, _record)
 
     def search(self, result: RetrievalResult, answer: dict[str, Any], seconds: float,
                repositories: list[str] | None) -> str | None:
@@ -99,46 +94,23 @@ class AnalyticsFeed:
         return True
 
     def _put(self, item: QueryRecord | OpenRecord) -> None:
-        try:
-            self._queue.put_nowait(item)
-        except queue.Full:  # the writer is stuck (disk?): drop the row, never the request
-            log.warning("analytics_dropped", reason="queue full")
+        if self._writer is not None:
+            self._writer.put(item)
 
-    def _write(self) -> None:
-        store = None
-        while True:
-            batch = [self._queue.get()]
-            while len(batch) < FLUSH_EVERY:
-                try:
-                    batch.append(self._queue.get_nowait())
-                except queue.Empty:
-                    break
-            queries = [i for i in batch if isinstance(i, QueryRecord)]
-            opens = [i for i in batch if isinstance(i, OpenRecord)]
-            if queries or opens:
-                try:
-                    store = store or open_store(self._settings.resolved_state_dir,
-                                                self._settings.analytics_retention_days)
-                    store.record(queries, opens)
-                except Exception as exc:  # analytics must never take the server down
-                    log.warning("analytics_write_failed", error=str(exc),
-                                queries=len(queries), opens=len(opens))
-                    if store is not None:  # a fresh connection next time (file replaced?)
-                        store.close()
-                        store = None
-            for _ in batch:
-                self._queue.task_done()
-            if None in batch:
-                if store is not None:
-                    store.close()
-                return
+    def _open_store(self) -> AnalyticsStore:
+        return open_store(self._settings.resolved_state_dir,
+                          self._settings.analytics_retention_days)
 
     def flush(self) -> None:
         """Wait until every recorded search and open is written (or failed to be)."""
         if self._writer is not None:
-            self._queue.join()
+            self._writer.flush()
 
     def close(self) -> None:
-        if self._writer is not None and self._writer.is_alive():
-            self._queue.put(None)
-            self._writer.join(timeout=10)
+        if self._writer is not None:
+            self._writer.close()
+
+
+def _record(store: AnalyticsStore, rows: list[QueryRecord | OpenRecord]) -> None:
+    store.record([r for r in rows if isinstance(r, QueryRecord)],
+                 [r for r in rows if isinstance(r, OpenRecord)])

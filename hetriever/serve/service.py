@@ -1,6 +1,6 @@
 """What the HTTP API and the MCP server both answer: search, a page, the repositories.
 
-Plain Python over one long-lived `ChromaKnowledgeStore`, so the model, the Chroma client and
+Plain Python over one long-lived `Store`, so the model, the Chroma client and
 the BM25 indexes stay warm between requests. The store reopens embedded Chroma when another
 process (an ingest) wrote since it last looked, and searches follow the catalog's alias to the
 last complete generation, so a reindex is served without a restart and a half-built one never
@@ -27,7 +27,7 @@ import anyio.to_thread
 
 from hetriever.search import published
 from hetriever.core.access import caller_levels, denial
-from hetriever.store.catalog import INDEXED
+from hetriever.store.catalog_records import INDEXED
 from hetriever.store.catalog_records import address_host
 from hetriever.core.config import ACCESS_LEVELS, Settings
 from hetriever.core.errors import HetrieverError, InvalidFilterError, InvalidLimitError
@@ -35,7 +35,7 @@ from hetriever.core.logs import get_logger
 from hetriever.core.names import is_valid_repository_name, repository_name
 from hetriever.search.hybrid import hybrid_search, plan_collections
 from hetriever.serve import pages
-from hetriever.search.knowledge_store import ChromaKnowledgeStore
+from hetriever.store.knowledge_store import Store
 
 log = get_logger(__name__)
 
@@ -99,10 +99,10 @@ def check_repository_name(name: Any) -> str:
 
 
 class DocsService:
-    def __init__(self, settings: Settings, *, store: ChromaKnowledgeStore | None = None,
+    def __init__(self, settings: Settings, *, store: Store | None = None,
                  limits: Limits | None = None) -> None:
         self.settings = settings
-        self.store = store if store is not None else ChromaKnowledgeStore(settings)
+        self.store = store if store is not None else Store(settings)
         self.limits = limits or Limits()
         self._pool: ThreadPoolExecutor | None = None
         self._waiting = 0
@@ -163,7 +163,7 @@ class DocsService:
         return hide_paths(str(exc), places)
 
     def ready(self) -> bool:
-        return self.store.health_check_sync()
+        return self.store.chroma.health_check()
 
     @property
     def max_k(self) -> int:
@@ -249,7 +249,7 @@ class DocsService:
         visible = self._visible_plans(levels)
         found: list[Any] = []
         if pages.is_chunk_id(ref):
-            doc = self.store.get_by_id_sync(ref)
+            doc = self.store.reads.get_by_id(ref)
             name = str(doc.metadata.get("repository", "")) if doc is not None else ""
             if doc is not None and name in visible:
                 found = self._file_chunks(name, str(doc.metadata["file_path"]))
@@ -296,13 +296,13 @@ class DocsService:
                 ids = sorted(self.store.search_bm25(name).ids_where({"file_path": path}))
             except HetrieverError:
                 break
-            found = self.store.chunks_by_ids_sync(name, ids)
+            found = self.store.reads.chunks_by_ids(name, ids)
             if ids and len(found) == len(ids):
                 return found
             if not ids:
                 break
             time.sleep(PAGE_READ_PAUSE * (attempt + 1))
-        return self.store.chunks_where_sync(name, {"file_path": path})
+        return self.store.reads.chunks_where(name, {"file_path": path})
 
     def _base_urls(self, name: str) -> dict[str, str]:
         return published.recorded_base_urls(self.store.catalog, name, self.settings.site_urls)
@@ -329,7 +329,7 @@ class DocsService:
         except ValueError:  # e.g. an unclosed IPv6 host: names no page
             return None
         found = [(physical[hit.collection], hit) for hit in
-                 self.store.catalog.lookup_title(ref, list(physical))
+                 self.store.catalog.pages.lookup_title(ref, list(physical))
                  if hit.kind in ("url", "alias")]
         if len(found) > 1:  # pages at one path: a multihost site's languages, two sites
             found = self._by_preference(found[:8], address_host(ref), visible)
@@ -348,7 +348,7 @@ class DocsService:
         page gone since counts as neither); one chunk read and one catalog read a repository."""
         names = {name for name, _ in found}
         metadata = {(name, d.doc_id): d.metadata for name in names
-                    for d in self.store.chunks_by_ids_sync(
+                    for d in self.store.reads.chunks_by_ids(
                         name, [hit.chunk_id for n, hit in found if n == name])}
         sites = {name: self._base_urls(name) for name in names}
 
@@ -363,7 +363,7 @@ class DocsService:
     def _by_url(self, name: str, url: str) -> list[Any]:
         variants = dict.fromkeys([url, url.rstrip("/") + "/", url.rstrip("/") or "/"])
         for candidate in variants:
-            hits = self.store.chunks_where_sync(name, {"url": candidate})
+            hits = self.store.reads.chunks_where(name, {"url": candidate})
             if hits:
                 return hits
         return []

@@ -17,131 +17,66 @@ Switching a repository to a new collection is one UPDATE (plus an epoch bump), s
 either the old or the new collection, never a half-built one. Every write is one short
 transaction; WAL lets searches read while an ingest writes.
 
-The titles and links, the page keys, are read and written by `Catalog`'s mixin
-`catalog_pages.PageKeys`.
+Every table is defined in `catalog_schema`; the titles and links (the page keys) are read and
+written by the catalog's part `catalog_pages.PageKeys`, the publish windows by
+`catalog_windows.PublishWindows`.
 """
 
 from __future__ import annotations
 
 import json
 import sqlite3
-import threading
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from hetriever.store.catalog_records import (  # noqa: F401 (re-exported: states, names, records)
-    ACTIVE,
-    address_fragment,
-    address_key,
-    BUILDING,
-    CATALOG_FILE,
-    CATALOG_VERSION,
-    CollectionRecord,
-    DELETED,
-    INDEX_STATE_DEFAULTS,
-    INDEX_STATE_KEYS,
-    DISCOVERED,
-    drop_shared,  # applied by the caller to lookup_title's hits
-    FAILED,
-    FILE_STATES,
-    FileRecord,
-    heading_keys,
-    INDEXED,
-    normalise_title,
-    now_iso,
-    physical_name,
-    PHYSICAL_RE,
-    PROCESSED,
-    RepositoryRecord,
-    _SCHEMA,
-    SKIPPED,
-    split_physical,
-    title_keys,
-    TITLE_KINDS,
-    TitleHit,
-)
-from hetriever.store.catalog_pages import PageKeys
-from hetriever.store.catalog_windows import WINDOWS_SCHEMA, PublishWindows
 from hetriever.core.logs import get_logger
 from hetriever.core.redact import redact_url
-from hetriever.core.sqlite_files import connect, is_damaged, set_aside
+from hetriever.store.catalog_pages import PageKeys
+from hetriever.store.catalog_records import (
+    ACTIVE,
+    BUILDING,
+    DELETED,
+    FILE_STATES,
+    INDEX_STATE_KEYS,
+    INDEXED,
+    CollectionRecord,
+    FileRecord,
+    RepositoryRecord,
+    now_iso,
+    physical_name,
+    split_physical,
+)
+from hetriever.store.catalog_schema import CATALOG_FILE, PER_FILE_TABLES, CatalogDatabase
+from hetriever.store.catalog_windows import PublishWindows
 
 log = get_logger(__name__)
-# tables whose rows belong to one file of a collection
-_PER_FILE = ("titles", "links", "windows")
 
-class Catalog(PageKeys, PublishWindows):
-    """One SQLite catalog; safe to share between threads (one connection behind a lock)."""
+
+class Catalog:
+    """One SQLite catalog; safe to share between threads (one connection behind a lock).
+    Its page keys are `pages` and its publish windows `publish_windows`, parts sharing its
+    database (`catalog_schema.CatalogDatabase`)."""
 
     def __init__(self, path: Path) -> None:
-        self.path = Path(path)
-        self._lock = threading.RLock()
-        try:
-            self._open()
-        except sqlite3.DatabaseError as exc:
-            if not is_damaged(exc):
-                raise
-            # Derived state: the next ingest finds its collections in Chroma again
-            # (hetriever.store.recovery); run history and metrics start over.
-            aside = set_aside(self.path)
-            log.warning("catalog_damaged", path=str(self.path), moved_to=str(aside),
-                        error=str(exc), action="started an empty catalog; the next ingest "
-                                               "rebuilds it from Chroma with a full pass")
-            self._open()
-
-    def _open(self) -> None:
-        self._conn = connect(self.path)
-        self._conn.row_factory = sqlite3.Row
-        try:
-            self._create()
-        except sqlite3.DatabaseError:
-            self._conn.close()
-            raise
-
-    def _create(self) -> None:
-        with self._lock:
-            self._conn.executescript(_SCHEMA + WINDOWS_SCHEMA)
-            columns = {r[1] for r in self._conn.execute("PRAGMA table_info(collections)")}
-            if "index_state" not in columns:  # a version 1 catalog
-                self._conn.execute("ALTER TABLE collections ADD COLUMN index_state TEXT NOT NULL "
-                                   "DEFAULT '{}'")
-                self._conn.execute("UPDATE meta SET value = ? WHERE key = 'version'",
-                                   (str(CATALOG_VERSION),))
-            self._conn.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('version', ?)",
-                               (str(CATALOG_VERSION),))
-            self._conn.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('alias_epoch', '0')")
+        self.db = CatalogDatabase(path)
+        self.path = self.db.path
+        self.pages = PageKeys(self.db)
+        self.publish_windows = PublishWindows(self.db)
 
     @classmethod
     def for_state_dir(cls, state_dir: Path) -> Catalog:
         return cls(Path(state_dir) / CATALOG_FILE)
 
     def close(self) -> None:
-        with self._lock:
-            self._conn.close()
-
-    @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._conn
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            self._conn.execute("COMMIT")
-
-    def _rows(self, sql: str, args: Sequence[Any] = ()) -> list[sqlite3.Row]:
-        with self._lock:
-            return self._conn.execute(sql, tuple(args)).fetchall()
+        self.db.close()
 
     # -- repositories and the alias pointer ------------------------------------------
 
     def upsert_repository(self, name: str, *, url: str | None = None,
                           access_level: str | None = None,
                           settings: dict[str, Any] | None = None) -> None:
-        with self.transaction() as conn:
+        with self.db.transaction() as conn:
             conn.execute("INSERT OR IGNORE INTO repositories(name) VALUES (?)", (name,))
             if url is not None:  # a copy of the catalog is a way out too: never a password
                 conn.execute("UPDATE repositories SET url = ? WHERE name = ?",
@@ -155,13 +90,13 @@ class Catalog(PageKeys, PublishWindows):
 
     def set_last_commit(self, name: str, commit: str) -> None:
         """The commit the repository's searched collection holds (what `status` shows)."""
-        with self.transaction() as conn:
+        with self.db.transaction() as conn:
             conn.execute("INSERT OR IGNORE INTO repositories(name) VALUES (?)", (name,))
             conn.execute("UPDATE repositories SET last_commit = ? WHERE name = ?",
                          (commit, name))
 
     def repository(self, name: str) -> RepositoryRecord | None:
-        rows = self._rows("SELECT * FROM repositories WHERE name = ?", (name,))
+        rows = self.db.rows("SELECT * FROM repositories WHERE name = ?", (name,))
         if not rows:
             return None
         r = rows[0]
@@ -181,24 +116,24 @@ class Catalog(PageKeys, PublishWindows):
         return record is None or bool(record.last_commit) or not self.runs(name, limit=1)
 
     def repositories(self) -> list[RepositoryRecord]:
-        names = [r["name"] for r in self._rows("SELECT name FROM repositories ORDER BY name")]
+        names = [r["name"] for r in self.db.rows("SELECT name FROM repositories ORDER BY name")]
         return [rec for rec in (self.repository(n) for n in names) if rec is not None]
 
     def active(self, repository: str) -> str | None:
-        rows = self._rows("SELECT active_collection FROM repositories WHERE name = ?",
+        rows = self.db.rows("SELECT active_collection FROM repositories WHERE name = ?",
                           (repository,))
         return rows[0]["active_collection"] if rows else None
 
     def active_map(self) -> dict[str, str]:
         """repository -> active physical collection, for every searchable repository."""
-        rows = self._rows("SELECT name, active_collection FROM repositories "
+        rows = self.db.rows("SELECT name, active_collection FROM repositories "
                           "WHERE active_collection IS NOT NULL ORDER BY name")
         return {r["name"]: r["active_collection"] for r in rows}
 
     def alias_epoch(self) -> int:
         """Bumped on every switch or drop: a reader that saw the same epoch before and after
         its work read one consistent set of collections."""
-        return int(self._rows("SELECT value FROM meta WHERE key = 'alias_epoch'")[0]["value"])
+        return int(self.db.rows("SELECT value FROM meta WHERE key = 'alias_epoch'")[0]["value"])
 
     def _bump(self, conn: sqlite3.Connection) -> None:
         conn.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'alias_epoch'")
@@ -209,7 +144,7 @@ class Catalog(PageKeys, PublishWindows):
         `activate` points the alias at it at once (first build: nothing to hide); otherwise it
         stays `building` until `switch()`.
         """
-        with self.transaction() as conn:
+        with self.db.transaction() as conn:
             conn.execute("INSERT OR IGNORE INTO repositories(name) VALUES (?)", (repository,))
             gen = int(conn.execute("SELECT next_generation FROM repositories WHERE name = ?",
                                    (repository,)).fetchone()[0])
@@ -235,7 +170,7 @@ class Catalog(PageKeys, PublishWindows):
 
     def switch(self, repository: str, collection: str) -> str | None:
         """Point the alias at `collection` (one UPDATE); returns the previous collection."""
-        with self.transaction() as conn:
+        with self.db.transaction() as conn:
             row = conn.execute("SELECT active_collection FROM repositories WHERE name = ?",
                                (repository,)).fetchone()
             previous = row[0] if row else None
@@ -260,7 +195,7 @@ class Catalog(PageKeys, PublishWindows):
         split = split_physical(collection)
         if split is None or split[0] != repository:
             raise ValueError(f"{collection!r} is not a collection of {repository!r}")
-        with self.transaction() as conn:
+        with self.db.transaction() as conn:
             conn.execute("INSERT OR IGNORE INTO repositories(name) VALUES (?)", (repository,))
             conn.execute("INSERT OR IGNORE INTO collections(name, repository, generation, "
                          "fingerprint, state, created_at) VALUES (?, ?, ?, ?, ?, ?)",
@@ -283,19 +218,13 @@ class Catalog(PageKeys, PublishWindows):
 
     def noted(self, key: str) -> str | None:
         """A value kept in the catalog's meta table by `note` (None when never noted)."""
-        rows = self._rows("SELECT value FROM meta WHERE key = ?", (key,))
-        return str(rows[0]["value"]) if rows else None
+        return self.db.noted(key)
 
     def note(self, key: str, value: str | None) -> None:
-        with self.transaction() as conn:
-            if value is None:
-                conn.execute("DELETE FROM meta WHERE key = ?", (key,))
-            else:
-                conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)",
-                             (key, value))
+        self.db.note(key, value)
 
     def collection(self, name: str) -> CollectionRecord | None:
-        rows = self._rows("SELECT * FROM collections WHERE name = ?", (name,))
+        rows = self.db.rows("SELECT * FROM collections WHERE name = ?", (name,))
         if not rows:
             return None
         r = rows[0]
@@ -315,7 +244,7 @@ class Catalog(PageKeys, PublishWindows):
         unknown = set(fields) - INDEX_STATE_KEYS
         if unknown:
             raise ValueError(f"not index state: {', '.join(sorted(unknown))}")
-        with self.transaction() as conn:
+        with self.db.transaction() as conn:
             row = conn.execute("SELECT index_state FROM collections WHERE name = ?",
                                (collection,)).fetchone()
             if row is None:
@@ -330,7 +259,7 @@ class Catalog(PageKeys, PublishWindows):
 
     def collections(self, repository: str | None = None) -> list[CollectionRecord]:
         sql = "SELECT name FROM collections" + (" WHERE repository = ?" if repository else "")
-        rows = self._rows(sql + " ORDER BY repository, generation",
+        rows = self.db.rows(sql + " ORDER BY repository, generation",
                           (repository,) if repository else ())
         return [c for c in (self.collection(r["name"]) for r in rows) if c is not None]
 
@@ -340,7 +269,7 @@ class Catalog(PageKeys, PublishWindows):
         new = {str(level).upper() for level in levels}
         if not new:
             return
-        with self.transaction() as conn:
+        with self.db.transaction() as conn:
             row = conn.execute("SELECT levels FROM collections WHERE name = ?",
                                (collection,)).fetchone()
             if row is None:
@@ -355,8 +284,8 @@ class Catalog(PageKeys, PublishWindows):
         """Forget a physical collection: its row, files, titles and links; clears an alias to
         it. Its runs stay, as history; one still `running` (its process died) is
         `interrupted`: it can never finish now."""
-        with self.transaction() as conn:
-            for table in ("files", *_PER_FILE):
+        with self.db.transaction() as conn:
+            for table in ("files", *PER_FILE_TABLES):
                 conn.execute(f"DELETE FROM {table} WHERE collection = ?", (name,))
             conn.execute("UPDATE runs SET outcome = 'interrupted' WHERE collection = ? AND "
                          "outcome = 'running'", (name,))
@@ -368,11 +297,11 @@ class Catalog(PageKeys, PublishWindows):
     def drop_repository(self, name: str) -> dict[str, int]:
         """Forget everything about a repository; returns row counts removed per table."""
         removed: dict[str, int] = {}
-        with self.transaction() as conn:
+        with self.db.transaction() as conn:
             cols = [r[0] for r in conn.execute("SELECT name FROM collections WHERE repository = ?",
                                                (name,))]
             marks = ",".join("?" * len(cols))
-            for table in ("files", *_PER_FILE):
+            for table in ("files", *PER_FILE_TABLES):
                 removed[table] = conn.execute(
                     f"DELETE FROM {table} WHERE collection IN ({marks})", cols).rowcount \
                     if cols else 0
@@ -398,7 +327,7 @@ class Catalog(PageKeys, PublishWindows):
                  int(chunk_counts.get(p, 0)), stamp) for p in paths]
         if not rows:
             return
-        with self.transaction() as conn:
+        with self.db.transaction() as conn:
             conn.executemany(
                 "INSERT INTO files(collection, repository, path, blob, last_commit, state, reason,"
                 " chunk_count, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
@@ -413,22 +342,22 @@ class Catalog(PageKeys, PublishWindows):
     def mark_deleted(self, collection: str, paths: Iterable[str], deleted_at: str) -> None:
         """Soft delete: the rows stay (for audit and purge), their titles and links go."""
         paths = list(paths)
-        with self.transaction() as conn:
+        with self.db.transaction() as conn:
             conn.executemany("UPDATE files SET state = ?, deleted_at = ?, updated_at = ? "
                              "WHERE collection = ? AND path = ?",
                              [(DELETED, deleted_at, deleted_at, collection, p) for p in paths])
-            for table in _PER_FILE:
+            for table in PER_FILE_TABLES:
                 conn.executemany(f"DELETE FROM {table} WHERE collection = ? AND path = ?",
                                  [(collection, p) for p in paths])
 
     def remove_files(self, collection: str, paths: Iterable[str]) -> int:
         paths = list(paths)
-        with self.transaction() as conn:
+        with self.db.transaction() as conn:
             n = 0
             for p in paths:
                 n += conn.execute("DELETE FROM files WHERE collection = ? AND path = ?",
                                   (collection, p)).rowcount
-                for table in _PER_FILE:
+                for table in PER_FILE_TABLES:
                     conn.execute(f"DELETE FROM {table} WHERE collection = ? AND path = ?",
                                  (collection, p))
         return n
@@ -437,7 +366,7 @@ class Catalog(PageKeys, PublishWindows):
         """Forget title rows of chunks, and INDEXED files and link rows of files, that the
         collection no longer holds
         (left by a run that died between its Chroma write and its catalog update)."""
-        with self.transaction() as conn:
+        with self.db.transaction() as conn:
             stale_titles = [(collection, r["chunk_id"]) for r in conn.execute(
                 "SELECT DISTINCT chunk_id FROM titles WHERE collection = ?", (collection,))
                 if r["chunk_id"] not in chunk_ids]
@@ -455,7 +384,7 @@ class Catalog(PageKeys, PublishWindows):
 
     def files(self, collection: str, state: str | None = None) -> list[FileRecord]:
         sql = "SELECT * FROM files WHERE collection = ?" + (" AND state = ?" if state else "")
-        rows = self._rows(sql + " ORDER BY path", (collection, state) if state else (collection,))
+        rows = self.db.rows(sql + " ORDER BY path", (collection, state) if state else (collection,))
         return [FileRecord(collection=r["collection"], repository=r["repository"], path=r["path"],
                            state=r["state"], blob=r["blob"], last_commit=r["last_commit"],
                            reason=r["reason"], chunk_count=r["chunk_count"],
@@ -464,7 +393,7 @@ class Catalog(PageKeys, PublishWindows):
     def file_counts(self, collection: str) -> dict[str, int]:
         """state -> number of files, plus `chunks` (chunks of INDEXED files)."""
         out = {state: 0 for state in FILE_STATES}
-        for r in self._rows("SELECT state, COUNT(*) AS n, SUM(chunk_count) AS c FROM files "
+        for r in self.db.rows("SELECT state, COUNT(*) AS n, SUM(chunk_count) AS c FROM files "
                             "WHERE collection = ? GROUP BY state", (collection,)):
             out[r["state"]] = int(r["n"])
             if r["state"] == INDEXED:
@@ -473,14 +402,14 @@ class Catalog(PageKeys, PublishWindows):
         return out
 
     def has_deleted(self, collection: str) -> bool:
-        return bool(self._rows("SELECT 1 FROM files WHERE collection = ? AND state = ? LIMIT 1",
+        return bool(self.db.rows("SELECT 1 FROM files WHERE collection = ? AND state = ? LIMIT 1",
                                (collection, DELETED)))
 
     # -- runs -------------------------------------------------------------------------
 
     def start_run(self, repository: str, collection: str, *, mode: str, old_commit: str | None,
                   new_commit: str) -> int:
-        with self.transaction() as conn:
+        with self.db.transaction() as conn:
             # A run still "running" here was cut short (a crash or a kill): say so.
             conn.execute("UPDATE runs SET outcome = 'interrupted' WHERE repository = ? AND "
                          "collection = ? AND outcome = 'running'", (repository, collection))
@@ -494,7 +423,7 @@ class Catalog(PageKeys, PublishWindows):
     def finish_run(self, run_id: int, *, outcome: str, counts: dict[str, Any] | None = None,
                    error: str = "", commit: str | None = None) -> None:
         stamp = now_iso()
-        with self.transaction() as conn:
+        with self.db.transaction() as conn:
             conn.execute("UPDATE runs SET finished_at = ?, outcome = ?, counts = ?, error = ? "
                          "WHERE id = ?", (stamp, outcome, json.dumps(counts or {}, default=str),
                                           error, run_id))
@@ -513,6 +442,6 @@ class Catalog(PageKeys, PublishWindows):
                                  (commit, row[0]))
 
     def runs(self, repository: str, limit: int = 20) -> list[dict[str, Any]]:
-        rows = self._rows("SELECT * FROM runs WHERE repository = ? ORDER BY id DESC LIMIT ?",
+        rows = self.db.rows("SELECT * FROM runs WHERE repository = ? ORDER BY id DESC LIMIT ?",
                           (repository, limit))
         return [{**dict(r), "counts": json.loads(r["counts"] or "{}")} for r in rows]

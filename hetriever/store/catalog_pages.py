@@ -1,14 +1,14 @@
 """The catalog's page keys: the exact-match titles that name a page and the keys of the pages it
 links to (`hetriever.parse.links`), replaced together per file and read by search. They are one idea
-apart from the repositories, collections, files and runs, so `Catalog` takes them as a mixin.
+apart from the repositories, collections, files and runs: a part of `Catalog` (`catalog.pages`)
+over its database.
 """
 
 from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterable, Sequence
-from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from hetriever.store.catalog_records import (
     address_key,
@@ -19,16 +19,15 @@ from hetriever.store.catalog_records import (
     TitleHit,
 )
 from hetriever.parse.links import links_of
+from hetriever.store.catalog_schema import CatalogDatabase
 from hetriever.core.sqlite_files import in_batches
 
 
 class PageKeys:
-    """The titles and links tables of a `Catalog`; needs the host class's `transaction()` and
-    `_rows()`."""
+    """The titles and links tables of the catalog."""
 
-    if TYPE_CHECKING:  # given by the host class
-        def transaction(self) -> AbstractContextManager[sqlite3.Connection]: ...
-        def _rows(self, sql: str, args: Sequence[Any] = ()) -> list[sqlite3.Row]: ...
+    def __init__(self, db: CatalogDatabase) -> None:
+        self.db = db
 
     # -- links between pages (hetriever.parse.links) -----------------------------------------
 
@@ -37,7 +36,7 @@ class PageKeys:
         out: dict[str, set[str]] = {}
         for part in in_batches(list(keys)):
             marks = ",".join("?" * len(part))
-            for r in self._rows(f"SELECT key, path FROM links WHERE collection = ? AND key IN "
+            for r in self.db.rows(f"SELECT key, path FROM links WHERE collection = ? AND key IN "
                                 f"({marks})", (collection, *part)):
                 out.setdefault(r["key"], set()).add(r["path"])
         return out
@@ -55,7 +54,7 @@ class PageKeys:
         if metadata:
             keys = ([(kind, key, chunk_id) for kind, key in title_keys(metadata)]
                     + [("heading", key, section) for key, section in heading_keys(sections)])
-        with self.transaction() as conn:
+        with self.db.transaction() as conn:
             _replace_titles(conn, collection, path, keys)
             _replace_links(conn, collection, path, links_of(metadata) if metadata else ())
 
@@ -75,7 +74,7 @@ class PageKeys:
             return []
         key_marks, marks = ",".join("?" * len(wanted)), ",".join("?" * len(collections))
         kind_clause = f" AND kind IN ({','.join('?' * len(kinds))})" if kinds else ""
-        rows = self._rows(f"SELECT * FROM titles WHERE key IN ({key_marks}) AND collection IN "
+        rows = self.db.rows(f"SELECT * FROM titles WHERE key IN ({key_marks}) AND collection IN "
                           f"({marks}){kind_clause} ORDER BY priority, collection, path",
                           (*wanted, *collections, *kinds))
         hits: dict[tuple[str, str], TitleHit] = {}

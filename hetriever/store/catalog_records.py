@@ -1,5 +1,6 @@
-"""What the catalog holds: its tables, the file states, physical collection names, the
-exact-match title keys, and the records it returns. `hetriever.store.catalog` reads and writes them.
+"""What the catalog holds (its tables are defined in `catalog_schema`): the file states,
+physical collection names, the exact-match title keys, and the records it returns.
+`hetriever.store.catalog` reads and writes them.
 """
 
 from __future__ import annotations
@@ -14,9 +15,6 @@ from urllib.parse import unquote, urlsplit
 from hetriever.store.bm25.analyzer import tokenize
 from hetriever.chunk.sections import section_starts
 
-
-CATALOG_FILE = "catalog.sqlite"
-CATALOG_VERSION = 2  # 2: collections.index_state
 
 # A collection's index state: the commit it holds, whether a run is writing it, and the totals
 # of the last complete run. The catalog is their one record (`Catalog.index_state`); the
@@ -53,79 +51,6 @@ HEADING_MIN_TERMS = 3
 # section heading several pages share ("Get started in 5 minutes", "How can I use it?")
 # names none of them.
 UNIQUE_KINDS = frozenset({"description", "heading"})
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS repositories (
-    name TEXT PRIMARY KEY,
-    url TEXT NOT NULL DEFAULT '',
-    access_level TEXT NOT NULL DEFAULT 'PUBLIC',
-    settings TEXT NOT NULL DEFAULT '{}',
-    active_collection TEXT,
-    next_generation INTEGER NOT NULL DEFAULT 1,
-    last_commit TEXT NOT NULL DEFAULT '',
-    last_run_at TEXT NOT NULL DEFAULT '',
-    last_run_outcome TEXT NOT NULL DEFAULT ''
-);
-CREATE TABLE IF NOT EXISTS collections (
-    name TEXT PRIMARY KEY,
-    repository TEXT NOT NULL,
-    generation INTEGER NOT NULL,
-    fingerprint TEXT NOT NULL,
-    state TEXT NOT NULL,
-    levels TEXT NOT NULL DEFAULT '[]',
-    created_at TEXT NOT NULL,
-    index_state TEXT NOT NULL DEFAULT '{}'
-);
-CREATE TABLE IF NOT EXISTS files (
-    collection TEXT NOT NULL,
-    repository TEXT NOT NULL,
-    path TEXT NOT NULL,
-    blob TEXT NOT NULL DEFAULT '',
-    last_commit TEXT NOT NULL DEFAULT '',
-    state TEXT NOT NULL,
-    reason TEXT NOT NULL DEFAULT '',
-    chunk_count INTEGER NOT NULL DEFAULT 0,
-    deleted_at TEXT NOT NULL DEFAULT '',
-    updated_at TEXT NOT NULL,
-    PRIMARY KEY (collection, path)
-);
-CREATE TABLE IF NOT EXISTS runs (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    repository TEXT NOT NULL,
-    collection TEXT NOT NULL,
-    mode TEXT NOT NULL DEFAULT '',
-    old_commit TEXT NOT NULL DEFAULT '',
-    new_commit TEXT NOT NULL DEFAULT '',
-    started_at TEXT NOT NULL,
-    finished_at TEXT NOT NULL DEFAULT '',
-    outcome TEXT NOT NULL DEFAULT 'running',
-    counts TEXT NOT NULL DEFAULT '{}',
-    error TEXT NOT NULL DEFAULT ''
-);
-CREATE TABLE IF NOT EXISTS titles (
-    collection TEXT NOT NULL,
-    key TEXT NOT NULL,
-    kind TEXT NOT NULL,
-    priority INTEGER NOT NULL,
-    path TEXT NOT NULL,
-    chunk_id TEXT NOT NULL,
-    PRIMARY KEY (collection, key, path, kind)
-);
-CREATE INDEX IF NOT EXISTS titles_by_key ON titles (key, priority);
--- Every stored file replaces its rows: without this, a scan of the collection's titles
--- (6 ms per file at 100k chunks).
-CREATE INDEX IF NOT EXISTS titles_by_path ON titles (collection, path);
-CREATE INDEX IF NOT EXISTS files_by_state ON files (collection, state);
-CREATE TABLE IF NOT EXISTS links (
-    collection TEXT NOT NULL,
-    path TEXT NOT NULL,
-    key TEXT NOT NULL,
-    PRIMARY KEY (collection, path, key)
-);
-CREATE INDEX IF NOT EXISTS links_by_key ON links (collection, key);
-"""
-
 
 def now_iso() -> str:
     return datetime.now(timezone.utc).replace(microsecond=0).isoformat()

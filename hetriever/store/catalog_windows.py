@@ -1,6 +1,7 @@
 """The catalog's publish windows: per file, the publish and expiry dates that decide whether
 Hugo publishes it (`hetriever.discover.publish_rules`), so a run can find the files whose window a
-date crossed since the last run, with no commit to say so. A mixin of `Catalog`.
+date crossed since the last run, with no commit to say so. A part of `Catalog`
+(`catalog.publish_windows`) over its database.
 
 Dates are kept as UTC ISO strings (`2026-11-18T00:00:00+00:00`), compared as text.
 """
@@ -8,20 +9,10 @@ Dates are kept as UTC ISO strings (`2026-11-18T00:00:00+00:00`), compared as tex
 from __future__ import annotations
 
 import datetime as dt
-import sqlite3
-from collections.abc import Mapping, Sequence
-from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
 
-WINDOWS_SCHEMA = """
-CREATE TABLE IF NOT EXISTS windows (
-    collection TEXT NOT NULL,
-    path TEXT NOT NULL,
-    publish_at TEXT NOT NULL DEFAULT '',
-    expire_at TEXT NOT NULL DEFAULT '',
-    PRIMARY KEY (collection, path)
-);
-"""
+from hetriever.store.catalog_schema import CatalogDatabase
+
 # A window: (publish_at, expire_at), "" for no date; None when time cannot change the file.
 Window = tuple[str, str] | None
 
@@ -47,14 +38,10 @@ def _checked_key(collection: str) -> str:
 
 
 class PublishWindows:
-    """The windows table of a `Catalog`; needs the host's `transaction()`, `_rows()`,
-    `noted()` and `note()`."""
+    """The windows table of the catalog."""
 
-    if TYPE_CHECKING:  # given by the host class
-        def transaction(self) -> AbstractContextManager[sqlite3.Connection]: ...
-        def _rows(self, sql: str, args: Sequence[Any] = ()) -> list[sqlite3.Row]: ...
-        def noted(self, key: str) -> str | None: ...
-        def note(self, key: str, value: str | None) -> None: ...
+    def __init__(self, db: CatalogDatabase) -> None:
+        self.db = db
 
     def set_windows(self, collection: str, windows: Mapping[str, Window]) -> None:
         """Record each file's window; a None window forgets the file's row."""
@@ -62,13 +49,13 @@ class PublishWindows:
         drop = [(collection, p) for p, w in windows.items() if w is None]
         if not keep and not drop:
             return
-        with self.transaction() as conn:
+        with self.db.transaction() as conn:
             conn.executemany("INSERT OR REPLACE INTO windows(collection, path, publish_at, "
                              "expire_at) VALUES (?, ?, ?, ?)", keep)
             conn.executemany("DELETE FROM windows WHERE collection = ? AND path = ?", drop)
 
     def windows(self, collection: str) -> dict[str, tuple[str, str]]:
-        return {r["path"]: (r["publish_at"], r["expire_at"]) for r in self._rows(
+        return {r["path"]: (r["publish_at"], r["expire_at"]) for r in self.db.rows(
             "SELECT path, publish_at, expire_at FROM windows WHERE collection = ?",
             (collection,))}
 
@@ -80,7 +67,7 @@ class PublishWindows:
 
     def windows_checked(self, collection: str) -> str:
         """When the collection's windows were last brought up to date ("" never)."""
-        return self.noted(_checked_key(collection)) or ""
+        return self.db.noted(_checked_key(collection)) or ""
 
     def mark_windows_checked(self, collection: str, moment: str) -> None:
-        self.note(_checked_key(collection), moment)
+        self.db.note(_checked_key(collection), moment)

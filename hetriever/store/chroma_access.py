@@ -1,12 +1,13 @@
-"""Talking to ChromaDB: opening the client (embedded `PersistentClient` or `HttpClient`),
-one backend call with retries, and the embedded reopen workaround.
+"""The store's shared handle on ChromaDB: the client (embedded `PersistentClient` or
+`HttpClient`), the collection handles taken from it, and one backend call with retries.
 
-Every call goes through `ChromaAccess.call`: transient errors (network hiccups, a busy server,
+Every peer of the store (`hetriever.store.knowledge_store`) receives this one object. Every
+call goes through `ChromaAccess.call`: transient errors (network hiccups, a busy server,
 injected faults) are retried with backoff and jitter; an unreachable or frozen server fails at
 once with a `BackendConnectionError` that says what to do; a full or read-only disk becomes a
 `StorageError`. Embedded Chroma loads a collection once per process and never sees another
-process's later writes, so `_reopen` replaces the path's shared system (a private Chroma
-structure, used here and nowhere else).
+process's later writes, so `reopen` starts a fresh system for the path
+(`hetriever.store.embedded_chroma`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from typing import Any, TypeVar
 
 import chromadb
 import httpx
-from chromadb.api.shared_system_client import SharedSystemClient
 from chromadb.config import Settings as ChromaSettings
 from chromadb.errors import InternalError, RateLimitError
 
@@ -32,8 +32,9 @@ from hetriever.core.errors import (
     KnowledgeStoreError,
     UnusableDirectoryError,
 )
-from hetriever.core.locks import file_lock
 from hetriever.core.logs import get_logger
+from hetriever.store.chunk_records import ChunkCollection
+from hetriever.store.embedded_chroma import forget_system, open_persistent
 
 log = get_logger(__name__)
 
@@ -66,16 +67,9 @@ def _not_a_directory(exc: BaseException) -> bool:
     return False
 
 
-def _chroma_identifier(client: Any) -> str:
-    """The key under which Chroma shares one system per path within a process."""
-    return SharedSystemClient._get_identifier_from_settings(client.get_settings())
-
-
-OPEN_LOCK = "hetriever-open.lock"  # inside the Chroma directory, which is writable
-
-
 class ChromaAccess:
-    """A Chroma client, its collection handles, and the one way to call it."""
+    """A Chroma client, its collection handles, and the one way to call it (the state every
+    peer of the store shares)."""
 
     def __init__(self, settings: Settings, *, lock_timeout: float | None = None,
                  client: Any | None = None) -> None:
@@ -85,12 +79,12 @@ class ChromaAccess:
         self.lock_timeout = settings.run_lock_timeout if lock_timeout is None else lock_timeout
         self.location = _location(settings)
         self._frozen_until = 0.0  # a server that timed out is not asked again before this
-        self._collections: dict[str, Any] = {}  # handles, by physical name
+        self.collections: dict[str, Any] = {}  # handles, by physical name
         # Embedded mode: the BM25 generation (physical name -> int) that this process's view of
         # a Chroma collection is known to include (see RepositoryViews).
-        self._seen: dict[str, int] = {}
-        self._inherited = False  # set by _connect
-        self._guard = threading.RLock()
+        self.seen: dict[str, int] = {}
+        self.inherited = False  # set by _connect: the path's system was made here before
+        self.guard = threading.RLock()
         self._max_batch: int | None = None
         self._own_client = client is None  # a client handed in is not ours to reconnect
         self.client = client if client is not None else self._connect()
@@ -102,17 +96,9 @@ class ChromaAccess:
             if s.server_mode:
                 return self._http_client(chroma_settings)
             s.chroma_path.mkdir(parents=True, exist_ok=True)
-            # Processes opening a fresh directory at once each create Chroma's tables, and all
-            # but one fail ("table collections already exists"): open one at a time. A lock
-            # file of its own, so opening never waits for a writer holding the directory.
-            with file_lock(s.chroma_path / OPEN_LOCK, timeout=self.lock_timeout,
-                           what=f"opening the Chroma directory {self.location}"):
-                before = set(SharedSystemClient._identifier_to_system)
-                client = chromadb.PersistentClient(path=str(s.chroma_path),
-                                                   settings=chroma_settings)
-            # Chroma hands out one system per path and process: if another store here made it,
-            # its collections may have been loaded before other processes' latest writes.
-            self._inherited = _chroma_identifier(client) in before
+            client, self.inherited = open_persistent(
+                s.chroma_path, chroma_settings, timeout=self.lock_timeout,
+                what=f"opening the Chroma directory {self.location}")
             return client
         except HetrieverError:
             raise
@@ -216,7 +202,7 @@ class ChromaAccess:
             self._max_batch = max(1, min(self.settings.batch_size, int(limit)))
         return self._max_batch
 
-    def _reopen(self, physical: str) -> None:
+    def reopen(self, physical: str) -> None:
         """A fresh view of the embedded Chroma directory, after another process wrote to it.
 
         Embedded Chroma loads a collection's vector index once per process and never reads
@@ -226,10 +212,10 @@ class ChromaAccess:
         handles already taken keep answering from the old one until dropped.
         """
         if self._own_client:
-            SharedSystemClient._identifier_to_system.pop(_chroma_identifier(self.client), None)
+            forget_system(self.client)
             self.client = self._connect()
-        self._collections.clear()
-        self._seen.clear()
+        self.collections.clear()
+        self.seen.clear()
         log.debug("chroma_reopened", path=self.location, collection=physical)
 
     def collection_names(self) -> list[str]:
@@ -261,11 +247,22 @@ class ChromaAccess:
                 return
             offset += step
 
-    def _ids_where(self, col: Any, where: dict[str, Any]) -> list[str]:
+    def open_collection(self, physical: str) -> ChunkCollection:
+        """The physical collection as chunks are read and written (`chunk_records`);
+        NotFoundError when absent."""
+        return ChunkCollection(self.call("get_collection", lambda: self.client.get_collection(
+            physical, embedding_function=None)))
+
+    @property
+    def owns_client(self) -> bool:
+        """Whether the client was opened here (one handed in is not ours to reconnect)."""
+        return self._own_client
+
+    def ids_where(self, col: Any, where: dict[str, Any]) -> list[str]:
         got = self.call("get", lambda: col.get(where=where, include=[]))
         return list(got["ids"])
 
-    def health_check_sync(self) -> bool:
+    def health_check(self) -> bool:
         try:
             self.call("heartbeat", self.client.heartbeat, retry=False)
             return True

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 
-from hetriever.store.catalog import BUILDING
+from hetriever.store.catalog_records import BUILDING
 from hetriever.core.logs import get_logger
 
 log = get_logger(__name__)
@@ -32,5 +32,5 @@ async def drop_abandoned_builds(store, repository: str) -> list[str]:
                   else "a migration switched away from it and did not drop it")
         log.warning("abandoned_build_dropped", repository=repository, collection=physical,
                     state=state, reason=reason)
-        await asyncio.to_thread(store.drop_physical_sync, repository, physical)
+        await asyncio.to_thread(store.writes.drop_physical, repository, physical)
     return [name for name, _ in left]

@@ -25,23 +25,23 @@ def adopt_orphaned_collection(store: Any, name: str) -> str | None:
     """Adopt the newest Chroma collection of repository `name` the catalog has no record of,
     when the catalog names no collection for it; returns the adopted name, else None.
 
-    `store` is a `ChromaKnowledgeStore`; the caller holds the repository's run lock."""
+    `store` is a `Store`; the caller holds the repository's run lock."""
     catalog = store.catalog
-    if store.pins.get(name) or catalog.active(name) is not None:
+    if store.views.pins.get(name) or catalog.active(name) is not None:
         return None
-    found = sorted((split[1], physical) for physical in store.collection_names()
+    found = sorted((split[1], physical) for physical in store.chroma.collection_names()
                    if (split := split_physical(physical)) is not None and split[0] == name
                    and catalog.collection(physical) is None)
     if not found:
         return None
     _, physical = found[-1]
-    col = store.open_collection(physical)
+    col = store.chroma.open_collection(physical)
     metadata = dict(col.metadata or {})
     fingerprint = str(metadata.get("schema_fingerprint") or store.fingerprint())
     # Every access level its chunks hold: a level the catalog missed would let a search skip
     # the per-chunk check that hides those chunks.
-    levels = {str(m["access_level"]) for m in store.all_records(col, ["metadatas"])["metadatas"]
-              if m and "access_level" in m}
+    records = store.chroma.all_records(col, ["metadatas"])["metadatas"]
+    levels = {str(m["access_level"]) for m in records if m and "access_level" in m}
     catalog.adopt(name, physical, fingerprint, levels=levels, commit="")
     # No commit: the next run is a full pass; "indexing" until it records one.
     catalog.set_index_state(physical, commit_hash=None, index_status="indexing")

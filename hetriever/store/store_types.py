@@ -5,14 +5,17 @@ what retrieval (`RetrievalStore`) and the ingest run (`IndexingStore`) use of it
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, TypeVar, overload, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, overload, runtime_checkable
 
 from hetriever.store.bm25.bm25_index import BM25Index
 from hetriever.store.catalog import Catalog
 from hetriever.core.config import Settings
-from hetriever.core.models import Chunk, Document, Metadata, SearchResult
+from hetriever.core.models import Chunk, Document, Metadata
+
+if TYPE_CHECKING:  # the peer's type only; it imports these records
+    from hetriever.store.replica import Replica
 
 T = TypeVar("T")
 
@@ -65,14 +68,6 @@ class RepairResult:
 @runtime_checkable
 class KnowledgeStore(Protocol):
     async def index_document(self, doc_id: str, content: str, metadata: Metadata) -> bool: ...
-
-    async def search(self, query: str, top_k: int | None = None,
-                     filters: dict[str, Any] | None = None, *,
-                     namespaces: Sequence[str] | None = None,
-                     hybrid: bool | None = None,
-                     access_levels: Sequence[str] | None = None,
-                     group_by: str | None = None,
-                     lang: str | None = None) -> list[SearchResult]: ...
 
     async def get_by_id(self, doc_id: str) -> Document | None: ...
 
@@ -148,7 +143,10 @@ class RetrievalStore(_Resolving, Protocol):
 
 
 class IndexingStore(KnowledgeStore, _Resolving, Protocol):
-    """What an ingest run (`indexing`) uses of a store: the async API plus the BM25 side."""
+    """What an ingest run (`indexing`) uses of a store: the async API plus the BM25 side
+    and the manifest it publishes to."""
+
+    replica: Replica
 
     def fingerprint(self) -> str: ...
 

@@ -6,7 +6,7 @@ The catalog (`hetriever.store.catalog`) maps each repository to its *physical* c
 generation (a migration builds the next one through a pinned store). Each physical collection
 has a BM25 index (`<state_dir>/bm25/<physical>.sqlite`) whose generation counter tells an
 embedded process when another process wrote, so it reopens Chroma before reading
-(`_refresh_view`). Writers take `writer_lock`: the persistent directory (embedded) and a lock
+(`refresh_view`). Writers take `writer_lock`: the persistent directory (embedded) and a lock
 file per repository, so two processes never write one index at once.
 """
 
@@ -14,16 +14,22 @@ from __future__ import annotations
 
 import contextlib
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Literal, Self, overload
+from typing import Any, Literal, overload
 
 from chromadb.errors import NotFoundError
 
 from hetriever.store.bm25.bm25_index import BM25Index
-from hetriever.store.catalog import Catalog, split_physical
+from hetriever.store.catalog import Catalog
+from hetriever.store.catalog_records import (
+    INDEX_STATE_DEFAULTS,
+    INDEX_STATE_KEYS,
+    split_physical,
+)
 from hetriever.store.chroma_access import ChromaAccess
 from hetriever.store.chunk_records import ChunkCollection
+from hetriever.store.store_types import CollectionInfo
 from hetriever.core.config import Settings
 from hetriever.core.errors import (
     CollectionNotFoundError,
@@ -75,15 +81,17 @@ def claim_state_dir(catalog: Catalog, settings: Settings) -> None:
     catalog.note(STATE_LOCATION, state)
 
 
-class RepositoryViews(ChromaAccess):
-    """Repository names -> Chroma collections and BM25 indexes, the embedder, the writer lock."""
+class RepositoryViews:
+    """Repository names -> Chroma collections and BM25 indexes, the embedder, the catalog, the
+    writer lock: the part of the store every other peer goes through (it receives the shared
+    Chroma handle and holds the BM25 handles)."""
 
-    def __init__(self, settings: Settings, *, embedder: Any | None = None,
-                 lock_timeout: float | None = None, client: Any | None = None,
+    def __init__(self, chroma: ChromaAccess, *, embedder: Any | None = None,
                  pins: dict[str, str] | None = None, catalog: Catalog | None = None) -> None:
+        self.chroma = chroma
+        self.settings = chroma.settings
         self._embedder = embedder
         self._bm25: dict[str, BM25Index] = {}  # by physical name
-        self._followed_at: float | None = None  # a follower's last manifest read (replica)
         self._bm25_ok: set[str] = set()  # physical names whose BM25 index was checked whole
         self._writing: Counter[str] = Counter()  # repositories this process is writing now
         # repository -> physical collection this store reads and writes regardless of the
@@ -91,11 +99,13 @@ class RepositoryViews(ChromaAccess):
         self.pins = dict(pins or {})
         self._catalog = catalog
         self._owns_catalog = catalog is None
-        super().__init__(settings, lock_timeout=lock_timeout, client=client)
+        # Run before the repositories are listed: a follower's manifest read (the store's
+        # replica peer sets it when `follow` is on).
+        self.before_listing: Callable[[], object] | None = None
 
     @property
     def catalog(self) -> Catalog:
-        with self._guard:
+        with self.chroma.guard:
             if self._catalog is None:
                 catalog = Catalog.for_state_dir(self.settings.resolved_state_dir)
                 if self._owns_catalog and not self.settings.server_mode:
@@ -127,28 +137,11 @@ class RepositoryViews(ChromaAccess):
             return self.catalog.ensure_active(name, self.fingerprint())
         return self.catalog.active(name)
 
-    def pinned(self, repository: str, physical: str) -> Self:
-        """A store sharing this one's client, embedder and catalog, but reading and writing
-        `physical` for `repository` whatever the alias says."""
-        return type(self)(self.settings, embedder=self._embedder,
-                                    lock_timeout=self.lock_timeout, client=self.client,
-                                    pins={**self.pins, repository: physical},
-                                    catalog=self.catalog)
-
-    def embedding_with(self, embedder: Any) -> Self:
-        """A store sharing this one's client, pins and catalog, with another embedder (the
-        workers of a cluster: hetriever.embed.cluster)."""
-        return type(self)(self.settings, embedder=embedder,
-                                    lock_timeout=self.lock_timeout, client=self.client,
-                                    pins=self.pins, catalog=self.catalog)
-
     def repository_names(self) -> list[str]:
         """Repositories with a searchable collection (from the catalog; no backend call, but
         for a follower's manifest read every `follow_interval` seconds)."""
-        if self.settings.follow:
-            from hetriever.store.replica import follow_quietly
-
-            follow_quietly(self)
+        if self.before_listing is not None:
+            self.before_listing()
         names = set(self.catalog.active_map())
         return sorted(names | set(self.pins))
 
@@ -175,17 +168,17 @@ class RepositoryViews(ChromaAccess):
         return None if physical is None else self.physical_collection(physical, name, create=create)
 
     def physical_collection(self, physical: str, name: str, *, create: bool = False) -> Any | None:
-        with self._guard:
+        with self.chroma.guard:
             if not self._writing[name]:  # a writer made its view current when it took the lock
-                self._refresh_view(physical)
-            cached = self._collections.get(physical)
+                self.refresh_view(physical)
+            cached = self.chroma.collections.get(physical)
             if cached is not None:
                 return cached
         # Read before the collection is loaded, so the view loaded next includes at least this
         # generation (every writer writes Chroma first, then BM25).
-        generation = None if self.settings.server_mode else self._generation(physical)
+        generation = None if self.settings.server_mode else self.generation(physical)
         try:
-            col = self.open_collection(physical)
+            col = self.chroma.open_collection(physical)
             self._match_hnsw(col)
         except NotFoundError:
             if not create:
@@ -195,23 +188,17 @@ class RepositoryViews(ChromaAccess):
             metadata = {"schema_version": SCHEMA_VERSION, "embedding_model": embedder.name,
                         "embedding_dimensions": int(embedder.dimensions), "repository": name,
                         "schema_fingerprint": self.fingerprint()}
-            col = ChunkCollection(self.call("create_collection", lambda: (
-                self.client.get_or_create_collection(physical, configuration=self._hnsw(),
+            col = ChunkCollection(self.chroma.call("create_collection", lambda: (
+                self.chroma.client.get_or_create_collection(physical, configuration=self._hnsw(),
                                                      metadata=metadata, embedding_function=None))))
             log.info("collection_created", collection=physical, repository=name,
                      model=embedder.name, dimensions=embedder.dimensions)
-        with self._guard:
-            self._collections[physical] = col
+        with self.chroma.guard:
+            self.chroma.collections[physical] = col
             if generation is not None:
                 # An inherited view is of unknown age: the next access reopens it once.
-                self._seen[physical] = -2 if self._inherited else generation
+                self.chroma.seen[physical] = -2 if self.chroma.inherited else generation
         return col
-
-    def open_collection(self, physical: str) -> ChunkCollection:
-        """The physical collection as chunks are read and written (`chunk_records`);
-        NotFoundError when absent."""
-        return ChunkCollection(self.call("get_collection", lambda: self.client.get_collection(
-            physical, embedding_function=None)))
 
     def _match_hnsw(self, col: Any) -> None:
         """Give an existing collection the configured `ef_search` and HNSW_SYNC_THRESHOLD (HNSW
@@ -230,7 +217,7 @@ class RepositoryViews(ChromaAccess):
         except Exception as exc:  # e.g. a read-only store: search still works, less exactly
             log.warning("collection_hnsw_unchanged", collection=col.name, error=str(exc))
 
-    def _generation(self, physical: str) -> int:
+    def generation(self, physical: str) -> int:
         """The collection's BM25 generation (-1 before it has a BM25 file, or a damaged one)."""
         if physical not in self._bm25 and not self.bm25_file(physical).exists():
             return -1
@@ -239,17 +226,17 @@ class RepositoryViews(ChromaAccess):
         except DerivedIndexError:  # dense search goes on; `bm25_problem` reports it
             return -1
 
-    def _refresh_view(self, physical: str) -> None:
+    def refresh_view(self, physical: str) -> None:
         """Reopen embedded Chroma if the collection changed since this process loaded it."""
-        if self.settings.server_mode or physical not in self._collections:
+        if self.settings.server_mode or physical not in self.chroma.collections:
             return
-        if self._generation(physical) != self._seen.get(physical):
-            self._reopen(physical)
+        if self.generation(physical) != self.chroma.seen.get(physical):
+            self.chroma.reopen(physical)
 
-    def _forget(self, name: str, *, bm25: bool = False) -> None:
+    def forget(self, name: str, *, bm25: bool = False) -> None:
         """Drop cached handles of a physical collection (its BM25 index too when `bm25`)."""
-        with self._guard:
-            self._collections.pop(name, None)
+        with self.chroma.guard:
+            self.chroma.collections.pop(name, None)
             index = self._bm25.pop(name, None) if bm25 else None
             if bm25:
                 self._bm25_ok.discard(name)
@@ -261,19 +248,58 @@ class RepositoryViews(ChromaAccess):
         and BM25 indexes (each with its term vocabulary and, after a search, its in-memory
         copy). A run over many repositories calls this after each one, so it holds one
         repository's working set at a time, not all of them; a later use opens them again."""
-        with self._guard:
-            held = [p for p in set(self._collections) | set(self._bm25)
+        with self.chroma.guard:
+            held = [p for p in set(self.chroma.collections) | set(self._bm25)
                     if (split_physical(p) or ("",))[0] == name]
         for physical in held:
-            self._forget(physical, bm25=True)
-            with self._guard:
-                self._seen.pop(physical, None)
-        if held and not self.settings.server_mode and self._own_client:
+            self.forget(physical, bm25=True)
+            with self.chroma.guard:
+                self.chroma.seen.pop(physical, None)
+        if held and not self.settings.server_mode and self.chroma.owns_client:
             # Embedded Chroma keeps every collection's vector index loaded for the process's
             # life (~3 MB for an empty one, the whole index for a full one): a fresh system
             # for the path lets them go; the next use loads what it needs.
-            with self._guard:
-                self._reopen(held[0])
+            with self.chroma.guard:
+                self.chroma.reopen(held[0])
+
+    def info(self, name: str) -> CollectionInfo | None:
+        """Repository `name`'s collection: its chunk count and metadata (Chroma's, with the
+        index state the catalog records); None when it has none."""
+        col = self.collection(name)
+        if col is None:
+            return None
+        physical = self.physical_name(name)
+        if physical is None:  # dropped since `collection()` looked
+            return None
+        # Fetched fresh: the cached object's metadata is a snapshot from when it was opened.
+        fresh = self.chroma.open_collection(physical)
+        with self.chroma.guard:
+            self.chroma.collections[physical] = fresh
+        return CollectionInfo(name=name, count=int(self.chroma.call("count", fresh.count)),
+                              metadata=self.with_index_state(physical, fresh.metadata),
+                              physical=physical)
+
+    def with_index_state(self, physical: str, chroma_meta: Any) -> dict[str, Any]:
+        """Chroma's metadata of the collection (model, dimensions, schema) with the index
+        state the catalog records. Collections indexed before the catalog kept that state
+        carry it in their Chroma metadata: it counts until the catalog has its own."""
+        meta = dict(chroma_meta or {})
+        legacy = {k: meta.pop(k) for k in list(meta) if k in INDEX_STATE_KEYS}
+        state = self.catalog.index_state(physical) or legacy
+        return {**meta, **INDEX_STATE_DEFAULTS, **state}
+
+    def close(self) -> None:
+        """Close every BM25 index and drop every handle; the catalog too when it is ours."""
+        with self.chroma.guard:
+            names = list(self._bm25)
+        for name in names:
+            self.forget(name, bm25=True)
+        with self.chroma.guard:
+            self.chroma.collections.clear()
+            catalog, self._catalog = (self._catalog, None) if self._owns_catalog else (None,
+                                                                                      self._catalog)
+        if catalog is not None:
+            catalog.close()
 
     def check_embedding_model(self, name: str, col: Any) -> None:
         """Refuse to mix vectors of another model or size into (or query) a collection."""
@@ -308,7 +334,7 @@ class RepositoryViews(ChromaAccess):
         if physical is None or physical in self._bm25_ok:
             return None
         path = self.bm25_file(physical)
-        with self._guard:
+        with self.chroma.guard:
             opened = physical in self._bm25
         state = "missing"
         if opened or path.exists():
@@ -318,7 +344,7 @@ class RepositoryViews(ChromaAccess):
                 return str(exc)
         if state:
             col = self.physical_collection(physical, name)
-            chunks = int(self.call("count", col.count)) if col is not None else 0
+            chunks = int(self.chroma.call("count", col.count)) if col is not None else 0
             if chunks:
                 return (f"the BM25 index of {name!r} is {state} ({path}) while Chroma holds "
                         f"{chunks} chunks")
@@ -336,7 +362,7 @@ class RepositoryViews(ChromaAccess):
         return self.bm25(name)
 
     def bm25_physical(self, physical: str) -> BM25Index:
-        with self._guard:
+        with self.chroma.guard:
             index = self._bm25.get(physical)
             if index is None:
                 index = BM25Index(self.bm25_file(physical),
@@ -363,22 +389,22 @@ class RepositoryViews(ChromaAccess):
         with contextlib.ExitStack() as stack:
             if not self.settings.server_mode:
                 self.settings.chroma_path.mkdir(parents=True, exist_ok=True)
-                stack.enter_context(file_lock(self.settings.chroma_path, timeout=self.lock_timeout,
-                                              what=f"the Chroma directory {self.location}"))
+                stack.enter_context(file_lock(self.settings.chroma_path, timeout=self.chroma.lock_timeout,
+                                              what=f"the Chroma directory {self.chroma.location}"))
             lock_path = self.settings.resolved_state_dir / "locks" / f"{collection}.lock"
-            stack.enter_context(file_lock(lock_path, timeout=self.lock_timeout,
+            stack.enter_context(file_lock(lock_path, timeout=self.chroma.lock_timeout,
                                           what=f"collection {collection!r}"))
-            with self._guard:
+            with self.chroma.guard:
                 physical = self.physical_name(collection)
                 if physical is not None:
-                    self._refresh_view(physical)  # write from a view that has every write
+                    self.refresh_view(physical)  # write from a view that has every write
                 self._writing[collection] += 1
             try:
                 yield
             finally:
-                with self._guard:
+                with self.chroma.guard:
                     self._writing[collection] -= 1
                     # Still under the lock: every write up to here is ours and in our view.
                     physical = self.physical_name(collection)
-                    if not self.settings.server_mode and physical in self._collections:
-                        self._seen[physical] = self._generation(physical)
+                    if not self.settings.server_mode and physical in self.chroma.collections:
+                        self.chroma.seen[physical] = self.generation(physical)

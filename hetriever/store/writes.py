@@ -1,4 +1,5 @@
-"""The write path: validate a batch, embed only what changed, write Chroma then BM25.
+"""The write path: validate a batch, embed only what changed, write Chroma then BM25; and
+the collection's administration (create, drop, change its metadata).
 
 A write sorts chunks into unchanged (no write at all), metadata-only (an update, no
 embedding) and new (embedded in one length-sorted pass). Chroma is written before BM25, batch
@@ -17,11 +18,13 @@ from chromadb.api.types import validate_metadata
 from hetriever.core import faults
 from hetriever.core.backoff import retrying
 from hetriever.store.chunk_records import TEXT_KEY
-from hetriever.core.errors import EmbeddingError, IndexingError
+from hetriever.core.errors import CollectionNotFoundError, EmbeddingError, IndexingError
 from hetriever.core.logs import get_logger
 from hetriever.core.models import Chunk, Metadata
-from hetriever.core.names import content_hash
-from hetriever.store.store_types import FileWriteResult, _PreparedWrite
+from hetriever.core.names import content_hash, validate_collection_name
+from hetriever.store.catalog_records import INDEX_STATE_KEYS
+from hetriever.store.embedded_chroma import clear_orphan_arrays
+from hetriever.store.store_types import CollectionInfo, FileWriteResult, _PreparedWrite
 from hetriever.store.views import RepositoryViews
 
 log = get_logger(__name__)
@@ -29,8 +32,14 @@ log = get_logger(__name__)
 EMBED_ATTEMPTS = 3
 
 
-class StoreWrites(RepositoryViews):
-    """Upserts, deletes and soft deletes of a repository's chunks, in Chroma and BM25."""
+class StoreWrites:
+    """Upserts, deletes and soft deletes of a repository's chunks, in Chroma and BM25, and
+    the collections they go into; holds nothing of its own but the views it writes through."""
+
+    def __init__(self, views: RepositoryViews) -> None:
+        self.views = views
+        self.chroma = views.chroma
+        self.settings = views.settings
 
     def _prepare(self, collection: str, ids: list[str], texts: list[str],
                  metadatas: list[dict[str, Any]]) -> None:
@@ -67,10 +76,10 @@ class StoreWrites(RepositoryViews):
 
     def _existing(self, col: Any, ids: list[str]) -> dict[str, dict[str, Any]]:
         out: dict[str, dict[str, Any]] = {}
-        step = self.max_batch_size()
+        step = self.chroma.max_batch_size()
         for start in range(0, len(ids), step):
             part = ids[start:start + step]
-            got = self.call("get", lambda: col.get(ids=part, include=["metadatas"]))
+            got = self.chroma.call("get", lambda: col.get(ids=part, include=["metadatas"]))
             for doc_id, meta in zip(got["ids"], got["metadatas"] or []):
                 out[doc_id] = dict(meta or {})
         return out
@@ -89,7 +98,7 @@ class StoreWrites(RepositoryViews):
         never holds the BM25 write lock.
         """
         self._prepare(collection, ids, texts, metadatas)
-        self.check_embedding_model(collection, col)
+        self.views.check_embedding_model(collection, col)
         write = _PreparedWrite(ids, texts, metadatas, self._existing(col, ids))
         unchanged: list[int] = []
         for i, doc_id in enumerate(ids):
@@ -102,7 +111,7 @@ class StoreWrites(RepositoryViews):
         if unchanged:  # an unchanged chunk is not written at all, unless BM25 lost it or
             # holds another version of it (a crash between a window's Chroma write and its
             # BM25 commit, when Chroma got a reused chunk's new metadata and BM25 did not)
-            held = self.bm25(collection).rows([ids[i] for i in unchanged])
+            held = self.views.bm25(collection).rows([ids[i] for i in unchanged])
             write.bm25_only = [i for i in unchanged
                                if held.get(ids[i]) != (texts[i], metadatas[i])]
         if write.to_embed:
@@ -110,10 +119,10 @@ class StoreWrites(RepositoryViews):
         return write
 
     def _apply_write(self, collection: str, col: Any, write: _PreparedWrite) -> FileWriteResult:
-        """Chroma first, then BM25, batch by batch (see `upsert_files_sync` on crash order)."""
+        """Chroma first, then BM25, batch by batch (see `upsert_files` on crash order)."""
         ids, texts, metadatas, existing = write.ids, write.texts, write.metadatas, write.existing
-        step = self.max_batch_size()
-        index = self.bm25(collection)
+        step = self.chroma.max_batch_size()
+        index = self.views.bm25(collection)
         if write.bm25_only:
             log.info("bm25_healed", collection=collection, chunks=len(write.bm25_only))
             index.upsert([ids[i] for i in write.bm25_only], [texts[i] for i in write.bm25_only],
@@ -122,7 +131,7 @@ class StoreWrites(RepositoryViews):
             part = write.meta_only[start:start + step]
             p_ids = [ids[i] for i in part]
             p_meta = [self._replacing(existing[ids[i]], metadatas[i]) for i in part]
-            self.call("update", lambda: col.update(ids=p_ids, metadatas=p_meta))
+            self.chroma.call("update", lambda: col.update(ids=p_ids, metadatas=p_meta))
             index.upsert(p_ids, [texts[i] for i in part], [metadatas[i] for i in part])
         for start in range(0, len(write.to_embed), step):
             part = write.to_embed[start:start + step]
@@ -130,7 +139,7 @@ class StoreWrites(RepositoryViews):
             p_texts = [texts[i] for i in part]
             p_meta = [self._replacing(existing.get(ids[i], {}), metadatas[i]) for i in part]
             p_vectors = write.vectors[start:start + step]
-            self.call("upsert", lambda: col.upsert(ids=p_ids, embeddings=p_vectors,
+            self.chroma.call("upsert", lambda: col.upsert(ids=p_ids, embeddings=p_vectors,
                                                     documents=p_texts, metadatas=p_meta))
             index.upsert(p_ids, p_texts, [metadatas[i] for i in part])
             write.result.written += len(part)
@@ -141,10 +150,10 @@ class StoreWrites(RepositoryViews):
         def attempt() -> Any:
             began = time.perf_counter()
             try:
-                vectors = self.embedder.embed(texts)
+                vectors = self.views.embedder.embed(texts)
             finally:
                 result.embedding_seconds += time.perf_counter() - began
-            if vectors.shape != (len(texts), int(self.embedder.dimensions)):
+            if vectors.shape != (len(texts), int(self.views.embedder.dimensions)):
                 raise EmbeddingError(f"the embedder returned shape {vectors.shape} for "
                                      f"{len(texts)} texts")
             return vectors
@@ -160,21 +169,21 @@ class StoreWrites(RepositoryViews):
     def _delete_ids(self, collection: str, col: Any, ids: list[str]) -> int:
         self._delete_chroma_ids(col, ids)
         if ids:
-            self.bm25(collection).delete(ids)
+            self.views.bm25(collection).delete(ids)
         return len(ids)
 
     def _delete_chroma_ids(self, col: Any, ids: list[str]) -> int:
-        step = self.max_batch_size()
+        step = self.chroma.max_batch_size()
         for start in range(0, len(ids), step):
             part = ids[start:start + step]
-            self.call("delete", lambda: col.delete(ids=part))
+            self.chroma.call("delete", lambda: col.delete(ids=part))
         return len(ids)
 
-    def upsert_file_chunks_sync(self, collection: str, file_path: str,
+    def upsert_file_chunks(self, collection: str, file_path: str,
                                 chunks: list[Chunk]) -> FileWriteResult:
-        return self.upsert_files_sync(collection, {file_path: chunks})
+        return self.upsert_files(collection, {file_path: chunks})
 
-    def upsert_files_sync(self, collection: str,
+    def upsert_files(self, collection: str,
                           files: dict[str, list[Chunk]]) -> FileWriteResult:
         """Replace several files' chunks as one unit of work.
 
@@ -196,16 +205,16 @@ class StoreWrites(RepositoryViews):
                 metadatas.append(meta)
         if not files:
             return FileWriteResult()
-        with self.writer_lock(collection):
-            col = self.collection(collection, create=True)
-            physical = self.physical_name(collection, create=True)
+        with self.views.writer_lock(collection):
+            col = self.views.collection(collection, create=True)
+            physical = self.views.physical_name(collection, create=True)
             # Before writing: a crash after it must never leave levels the catalog misses.
-            self.catalog.note_levels(physical, {str(m["access_level"]) for m in metadatas
+            self.views.catalog.note_levels(physical, {str(m["access_level"]) for m in metadatas
                                                 if "access_level" in m})
             old_ids = set(self._ids_of_files(col, list(files)))
             # One BM25 commit per call; Chroma is written first, so a crash leaves BM25 behind
             # (never ahead), which repair() fixes.
-            index = self.bm25(collection)
+            index = self.views.bm25(collection)
             # Embedding happens here, before the BM25 transaction opens (see _prepare_write).
             prepared = self._prepare_write(collection, col, ids, texts, metadatas) \
                 if ids else None
@@ -233,24 +242,24 @@ class StoreWrites(RepositoryViews):
         for start in range(0, len(paths), step):
             part = paths[start:start + step]
             where = {"file_path": part[0]} if len(part) == 1 else {"file_path": {"$in": part}}
-            out += self._ids_where(col, where)
+            out += self.chroma.ids_where(col, where)
         return out
 
-    def delete_file_sync(self, collection: str, file_path: str) -> int:
-        return self.delete_files_sync(collection, [file_path])
+    def delete_file(self, collection: str, file_path: str) -> int:
+        return self.delete_files(collection, [file_path])
 
-    def delete_files_sync(self, collection: str, file_paths: list[str]) -> int:
+    def delete_files(self, collection: str, file_paths: list[str]) -> int:
         """Every chunk of `file_paths`: Chroma first, then BM25 in one commit. A run's deleted
         files go together: Chroma's cost is mostly per call, so one file at a time made an
         incremental run with 40 removed files spend ~1.6 s here."""
-        col = self.collection(collection)
+        col = self.views.collection(collection)
         if col is None or not file_paths:
             return 0
-        with self.writer_lock(collection):
+        with self.views.writer_lock(collection):
             ids = self._ids_of_files(col, file_paths)
             removed = self._delete_chroma_ids(col, ids)
             faults.check("removed_file_chroma_deleted", file_paths[0])
-            index = self.bm25(collection)
+            index = self.views.bm25(collection)
             with index.transaction():
                 if ids:
                     index.delete(ids)
@@ -258,32 +267,32 @@ class StoreWrites(RepositoryViews):
                 index.delete(index.ids_of_files(file_paths))
         return removed
 
-    def index_document_sync(self, doc_id: str, content: str, metadata: Metadata) -> bool:
+    def index_document(self, doc_id: str, content: str, metadata: Metadata) -> bool:
         meta = dict(metadata or {})
         collection = meta.get("repository")
         if not isinstance(collection, str) or not collection:
             raise IndexingError(f"document {doc_id!r} has no `repository` metadata",
                                 hint="set metadata['repository'] to the collection's name")
-        with self.writer_lock(collection):
-            col = self.collection(collection, create=True)
+        with self.views.writer_lock(collection):
+            col = self.views.collection(collection, create=True)
             if "access_level" in meta:
-                self.catalog.note_levels(self.physical_name(collection, create=True),
+                self.views.catalog.note_levels(self.views.physical_name(collection, create=True),
                                          [str(meta["access_level"])])
             self._apply_write(collection, col, self._prepare_write(
                 collection, col, [doc_id], [content], [meta]))
         return True
 
-    def soft_delete_file_sync(self, collection: str, file_path: str, deleted_at: str) -> int:
+    def soft_delete_file(self, collection: str, file_path: str, deleted_at: str) -> int:
         """Mark a file's live chunks `is_deleted=True, deleted_at=...` in Chroma and BM25.
 
         They stay stored (for audit) but every search excludes them; `lifecycle.purge`
         removes them later. Returns the number of chunks marked.
         """
-        col = self.collection(collection)
+        col = self.views.collection(collection)
         if col is None:
             return 0
-        with self.writer_lock(collection):
-            got = self.call("get", lambda: col.get(
+        with self.views.writer_lock(collection):
+            got = self.chroma.call("get", lambda: col.get(
                 where={"$and": [{"file_path": file_path}, {"is_deleted": {"$ne": True}}]},
                 include=["documents", "metadatas"]))
             ids = list(got["ids"])
@@ -291,32 +300,97 @@ class StoreWrites(RepositoryViews):
                 return 0
             metas = [{**dict(m or {}), "is_deleted": True, "deleted_at": deleted_at}
                      for m in got["metadatas"]]
-            step = self.max_batch_size()
-            index = self.bm25(collection)
+            step = self.chroma.max_batch_size()
+            index = self.views.bm25(collection)
             with index.transaction():
                 for start in range(0, len(ids), step):
                     part = slice(start, start + step)
-                    self.call("update", lambda: col.update(ids=ids[part],
+                    self.chroma.call("update", lambda: col.update(ids=ids[part],
                                                             metadatas=metas[part]))
                     index.upsert(ids[part], got["documents"][part], metas[part])
         log.info("file_soft_deleted", collection=collection, path=file_path, chunks=len(ids))
         return len(ids)
 
-    def purge_ids_sync(self, collection: str, ids: list[str]) -> int:
-        col = self.collection(collection)
+    def purge_ids(self, collection: str, ids: list[str]) -> int:
+        col = self.views.collection(collection)
         if col is None or not ids:
             return 0
-        with self.writer_lock(collection):
+        with self.views.writer_lock(collection):
             return self._delete_ids(collection, col, ids)
 
-    def delete_sync(self, doc_id: str) -> bool:
-        for name in self.repository_names():
-            col = self.collection(name)
+    def delete(self, doc_id: str) -> bool:
+        for name in self.views.repository_names():
+            col = self.views.collection(name)
             if col is None:
                 continue
-            got = self.call("get", lambda: col.get(ids=[doc_id], include=[]))
+            got = self.chroma.call("get", lambda: col.get(ids=[doc_id], include=[]))
             if got["ids"]:
-                with self.writer_lock(name):
+                with self.views.writer_lock(name):
                     self._delete_ids(name, col, [doc_id])
                 return True
         return False
+
+    def ensure_collection(self, name: str) -> CollectionInfo:
+        col = self.views.collection(name, create=True)
+        self.views.check_embedding_model(name, col)
+        info = self.views.info(name)
+        assert info is not None
+        return info
+
+    def delete_collection(self, name: str) -> int:
+        """Delete repository `name`'s current collection (Chroma, BM25, catalog rows)."""
+        physical = self.views.physical_name(name)
+        if physical is None:
+            return 0
+        return self.drop_physical(name, physical)
+
+    def drop_physical(self, name: str, physical: str) -> int:
+        """Delete one physical collection of repository `name`; returns its chunk count."""
+        validate_collection_name(name)
+        with self.views.writer_lock(name):
+            col = self.views.physical_collection(physical, name)
+            removed = int(self.chroma.call("count", col.count)) if col is not None else 0
+            if col is not None:
+                client = self.chroma.client
+                self.chroma.call("delete_collection",
+                                 lambda: client.delete_collection(physical))
+                if not self.settings.chroma_host:  # embedded: its file is ours to clean
+                    clear_orphan_arrays(self.settings.chroma_path)
+            self.views.bm25_physical(physical).drop()
+            self.views.forget(physical, bm25=True)
+            self.views.catalog.drop_collection(physical)
+        log.info("collection_deleted", collection=physical, repository=name, chunks=removed)
+        return removed
+
+    def update_collection_metadata(self, name: str, **fields: Any) -> dict[str, Any]:
+        """Change collection metadata: index state (commit, status, totals) goes to the
+        catalog, anything else to Chroma's collection metadata. None removes a key."""
+        info = self.views.info(name)
+        if info is None:
+            raise CollectionNotFoundError(f"collection {name!r} does not exist",
+                                          hint="index the repository first")
+        state = {k: v for k, v in fields.items() if k in INDEX_STATE_KEYS}
+        other = {k: v for k, v in fields.items() if k not in INDEX_STATE_KEYS}
+        present = {k: v for k, v in fields.items() if v is not None}
+        try:
+            if present:
+                validate_metadata(present)
+        except (ValueError, TypeError) as exc:
+            raise IndexingError(f"collection metadata for {name!r} is invalid: {exc}") from None
+        col = self.chroma.collections[info.physical]
+        chroma_meta = dict(col.metadata or {})
+        legacy = {k: v for k, v in chroma_meta.items() if k in INDEX_STATE_KEYS}
+        with self.views.writer_lock(name):
+            if legacy and not self.views.catalog.index_state(info.physical):
+                state = {**legacy, **state}  # an older index: its state moves to the catalog
+            if state:
+                self.views.catalog.set_index_state(info.physical, **state)
+            if other or legacy:
+                merged = {k: v for k, v in {**chroma_meta, **other}.items()
+                          if v is not None and k not in INDEX_STATE_KEYS}
+                # Chroma replaces collection metadata as a whole, hence the merge above.
+                self.chroma.call("modify", lambda: col.modify(metadata=merged))
+        self.views.forget(info.physical)
+        info = self.views.info(name)
+        assert info is not None
+        return info.metadata

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from hetriever.store.catalog import Catalog, SKIPPED
+from hetriever.store.catalog import Catalog
+from hetriever.store.catalog_records import SKIPPED
 from hetriever.store.catalog_windows import open_at, utc_text
 from hetriever.index.indexing import index_repository
-from hetriever.search.knowledge_store import ChromaKnowledgeStore
+from hetriever.store.knowledge_store import Store
 from tests.support.chroma_fixtures import chroma_or_memory_store, store_settings
 from tests.support.fakes import HashEmbedder, MemoryClient
 from tests.support.flow_support import stored
@@ -147,19 +148,19 @@ def test_a_changed_cascade_reaches_the_pages_below(docs, store):
 def test_the_catalog_finds_crossed_windows(tmp_path: Path):
     catalog = Catalog(tmp_path / "catalog.sqlite")
     jan = {d: utc_text(at(f"2030-01-{d:02d}")) for d in range(1, 31)}
-    catalog.set_windows("c", {"a.md": (jan[5], ""), "b.md": ("", jan[10]),
+    catalog.publish_windows.set_windows("c", {"a.md": (jan[5], ""), "b.md": ("", jan[10]),
                               "c.md": (jan[3], jan[4]), "d.md": None})
-    assert catalog.crossed("c", jan[1], jan[2]) == []
-    assert catalog.crossed("c", jan[1], jan[6]) == ["a.md"]  # c.md opened and closed again
-    assert catalog.crossed("c", jan[6], jan[20]) == ["b.md"]
-    assert catalog.crossed("c", jan[3], jan[6]) == ["a.md", "c.md"]
-    catalog.set_windows("c", {"a.md": None})
-    assert set(catalog.windows("c")) == {"b.md", "c.md"}
+    assert catalog.publish_windows.crossed("c", jan[1], jan[2]) == []
+    assert catalog.publish_windows.crossed("c", jan[1], jan[6]) == ["a.md"]  # c.md opened and closed again
+    assert catalog.publish_windows.crossed("c", jan[6], jan[20]) == ["b.md"]
+    assert catalog.publish_windows.crossed("c", jan[3], jan[6]) == ["a.md", "c.md"]
+    catalog.publish_windows.set_windows("c", {"a.md": None})
+    assert set(catalog.publish_windows.windows("c")) == {"b.md", "c.md"}
     catalog.remove_files("c", ["b.md"])
-    assert set(catalog.windows("c")) == {"c.md"}
-    assert catalog.windows_checked("c") == ""
-    catalog.mark_windows_checked("c", jan[1])
-    assert catalog.windows_checked("c") == jan[1]
+    assert set(catalog.publish_windows.windows("c")) == {"c.md"}
+    assert catalog.publish_windows.windows_checked("c") == ""
+    catalog.publish_windows.mark_windows_checked("c", jan[1])
+    assert catalog.publish_windows.windows_checked("c") == jan[1]
     assert open_at(("", ""), jan[1]) and not open_at((jan[2], ""), jan[1])
     assert open_at(("", jan[1]), jan[1])  # Hugo: expired only once the date is past
 
@@ -177,12 +178,12 @@ def test_an_ingest_stores_what_the_per_file_step_decides(tmp_path: Path):
     commit_all(site, "site")
     now = at("2030-01-01")
     settings = store_settings(tmp_path, run_lock_timeout=1.0)
-    store = ChromaKnowledgeStore(settings, embedder=HashEmbedder(), client=MemoryClient(),
+    store = Store(settings, embedder=HashEmbedder(), client=MemoryClient(),
                                  lock_timeout=2.0)
     try:
         (repo,) = discover_repositories(site)
         assert run(index_repository(repo, store, settings, now=now)).completed
-        got = store.client.get_collection(store.physical_name(repo.name)).get(
+        got = store.chroma.client.get_collection(store.physical_name(repo.name)).get(
             include=["metadatas"])
         urls = {m["file_path"]: m["url"] for m in got["metadatas"]}
     finally:

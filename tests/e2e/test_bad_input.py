@@ -27,7 +27,8 @@ from hetriever.core.errors import InvalidFilterError, InvalidLimitError
 from hetriever.store.filters import FIELD_OPS, matches, validate_filter
 from hetriever.index.indexing import index_repository
 from hetriever.search.hybrid import hybrid_search
-from hetriever.search.knowledge_store import ChromaKnowledgeStore, clear_store_cache, content_hash
+from hetriever.core.names import content_hash
+from hetriever.store.knowledge_store import Store, clear_store_cache
 from tests.support.chroma_fixtures import make_chunk, store_settings
 from tests.support.flow_support import stored
 from tests.support.helpers import commit_all, init_repo, write_files
@@ -92,7 +93,7 @@ def messy(tmp_path_factory):
 def messy_index(messy, minilm_embedder, tmp_path_factory):
     root, repo = messy
     (repository,) = discover_repositories(root / "docs")
-    store = ChromaKnowledgeStore(store_settings(tmp_path_factory.mktemp("messy-store")),
+    store = Store(store_settings(tmp_path_factory.mktemp("messy-store")),
                                  embedder=minilm_embedder)
     result = run(index_repository(repository, store, store.settings))
     yield store, result
@@ -118,7 +119,7 @@ def test_a_run_over_bad_files_completes_and_says_why_each_was_skipped(messy_inde
 def test_nothing_outside_the_repository_reaches_the_index(messy, messy_index):
     root, _ = messy
     store, _ = messy_index
-    col = store.client.get_collection(store.physical_name(REPO))
+    col = store.chroma.client.get_collection(store.physical_name(REPO))
     got = col.get(include=["documents", "metadatas"])
     blob = json.dumps([got["documents"], got["metadatas"]])
     assert SECRET_TOKEN not in blob
@@ -133,7 +134,7 @@ def test_nothing_outside_the_repository_reaches_the_index(messy, messy_index):
 
 def test_bad_front_matter_metadata_is_chroma_valid(messy_index):
     store, _ = messy_index
-    got = store.client.get_collection(store.physical_name(REPO)).get(include=["metadatas"])
+    got = store.chroma.client.get_collection(store.physical_name(REPO)).get(include=["metadatas"])
     by_file = {m["file_path"].rsplit("/", 1)[-1]: m for m in got["metadatas"]}
     assert isinstance(by_file["tags-int.md"]["tags"], list)
     assert by_file["bad-yaml.md"]["title"]  # a title is still derived
@@ -262,7 +263,7 @@ def _iso_chunks() -> list:
 
 @pytest.fixture(scope="module")
 def iso_store(tmp_path_factory, minilm_embedder):
-    store = ChromaKnowledgeStore(store_settings(tmp_path_factory.mktemp("isolation")),
+    store = Store(store_settings(tmp_path_factory.mktemp("isolation")),
                                  embedder=minilm_embedder)
     for chunk in _iso_chunks():
         run(store.upsert_file_chunks(chunk.repository, chunk.file_path, [chunk]))

@@ -21,7 +21,7 @@ from structlog.testing import capture_logs
 
 from hetriever.index.indexing import index_repository, run_lock
 from hetriever.search.hybrid import hybrid_search
-from hetriever.search.knowledge_store import content_hash
+from hetriever.core.names import content_hash
 from tests.support.chroma_fixtures import store_settings
 from tests.support.flow_support import stored
 from tests.support.cli_runs import (
@@ -93,10 +93,10 @@ def test_two_ingests_started_together_both_finish_and_the_index_is_whole(
 OPEN_STORE = """
 import sys, time
 from hetriever.core.config import load_settings
-from hetriever.search.knowledge_store import ChromaKnowledgeStore
+from hetriever.store.knowledge_store import Store
 time.sleep(max(0.0, float(sys.argv[1]) - time.time()))  # every process opens at one moment
-store = ChromaKnowledgeStore(load_settings())
-print(store.collection_names())
+store = Store(load_settings())
+print(store.chroma.collection_names())
 """
 
 

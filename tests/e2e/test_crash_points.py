@@ -22,11 +22,11 @@ from typing import Any
 import pytest
 
 from hetriever.core import faults
-from hetriever.store.catalog import BUILDING, INDEXED
+from hetriever.store.catalog_records import BUILDING, INDEXED
 from hetriever.store.chunk_records import ChunkCollection
 from hetriever.index.indexing import STATUS_COMPLETE, STATUS_INDEXING, index_repository
 from hetriever.search.hybrid import retrieve
-from hetriever.search.knowledge_store import ChromaKnowledgeStore
+from hetriever.store.knowledge_store import Store
 from tests.support.catalog_snapshot import catalog_rows, collection_metadata
 from tests.support.chroma_fixtures import store_settings
 from tests.support.helpers import commit_all, init_repo, run, write_files
@@ -58,8 +58,8 @@ def _settings(root: Path, model_dir: Path):
     return store_settings(root, model_dir=model_dir, write_window=WINDOW)
 
 
-def _open(root: Path, embedder: Any, model_dir: Path) -> ChromaKnowledgeStore:
-    return ChromaKnowledgeStore(_settings(root, model_dir), embedder=embedder)
+def _open(root: Path, embedder: Any, model_dir: Path) -> Store:
+    return Store(_settings(root, model_dir), embedder=embedder)
 
 
 def _index(root: Path, docs: Path, embedder: Any, model_dir: Path, **kw: Any) -> None:
@@ -76,12 +76,12 @@ def snapshot(root: Path, embedder: Any, model_dir: Path) -> dict[str, Any]:
     store = _open(root, embedder, model_dir)
     try:
         physical = store.physical_name(REPO_NAME)
-        got = ChunkCollection(store.client.get_collection(physical)).get(
+        got = ChunkCollection(store.chroma.client.get_collection(physical)).get(
             include=["documents", "metadatas"])
         bm25 = store.bm25(REPO_NAME)
 
         def rows(table: str, *columns: str) -> list[tuple]:
-            return sorted(tuple(r) for r in store.catalog._rows(
+            return sorted(tuple(r) for r in store.catalog.db.rows(
                 f"SELECT {', '.join(columns)} FROM {table} WHERE collection = ?", (physical,)))
 
         meta = run(store.get_collection_metadata(REPO_NAME))
@@ -248,8 +248,8 @@ def generations(root: Path, embedder: Any, model_dir: Path) -> dict[str, Any]:
         return {"active": active, "building": building,
                 "superseded": [c.name for c in records
                                if c.state != BUILDING and c.name != active],
-                "chroma": store.collection_names(),
-                "bm25": [b for b in building if store.bm25_file(b).exists()],
+                "chroma": store.chroma.collection_names(),
+                "bm25": [b for b in building if store.views.bm25_file(b).exists()],
                 "catalog_files": [b for b in building if store.catalog.files(b)],
                 "runs_left_running": [r["collection"] for r in store.catalog.runs(REPO_NAME)
                                       if r["outcome"] == "running"]}
@@ -328,7 +328,7 @@ def test_a_generation_a_killed_migration_switched_away_from_is_dropped_by_the_ne
     assert left["building"] == [] and sorted(left["chroma"]) == sorted([old, active])
     store = _open(root, minilm_embedder, minilm_model_dir)
     try:
-        assert store.bm25_file(old).exists() and store.catalog.files(old)
+        assert store.views.bm25_file(old).exists() and store.catalog.files(old)
     finally:
         store.close_sync()
     assert_same(snapshot(root, minilm_embedder, minilm_model_dir), clean)  # the new one is served
@@ -339,7 +339,7 @@ def test_a_generation_a_killed_migration_switched_away_from_is_dropped_by_the_ne
     assert dropped_generations(done) == [(old, "warning")]
     store = _open(root, minilm_embedder, minilm_model_dir)
     try:
-        assert not store.bm25_file(old).exists() and not store.catalog.files(old)
+        assert not store.views.bm25_file(old).exists() and not store.catalog.files(old)
     finally:
         store.close_sync()
     after = generations(root, minilm_embedder, minilm_model_dir)

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from hetriever.store.catalog import Catalog
-from hetriever.search.knowledge_store import clear_store_cache
+from hetriever.store.knowledge_store import clear_store_cache
 from tests.support.chroma_fixtures import free_port, running_chroma_server
 from tests.support.cli_runs import cli_env, run_cli
 from tests.support.flow_support import run_ingest
@@ -169,7 +169,7 @@ def test_dask_workers_embed_and_followers_search_like_one_process(
 def _linking(state: Path, key: str) -> set[str]:
     catalog = Catalog.for_state_dir(state)
     try:
-        return catalog.link_sources(catalog.active("sample-docs") or "", [key]).get(key, set())
+        return catalog.pages.link_sources(catalog.active("sample-docs") or "", [key]).get(key, set())
     finally:
         catalog.close()
 

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from hetriever.store.catalog_records import CATALOG_FILE
+from hetriever.store.catalog_schema import CATALOG_FILE
 from hetriever.store.chunk_records import ChunkCollection
-from hetriever.search.knowledge_store import ChromaKnowledgeStore
+from hetriever.store.knowledge_store import Store
 from tests.support.catalog_snapshot import catalog_rows, collection_metadata
 from tests.support.chroma_fixtures import store_settings
 from tests.support.helpers import commit_all, init_repo, run, write_files
@@ -49,17 +49,17 @@ V2 = {
 
 def snapshot(root: Path, model_dir: Path, embedder: Any) -> dict[str, Any]:
     """Everything a search reads, without times and run ids."""
-    store = ChromaKnowledgeStore(store_settings(root, model_dir=model_dir), embedder=embedder)
+    store = Store(store_settings(root, model_dir=model_dir), embedder=embedder)
     try:
         physical = store.physical_name(REPO)
         assert physical is not None
-        got = ChunkCollection(store.client.get_collection(physical)).get(
+        got = ChunkCollection(store.chroma.client.get_collection(physical)).get(
             include=["documents", "metadatas"])
         bm25 = store.bm25(REPO)
         catalog = store.catalog
 
         def rows(table: str) -> list[tuple]:
-            return sorted(tuple(r)[1:] for r in catalog._rows(
+            return sorted(tuple(r)[1:] for r in catalog.db.rows(
                 f"SELECT * FROM {table} WHERE collection = ?", (physical,)))
 
         meta = run(store.get_collection_metadata(REPO))

@@ -15,7 +15,7 @@ from hetriever.core.errors import ConfigurationError, IndexingError
 from hetriever.index.indexing import index_repository
 from hetriever.index.lifecycle import migrate_repository
 from hetriever.discover.repositories import Repository
-from hetriever.search.knowledge_store import ChromaKnowledgeStore
+from hetriever.store.knowledge_store import Store
 from tests.support.chroma_fixtures import store_settings
 from tests.support.helpers import commit_all, init_repo, write_files
 
@@ -120,9 +120,9 @@ def test_switching_to_int8_goes_through_migrate(tmp_path, fp32, int8):
                            f"Otters and herons live by river number {n}.\n" for n in range(3)})
     commit_all(repo_dir, "pages")
     repo = Repository(name="otters", path=repo_dir)
-    old = ChromaKnowledgeStore(store_settings(tmp_path), embedder=fp32)
-    new = ChromaKnowledgeStore(store_settings(tmp_path, embedding_precision="int8"),
-                               embedder=int8, client=old.client)
+    old = Store(store_settings(tmp_path), embedder=fp32)
+    new = Store(store_settings(tmp_path, embedding_precision="int8"),
+                               embedder=int8, client=old.chroma.client)
     try:
         asyncio.run(index_repository(repo, old, old.settings))
         with pytest.raises(IndexingError, match="migrate"):

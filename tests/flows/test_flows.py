@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hetriever.search.knowledge_store import clear_store_cache, get_knowledge_store
+from hetriever.store.knowledge_store import clear_store_cache, get_knowledge_store
 from tests.support.flow_support import fresh_full_pass, run_ingest, stored
 from tests.support.helpers import (
     add_submodule,

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from hetriever.search.knowledge_store import clear_store_cache
+from hetriever.store.knowledge_store import clear_store_cache
 from tests.support.helpers import build_sample_parent
 
 pytestmark = pytest.mark.prefect

@@ -12,7 +12,7 @@ import re
 import pytest
 
 from flows.query_report import link_target, markdown_text
-from hetriever.search.knowledge_store import clear_store_cache
+from hetriever.store.knowledge_store import clear_store_cache
 from tests.support.helpers import commit_all, init_repo, write_files
 
 HOSTILE = ("Run <script>alert(1)</script> then [click](javascript:alert(2)) | a cell | "

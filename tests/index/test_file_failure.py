@@ -14,7 +14,7 @@ import structlog
 
 from hetriever.cli import main as cli_main
 from hetriever.index import file_retry
-from hetriever.search.knowledge_store import clear_store_cache
+from hetriever.store.knowledge_store import clear_store_cache
 from tests.support.helpers import REPO_ROOT, commit_all, init_repo
 
 BROKEN = "content/docs/templates/where.md"

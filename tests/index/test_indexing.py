@@ -313,7 +313,7 @@ def test_the_per_file_step_is_pluggable_and_a_step_that_gives_up_fails_the_run(d
     """A mapper other than the in-process one (the flow passes a task-per-file mapper): its
     outcomes are written as usual; a file it gives up on is filed under `failed`, keeps no new
     chunks, and the run is closed as failed with the commit unrecorded."""
-    from hetriever.store.catalog import FAILED
+    from hetriever.store.catalog_records import FAILED
     from hetriever.index.indexing import FileOutcome, map_in_process
 
     parent, _ = docs

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from hetriever.core.config import load_settings
+from hetriever.search.hybrid import retrieve
 from tests.support.fakes import HashEmbedder
 from tests.support.helpers import SAMPLE_DOCS, commit_all, init_repo
 
@@ -34,14 +35,14 @@ def docs_root(tmp_path: Path) -> Path:
 
 def test_each_repository_is_released_before_the_next(docs_root, tmp_path, monkeypatch):
     import hetriever.index.release as release
-    import hetriever.search.knowledge_store as knowledge_store
+    import hetriever.store.knowledge_store as knowledge_store
     import hetriever.store.bm25.analyzer as analyzer
     from hetriever.commands.ingest import ingest_local
 
     settings = load_settings(env={"HETRIEVER_DOCS_ROOT": str(docs_root),
                                   "HETRIEVER_CHROMA_PATH": str(tmp_path / "chroma"),
                                   "HETRIEVER_STATE_DIR": str(tmp_path / "state")})
-    store = knowledge_store.ChromaKnowledgeStore(settings, embedder=HashEmbedder())
+    store = knowledge_store.Store(settings, embedder=HashEmbedder())
     monkeypatch.setattr(knowledge_store, "get_knowledge_store", lambda _settings: store)
 
     held: list[tuple[str, dict[str, list[str]], dict[str, list[str]]]] = []
@@ -49,14 +50,14 @@ def test_each_repository_is_released_before_the_next(docs_root, tmp_path, monkey
 
     def observed(store_, name):
         assert analyzer._STEMS  # BM25's writes stemmed this site's words
-        before = {"bm25": sorted(store_._bm25), "collections": sorted(store_._collections),
-                  "chroma": store_.client}
-        vocab = sum(len(index._vocab or {}) for index in store_._bm25.values())
+        before = {"bm25": sorted(store_.views._bm25), "collections": sorted(store_.chroma.collections),
+                  "chroma": store_.chroma.client}
+        vocab = sum(len(index._vocab or {}) for index in store_.views._bm25.values())
         assert vocab > 0  # the run wrote BM25 rows: their vocabulary was held until now
         out = real(store_, name)
         assert not analyzer._STEMS  # let go with the site, not carried to the next
-        after = {"bm25": sorted(store_._bm25), "collections": sorted(store_._collections),
-                 "chroma": store_.client}
+        after = {"bm25": sorted(store_.views._bm25), "collections": sorted(store_.chroma.collections),
+                 "chroma": store_.chroma.client}
         held.append((name, before, after))
         return out
 
@@ -75,8 +76,8 @@ def test_each_repository_is_released_before_the_next(docs_root, tmp_path, monkey
 
         # Released, not lost: a search opens each repository's index again.
         for name in NAMES:
-            found = asyncio.run(store.search("where function filter collection", top_k=3,
-                                             namespaces=[name]))
+            found = asyncio.run(retrieve(store, "where function filter collection", top_k=3,
+                                         namespaces=[name])).matches
             assert found and all(m.metadata["repository"] == name for m in found)
     finally:
         store.close_sync()

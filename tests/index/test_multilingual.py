@@ -11,7 +11,7 @@ from hetriever.discover.changes import discover_repositories
 from hetriever.core.errors import InvalidLimitError
 from hetriever.index.indexing import index_repository
 from hetriever.search.hybrid import hybrid_search
-from hetriever.search.knowledge_store import ChromaKnowledgeStore
+from hetriever.store.knowledge_store import Store
 from tests.support.chroma_fixtures import store_settings
 from tests.support.helpers import (
     commit_all,
@@ -56,7 +56,7 @@ def site(tmp_path: Path, minilm_embedder):
     commit_all(source, "site")
     parent = make_parent_with_submodule(tmp_path, source, NAME)
     settings = store_settings(tmp_path)
-    store = ChromaKnowledgeStore(settings, embedder=minilm_embedder)
+    store = Store(settings, embedder=minilm_embedder)
     yield parent, source, store
     store.close_sync()
 
@@ -74,7 +74,7 @@ def test_every_language_is_indexed_with_its_url_and_searched_by_language(site):
     parent, _, store = site
     result = run(index_repository(repo_of(parent), store, store.settings))
     assert result.completed and result.files_indexed == 3
-    metas = store.client.get_collection(store.physical_name(NAME)).get(include=["metadatas"])
+    metas = store.chroma.client.get_collection(store.physical_name(NAME)).get(include=["metadatas"])
     by_path = {m["file_path"]: m for m in metas["metadatas"]}
     assert by_path["content/ja/docs/traces.md"]["url"] == "/ja/docs/traces/"
     assert by_path["content/ja/docs/traces.md"]["lang"] == "ja"
@@ -140,7 +140,7 @@ def test_adding_or_deleting_a_translation_touches_only_that_file(site):
     parent, source, store = site
     repo = repo_of(parent)
     run(index_repository(repo, store, store.settings))
-    col = store.client.get_collection(store.physical_name(NAME))
+    col = store.chroma.client.get_collection(store.physical_name(NAME))
     before = set(col.get()["ids"])
 
     write_files(source, {"content/es/docs/traces.md": "---\ntitle: Trazas\n---\nLas trazas "

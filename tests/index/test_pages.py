@@ -15,7 +15,7 @@ from hetriever.index.indexing import index_repository, process_text, token_count
 from hetriever.discover.repositories import Repository
 from hetriever.parse.page import page_params, parse_page
 from hetriever.search.hybrid import hybrid_search
-from hetriever.search.knowledge_store import ChromaKnowledgeStore
+from hetriever.store.knowledge_store import Store
 from tests.support.chroma_fixtures import store_settings
 from tests.support.helpers import commit_all, init_repo, make_parent_with_submodule, write_files
 
@@ -121,7 +121,7 @@ def indexed(tmp_path: Path, minilm_embedder):
     commit_all(doc_repo)
     parent = make_parent_with_submodule(tmp_path, doc_repo, "site")
     (repo,) = discover_repositories(parent)
-    store = ChromaKnowledgeStore(store_settings(tmp_path), embedder=minilm_embedder)
+    store = Store(store_settings(tmp_path), embedder=minilm_embedder)
     result = asyncio.run(index_repository(repo, store, store.settings))
     assert result.completed and not result.failed
     yield store

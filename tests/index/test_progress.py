@@ -12,7 +12,7 @@ from hetriever.embed import progress as embedding_progress
 from hetriever.index import progress as run_progress
 from hetriever.index.indexing import index_repository
 from hetriever.index.progress import RunProgress
-from hetriever.search.knowledge_store import ChromaKnowledgeStore
+from hetriever.store.knowledge_store import Store
 from tests.support.chroma_fixtures import store_settings
 from tests.support.helpers import build_sample_parent
 
@@ -67,7 +67,7 @@ def test_a_real_run_moves_per_embedded_batch(tmp_path, minilm_embedder):
     parent, _ = build_sample_parent(tmp_path)
     (repo,) = [r for r in discover_repositories(parent) if r.name == "sample-docs"]
     settings = store_settings(tmp_path)  # one write window holds the whole sample
-    store = ChromaKnowledgeStore(settings, embedder=minilm_embedder)
+    store = Store(settings, embedder=minilm_embedder)
     seen = []
     try:
         result = asyncio.run(index_repository(repo, store, settings, on_progress=seen.append))

@@ -18,7 +18,7 @@ from hetriever.parse.links import LINKS_KEY, LinkPrior, links_of, outbound_keys,
 from hetriever.discover.repositories import Repository
 from hetriever.search.results import is_question
 from hetriever.search.hybrid import hybrid_search
-from hetriever.search.knowledge_store import ChromaKnowledgeStore
+from hetriever.store.knowledge_store import Store
 from tests.support.chroma_fixtures import store_settings
 from tests.support.helpers import (
     commit_all,
@@ -96,22 +96,22 @@ def test_only_english_questions_get_the_prior():
 
 def test_the_catalog_keeps_each_files_links_until_it_goes(tmp_path: Path):
     catalog = Catalog(tmp_path / "catalog.sqlite")
-    catalog.set_page("docs_v1", "a.md", metadata={LINKS_KEY: ["url:/menus/", "url:/urls/"]})
-    catalog.set_page("docs_v1", "b.md", metadata={LINKS_KEY: ["url:/menus/"]})
-    catalog.set_page("other_v1", "c.md", metadata={LINKS_KEY: ["url:/menus/"]})
-    assert catalog.link_sources("docs_v1", ["url:/menus/", "url:/urls/", "url:/x/"]) == {
+    catalog.pages.set_page("docs_v1", "a.md", metadata={LINKS_KEY: ["url:/menus/", "url:/urls/"]})
+    catalog.pages.set_page("docs_v1", "b.md", metadata={LINKS_KEY: ["url:/menus/"]})
+    catalog.pages.set_page("other_v1", "c.md", metadata={LINKS_KEY: ["url:/menus/"]})
+    assert catalog.pages.link_sources("docs_v1", ["url:/menus/", "url:/urls/", "url:/x/"]) == {
         "url:/menus/": {"a.md", "b.md"}, "url:/urls/": {"a.md"}}
-    catalog.set_page("docs_v1", "a.md", metadata={LINKS_KEY: ["url:/urls/"]})  # re-processed: replaced
-    assert catalog.link_sources("docs_v1", ["url:/menus/"]) == {"url:/menus/": {"b.md"}}
+    catalog.pages.set_page("docs_v1", "a.md", metadata={LINKS_KEY: ["url:/urls/"]})  # re-processed: replaced
+    assert catalog.pages.link_sources("docs_v1", ["url:/menus/"]) == {"url:/menus/": {"b.md"}}
     catalog.mark_deleted("docs_v1", ["b.md"], "2026-01-01T00:00:00Z")
-    assert catalog.link_sources("docs_v1", ["url:/menus/"]) == {}
+    assert catalog.pages.link_sources("docs_v1", ["url:/menus/"]) == {}
     catalog.remove_files("docs_v1", ["a.md"])
-    assert catalog.link_sources("docs_v1", ["url:/urls/"]) == {}
-    catalog.set_page("docs_v1", "d.md", metadata={LINKS_KEY: ["url:/menus/"]})
+    assert catalog.pages.link_sources("docs_v1", ["url:/urls/"]) == {}
+    catalog.pages.set_page("docs_v1", "d.md", metadata={LINKS_KEY: ["url:/menus/"]})
     catalog.prune("docs_v1", set(), set())  # a file the collection no longer holds
-    assert catalog.link_sources("docs_v1", ["url:/menus/"]) == {}
+    assert catalog.pages.link_sources("docs_v1", ["url:/menus/"]) == {}
     catalog.drop_collection("other_v1")
-    assert catalog.link_sources("other_v1", ["url:/menus/"]) == {}
+    assert catalog.pages.link_sources("other_v1", ["url:/menus/"]) == {}
     catalog.close()
 
 
@@ -119,13 +119,13 @@ def test_a_page_s_titles_and_links_are_replaced_together(tmp_path: Path):
     catalog = Catalog(tmp_path / "catalog.sqlite")
     meta = {"title": "Sections", "file_path": "content/sections.md",
             LINKS_KEY: ["url:/menus/"]}
-    catalog.set_page("docs_v1", "content/sections.md", "id-1", meta)
-    assert [h.chunk_id for h in catalog.lookup_title("sections", ["docs_v1"])] == ["id-1"]
-    assert catalog.link_sources("docs_v1", ["url:/menus/"]) == {
+    catalog.pages.set_page("docs_v1", "content/sections.md", "id-1", meta)
+    assert [h.chunk_id for h in catalog.pages.lookup_title("sections", ["docs_v1"])] == ["id-1"]
+    assert catalog.pages.link_sources("docs_v1", ["url:/menus/"]) == {
         "url:/menus/": {"content/sections.md"}}
-    catalog.set_page("docs_v1", "content/sections.md")  # skipped now: both go
-    assert catalog.lookup_title("sections", ["docs_v1"]) == []
-    assert catalog.link_sources("docs_v1", ["url:/menus/"]) == {}
+    catalog.pages.set_page("docs_v1", "content/sections.md")  # skipped now: both go
+    assert catalog.pages.lookup_title("sections", ["docs_v1"]) == []
+    assert catalog.pages.link_sources("docs_v1", ["url:/menus/"]) == {}
     catalog.close()
 
 
@@ -170,7 +170,7 @@ def site(tmp_path: Path, minilm_embedder):
 
     def index(**overrides):
         (repo,) = discover_repositories(parent)
-        store = ChromaKnowledgeStore(store_settings(tmp_path, **overrides),
+        store = Store(store_settings(tmp_path, **overrides),
                                      embedder=minilm_embedder)
         result = asyncio.run(index_repository(repo, store, store.settings))
         assert result.completed and not result.failed
@@ -194,8 +194,8 @@ def test_a_question_prefers_the_page_other_pages_link_to(site):
     # Only fused pages get the prior: one retriever alone ranks by its own scores, and no
     # links are looked up for it.
     calls = []
-    real = store.catalog.link_sources
-    store.catalog.link_sources = (  # type: ignore[method-assign]
+    real = store.catalog.pages.link_sources
+    store.catalog.pages.link_sources = (  # type: ignore[method-assign]
         lambda *a: calls.append(a) or real(*a))
     hybrid_search(store, QUESTION, 3, exact=False, hybrid=False)
     assert calls == []
@@ -210,6 +210,6 @@ def test_a_question_prefers_the_page_other_pages_link_to(site):
                            for path, text in _linking(3).items()})
     update_submodule(parent, "site", commit_all(doc_repo, "unlink"))
     store = index()
-    assert store.catalog.link_sources(store.physical_name("site"), ["url:/menus/"]) == {}
+    assert store.catalog.pages.link_sources(store.physical_name("site"), ["url:/menus/"]) == {}
     assert _first(store, QUESTION) == "content/menu-entry.md"
     store.close_sync()

@@ -14,7 +14,7 @@ import pytest
 import structlog
 
 from hetriever.cli import main as cli_main
-from hetriever.search.knowledge_store import clear_store_cache
+from hetriever.store.knowledge_store import clear_store_cache
 from tests.support.helpers import REPO_ROOT, commit_all, git, init_repo, write_files
 
 PAGE = "---\ntitle: {title}\n---\n\n# {title}\n\nThe {title} page tells how {word} works.\n"

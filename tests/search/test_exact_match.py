@@ -11,7 +11,7 @@ import pytest
 from hetriever.discover.changes import discover_repositories
 from hetriever.index.indexing import index_repository
 from hetriever.search.hybrid import hybrid_search
-from hetriever.search.knowledge_store import ChromaKnowledgeStore
+from hetriever.store.knowledge_store import Store
 from tests.support.chroma_fixtures import store_settings
 from tests.support.helpers import commit_all, init_repo, write_files
 
@@ -81,7 +81,7 @@ def store(tmp_path: Path, minilm_embedder):
     repo_dir = init_repo(tmp_path / "repos" / "func-docs")
     write_files(repo_dir, PAGES)
     commit_all(repo_dir, "pages")
-    store = ChromaKnowledgeStore(store_settings(tmp_path), embedder=minilm_embedder)
+    store = Store(store_settings(tmp_path), embedder=minilm_embedder)
     (repo,) = discover_repositories(repo_dir.parent)
     run(index_repository(repo, store, store.settings))
     store.repo_dir = repo_dir
@@ -193,7 +193,7 @@ def test_exact_hits_respect_filters_access_and_deletion(store, tmp_path, minilm_
     assert all(m.source != "exact" for m in result.matches)
     # a caller without the repository's level gets nothing, exact or not
     settings = store_settings(tmp_path, access_levels={"func-docs": "PRIVATE"})
-    private = ChromaKnowledgeStore(settings, embedder=minilm_embedder, client=store.client)
+    private = Store(settings, embedder=minilm_embedder, client=store.chroma.client)
     try:
         assert hybrid_search(private, "where", top_k=5).matches == []
         # its chunks still say PUBLIC until re-indexed: a caller needs both levels meanwhile

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from hetriever.search.hybrid import hybrid_search
-from hetriever.search.knowledge_store import ChromaKnowledgeStore
+from hetriever.store.knowledge_store import Store
 from tests.support.chroma_fixtures import make_chunk, store_settings
 from tests.support.helpers import run
 
@@ -31,7 +31,7 @@ DOCS = [
 def store(tmp_path_factory: pytest.TempPathFactory, minilm_embedder: Any) -> Iterator[Any]:
     settings = store_settings(tmp_path_factory.mktemp("facets"),
                               access_levels={SECRET: "PRIVATE"})
-    store = ChromaKnowledgeStore(settings, embedder=minilm_embedder)
+    store = Store(settings, embedder=minilm_embedder)
     for repo, path, text, *extra in DOCS:
         chunk = make_chunk(repo, path, text, **(extra[0] if extra else {}),
                            access_level="PRIVATE" if repo == SECRET else "PUBLIC")

@@ -65,7 +65,7 @@ def test_metrics_and_webhook_deliveries_live_in_the_catalog_file(tmp_path):
     assert deliveries.claim("delivery-1", "hugo-docs")
     catalog.note("checked", "yes")  # the catalog's own writes go on beside them
     assert sorted(p.name for p in tmp_path.iterdir() if p.suffix == ".sqlite") == ["catalog.sqlite"]
-    tables = {r[0] for r in catalog._rows("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    tables = {r[0] for r in catalog.db.rows("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert {"collections", "query_metrics", "webhook_deliveries"} <= tables
     assert metrics.summary().count == 1 and not deliveries.claim("delivery-1", "hugo-docs")
     for handle in (metrics, deliveries, catalog):

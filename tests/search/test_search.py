@@ -28,7 +28,7 @@ from hetriever.search.hybrid import (
     similarity,
 )
 from hetriever.search.fusion import rrf_fuse
-from hetriever.search.knowledge_store import ChromaKnowledgeStore
+from hetriever.store.knowledge_store import Store
 from tests.support.chroma_fixtures import (
     make_chunk,
     running_chroma_server,
@@ -99,8 +99,8 @@ def stores(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     server = request.getfixturevalue("chroma_server") if request.param == "server" else None
     settings = store_settings(tmp_path_factory.mktemp("search"), server)
     client = server_database_client(server, "search-tests") if server else None
-    store = populate(ChromaKnowledgeStore(settings, embedder=minilm_embedder, client=client))
-    broken = ChromaKnowledgeStore(settings, embedder=BrokenEmbedder(minilm_model_dir, threads=1),
+    store = populate(Store(settings, embedder=minilm_embedder, client=client))
+    broken = Store(settings, embedder=BrokenEmbedder(minilm_model_dir, threads=1),
                                   client=client)
     yield store, broken
     broken.close_sync()
@@ -162,13 +162,14 @@ def test_distinctive_query_ranks_its_document_first(store) -> None:
                                                      m.bm25_score is not None)]
         for s in (m.dense_score, m.bm25_score):
             assert s is None or 0.0 <= s <= 1.0
-    # store.search is the same search, returning the matches.
-    assert [m.doc_id for m in run(store.search("SQL where clause parameter"))][0] == where_id
+    # The same search with its defaults finds the same chunk first.
+    assert [m.doc_id for m in run(retrieve(store, "SQL where clause parameter")).matches][0] \
+        == where_id
 
 
 def test_rrf_fusion_when_settings_ask_for_it(store) -> None:
-    rrf = ChromaKnowledgeStore(store.settings.replace(fusion="rrf"), embedder=store.embedder,
-                               client=store.client)
+    rrf = Store(store.settings.replace(fusion="rrf"), embedder=store.embedder,
+                               client=store.chroma.client)
     result = run(retrieve(rrf, "filter pages by parameter value like a SQL where clause"))
     top = result.matches[0]
     assert top.doc_id == chunks_of(A)[0].id
@@ -184,9 +185,9 @@ def test_dense_only_when_hybrid_is_off(store) -> None:
         assert m.source == "dense" and m.bm25_score is None and m.rrf_score is None
         assert m.score == m.dense_score
     assert result.matches[0].metadata["file_path"] == "content/install/macos.md"
-    off = ChromaKnowledgeStore(store.settings.replace(use_hybrid_search=False),
-                               embedder=store.embedder, client=store.client)
-    assert off.search_mode() == "dense" and store.search_mode() == "hybrid"
+    off = Store(store.settings.replace(use_hybrid_search=False),
+                               embedder=store.embedder, client=store.chroma.client)
+    assert off.views.search_mode() == "dense" and store.views.search_mode() == "hybrid"
     assert run(retrieve(off, "install hugo")).mode == "dense"
 
 
@@ -204,8 +205,8 @@ def test_bm25_only_when_embedding_fails(broken_store) -> None:
 
 
 def test_similarity_threshold_applies_to_the_final_score(store) -> None:
-    strict = ChromaKnowledgeStore(store.settings.replace(similarity_threshold=0.75),
-                                  embedder=store.embedder, client=store.client)
+    strict = Store(store.settings.replace(similarity_threshold=0.75),
+                                  embedder=store.embedder, client=store.chroma.client)
     result = run(retrieve(strict, "install hugo on linux snap", top_k=10, hybrid=False))
     assert result.matches and all(m.score >= 0.75 for m in result.matches)
     loose = run(retrieve(store, "install hugo on linux snap", top_k=10, hybrid=False))
@@ -299,7 +300,7 @@ def test_out_of_scope_metadata_is_dropped(make_store) -> None:
     # Chroma's copy of an alpha chunk claims to be beta's (BM25 still says alpha): the
     # BM25 hit's metadata is fetched from Chroma and must fail the scope check.
     target = chunks_of(A)[3]  # macOS / Homebrew
-    col = store.client.get_collection(store.physical_name(A), embedding_function=None)
+    col = store.chroma.client.get_collection(store.physical_name(A), embedding_function=None)
     col.update(ids=[target.id], metadatas=[{"repository": B}])
     with capture_logs() as logs:
         result = run(retrieve(store, "Homebrew brew", top_k=10, namespaces=[A]))
@@ -310,7 +311,7 @@ def test_out_of_scope_metadata_is_dropped(make_store) -> None:
 def test_hash_mismatch_results_are_dropped(make_store) -> None:
     store = populate(make_store())
     target = chunks_of(A)[4]  # partials
-    col = ChunkCollection(store.client.get_collection(store.physical_name(A),
+    col = ChunkCollection(store.chroma.client.get_collection(store.physical_name(A),
                                                       embedding_function=None))
     got = col.get(ids=[target.id], include=["embeddings"])
     col.update(ids=[target.id], embeddings=got["embeddings"],
@@ -325,7 +326,7 @@ def test_hash_mismatch_results_are_dropped(make_store) -> None:
 @pytest.mark.server
 def test_server_going_down_degrades_to_bm25(tmp_path, minilm_embedder) -> None:
     with running_chroma_server(tmp_path / "server") as server:
-        store = populate(ChromaKnowledgeStore(store_settings(tmp_path, server),
+        store = populate(Store(store_settings(tmp_path, server),
                                               embedder=minilm_embedder))
         assert run(store.health_check()) is True
         stop_chroma_server(server)
@@ -375,8 +376,8 @@ def sectioned(tmp_path):
     from hetriever.store.bm25.bm25_index import BM25Index
     from hetriever.search.hybrid import _dense_rows
 
-    store = ChromaKnowledgeStore(store_settings(tmp_path))
-    col = store.client.create_collection("sectioned", configuration={"hnsw": {"space": "l2"}},
+    store = Store(store_settings(tmp_path))
+    col = store.chroma.client.create_collection("sectioned", configuration={"hnsw": {"space": "l2"}},
                                          embedding_function=None)
     rng = np.random.default_rng(7)
     vectors = rng.standard_normal((1000, 8)).astype(np.float32)
@@ -527,7 +528,7 @@ def paged_store(request, tmp_path, minilm_embedder) -> Iterator[Any]:
     """A real repository of 20 pages x 6 chunks, written through the store."""
     server = request.getfixturevalue("chroma_server") if request.param == "server" else None
     client = server_database_client(server, "paged-tests") if server else None
-    store = ChromaKnowledgeStore(store_settings(tmp_path, server), embedder=minilm_embedder,
+    store = Store(store_settings(tmp_path, server), embedder=minilm_embedder,
                                  client=client)
     topics = ["templates", "taxonomies", "menus", "images", "shortcodes", "modules"]
     for page in range(20):
@@ -552,8 +553,8 @@ def test_a_rare_filter_through_the_store_matches_chromas_own_where(paged_store, 
     monkeypatch.setattr(BM25Index, "few_ids_where", spy)
     path = "content/guide/page-7.md"  # 6 of 120 chunks: too few among 50 neighbours
     for query in ("image processing", "menus", "how taxonomies work"):
-        got = run(paged_store.search(query, top_k=3, filters={"file_path": path}, hybrid=False,
-                                     group_by="chunk"))
+        got = run(retrieve(paged_store, query, top_k=3, filters={"file_path": path},
+                           hybrid=False, group_by="chunk")).matches
         col = paged_store.collection(A)
         vector = paged_store.embedder.embed([query])[0]
         expected = col.query(query_embeddings=[vector], n_results=3, where={"file_path": path})
@@ -582,13 +583,13 @@ def test_vector_distances_are_chromas(tmp_path, space):
 
 
 def test_the_phrase_weight_setting_reaches_the_bm25_index(tmp_path):
-    from hetriever.search.knowledge_store import ChromaKnowledgeStore
+    from hetriever.store.knowledge_store import Store
     from tests.support.chroma_fixtures import store_settings
     from tests.support.fakes import HashEmbedder, MemoryClient
 
-    store = ChromaKnowledgeStore(store_settings(tmp_path, bm25_phrase_weight=0.0),
+    store = Store(store_settings(tmp_path, bm25_phrase_weight=0.0),
                                  embedder=HashEmbedder(), client=MemoryClient())
     try:
-        assert store.bm25_physical("docs_v1").phrase_weight == 0.0
+        assert store.views.bm25_physical("docs_v1").phrase_weight == 0.0
     finally:
         store.close_sync()

@@ -20,7 +20,7 @@ import pytest
 from hetriever.discover.repositories import Repository
 from hetriever.index.indexing import index_repository
 from hetriever.search.hybrid import hybrid_search
-from hetriever.search.knowledge_store import ChromaKnowledgeStore
+from hetriever.store.knowledge_store import Store
 from hetriever.store.bm25.bm25_index import CorpusStats
 from tests.support.chroma_fixtures import server_database_client, store_settings
 from tests.support.helpers import commit_all, corpus_version, init_repo
@@ -50,7 +50,7 @@ def store(request, tmp_path_factory, minilm_embedder):
     tmp = tmp_path_factory.mktemp("sites")
     server = request.getfixturevalue("chroma_server") if request.param == "server" else None
     client = server_database_client(server, "sites-together") if server else None
-    store = ChromaKnowledgeStore(store_settings(tmp, server), embedder=minilm_embedder,
+    store = Store(store_settings(tmp, server), embedder=minilm_embedder,
                                  client=client)
     for name, pages in PAGES.items():
         source = corpus_version(name, "v2")  # skips where the corpora are absent

@@ -22,7 +22,7 @@ from hetriever.serve.keys import KeyRing
 from hetriever.serve.mcp_server import create_mcp
 from hetriever.serve.service import DocsService
 from hetriever.serve.telemetry import Telemetry
-from hetriever.search.knowledge_store import ChromaKnowledgeStore
+from hetriever.store.knowledge_store import Store
 from tests.support.chroma_fixtures import store_settings
 from tests.support.helpers import commit_all, init_repo, write_files
 
@@ -84,7 +84,7 @@ def service(tmp_path_factory: pytest.TempPathFactory, minilm_embedder: Any):
         repo = init_repo(root / "docs" / name)
         write_files(repo, files)
         commit_all(repo, name)
-    store = ChromaKnowledgeStore(store_settings(root), embedder=minilm_embedder)
+    store = Store(store_settings(root), embedder=minilm_embedder)
     docs = DocsService(store.settings, store=store)
     try:
         for repo in discover_repositories(root / "docs"):
@@ -227,7 +227,7 @@ def test_a_site_configuration_change_is_a_full_pass_so_every_link_follows(tmp_pa
                        "content/guide/install.md": page("Install the wombat", "Unpack it."),
                        "content/guide/feed.md": page("Feed the wombat", "Carrots daily.")})
     commit_all(repo, "v1")
-    store = ChromaKnowledgeStore(store_settings(tmp_path), embedder=minilm_embedder)
+    store = Store(store_settings(tmp_path), embedder=minilm_embedder)
     docs = DocsService(store.settings, store=store)
     try:
         (found,) = discover_repositories(tmp_path / "docs")

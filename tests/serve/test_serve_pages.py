@@ -14,7 +14,7 @@ from hetriever.core import faults
 from hetriever.discover.changes import discover_repositories
 from hetriever.index.indexing import index_repository
 from hetriever.serve.service import DocsService
-from hetriever.search.knowledge_store import ChromaKnowledgeStore
+from hetriever.store.knowledge_store import Store
 from tests.support.chroma_fixtures import store_settings
 from tests.support.helpers import build_sample_parent, commit_all, update_submodule
 
@@ -29,7 +29,7 @@ EDITED = {  # the Usage and Operators sections replaced: their chunks get new id
 @pytest.mark.parametrize("point", ["window_chroma_written", "replaced_chunks_deleted"])
 def test_a_page_mid_rewrite_is_one_version(tmp_path, minilm_embedder, monkeypatch, point):
     parent, source = build_sample_parent(tmp_path)
-    store = ChromaKnowledgeStore(store_settings(tmp_path), embedder=minilm_embedder)
+    store = Store(store_settings(tmp_path), embedder=minilm_embedder)
     service = DocsService(store.settings, store=store)
     try:
         (repo,) = [r for r in discover_repositories(parent) if r.name == "sample-docs"]
@@ -48,7 +48,7 @@ def test_a_page_mid_rewrite_is_one_version(tmp_path, minilm_embedder, monkeypatc
             asyncio.run(index_repository(repo, store, store.settings))
         monkeypatch.delenv("HETRIEVER_FAULTS")
 
-        chroma = store.chunks_where_sync("sample-docs", {"file_path": "content/docs/templates/"
+        chroma = store.reads.chunks_where("sample-docs", {"file_path": "content/docs/templates/"
                                                                        "where.md"})
         shown = [c["text"] for c in service.page(PAGE)["chunks"]]
         assert asyncio.run(index_repository(repo, store, store.settings)).completed

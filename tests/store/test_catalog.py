@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from hetriever.store.catalog import (
+from hetriever.store.catalog import Catalog
+from hetriever.store.catalog_records import (
     DELETED,
     DISCOVERED,
     FAILED,
     INDEXED,
     SKIPPED,
-    Catalog,
     address_fragment,
     address_key,
     drop_shared,
@@ -29,7 +29,7 @@ from hetriever.cli import main
 from hetriever.discover.changes import discover_repositories
 from hetriever.index.indexing import index_repository
 from hetriever.chunk.sections import heading_anchor
-from hetriever.search.knowledge_store import ChromaKnowledgeStore
+from hetriever.store.knowledge_store import Store
 from tests.support.chroma_fixtures import store_settings
 from tests.support.helpers import (
     break_the_cleaner_on_where,
@@ -117,44 +117,44 @@ def test_title_keys_and_lookup(tmp_path: Path) -> None:
 
     cat = Catalog.for_state_dir(tmp_path)
     col = cat.ensure_active("hugo-docs", "fp")
-    cat.set_page(col, where["file_path"], "id-where", where)
-    cat.set_page(col, "content/en/where-guide.md", "id-guide", {"title": "where"})
+    cat.pages.set_page(col, where["file_path"], "id-where", where)
+    cat.pages.set_page(col, "content/en/where-guide.md", "id-guide", {"title": "where"})
     # a page titled exactly "where" outranks the page whose function name is where
-    hits = cat.lookup_title(" WHERE ", [col])
+    hits = cat.pages.lookup_title(" WHERE ", [col])
     assert [h.chunk_id for h in hits] == ["id-guide", "id-where"]
-    assert cat.lookup_title("where", ["other_v1"]) == []
-    cat.set_page(col, "content/en/where-guide.md")  # replaced: gone
-    assert [h.chunk_id for h in cat.lookup_title("where", [col])] == ["id-where"]
+    assert cat.pages.lookup_title("where", ["other_v1"]) == []
+    cat.pages.set_page(col, "content/en/where-guide.md")  # replaced: gone
+    assert [h.chunk_id for h in cat.pages.lookup_title("where", [col])] == ["id-where"]
     # a description one page has finds it; one several pages share names none of them
-    cat.set_page(col, menu["file_path"], "id-title", menu)
-    assert [h.chunk_id for h in cat.lookup_title("returns the title property of a menu entry",
+    cat.pages.set_page(col, menu["file_path"], "id-title", menu)
+    assert [h.chunk_id for h in cat.pages.lookup_title("returns the title property of a menu entry",
                                                  [col])] == ["id-title"]
     for lang in ("go", "js"):
-        cat.set_page(col, f"content/en/{lang}/start.md", f"id-{lang}",
+        cat.pages.set_page(col, f"content/en/{lang}/start.md", f"id-{lang}",
                      {"title": lang, "description": "Get started in five minutes"})
-    assert len(cat.lookup_title("Get started in five minutes.", [col])) == 2
-    assert drop_shared(cat.lookup_title("Get started in five minutes.", [col])) == []
+    assert len(cat.pages.lookup_title("Get started in five minutes.", [col])) == 2
+    assert drop_shared(cat.pages.lookup_title("Get started in five minutes.", [col])) == []
     # an address finds the page by its URL or its alias, however it is pasted
-    cat.set_page(col, where["file_path"], "id-where",
+    cat.pages.set_page(col, where["file_path"], "id-where",
                  {**where, "url": "/functions/collections/where/"})
     for address in ("https://gohugo.io/functions/collections/where/#examples",
                     "gohugo.io/functions/collections/WHERE", "/functions/where/"):
-        assert [(h.chunk_id, h.kind) for h in cat.lookup_title(address, [col])] == [
+        assert [(h.chunk_id, h.kind) for h in cat.pages.lookup_title(address, [col])] == [
             ("id-where", "alias" if "collections" not in address.lower() else "url")]
     # an address is not a name: the page at /guide/ is not the page titled "Guide"; a page
     # served at an address beats another page's stale alias for it
-    cat.set_page(col, "content/en/guide.md", "id-guide-page", {"title": "A guide", "url": "/guide/"})
-    cat.set_page(col, "content/en/other.md", "id-other",
+    cat.pages.set_page(col, "content/en/guide.md", "id-guide-page", {"title": "A guide", "url": "/guide/"})
+    cat.pages.set_page(col, "content/en/other.md", "id-other",
                  {"title": "Guide", "url": "/other/", "aliases": ["/guide/"]})
-    assert [h.chunk_id for h in cat.lookup_title("Guide", [col])] == ["id-other"]
-    assert [h.chunk_id for h in cat.lookup_title("https://gohugo.io/guide/", [col])] == [
+    assert [h.chunk_id for h in cat.pages.lookup_title("Guide", [col])] == ["id-other"]
+    assert [h.chunk_id for h in cat.pages.lookup_title("https://gohugo.io/guide/", [col])] == [
         "id-guide-page", "id-other"]
     # alias paths a catalog wrote before addresses had their leading slash still answer
-    with cat.transaction() as conn:
+    with cat.db.transaction() as conn:
         conn.execute("INSERT INTO titles(collection, key, kind, priority, path, chunk_id) "
                      "VALUES (?, 'old/place', 'alias', 3, 'content/en/old.md', 'id-old')", (col,))
-    assert [h.chunk_id for h in cat.lookup_title("/old/place/", [col])] == ["id-old"]
-    assert cat.lookup_title("old/place", [col])[0].chunk_id == "id-old"
+    assert [h.chunk_id for h in cat.pages.lookup_title("/old/place/", [col])] == ["id-old"]
+    assert cat.pages.lookup_title("old/place", [col])[0].chunk_id == "id-old"
     cat.close()
 
 
@@ -199,19 +199,19 @@ def test_heading_keys_and_lookup(tmp_path: Path) -> None:
     cat = Catalog.for_state_dir(tmp_path)
     col = cat.ensure_active("docs", "fp")
     page = {"title": "Installation", "file_path": "content/install.md"}
-    cat.set_page(col, "content/install.md", "c0", page, sections)
-    hits = cat.lookup_title("How do I build the site", [col])
+    cat.pages.set_page(col, "content/install.md", "c0", page, sections)
+    hits = cat.pages.lookup_title("How do I build the site", [col])
     assert [(h.kind, h.path, h.chunk_id) for h in hits] == [
         ("heading", "content/install.md", "c6")]
     # a title beats a heading; a heading two pages share names neither
-    cat.set_page(col, "content/snap.md", "s0", {"title": "Install the snap package"},
+    cat.pages.set_page(col, "content/snap.md", "s0", {"title": "Install the snap package"},
                  [("s1", {"heading_context": "How do I build the site?"})])
-    assert [(h.kind, h.path) for h in cat.lookup_title("install the snap package", [col])] == [
+    assert [(h.kind, h.path) for h in cat.pages.lookup_title("install the snap package", [col])] == [
         ("title", "content/snap.md"), ("heading", "content/install.md")]
-    assert drop_shared(cat.lookup_title("How do I build the site?", [col])) == []
+    assert drop_shared(cat.pages.lookup_title("How do I build the site?", [col])) == []
     # without a chunk (skipped, deleted) the file's headings go with its other keys
-    cat.set_page(col, "content/snap.md")
-    assert [h.path for h in cat.lookup_title("how do i build the site!", [col])] == [
+    cat.pages.set_page(col, "content/snap.md")
+    assert [h.path for h in cat.pages.lookup_title("how do i build the site!", [col])] == [
         "content/install.md"]
     cat.close()
 
@@ -219,7 +219,7 @@ def test_heading_keys_and_lookup(tmp_path: Path) -> None:
 def test_replacing_a_files_titles_looks_it_up_by_path_not_by_scanning(tmp_path: Path) -> None:
     # Every stored file replaces its title rows; a scan of them all grows with the index.
     cat = Catalog.for_state_dir(tmp_path)
-    with cat.transaction() as conn:
+    with cat.db.transaction() as conn:
         plan = " ".join(str(row[-1]) for row in conn.execute(
             "EXPLAIN QUERY PLAN DELETE FROM titles WHERE collection = ? AND path = ?",
             ("docs_v1", "content/a.md")))
@@ -237,7 +237,7 @@ def docs(tmp_path: Path):
 
 @pytest.fixture
 def store(tmp_path: Path, minilm_embedder):
-    store = ChromaKnowledgeStore(store_settings(tmp_path), embedder=minilm_embedder)
+    store = Store(store_settings(tmp_path), embedder=minilm_embedder)
     yield store
     store.close_sync()
 
@@ -263,14 +263,14 @@ def test_indexing_records_file_states_runs_and_titles(docs, store) -> None:
     assert record.last_commit == first.new_commit and record.last_run_outcome == "ok"
     (run_row,) = cat.runs("sample-docs")
     assert run_row["mode"] == "full" and run_row["counts"]["files_indexed"] == 7
-    assert cat.lookup_title("where", [col])  # the title index was filled
+    assert cat.pages.lookup_title("where", [col])  # the title index was filled
 
     # delete a page: with retention 0 its catalog row and titles go at once
     (source / "content/docs/templates/where.md").unlink()
     update_submodule(parent, "sample-docs", commit_all(source, "drop where"))
     run(index_repository(repo_of(parent), store, store.settings))
     assert "content/docs/templates/where.md" not in {f.path for f in cat.files(col)}
-    assert cat.lookup_title("where", [col]) == []
+    assert cat.pages.lookup_title("where", [col]) == []
     assert [r["outcome"] for r in cat.runs("sample-docs")] == ["ok", "ok"]
 
 
@@ -289,7 +289,7 @@ def test_status_command_reads_the_catalog(docs, tmp_path, minilm_model_dir, monk
     monkeypatch.setenv("HETRIEVER_CHROMA_PATH", str(tmp_path / "cli-chroma"))
     monkeypatch.setenv("HETRIEVER_STATE_DIR", str(tmp_path / "cli-state"))
     monkeypatch.setenv("HETRIEVER_MODEL_DIR", str(minilm_model_dir))
-    from hetriever.search.knowledge_store import clear_store_cache
+    from hetriever.store.knowledge_store import clear_store_cache
 
     clear_store_cache()
     try:

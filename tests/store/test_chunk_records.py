@@ -14,7 +14,7 @@ import pytest
 from hetriever.store.chunk_records import TEXT_KEY, ChunkCollection
 from hetriever.core.errors import IndexingError
 from hetriever.search.hybrid import hybrid_search
-from hetriever.search.knowledge_store import ChromaKnowledgeStore
+from hetriever.store.knowledge_store import Store
 from tests.support.chroma_fixtures import make_chunk, store_settings
 from tests.support.fakes import HashEmbedder
 
@@ -88,8 +88,8 @@ def test_a_record_written_the_older_way_reads_its_document(raw) -> None:
     assert col.query(query_embeddings=[[1.0, 0.0]], n_results=1)["documents"] == [[TEXTS[1]]]
 
 
-def _store(tmp_path: Path) -> ChromaKnowledgeStore:
-    return ChromaKnowledgeStore(store_settings(tmp_path), embedder=HashEmbedder())
+def _store(tmp_path: Path) -> Store:
+    return Store(store_settings(tmp_path), embedder=HashEmbedder())
 
 
 def test_an_index_written_the_older_way_searches_and_updates_without_rewrites(

@@ -18,7 +18,7 @@ from chromadb.errors import NotFoundError
 
 from hetriever.discover.changes import discover_repositories
 from hetriever.index.indexing import STATUS_COMPLETE, index_repository
-from hetriever.search.knowledge_store import ChromaKnowledgeStore
+from hetriever.store.knowledge_store import Store
 from tests.support.chroma_fixtures import store_settings
 from tests.support.fakes import HashEmbedder, MemoryClient
 from tests.support.helpers import build_sample_parent, commit_all, update_submodule, write_files
@@ -122,7 +122,7 @@ def run(coro: Any) -> Any:
 
 @pytest.fixture
 def memory_store(tmp_path: Path):
-    store = ChromaKnowledgeStore(store_settings(tmp_path), embedder=HashEmbedder(),
+    store = Store(store_settings(tmp_path), embedder=HashEmbedder(),
                                  client=MemoryClient())
     yield store
     store.close_sync()

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from hetriever.store.catalog import DELETED
+from hetriever.store.catalog_records import DELETED
 from hetriever.discover.changes import discover_repositories
 from hetriever.core.errors import IndexingError, RepositoryNotFoundError
 from hetriever.index.indexing import index_repository
 from hetriever.index.lifecycle import forget, migrate_repository, purge
 from hetriever.search.hybrid import hybrid_search
-from hetriever.search.knowledge_store import ChromaKnowledgeStore
+from hetriever.store.knowledge_store import Store
 from tests.support.chroma_fixtures import store_settings
 from tests.support.helpers import commit_all, init_repo, write_files
 
@@ -48,8 +48,8 @@ def repo_of(docs: Path):
     return repo
 
 
-def open_store(tmp_path: Path, embedder, **overrides) -> ChromaKnowledgeStore:
-    return ChromaKnowledgeStore(store_settings(tmp_path, **overrides), embedder=embedder)
+def open_store(tmp_path: Path, embedder, **overrides) -> Store:
+    return Store(store_settings(tmp_path, **overrides), embedder=embedder)
 
 
 def files_found(store, query: str, **kwargs) -> list[str]:
@@ -58,7 +58,7 @@ def files_found(store, query: str, **kwargs) -> list[str]:
 
 
 def all_records(store) -> dict[str, dict]:
-    col = store.client.get_collection(store.physical_name(REPO))
+    col = store.chroma.client.get_collection(store.physical_name(REPO))
     got = col.get(include=["metadatas"])
     return dict(zip(got["ids"], got["metadatas"]))
 
@@ -129,11 +129,11 @@ def test_forget_a_file_and_a_repository(docs, tmp_path, minilm_embedder) -> None
         assert len(all_records(store)) == 4
 
         physical = store.physical_name(REPO)
-        bm25_file = store.bm25_file(physical)
+        bm25_file = store.views.bm25_file(physical)
         report = run(forget(store, REPO))
         assert report.chunks == 4 and report.bm25_rows == 4 and report.collections == [physical]
         assert report.catalog_rows["files"] == 2 and report.catalog_rows["repositories"] == 1
-        assert store.collection_names() == [] and not bm25_file.exists()
+        assert store.chroma.collection_names() == [] and not bm25_file.exists()
         assert store.catalog.repository(REPO) is None and store.repository_names() == []
         assert hybrid_search(store, "otters", top_k=5).matches == []
         with pytest.raises(RepositoryNotFoundError):
@@ -151,8 +151,8 @@ def test_migrate_builds_beside_switches_atomically_and_drops(tmp_path, minilm_em
                            f"Page {n} is unique.\n" for n in range(12)})
     commit_all(repo_dir, "pages")
     old_store = open_store(tmp_path, minilm_embedder)
-    new_store = ChromaKnowledgeStore(store_settings(tmp_path, chunk_tokens=64, min_chunk_tokens=8),
-                                     embedder=minilm_embedder, client=old_store.client)
+    new_store = Store(store_settings(tmp_path, chunk_tokens=64, min_chunk_tokens=8),
+                                     embedder=minilm_embedder, client=old_store.chroma.client)
     try:
         run(index_repository(repo_of(repo_dir), old_store, old_store.settings))
         old_name = old_store.physical_name(REPO)
@@ -196,8 +196,8 @@ def test_migrate_builds_beside_switches_atomically_and_drops(tmp_path, minilm_em
         assert all(r and (r <= old_ids or r <= new_ids) for r in results), results
         assert any(r <= new_ids for r in results)
         # the old generation is gone from Chroma, BM25 and the catalog
-        assert old_name not in old_store.collection_names()
-        assert not old_store.bm25_file(old_name).exists()
+        assert old_name not in old_store.chroma.collection_names()
+        assert not old_store.views.bm25_file(old_name).exists()
         assert old_store.catalog.collection(old_name) is None
         record = old_store.catalog.repository(REPO)
         assert record.last_run_outcome == "ok" and record.last_commit

@@ -16,7 +16,7 @@ from chromadb.api.models.Collection import Collection
 from hetriever.store.bm25.bm25_index import BM25Index
 from hetriever.discover.changes import discover_repositories
 from hetriever.index.indexing import STATUS_INDEXING, index_repository
-from hetriever.search.knowledge_store import ChromaKnowledgeStore
+from hetriever.store.knowledge_store import Store
 from tests.support.chroma_fixtures import store_settings
 from tests.support.flow_support import fresh_full_pass, stored
 from tests.support.helpers import build_sample_parent, commit_all, update_submodule
@@ -51,7 +51,7 @@ class WriteSpy:
 @pytest.fixture
 def indexed(tmp_path: Path, minilm_embedder):
     parent, source = build_sample_parent(tmp_path)
-    store = ChromaKnowledgeStore(store_settings(tmp_path, run_lock_timeout=1.0),
+    store = Store(store_settings(tmp_path, run_lock_timeout=1.0),
                                  embedder=minilm_embedder, lock_timeout=2.0)
     first = run(index_repository(repo_of(parent), store, store.settings))
     assert first.completed and first.chunks_written > 0

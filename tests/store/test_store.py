@@ -1,4 +1,4 @@
-"""ChromaKnowledgeStore against real Chroma (embedded, and a `chroma run` server) and the
+"""Store against real Chroma (embedded, and a `chroma run` server) and the
 real MiniLM embedder."""
 
 from __future__ import annotations
@@ -23,13 +23,9 @@ from hetriever.core.errors import (
     KnowledgeStoreError,
     WriterLockedError,
 )
-from hetriever.search.knowledge_store import (
-    ChromaKnowledgeStore,
-    KnowledgeStore,
-    clear_store_cache,
-    get_knowledge_store,
-    validate_collection_name,
-)
+from hetriever.core.names import validate_collection_name
+from hetriever.store.knowledge_store import Store, clear_store_cache, get_knowledge_store
+from hetriever.store.store_types import KnowledgeStore
 from hetriever.store.views import HNSW_SYNC_THRESHOLD
 from tests.support.chroma_fixtures import free_port, make_chunk, store_settings
 from tests.support.flow_support import stored
@@ -54,9 +50,9 @@ V1 = [
 ]
 
 
-def chroma_ids(store: ChromaKnowledgeStore, collection: str,
+def chroma_ids(store: Store, collection: str,
                file_path: str | None = None) -> set[str]:
-    col = store.client.get_collection(store.physical_name(collection),
+    col = store.chroma.client.get_collection(store.physical_name(collection),
                                       embedding_function=None)
     got = col.get(where={"file_path": file_path} if file_path else None, include=[])
     return set(got["ids"])
@@ -195,7 +191,7 @@ def test_delete_collection_returns_count_and_removes_bm25(make_store) -> None:
     run(store.upsert_file_chunks(REPO, WHERE, where_chunks(V1)))
     run(store.upsert_file_chunks("beta-docs", "content/a.md",
                                  [make_chunk("beta-docs", "content/a.md", "Collector receivers.")]))
-    bm25_file = store.bm25_path(REPO)
+    bm25_file = store.views.bm25_path(REPO)
     assert bm25_file.exists()
     assert run(store.delete_collection(REPO)) == 3
     assert not bm25_file.exists()
@@ -228,7 +224,7 @@ def test_index_state_is_recorded_in_the_catalog_only(make_store) -> None:
                                          total_chunks=3, hnsw_note="kept"))
     assert store.catalog.index_state(physical) == {"commit_hash": "abc123",
                                                    "index_status": "complete", "total_chunks": 3}
-    chroma_meta = store.client.get_collection(physical).metadata
+    chroma_meta = store.chroma.client.get_collection(physical).metadata
     assert "commit_hash" not in chroma_meta and "index_status" not in chroma_meta
     assert chroma_meta["hnsw_note"] == "kept"  # other keys stay Chroma's
     run(store.update_collection_metadata(REPO, hnsw_note=None))
@@ -238,7 +234,7 @@ def test_index_state_is_recorded_in_the_catalog_only(make_store) -> None:
 def test_an_older_index_keeps_its_commit_and_moves_it_to_the_catalog(make_store) -> None:
     store = make_store()
     physical = run(store.ensure_collection(REPO)).physical
-    col = store.client.get_collection(physical)
+    col = store.chroma.client.get_collection(physical)
     # As an index made before the catalog kept the state: only Chroma's metadata has it.
     col.modify(metadata={**col.metadata, "commit_hash": "old123", "index_status": "complete"})
     store.close_sync()
@@ -248,7 +244,7 @@ def test_an_older_index_keeps_its_commit_and_moves_it_to_the_catalog(make_store)
     run(reopened.update_collection_metadata(REPO, index_status="indexing"))
     assert reopened.catalog.index_state(physical) == {"commit_hash": "old123",
                                                       "index_status": "indexing"}
-    assert "commit_hash" not in reopened.client.get_collection(physical).metadata
+    assert "commit_hash" not in reopened.chroma.client.get_collection(physical).metadata
 
 
 def test_single_document_api(make_store, minilm_embedder) -> None:
@@ -327,7 +323,7 @@ def test_list_metadata_of_a_dropped_collection_never_reaches_another(make_store,
     run(store.upsert_files("beta-docs", {c.metadata["file_path"]: [c] for c in tagged}))
     run(store.delete_collection("beta-docs"))
     run(store.upsert_file_chunks(REPO, WHERE, where_chunks(V1)))
-    col = store.client.get_collection(store.physical_name(REPO), embedding_function=None)
+    col = store.chroma.client.get_collection(store.physical_name(REPO), embedding_function=None)
     metas = col.get(include=["metadatas"])["metadatas"]
     assert len(metas) == 3 and not any("aliases" in dict(m or {}) for m in metas), metas
 
@@ -396,7 +392,7 @@ def test_embedding_does_not_hold_the_bm25_write_lock(make_store, minilm_embedder
     # to open and write the BM25 file (a searcher starting, a purge of another file).
     store = make_store()
     run(store.upsert_file_chunks(REPO, WHERE, where_chunks(["first version of the page"])))
-    probe = BM25LockProbe(minilm_embedder, store.bm25_path(REPO))
+    probe = BM25LockProbe(minilm_embedder, store.views.bm25_path(REPO))
     probing = make_store(embedder=probe)
     run(probing.upsert_files(REPO, {WHERE: where_chunks(["second version of the page"]),
                                     "content/other.md": [make_chunk(REPO, "content/other.md",
@@ -447,7 +443,7 @@ def test_writer_lock_held_by_another_process(make_store) -> None:
 def test_unreachable_server_is_a_connection_error(tmp_path: Path, minilm_embedder) -> None:
     settings = store_settings(tmp_path, chroma_host="127.0.0.1", chroma_port=free_port())
     with pytest.raises(BackendConnectionError) as info:
-        ChromaKnowledgeStore(settings, embedder=minilm_embedder)
+        Store(settings, embedder=minilm_embedder)
     assert f"127.0.0.1:{settings.chroma_port}" in str(info.value)
     assert "chroma run" in str(info.value)
 
@@ -457,7 +453,7 @@ def test_unwritable_path_is_a_connection_error(tmp_path: Path, minilm_embedder) 
     blocker.write_text("not a directory")
     settings = store_settings(tmp_path, chroma_path=blocker / "chroma")
     with pytest.raises(BackendConnectionError, match="HETRIEVER_CHROMA_PATH"):
-        ChromaKnowledgeStore(settings, embedder=minilm_embedder)
+        Store(settings, embedder=minilm_embedder)
 
 
 def test_get_knowledge_store_reads_environment(tmp_path: Path,
@@ -469,9 +465,9 @@ def test_get_knowledge_store_reads_environment(tmp_path: Path,
         store = get_knowledge_store()
         assert store is get_knowledge_store()
         assert store.settings.chroma_path == tmp_path / "env-chroma"
-        assert store.search_mode() == "dense"
+        assert store.views.search_mode() == "dense"
         monkeypatch.setenv("USE_HYBRID_SEARCH", "yes")
-        assert get_knowledge_store().search_mode() == "hybrid"
+        assert get_knowledge_store().views.search_mode() == "hybrid"
         monkeypatch.setenv("HETRIEVER_BATCH_SIZE", "lots")
         with pytest.raises(ConfigurationError):
             get_knowledge_store()
@@ -498,17 +494,17 @@ def test_an_existing_collection_gets_the_configured_search_ef(make_store, chroma
     physical = old.physical_name(REPO)
 
     def ef(store: Any) -> int:
-        col = store.client.get_collection(physical, embedding_function=None)
+        col = store.chroma.client.get_collection(physical, embedding_function=None)
         return int(col.configuration_json["hnsw"]["ef_search"])
 
     assert ef(old) == 10
     # ... as is the sync threshold of a collection made with Chroma's default
-    old.client.get_collection(physical, embedding_function=None).modify(
+    old.chroma.client.get_collection(physical, embedding_function=None).modify(
         configuration={"hnsw": {"sync_threshold": 1000}})
     new = make_store(hnsw_search_ef=300)
     assert run(new.count(REPO)) == 3
     assert ef(new) == 300
-    col = new.client.get_collection(physical, embedding_function=None)
+    col = new.chroma.client.get_collection(physical, embedding_function=None)
     assert col.configuration_json["hnsw"]["sync_threshold"] == HNSW_SYNC_THRESHOLD
     ids = {c.id for c in where_chunks(V1)}
     found = col.query(query_embeddings=[new.embedder.embed(["where clause"])[0]], n_results=3)
@@ -528,7 +524,7 @@ def test_dense_neighbours_are_the_same_in_every_process(tmp_path, minilm_embedde
     # Chroma replays the vectors it has not yet written to its HNSW graph into the graph each
     # time a process loads the collection, in another order each time; past its default sync
     # threshold (1,000) three processes gave three answers (HNSW_SYNC_THRESHOLD).
-    store = ChromaKnowledgeStore(store_settings(tmp_path, hnsw_search_ef=50),
+    store = Store(store_settings(tmp_path, hnsw_search_ef=50),
                                  embedder=minilm_embedder)
     col = store.collection(REPO, create=True)
     vectors = np.random.default_rng(0).standard_normal((1500, 384)).astype(np.float32)

@@ -5,7 +5,7 @@ Registered as a plugin by tests/conftest.py, so every test module sees these fix
 - `minilm_embedder`: the real offline all-MiniLM-L6-v2, built once per session.
 - `chroma_server`: a real `chroma run` process (the venv's `chroma` executable) per module,
   waited for with a heartbeat and killed at teardown. Tests using it carry `@pytest.mark.server`.
-- `chroma_backend` + `make_store`: build `ChromaKnowledgeStore`s on the backend a test is
+- `chroma_backend` + `make_store`: build `Store`s on the backend a test is
   parametrised with ("embedded" in tmp_path, or "server"); server collections are deleted
   after each test so tests stay independent.
 """
@@ -129,15 +129,15 @@ def store_settings(tmp_path: Path, server: ChromaServer | None = None,
 def chroma_or_memory_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     """For a fixture parametrized ["chroma", "memory"]: a store over real Chroma and MiniLM, or
     over the fast tier's in-memory stand-ins; closed afterwards."""
-    from hetriever.search.knowledge_store import ChromaKnowledgeStore
+    from hetriever.store.knowledge_store import Store
     from tests.support.fakes import HashEmbedder
 
     settings = store_settings(tmp_path, run_lock_timeout=1.0)
     if request.param == "chroma":
-        store = ChromaKnowledgeStore(settings, embedder=request.getfixturevalue("minilm_embedder"),
+        store = Store(settings, embedder=request.getfixturevalue("minilm_embedder"),
                                      lock_timeout=2.0)
     else:
-        store = ChromaKnowledgeStore(settings, embedder=HashEmbedder(), client=MemoryClient(),
+        store = Store(settings, embedder=HashEmbedder(), client=MemoryClient(),
                                      lock_timeout=2.0)
     yield store
     store.close_sync()
@@ -152,8 +152,8 @@ def chroma_backend(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def make_store(request: pytest.FixtureRequest, chroma_backend: str, tmp_path: Path,
                minilm_embedder: Any) -> Iterator[Callable[..., Any]]:
-    """Factory: `make_store(embedder=None, **setting_overrides) -> ChromaKnowledgeStore`."""
-    from hetriever.search.knowledge_store import ChromaKnowledgeStore
+    """Factory: `make_store(embedder=None, **setting_overrides) -> Store`."""
+    from hetriever.store.knowledge_store import Store
 
     server = request.getfixturevalue("chroma_server") if chroma_backend == "server" else None
     # One in-memory client per test: stores made in one test share it as they share a directory.
@@ -162,7 +162,7 @@ def make_store(request: pytest.FixtureRequest, chroma_backend: str, tmp_path: Pa
 
     def make(embedder: Any = None, lock_timeout: float = 2.0, **overrides: Any) -> Any:
         settings = store_settings(tmp_path, server, **overrides)
-        store = ChromaKnowledgeStore(settings, embedder=embedder or minilm_embedder,
+        store = Store(settings, embedder=embedder or minilm_embedder,
                                      lock_timeout=lock_timeout, client=memory)
         made.append(store)
         return store
@@ -170,8 +170,8 @@ def make_store(request: pytest.FixtureRequest, chroma_backend: str, tmp_path: Pa
     yield make
     for store in made:
         if server is not None:  # the server outlives the test: leave it empty
-            for col in store.client.list_collections():
-                store.client.delete_collection(col.name)
+            for col in store.chroma.client.list_collections():
+                store.chroma.client.delete_collection(col.name)
         store.close_sync()
 
 

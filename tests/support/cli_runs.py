@@ -17,7 +17,7 @@ from typing import Any
 
 from hetriever.discover.changes import discover_repositories
 from hetriever.index.indexing import STATUS_COMPLETE
-from hetriever.search.knowledge_store import ChromaKnowledgeStore
+from hetriever.store.knowledge_store import Store
 from tests.support.chroma_fixtures import store_settings
 from tests.support.flow_support import fresh_full_pass, stored
 from tests.support.helpers import commit_all, init_repo, run, write_files
@@ -152,11 +152,11 @@ def signal_when(proc: subprocess.Popen, event: str, sig: int,
     return watcher.rest()
 
 
-def open_store(tmp_path: Path, embedder: Any, **overrides: Any) -> ChromaKnowledgeStore:
-    return ChromaKnowledgeStore(store_settings(tmp_path, **overrides), embedder=embedder)
+def open_store(tmp_path: Path, embedder: Any, **overrides: Any) -> Store:
+    return Store(store_settings(tmp_path, **overrides), embedder=embedder)
 
 
-def assert_equals_fresh_pass(store: ChromaKnowledgeStore, docs_root: Path,
+def assert_equals_fresh_pass(store: Store, docs_root: Path,
                              model_dir: Path) -> dict:
     repo = the_repo(docs_root)
     from hetriever.discover.changes import head_commit

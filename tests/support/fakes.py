@@ -1,7 +1,7 @@
 """In-memory stand-ins for the fast test tier: a hash embedder and a Chroma client.
 
 They let the real store, search and indexing code run without the ONNX model or a Chroma
-directory: `ChromaKnowledgeStore(settings, embedder=HashEmbedder(), client=MemoryClient())`.
+directory: `Store(settings, embedder=HashEmbedder(), client=MemoryClient())`.
 `tests/store/test_fakes.py` holds them to what they stand in for: the client answers the same calls
 as embedded Chroma with the same records, and the embedder keeps the `Embedder` contract.
 """

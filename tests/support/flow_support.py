@@ -14,7 +14,7 @@ from hetriever.discover.repositories import Repository
 
 def stored(store, collection: str) -> dict[str, tuple[str, str]]:
     """id -> (file_path, text) as stored in Chroma; asserts BM25 holds exactly the same."""
-    col = ChunkCollection(store.client.get_collection(store.physical_name(collection)))
+    col = ChunkCollection(store.chroma.client.get_collection(store.physical_name(collection)))
     got = col.get(include=["documents", "metadatas"])
     chroma = {i: (m["file_path"], d) for i, d, m in zip(got["ids"], got["documents"],
                                                          got["metadatas"])}
