@@ -112,7 +112,7 @@ def worker_rss(address: str) -> dict[str, float]:
 
 def site_root(scratch: Path, site: str) -> tuple[Path, Path]:
     """A docs root (a folder of git repos) holding one site; returns (root, its repository)."""
-    from tests.helpers import commit_all, init_repo
+    from tests.support.helpers import commit_all, init_repo
 
     source = SAMPLE_DOCS if site == "sample" else CORPORA / site / "v2"
     repo = init_repo(scratch / "docs" / site)
@@ -123,7 +123,7 @@ def site_root(scratch: Path, site: str) -> tuple[Path, Path]:
 
 def change_files(repo: Path, count: int, round_: int) -> None:
     """Edit `count` pages (a line added to each) and commit: a small change."""
-    from tests.helpers import commit_all
+    from tests.support.helpers import commit_all
 
     pages = sorted(p for p in (repo / "content").rglob("*.md")
                    if not any(part.startswith("_") for part in p.relative_to(repo).parts))

@@ -72,7 +72,7 @@ class Site:
     v2: str
 
     def checkout(self, sha: str) -> None:
-        from tests.helpers import git, update_submodule
+        from tests.support.helpers import git, update_submodule
 
         sub = self.parent / "docs" / self.corpus
         if git(sub, "rev-parse", "HEAD") != sha:
@@ -199,7 +199,7 @@ def check_copy(corpus: str, setup: Run) -> None:
 def warm_up_flow(scratch: Path, model_dir: Path, runners: list[str]) -> None:
     """One untimed flow run per runner over the sample docs: the first run of a flow in a
     process pays for imports, client setup and registering the flow and tasks."""
-    from tests.helpers import REPO_ROOT as TESTS_REPO_ROOT, commit_all, init_repo
+    from tests.support.helpers import REPO_ROOT as TESTS_REPO_ROOT, commit_all, init_repo
 
     root = scratch / "warm-up"
     if not root.exists():
@@ -313,7 +313,7 @@ def bench_corpus(corpus: str, runners: list[str], scratch: Path, model_dir: Path
                  probe: Probe, say: Callable[[str], None],
                  fan_out_only: bool, full_only: bool = False, incremental_only: bool = False,
                  repeat: int = 1) -> tuple[list[Run], list[FanOut]]:
-    from tests.helpers import build_corpus_parent
+    from tests.support.helpers import build_corpus_parent
 
     parent, v1, v2 = build_corpus_parent(scratch / corpus, corpus)
     site = Site(corpus, parent, v1, v2)

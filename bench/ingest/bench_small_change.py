@@ -30,7 +30,7 @@ from bench.common import CORPORA, print_table  # noqa: E402
 
 
 def build_repo(root: Path, copies: int) -> Path:
-    from tests.helpers import commit_all, init_repo
+    from tests.support.helpers import commit_all, init_repo
 
     source = CORPORA / "hugo-docs" / "v2" / "content"
     repo = init_repo(root / "big-docs")
@@ -41,7 +41,7 @@ def build_repo(root: Path, copies: int) -> Path:
 
 
 def change(repo: Path, changed: int, deleted: int) -> list[str]:
-    from tests.helpers import commit_all
+    from tests.support.helpers import commit_all
 
     pages = sorted((repo / "content" / "copy-000").rglob("*.md"))
     # Pages, not section pages or snippets (`_common/`): editing those re-processes
@@ -104,7 +104,7 @@ def main() -> None:
     from hetriever.core.logs import configure_logging
     from hetriever.discover.repositories import Repository
     from hetriever.store.knowledge_store import Store
-    from tests.fakes import HashEmbedder
+    from tests.support.fakes import HashEmbedder
 
     configure_logging("ERROR")
     reads = {"seconds": 0.0, "calls": 0}

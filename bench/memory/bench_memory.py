@@ -167,7 +167,7 @@ def search_peak(workdir: Path, parent: Path,
 def server_search_peak(workdir: Path, parent: Path) -> dict[str, Any]:
     """`search_peak` with the vectors served by `chroma run` over the same Chroma directory:
     what a searching process holds when the HNSW index lives in the server."""
-    from tests.chroma_fixtures import running_chroma_server
+    from tests.support.chroma_fixtures import running_chroma_server
 
     with running_chroma_server(workdir / "chroma") as server:
         found = search_peak(workdir, parent, {"HETRIEVER_CHROMA_HOST": server.host,
@@ -182,7 +182,7 @@ def repos_folder(root: Path, sources: dict[str, Path]) -> Path:
     """A docs root that is a folder of git repositories, one per `sources` entry."""
     import shutil
 
-    from tests.helpers import commit_all, init_repo
+    from tests.support.helpers import commit_all, init_repo
 
     for name, source in sources.items():
         repo = init_repo(root / name)
@@ -251,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(found, indent=2))
         return 0
 
-    from tests.helpers import build_corpus_parent, update_submodule
+    from tests.support.helpers import build_corpus_parent, update_submodule
 
     corpora = args.corpus or list(NAMES)
     precision = os.environ.get("HETRIEVER_EMBEDDING_PRECISION", "fp32")

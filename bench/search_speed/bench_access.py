@@ -155,7 +155,7 @@ def titles(args: argparse.Namespace) -> None:
     from hetriever.discover.changes import discover_repositories
     from hetriever.embed.embedder import get_embedder
     from hetriever.index.indexing import index_repository
-    from tests.helpers import commit_all, init_repo, replace_tree
+    from tests.support.helpers import commit_all, init_repo, replace_tree
 
     configure_logging("WARNING")
     corpus = Path(args.corpus)
