@@ -188,9 +188,9 @@ async def _ingest(settings: Settings, repositories: list[str] | None, force_full
             run_id = state.state_details.flow_run_id
             return one_ingest.with_run(data, str(run_id) if run_id else "")
 
-        outcomes = await one_ingest.ingest_repositories(repos, get_knowledge_store(settings), settings,
-                                           force_full=force_full, fetch=fetch, ref=ref,
-                                           index_step=as_subflow)
+        outcomes = await one_ingest.ingest_repositories(
+            repos, get_knowledge_store(settings), settings, force_full=force_full, fetch=fetch,
+            ref=ref, index_step=as_subflow)
 
     summary = one_ingest.summary_of(outcomes)
     rows = summary["repositories"]

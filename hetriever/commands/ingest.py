@@ -86,7 +86,7 @@ async def ingest_local(settings, repos, force_full: bool, show_progress: bool) -
             return lambda snap: show_snapshot(progress, task, snap)
 
         outcomes = await ingest_repositories(repos, store, settings, force_full=force_full,
-                                progress_for=progress_for)
+                                             progress_for=progress_for)
     stopped = next((o.storage for o in outcomes if o.storage is not None), None)
     if stopped is not None:
         raise stopped

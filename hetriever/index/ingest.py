@@ -5,9 +5,9 @@ flow passes a per-repository step that runs `index_one` as a subflow (`flows/ing
 The error policy is one for both engines: a repository that fails (a bad remote, a broken
 page, an unreadable checkout) fails alone and the others run; a full or read-only disk
 (`StorageError`) stops the run, and every repository after it gets an outcome that says it
-was not attempted and why (docs/lifecycle.md, "One ingest, two engines"). Nothing is recorded as
-complete that was not: the failing repository's run is closed as failed, the rest are not
-touched.
+was not attempted and why (docs/lifecycle.md, "One ingest, two engines"). Nothing is
+recorded as complete that was not: the failing repository's run is closed as failed, the
+rest are not touched.
 """
 
 from __future__ import annotations
@@ -167,11 +167,12 @@ async def fetch_step(repo: Repository, store: IndexingStore, settings: Settings,
 IndexStep = Callable[[Repository], Awaitable[RepositoryOutcome]]
 
 
-async def ingest_repositories(repos: list[Repository], store: IndexingStore, settings: Settings, *,
-                 force_full: bool = False, fetch: bool = False, ref: str | None = None,
-                 index_step: IndexStep | None = None,
-                 progress_for: Callable[[Repository], Callable[[ProgressSnapshot], None]]
-                 | None = None) -> list[RepositoryOutcome]:
+async def ingest_repositories(
+        repos: list[Repository], store: IndexingStore, settings: Settings, *,
+        force_full: bool = False, fetch: bool = False, ref: str | None = None,
+        index_step: IndexStep | None = None,
+        progress_for: Callable[[Repository], Callable[[ProgressSnapshot], None]] | None = None,
+) -> list[RepositoryOutcome]:
     """Bring each of `repos` (discovered by the caller, once) to its checked-out commit, or
     with `fetch` to `ref` fetched first; one outcome per repository, in order.
 

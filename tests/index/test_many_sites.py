@@ -34,10 +34,12 @@ def docs_root(tmp_path: Path) -> Path:
 
 
 def test_each_repository_is_released_before_the_next(docs_root, tmp_path, monkeypatch):
+    import hetriever.index.ingest as one_ingest
     import hetriever.index.release as release
     import hetriever.store.knowledge_store as knowledge_store
     import hetriever.store.bm25.analyzer as analyzer
     from hetriever.commands.ingest import ingest_local
+    from hetriever.discover.repositories import configured_repositories
 
     settings = load_settings(env={"HETRIEVER_DOCS_ROOT": str(docs_root),
                                   "HETRIEVER_CHROMA_PATH": str(tmp_path / "chroma"),
@@ -61,9 +63,11 @@ def test_each_repository_is_released_before_the_next(docs_root, tmp_path, monkey
         held.append((name, before, after))
         return out
 
-    monkeypatch.setattr(release, "release_repository", observed)
+    # the one ingest releases each repository (hetriever/index/ingest.py)
+    monkeypatch.setattr(one_ingest, "release_repository", observed)
     try:
-        outcomes = asyncio.run(ingest_local(settings, None, False, show_progress=False))
+        repos = configured_repositories(settings)
+        outcomes = asyncio.run(ingest_local(settings, repos, False, show_progress=False))
         assert [o["repository"] for o in outcomes] == list(NAMES)
         assert all(o["ok"] and o["chunks_written"] > 0 for o in outcomes)
 

@@ -60,7 +60,8 @@ async def in_process(settings) -> list[dict]:
     from hetriever.index.ingest import ingest_repositories
 
     repos = configured_repositories(settings)
-    outcomes = await ingest_repositories(repos, get_knowledge_store(settings), settings, fetch=True)
+    outcomes = await ingest_repositories(repos, get_knowledge_store(settings), settings,
+                                         fetch=True)
     return [o.to_dict() for o in outcomes]
 
 
