@@ -52,7 +52,7 @@ prefect-status:
 	$(BIN)/python -m deployments.stack status
 
 bench: install
-	$(BIN)/python bench/run_all.py
+	$(BIN)/python -m bench.run_all
 
 clean:
 	rm -rf $(VENV) chroma_data .demo .hetriever

@@ -17,6 +17,7 @@ Corpora are looked up at $HETRIEVER_CORPORA, else ../shared/corpora beside the r
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import dataclasses
 import os
@@ -34,8 +35,6 @@ from typing import Any, Sequence
 import numpy as np
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
 
 from hetriever.search import hybrid as search  # noqa: E402
 from hetriever.core.config import Settings  # noqa: E402
@@ -187,6 +186,29 @@ def write_windows(files: dict[str, list], size: int) -> list[dict[str, list]]:
             windows.append({})
             count = 0
     return [w for w in windows if w]
+
+
+def write_corpus(store: Any, corpus: CorpusChunks) -> tuple[int, int]:
+    """Index `corpus` into `store` as its repository, in write windows as an index run writes
+    them, stale files deleted and the exact-title catalog filled (as `outcomes.apply_outcomes`
+    fills it). Returns (chunks embedded, chunks reused)."""
+    from hetriever.chunk.page_records import display_chunk
+
+    async def write() -> tuple[int, int]:
+        written = reused = 0
+        for window in write_windows(corpus.files, store.settings.write_window):
+            got = await store.upsert_files(corpus.name, window)
+            written, reused = written + got.written, reused + got.reused
+        for path in set(await store.list_files(corpus.name)) - set(corpus.files):
+            await store.delete_file(corpus.name, path)
+        physical = store.physical_name(corpus.name)
+        for path, chunks in corpus.files.items():
+            first = display_chunk(chunks)
+            store.catalog.pages.set_page(physical, path, first.id, first.metadata,
+                                         [(c.id, c.metadata) for c in chunks])
+        return written, reused
+
+    return asyncio.run(write())
 
 
 def bench_settings(root: Path, **overrides: Any) -> Settings:

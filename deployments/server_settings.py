@@ -4,8 +4,8 @@ The ingest flow runs one task run per content file (~1,000 for hugo-docs). Task 
 orchestrated client-side: each one sends three state events (Pending, Running, Completed), and
 the server's task run recorder service turns them into task runs and states in its database.
 By default it writes every event in a transaction of its own, which cost the server ~24 ms of
-CPU per task run in `bench/bench_flow.py`, on the same cores as the embedder. In batches of up
-to 100 events (at least once a second, so the UI stays current) it cost ~9 ms. The task runs,
+CPU per task run in `bench/ingest/bench_flow.py`, on the same cores as the embedder. In batches
+of up to 100 events (at least once a second, so the UI stays current) it cost ~9 ms. The task runs,
 their states and the events are recorded as before.
 
 The server also runs at a lower scheduling priority (`SERVER_NICENESS`, a `cpu_shares` weight
@@ -18,8 +18,8 @@ the flow process itself used less (less contention for the cores).
 Every server hetriever starts gets these (the caller's environment wins):
 `deployments/stack.py`, `docker/run-local.sh`, `docker/compose.yaml`, the temporary server of
 `hetriever ingest --engine prefect` (deployments/temporary_server.py), the test harness
-(tests/conftest.py) and `bench/bench_flow.py`; tests/test_docker.py holds the shell script and
-the compose file to the same values.
+(tests/conftest.py) and `bench/ingest/bench_flow.py`; tests/deployments/test_docker.py holds
+the shell script and the compose file to the same values.
 """
 
 from __future__ import annotations

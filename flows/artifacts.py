@@ -175,7 +175,9 @@ def summary_markdown(outcomes: list[dict]) -> str:
     lines = ["| repository | result | mode | indexed | skipped | failed | embedded | reused "
              "| deleted | upstream | report |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for o in ordered:
-        result = "ok" if o["ok"] else "FAILED: " + _cell(o.get("error", ""))
+        # the error after the repository's name, once (a git error names it already)
+        error = str(o.get("error", "")).removeprefix(f"{o['repository']}: ")
+        result = "ok" if o["ok"] else "FAILED: " + _cell(f"{o['repository']}: {error}")
         lines.append(f"| {o['repository']} | {result} | {o.get('mode', '')} "
                      f"| {o.get('files_indexed', '')} | {len(o.get('skipped', []))} "
                      f"| {len(o.get('failed', []))} | {o.get('chunks_written', '')} "

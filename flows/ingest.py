@@ -1,16 +1,16 @@
-"""The ingest flow: discover -> (fetch) -> one `index_repository` run per repository.
+"""The ingest flow: the one ingest (`hetriever.index.ingest`) with Prefect around it.
 
-The run itself (plan, per-file work, windowed writes, the commit recorded last) is
-`hetriever.index.indexing.index_repository`; the flow passes it a per-file step that submits one
-Prefect task run per file (`tasks.process.map_with_tasks`) and publishes artifacts.
-Each repository runs as its own subflow, so one failing repository does not stop the others,
-and the parent flow ends Failed or Completed honestly with a summary.
+The flow discovers the repositories (a task), and hands the ingest a per-repository step that
+runs `index_one` as its own subflow (`index-<name>`), whose per-file step submits one Prefect
+task run per file (`tasks.process.map_with_tasks`) and which publishes the repository's
+artifacts. Fetching, the refusal of a commit that moves back, the error policy and the
+outcomes are the ingest's, as in the CLI's in-process run; the parent flow ends Failed or
+Completed honestly with a summary.
 """
 
 from __future__ import annotations
 
 import asyncio
-import subprocess
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -23,26 +23,12 @@ from prefect.states import Completed, Failed
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows.artifacts import publish_repository, summary_markdown
-from hetriever.core.redact import redact_text
 from flows.run_logs import ParentProgress, prefect_run_logging
-from hetriever.core.logs import watch_safe
 from hetriever.core.config import Settings, load_settings
-from hetriever.discover.repositories import select_repositories
-from hetriever.core.errors import HetrieverError, SourceError
-from hetriever.index.file_retry import failed_files_error
-from hetriever.index.indexing import index_repository, last_indexed
-from hetriever.index.release import release_repository
-from hetriever.discover.repositories import Repository
-from hetriever.discover.repositories import check_usable
-from hetriever.discover.fetch import (
-    accept_moved_back,
-    check_out,
-    fetch_target,
-    followed_branch,
-    moves_back,
-    on_followed_branch,
-)
-from hetriever.discover.upstream import upstream
+from hetriever.core.errors import SourceError
+from hetriever.discover.repositories import Repository, select_repositories
+from hetriever.index import ingest as one_ingest
+from hetriever.index.ingest import RepositoryOutcome
 from hetriever.store.knowledge_store import get_knowledge_store
 from tasks.discover import discover_task
 from tasks.process import map_with_tasks
@@ -109,37 +95,39 @@ def cluster_embedder(settings: Settings):
 async def index_repository_flow(repo: Repository, settings: Settings,
                                 force_full: bool = False,
                                 parent_run_id: str | None = None,
-                                parent_run_name: str = "") -> dict | State:
-    """One repository: lock, run the indexing (a task run per file), publish artifacts;
-    its progress also goes to the log of the parent run `parent_run_id` (what --watch shows)."""
+                                parent_run_name: str = "") -> RepositoryOutcome | State:
+    """One repository: `index_one` with a task run per file, then its artifacts; its
+    progress also goes to the log of the parent run `parent_run_id` (what --watch shows)."""
     watch = ParentProgress(parent_run_id, parent_run_name) if parent_run_id else None
     shared = store = get_knowledge_store(settings)
     cluster = await asyncio.to_thread(cluster_embedder, settings)
     if cluster is not None:  # a Dask runner: the workers embed too
         store = store.embedding_with(cluster)
-    try:
-        with prefect_run_logging(settings.log_level, settings.log_format):
-            result = await index_repository(repo, store, settings, force_full=force_full,
-                                            map_files=map_with_tasks, on_progress=watch)
-    finally:
+
+    def release() -> None:  # the cluster's store shares the views `index_one` releases
         if cluster is not None:
             cluster.close()
-            store.release(repo.name)
-        release_repository(shared, repo.name)  # one repository's working set at a time
-    runs = store.catalog.runs(repo.name, limit=10) if result.mode != "noop" else []
-    record = store.catalog.repository(repo.name)
-    # What waits upstream once this run is done (as of the fetch before it, if any)
-    waiting = await asyncio.to_thread(upstream, repo, record.last_commit if record else "")
-    await publish_repository(result, runs, waiting.to_dict())
-    summary = {**result.to_dict(), **waiting.to_dict()}
-    if result.failed:
-        # The commit is not recorded: the next run reconciles and retries these files.
-        return Failed(message=f"{repo.name}: {failed_files_error(result.failed)}",
-                      data=summary)
-    if result.mode == "noop":
-        get_run_logger().info("%s: commit %s already indexed, nothing to do", repo.name,
-                              result.new_commit[:12])
-    return summary
+
+    try:
+        with prefect_run_logging(settings.log_level, settings.log_format):
+            outcome = await one_ingest.index_one(repo, store, settings, force_full=force_full,
+                                                 map_files=map_with_tasks, on_progress=watch,
+                                                 release=release)
+    except BaseException:  # a cancelled run: its cluster's clients closed all the same
+        release()
+        raise
+    result = outcome.result
+    if result is not None:
+        runs = shared.catalog.runs(repo.name, limit=10) if result.mode != "noop" else []
+        waiting = outcome.upstream.to_dict() if outcome.upstream else None
+        await publish_repository(result, runs, waiting)
+        if result.mode == "noop":
+            get_run_logger().info("%s: commit %s already indexed, nothing to do", repo.name,
+                                  result.new_commit[:12])
+    if not outcome.ok:
+        # A run with failed files did not record its commit: the next run retries them.
+        return Failed(message=f"{repo.name}: {outcome.error}", data=outcome)
+    return outcome
 
 
 @flow(name="ingest", log_prints=True)
@@ -151,6 +139,7 @@ async def ingest(
     fetch: bool = False,
     ref: str | None = None,
     allow_mass_delete: bool = False,
+    settings: Settings | None = None,
 ):
     """Bring every (or the named) documentation repository's index to its checked-out commit.
 
@@ -164,9 +153,14 @@ async def ingest(
     tasks and the embedding on a Dask cluster's workers); default: the `task_runner` setting
     (HETRIEVER_TASK_RUNNER). `allow_mass_delete`: let a full run delete
     most of an index (`ingest --full --allow-mass-delete`).
+    `settings`: the whole settings of a caller in this process (`hetriever ingest --engine
+    prefect` hands over the ones it built from its options, files and environment, so they
+    cross once and whole); without them (a deployment's run) they are read from this
+    worker's environment, with `batch_size` and `allow_mass_delete` over them.
     """
-    settings = load_settings(batch_size=batch_size,
-                             allow_mass_delete=True if allow_mass_delete else None)
+    if settings is None:
+        settings = load_settings(batch_size=batch_size,
+                                 allow_mass_delete=True if allow_mass_delete else None)
     with prefect_run_logging(settings.log_level, settings.log_format):
         return await _ingest(settings, repositories, force_full,
                              task_runner or settings.task_runner, fetch, ref)
@@ -182,67 +176,34 @@ async def _ingest(settings: Settings, repositories: list[str] | None, force_full
     logger.info("ingest: %d %s (%s)", len(repos), "repository" if len(repos) == 1
                 else "repositories", ", ".join(r.name for r in repos))
 
-    outcomes: list[dict] = []
     async with task_runners(task_runner) as runner_for:
-        for repo in repos:
-            try:
-                if fetch:
-                    check_usable(repo)  # git would run in its placeholder path, and say less
-                    sha = fetch_target(repo, ref, timeout=settings.fetch_timeout)
-                    indexed, _ = await last_indexed(get_knowledge_store(settings), repo)
-                    if moves_back(repo, sha, indexed):  # e.g. an old push replayed
-                        assert indexed is not None
-                        hint = accept_moved_back(repo, sha)
-                        logger.warning(
-                            "%s: refused commit %s: it is an ancestor of the indexed commit %s, "
-                            "and the index only moves forward (%s)",
-                            repo.name, sha[:12], indexed[:12], hint)
-                        outcomes.append({"repository": repo.name, "ok": True, "mode": "refused",
-                                         "new_commit": indexed, "refused_commit": sha,
-                                         "hint": hint})
-                        continue
-                    check_out(repo, sha)
-                    logger.info("%s: fetched, at %s", repo.name, sha[:12])
-                    if ref and not on_followed_branch(repo, sha):  # e.g. a webhook's other branch
-                        logger.warning(
-                            "%s: commit %s is not on %s, the branch scheduled runs check out: the "
-                            "next scheduled run indexes that branch again (set the submodule's "
-                            "`branch` in .gitmodules to the branch the webhook route names)",
-                            repo.name, sha[:12], followed_branch(repo))
-                state = await index_repository_flow.with_options(
-                    task_runner=runner_for())(repo, settings, force_full, parent_run_id,
-                                                  parent_run_name, return_state=True)
-                data = await state.aresult(raise_on_failure=False)
-                # the repository's run, where its page is: the summary links it
-                run = {"run_id": str(state.state_details.flow_run_id)
-                       if state.state_details.flow_run_id else ""}
-                if state.is_completed() and isinstance(data, dict):
-                    outcomes.append({"repository": repo.name, "ok": True, **data, **run})
-                else:
-                    details = data if isinstance(data, dict) else {}
-                    error = state.message if details else str(data)
-                    outcomes.append({"repository": repo.name, "ok": False,
-                                     "error": redact_text(error or state.message or ""),
-                                     **details, **run})
-            except (HetrieverError, subprocess.CalledProcessError, OSError) as exc:
-                # A failed fetch names the remote: never with its credentials.
-                logger.error("%s failed: %s", repo.name, watch_safe(redact_text(str(exc))))
-                outcomes.append({"repository": repo.name, "ok": False,
-                                 "error": redact_text(str(exc))})
+        async def as_subflow(repo: Repository) -> RepositoryOutcome:
+            state = await index_repository_flow.with_options(task_runner=runner_for())(
+                repo, settings, force_full, parent_run_id, parent_run_name, return_state=True)
+            data = await state.aresult(raise_on_failure=False)
+            if not isinstance(data, RepositoryOutcome):  # the subflow itself broke
+                raise data if isinstance(data, BaseException) else RuntimeError(
+                    state.message or str(data))
+            # the repository's run, where its page is: the summary links it
+            run_id = state.state_details.flow_run_id
+            return one_ingest.with_run(data, str(run_id) if run_id else "")
 
-    summary = {"repositories": outcomes,
-               "ok": sum(o["ok"] for o in outcomes), "failed": sum(not o["ok"] for o in outcomes)}
-    await acreate_markdown_artifact(key="ingest-summary", markdown=summary_markdown(outcomes),
+        outcomes = await one_ingest.ingest_repositories(
+            repos, get_knowledge_store(settings), settings, force_full=force_full, fetch=fetch,
+            ref=ref, index_step=as_subflow)
+
+    summary = one_ingest.summary_of(outcomes)
+    rows = summary["repositories"]
+    await acreate_markdown_artifact(key="ingest-summary", markdown=summary_markdown(rows),
                                     description="Ingest run summary")
     if summary["failed"]:
-        return Failed(message=f"{summary['failed']} of {len(outcomes)} repositories failed",
+        return Failed(message=f"{summary['failed']} of {len(rows)} repositories failed",
                       data=summary)
-    changed = [o for o in outcomes if o.get("mode") not in (None, "noop", "refused")]
-    refused = [o["repository"] for o in outcomes if o.get("mode") == "refused"]
+    changed = [o for o in outcomes if o.mode not in ("", "noop", "refused")]
+    refused = [o.repository for o in outcomes if o.mode == "refused"]
     done = [f"{len(changed)} updated"] if changed else []
     if refused:  # not updated, and not up to date with its remote either
         done.append(f"{len(refused)} refused a commit that moves back: {', '.join(refused)}")
-    counted = f"{len(outcomes) - len(refused)} of {len(outcomes)}" if refused \
-        else f"{len(outcomes)}"
+    counted = f"{len(rows) - len(refused)} of {len(rows)}" if refused else f"{len(rows)}"
     return Completed(message=f"{counted} repositories up to date"
                              + (f" ({'; '.join(done)})" if done else ""), data=summary)

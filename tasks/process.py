@@ -28,12 +28,11 @@ from tasks.retry import retry_transient
       retries=RETRIES, retry_delay_seconds=RETRY_DELAYS, retry_jitter_factor=RETRY_JITTER,
       retry_condition_fn=retry_transient)
 def process_file_task(repo: Repository, path: str, commit: str, settings: Settings,
-                      processed_at: str, text: str | SkipFile | None = None,
+                      text: str | SkipFile | None = None,
                       resolver: IncludeResolver | None = None) -> FileOutcome:
     """`text` (read by the run in one batch) and `resolver` (one include cache for the run)
     are optional: without them the task reads the file itself."""
-    return process_file(repo, path, commit, settings, processed_at=processed_at, text=text,
-                        resolver=resolver)
+    return process_file(repo, path, commit, settings, text=text, resolver=resolver)
 
 
 def _hand_over(loop: asyncio.AbstractEventLoop, finished: asyncio.Queue, done: Any) -> None:
@@ -81,7 +80,7 @@ async def map_with_tasks(files: Iterable[tuple[str, str | SkipFile]],
         paths = {}
         for path, text in files:
             future = submitting.run(process_file_task.submit, repo, path, work.commit,
-                                    settings, work.processed_at, text=wrap(text),
+                                    settings, text=wrap(text),
                                     resolver=resolver)
             paths[future] = path
             future.add_done_callback(partial(_hand_over, loop, finished))

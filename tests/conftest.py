@@ -12,16 +12,20 @@ os.environ.setdefault("ANONYMIZED_TELEMETRY", "false")
 # that makes one (or a CLI subprocess it starts) writes in a directory of the run's own.
 os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="hetriever-test-data-")
 # A search leaves no resident search process behind unless its test asks for one
-# (tests/test_resident_search.py); its sockets would go in a directory of the run's own.
+# (tests/search/test_resident_search.py); its sockets would go in a directory of the run's own.
 os.environ["HETRIEVER_SEARCH_RESIDENT_IDLE"] = "0"
 os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="hetriever-run-")
 
 from deployments.server_settings import apply_server_settings
-from tests.helpers import corpus_version
+from tests.support.helpers import corpus_version
 
 apply_server_settings()  # the harness's server records task runs as hetriever's servers do
 
-pytest_plugins = ["tests.prefect_fixtures", "tests.chroma_fixtures", "tests.serve_fixtures"]
+pytest_plugins = [
+    "tests.support.prefect_fixtures",
+    "tests.support.chroma_fixtures",
+    "tests.support.serve_fixtures",
+]
 
 
 @pytest.fixture

@@ -24,12 +24,11 @@ def status_rows(settings, repos, *, fetch: bool = False) -> list[dict[str, Any]]
     catalog has not seen (an index made before it existed). Where no ingest has written an
     index yet, every repository is "never indexed" and nothing is created.
     """
-    from hetriever.store.catalog_records import DELETED, FAILED, INDEXED, SKIPPED
-    from hetriever.discover.changes import head_commit
-    from hetriever.discover.upstream import Upstream, upstream
+    from hetriever.store.catalog_records import DELETED, FAILED, SKIPPED
+    from hetriever.discover.upstream import Upstream
     from hetriever.core.redact import redact_text
-    from hetriever.core.errors import SourceError
     from hetriever.index.lifecycle import needs_migration
+    from hetriever.index.status import repository_status
     from hetriever.core.names import is_valid_repository_name
     from hetriever.store.knowledge_store import get_knowledge_store
 
@@ -56,41 +55,37 @@ def status_rows(settings, repos, *, fetch: bool = False) -> list[dict[str, Any]]
         counts = store.catalog.file_counts(physical) if store and physical else {}
         failures = store.catalog.files(physical, FAILED) if store and physical else []
         skips = store.catalog.files(physical, SKIPPED) if store and physical else []
-        try:
-            head, error = head_commit(repo), ""
-        except SourceError as exc:  # e.g. no commits, a bad submodule: this row says so
-            head, error = "", str(exc)
-        indexed = (record.last_commit if record and record.last_commit
-                   else meta.get("commit_hash", ""))
+        level = declared_level(settings, repo.name, record.access_level if record else None)
+        shown = repository_status(store.catalog if store else None, repo.name, physical, level,
+                                  repo=repo, meta=meta, fetch=fetch)
         # What search warns about, status says: a complete index whose BM25 side is damaged,
         # missing or empty answers dense-only until the next ingest rebuilds it.
         bm25 = (store.bm25_problem(repo.name) if store and physical else None) or ""
         status = _index_status(meta, record)
-        waiting = upstream(repo, indexed, fetch_first=fetch) if head else Upstream()
         rows.append({
             "repository": repo.name,
-            "checked_out": head,
-            "indexed_commit": indexed,
-            "up_to_date": bool(indexed) and indexed == head,
+            "checked_out": shown.checked_out or "",
+            "indexed_commit": shown.indexed_commit,
+            "up_to_date": bool(shown.up_to_date),
             "status": "degraded" if bm25 and status == "complete" else status,
-            "error": redact_text(error),
+            # e.g. no commits, a bad submodule: this row says so
+            "error": redact_text(shown.checkout_error),
             "bm25_problem": bm25,
             "collection": physical or "",
-            "access_level": declared_level(settings, repo.name,
-                                           record.access_level if record else None),
-            "files": counts.get(INDEXED, meta.get("total_documents", 0)),
-            "chunks": meta.get("total_chunks", 0),
+            "access_level": shown.access_level,
+            "files": shown.files,
+            "chunks": shown.chunks,
             "skipped": counts.get(SKIPPED, 0),
             # by rule: "draft", "expired", "not rendered", "snippet (not a page)", ...
             "skipped_reasons": dict(Counter(f.reason.split(":")[0].strip() for f in skips)),
             "failures": len(failures),
             "failed_files": [{"path": f.path, "reason": redact_text(f.reason)} for f in failures],
             "soft_deleted_files": counts.get(DELETED, 0),
-            "last_run": record.last_run_at if record else "",
-            "last_run_outcome": record.last_run_outcome if record else "",
+            "last_run": shown.last_run_at,
+            "last_run_outcome": shown.last_run_outcome,
             "last_updated": meta.get("last_updated", ""),
             "needs_migration": bool(store and physical) and needs_migration(store, repo.name),
-            **waiting.to_dict(),
+            **shown.upstream.to_dict(),
         })
     return rows
 
@@ -140,18 +135,13 @@ def cmd_status(args: argparse.Namespace) -> int:
                       plain(f"{r['last_run']} {r['last_run_outcome']}".strip()))
     make_console().print(table)
     make_console().print(f"searches: {route_line(route)}", highlight=False)
-    from hetriever.commands.behind import behind_note
+    from hetriever.discover.upstream import upstream_advice
 
     for repo, r in zip(repos, rows):
         if r["upstream_error"] and r["indexed_commit"]:
             print(terminal_safe(f"hetriever: note: {r['repository']}: {r['upstream_error']}"),
                   file=sys.stderr)
-        if r["upstream_note"]:
-            print(terminal_safe(f"hetriever: note: {r['repository']}: {r['upstream_note']}"),
-                  file=sys.stderr)
-        # a branch moved back or rewritten has its own note, with the command that accepts it
-        note = "" if r["ahead_of_upstream"] else behind_note(settings.docs_root, repo, r,
-                                                             checked_out=r["up_to_date"])
+        note = upstream_advice(settings.docs_root, repo, r, checked_out=r["up_to_date"])
         if note:
             print(terminal_safe(f"hetriever: note: {r['repository']}: {note}"), file=sys.stderr)
     if any(r["behind_upstream"] for r in rows):

@@ -12,6 +12,7 @@ from hetriever.commands.common import EXIT_FAILED, EXIT_OK, cli_settings, make_c
 from hetriever.commands.ingest import ingest_local, print_ingest
 from hetriever.commands.search import print_results, run_search
 from hetriever.core.errors import HetrieverError
+from hetriever.discover.repositories import configured_repositories
 from hetriever.search.request import SearchRequest
 
 DEMO_DIR = Path(".demo")
@@ -57,7 +58,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     console = make_console()
     console.print(joined(("1. ingest", "bold"),
                          f" {docs_root}/sample-docs -> {settings.chroma_path}"))
-    outcomes = asyncio.run(ingest_local(settings, None, False, show_progress=True))
+    repos = configured_repositories(settings)
+    outcomes = asyncio.run(ingest_local(settings, repos, False, show_progress=True))
     print_ingest(outcomes)
     if not all(o["ok"] for o in outcomes):
         return EXIT_FAILED

@@ -7,7 +7,6 @@ import asyncio
 from contextlib import ExitStack, contextmanager
 
 from hetriever.commands import reserve
-from hetriever.core.redact import redact_text
 from hetriever.commands.common import (EXIT_FAILED, EXIT_OK, cli_settings, index_location,
                                        make_console, note_location, print_json)
 from hetriever.core.errors import HetrieverError, UserError
@@ -72,62 +71,26 @@ def logs_through(progress, show: bool):
         structlog.configure(**previous)
 
 
-async def ingest_local(settings, names: list[str] | None, force_full: bool,
-                        show_progress: bool) -> list[dict]:
-    from hetriever.index.file_retry import failed_files_error
-    from hetriever.index.indexing import index_repository
-    from hetriever.index.release import release_repository
-    from hetriever.core.logs import get_logger
-    from hetriever.discover.repositories import configured_repositories
-    from hetriever.discover.upstream import upstream
+async def ingest_local(settings, repos, force_full: bool, show_progress: bool) -> list[dict]:
+    """The ingest in this process (`hetriever.index.ingest`), with the progress bar; a full or
+    read-only disk stops it and is raised, said once, as the command's error."""
+    from hetriever.index.ingest import ingest_repositories
     from hetriever.store.knowledge_store import get_knowledge_store
 
-    log = get_logger("hetriever.cli")
-    repos = configured_repositories(settings, names)
-    outcomes = []
     store = get_knowledge_store(settings)
     store.catalog  # a state directory made for another index is refused before any repository
     with progress_bar(show_progress) as progress, logs_through(progress, show_progress):
-        for repo in repos:
+        def progress_for(repo):
             task = progress.add_task(f"indexing {repo.name}", total=None, chunks="",
                                      rate="", eta="", files="")
+            return lambda snap: show_snapshot(progress, task, snap)
 
-            def update(snap, task=task) -> None:
-                show_snapshot(progress, task, snap)
-
-            try:
-                try:
-                    result = await index_repository(repo, store, settings,
-                                                    force_full=force_full, on_progress=update)
-                except Exception:
-                    release_repository(store, repo.name)
-                    raise
-                # One repository's working set at a time. Not on Ctrl-C or SIGTERM: the run
-                # is still finishing the window under way, and releasing reopens Chroma.
-                release_repository(store, repo.name)
-                # What waits upstream as of the last fetch (as the flow's outcome says)
-                waiting = await asyncio.to_thread(upstream, repo, result.new_commit)
-                outcome = {"repository": repo.name, "ok": result.completed, **result.to_dict(),
-                           **waiting.to_dict()}
-                if not result.completed:
-                    outcome["error"] = failed_files_error(result.failed)
-                outcomes.append(outcome)
-            except OSError:  # the data directories, the disk: every repository's problem
-                raise
-            except Exception as exc:  # one failing repository does not stop the others
-                storage = store.chroma.storage_problem(exc)
-                if storage is not None:  # a full or read-only disk stops every repository
-                    raise storage from exc
-                if isinstance(exc, HetrieverError):
-                    error = str(exc)
-                    log.error("repository_failed", repository=repo.name, error=error)
-                else:  # not a known condition: keep the traceback in the log
-                    error = f"{type(exc).__name__}: {exc}"
-                    log.exception("repository_failed", repository=repo.name, error=error)
-                # A git error names its remote: never with the remote's credentials.
-                outcomes.append({"repository": repo.name, "ok": False,
-                                 "error": redact_text(error)})
-    return outcomes
+        outcomes = await ingest_repositories(repos, store, settings, force_full=force_full,
+                                             progress_for=progress_for)
+    stopped = next((o.storage for o in outcomes if o.storage is not None), None)
+    if stopped is not None:
+        raise stopped
+    return [o.to_dict() for o in outcomes]
 
 
 def print_ingest(outcomes: list[dict], where: str = "") -> None:
@@ -170,20 +133,13 @@ def run_ingest_flow(args: argparse.Namespace, settings) -> list[dict]:
     import httpx
 
     from deployments.temporary_server import make_prefect_home, temporary_server
-    from hetriever.discover.repositories import configured_repositories
 
-    # A docs root without repositories or an unknown repository name is the user's mistake:
-    # one line, before any server starts (inside the flow it is a failed run and a traceback).
-    configured_repositories(settings, args.repository or None)
     make_prefect_home()
     from prefect.client.schemas.objects import State
     from prefect.exceptions import TerminationSignal
     from prefect.settings import (PREFECT_API_URL, PREFECT_UI_URL, get_current_settings,
                                   temporary_settings)
 
-    # The flow reads its settings from the environment: hand it this command's options.
-    os.environ["HETRIEVER_DOCS_ROOT"] = str(settings.docs_root)
-    os.environ["HETRIEVER_CHROMA_PATH"] = str(settings.chroma_path)
     with ExitStack() as stack:
         if not get_current_settings().api.url:
             timeout = float(os.environ.get("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS",
@@ -196,9 +152,9 @@ def run_ingest_flow(args: argparse.Namespace, settings) -> list[dict]:
 
         try:
             # A flow called with return_state=True returns a coroutine of its State.
+            # This command's settings, whole: the flow reads nothing again.
             run = ingest(repositories=args.repository or None, force_full=args.full,
-                         batch_size=args.batch_size, task_runner=args.task_runner,
-                         allow_mass_delete=settings.allow_mass_delete, return_state=True)
+                         task_runner=args.task_runner, settings=settings, return_state=True)
             try:
                 state: State = asyncio.run(run)  # type: ignore[arg-type]
             except TerminationSignal as exc:
@@ -219,28 +175,29 @@ def run_ingest_flow(args: argparse.Namespace, settings) -> list[dict]:
     return summary["repositories"]
 
 
-def note_behind(settings, outcomes: list[dict]) -> None:
+def note_behind(settings, repos, outcomes: list[dict]) -> None:
     """On stderr, per repository whose followed branch has commits this run did not index
     (as of the last fetch): that it is behind, and the by-hand update."""
     import sys
 
-    from hetriever.commands.behind import behind_note
     from hetriever.core.terminal import terminal_safe
-    from hetriever.discover.repositories import configured_repositories
+    from hetriever.discover.upstream import upstream_advice
 
     waiting = {o["repository"]: o for o in outcomes if o["ok"] and o.get("behind_upstream")}
-    if not waiting:
-        return
-    for repo in configured_repositories(settings, list(waiting)):
-        outcome = waiting[repo.name]
+    for repo in repos:
+        outcome = waiting.get(repo.name)
+        if outcome is None:
+            continue
         # a completed run indexed the checkout: it is the checkout that is behind
-        note = behind_note(settings.docs_root, repo, outcome,
+        note = upstream_advice(settings.docs_root, repo, outcome,
                            checked_out=outcome.get("mode") != "refused")
         if note:
             print(terminal_safe(f"hetriever: note: {repo.name}: {note}"), file=sys.stderr)
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
+    from hetriever.discover.repositories import configured_repositories
+
     if args.allow_mass_delete and not args.full:
         raise UserError("--allow-mass-delete needs --full",
                         hint="a run that deletes most of an index must be a full pass")
@@ -251,16 +208,19 @@ def cmd_ingest(args: argparse.Namespace) -> int:
                         hint="the task runner is the Prefect flow's; the local engine runs "
                              "in this process")
     note_location(settings)
+    # Discovered once: a docs root without repositories or an unknown name is the user's
+    # mistake, said in one line before any server starts.
+    repos = configured_repositories(settings, args.repository or None)
     reserve.keep(settings)  # space for reads, should this run fill the disk
     if args.engine == "prefect":
         outcomes = run_ingest_flow(args, settings)
     else:
-        outcomes = asyncio.run(ingest_local(settings, args.repository or None, args.full,
+        outcomes = asyncio.run(ingest_local(settings, repos, args.full,
                                              show_progress=not args.json))
     reserve.keep(settings)  # the first run made the directories
     if args.json:
         print_json(outcomes)
     else:
         print_ingest(outcomes, index_location(settings))
-        note_behind(settings, outcomes)
+        note_behind(settings, repos, outcomes)
     return EXIT_OK if all(o["ok"] for o in outcomes) else EXIT_FAILED

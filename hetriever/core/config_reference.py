@@ -1,8 +1,8 @@
 """The configuration reference, docs/configuration.md, written from `Settings` itself.
 
 `python -m hetriever.core.config_reference` writes it; `--check` exits 1 when the file is not
-what the settings give (tests/test_config_reference.py checks the same), so a setting added,
-renamed or redescribed without the reference fails the tests.
+what the settings give (tests/core/test_config_reference.py checks the same), so a setting
+added, renamed or redescribed without the reference fails the tests.
 """
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ HEADER = f"""\
 # Configuration reference
 
 <!-- Generated from hetriever/core/config.py by `{REGENERATE}`; edit the fields'
-descriptions there, not this file. tests/test_config_reference.py fails when it is not current. -->
+descriptions there, not this file. tests/core/test_config_reference.py fails when it is not
+current. -->
 
 Settings come from their defaults, then a TOML file (`$HETRIEVER_CONFIG`, else `./hetriever.toml`
 when present), then environment variables, then the command's own flags (`--docs-root`,

@@ -1,7 +1,7 @@
 """Hugo's publish rules: whether Hugo writes a page of its own for a content file, and when
 that changes with time alone.
 
-What Hugo 0.168 does, checked against its binary (tests/test_publish_hugo.py):
+What Hugo 0.168 does, checked against its binary (tests/discover/test_publish_hugo.py):
 - A page's `build` options (`render`: always / link / never, `list`: always / local / never,
   `publishResources`) come from its own front matter, else from the nearest `cascade` that
   reaches it: the page's own, then each ancestor section's, nearest first, then the site

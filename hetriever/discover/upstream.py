@@ -3,13 +3,17 @@ commit the index holds.
 
 Read from the remote-tracking ref the last fetch left (`origin/<branch>`, else `origin/HEAD`),
 or fetched first on request (`status --fetch`). Fetching only updates `refs/remotes/origin/*`:
-the checkout, and so the next run's commit, stays as it is.
+the checkout, and so the next run's commit, stays as it is. `upstream_advice` is what a
+person is told of it: the note of a moved-back branch, or how many commits wait and the
+command that brings them in by hand.
 """
 
 from __future__ import annotations
 
 import subprocess
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from hetriever.core.errors import SourceError
 from hetriever.core.redact import redact_text
@@ -66,7 +70,7 @@ def upstream(repo: Repository, indexed: str, *, fetch_first: bool = False) -> Up
 
 
 def _upstream(repo: Repository, indexed: str, fetch_first: bool) -> Upstream:
-    if _git(repo, "remote", "get-url", "origin").returncode != 0:
+    if not _git(repo, "remote", "get-url", "origin").ok:
         return Upstream()  # no remote: nothing can be waiting upstream
     ref = followed_branch(repo)
     error = fetch(repo) if fetch_first else ""
@@ -96,3 +100,54 @@ def _upstream(repo: Repository, indexed: str, fetch_first: bool) -> Upstream:
 def _count(repo: Repository, revs: str) -> int | None:
     done = _git(repo, "rev-list", "--count", revs)
     return int(done.text) if done.ok else None
+
+
+def update_command(docs_root: Path, repo: Any) -> str:
+    """The by-hand update of `repo`: `git submodule update --remote` for a submodule of the
+    docs root (the README's line), else a fast-forward pull of the clone; then an ingest.
+
+    git 2.38 and later refuse a local-path remote in submodule commands unless the
+    submodule's own config allows it (the README's recipe sets it): where it does not, the
+    line sets it first, so it works as printed."""
+    root, path = Path(docs_root).absolute(), Path(repo.path).absolute()
+    if (root / ".gitmodules").is_file() and path.is_relative_to(root) and path != root:
+        allow = ("" if not _local(repo.url) or _file_allowed(repo)
+                 else f"git -C {path} config protocol.file.allow always && ")
+        return (f"{allow}git -C {root} submodule update --remote {path.relative_to(root)} "
+                "&& hetriever ingest")
+    return f"git -C {path} pull --ff-only && hetriever ingest"
+
+
+def _local(url: str) -> bool:
+    """A remote that is a path (`/src/site-a`, `../site-a`, `file://...`), not a host's."""
+    if url.startswith("file://"):
+        return True
+    return bool(url) and "://" not in url and ":" not in url.split("/", 1)[0]
+
+
+def _file_allowed(repo: Any) -> bool:
+    done = run_git(repo, "config", "--get", "protocol.file.allow", timeout=10)
+    return done.ok and done.text == "always"
+
+
+def waiting_text(row: dict[str, Any]) -> str:
+    """"origin/main has 2 more commits", from a row's upstream fields; "" when none wait."""
+    behind = row.get("behind_upstream") or 0
+    if behind <= 0:
+        return ""
+    return f"{row['upstream_ref']} has {behind} more commit{'s' if behind != 1 else ''}"
+
+
+def upstream_advice(docs_root: Path, repo: Any, row: dict[str, Any], checked_out: bool) -> str:
+    """What to tell a person of a repository's upstream, from a row's upstream fields
+    (`Upstream.to_dict`): a branch moved back or rewritten has its own note (the command that
+    accepts it); else, when commits the index lacks wait there (as of the last fetch), that
+    it is behind and the by-hand update; "" when neither. `checked_out`: the index holds the
+    checkout, so it is the checkout that is behind."""
+    if row.get("ahead_of_upstream"):
+        return str(row.get("upstream_note") or "")
+    waiting = waiting_text(row)
+    if not waiting:
+        return ""
+    what = "checkout is behind its upstream" if checked_out else "commits wait upstream"
+    return f"{what} ({waiting}); run `{update_command(docs_root, repo)}`"

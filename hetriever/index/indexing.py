@@ -124,12 +124,12 @@ def check_schema(store: IndexingStore, repo: Repository) -> None:
                  "old one and switch searches over when it is complete")
 
 
-async def begin_run(store: IndexingStore, repo: Repository, change_set: ChangeSet) -> None:
+async def begin_run(store: IndexingStore, repo: Repository, change_set: ChangeSet,
+                    settings: Settings) -> None:
     physical = (await store.ensure_collection(repo.name)).physical
     await store.update_collection_metadata(repo.name, **{STATUS_KEY: STATUS_INDEXING,
                                                          "indexing_commit": change_set.new_commit})
     catalog = store.catalog
-    settings = store.settings
     catalog.upsert_repository(
         repo.name, url=repo.url, access_level=declared_level(settings, repo.name),
         settings={"embedding_model": settings.embedding_model,
@@ -162,11 +162,11 @@ def run_lock(settings: Settings, repository: str, *, timeout: float | None = Non
 
 
 async def remove_paths(store: IndexingStore, repo: Repository, paths: Iterable[str],
-                       result: IndexResult) -> None:
+                       result: IndexResult, settings: Settings) -> None:
     """Deleted files: hard delete, or soft delete (kept, hidden) when retention_days > 0."""
     paths = list(paths)
     catalog, physical = store.catalog, store.physical_name(repo.name)
-    if store.settings.retention_days > 0:
+    if settings.retention_days > 0:
         stamp = now_iso()
         for path in paths:
             result.chunks_deleted += await store.soft_delete_file(repo.name, path, stamp)
@@ -268,11 +268,10 @@ class FileWork:
     commit: str
     settings: Settings
     resolver: IncludeResolver
-    processed_at: str
 
     def process(self, path: str, text: str | SkipFile | None) -> FileOutcome:
         return process_file(self.repo, path, self.commit, self.settings, resolver=self.resolver,
-                            processed_at=self.processed_at, text=text)
+                            text=text)
 
 
 # Turns (path, text) pairs into outcomes, in any order. In-process it is a loop; the Prefect
@@ -423,8 +422,8 @@ async def start_run(store: IndexingStore, repo: Repository, settings: Settings,
         gone = rows_without_chunks_gone(store, repo, change_set, doomed)
     elif doomed:
         check_mass_delete(repo, doomed, await indexed_file_counts(store, repo), settings)
-    await begin_run(store, repo, change_set)
-    await remove_paths(store, repo, doomed, result)
+    await begin_run(store, repo, change_set, settings)
+    await remove_paths(store, repo, doomed, result, settings)
     if gone:
         store.catalog.remove_files(store.physical_name(repo.name) or "", gone)
 
@@ -437,9 +436,9 @@ async def _run(store: IndexingStore, repo: Repository, settings: Settings, chang
 
     paths = change_set.paths_to_index()
     work = FileWork(repo, change_set.new_commit, settings,
-                    IncludeResolver(repo, change_set.new_commit, settings, now=now), now_iso())
+                    IncludeResolver(repo, change_set.new_commit, settings, now=now))
     tracker = RunProgress(repo.name, len(paths), progress, on_progress)
-    writer = OutcomeWriter(store, repo, result, tracker)
+    writer = OutcomeWriter(store, repo, result, settings.write_window, tracker)
     # One batched git read for every file (a git process per file cost 5x the parse work).
     files = read_content_files(repo, paths, change_set.new_commit,
                                max_bytes=settings.max_file_bytes)

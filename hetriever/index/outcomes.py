@@ -90,12 +90,13 @@ async def _write_outcomes(store: IndexingStore, repo: Repository, outcomes: list
 
 
 class OutcomeWriter:
-    """Gathers file outcomes and writes them in windows of about `settings.write_window` chunks."""
+    """Gathers file outcomes and writes them in windows of about `window` chunks (the
+    run's `settings.write_window`)."""
 
     def __init__(self, store: IndexingStore, repo: Repository, result: IndexResult,
-                 progress: RunProgress | None = None):
+                 window: int, progress: RunProgress | None = None):
         self.store, self.repo, self.result = store, repo, result
-        self.window = store.settings.write_window
+        self.window = window
         self.pending: list[FileOutcome] = []
         self.pending_chunks = 0
         self.progress = progress

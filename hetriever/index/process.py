@@ -366,14 +366,13 @@ def page_links(page: Page, repo: Repository) -> tuple[str, ...]:
 
 def process_file(repo: Repository, path: str, commit: str, settings: Settings, *,
                  resolver: IncludeResolver | None = None,
-                 processed_at: str | None = None,
                  text: str | SkipFile | None = None) -> FileOutcome:
     """Turn one file at `commit` into chunks; `text` is its content when already read
     (batch reads are several times cheaper than one git process per file), else it is read.
 
     Bad content never raises (it comes back as a skip); transient failures (I/O, git) do, so
-    the caller can retry them. `processed_at` is accepted for older callers and unused: chunks
-    carry no run time (it would rewrite every unchanged chunk on every run).
+    the caller can retry them. Chunks carry no run time (it would rewrite every unchanged
+    chunk on every run).
     """
     faults.check("process_file", path)
     try:
@@ -391,9 +390,8 @@ def process_file(repo: Repository, path: str, commit: str, settings: Settings, *
 
 
 def safe_process_text(repo: Repository, path: str, text: str, settings: Settings, *,
-                      resolver: IncludeResolver, processed_at: str | None = None) -> FileOutcome:
-    """`process_text` that turns any error into a skip; `processed_at` is unused (see
-    `process_file`)."""
+                      resolver: IncludeResolver) -> FileOutcome:
+    """`process_text` that turns any error into a skip."""
     try:
         with budget.file_budget(settings.file_seconds):
             # Only a page that calls `param` needs its ancestors' cascades read.

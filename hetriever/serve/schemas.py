@@ -1,7 +1,7 @@
 """The HTTP API's answers as pydantic models: the typed schemas of `/openapi.json`.
 
 The routes build their JSON with `DocsService` (shared with the MCP server) and answer it as
-it is; these models document it, field by field, for every endpoint. tests/test_web.py
+it is; these models document it, field by field, for every endpoint. tests/serve/test_web.py
 checks that a real answer has exactly the fields its model names.
 """
 

@@ -21,13 +21,12 @@ from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlsplit
 
-from hetriever.core.redact import hide_paths, public_url, server_places
+from hetriever.core.redact import hide_paths, server_places
 import anyio
 import anyio.to_thread
 
 from hetriever.search import published
 from hetriever.core.access import caller_levels, denial
-from hetriever.store.catalog_records import INDEXED
 from hetriever.store.catalog_records import address_host
 from hetriever.core.config import ACCESS_LEVELS, Settings
 from hetriever.core.errors import HetrieverError, InvalidFilterError, InvalidLimitError
@@ -376,47 +375,23 @@ class DocsService:
     def repositories(self, *, levels: frozenset[str] | None = None) -> list[dict[str, Any]]:
         """Visible repositories: indexed commit, checked-out commit and what waits upstream
         (as of the last fetch; when the docs root is here), files and chunks."""
-        from hetriever.discover.upstream import Upstream, upstream
+        from hetriever.index.status import repository_status
 
         levels = levels or caller_levels(None)
-        heads = self._checked_out()
-        catalog = self.store.catalog
-        rows = []
-        for name, plan in sorted(self._visible_plans(levels).items()):
-            record = catalog.repository(name)
-            counts = catalog.file_counts(plan.collection)
-            indexed = record.last_commit if record else ""
-            head, repo = heads.get(name, (None, None))
-            waiting = upstream(repo, indexed or "") if repo is not None else Upstream()
-            rows.append({
-                # Published without credentials, and only a network address (a clone
-                # from a directory here would name a server path).
-                "repository": name, "url": public_url(record.url) if record else "",
-                "access_level": plan.declared, "indexed_commit": indexed,
-                "checked_out_commit": head,
-                "up_to_date": None if head is None else bool(indexed) and indexed == head,
-                **waiting.to_dict(),
-                "files": counts.get(INDEXED, 0), "chunks": counts.get("chunks", 0),
-                "last_run_at": record.last_run_at if record else "",
-                "last_run_outcome": record.last_run_outcome if record else "",
-            })
-        return rows
+        here = self._checkouts()
+        return [repository_status(self.store.catalog, name, plan.collection, plan.declared,
+                                  repo=here.get(name)).served()
+                for name, plan in sorted(self._visible_plans(levels).items())]
 
-    def _checked_out(self) -> dict[str, tuple[str, Any]]:
-        from hetriever.discover.changes import head_commit
+    def _checkouts(self) -> dict[str, Any]:
+        """The repositories whose checkouts are here (the docs root beside this server)."""
         from hetriever.discover.repositories import configured_repositories
 
         try:
             repos = configured_repositories(self.settings)
         except HetrieverError:  # no docs root beside this server: commits unknown, not an error
             return {}
-        heads = {}
-        for repo in repos:
-            try:
-                heads[repo.name] = (head_commit(repo), repo)
-            except HetrieverError:  # this one cannot be read (not checked out...): unknown
-                continue
-        return heads
+        return {repo.name: repo for repo in repos}
 
     def close(self) -> None:
         if self._pool is not None:

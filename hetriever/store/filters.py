@@ -2,7 +2,8 @@
 
 The dense side passes the normalised filter to Chroma's `where=`; the BM25 side evaluates the
 same filter in Python with `matches()`. `matches()` mirrors what chromadb 1.5.9 actually does
-(checked against a real collection in tests/test_filters.py), including its less obvious rules:
+(checked against a real collection in tests/store/test_filters.py), including its less obvious
+rules:
 
 - a missing key matches only the negative operators `$ne`, `$nin` and `$not_contains`;
 - ints and floats compare by value (`2 == 2.0`), bools never equal numbers;

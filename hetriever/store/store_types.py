@@ -142,11 +142,18 @@ class RetrievalStore(_Resolving, Protocol):
     def search_bm25(self, name: str) -> BM25Index: ...
 
 
+class _StorageAware(Protocol):
+    def storage_problem(self, exc: BaseException) -> Any: ...  # a StorageError, or None
+
+
 class IndexingStore(KnowledgeStore, _Resolving, Protocol):
     """What an ingest run (`indexing`) uses of a store: the async API plus the BM25 side
     and the manifest it publishes to."""
 
     replica: Replica
+
+    @property
+    def chroma(self) -> _StorageAware: ...  # the handle that tells a full or read-only disk
 
     def fingerprint(self) -> str: ...
 

@@ -1,0 +1,1 @@
+"""Peak memory and wall time of whole `hetriever` processes."""

@@ -1,0 +1,1 @@
+"""How fast a search answers in-process: BM25, the store, filters, facets, HNSW recall, access, the CLI."""

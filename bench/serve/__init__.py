@@ -1,0 +1,1 @@
+"""Served search: warm HTTP latency, the first query, load during an ingest, following a Chroma server."""
