@@ -18,6 +18,7 @@ from chromadb.errors import NotFoundError
 
 from hetriever.discover.changes import discover_repositories
 from hetriever.index.indexing import STATUS_COMPLETE, index_repository
+from hetriever.search.hybrid import retrieve
 from hetriever.store.knowledge_store import Store
 from tests.chroma_fixtures import store_settings
 from tests.fakes import HashEmbedder, MemoryClient
@@ -136,7 +137,8 @@ def test_index_search_and_an_incremental_run_over_the_fakes(tmp_path, memory_sto
     meta = run(memory_store.get_collection_metadata("sample-docs"))
     assert meta["commit_hash"] == first.new_commit and meta["index_status"] == STATUS_COMPLETE
 
-    hits = run(memory_store.search("where function returns the given collection", top_k=3))
+    hits = run(retrieve(memory_store, "where function returns the given collection",
+                        top_k=3)).matches
     assert hits and hits[0].metadata["file_path"].endswith("templates/where.md")
     assert hits[0].source in {"hybrid", "exact"}  # both retrievers (or the title) found it
 
@@ -148,9 +150,9 @@ def test_index_search_and_an_incremental_run_over_the_fakes(tmp_path, memory_sto
     second = run(index_repository(repo, memory_store, memory_store.settings))
     assert second.mode == "incremental" and second.completed
     assert second.files_indexed == 1 and second.files_deleted == 1
-    paths = [h.metadata["file_path"] for h in run(memory_store.search("zebra apt", top_k=5))]
+    paths = [h.metadata["file_path"] for h in run(retrieve(memory_store, "zebra apt", top_k=5)).matches]
     assert paths and paths[0].endswith("install/_index.md")
-    later = run(memory_store.search("where function", top_k=10))
+    later = run(retrieve(memory_store, "where function", top_k=10)).matches
     assert not any(h.metadata["file_path"].endswith("where.md") for h in later)
 
 

@@ -166,9 +166,12 @@ def test_readiness_is_not_queued_behind_searches(tmp_path):
     from hetriever.serve.http_api import create_app
     from hetriever.serve.telemetry import Telemetry
 
-    class Answering:  # the index backend's health check, as a store answers it
-        def health_check_sync(self) -> bool:
+    class Chroma:  # the index backend's health check, as the store's Chroma handle answers it
+        def health_check(self) -> bool:
             return True
+
+    class Answering:  # a store whose backend answers
+        chroma = Chroma()
 
     service = DocsService(load_settings(env={}, config_file=None), store=Answering(),
                           limits=Limits(max_concurrency=1, max_waiting=0))
