@@ -7,15 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, overload, runtime_checkable
+from typing import Any, Literal, Protocol, TypeVar, overload, runtime_checkable
 
 from hetriever.store.bm25.bm25_index import BM25Index
 from hetriever.store.catalog import Catalog
 from hetriever.core.config import Settings
 from hetriever.core.models import Chunk, Document, Metadata
-
-if TYPE_CHECKING:  # the peer's type only; it imports these records
-    from hetriever.store.replica import Replica
 
 T = TypeVar("T")
 
@@ -146,11 +143,18 @@ class _StorageAware(Protocol):
     def storage_problem(self, exc: BaseException) -> Any: ...  # a StorageError, or None
 
 
+class Publishing(Protocol):
+    """What the ingest uses of the store's replica peer (`hetriever.store.replica.Replica`)."""
+
+    def publish(self, repository: str, changed: list[str] | None = None) -> None: ...
+
+
 class IndexingStore(KnowledgeStore, _Resolving, Protocol):
     """What an ingest run (`indexing`) uses of a store: the async API plus the BM25 side
     and the manifest it publishes to."""
 
-    replica: Replica
+    @property
+    def replica(self) -> Publishing: ...
 
     @property
     def chroma(self) -> _StorageAware: ...  # the handle that tells a full or read-only disk

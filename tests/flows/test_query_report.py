@@ -12,6 +12,7 @@ import re
 import pytest
 
 from flows.query_report import link_target, markdown_text
+from hetriever.discover.repositories import discover_repositories
 from hetriever.store.knowledge_store import clear_store_cache
 from tests.support.helpers import commit_all, init_repo, write_files
 
@@ -67,7 +68,9 @@ def hostile_index(tmp_path, monkeypatch, minilm_model_dir, prefect_harness):
                        "HETRIEVER_MODEL_DIR": minilm_model_dir}.items():
         monkeypatch.setenv(key, str(value))
     clear_store_cache()
-    (outcome,) = asyncio.run(ingest_local(load_settings(), None, False, show_progress=False))
+    settings = load_settings()
+    repos = discover_repositories(settings.docs_root)
+    (outcome,) = asyncio.run(ingest_local(settings, repos, False, show_progress=False))
     assert outcome["ok"], outcome
     yield
     clear_store_cache()
