@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo typecheck layers test test-fast bench clean prefect-up prefect-down prefect-status
+.PHONY: install demo typecheck layers lint test test-fast bench clean prefect-up prefect-down prefect-status
 
 install: $(STAMP)
 
@@ -30,11 +30,16 @@ typecheck: install
 layers: install
 	$(BIN)/lint-imports
 
+# ruff: lint (pyflakes, pycodestyle, import order, pyupgrade) and the formatter's check.
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
 # Test files run side by side (pytest-xdist): most tests wait on git, servers and
 # subprocesses, so three workers keep two cores busy. A file stays on one worker, so its
 # module fixtures are built once.
 PYTEST_WORKERS ?= 3
-test: install typecheck layers
+test: install lint typecheck layers
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile
 
 # The logic tier: no corpora, no `chroma run` server, no Prefect harness, no subprocesses.

@@ -27,35 +27,39 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
-from hetriever.search import hybrid as search  # noqa: E402
 from hetriever.core.config import Settings  # noqa: E402
+from hetriever.core.models import Chunk  # noqa: E402
 from hetriever.discover.changes import list_content_files, site_at  # noqa: E402
 from hetriever.discover.git_objects import read_content_files  # noqa: E402
+from hetriever.discover.repositories import Repository  # noqa: E402
 from hetriever.index.process import IncludeResolver, safe_process_text  # noqa: E402
-from hetriever.core.models import Chunk  # noqa: E402
-from hetriever.discover.repositories import Repository
+from hetriever.search import hybrid as search  # noqa: E402
 
 CORPORA = Path(os.environ.get("HETRIEVER_CORPORA", REPO_ROOT.parent / "shared" / "corpora"))
 SAMPLE_DOCS = REPO_ROOT / "examples" / "sample-docs"
 # git-ignored; HETRIEVER_BENCH_RESULTS keeps the caches of, e.g., an int8 run apart
-RESULTS_DIR = Path(os.environ.get("HETRIEVER_BENCH_RESULTS",
-                                  Path(__file__).resolve().parent / "results"))
+RESULTS_DIR = Path(
+    os.environ.get("HETRIEVER_BENCH_RESULTS", Path(__file__).resolve().parent / "results")
+)
 
 _GIT_ENV = {
-    "GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@example.invalid",
-    "GIT_COMMITTER_NAME": "bench", "GIT_COMMITTER_EMAIL": "bench@example.invalid",
+    "GIT_AUTHOR_NAME": "bench",
+    "GIT_AUTHOR_EMAIL": "bench@example.invalid",
+    "GIT_COMMITTER_NAME": "bench",
+    "GIT_COMMITTER_EMAIL": "bench@example.invalid",
     "GIT_AUTHOR_DATE": "2000-01-01T00:00:00+0000",
     "GIT_COMMITTER_DATE": "2000-01-01T00:00:00+0000",
-    "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": os.devnull,
 }
 
 
@@ -73,8 +77,14 @@ class CorpusChunks:
 
 
 def _git(cwd: Path, *args: str) -> str:
-    out = subprocess.run(["git", *args], cwd=cwd, env={**os.environ, **_GIT_ENV}, check=True,
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        ["git", *args],
+        cwd=cwd,
+        env={**os.environ, **_GIT_ENV},
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return out.stdout.strip()
 
 
@@ -95,8 +105,9 @@ def process_repo(repo: Repository, commit: str, settings: Settings, source: str)
     repo = dataclasses.replace(repo, site=site_at(repo, commit))  # as index_repository does
     resolver = IncludeResolver(repo, commit, settings)
     out = CorpusChunks(name=repo.name, source=source, commit=commit)
-    for path, text in read_content_files(repo, list_content_files(repo, commit), commit,
-                                         max_bytes=settings.max_file_bytes):
+    for path, text in read_content_files(
+        repo, list_content_files(repo, commit), commit, max_bytes=settings.max_file_bytes
+    ):
         if isinstance(text, Exception):
             out.skipped += 1
             continue
@@ -108,8 +119,13 @@ def process_repo(repo: Repository, commit: str, settings: Settings, source: str)
     return out
 
 
-def load_corpus_chunks(name: str, version: str = "v2", *, settings: Settings | None = None,
-                       repo_name: str | None = None) -> CorpusChunks | None:
+def load_corpus_chunks(
+    name: str,
+    version: str = "v2",
+    *,
+    settings: Settings | None = None,
+    repo_name: str | None = None,
+) -> CorpusChunks | None:
     """The real chunks of `<corpora>/<name>/<version>`, or None when the corpus is absent."""
     source = corpus_dir(name, version)
     if source is None:
@@ -134,8 +150,9 @@ def sample_chunk_texts(count: int, seed: int, name: str = "hugo-docs") -> list[s
     return random.Random(seed).sample(texts, min(count, len(texts)))
 
 
-def embedding_bench_args(description: str, chunks: int) -> tuple[argparse.Namespace,
-                                                                  list[str]] | None:
+def embedding_bench_args(
+    description: str, chunks: int
+) -> tuple[argparse.Namespace, list[str]] | None:
     """The command line of the embedding benches (`--chunks`, `--repeat`, `--seed`, `--json`),
     logging quieted, and their seeded sample of hugo-docs v2 chunk texts (None when absent)."""
     from hetriever.core.logs import configure_logging
@@ -157,19 +174,27 @@ def settings_embedder(**options: Any):
     from hetriever.embed.embedder import MiniLMEmbedder
 
     settings = Settings()
-    return MiniLMEmbedder(settings.resolved_model_dir, batch_size=settings.embed_batch_size,
-                          batch_tokens=settings.embed_batch_tokens, **options)
+    return MiniLMEmbedder(
+        settings.resolved_model_dir,
+        batch_size=settings.embed_batch_size,
+        batch_tokens=settings.embed_batch_tokens,
+        **options,
+    )
 
 
-def load_sample_chunks(copies: int, *, settings: Settings | None = None,
-                       repo_name: str = "sample-docs") -> CorpusChunks:
+def load_sample_chunks(
+    copies: int, *, settings: Settings | None = None, repo_name: str = "sample-docs"
+) -> CorpusChunks:
     """The bundled examples/sample-docs, its content folder repeated `copies` times."""
     settings = settings or Settings()
     with tempfile.TemporaryDirectory(prefix="bench-sample-") as tmp:
         work = Path(tmp) / repo_name
         for i in range(copies):
-            shutil.copytree(SAMPLE_DOCS / "content", work / "content" / f"copy-{i:03d}",
-                            copy_function=shutil.copy)
+            shutil.copytree(
+                SAMPLE_DOCS / "content",
+                work / "content" / f"copy-{i:03d}",
+                copy_function=shutil.copy,
+            )
         commit = _commit_tree(work)
         repo = Repository(name=repo_name, path=work)
         return process_repo(repo, commit, settings, f"sample-docs x{copies}")
@@ -204,8 +229,9 @@ def write_corpus(store: Any, corpus: CorpusChunks) -> tuple[int, int]:
         physical = store.physical_name(corpus.name)
         for path, chunks in corpus.files.items():
             first = display_chunk(chunks)
-            store.catalog.pages.set_page(physical, path, first.id, first.metadata,
-                                         [(c.id, c.metadata) for c in chunks])
+            store.catalog.pages.set_page(
+                physical, path, first.id, first.metadata, [(c.id, c.metadata) for c in chunks]
+            )
         return written, reused
 
     return asyncio.run(write())
@@ -217,8 +243,9 @@ def bench_settings(root: Path, **overrides: Any) -> Settings:
     HETRIEVER_EMBEDDING_PRECISION=int8 (with HETRIEVER_BENCH_RESULTS elsewhere) runs a bench
     on the int8 model."""
     precision = os.environ.get("HETRIEVER_EMBEDDING_PRECISION", "fp32")
-    return Settings(chroma_path=root / "chroma", state_dir=root / "state",
-                    embedding_precision=precision).replace(**overrides)
+    return Settings(
+        chroma_path=root / "chroma", state_dir=root / "state", embedding_precision=precision
+    ).replace(**overrides)
 
 
 def make_embedder(settings: Settings) -> Any:
@@ -234,8 +261,13 @@ def make_store(root: Path, embedder: Any, **overrides: Any) -> Any:
     return Store(bench_settings(root, **overrides), embedder=embedder)
 
 
-def bm25_only(store: Any, query: str, top_k: int, filters: dict | None = None,
-              namespaces: list[str] | None = None) -> list:
+def bm25_only(
+    store: Any,
+    query: str,
+    top_k: int,
+    filters: dict | None = None,
+    namespaces: list[str] | None = None,
+) -> list:
     """search.py's BM25 path on its own: retrieve, fetch documents, integrity check.
 
     `hybrid_search` has no BM25-only switch (BM25 runs alone only when dense fails), so this
@@ -250,8 +282,7 @@ def bm25_only(store: Any, query: str, top_k: int, filters: dict | None = None,
     user_filter = search.validate_filter(filters)
     wheres = {name: and_filters(p.where(levels), user_filter) for name, p in plans.items()}
     hits: dict[str, Any] = {}
-    ranked = search._bm25(store, list(plans), query, top_k * search.CANDIDATE_FACTOR, wheres,
-                          hits)
+    ranked = search._bm25(store, list(plans), query, top_k * search.CANDIDATE_FACTOR, wheres, hits)
     candidates = [hits[d] for d in ranked]
     search._fill_documents(store, candidates)
     return [h for h in candidates if search._trusted(h, plans, levels)][:top_k]
@@ -270,8 +301,9 @@ def print_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     cells = [[str(x) for x in header]] + [[str(x) for x in row] for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
     for row in cells:
-        print("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in
-                        enumerate(zip(row, widths))))
+        print(
+            "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths)))
+        )
 
 
 @contextlib.contextmanager
@@ -283,9 +315,20 @@ def chroma_server(path: Path) -> Iterator[int]:
 
     port = free_port()
     path.mkdir(parents=True)
-    proc = subprocess.Popen([str(Path(sys.executable).parent / "chroma"), "run", "--path",
-                             str(path), "--host", "127.0.0.1", "--port", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            str(Path(sys.executable).parent / "chroma"),
+            "run",
+            "--path",
+            str(path),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 60
         while True:

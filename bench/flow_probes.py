@@ -7,10 +7,10 @@ import functools
 import os
 import threading
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
-
+from typing import Any
 
 # --- probes: cumulative time spent in real functions -----------------------------------
 
@@ -48,8 +48,14 @@ class Probe:
         return timed
 
 
-STORE_OTHER = ("delete_file_sync", "list_files_sync", "info_sync", "ensure_collection_sync",
-               "update_collection_metadata_sync", "count_sync")
+STORE_OTHER = (
+    "delete_file_sync",
+    "list_files_sync",
+    "info_sync",
+    "ensure_collection_sync",
+    "update_collection_metadata_sync",
+    "count_sync",
+)
 
 
 @contextmanager
@@ -116,8 +122,7 @@ class CpuMeter:
     def settle(self, quiet: float = 0.05, step: float = 0.5, limit: float = 120.0) -> dict:
         """Wait until the server has used less than `quiet` CPU seconds per `step` for longer
         than its task run recorder's flush interval (a batch may wait that long)."""
-        flush = float(os.environ.get("PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_FLUSH_INTERVAL",
-                                     5))
+        flush = float(os.environ.get("PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_FLUSH_INTERVAL", 5))
         start, before = time.perf_counter(), cpu_of(self.pid)
         last, busy_until = before, start
         while self.pid is not None and time.perf_counter() - start < limit:
@@ -128,18 +133,22 @@ class CpuMeter:
             elif at - busy_until > flush + step:
                 break
             last = now
-        return {"flow_process_cpu_s": round(self.own, 2),
-                "server_cpu_s": round(self.server, 2),
-                "server_cpu_after_s": round(cpu_of(self.pid) - before, 2),
-                "server_busy_after_s": round(busy_until - start, 1)}
+        return {
+            "flow_process_cpu_s": round(self.own, 2),
+            "server_cpu_s": round(self.server, 2),
+            "server_cpu_after_s": round(cpu_of(self.pid) - before, 2),
+            "server_busy_after_s": round(busy_until - start, 1),
+        }
 
 
 def cpu_line(cpu: dict) -> str:
     if not cpu:
         return ""
-    return (f"cpu: this process {cpu['flow_process_cpu_s']:.1f} s, server "
-            f"{cpu['server_cpu_s']:.1f} s (+{cpu['server_cpu_after_s']:.1f} s in "
-            f"{cpu['server_busy_after_s']:.1f} s after)")
+    return (
+        f"cpu: this process {cpu['flow_process_cpu_s']:.1f} s, server "
+        f"{cpu['server_cpu_s']:.1f} s (+{cpu['server_cpu_after_s']:.1f} s in "
+        f"{cpu['server_busy_after_s']:.1f} s after)"
+    )
 
 
 # --- where the flow process's threads are: stacks sampled every few milliseconds ------------
@@ -148,20 +157,57 @@ def cpu_line(cpu: dict) -> str:
 # libraries (pydantic, asyncio, the standard library) pass the sample on to their caller.
 PARTS = (
     ("task body", ("/hetriever/", "/tasks/process.py:process_file_task")),
-    ("results and transactions", ("/prefect/results.py", "/prefect/transactions.py",
-                                  "/prefect/cache_policies.py", "/prefect/locking/")),
-    ("states and events", ("/prefect/states.py", "/prefect/events/",
-                           "/prefect/utilities/engine.py", "/prefect/client/schemas/")),
+    (
+        "results and transactions",
+        (
+            "/prefect/results.py",
+            "/prefect/transactions.py",
+            "/prefect/cache_policies.py",
+            "/prefect/locking/",
+        ),
+    ),
+    (
+        "states and events",
+        (
+            "/prefect/states.py",
+            "/prefect/events/",
+            "/prefect/utilities/engine.py",
+            "/prefect/client/schemas/",
+        ),
+    ),
     ("logging", ("/prefect/logging/",)),
-    ("task submission", ("/prefect/task_runners.py", "/prefect/futures.py",
-                         "/prefect/tasks.py", "/tasks/process.py")),
-    ("task engine", ("/prefect/task_engine.py", "/prefect/context.py",
-                     "/prefect/utilities/callables.py")),
+    (
+        "task submission",
+        (
+            "/prefect/task_runners.py",
+            "/prefect/futures.py",
+            "/prefect/tasks.py",
+            "/tasks/process.py",
+        ),
+    ),
+    (
+        "task engine",
+        ("/prefect/task_engine.py", "/prefect/context.py", "/prefect/utilities/callables.py"),
+    ),
     ("other Prefect", ("/prefect/",)),
 )
 # The innermost Python frame of a thread blocked in C (a lock, a queue, a selector).
-WAITING = {"wait", "acquire", "select", "poll", "sleep", "get", "_wait_for_tstate_lock",
-           "recv", "recv_into", "accept", "read", "readinto", "_worker", "run_forever"}
+WAITING = {
+    "wait",
+    "acquire",
+    "select",
+    "poll",
+    "sleep",
+    "get",
+    "_wait_for_tstate_lock",
+    "recv",
+    "recv_into",
+    "accept",
+    "read",
+    "readinto",
+    "_worker",
+    "run_forever",
+}
 
 
 def part_of(frame: Any) -> tuple[str, str] | None:
@@ -235,10 +281,13 @@ class StackSampler:
         return {place: round(n / total, 3) for place, n in ranked}
 
     def seconds(self) -> dict[str, float]:
-        return {part: round(cpu, 2) for part, cpu in sorted(self.counts.items(),
-                                                            key=lambda kv: -kv[1])}
+        return {
+            part: round(cpu, 2) for part, cpu in sorted(self.counts.items(), key=lambda kv: -kv[1])
+        }
 
     def shares(self) -> dict[str, float]:
         total = sum(self.counts.values()) or 1
-        return {part: round(count / total, 3)
-                for part, count in sorted(self.counts.items(), key=lambda kv: -kv[1])}
+        return {
+            part: round(count / total, 3)
+            for part, count in sorted(self.counts.items(), key=lambda kv: -kv[1])
+        }

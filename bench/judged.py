@@ -14,8 +14,8 @@ question's acceptable pages are its labels plus every page judged "answers".
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 JUDGMENTS = Path(__file__).resolve().parent / "queries" / "judgments"
 ANSWERS = "answers"
@@ -41,8 +41,13 @@ def judged_answers(folder: Path = JUDGMENTS) -> dict[str, set[str]]:
 
 
 def judged_pairs(folder: Path = JUDGMENTS) -> int:
-    return sum(1 for path in sorted(folder.glob("*.jsonl")) if folder.is_dir()
-               for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
+    return sum(
+        1
+        for path in sorted(folder.glob("*.jsonl"))
+        if folder.is_dir()
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if line.strip()
+    )
 
 
 def done(folder: Path = JUDGMENTS) -> bool:
@@ -56,8 +61,12 @@ def acceptable(items: Sequence[dict], judged: dict[str, set[str]] | None) -> lis
 
 def success(ranked: Sequence[Sequence[str]], relevant: Sequence[set[str]]) -> dict[str, float]:
     n = max(1, len(relevant))
-    first = [next((i for i, p in enumerate(got[:10]) if p in rel), None)
-             for got, rel in zip(ranked, relevant)]
-    return {"success@1": round(sum(r == 0 for r in first) / n, 3),
-            "success@3": round(sum(r is not None and r < 3 for r in first) / n, 3),
-            "mrr@10": round(sum(1.0 / (r + 1) for r in first if r is not None) / n, 3)}
+    first = [
+        next((i for i, p in enumerate(got[:10]) if p in rel), None)
+        for got, rel in zip(ranked, relevant)
+    ]
+    return {
+        "success@1": round(sum(r == 0 for r in first) / n, 3),
+        "success@3": round(sum(r is not None and r < 3 for r in first) / n, 3),
+        "mrr@10": round(sum(1.0 / (r + 1) for r in first if r is not None) / n, 3),
+    }

@@ -13,7 +13,13 @@ from typing import Any
 
 import numpy as np
 
-from bench.common import RESULTS_DIR, CorpusChunks, load_corpus_chunks, load_sample_chunks, make_store
+from bench.common import (
+    RESULTS_DIR,
+    CorpusChunks,
+    load_corpus_chunks,
+    load_sample_chunks,
+    make_store,
+)
 from hetriever.core.names import content_hash
 
 MAIN, SIDE = "bench-main", "bench-side"
@@ -38,8 +44,14 @@ def load_chunks(quick: bool) -> CorpusChunks:
     return chunks
 
 
-def _perturbed(corpus: CorpusChunks, vectors: np.ndarray, n: int, collection: str,
-               rng: np.random.Generator, word_rng: random.Random) -> tuple[list, list, list, np.ndarray]:
+def _perturbed(
+    corpus: CorpusChunks,
+    vectors: np.ndarray,
+    n: int,
+    collection: str,
+    rng: np.random.Generator,
+    word_rng: random.Random,
+) -> tuple[list, list, list, np.ndarray]:
     base = corpus.chunks
     ids, texts, metas = [], [], []
     out = np.empty((n, vectors.shape[1]), dtype=np.float32)
@@ -63,8 +75,9 @@ def _perturbed(corpus: CorpusChunks, vectors: np.ndarray, n: int, collection: st
     return ids, texts, metas, out
 
 
-def build_latency_store(corpus: CorpusChunks, vectors: np.ndarray, size: int, root: Path,
-                        embedder: Any) -> tuple[Any, dict]:
+def build_latency_store(
+    corpus: CorpusChunks, vectors: np.ndarray, size: int, root: Path, embedder: Any
+) -> tuple[Any, dict]:
     store = make_store(root, embedder)
     rng, word_rng = np.random.default_rng(size), random.Random(size)
     timings = {}
@@ -84,8 +97,11 @@ def build_latency_store(corpus: CorpusChunks, vectors: np.ndarray, size: int, ro
             for start in range(0, n, 5000):
                 sl = slice(start, start + 5000)
                 index.upsert(ids[sl], texts[sl], metas[sl])
-        timings[name] = {"chunks": n, "chroma_add_s": round(chroma_s, 1),
-                         "bm25_build_s": round(time.perf_counter() - began, 1)}
+        timings[name] = {
+            "chunks": n,
+            "chroma_add_s": round(chroma_s, 1),
+            "bm25_build_s": round(time.perf_counter() - began, 1),
+        }
     return store, timings
 
 
@@ -98,8 +114,10 @@ def query_set(corpus: CorpusChunks, n: int, seed: int) -> list[tuple[str, dict]]
             seen[chunk.file_path] = (desc, {"section": chunk.metadata.get("section", "")})
     if not seen:  # the fallback corpus has few descriptions: titles instead
         for chunk in corpus.chunks:
-            seen.setdefault(chunk.file_path, (str(chunk.metadata["title"]),
-                                              {"section": chunk.metadata.get("section", "")}))
+            seen.setdefault(
+                chunk.file_path,
+                (str(chunk.metadata["title"]), {"section": chunk.metadata.get("section", "")}),
+            )
     pool = list(seen.values())
     random.Random(seed).shuffle(pool)
     return [pool[i % len(pool)] for i in range(n)]

@@ -15,15 +15,36 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parent
 # Cheap first; the store/quality/flow/load benches index whole corpora and take minutes.
-ORDER = ["ingest", "bm25", "embed", "side_by_side", "precision", "filter", "store", "quality",
-         "misses", "weak", "flow", "load", "access", "serve", "first_query", "cli_search",
-         "cluster", "follow", "small_change", "facets"]
+ORDER = [
+    "ingest",
+    "bm25",
+    "embed",
+    "side_by_side",
+    "precision",
+    "filter",
+    "store",
+    "quality",
+    "misses",
+    "weak",
+    "flow",
+    "load",
+    "access",
+    "serve",
+    "first_query",
+    "cli_search",
+    "cluster",
+    "follow",
+    "small_change",
+    "facets",
+]
 
 
 def bench_modules() -> dict[str, str]:
     """Every bench by its short name (`bench_<name>.py` in a concern's folder) -> its module."""
-    return {script.stem.removeprefix("bench_"): f"bench.{script.parent.name}.{script.stem}"
-            for script in sorted(HERE.glob("*/bench_*.py"))}
+    return {
+        script.stem.removeprefix("bench_"): f"bench.{script.parent.name}.{script.stem}"
+        for script in sorted(HERE.glob("*/bench_*.py"))
+    }
 
 
 def main(argv: list[str]) -> int:

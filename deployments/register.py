@@ -62,15 +62,26 @@ def crash_orphaned_runs(pool: str = DEFAULT_POOL) -> int:
     from prefect.client.schemas.objects import StateType
     from prefect.states import Crashed
 
-    in_flight = FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(
-        any_=[StateType.PENDING, StateType.RUNNING, StateType.CANCELLING])))
+    in_flight = FlowRunFilter(
+        state=FlowRunFilterState(
+            type=FlowRunFilterStateType(
+                any_=[StateType.PENDING, StateType.RUNNING, StateType.CANCELLING]
+            )
+        )
+    )
     with get_client(sync_client=True) as client:
-        runs = client.read_flow_runs(flow_run_filter=in_flight, work_pool_filter=WorkPoolFilter(
-            name=WorkPoolFilterName(any_=[pool])))
+        runs = client.read_flow_runs(
+            flow_run_filter=in_flight,
+            work_pool_filter=WorkPoolFilter(name=WorkPoolFilterName(any_=[pool])),
+        )
         for run in runs:
-            client.set_flow_run_state(run.id, Crashed(
-                message="the stack stopped while this run was in flight (marked by prefect-up)"),
-                force=True)
+            client.set_flow_run_state(
+                run.id,
+                Crashed(
+                    message="the stack stopped while this run was in flight (marked by prefect-up)"
+                ),
+                force=True,
+            )
     return len(runs)
 
 
@@ -105,9 +116,12 @@ def ensure_unresponsive_runs_crashed(within: timedelta | None = None) -> bool:
     if within is None:
         every = get_current_settings().flows.heartbeat_frequency
         if not every:  # heartbeats turned off: nothing to wait for
-            log.warning("flow_run_heartbeats_off", automation=UNRESPONSIVE_RUNS,
-                        hint="set PREFECT_FLOWS_HEARTBEAT_FREQUENCY (>= 30) to have flow runs "
-                             "whose process is gone marked Crashed")
+            log.warning(
+                "flow_run_heartbeats_off",
+                automation=UNRESPONSIVE_RUNS,
+                hint="set PREFECT_FLOWS_HEARTBEAT_FREQUENCY (>= 30) to have flow runs "
+                "whose process is gone marked Crashed",
+            )
             return False
         within = timedelta(seconds=HEARTBEATS_MISSED * every)
     with get_client(sync_client=True) as client:
@@ -115,28 +129,34 @@ def ensure_unresponsive_runs_crashed(within: timedelta | None = None) -> bool:
             if getattr(existing.trigger, "within", None) == within:
                 return False
             client.delete_automation(existing.id)
-    ends = {f"prefect.flow-run.{state}" for state in ("Completed", "Failed", "Cancelled",
-                                                      "Crashed")}
+    ends = {
+        f"prefect.flow-run.{state}" for state in ("Completed", "Failed", "Cancelled", "Crashed")
+    }
     Automation(
         name=UNRESPONSIVE_RUNS,
         description=f"No heartbeat and no end for {int(within.total_seconds())} s: the "
-                    "process running the flow is gone (deployments/register.py)",
+        "process running the flow is gone (deployments/register.py)",
         trigger=EventTrigger(
             after={"prefect.flow-run.heartbeat"},
             expect={"prefect.flow-run.heartbeat", *ends},
             match=ResourceSpecification({"prefect.resource.id": ["prefect.flow-run.*"]}),
-            match_related=ResourceSpecification({"prefect.resource.role": "flow",
-                                                 "prefect.resource.name": list(FLOW_NAMES)}),
+            match_related=ResourceSpecification(
+                {"prefect.resource.role": "flow", "prefect.resource.name": list(FLOW_NAMES)}
+            ),
             for_each={"prefect.resource.id"},
             posture=Posture.Proactive,
             threshold=1,
             within=within,
         ),
-        actions=[ChangeFlowRunState(
-            state=StateType.CRASHED, name="Crashed",
-            force=False,  # a run that has ended meanwhile keeps its end
-            message=f"no heartbeat for {int(within.total_seconds())} s: the process running "
-                    "this flow run is gone (marked by hetriever's automation)")],
+        actions=[
+            ChangeFlowRunState(
+                state=StateType.CRASHED,
+                name="Crashed",
+                force=False,  # a run that has ended meanwhile keeps its end
+                message=f"no heartbeat for {int(within.total_seconds())} s: the process running "
+                "this flow run is gone (marked by hetriever's automation)",
+            )
+        ],
     ).create()
     return True
 
@@ -144,10 +164,19 @@ def ensure_unresponsive_runs_crashed(within: timedelta | None = None) -> bool:
 def deploy_all(prefect_file: Path = PROJECT_ROOT / "prefect.yaml", *, quiet: bool = False) -> int:
     """`prefect --no-prompt deploy --all` from the project root; returns its exit code.
     `quiet`: its output is shown only if it fails."""
-    cmd = [sys.executable, "-m", "prefect", "--no-prompt", "deploy", "--all",
-           "--prefect-file", str(prefect_file)]
-    done = subprocess.run(cmd, cwd=prefect_file.parent, env=os.environ.copy(),
-                          capture_output=quiet, text=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "prefect",
+        "--no-prompt",
+        "deploy",
+        "--all",
+        "--prefect-file",
+        str(prefect_file),
+    ]
+    done = subprocess.run(
+        cmd, cwd=prefect_file.parent, env=os.environ.copy(), capture_output=quiet, text=True
+    )
     if quiet and done.returncode != 0:
         print(done.stdout + done.stderr, file=sys.stderr)
     return done.returncode
@@ -162,14 +191,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     from prefect.settings import PREFECT_API_URL
 
     if not PREFECT_API_URL.value():
-        log.error("prefect_api_url_missing",
-                  hint="export PREFECT_API_URL=http://127.0.0.1:4200/api (the server's API)")
+        log.error(
+            "prefect_api_url_missing",
+            hint="export PREFECT_API_URL=http://127.0.0.1:4200/api (the server's API)",
+        )
         return 2
     try:
         created = ensure_work_pool(args.pool)
     except Exception as exc:  # connection errors come in several types; all mean the same
-        log.error("prefect_unreachable", api_url=PREFECT_API_URL.value(), error=str(exc),
-                  hint="start `prefect server start` or fix PREFECT_API_URL")
+        log.error(
+            "prefect_unreachable",
+            api_url=PREFECT_API_URL.value(),
+            error=str(exc),
+            hint="start `prefect server start` or fix PREFECT_API_URL",
+        )
         return 1
     log.info("work_pool_ready", pool=args.pool, created=created)
     log.info("unresponsive_runs_automation_ready", created=ensure_unresponsive_runs_crashed())

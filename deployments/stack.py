@@ -54,26 +54,30 @@ class Stack:
 
     def env(self) -> dict[str, str]:
         env = with_server_settings(os.environ)  # the task run recorder's batches
-        env.update({
-            "PREFECT_HOME": str(self.directory / "home"),
-            "PREFECT_API_URL": self.api_url,
-            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-            "PREFECT_UI_URL": f"http://127.0.0.1:{self.port}",
-            "HETRIEVER_PROJECT_DIR": str(PROJECT_ROOT),
-            # SQLite's wait for the write lock. Prefect's 10 s default is too short on a busy
-            # small machine, where the server's event services and the API queue for it and
-            # log "database is locked" tracebacks; PostgreSQL (docker/) has no such lock.
-            "PREFECT_SERVER_DATABASE_TIMEOUT": os.environ.get(
-                "PREFECT_SERVER_DATABASE_TIMEOUT", "60"),
-        })
+        env.update(
+            {
+                "PREFECT_HOME": str(self.directory / "home"),
+                "PREFECT_API_URL": self.api_url,
+                "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+                "PREFECT_UI_URL": f"http://127.0.0.1:{self.port}",
+                "HETRIEVER_PROJECT_DIR": str(PROJECT_ROOT),
+                # SQLite's wait for the write lock. Prefect's 10 s default is too short on a busy
+                # small machine, where the server's event services and the API queue for it and
+                # log "database is locked" tracebacks; PostgreSQL (docker/) has no such lock.
+                "PREFECT_SERVER_DATABASE_TIMEOUT": os.environ.get(
+                    "PREFECT_SERVER_DATABASE_TIMEOUT", "60"
+                ),
+            }
+        )
         env.pop("PREFECT_API_KEY", None)
         return env
 
 
 def stack_from_env(directory: Path | None = None) -> Stack:
     port = int(os.environ.get("HETRIEVER_PREFECT_PORT", "4200"))
-    where = directory or Path(os.environ.get("HETRIEVER_STACK_DIR",
-                                             PROJECT_ROOT / ".hetriever" / "prefect-stack"))
+    where = directory or Path(
+        os.environ.get("HETRIEVER_STACK_DIR", PROJECT_ROOT / ".hetriever" / "prefect-stack")
+    )
     return Stack(where.resolve(), port)
 
 
@@ -123,10 +127,16 @@ def start(stack: Stack, name: str, args: list[str], *, low_priority: bool = Fals
     (`low_priority`: at SERVER_NICENESS, for the server; never for the worker that runs flows)."""
     lower = niced if low_priority and os.name == "posix" else None
     with open(stack.log_file(name), "ab") as log:
-        process = subprocess.Popen([sys.executable, "-m", "prefect", *args], cwd=PROJECT_ROOT,
-                                   env=stack.env(), stdout=log, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL, start_new_session=True,
-                                   preexec_fn=lower)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "prefect", *args],
+            cwd=PROJECT_ROOT,
+            env=stack.env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=lower,
+        )
     stack.pid_file(name).write_text(str(process.pid))
     return process.pid
 
@@ -144,30 +154,47 @@ def up(stack: Stack) -> int:
     stack.directory.mkdir(parents=True, exist_ok=True)
     (stack.directory / "home").mkdir(exist_ok=True)
     if running_stack(stack).port != stack.port:  # registering would go to another server
-        print(f"prefect-up: this stack's server runs on port {recorded_port(stack)}, not "
-              f"{stack.port}: set HETRIEVER_PREFECT_PORT={recorded_port(stack)}, or run "
-              "`make prefect-down` first", file=sys.stderr)
+        print(
+            f"prefect-up: this stack's server runs on port {recorded_port(stack)}, not "
+            f"{stack.port}: set HETRIEVER_PREFECT_PORT={recorded_port(stack)}, or run "
+            "`make prefect-down` first",
+            file=sys.stderr,
+        )
         return 1
     if running_pid(stack, "server") is None:
         if api_ready(stack):
-            print(f"prefect-up: port {stack.port} already has a Prefect API that this stack did "
-                  "not start; set HETRIEVER_PREFECT_PORT to another port", file=sys.stderr)
+            print(
+                f"prefect-up: port {stack.port} already has a Prefect API that this stack did "
+                "not start; set HETRIEVER_PREFECT_PORT to another port",
+                file=sys.stderr,
+            )
             return 1
-        start(stack, "server", ["server", "start", "--host", "127.0.0.1",
-                                "--port", str(stack.port)], low_priority=True)
+        start(
+            stack,
+            "server",
+            ["server", "start", "--host", "127.0.0.1", "--port", str(stack.port)],
+            low_priority=True,
+        )
         (stack.directory / "port").write_text(str(stack.port))
         print(f"server    starting on {stack.api_url} (log {stack.log_file('server')})")
-    wait_for(lambda: api_ready(stack), START_TIMEOUT_SECONDS, "the Prefect server",
-             stack.log_file("server"))
+    wait_for(
+        lambda: api_ready(stack),
+        START_TIMEOUT_SECONDS,
+        "the Prefect server",
+        stack.log_file("server"),
+    )
     print("server    ready")
     env = stack.env()
     saved = dict(os.environ)
     os.environ.update(env)  # the register helpers read the Prefect settings from here
     try:
-        from prefect.settings import temporary_settings, PREFECT_API_URL
+        from prefect.settings import PREFECT_API_URL, temporary_settings
 
-        from deployments.register import (crash_orphaned_runs, ensure_unresponsive_runs_crashed,
-                                          ensure_work_pool)
+        from deployments.register import (
+            crash_orphaned_runs,
+            ensure_unresponsive_runs_crashed,
+            ensure_work_pool,
+        )
 
         with temporary_settings({PREFECT_API_URL: stack.api_url}):
             created = ensure_work_pool(stack.pool)
@@ -178,8 +205,10 @@ def up(stack: Stack) -> int:
             crashed = crash_orphaned_runs(stack.pool) if idle else 0
         print(f"pool      {stack.pool} {'created' if created else 'exists'}")
         if crashed:
-            print(f"flow runs {crashed} in flight when the stack last stopped: marked Crashed, "
-                  "their concurrency slots freed")
+            print(
+                f"flow runs {crashed} in flight when the stack last stopped: marked Crashed, "
+                "their concurrency slots freed"
+            )
         code = deploy_all(quiet=True)
     finally:
         os.environ.clear()
@@ -193,8 +222,10 @@ def up(stack: Stack) -> int:
         print(f"worker    started on {stack.pool} (log {stack.log_file('worker')})")
     else:
         print("worker    already running")
-    print(f"\nPrefect UI: http://127.0.0.1:{stack.port}\n"
-          f"To run deployments from this shell:  export PREFECT_API_URL={stack.api_url}")
+    print(
+        f"\nPrefect UI: http://127.0.0.1:{stack.port}\n"
+        f"To run deployments from this shell:  export PREFECT_API_URL={stack.api_url}"
+    )
     return 0
 
 
@@ -259,8 +290,9 @@ def _flow_run_processes(stack: Stack) -> list[int]:
     found = []
     for entry in Path("/proc").glob("[0-9]*"):
         try:
-            if (b"prefect.engine" in (entry / "cmdline").read_bytes().split(b"\0")
-                    and marker in (entry / "environ").read_bytes().split(b"\0")):
+            if b"prefect.engine" in (entry / "cmdline").read_bytes().split(b"\0") and marker in (
+                entry / "environ"
+            ).read_bytes().split(b"\0"):
                 found.append(int(entry.name))
         except (OSError, ValueError):  # gone meanwhile, or not ours to read
             continue
@@ -285,11 +317,15 @@ def status(stack: Stack) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m deployments.stack",
-                                     description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m deployments.stack", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("action", choices=("up", "down", "status"))
-    parser.add_argument("--dir", type=Path, help="stack directory (default "
-                        ".hetriever/prefect-stack, or HETRIEVER_STACK_DIR)")
+    parser.add_argument(
+        "--dir",
+        type=Path,
+        help="stack directory (default .hetriever/prefect-stack, or HETRIEVER_STACK_DIR)",
+    )
     args = parser.parse_args(argv)
     stack = stack_from_env(args.dir)
     return {"up": up, "down": down, "status": status}[args.action](stack)

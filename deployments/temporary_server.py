@@ -29,8 +29,11 @@ from deployments.server_settings import niced, with_server_settings
 from hetriever.core.errors import HetrieverError
 
 # What Prefect's own temporary server sets (prefect.server.api.server.SubprocessASGIServer).
-TEMPORARY_SERVER_ENV = {"PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1",
-                        "PREFECT__SERVER_FINAL": "1"}
+TEMPORARY_SERVER_ENV = {
+    "PREFECT_UI_ENABLED": "0",
+    "PREFECT__SERVER_EPHEMERAL": "1",
+    "PREFECT__SERVER_FINAL": "1",
+}
 STOP_GRACE_SECONDS = 10.0
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
@@ -59,9 +62,23 @@ def free_port() -> int:
 def server_command(port: int) -> list[str]:
     import prefect
 
-    return [sys.executable, "-m", "uvicorn", "--app-dir", str(Path(prefect.__file__).parents[1]),
-            "--factory", "prefect.server.api.server:create_app", "--host", "127.0.0.1",
-            "--port", str(port), "--log-level", "error", "--lifespan", "on"]
+    return [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "--app-dir",
+        str(Path(prefect.__file__).parents[1]),
+        "--factory",
+        "prefect.server.api.server:create_app",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--log-level",
+        "error",
+        "--lifespan",
+        "on",
+    ]
 
 
 def make_prefect_home(home: str | Path | None = None) -> None:
@@ -98,10 +115,15 @@ def temporary_server(timeout: float = 120.0) -> Iterator[RunningServer]:
     carrying the end of its output."""
     port = free_port()
     with tempfile.TemporaryFile("w+") as output:
-        process = subprocess.Popen(server_command(port), env=server_env(),
-                                   stdin=subprocess.DEVNULL, stdout=output,
-                                   stderr=subprocess.STDOUT, start_new_session=True,
-                                   preexec_fn=_prepare_child if os.name == "posix" else None)
+        process = subprocess.Popen(
+            server_command(port),
+            env=server_env(),
+            stdin=subprocess.DEVNULL,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_prepare_child if os.name == "posix" else None,
+        )
         try:
             api_url = f"http://127.0.0.1:{port}/api"
             _wait_until_it_answers(process, api_url, timeout, output)
@@ -139,28 +161,35 @@ def send_what_is_queued() -> None:
     EventsWorker.drain_all(timeout=5)
 
 
-def _wait_until_it_answers(process: subprocess.Popen, api_url: str, timeout: float,
-                           output) -> None:
+def _wait_until_it_answers(process: subprocess.Popen, api_url: str, timeout: float, output) -> None:
     deadline = time.monotonic() + timeout
     while not api_answers(api_url, timeout=1.0):
         if process.poll() is not None or time.monotonic() >= deadline:
             output.seek(0)
             tail = "\n".join(last_messages(output.read()))
-            what = (f"exited with code {process.returncode}" if process.poll() is not None
-                    else f"did not answer within {timeout:.0f} s")
+            what = (
+                f"exited with code {process.returncode}"
+                if process.poll() is not None
+                else f"did not answer within {timeout:.0f} s"
+            )
             raise HetrieverError(
                 f"the temporary Prefect server {what}" + (f":\n{tail}" if tail else ""),
                 hint="set PREFECT_API_URL to a running server (`make prefect-up`), raise "
-                     "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS, or use --engine local")
+                "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS, or use --engine local",
+            )
         time.sleep(0.2)
 
 
 def last_messages(output: str, count: int = 3) -> list[str]:
     """The last `count` lines of a server's output that are messages, not traceback frames
     (the exception's own line, uvicorn's "Application startup failed")."""
-    lines = [line.strip() for line in output.splitlines()
-             if line.strip() and not line[0].isspace()
-             and not line.startswith(("Traceback", "The above exception", "During handling"))]
+    lines = [
+        line.strip()
+        for line in output.splitlines()
+        if line.strip()
+        and not line[0].isspace()
+        and not line.startswith(("Traceback", "The above exception", "During handling"))
+    ]
     return lines[-count:]
 
 

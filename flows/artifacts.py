@@ -16,9 +16,9 @@ from collections import Counter
 from prefect.artifacts import acreate_markdown_artifact
 from prefect.utilities.urls import url_for
 
+from hetriever.core.models import IndexResult, SkippedFile
 from hetriever.core.redact import redact_text
 from hetriever.core.terminal import terminal_safe
-from hetriever.core.models import IndexResult, SkippedFile
 
 LIST_LIMIT = 500  # files listed in the skipped-files artifact
 
@@ -56,15 +56,21 @@ def skip_reason_kind(reason: str) -> str:
 def failures_section(failed: list[SkippedFile]) -> list[str]:
     if not failed:
         return []
-    lines = [f"## {len(failed)} file(s) FAILED", "",
-             "They keep their previous chunks; the commit was not recorded, so the next run "
-             "tries them again.", "", "| file | error |", "|---|---|"]
+    lines = [
+        f"## {len(failed)} file(s) FAILED",
+        "",
+        "They keep their previous chunks; the commit was not recorded, so the next run "
+        "tries them again.",
+        "",
+        "| file | error |",
+        "|---|---|",
+    ]
     lines += [f"| {_code(f.path)} | {_cell(f.reason)} |" for f in failed]
     return lines + [""]
 
 
 def upstream_text(waiting: dict | None) -> str:
-    """"origin/main at a1b2c3d4e5f6: behind by 3 commits" (the followed remote branch as of
+    """ "origin/main at a1b2c3d4e5f6: behind by 3 commits" (the followed remote branch as of
     the run's last fetch), or why it is unknown; "" with no remote."""
     if not waiting or not waiting.get("upstream_ref"):
         return ""
@@ -72,17 +78,20 @@ def upstream_text(waiting: dict | None) -> str:
     behind = waiting.get("behind_upstream")
     if behind is None:
         return f"{ref}: unknown ({waiting.get('upstream_error', '')})"
-    return f"{ref} at {head}: " + ("up to date" if behind == 0 else
-                                   f"behind by {behind} commit{'s' if behind != 1 else ''}")
+    return f"{ref} at {head}: " + (
+        "up to date" if behind == 0 else f"behind by {behind} commit{'s' if behind != 1 else ''}"
+    )
 
 
 def counts_section(result: IndexResult, waiting: dict | None = None) -> list[str]:
     rows = [
         ("mode", result.mode),
         ("commit", f"{(result.old_commit or '-')[:12]} -> {result.new_commit[:12]}"),
-        ("files added / modified / deleted / renamed",
-         f"{result.files_added} / {result.files_modified} / {result.files_deleted} / "
-         f"{result.files_renamed}"),
+        (
+            "files added / modified / deleted / renamed",
+            f"{result.files_added} / {result.files_modified} / {result.files_deleted} / "
+            f"{result.files_renamed}",
+        ),
         ("pages re-indexed because an included snippet changed", result.files_include_dependent),
         ("files re-checked because a publish or expiry date passed", result.files_republished),
         ("files indexed", result.files_indexed),
@@ -96,8 +105,14 @@ def counts_section(result: IndexResult, waiting: dict | None = None) -> list[str
         ("commit recorded", result.completed),
         *([("upstream", upstream_text(waiting))] if upstream_text(waiting) else []),
     ]
-    return ["## This run", "", "| | |", "|---|---|",
-            *[f"| {name} | {_cell(value)} |" for name, value in rows], ""]
+    return [
+        "## This run",
+        "",
+        "| | |",
+        "|---|---|",
+        *[f"| {name} | {_cell(value)} |" for name, value in rows],
+        "",
+    ]
 
 
 def skips_section(skipped: list[SkippedFile], key: str) -> list[str]:
@@ -112,9 +127,12 @@ def skips_section(skipped: list[SkippedFile], key: str) -> list[str]:
 def history_section(runs: list[dict]) -> list[str]:
     if not runs:
         return []
-    lines = ["## Recent runs", "",
-             "| started | mode | commit | outcome | embedded | reused | deleted | failed | seconds |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "## Recent runs",
+        "",
+        "| started | mode | commit | outcome | embedded | reused | deleted | failed | seconds |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for run in runs:
         c = run.get("counts", {})
         lines.append(
@@ -122,38 +140,59 @@ def history_section(runs: list[dict]) -> list[str]:
             f"{_cell(run['outcome'] + (': ' + run['error'] if run.get('error') else ''))} | "
             f"{c.get('chunks_written', '')} | {c.get('chunks_reused', '')} | "
             f"{c.get('chunks_deleted', '')} | {c.get('files_failed', '')} | "
-            f"{round(c['total_seconds'], 1) if 'total_seconds' in c else ''} |")
+            f"{round(c['total_seconds'], 1) if 'total_seconds' in c else ''} |"
+        )
     return lines + [""]
 
 
-def repository_markdown(result: IndexResult, runs: list[dict],
-                        waiting: dict | None = None) -> str:
+def repository_markdown(result: IndexResult, runs: list[dict], waiting: dict | None = None) -> str:
     key = artifact_key(result.repository)
     status = "FAILED" if result.failed or not result.completed else "ok"
-    return "\n".join([f"# Ingest of {result.repository}: {status}", "",
-                      *failures_section(result.failed), *counts_section(result, waiting),
-                      *skips_section(result.skipped, key), *history_section(runs)])
+    return "\n".join(
+        [
+            f"# Ingest of {result.repository}: {status}",
+            "",
+            *failures_section(result.failed),
+            *counts_section(result, waiting),
+            *skips_section(result.skipped, key),
+            *history_section(runs),
+        ]
+    )
 
 
 def skipped_markdown(result: IndexResult) -> str:
     shown = sorted(result.skipped, key=lambda s: (skip_reason_kind(s.reason), s.path))
     lines = [f"| {_code(s.path)} | {_cell(s.reason)} |" for s in shown[:LIST_LIMIT]]
     more = len(shown) - len(lines)
-    return "\n".join([f"# Skipped files in {result.repository}", "", "| file | reason |",
-                      "|---|---|", *lines, *([f"\n…and {more} more"] if more > 0 else [])])
+    return "\n".join(
+        [
+            f"# Skipped files in {result.repository}",
+            "",
+            "| file | reason |",
+            "|---|---|",
+            *lines,
+            *([f"\n…and {more} more"] if more > 0 else []),
+        ]
+    )
 
 
-async def publish_repository(result: IndexResult, runs: list[dict],
-                             waiting: dict | None = None) -> None:
+async def publish_repository(
+    result: IndexResult, runs: list[dict], waiting: dict | None = None
+) -> None:
     if result.mode == "noop":
         return  # keep the last real run's page; the flow run's own log says "up to date"
     key = artifact_key(result.repository)
-    await acreate_markdown_artifact(key=key, markdown=repository_markdown(result, runs, waiting),
-                                    description=f"Ingest of {result.repository}")
+    await acreate_markdown_artifact(
+        key=key,
+        markdown=repository_markdown(result, runs, waiting),
+        description=f"Ingest of {result.repository}",
+    )
     if result.skipped:
         await acreate_markdown_artifact(
-            key=key + "-skipped", markdown=skipped_markdown(result),
-            description=f"Files of {result.repository} that were not indexed, with reasons")
+            key=key + "-skipped",
+            markdown=skipped_markdown(result),
+            description=f"Files of {result.repository} that were not indexed, with reasons",
+        )
 
 
 def report_cell(outcome: dict) -> str:
@@ -172,15 +211,20 @@ def summary_markdown(outcomes: list[dict]) -> str:
     """The parent run's summary: failed repositories first, with the whole error; each row
     links the repository's run, whose artifacts tab holds its page (`report_cell`)."""
     ordered = sorted(outcomes, key=lambda o: o["ok"])
-    lines = ["| repository | result | mode | indexed | skipped | failed | embedded | reused "
-             "| deleted | upstream | report |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| repository | result | mode | indexed | skipped | failed | embedded | reused "
+        "| deleted | upstream | report |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for o in ordered:
         # the error after the repository's name, once (a git error names it already)
         error = str(o.get("error", "")).removeprefix(f"{o['repository']}: ")
         result = "ok" if o["ok"] else "FAILED: " + _cell(f"{o['repository']}: {error}")
-        lines.append(f"| {o['repository']} | {result} | {o.get('mode', '')} "
-                     f"| {o.get('files_indexed', '')} | {len(o.get('skipped', []))} "
-                     f"| {len(o.get('failed', []))} | {o.get('chunks_written', '')} "
-                     f"| {o.get('chunks_reused', '')} | {o.get('chunks_deleted', '')} "
-                     f"| {_cell(upstream_text(o))} | {report_cell(o)} |")
+        lines.append(
+            f"| {o['repository']} | {result} | {o.get('mode', '')} "
+            f"| {o.get('files_indexed', '')} | {len(o.get('skipped', []))} "
+            f"| {len(o.get('failed', []))} | {o.get('chunks_written', '')} "
+            f"| {o.get('chunks_reused', '')} | {o.get('chunks_deleted', '')} "
+            f"| {_cell(upstream_text(o))} | {report_cell(o)} |"
+        )
     return "\n".join(lines)

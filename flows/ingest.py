@@ -33,7 +33,6 @@ from hetriever.store.knowledge_store import get_knowledge_store
 from tasks.discover import discover_task
 from tasks.process import map_with_tasks
 
-
 # One thread: the per-file work (parse, clean, chunk) holds the GIL, so a second thread does
 # not finish the fan-out sooner; it only contends with the flow's event loop, the writer and
 # Prefect's own threads. Full hugo-docs ingests through the flow (bench/README.md): one
@@ -41,12 +40,16 @@ from tasks.process import map_with_tasks
 # seconds) holds the next files back meanwhile.
 DEFAULT_THREADS = 1
 # "dask" without an address: a local cluster of two one-thread worker processes.
-LOCAL_CLUSTER: dict[str, Any] = {"n_workers": 2, "threads_per_worker": 1, "processes": True,
-                                 "dashboard_address": None}
+LOCAL_CLUSTER: dict[str, Any] = {
+    "n_workers": 2,
+    "threads_per_worker": 1,
+    "processes": True,
+    "dashboard_address": None,
+}
 
 
 def make_task_runner(spec: str):
-    """"threads" (default), "threads:8", "dask" (a local cluster) or "dask:tcp://host:8786"."""
+    """ "threads" (default), "threads:8", "dask" (a local cluster) or "dask:tcp://host:8786"."""
     kind, _, arg = spec.partition(":")
     if kind == "threads":
         return ThreadPoolTaskRunner(max_workers=int(arg) if arg else DEFAULT_THREADS)
@@ -56,8 +59,10 @@ def make_task_runner(spec: str):
         if arg:
             return DaskTaskRunner(address=f"{arg}" if "://" in spec else arg)
         return DaskTaskRunner(cluster_kwargs=LOCAL_CLUSTER)
-    raise SourceError(f"unknown task runner {spec!r}",
-                      hint='use "threads", "threads:N", "dask" or "dask:tcp://host:port"')
+    raise SourceError(
+        f"unknown task runner {spec!r}",
+        hint='use "threads", "threads:N", "dask" or "dask:tcp://host:port"',
+    )
 
 
 @asynccontextmanager
@@ -92,10 +97,13 @@ def cluster_embedder(settings: Settings):
 
 
 @flow(name="index-repository", flow_run_name="index-{repo.name}", log_prints=True)
-async def index_repository_flow(repo: Repository, settings: Settings,
-                                force_full: bool = False,
-                                parent_run_id: str | None = None,
-                                parent_run_name: str = "") -> RepositoryOutcome | State:
+async def index_repository_flow(
+    repo: Repository,
+    settings: Settings,
+    force_full: bool = False,
+    parent_run_id: str | None = None,
+    parent_run_name: str = "",
+) -> RepositoryOutcome | State:
     """One repository: `index_one` with a task run per file, then its artifacts; its
     progress also goes to the log of the parent run `parent_run_id` (what --watch shows)."""
     watch = ParentProgress(parent_run_id, parent_run_name) if parent_run_id else None
@@ -110,9 +118,15 @@ async def index_repository_flow(repo: Repository, settings: Settings,
 
     try:
         with prefect_run_logging(settings.log_level, settings.log_format):
-            outcome = await one_ingest.index_one(repo, store, settings, force_full=force_full,
-                                                 map_files=map_with_tasks, on_progress=watch,
-                                                 release=release)
+            outcome = await one_ingest.index_one(
+                repo,
+                store,
+                settings,
+                force_full=force_full,
+                map_files=map_with_tasks,
+                on_progress=watch,
+                release=release,
+            )
     except BaseException:  # a cancelled run: its cluster's clients closed all the same
         release()
         raise
@@ -122,8 +136,9 @@ async def index_repository_flow(repo: Repository, settings: Settings,
         waiting = outcome.upstream.to_dict() if outcome.upstream else None
         await publish_repository(result, runs, waiting)
         if result.mode == "noop":
-            get_run_logger().info("%s: commit %s already indexed, nothing to do", repo.name,
-                                  result.new_commit[:12])
+            get_run_logger().info(
+                "%s: commit %s already indexed, nothing to do", repo.name, result.new_commit[:12]
+            )
     if not outcome.ok:
         # A run with failed files did not record its commit: the next run retries them.
         return Failed(message=f"{repo.name}: {outcome.error}", data=outcome)
@@ -159,51 +174,78 @@ async def ingest(
     worker's environment, with `batch_size` and `allow_mass_delete` over them.
     """
     if settings is None:
-        settings = load_settings(batch_size=batch_size,
-                                 allow_mass_delete=True if allow_mass_delete else None)
+        settings = load_settings(
+            batch_size=batch_size, allow_mass_delete=True if allow_mass_delete else None
+        )
     with prefect_run_logging(settings.log_level, settings.log_format):
-        return await _ingest(settings, repositories, force_full,
-                             task_runner or settings.task_runner, fetch, ref)
+        return await _ingest(
+            settings, repositories, force_full, task_runner or settings.task_runner, fetch, ref
+        )
 
 
-async def _ingest(settings: Settings, repositories: list[str] | None, force_full: bool,
-                  task_runner: str, fetch: bool, ref: str | None):
+async def _ingest(
+    settings: Settings,
+    repositories: list[str] | None,
+    force_full: bool,
+    task_runner: str,
+    fetch: bool,
+    ref: str | None,
+):
     logger = get_run_logger()
     context = FlowRunContext.get()
     parent = context.flow_run if context else None
     parent_run_id, parent_run_name = (str(parent.id), parent.name) if parent else (None, "")
     repos = select_repositories(discover_task(settings), repositories)
-    logger.info("ingest: %d %s (%s)", len(repos), "repository" if len(repos) == 1
-                else "repositories", ", ".join(r.name for r in repos))
+    logger.info(
+        "ingest: %d %s (%s)",
+        len(repos),
+        "repository" if len(repos) == 1 else "repositories",
+        ", ".join(r.name for r in repos),
+    )
 
     async with task_runners(task_runner) as runner_for:
+
         async def as_subflow(repo: Repository) -> RepositoryOutcome:
             state = await index_repository_flow.with_options(task_runner=runner_for())(
-                repo, settings, force_full, parent_run_id, parent_run_name, return_state=True)
+                repo, settings, force_full, parent_run_id, parent_run_name, return_state=True
+            )
             data = await state.aresult(raise_on_failure=False)
             if not isinstance(data, RepositoryOutcome):  # the subflow itself broke
-                raise data if isinstance(data, BaseException) else RuntimeError(
-                    state.message or str(data))
+                raise (
+                    data
+                    if isinstance(data, BaseException)
+                    else RuntimeError(state.message or str(data))
+                )
             # the repository's run, where its page is: the summary links it
             run_id = state.state_details.flow_run_id
             return one_ingest.with_run(data, str(run_id) if run_id else "")
 
         outcomes = await one_ingest.ingest_repositories(
-            repos, get_knowledge_store(settings), settings, force_full=force_full, fetch=fetch,
-            ref=ref, index_step=as_subflow)
+            repos,
+            get_knowledge_store(settings),
+            settings,
+            force_full=force_full,
+            fetch=fetch,
+            ref=ref,
+            index_step=as_subflow,
+        )
 
     summary = one_ingest.summary_of(outcomes)
     rows = summary["repositories"]
-    await acreate_markdown_artifact(key="ingest-summary", markdown=summary_markdown(rows),
-                                    description="Ingest run summary")
+    await acreate_markdown_artifact(
+        key="ingest-summary", markdown=summary_markdown(rows), description="Ingest run summary"
+    )
     if summary["failed"]:
-        return Failed(message=f"{summary['failed']} of {len(rows)} repositories failed",
-                      data=summary)
+        return Failed(
+            message=f"{summary['failed']} of {len(rows)} repositories failed", data=summary
+        )
     changed = [o for o in outcomes if o.mode not in ("", "noop", "refused")]
     refused = [o.repository for o in outcomes if o.mode == "refused"]
     done = [f"{len(changed)} updated"] if changed else []
     if refused:  # not updated, and not up to date with its remote either
         done.append(f"{len(refused)} refused a commit that moves back: {', '.join(refused)}")
     counted = f"{len(rows) - len(refused)} of {len(rows)}" if refused else f"{len(rows)}"
-    return Completed(message=f"{counted} repositories up to date"
-                             + (f" ({'; '.join(done)})" if done else ""), data=summary)
+    return Completed(
+        message=f"{counted} repositories up to date" + (f" ({'; '.join(done)})" if done else ""),
+        data=summary,
+    )

@@ -13,10 +13,10 @@ from prefect.artifacts import acreate_table_artifact
 from prefect.states import Completed, Failed
 
 from flows.run_logs import prefect_run_logging
-from hetriever.core.logs import watch_safe
 from hetriever.core.config import load_settings
-from hetriever.discover.repositories import select_repositories
 from hetriever.core.errors import HetrieverError
+from hetriever.core.logs import watch_safe
+from hetriever.discover.repositories import select_repositories
 from hetriever.index.lifecycle import migrate_repository
 from hetriever.store.knowledge_store import get_knowledge_store
 from tasks.discover import discover_task
@@ -39,20 +39,29 @@ async def migrate(repositories: list[str] | None = None, force: bool = False):
                 rows.append({"repository": repo.name, "result": f"FAILED: {exc}"})
                 continue
             index = report.index
-            rows.append({
-                "repository": repo.name,
-                "result": (f"{report.old_collection} -> {report.new_collection}"
-                           if report.migrated else report.reason),
-                "chunks embedded": index.chunks_written if index else 0,
-                "old chunks dropped": report.dropped_chunks,
-                "seconds": round(index.total_seconds, 1) if index else 0,
-            })
+            rows.append(
+                {
+                    "repository": repo.name,
+                    "result": (
+                        f"{report.old_collection} -> {report.new_collection}"
+                        if report.migrated
+                        else report.reason
+                    ),
+                    "chunks embedded": index.chunks_written if index else 0,
+                    "old chunks dropped": report.dropped_chunks,
+                    "seconds": round(index.total_seconds, 1) if index else 0,
+                }
+            )
             logger.info("%s: %s", repo.name, rows[-1]["result"])
     rows.sort(key=lambda r: not str(r["result"]).startswith("FAILED"))
-    await acreate_table_artifact(key="migrate", table=rows,
-                                 description="Rebuilt collections (failures first)")
+    await acreate_table_artifact(
+        key="migrate", table=rows, description="Rebuilt collections (failures first)"
+    )
     failed = [r for r in rows if str(r["result"]).startswith("FAILED")]
     if failed:
         return Failed(message=f"{len(failed)} of {len(rows)} repositories failed", data=rows)
-    return Completed(message=f"{sum(r.get('chunks embedded', 0) > 0 for r in rows)} of "
-                             f"{len(rows)} repositories rebuilt", data=rows)
+    return Completed(
+        message=f"{sum(r.get('chunks embedded', 0) > 0 for r in rows)} of "
+        f"{len(rows)} repositories rebuilt",
+        data=rows,
+    )

@@ -61,24 +61,31 @@ def passage(match: Any, limit: int = PASSAGE_CHARS) -> str:
 
 def scores(match: Any) -> str:
     parts = [f"score {match.score:.2f} ({match.source})"]
-    parts += [f"{name} {value:.2f}" for name, value in (("dense", match.dense_score),
-                                                        ("BM25", match.bm25_score))
-              if value is not None]
+    parts += [
+        f"{name} {value:.2f}"
+        for name, value in (("dense", match.dense_score), ("BM25", match.bm25_score))
+        if value is not None
+    ]
     return ", ".join(parts)
 
 
 def results_markdown(result: Any, links: list[str]) -> str:
     """The `query-results` artifact."""
-    lines = [f"# Results for {markdown_text(result.query[:200])}", "",
-             f"{result.total_results} results ({markdown_text(result.mode)}, "
-             f"{result.search_time_ms:.1f} ms)", ""]
+    lines = [
+        f"# Results for {markdown_text(result.query[:200])}",
+        "",
+        f"{result.total_results} results ({markdown_text(result.mode)}, "
+        f"{result.search_time_ms:.1f} ms)",
+        "",
+    ]
     for i, (match, link) in enumerate(zip(result.matches, links), start=1):
         meta = match.metadata
         title = markdown_text(meta.get("title", "") or meta.get("url", ""))
         target = link_target(anchored(link, meta))
         lines.append(f"## {i}. [{title}]({target})" if target else f"## {i}. {title}")
         where = markdown_text(meta.get("repository", "")) + (
-            "" if target else f" {markdown_text(link)}")
+            "" if target else f" {markdown_text(link)}"
+        )
         lines += ["", f"{where} · {scores(match)}", ""]
         if meta.get("heading_context"):
             lines += [f"Section: {markdown_text(meta['heading_context'])}", ""]
@@ -96,6 +103,7 @@ def result_lines(result: Any, links: list[str], limit: int = LOGGED) -> list[str
         heading = f" > {meta['heading_context']}" if meta.get("heading_context") else ""
         title = " ".join(f"{meta.get('title', '')}{heading}".split())
         # --watch prints these on a terminal, as Rich markup: docs text shown, never obeyed
-        lines.append(watch_safe(terminal_safe(
-            f"{i}. {title}  {match.score:.2f}  {anchored(link, meta)}")))
+        lines.append(
+            watch_safe(terminal_safe(f"{i}. {title}  {match.score:.2f}  {anchored(link, meta)}"))
+        )
     return lines

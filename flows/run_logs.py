@@ -23,8 +23,8 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 import structlog
 
@@ -72,13 +72,16 @@ class ParentProgress:
     then every `every` seconds (`on_progress` of `index_repository`, which the run's
     heartbeat calls in a quiet spell too)."""
 
-    def __init__(self, parent_run_id: str, parent_run_name: str = "",
-                 every: float = LOG_EVERY) -> None:
+    def __init__(
+        self, parent_run_id: str, parent_run_name: str = "", every: float = LOG_EVERY
+    ) -> None:
         from prefect.logging.loggers import flow_run_logger
 
-        self.logger = flow_run_logger(flow_run_id=uuid.UUID(parent_run_id),
-                                      flow_run_name=parent_run_name or "<unknown>",
-                                      flow_name="ingest")
+        self.logger = flow_run_logger(
+            flow_run_id=uuid.UUID(parent_run_id),
+            flow_run_name=parent_run_name or "<unknown>",
+            flow_name="ingest",
+        )
         self.every = every
         self.last: float | None = None
 

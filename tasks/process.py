@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+from collections.abc import AsyncIterator, Callable, Iterable
 from functools import partial
-from typing import Any, AsyncIterator, Callable, Iterable
+from typing import Any
 
 from prefect import task
 from prefect.cache_policies import NONE
@@ -15,21 +16,30 @@ from prefect.utilities.annotations import quote
 
 from hetriever.core.config import Settings
 from hetriever.discover.git_objects import SkipFile
-from hetriever.index.process import FileOutcome, IncludeResolver, process_file
-from hetriever.index.indexing import FileWork
 from hetriever.discover.repositories import Repository
-from hetriever.index.file_retry import failed_outcome
-from hetriever.index.file_retry import RETRIES, RETRY_DELAYS, RETRY_JITTER
+from hetriever.index.file_retry import RETRIES, RETRY_DELAYS, RETRY_JITTER, failed_outcome
+from hetriever.index.indexing import FileWork
+from hetriever.index.process import FileOutcome, IncludeResolver, process_file
 from tasks.retry import retry_transient
 
 
-
-@task(name="process-file", task_run_name="process-{path}", cache_policy=NONE,
-      retries=RETRIES, retry_delay_seconds=RETRY_DELAYS, retry_jitter_factor=RETRY_JITTER,
-      retry_condition_fn=retry_transient)
-def process_file_task(repo: Repository, path: str, commit: str, settings: Settings,
-                      text: str | SkipFile | None = None,
-                      resolver: IncludeResolver | None = None) -> FileOutcome:
+@task(
+    name="process-file",
+    task_run_name="process-{path}",
+    cache_policy=NONE,
+    retries=RETRIES,
+    retry_delay_seconds=RETRY_DELAYS,
+    retry_jitter_factor=RETRY_JITTER,
+    retry_condition_fn=retry_transient,
+)
+def process_file_task(
+    repo: Repository,
+    path: str,
+    commit: str,
+    settings: Settings,
+    text: str | SkipFile | None = None,
+    resolver: IncludeResolver | None = None,
+) -> FileOutcome:
     """`text` (read by the run in one batch) and `resolver` (one include cache for the run)
     are optional: without them the task reads the file itself."""
     return process_file(repo, path, commit, settings, text=text, resolver=resolver)
@@ -48,8 +58,9 @@ async def _returned(future: Any) -> FileOutcome:
     return await future.state.aresult()
 
 
-async def map_with_tasks(files: Iterable[tuple[str, str | SkipFile]],
-                         work: FileWork) -> AsyncIterator[FileOutcome]:
+async def map_with_tasks(
+    files: Iterable[tuple[str, str | SkipFile]], work: FileWork
+) -> AsyncIterator[FileOutcome]:
     """The per-file step of `index_repository` as one task run per file (visible in the UI,
     retried on transient errors); a file out of retries comes back as a failed outcome.
 
@@ -68,8 +79,9 @@ async def map_with_tasks(files: Iterable[tuple[str, str | SkipFile]],
     # task run looking for futures; these hold none. Only for in-process thread runners: a
     # quote pickled to a Dask worker arrives as a plain tuple.
     runner = getattr(FlowRunContext.get(), "task_runner", None)
-    wrap: Callable[[Any], Any] = (quote if isinstance(runner, ThreadPoolTaskRunner)
-                                  else (lambda value: value))
+    wrap: Callable[[Any], Any] = (
+        quote if isinstance(runner, ThreadPoolTaskRunner) else (lambda value: value)
+    )
     repo, settings, resolver = wrap(work.repo), wrap(work.settings), wrap(work.resolver)
     # A context of its own: the client context is set there, not in the caller's (an async
     # generator may be closed from another task, where resetting a context variable fails).
@@ -79,9 +91,15 @@ async def map_with_tasks(files: Iterable[tuple[str, str | SkipFile]],
     try:
         paths = {}
         for path, text in files:
-            future = submitting.run(process_file_task.submit, repo, path, work.commit,
-                                    settings, text=wrap(text),
-                                    resolver=resolver)
+            future = submitting.run(
+                process_file_task.submit,
+                repo,
+                path,
+                work.commit,
+                settings,
+                text=wrap(text),
+                resolver=resolver,
+            )
             paths[future] = path
             future.add_done_callback(partial(_hand_over, loop, finished))
         for _ in range(len(paths)):

@@ -42,8 +42,12 @@ class DeliveryStore:
     waits at most `busy_timeout` seconds for the catalog (then `CatalogBusy`); the table is
     made on first use, so the service starts while another process holds the lock."""
 
-    def __init__(self, path: Path, retention_seconds: float = DELIVERY_RETENTION_SECONDS,
-                 busy_timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        path: Path,
+        retention_seconds: float = DELIVERY_RETENTION_SECONDS,
+        busy_timeout: float = 30.0,
+    ) -> None:
         self.path = path
         self.retention = retention_seconds
         self.busy_timeout = busy_timeout
@@ -85,21 +89,29 @@ class DeliveryStore:
         another id."""
         now = time.time()
         with self._db() as db:
-            db.execute("DELETE FROM webhook_deliveries WHERE received_at < ?",
-                       (now - self.retention,))
-            if body_digest is not None and db.execute(
-                    "SELECT 1 FROM webhook_deliveries WHERE body_digest = ?",
-                    (body_digest,)).fetchone():
+            db.execute(
+                "DELETE FROM webhook_deliveries WHERE received_at < ?", (now - self.retention,)
+            )
+            if (
+                body_digest is not None
+                and db.execute(
+                    "SELECT 1 FROM webhook_deliveries WHERE body_digest = ?", (body_digest,)
+                ).fetchone()
+            ):
                 return False
             cur = db.execute(
                 "INSERT OR IGNORE INTO webhook_deliveries (delivery_id, received_at, repository,"
-                " body_digest) VALUES (?, ?, ?, ?)", (delivery_id, now, repository, body_digest))
+                " body_digest) VALUES (?, ?, ?, ?)",
+                (delivery_id, now, repository, body_digest),
+            )
             return cur.rowcount == 1
 
     def complete(self, delivery_id: str, flow_run_id: str) -> None:
         with self._db() as db:
-            db.execute("UPDATE webhook_deliveries SET flow_run_id = ? WHERE delivery_id = ?",
-                       (flow_run_id, delivery_id))
+            db.execute(
+                "UPDATE webhook_deliveries SET flow_run_id = ? WHERE delivery_id = ?",
+                (flow_run_id, delivery_id),
+            )
 
     def release(self, delivery_id: str) -> None:
         """Forget a claimed id whose run could not be started, so a redelivery is honoured."""
@@ -113,7 +125,8 @@ class DeliveryStore:
                 "SELECT delivery_id, received_at, repository, flow_run_id"
                 " FROM webhook_deliveries WHERE delivery_id = ? OR body_digest = ?"
                 " ORDER BY delivery_id = ? DESC LIMIT 1",
-                (delivery_id, body_digest, delivery_id)).fetchone()
+                (delivery_id, body_digest, delivery_id),
+            ).fetchone()
         if row is None:
             return None
         return dict(zip(("delivery_id", "received_at", "repository", "flow_run_id"), row))

@@ -77,6 +77,7 @@ class DeliveryQueue:
         return len(list(self.directory.glob("*.json"))) if self.directory.is_dir() else 0
 
 
-def queued_now(delivery: str, repository: str, branch: str, commit: str,
-               body_digest: str) -> QueuedDelivery:
+def queued_now(
+    delivery: str, repository: str, branch: str, commit: str, body_digest: str
+) -> QueuedDelivery:
     return QueuedDelivery(delivery, repository, branch, commit, body_digest, time.time())

@@ -42,12 +42,12 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from hetriever.core.redact import redact_text
-from hetriever.store.catalog_schema import CATALOG_FILE
 from hetriever.core.config import Settings, WebhookSettings, load_settings
 from hetriever.core.errors import ConfigurationError
 from hetriever.core.logs import get_logger
 from hetriever.core.names import repository_name
+from hetriever.core.redact import redact_text
+from hetriever.store.catalog_schema import CATALOG_FILE
 from webhooks.deliveries import CatalogBusy, DeliveryStore
 from webhooks.queue import DeliveryQueue, QueuedDelivery, queued_now
 
@@ -109,12 +109,13 @@ class WebhookConfig:
         if not 0 < self.catalog_timeout <= 5:
             raise ConfigurationError(
                 "HETRIEVER_WEBHOOK_CATALOG_TIMEOUT must be more than 0 and at most 5 seconds",
-                hint="GitHub waits 10 s for an answer, Prefect's call included")
+                hint="GitHub waits 10 s for an answer, Prefect's call included",
+            )
         if len(self.secret) < MIN_SECRET_LENGTH:
             raise ConfigurationError(
                 f"the webhook secret is shorter than {MIN_SECRET_LENGTH} characters",
                 hint=f"set {ENV_SECRET} to the secret configured on the GitHub webhook "
-                     "(e.g. `python -c 'import secrets; print(secrets.token_hex(32))'`)",
+                "(e.g. `python -c 'import secrets; print(secrets.token_hex(32))'`)",
             )
         if self.max_body < 1:
             raise ConfigurationError(f"{ENV_MAX_BODY} must be a positive number of bytes")
@@ -127,7 +128,7 @@ class WebhookConfig:
             raise ConfigurationError(
                 "PREFECT_API_URL is not set",
                 hint="point it at the Prefect server's API, e.g. http://127.0.0.1:4200/api; "
-                     "the webhook service never starts a temporary Prefect server of its own",
+                "the webhook service never starts a temporary Prefect server of its own",
             )
 
     @classmethod
@@ -135,7 +136,9 @@ class WebhookConfig:
         return cls.from_settings(load_settings(env), env)
 
     @classmethod
-    def from_settings(cls, settings: Settings, env: Mapping[str, str] | None = None) -> WebhookConfig:
+    def from_settings(
+        cls, settings: Settings, env: Mapping[str, str] | None = None
+    ) -> WebhookConfig:
         """The service's configuration from `settings.webhook` (HETRIEVER_WEBHOOK_*)."""
         env = os.environ if env is None else env
         hook = settings.webhook
@@ -144,8 +147,9 @@ class WebhookConfig:
             try:
                 secret = hook.secret_file.read_text(encoding="utf-8").strip()
             except OSError as exc:
-                raise ConfigurationError(f"{ENV_SECRET_FILE} cannot be read: {exc}",
-                                         hint="point it at a readable file") from None
+                raise ConfigurationError(
+                    f"{ENV_SECRET_FILE} cannot be read: {exc}", hint="point it at a readable file"
+                ) from None
         if not secret:
             raise ConfigurationError(
                 f"{ENV_SECRET} (or {ENV_SECRET_FILE}) is not set",
@@ -246,8 +250,13 @@ def _route_push(config: WebhookConfig, payload: dict[str, Any]) -> tuple[str, st
     repo = payload.get("repository")
     if not isinstance(repo, dict):
         raise _error(400, "push payload has no repository object")
-    candidates = [repo.get("full_name"), repo.get("clone_url"), repo.get("ssh_url"),
-                  repo.get("html_url"), repo.get("git_url")]
+    candidates = [
+        repo.get("full_name"),
+        repo.get("clone_url"),
+        repo.get("ssh_url"),
+        repo.get("html_url"),
+        repo.get("git_url"),
+    ]
     names = [normalise_github_repo(c) for c in candidates if isinstance(c, str) and c]
     route = next((config.repos[n] for n in names if n in config.repos), None)
     full_name = repo.get("full_name") or (names[0] if names else "?")
@@ -274,8 +283,9 @@ class PrefectUnavailable(Exception):
     """Prefect could not create the flow run; the delivery may be retried later."""
 
 
-async def start_ingest(config: WebhookConfig, repository: str, branch: str,
-                       delivery_id: str) -> str:
+async def start_ingest(
+    config: WebhookConfig, repository: str, branch: str, delivery_id: str
+) -> str:
     """Schedule one ingest run of `repository` at the head of `branch` as the run fetches it
     (not the pushed commit: see the module's docstring); return the flow run id."""
     from prefect.client.orchestration import get_client
@@ -290,8 +300,11 @@ async def start_ingest(config: WebhookConfig, repository: str, branch: str,
                     flow_run = await arun_deployment(
                         name=config.deployment,
                         client=client,
-                        parameters={"repositories": [repository], "fetch": True,
-                                    "ref": f"refs/heads/{branch}"},
+                        parameters={
+                            "repositories": [repository],
+                            "fetch": True,
+                            "ref": f"refs/heads/{branch}",
+                        },
                         timeout=0,
                         # Prefect dedupes too: a retry after a lost response reuses the run.
                         idempotency_key=f"github-delivery-{delivery_id}",
@@ -317,8 +330,10 @@ async def start_ingest(config: WebhookConfig, repository: str, branch: str,
 
 def create_app(config: WebhookConfig) -> Starlette:
     """The webhook service as an ASGI app (`serve()` runs it with uvicorn)."""
-    store = DeliveryStore(config.state_dir / CATALOG_FILE,  # a table of the catalog file
-                          busy_timeout=config.catalog_timeout)
+    store = DeliveryStore(
+        config.state_dir / CATALOG_FILE,  # a table of the catalog file
+        busy_timeout=config.catalog_timeout,
+    )
     queue = DeliveryQueue(config.state_dir)
 
     async def off_loop(fn: Any, *args: Any) -> Any:
@@ -336,13 +351,21 @@ def create_app(config: WebhookConfig) -> Starlette:
         except _Reject as rej:
             status, body = rej.status, rej.body
         except ClientDisconnect:  # gone mid-body, or its body did not arrive in time
-            status, body = 400, {"status": "error", "error": "the client disconnected "
-                                                             "before its body was read"}
+            status, body = (
+                400,
+                {"status": "error", "error": "the client disconnected before its body was read"},
+            )
         outcome = body.get("status")
         level = log.error if status >= 500 else log.warning if status >= 400 else log.info
-        level("webhook_delivery", delivery=delivery or None, gh_event=event or None,
-              repository=body.get("repository"), outcome=outcome, http_status=status,
-              reason=body.get("reason") or body.get("error"))
+        level(
+            "webhook_delivery",
+            delivery=delivery or None,
+            gh_event=event or None,
+            repository=body.get("repository"),
+            outcome=outcome,
+            http_status=status,
+            reason=body.get("reason") or body.get("error"),
+        )
         headers = {"Retry-After": RETRY_AFTER} if status == 503 else None
         return JSONResponse(body, status_code=status, headers=headers)
 
@@ -351,8 +374,11 @@ def create_app(config: WebhookConfig) -> Starlette:
         _check_signature(config.secret, raw, request.headers.get("x-hub-signature-256"))
         ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if ctype != "application/json":
-            raise _error(415, f"content type {ctype or 'none'!r} is not application/json; "
-                              "set the GitHub webhook's content type to application/json")
+            raise _error(
+                415,
+                f"content type {ctype or 'none'!r} is not application/json; "
+                "set the GitHub webhook's content type to application/json",
+            )
         try:
             payload = json.loads(raw)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -373,49 +399,71 @@ def create_app(config: WebhookConfig) -> Starlette:
             claimed = await off_loop(store.claim, delivery, repository, digest)
             if not claimed:
                 previous = await off_loop(store.get, delivery, digest) or {}
-                return 200, {"status": "duplicate", "repository": repository,
-                             "flow_run_id": previous.get("flow_run_id"),
-                             "delivery": previous.get("delivery_id")}
+                return 200, {
+                    "status": "duplicate",
+                    "repository": repository,
+                    "flow_run_id": previous.get("flow_run_id"),
+                    "delivery": previous.get("delivery_id"),
+                }
         except CatalogBusy:
-            return await _queue(queued_now(delivery, repository, branch, commit,
-                                           digest))
+            return await _queue(queued_now(delivery, repository, branch, commit, digest))
         try:
             flow_run_id = await start_ingest(config, repository, branch, delivery)
         except PrefectUnavailable as exc:
             await _release(delivery, repository, branch, commit, digest)
-            return 503, {"status": "error", "repository": repository,
-                         "error": redact_text(str(exc))}  # PREFECT_API_URL may hold a login
+            return 503, {
+                "status": "error",
+                "repository": repository,
+                "error": redact_text(str(exc)),
+            }  # PREFECT_API_URL may hold a login
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await _release(delivery, repository, branch, commit, digest)
             raise
         await _complete(delivery, flow_run_id)
-        return 202, {"status": "started", "repository": repository, "branch": branch,
-                     "commit": commit, "flow_run_id": flow_run_id}
+        return 202, {
+            "status": "started",
+            "repository": repository,
+            "branch": branch,
+            "commit": commit,
+            "flow_run_id": flow_run_id,
+        }
 
     async def _queue(item: QueuedDelivery) -> tuple[int, dict[str, Any]]:
         try:
             await off_loop(queue.put, item)
         except OSError as exc:
             log.error("webhook_queue_unwritable", error=str(exc))
-            return 503, {"status": "error", "repository": item.repository,
-                         "error": "another process is writing the catalog and the delivery "
-                                  f"could not be queued ({exc.strerror or exc}); redeliver it"}
-        log.info("webhook_queued", delivery=item.delivery, repository=item.repository,
-                 waiting=await off_loop(len, queue))
-        return 202, {"status": "queued", "repository": item.repository, "branch": item.branch,
-                     "commit": item.commit, "delivery": item.delivery,
-                     "reason": "another process is writing the catalog; the run is started "
-                               "as soon as it is free"}
+            return 503, {
+                "status": "error",
+                "repository": item.repository,
+                "error": "another process is writing the catalog and the delivery "
+                f"could not be queued ({exc.strerror or exc}); redeliver it",
+            }
+        log.info(
+            "webhook_queued",
+            delivery=item.delivery,
+            repository=item.repository,
+            waiting=await off_loop(len, queue),
+        )
+        return 202, {
+            "status": "queued",
+            "repository": item.repository,
+            "branch": item.branch,
+            "commit": item.commit,
+            "delivery": item.delivery,
+            "reason": "another process is writing the catalog; the run is started "
+            "as soon as it is free",
+        }
 
-    async def _release(delivery: str, repository: str, branch: str, commit: str,
-                       digest: str) -> None:
+    async def _release(
+        delivery: str, repository: str, branch: str, commit: str, digest: str
+    ) -> None:
         try:
             await off_loop(store.release, delivery)
         except CatalogBusy:  # the claim stays: the queue retries the delivery
             with contextlib.suppress(OSError):
-                await off_loop(queue.put, queued_now(delivery, repository, branch, commit,
-                                                     digest))
+                await off_loop(queue.put, queued_now(delivery, repository, branch, commit, digest))
 
     async def _complete(delivery: str, flow_run_id: str) -> None:
         try:
@@ -427,33 +475,45 @@ def create_app(config: WebhookConfig) -> Starlette:
         """Start what waits in the queue, oldest first, while the catalog is free."""
         for item in await off_loop(queue.items):
             try:
-                if not await off_loop(store.claim, item.delivery, item.repository,
-                                      item.body_digest):
+                if not await off_loop(
+                    store.claim, item.delivery, item.repository, item.body_digest
+                ):
                     previous = await off_loop(store.get, item.delivery, item.body_digest) or {}
                     # a claim of its own left without a run (its release found the lock
                     # held) is started; any other is a duplicate
-                    if previous.get("delivery_id") != item.delivery or previous.get(
-                            "flow_run_id"):
-                        log.info("webhook_queued_duplicate", delivery=item.delivery,
-                                 repository=item.repository,
-                                 flow_run_id=previous.get("flow_run_id"))
+                    if previous.get("delivery_id") != item.delivery or previous.get("flow_run_id"):
+                        log.info(
+                            "webhook_queued_duplicate",
+                            delivery=item.delivery,
+                            repository=item.repository,
+                            flow_run_id=previous.get("flow_run_id"),
+                        )
                         await off_loop(queue.done, item)
                         continue
             except CatalogBusy:
                 return  # still written to: the next round
             try:
-                flow_run_id = await start_ingest(config, item.repository, item.branch,
-                                                 item.delivery)
+                flow_run_id = await start_ingest(
+                    config, item.repository, item.branch, item.delivery
+                )
             except PrefectUnavailable as exc:
                 with contextlib.suppress(CatalogBusy):
                     await off_loop(store.release, item.delivery)
-                log.warning("webhook_queued_waiting", delivery=item.delivery,
-                            repository=item.repository, error=redact_text(str(exc)))
+                log.warning(
+                    "webhook_queued_waiting",
+                    delivery=item.delivery,
+                    repository=item.repository,
+                    error=redact_text(str(exc)),
+                )
                 return
             await _complete(item.delivery, flow_run_id)
             await off_loop(queue.done, item)
-            log.info("webhook_queued_started", delivery=item.delivery,
-                     repository=item.repository, flow_run_id=flow_run_id)
+            log.info(
+                "webhook_queued_started",
+                delivery=item.delivery,
+                repository=item.repository,
+                flow_run_id=flow_run_id,
+            )
 
     async def drain_forever() -> None:
         while True:
@@ -472,8 +532,10 @@ def create_app(config: WebhookConfig) -> Starlette:
         await off_loop(store.close)
 
     app = Starlette(
-        routes=[Route("/healthz", healthz, methods=["GET"]),
-                Route("/webhook", webhook, methods=["POST"])],
+        routes=[
+            Route("/healthz", healthz, methods=["GET"]),
+            Route("/webhook", webhook, methods=["POST"]),
+        ],
         lifespan=lifespan,
     )
     app.state.config = config
@@ -482,13 +544,24 @@ def create_app(config: WebhookConfig) -> Starlette:
     return app
 
 
-def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
-          config: WebhookConfig | None = None) -> None:
+def serve(
+    host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, config: WebhookConfig | None = None
+) -> None:
     """Run the service in the foreground until interrupted."""
     from hetriever.serve import slow_clients
 
     config = config or WebhookConfig.from_env()
-    log.info("webhook_serving", host=host, port=port, deployment=config.deployment,
-             repositories=sorted(r.docs_name for r in config.repos.values()))
-    slow_clients.run(create_app(config), host=host, port=port, timeout=config.request_timeout,
-                     log_level="warning")
+    log.info(
+        "webhook_serving",
+        host=host,
+        port=port,
+        deployment=config.deployment,
+        repositories=sorted(r.docs_name for r in config.repos.values()),
+    )
+    slow_clients.run(
+        create_app(config),
+        host=host,
+        port=port,
+        timeout=config.request_timeout,
+        log_level="warning",
+    )

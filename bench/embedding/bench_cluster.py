@@ -60,13 +60,38 @@ def dask_cluster(workers: int, threads: int) -> Iterator[str]:
 
     dask = str(Path(sys.executable).parent / "dask")
     address = f"tcp://127.0.0.1:{free_port()}"
-    procs = [subprocess.Popen([dask, "scheduler", "--host", "127.0.0.1", "--port",
-                               address.rsplit(":", 1)[1], "--no-dashboard"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
-    procs += [subprocess.Popen([dask, "worker", address, "--nworkers", "1", "--nthreads",
-                                str(threads), "--no-dashboard"],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-              for _ in range(workers)]
+    procs = [
+        subprocess.Popen(
+            [
+                dask,
+                "scheduler",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                address.rsplit(":", 1)[1],
+                "--no-dashboard",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+    ]
+    procs += [
+        subprocess.Popen(
+            [
+                dask,
+                "worker",
+                address,
+                "--nworkers",
+                "1",
+                "--nthreads",
+                str(threads),
+                "--no-dashboard",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for _ in range(workers)
+    ]
     try:
         with Client(address, timeout=60) as client:
             client.wait_for_workers(workers, timeout=120)
@@ -79,7 +104,7 @@ def dask_cluster(workers: int, threads: int) -> Iterator[str]:
 
 
 def windows(texts: list[str], size: int) -> list[list[str]]:
-    return [texts[i:i + size] for i in range(0, len(texts), size)]
+    return [texts[i : i + size] for i in range(0, len(texts), size)]
 
 
 def measure(embedder, texts: list[str], window: int, repeat: int) -> float:
@@ -125,11 +150,15 @@ def change_files(repo: Path, count: int, round_: int) -> None:
     """Edit `count` pages (a line added to each) and commit: a small change."""
     from tests.support.helpers import commit_all
 
-    pages = sorted(p for p in (repo / "content").rglob("*.md")
-                   if not any(part.startswith("_") for part in p.relative_to(repo).parts))
+    pages = sorted(
+        p
+        for p in (repo / "content").rglob("*.md")
+        if not any(part.startswith("_") for part in p.relative_to(repo).parts)
+    )
     for page in pages[:count]:
-        page.write_text(page.read_text(encoding="utf-8") + f"\n\nChanged in round {round_}.\n",
-                        encoding="utf-8")
+        page.write_text(
+            page.read_text(encoding="utf-8") + f"\n\nChanged in round {round_}.\n", encoding="utf-8"
+        )
     commit_all(repo, f"change {round_}")
 
 
@@ -139,9 +168,13 @@ def flow_run(root: Path, workdir: Path, runner: str) -> dict[str, Any]:
     from hetriever.store.knowledge_store import clear_store_cache
 
     clear_store_cache()
-    os.environ.update({"HETRIEVER_DOCS_ROOT": str(root),
-                       "HETRIEVER_CHROMA_PATH": str(workdir / "chroma"),
-                       "HETRIEVER_STATE_DIR": str(workdir / "state")})
+    os.environ.update(
+        {
+            "HETRIEVER_DOCS_ROOT": str(root),
+            "HETRIEVER_CHROMA_PATH": str(workdir / "chroma"),
+            "HETRIEVER_STATE_DIR": str(workdir / "state"),
+        }
+    )
     began = time.perf_counter()
     state = asyncio.run(ingest(task_runner=runner, return_state=True))
     wall = time.perf_counter() - began
@@ -149,9 +182,13 @@ def flow_run(root: Path, workdir: Path, runner: str) -> dict[str, Any]:
     if not state.is_completed():
         raise SystemExit(f"the ingest flow did not complete: {state.message}: {summary}")
     (outcome,) = summary["repositories"]
-    return {"wall_s": round(wall, 2), "inner_s": round(outcome["total_seconds"], 2),
-            "mode": outcome["mode"], "chunks_written": outcome["chunks_written"],
-            "embedding_s": round(outcome.get("embedding_seconds", 0.0), 2)}
+    return {
+        "wall_s": round(wall, 2),
+        "inner_s": round(outcome["total_seconds"], 2),
+        "mode": outcome["mode"],
+        "chunks_written": outcome["chunks_written"],
+        "embedding_s": round(outcome.get("embedding_seconds", 0.0), 2),
+    }
 
 
 def warm(runs: int, site: str, changed: int, say) -> dict[str, Any]:
@@ -161,22 +198,30 @@ def warm(runs: int, site: str, changed: int, say) -> dict[str, Any]:
     from prefect.testing.utilities import prefect_test_harness
 
     out: dict[str, Any] = {"site": site, "full_runs": [], "small_change": []}
-    with tempfile.TemporaryDirectory(prefix="bench-warm-") as tmp, \
-            dask_cluster(2, 1) as address, prefect_test_harness(server_startup_timeout=120):
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-warm-") as tmp,
+        dask_cluster(2, 1) as address,
+        prefect_test_harness(server_startup_timeout=120),
+    ):
         scratch = Path(tmp)
         root, repo = site_root(scratch, site)
         runner = f"dask:{address}"
         out["workers_rss_mb_idle"] = worker_rss(address)
         for i in range(runs):
-            row = {"run": i + 1, **flow_run(root, scratch / f"full-{i}", runner),
-                   "workers_rss_mb": worker_rss(address)}
+            row = {
+                "run": i + 1,
+                **flow_run(root, scratch / f"full-{i}", runner),
+                "workers_rss_mb": worker_rss(address),
+            }
             out["full_runs"].append(row)
             say(row)
         # "dask": a local cluster the run starts itself (its workers cold), for comparison
         for round_, lane in enumerate((runner, "threads", "dask", runner, "threads")):
             change_files(repo, changed, round_)
-            row = {"runner": "dask (existing cluster)" if lane == runner else lane,
-                   **flow_run(root, scratch / f"full-{runs - 1}", lane)}
+            row = {
+                "runner": "dask (existing cluster)" if lane == runner else lane,
+                **flow_run(root, scratch / f"full-{runs - 1}", lane),
+            }
             out["small_change"].append(row)
             say(row)
     return out
@@ -207,25 +252,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunks", type=int, default=3000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--warm-runs", type=int, default=0,
-                        help="ingest flow runs through one cluster that stays up (0: the "
-                             "throughput table instead)")
+    parser.add_argument(
+        "--warm-runs",
+        type=int,
+        default=0,
+        help="ingest flow runs through one cluster that stays up (0: the throughput table instead)",
+    )
     parser.add_argument("--site", default="sample", choices=("sample", "hugo-docs"))
     parser.add_argument("--changed", type=int, default=3)
     args = parser.parse_args(argv)
     configure_logging("ERROR")
     if args.warm_runs:
         os.environ.setdefault("HETRIEVER_LOG_LEVEL", "ERROR")
-        result = warm(args.warm_runs, args.site, args.changed,
-                      (lambda _: None) if args.json else (lambda row: print(row, flush=True)))
+        result = warm(
+            args.warm_runs,
+            args.site,
+            args.changed,
+            (lambda _: None) if args.json else (lambda row: print(row, flush=True)),
+        )
         RESULTS_DIR.mkdir(parents=True, exist_ok=True)
         (RESULTS_DIR / "bench_cluster-warm-latest.json").write_text(json.dumps(result, indent=2))
         print(json.dumps(result, indent=2))
         return 0
     settings = bench_settings(RESULTS_DIR / "unused")
     corpus = load_corpus_chunks("hugo-docs", settings=settings) or load_sample_chunks(
-        40, settings=settings)
-    texts = [c.text for c in corpus.chunks][:args.chunks]
+        40, settings=settings
+    )
+    texts = [c.text for c in corpus.chunks][: args.chunks]
     window = settings.write_window
     rows = []
 
@@ -233,8 +286,12 @@ def main(argv: list[str] | None = None) -> int:
     from hetriever.embed.embedder import get_embedder
 
     local = get_embedder(settings)
-    rows.append({"setup": f"in-process ({getattr(local, 'threads', '?')} threads)",
-                 "chunks_per_s": round(measure(local, texts, window, args.repeat), 1)})
+    rows.append(
+        {
+            "setup": f"in-process ({getattr(local, 'threads', '?')} threads)",
+            "chunks_per_s": round(measure(local, texts, window, args.repeat), 1),
+        }
+    )
     for workers, threads in ((1, 1), (1, 2), (2, 1)):
         with dask_cluster(workers, threads) as address:
             embedder = ClusterEmbedder(address, settings)
@@ -244,12 +301,14 @@ def main(argv: list[str] | None = None) -> int:
                     transfer = measure_transfer(embedder, texts, window, args.repeat)
             finally:
                 embedder.close()
-        rows.append({"setup": f"{workers} worker(s) x {threads} thread(s)",
-                     "chunks_per_s": round(rate, 1)})
+        rows.append(
+            {"setup": f"{workers} worker(s) x {threads} thread(s)", "chunks_per_s": round(rate, 1)}
+        )
         if not args.json:
             print(rows[-1], flush=True)
-    rows.append({"setup": "2 workers, transfer only (no model)",
-                 "chunks_per_s": round(transfer, 1)})
+    rows.append(
+        {"setup": "2 workers, transfer only (no model)", "chunks_per_s": round(transfer, 1)}
+    )
     base = next(r for r in rows if r["setup"].startswith("1 worker(s) x 1"))["chunks_per_s"]
     for r in rows:
         r["vs_1_worker"] = round(r["chunks_per_s"] / base, 2)

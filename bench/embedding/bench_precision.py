@@ -30,7 +30,6 @@ import numpy as np
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 from bench.common import embedding_bench_args, settings_embedder  # noqa: E402
-
 from hetriever.embed.embedder import default_threads  # noqa: E402
 
 
@@ -45,11 +44,15 @@ def candidate_embedders(fp32_model: Path) -> dict:
 
     where = Path(tempfile.mkdtemp(prefix="bench-precision-"))
     half = float16.convert_float_to_float16(onnx.load(str(fp32_model)), keep_io_types=True)
-    onnx.save(half, str(where / "fp16.onnx"), save_as_external_data=True,
-              location="fp16.onnx.data")
-    quantize_dynamic(str(fp32_model), str(where / "u8u8.onnx"), weight_type=QuantType.QUInt8,
-                     op_types_to_quantize=["MatMul"], per_channel=True,
-                     use_external_data_format=True)
+    onnx.save(half, str(where / "fp16.onnx"), save_as_external_data=True, location="fp16.onnx.data")
+    quantize_dynamic(
+        str(fp32_model),
+        str(where / "u8u8.onnx"),
+        weight_type=QuantType.QUInt8,
+        op_types_to_quantize=["MatMul"],
+        per_channel=True,
+        use_external_data_format=True,
+    )
     out = {}
     for name in ("fp16", "u8u8"):
         embedder = settings_embedder(precision="fp32")
@@ -63,10 +66,14 @@ def bf16_verdict() -> str:
     from onnx import TensorProto, helper
 
     graph = helper.make_graph(
-        [helper.make_node("MatMul", ["a", "b"], ["c"])], "bf16",
-        [helper.make_tensor_value_info("a", TensorProto.BFLOAT16, [4, 8]),
-         helper.make_tensor_value_info("b", TensorProto.BFLOAT16, [8, 4])],
-        [helper.make_tensor_value_info("c", TensorProto.BFLOAT16, [4, 4])])
+        [helper.make_node("MatMul", ["a", "b"], ["c"])],
+        "bf16",
+        [
+            helper.make_tensor_value_info("a", TensorProto.BFLOAT16, [4, 8]),
+            helper.make_tensor_value_info("b", TensorProto.BFLOAT16, [8, 4]),
+        ],
+        [helper.make_tensor_value_info("c", TensorProto.BFLOAT16, [4, 4])],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     try:
         ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
@@ -87,47 +94,57 @@ def main() -> int:
     seconds: dict[str, list[float]] = {p: [] for p in embedders}
     for round_no in range(args.repeat):
         order = list(embedders.items())
-        for p, e in (order if round_no % 2 == 0 else reversed(order)):
+        for p, e in order if round_no % 2 == 0 else reversed(order):
             began = time.perf_counter()
             e.embed(texts)
             seconds[p].append(time.perf_counter() - began)
     cosines = (vectors["fp32"] * vectors["int8"]).sum(axis=1)
-    nearest = (vectors["fp32"] @ vectors["fp32"].T)
-    nearest_q = (vectors["int8"] @ vectors["int8"].T)
+    nearest = vectors["fp32"] @ vectors["fp32"].T
+    nearest_q = vectors["int8"] @ vectors["int8"].T
     np.fill_diagonal(nearest, -1)
     np.fill_diagonal(nearest_q, -1)
     report = {
-        "chunks": len(texts), "threads": default_threads(), "repeat": args.repeat,
-        "texts_per_s": {p: round(len(texts) / statistics.median(s), 1)
-                        for p, s in seconds.items()},
-        "cosine_fp32_int8": {"min": round(float(cosines.min()), 4),
-                             "median": round(float(np.median(cosines)), 4)},
+        "chunks": len(texts),
+        "threads": default_threads(),
+        "repeat": args.repeat,
+        "texts_per_s": {p: round(len(texts) / statistics.median(s), 1) for p, s in seconds.items()},
+        "cosine_fp32_int8": {
+            "min": round(float(cosines.min()), 4),
+            "median": round(float(np.median(cosines)), 4),
+        },
         # how often a chunk's nearest other chunk is the same under both models
-        "same_nearest_neighbour": round(float(np.mean(nearest.argmax(1) == nearest_q.argmax(1))),
-                                        3),
+        "same_nearest_neighbour": round(
+            float(np.mean(nearest.argmax(1) == nearest_q.argmax(1))), 3
+        ),
     }
-    report["int8_speedup"] = round(report["texts_per_s"]["int8"] / report["texts_per_s"]["fp32"],
-                                   2)
-    report["speedup_over_fp32"] = {p: round(report["texts_per_s"][p]
-                                            / report["texts_per_s"]["fp32"], 2)
-                                   for p in embedders}
-    report["cosine_to_fp32_min"] = {p: round(float((vectors["fp32"] * v).sum(axis=1).min()), 4)
-                                    for p, v in vectors.items()}
+    report["int8_speedup"] = round(report["texts_per_s"]["int8"] / report["texts_per_s"]["fp32"], 2)
+    report["speedup_over_fp32"] = {
+        p: round(report["texts_per_s"][p] / report["texts_per_s"]["fp32"], 2) for p in embedders
+    }
+    report["cosine_to_fp32_min"] = {
+        p: round(float((vectors["fp32"] * v).sum(axis=1).min()), 4) for p, v in vectors.items()
+    }
     if os.environ.get("HETRIEVER_BENCH_CANDIDATES"):
         report["bf16"] = bf16_verdict()
     if args.json:
         print(json.dumps(report, indent=2))
     else:
-        print(f"{report['chunks']} hugo-docs chunks, {report['threads']} threads, "
-              f"median of {report['repeat']}")
+        print(
+            f"{report['chunks']} hugo-docs chunks, {report['threads']} threads, "
+            f"median of {report['repeat']}"
+        )
         for p, rate in report["texts_per_s"].items():
-            print(f"  {p}: {rate:7.1f} chunks/s ({report['speedup_over_fp32'][p]:.2f}x fp32; "
-                  f"cosine to fp32 min {report['cosine_to_fp32_min'][p]})")
+            print(
+                f"  {p}: {rate:7.1f} chunks/s ({report['speedup_over_fp32'][p]:.2f}x fp32; "
+                f"cosine to fp32 min {report['cosine_to_fp32_min'][p]})"
+            )
         if "bf16" in report:
             print(f"  bf16: {report['bf16']}")
-        print(f"  int8 speed-up {report['int8_speedup']:.2f}x; cosine to fp32 min "
-              f"{report['cosine_fp32_int8']['min']}, median {report['cosine_fp32_int8']['median']}; "
-              f"same nearest neighbour {report['same_nearest_neighbour']:.1%}")
+        print(
+            f"  int8 speed-up {report['int8_speedup']:.2f}x; cosine to fp32 min "
+            f"{report['cosine_fp32_int8']['min']}, median {report['cosine_fp32_int8']['median']}; "
+            f"same nearest neighbour {report['same_nearest_neighbour']:.1%}"
+        )
     return 0
 
 

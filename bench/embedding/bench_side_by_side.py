@@ -85,8 +85,10 @@ def main() -> int:
     if setup is None:
         return 1
     args, texts = setup
-    ways = {name: settings_embedder(side_by_side=side)
-            for name, side in (("side by side", True), ("one at a time", False))}
+    ways = {
+        name: settings_embedder(side_by_side=side)
+        for name, side in (("side by side", True), ("one at a time", False))
+    }
     vectors = {name: e.embed(texts) for name, e in ways.items()}  # also the warm-up
     difference = float(np.abs(vectors["side by side"] - vectors["one at a time"]).max())
 
@@ -99,22 +101,38 @@ def main() -> int:
                     embedder.embed(texts)
                     seconds[load][name].append(time.perf_counter() - began)
     report = {
-        "chunks": len(texts), "threads": default_threads(), "repeat": args.repeat,
+        "chunks": len(texts),
+        "threads": default_threads(),
+        "repeat": args.repeat,
         "max_vector_difference": difference,
-        "seconds": {load: {w: round(statistics.median(s), 2) for w, s in row.items()}
-                    for load, row in seconds.items()},
-        "all_seconds": {load: {w: [round(x, 2) for x in s] for w, s in row.items()}
-                        for load, row in seconds.items()},
+        "seconds": {
+            load: {w: round(statistics.median(s), 2) for w, s in row.items()}
+            for load, row in seconds.items()
+        },
+        "all_seconds": {
+            load: {w: [round(x, 2) for x in s] for w, s in row.items()}
+            for load, row in seconds.items()
+        },
     }
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
-    print(f"{report['chunks']} hugo-docs v2 chunks, {report['threads']} threads, median of "
-          f"{args.repeat}; vectors differ by at most {difference:.1e}")
-    print_table(["beside the embedding", "side by side s", "one at a time s", "ratio"],
-                [[load, row["side by side"], row["one at a time"],
-                  f"{row['one at a time'] / row['side by side']:.2f}"]
-                 for load, row in report["seconds"].items()])
+    print(
+        f"{report['chunks']} hugo-docs v2 chunks, {report['threads']} threads, median of "
+        f"{args.repeat}; vectors differ by at most {difference:.1e}"
+    )
+    print_table(
+        ["beside the embedding", "side by side s", "one at a time s", "ratio"],
+        [
+            [
+                load,
+                row["side by side"],
+                row["one at a time"],
+                f"{row['one at a time'] / row['side by side']:.2f}",
+            ]
+            for load, row in report["seconds"].items()
+        ],
+    )
     return 0
 
 

@@ -45,9 +45,10 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -84,12 +85,14 @@ def point_env_at(workdir: Path, parent: Path, model_dir: Path) -> None:
     from hetriever.store.knowledge_store import clear_store_cache
 
     clear_store_cache()
-    os.environ.update({
-        "HETRIEVER_DOCS_ROOT": str(parent),
-        "HETRIEVER_CHROMA_PATH": str(workdir / "chroma"),
-        "HETRIEVER_STATE_DIR": str(workdir / "state"),
-        "HETRIEVER_MODEL_DIR": str(model_dir),
-    })
+    os.environ.update(
+        {
+            "HETRIEVER_DOCS_ROOT": str(parent),
+            "HETRIEVER_CHROMA_PATH": str(workdir / "chroma"),
+            "HETRIEVER_STATE_DIR": str(workdir / "state"),
+            "HETRIEVER_MODEL_DIR": str(model_dir),
+        }
+    )
 
 
 def prepare_model_dir(given: str | None) -> Path:
@@ -132,17 +135,31 @@ class Run:
     cpu: dict[str, float] = field(default_factory=dict)
 
 
-def _run_from(corpus: str, scenario: str, lane: str, wall: float, result: dict,
-              probe: Probe, cpu: dict | None = None) -> Run:
-    return Run(corpus=corpus, scenario=scenario, lane=lane, wall_s=round(wall, 3),
-               inner_s=round(result.get("total_seconds", 0.0), 3), mode=result.get("mode", "?"),
-               files_indexed=result.get("files_indexed", 0),
-               chunks_written=result.get("chunks_written", 0),
-               chunks_reused=result.get("chunks_reused", 0),
-               chunks_deleted=result.get("chunks_deleted", 0),
-               embedding_s=round(result.get("embedding_seconds", 0.0), 3),
-               calls=dict(probe.calls), seconds={k: round(v, 3) for k, v in probe.seconds.items()},
-               cpu=cpu or {})
+def _run_from(
+    corpus: str,
+    scenario: str,
+    lane: str,
+    wall: float,
+    result: dict,
+    probe: Probe,
+    cpu: dict | None = None,
+) -> Run:
+    return Run(
+        corpus=corpus,
+        scenario=scenario,
+        lane=lane,
+        wall_s=round(wall, 3),
+        inner_s=round(result.get("total_seconds", 0.0), 3),
+        mode=result.get("mode", "?"),
+        files_indexed=result.get("files_indexed", 0),
+        chunks_written=result.get("chunks_written", 0),
+        chunks_reused=result.get("chunks_reused", 0),
+        chunks_deleted=result.get("chunks_deleted", 0),
+        embedding_s=round(result.get("embedding_seconds", 0.0), 3),
+        calls=dict(probe.calls),
+        seconds={k: round(v, 3) for k, v in probe.seconds.items()},
+        cpu=cpu or {},
+    )
 
 
 def run_flow(corpus: str, scenario: str, runner: str, probe: Probe) -> Run:
@@ -169,9 +186,11 @@ def run_in_process(corpus: str, scenario: str, probe: Probe) -> Run:
     from hetriever.store.knowledge_store import get_knowledge_store
 
     settings = load_settings()
-    (repo,) = [r for r in discover_repositories(settings.docs_root,
-                                                content_dir=settings.content_dir)
-               if r.name == corpus]
+    (repo,) = [
+        r
+        for r in discover_repositories(settings.docs_root, content_dir=settings.content_dir)
+        if r.name == corpus
+    ]
     probe.reset()
     with instrumented(probe):
         meter = CpuMeter()
@@ -181,8 +200,7 @@ def run_in_process(corpus: str, scenario: str, probe: Probe) -> Run:
         meter.stop()
     if not result.completed:
         raise SystemExit(f"in-process indexing of {corpus} did not complete: {result.failed}")
-    return _run_from(corpus, scenario, "in-process", wall, result.to_dict(), probe,
-                     meter.settle())
+    return _run_from(corpus, scenario, "in-process", wall, result.to_dict(), probe, meter.settle())
 
 
 def check_copy(corpus: str, setup: Run) -> None:
@@ -192,14 +210,16 @@ def check_copy(corpus: str, setup: Run) -> None:
 
     count = asyncio.run(get_knowledge_store(load_settings()).count(corpus))
     if count != setup.chunks_written:
-        raise SystemExit(f"copied v1 index of {corpus} holds {count} chunks, "
-                         f"expected {setup.chunks_written}")
+        raise SystemExit(
+            f"copied v1 index of {corpus} holds {count} chunks, expected {setup.chunks_written}"
+        )
 
 
 def warm_up_flow(scratch: Path, model_dir: Path, runners: list[str]) -> None:
     """One untimed flow run per runner over the sample docs: the first run of a flow in a
     process pays for imports, client setup and registering the flow and tasks."""
-    from tests.support.helpers import REPO_ROOT as TESTS_REPO_ROOT, commit_all, init_repo
+    from tests.support.helpers import REPO_ROOT as TESTS_REPO_ROOT
+    from tests.support.helpers import commit_all, init_repo
 
     root = scratch / "warm-up"
     if not root.exists():
@@ -237,22 +257,28 @@ class FanOut:
 FLOW_LANES_ONLY = False  # --flow-lanes-only
 
 
-def fan_out(corpus: str, runners: list[str], probe: Probe,
-            say: Callable[[str], None], flow_lanes_only: bool = False) -> list[FanOut]:
+def fan_out(
+    corpus: str,
+    runners: list[str],
+    probe: Probe,
+    say: Callable[[str], None],
+    flow_lanes_only: bool = False,
+) -> list[FanOut]:
     """The flow's fan-out (one process-file task per file) against the same work in-process:
     one `process_file` per file (a git read each, a resolver each), and the batched loop that
     `index_repository` runs (one git reader, one shared include resolver)."""
     from prefect import flow
+
+    import hetriever.index.indexing as indexing
+    import hetriever.index.process as process
     from flows.ingest import make_task_runner
     from flows.run_logs import prefect_run_logging
     from hetriever.core.config import load_settings
-    from hetriever.discover.repositories import discover_repositories
     from hetriever.discover.changes import head_commit, list_content_files
     from hetriever.discover.git_objects import read_content_files
-    import hetriever.index.indexing as indexing
-    import hetriever.index.process as process
-    from hetriever.index.process import IncludeResolver
+    from hetriever.discover.repositories import discover_repositories
     from hetriever.index.indexing import FileWork
+    from hetriever.index.process import IncludeResolver
     from tasks.process import map_with_tasks
 
     settings = load_settings()
@@ -275,17 +301,22 @@ def fan_out(corpus: str, runners: list[str], probe: Probe,
 
     def batched() -> None:
         resolver = IncludeResolver(repo, commit, settings)
-        for p, text in read_content_files(repo, paths, commit,
-                                          max_bytes=settings.max_file_bytes):
+        for p, text in read_content_files(repo, paths, commit, max_bytes=settings.max_file_bytes):
             if isinstance(text, str):
                 # looked up on the module, so the probe sees it
                 process.safe_process_text(repo, p, text, settings, resolver=resolver)
 
     lanes: list[tuple[str, Callable[[], Any]]] = [
-        *([] if flow_lanes_only else [("in-process batched", batched),
-                                      ("in-process per file", per_file)]),
-        *[(f"flow[{r}]", fan_out_flow.with_options(task_runner=make_task_runner(r)))
-          for r in runners]]
+        *(
+            []
+            if flow_lanes_only
+            else [("in-process batched", batched), ("in-process per file", per_file)]
+        ),
+        *[
+            (f"flow[{r}]", fan_out_flow.with_options(task_runner=make_task_runner(r)))
+            for r in runners
+        ],
+    ]
     out = []
     for lane, fn in lanes:
         probe.reset()
@@ -298,20 +329,37 @@ def fan_out(corpus: str, runners: list[str], probe: Probe,
             wall = time.perf_counter() - start
             meter.stop()
         cpu = meter.settle()
-        out.append(FanOut(corpus, lane, len(paths), round(wall, 3),
-                          round(1000 * wall / max(1, len(paths)), 2), dict(probe.calls),
-                          {k: round(v, 3) for k, v in probe.seconds.items()}, cpu,
-                          sampler.shares()))
+        out.append(
+            FanOut(
+                corpus,
+                lane,
+                len(paths),
+                round(wall, 3),
+                round(1000 * wall / max(1, len(paths)), 2),
+                dict(probe.calls),
+                {k: round(v, 3) for k, v in probe.seconds.items()},
+                cpu,
+                sampler.shares(),
+            )
+        )
         say(f"{corpus}: {'fan-out only':<20} {lane:<18} {wall:8.2f} s  {cpu_line(cpu)}")
         say(f"    CPU by part: {sampler.shares()} = {sampler.seconds()} s")
         say(f"    where: {sampler.top_places()}")
     return out
 
 
-def bench_corpus(corpus: str, runners: list[str], scratch: Path, model_dir: Path,
-                 probe: Probe, say: Callable[[str], None],
-                 fan_out_only: bool, full_only: bool = False, incremental_only: bool = False,
-                 repeat: int = 1) -> tuple[list[Run], list[FanOut]]:
+def bench_corpus(
+    corpus: str,
+    runners: list[str],
+    scratch: Path,
+    model_dir: Path,
+    probe: Probe,
+    say: Callable[[str], None],
+    fan_out_only: bool,
+    full_only: bool = False,
+    incremental_only: bool = False,
+    repeat: int = 1,
+) -> tuple[list[Run], list[FanOut]]:
     from tests.support.helpers import build_corpus_parent
 
     parent, v1, v2 = build_corpus_parent(scratch / corpus, corpus)
@@ -321,10 +369,15 @@ def bench_corpus(corpus: str, runners: list[str], scratch: Path, model_dir: Path
     warm_up_flow(scratch, model_dir, runners)
 
     def one(lane: str | None, scenario: str) -> Run:
-        run = (run_in_process(corpus, scenario, probe) if lane is None
-               else run_flow(corpus, scenario, lane, probe))
-        say(f"{corpus}: {scenario:<20} {run.lane:<18} {run.wall_s:8.2f} s  ({run.mode})  "
-            f"{cpu_line(run.cpu)}  load {os.getloadavg()[0]:.1f}")
+        run = (
+            run_in_process(corpus, scenario, probe)
+            if lane is None
+            else run_flow(corpus, scenario, lane, probe)
+        )
+        say(
+            f"{corpus}: {scenario:<20} {run.lane:<18} {run.wall_s:8.2f} s  ({run.mode})  "
+            f"{cpu_line(run.cpu)}  load {os.getloadavg()[0]:.1f}"
+        )
         return run
 
     if fan_out_only:
@@ -405,88 +458,172 @@ def report(runs: list[Run], fanouts: list[FanOut], skipped: list[str]) -> dict[s
         inc = by_key.get((r.corpus, "incremental v1->v2", r.lane))
         noop = by_key.get((r.corpus, "noop v2", r.lane))
         part = shares(r, base)
-        derived.append({
-            "corpus": r.corpus, "lane": r.lane, "full_wall_s": r.wall_s,
-            "tasks": r.calls.get("task_body", 0),
-            "shares_s": {k: round(v, 2) for k, v in part.items()},
-            "shares_pct": {k: round(100 * v / r.wall_s, 1) for k, v in part.items()},
-            "per_task_overhead_ms": (round(1000 * part["prefect overhead vs in-process"]
-                                           / max(1, r.calls.get("task_body", 0)), 2)
-                                     if base else None),
-            "incremental_over_full": round(inc.wall_s / r.wall_s, 3) if inc else None,
-            "noop_s": noop.wall_s if noop else None,
-        })
+        derived.append(
+            {
+                "corpus": r.corpus,
+                "lane": r.lane,
+                "full_wall_s": r.wall_s,
+                "tasks": r.calls.get("task_body", 0),
+                "shares_s": {k: round(v, 2) for k, v in part.items()},
+                "shares_pct": {k: round(100 * v / r.wall_s, 1) for k, v in part.items()},
+                "per_task_overhead_ms": (
+                    round(
+                        1000
+                        * part["prefect overhead vs in-process"]
+                        / max(1, r.calls.get("task_body", 0)),
+                        2,
+                    )
+                    if base
+                    else None
+                ),
+                "incremental_over_full": round(inc.wall_s / r.wall_s, 3) if inc else None,
+                "noop_s": noop.wall_s if noop else None,
+            }
+        )
     for corpus in sorted({r.corpus for r in runs}):
         base = by_key.get((corpus, "full v2", "in-process"))
         inc = by_key.get((corpus, "incremental v1->v2", "in-process"))
         noop = by_key.get((corpus, "noop v2", "in-process"))
         if base:
-            derived.append({"corpus": corpus, "lane": "in-process", "full_wall_s": base.wall_s,
-                            "incremental_over_full": round(inc.wall_s / base.wall_s, 3)
-                            if inc else None, "noop_s": noop.wall_s if noop else None})
-    return {"runs": [asdict(r) for r in runs], "derived": derived,
-            "fan_out": [asdict(f) for f in fanouts], "skipped_corpora": skipped,
-            "prefect_server": "prefect_test_harness() (temporary SQLite + local API server)",
-            "cpus": len(os.sched_getaffinity(0)), "loadavg_1m_at_end": os.getloadavg()[0]}
+            derived.append(
+                {
+                    "corpus": corpus,
+                    "lane": "in-process",
+                    "full_wall_s": base.wall_s,
+                    "incremental_over_full": round(inc.wall_s / base.wall_s, 3) if inc else None,
+                    "noop_s": noop.wall_s if noop else None,
+                }
+            )
+    return {
+        "runs": [asdict(r) for r in runs],
+        "derived": derived,
+        "fan_out": [asdict(f) for f in fanouts],
+        "skipped_corpora": skipped,
+        "prefect_server": "prefect_test_harness() (temporary SQLite + local API server)",
+        "cpus": len(os.sched_getaffinity(0)),
+        "loadavg_1m_at_end": os.getloadavg()[0],
+    }
 
 
 def print_table(out: dict[str, Any]) -> None:
-    header = ("corpus", "scenario", "lane", "mode", "wall s", "inner s", "files", "written",
-              "reused", "deleted", "embed s", "tasks")
-    rows = [(r["corpus"], r["scenario"], r["lane"], r["mode"], f"{r['wall_s']:.2f}",
-             f"{r['inner_s']:.2f}", r["files_indexed"], r["chunks_written"], r["chunks_reused"],
-             r["chunks_deleted"], f"{r['embedding_s']:.2f}", r["calls"].get("task_body", "-"))
-            for r in out["runs"]]
+    header = (
+        "corpus",
+        "scenario",
+        "lane",
+        "mode",
+        "wall s",
+        "inner s",
+        "files",
+        "written",
+        "reused",
+        "deleted",
+        "embed s",
+        "tasks",
+    )
+    rows = [
+        (
+            r["corpus"],
+            r["scenario"],
+            r["lane"],
+            r["mode"],
+            f"{r['wall_s']:.2f}",
+            f"{r['inner_s']:.2f}",
+            r["files_indexed"],
+            r["chunks_written"],
+            r["chunks_reused"],
+            r["chunks_deleted"],
+            f"{r['embedding_s']:.2f}",
+            r["calls"].get("task_body", "-"),
+        )
+        for r in out["runs"]
+    ]
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
-    for row in ((header, *rows) if rows else ()):
+    for row in (header, *rows) if rows else ():
         print("  ".join(str(x).rjust(w) for x, w in zip(row, widths)))
     for r in out["runs"]:
         if r["cpu"]:
             print(f"{r['scenario']} {r['lane']}: {cpu_line(r['cpu'])}")
     for d in out["derived"]:
-        print(f"\n{d['corpus']} {d['lane']}: full v2 {d['full_wall_s']:.2f} s; "
-              f"incremental/full {d['incremental_over_full']}; no-op {d['noop_s']} s")
+        print(
+            f"\n{d['corpus']} {d['lane']}: full v2 {d['full_wall_s']:.2f} s; "
+            f"incremental/full {d['incremental_over_full']}; no-op {d['noop_s']} s"
+        )
         if "shares_s" not in d:
             continue
-        print(f"  {d['tasks']} process-file task runs; per-task overhead vs in-process "
-              f"{d['per_task_overhead_ms']} ms")
-        print("  (in-task parts are summed over concurrent task threads, waits for the CPU and "
-              "the GIL included:\n   they can exceed the wall time; the overhead vs in-process "
-              "is the figure to trust)")
+        print(
+            f"  {d['tasks']} process-file task runs; per-task overhead vs in-process "
+            f"{d['per_task_overhead_ms']} ms"
+        )
+        print(
+            "  (in-task parts are summed over concurrent task threads, waits for the CPU and "
+            "the GIL included:\n   they can exceed the wall time; the overhead vs in-process "
+            "is the figure to trust)"
+        )
         for name, seconds in d["shares_s"].items():
             print(f"  {name:<32} {seconds:8.2f} s  {d['shares_pct'][name]:6.1f} %")
     if out["fan_out"]:
         print("\nfan-out only (parse/clean/chunk of every v2 file, no store):")
     for f in out["fan_out"]:
-        print(f"  {f['corpus']} {f['lane']:<22} {f['wall_s']:8.2f} s  {f['per_file_ms']:7.2f} "
-              f"ms/file  single-file git reads {f['calls'].get('git_read_single', 0)}")
-    print(f"\nPrefect server: {out['prefect_server']}; {out['cpus']} CPUs, shared and noisy "
-          f"(load {out['loadavg_1m_at_end']:.1f} at the end); one run per scenario.")
+        print(
+            f"  {f['corpus']} {f['lane']:<22} {f['wall_s']:8.2f} s  {f['per_file_ms']:7.2f} "
+            f"ms/file  single-file git reads {f['calls'].get('git_read_single', 0)}"
+        )
+    print(
+        f"\nPrefect server: {out['prefect_server']}; {out['cpus']} CPUs, shared and noisy "
+        f"(load {out['loadavg_1m_at_end']:.1f} at the end); one run per scenario."
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--corpus", action="append", choices=NAMES,
-                        help="corpus to run (repeatable; default hugo-docs)")
-    parser.add_argument("--runner", action="append",
-                        help='flow task runner spec (repeatable; default "threads")')
+    parser.add_argument(
+        "--corpus",
+        action="append",
+        choices=NAMES,
+        help="corpus to run (repeatable; default hugo-docs)",
+    )
+    parser.add_argument(
+        "--runner", action="append", help='flow task runner spec (repeatable; default "threads")'
+    )
     parser.add_argument("--model-dir", help="prepared model dir (default: the settings' one)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    parser.add_argument("--fan-out-only", action="store_true",
-                        help="only the per-file fan-out (no embedding, no store): minutes less")
-    parser.add_argument("--full-only", action="store_true",
-                        help="only the full v2 ingest, in-process then flow, back to back")
-    parser.add_argument("--incremental-only", action="store_true",
-                        help="only the incremental v1 -> v2 run, in-process then flow")
-    parser.add_argument("--repeat", type=int, default=1,
-                        help="incremental runs per lane, the lanes alternating (default 1)")
-    parser.add_argument("--server-not-niced", action="store_true",
-                        help="the harness's server at this process's priority (to compare)")
-    parser.add_argument("--prefect-defaults", action="store_true",
-                        help="the harness's server without deployments/server_settings.py "
-                             "(Prefect's settings, not niced)")
-    parser.add_argument("--flow-lanes-only", action="store_true",
-                        help="with --fan-out-only: only the flow's lanes (their parts sampled)")
+    parser.add_argument(
+        "--fan-out-only",
+        action="store_true",
+        help="only the per-file fan-out (no embedding, no store): minutes less",
+    )
+    parser.add_argument(
+        "--full-only",
+        action="store_true",
+        help="only the full v2 ingest, in-process then flow, back to back",
+    )
+    parser.add_argument(
+        "--incremental-only",
+        action="store_true",
+        help="only the incremental v1 -> v2 run, in-process then flow",
+    )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="incremental runs per lane, the lanes alternating (default 1)",
+    )
+    parser.add_argument(
+        "--server-not-niced",
+        action="store_true",
+        help="the harness's server at this process's priority (to compare)",
+    )
+    parser.add_argument(
+        "--prefect-defaults",
+        action="store_true",
+        help="the harness's server without deployments/server_settings.py "
+        "(Prefect's settings, not niced)",
+    )
+    parser.add_argument(
+        "--flow-lanes-only",
+        action="store_true",
+        help="with --fan-out-only: only the flow's lanes (their parts sampled)",
+    )
     args = parser.parse_args(argv)
     global FLOW_LANES_ONLY
     FLOW_LANES_ONLY = args.flow_lanes_only
@@ -504,8 +641,11 @@ def main(argv: list[str] | None = None) -> int:
             skipped.append(corpus)
             say(f"skipping {corpus}: v1/v2 not found under {CORPORA / corpus}")
     if not present:
-        print(json.dumps({"runs": [], "skipped_corpora": skipped}) if args.json
-              else "no corpus present; nothing measured")
+        print(
+            json.dumps({"runs": [], "skipped_corpora": skipped})
+            if args.json
+            else "no corpus present; nothing measured"
+        )
         return 0
 
     from prefect.testing.utilities import prefect_test_harness
@@ -531,9 +671,18 @@ def main(argv: list[str] | None = None) -> int:
                 if pid is not None:
                     lower_priority(pid)
             for corpus in present:
-                got, fans = bench_corpus(corpus, runners, scratch, model_dir, probe, say,
-                                         args.fan_out_only, args.full_only,
-                                         args.incremental_only, max(1, args.repeat))
+                got, fans = bench_corpus(
+                    corpus,
+                    runners,
+                    scratch,
+                    model_dir,
+                    probe,
+                    say,
+                    args.fan_out_only,
+                    args.full_only,
+                    args.incremental_only,
+                    max(1, args.repeat),
+                )
                 runs += got
                 fanouts += fans
     finally:

@@ -69,8 +69,13 @@ def measure(work: Path, body: str) -> dict:
     _git(repo, "add", "-A")
     _git(repo, "commit", "-q", "--allow-empty", "-m", "page")
     commit = _git(repo, "rev-parse", "HEAD")
-    done = subprocess.run([sys.executable, "-c", _CHILD, str(repo), commit, FILE],
-                          capture_output=True, text=True, cwd=REPO_ROOT, timeout=900)
+    done = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(repo), commit, FILE],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        timeout=900,
+    )
     if done.returncode != 0:
         raise RuntimeError(done.stderr[-2000:])
     return {"bytes": page.stat().st_size, **json.loads(done.stdout.strip().splitlines()[-1])}
@@ -78,16 +83,20 @@ def measure(work: Path, body: str) -> dict:
 
 def table(title: str, key: str, rows: list[dict], base_mb: float) -> None:
     print(f"\n{title}")
-    print(f"| {key} | bytes | seconds | peak RSS MB | over baseline MB | time ratio | "
-          "chunks | longest chunk | skip or failure |")
+    print(
+        f"| {key} | bytes | seconds | peak RSS MB | over baseline MB | time ratio | "
+        "chunks | longest chunk | skip or failure |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     before = None
     for row in rows:
         ratio = f"{row['seconds'] / before['seconds']:.1f}x" if before else ""
         said = row["skipped"] or row["failed"]
-        print(f"| {row[key]:,} | {row['bytes']:,} | {row['seconds']:.2f} | "
-              f"{row['rss_mb']:.0f} | {row['rss_mb'] - base_mb:.0f} | {ratio} | "
-              f"{row['chunks']} | {row['longest_chunk']:,} | {said[:60]} |")
+        print(
+            f"| {row[key]:,} | {row['bytes']:,} | {row['seconds']:.2f} | "
+            f"{row['rss_mb']:.0f} | {row['rss_mb'] - base_mb:.0f} | {ratio} | "
+            f"{row['chunks']} | {row['longest_chunk']:,} | {said[:60]} |"
+        )
         before = row
 
 

@@ -20,17 +20,17 @@ import statistics
 import sys
 import time
 import tracemalloc
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
-from typing import Callable
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 from hetriever.chunk.chunker import chunk_page  # noqa: E402
+from hetriever.chunk.tokenizer import load_token_counter  # noqa: E402
 from hetriever.clean.cleaner import clean_page  # noqa: E402
 from hetriever.core.config import Settings  # noqa: E402
 from hetriever.parse.page import parse_page, skip_reason  # noqa: E402
-from hetriever.chunk.tokenizer import load_token_counter  # noqa: E402
 
 CORPORA = Path(os.environ.get("HETRIEVER_CORPORA", REPO_ROOT.parent / "shared" / "corpora"))
 NAMES = ("hugo-docs", "opentelemetry-io")
@@ -56,8 +56,10 @@ class Figures:
 
 def load_corpus(root: Path) -> dict[str, str]:
     """Repo-relative path -> text, for every .md file of one corpus version."""
-    return {p.relative_to(root).as_posix(): p.read_text(encoding="utf-8")
-            for p in sorted(root.rglob("*.md"))}
+    return {
+        p.relative_to(root).as_posix(): p.read_text(encoding="utf-8")
+        for p in sorted(root.rglob("*.md"))
+    }
 
 
 def include_resolver(files: dict[str, str], page_path: str) -> Callable[[str], str | None]:
@@ -68,8 +70,11 @@ def include_resolver(files: dict[str, str], page_path: str) -> Callable[[str], s
     def body(path: str) -> str | None:
         if path not in bodies:
             text = files.get(path)
-            bodies[path] = None if text is None else parse_page("bench", path, text,
-                                                                content_dir=CONTENT_DIR).body
+            bodies[path] = (
+                None
+                if text is None
+                else parse_page("bench", path, text, content_dir=CONTENT_DIR).body
+            )
         return bodies[path]
 
     def resolve(name: str) -> str | None:
@@ -98,9 +103,14 @@ def process(files: dict[str, str], counter, settings: Settings) -> tuple[int, in
             skipped += 1
             continue
         blocks = clean_page(page.body, include_resolver=include_resolver(files, path))
-        chunks = chunk_page(page, blocks, counter=counter, max_tokens=settings.chunk_tokens,
-                            min_tokens=settings.min_chunk_tokens,
-                            extra_metadata={"access_level": "PUBLIC"})
+        chunks = chunk_page(
+            page,
+            blocks,
+            counter=counter,
+            max_tokens=settings.chunk_tokens,
+            min_tokens=settings.min_chunk_tokens,
+            extra_metadata={"access_level": "PUBLIC"},
+        )
         if not chunks:
             skipped += 1
             continue
@@ -137,12 +147,19 @@ def measure(name: str, files: dict[str, str], runs: int, profile: int) -> Figure
 
     median = statistics.median(times)
     return Figures(
-        corpus=name, files=len(files), lines=lines, chunked_files=chunked, skipped_files=skipped,
-        chunks=len(tokens), seconds_median=round(median, 3),
+        corpus=name,
+        files=len(files),
+        lines=lines,
+        chunked_files=chunked,
+        skipped_files=skipped,
+        chunks=len(tokens),
+        seconds_median=round(median, 3),
         seconds_runs=[round(t, 3) for t in times],
-        lines_per_s=round(lines / median), files_per_s=round(len(files) / median, 1),
+        lines_per_s=round(lines / median),
+        files_per_s=round(len(files) / median, 1),
         tokens_mean=round(statistics.fmean(tokens), 1) if tokens else 0.0,
-        tokens_max=max(tokens, default=0), tracemalloc_peak_mb=round(peak / 2**20, 1),
+        tokens_max=max(tokens, default=0),
+        tracemalloc_peak_mb=round(peak / 2**20, 1),
     )
 
 
@@ -150,8 +167,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    parser.add_argument("--profile", type=int, default=0, metavar="N",
-                        help="also print the top N functions of a cProfile run to stderr")
+    parser.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also print the top N functions of a cProfile run to stderr",
+    )
     args = parser.parse_args(argv)
 
     figures: list[Figures] = []
@@ -166,19 +188,55 @@ def main(argv: list[str] | None = None) -> int:
     max_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
     if args.json:
-        print(json.dumps({"corpora": [asdict(f) for f in figures], "skipped_corpora": missing,
-                          "max_rss_mb": round(max_rss_mb, 1)}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "corpora": [asdict(f) for f in figures],
+                    "skipped_corpora": missing,
+                    "max_rss_mb": round(max_rss_mb, 1),
+                },
+                indent=2,
+            )
+        )
         return 0
-    header = ("corpus", "files", "lines", "chunked", "skipped", "chunks", "median s",
-              "lines/s", "files/s", "tok mean", "tok max", "tm peak MB")
-    rows = [(f.corpus, f.files, f.lines, f.chunked_files, f.skipped_files, f.chunks,
-             f"{f.seconds_median:.2f}", f.lines_per_s, f.files_per_s, f.tokens_mean,
-             f.tokens_max, f.tracemalloc_peak_mb) for f in figures]
+    header = (
+        "corpus",
+        "files",
+        "lines",
+        "chunked",
+        "skipped",
+        "chunks",
+        "median s",
+        "lines/s",
+        "files/s",
+        "tok mean",
+        "tok max",
+        "tm peak MB",
+    )
+    rows = [
+        (
+            f.corpus,
+            f.files,
+            f.lines,
+            f.chunked_files,
+            f.skipped_files,
+            f.chunks,
+            f"{f.seconds_median:.2f}",
+            f.lines_per_s,
+            f.files_per_s,
+            f.tokens_mean,
+            f.tokens_max,
+            f.tracemalloc_peak_mb,
+        )
+        for f in figures
+    ]
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
     for row in (header, *rows):
         print("  ".join(str(x).rjust(w) for x, w in zip(row, widths)))
-    print(f"max RSS {max_rss_mb:.0f} MB; runs per corpus: {args.runs}; "
-          f"tok = word-pieces per chunk incl. [CLS]/[SEP]")
+    print(
+        f"max RSS {max_rss_mb:.0f} MB; runs per corpus: {args.runs}; "
+        f"tok = word-pieces per chunk incl. [CLS]/[SEP]"
+    )
     return 0
 
 

@@ -46,15 +46,20 @@ def change(repo: Path, changed: int, deleted: int) -> list[str]:
     pages = sorted((repo / "content" / "copy-000").rglob("*.md"))
     # Pages, not section pages or snippets (`_common/`): editing those re-processes
     # every page that includes them or inherits their params, a change of another size.
-    pages = [p for p in pages if p.stat().st_size > 2000
-             and not any(part.startswith("_") for part in p.relative_to(repo).parts)]
+    pages = [
+        p
+        for p in pages
+        if p.stat().st_size > 2000
+        and not any(part.startswith("_") for part in p.relative_to(repo).parts)
+    ]
     for i, page in enumerate(pages[:changed]):
-        page.write_text(page.read_text(encoding="utf-8") + f"\n\nAn added closing line {i}.\n",
-                        encoding="utf-8")
-    for page in pages[changed:changed + deleted]:
+        page.write_text(
+            page.read_text(encoding="utf-8") + f"\n\nAn added closing line {i}.\n", encoding="utf-8"
+        )
+    for page in pages[changed : changed + deleted]:
         page.unlink()
     commit_all(repo, "a small change")
-    return [str(p.relative_to(repo)) for p in pages[:changed + deleted]]
+    return [str(p.relative_to(repo)) for p in pages[: changed + deleted]]
 
 
 @contextlib.contextmanager
@@ -91,18 +96,21 @@ def main() -> None:
     parser.add_argument("--changed", type=int, default=10)
     parser.add_argument("--deleted", type=int, default=2)
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--profile", type=Path, help="write a cProfile of the incremental run "
-                        "(every thread) to this file")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="write a cProfile of the incremental run (every thread) to this file",
+    )
     args = parser.parse_args()
     if not (CORPORA / "hugo-docs" / "v2").is_dir():
         print(f"skipped: no hugo-docs corpus under {CORPORA}")
         return
 
-    from hetriever.store.chroma_access import ChromaAccess
     from hetriever.core.config import Settings
-    from hetriever.index.indexing import index_repository
     from hetriever.core.logs import configure_logging
     from hetriever.discover.repositories import Repository
+    from hetriever.index.indexing import index_repository
+    from hetriever.store.chroma_access import ChromaAccess
     from hetriever.store.knowledge_store import Store
     from tests.support.fakes import HashEmbedder
 
@@ -135,19 +143,41 @@ def main() -> None:
             inc = asyncio.run(index_repository(repo, store, settings))
             inc_s = time.perf_counter() - began
         store.close_sync()
-    row = {"copies": args.copies, "chunks": full.chunks_written, "full_s": round(full_s, 1),
-           "files_changed": args.changed, "files_deleted": args.deleted,
-           "embedded": inc.chunks_written, "deleted": inc.chunks_deleted,
-           "incremental_s": round(inc_s, 2), "whole_reads": reads["calls"],
-           "whole_reads_s": round(reads["seconds"], 2)}
+    row = {
+        "copies": args.copies,
+        "chunks": full.chunks_written,
+        "full_s": round(full_s, 1),
+        "files_changed": args.changed,
+        "files_deleted": args.deleted,
+        "embedded": inc.chunks_written,
+        "deleted": inc.chunks_deleted,
+        "incremental_s": round(inc_s, 2),
+        "whole_reads": reads["calls"],
+        "whole_reads_s": round(reads["seconds"], 2),
+    }
     if args.json:
         print(json.dumps(row))
         return
-    print_table(["chunks", "full run (hash vectors)", "changed / deleted files",
-                 "embedded / deleted chunks", "incremental run", "whole-collection reads"],
-                [[f"{row['chunks']:,}", f"{full_s:.1f} s", f"{args.changed} / {args.deleted}",
-                  f"{inc.chunks_written} / {inc.chunks_deleted}", f"{inc_s:.2f} s",
-                  f"{reads['calls']} ({reads['seconds']:.2f} s)"]])
+    print_table(
+        [
+            "chunks",
+            "full run (hash vectors)",
+            "changed / deleted files",
+            "embedded / deleted chunks",
+            "incremental run",
+            "whole-collection reads",
+        ],
+        [
+            [
+                f"{row['chunks']:,}",
+                f"{full_s:.1f} s",
+                f"{args.changed} / {args.deleted}",
+                f"{inc.chunks_written} / {inc.chunks_deleted}",
+                f"{inc_s:.2f} s",
+                f"{reads['calls']} ({reads['seconds']:.2f} s)",
+            ]
+        ],
+    )
 
 
 if __name__ == "__main__":

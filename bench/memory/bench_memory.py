@@ -52,8 +52,11 @@ os.environ.setdefault("ANONYMIZED_TELEMETRY", "false")
 
 HETRIEVER = Path(sys.executable).with_name("hetriever")
 NAMES = ("hugo-docs", "opentelemetry-io")
-QUERIES = ("how do I filter a collection with where", "shortcode parameters",
-           "configure the collector exporter")
+QUERIES = (
+    "how do I filter a collection with where",
+    "shortcode parameters",
+    "configure the collector exporter",
+)
 
 
 def run_child(args: list[str], env: dict[str, str]) -> dict[str, Any]:
@@ -61,8 +64,9 @@ def run_child(args: list[str], env: dict[str, str]) -> dict[str, Any]:
     peak RSS (MB) and parsed --json output."""
     began = time.perf_counter()
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen([str(HETRIEVER), *args], env={**os.environ, **env},
-                                stdout=out, stderr=err, text=True)
+        proc = subprocess.Popen(
+            [str(HETRIEVER), *args], env={**os.environ, **env}, stdout=out, stderr=err, text=True
+        )
         _, status, usage = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(status)
         wall = time.perf_counter() - began
@@ -70,29 +74,43 @@ def run_child(args: list[str], env: dict[str, str]) -> dict[str, Any]:
         err.seek(0)
         stdout, stderr = out.read(), err.read()
     if proc.returncode:
-        raise SystemExit(f"`hetriever {' '.join(args)}` failed ({proc.returncode}):\n"
-                         f"{stderr[-2000:]}")
+        raise SystemExit(
+            f"`hetriever {' '.join(args)}` failed ({proc.returncode}):\n{stderr[-2000:]}"
+        )
     try:
         parsed = json.loads(stdout)
     except ValueError:
         parsed = None
-    released = [json.loads(line) for line in stderr.splitlines()
-                if line.startswith("{") and '"repository_released"' in line]
-    return {"wall_s": round(wall, 2), "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),
-            "output": parsed,
-            "after_each": [{k: r.get(k) for k in ("repository", "rss_mb", "peak_rss_mb")}
-                           for r in released]}
+    released = [
+        json.loads(line)
+        for line in stderr.splitlines()
+        if line.startswith("{") and '"repository_released"' in line
+    ]
+    return {
+        "wall_s": round(wall, 2),
+        "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),
+        "output": parsed,
+        "after_each": [
+            {k: r.get(k) for k in ("repository", "rss_mb", "peak_rss_mb")} for r in released
+        ],
+    }
 
 
 def env_for(workdir: Path, parent: Path) -> dict[str, str]:
-    return {"HETRIEVER_DOCS_ROOT": str(parent), "HETRIEVER_CHROMA_PATH": str(workdir / "chroma"),
-            "HETRIEVER_STATE_DIR": str(workdir / "state"), "HETRIEVER_LOG_LEVEL": "WARNING"}
+    return {
+        "HETRIEVER_DOCS_ROOT": str(parent),
+        "HETRIEVER_CHROMA_PATH": str(workdir / "chroma"),
+        "HETRIEVER_STATE_DIR": str(workdir / "state"),
+        "HETRIEVER_LOG_LEVEL": "WARNING",
+    }
 
 
 def ingest_counts(result: dict[str, Any]) -> dict[str, Any]:
     (outcome,) = result["output"] if isinstance(result["output"], list) else [result["output"]]
-    return {k: outcome.get(k) for k in ("mode", "chunks_written", "chunks_reused",
-                                        "chunks_deleted", "embedding_seconds")}
+    return {
+        k: outcome.get(k)
+        for k in ("mode", "chunks_written", "chunks_reused", "chunks_deleted", "embedding_seconds")
+    }
 
 
 def pad_index(workdir: Path, repository: str, total: int) -> int:
@@ -133,8 +151,7 @@ def pad_index(workdir: Path, repository: str, total: int) -> int:
                 metas.append(meta)
             for start in range(0, n, step):
                 sl = slice(start, start + step)
-                col.add(ids=ids[sl], embeddings=vecs[sl], documents=texts[sl],
-                        metadatas=metas[sl])
+                col.add(ids=ids[sl], embeddings=vecs[sl], documents=texts[sl], metadatas=metas[sl])
             with index.transaction():
                 index.upsert(ids, texts, metas)
             made += n
@@ -155,13 +172,16 @@ def pad_in_a_child(workdir: Path, repository: str, total: int) -> int:
         return int(pool.apply(pad_index, (workdir, repository, total)))
 
 
-def search_peak(workdir: Path, parent: Path,
-                more_env: dict[str, str] | None = None) -> dict[str, Any]:
+def search_peak(
+    workdir: Path, parent: Path, more_env: dict[str, str] | None = None
+) -> dict[str, Any]:
     env = {**env_for(workdir, parent), **(more_env or {})}
     runs = [run_child(["search", "--json", "-k", "10", q], env) for q in QUERIES]
-    return {"peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
-            "peak_rss_mb_each": [r["peak_rss_mb"] for r in runs],
-            "wall_s_median": sorted(r["wall_s"] for r in runs)[len(runs) // 2]}
+    return {
+        "peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
+        "peak_rss_mb_each": [r["peak_rss_mb"] for r in runs],
+        "wall_s_median": sorted(r["wall_s"] for r in runs)[len(runs) // 2],
+    }
 
 
 def server_search_peak(workdir: Path, parent: Path) -> dict[str, Any]:
@@ -170,11 +190,15 @@ def server_search_peak(workdir: Path, parent: Path) -> dict[str, Any]:
     from tests.support.chroma_fixtures import running_chroma_server
 
     with running_chroma_server(workdir / "chroma") as server:
-        found = search_peak(workdir, parent, {"HETRIEVER_CHROMA_HOST": server.host,
-                                              "HETRIEVER_CHROMA_PORT": str(server.port)})
+        found = search_peak(
+            workdir,
+            parent,
+            {"HETRIEVER_CHROMA_HOST": server.host, "HETRIEVER_CHROMA_PORT": str(server.port)},
+        )
         status = Path(f"/proc/{server.process.pid}/status").read_text()
-        hwm = next(int(line.split()[1]) for line in status.splitlines()
-                   if line.startswith("VmHWM:"))
+        hwm = next(
+            int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:")
+        )
     return {**found, "server_peak_rss_mb": round(hwm / 1024, 1)}
 
 
@@ -198,13 +222,19 @@ def many(kind: str, scratch: Path, say) -> dict[str, Any]:
     from bench.common import CORPORA, SAMPLE_DOCS
 
     if kind == "sample":
-        runs = {"sample x1": {"sample-00": SAMPLE_DOCS},
-                "sample x10": {f"sample-{i:02d}": SAMPLE_DOCS for i in range(10)}}
+        runs = {
+            "sample x1": {"sample-00": SAMPLE_DOCS},
+            "sample x10": {f"sample-{i:02d}": SAMPLE_DOCS for i in range(10)},
+        }
     else:
-        both = {"hugo-docs": CORPORA / "hugo-docs" / "v2",
-                "opentelemetry-io": CORPORA / "opentelemetry-io" / "v2-site"}
-        runs = {"hugo-docs + opentelemetry-io": both,
-                **{f"{name} alone": {name: path} for name, path in both.items()}}
+        both = {
+            "hugo-docs": CORPORA / "hugo-docs" / "v2",
+            "opentelemetry-io": CORPORA / "opentelemetry-io" / "v2-site",
+        }
+        runs = {
+            "hugo-docs + opentelemetry-io": both,
+            **{f"{name} alone": {name: path} for name, path in both.items()},
+        }
     out: dict[str, Any] = {}
     ingest = ["ingest", "--json"]
     for label, sources in runs.items():
@@ -213,29 +243,48 @@ def many(kind: str, scratch: Path, say) -> dict[str, Any]:
         env = {**env_for(work, root), "HETRIEVER_LOG_LEVEL": "INFO", "HETRIEVER_LOG_FORMAT": "json"}
         result = run_child(ingest, env)
         outcomes = result["output"] if isinstance(result["output"], list) else []
-        out[label] = {"wall_s": result["wall_s"], "peak_rss_mb": result["peak_rss_mb"],
-                      "chunks": sum(o.get("chunks_written") or 0 for o in outcomes),
-                      "after_each": result["after_each"]}
-        say(f"{label}: peak RSS {result['peak_rss_mb']:.0f} MB, {out[label]['chunks']} chunks, "
+        out[label] = {
+            "wall_s": result["wall_s"],
+            "peak_rss_mb": result["peak_rss_mb"],
+            "chunks": sum(o.get("chunks_written") or 0 for o in outcomes),
+            "after_each": result["after_each"],
+        }
+        say(
+            f"{label}: peak RSS {result['peak_rss_mb']:.0f} MB, {out[label]['chunks']} chunks, "
             f"{result['wall_s']:.0f} s; after each: "
-            + ", ".join(f"{r['repository']} {r['rss_mb']:.0f}/{r['peak_rss_mb']:.0f}"
-                        for r in result["after_each"]))
+            + ", ".join(
+                f"{r['repository']} {r['rss_mb']:.0f}/{r['peak_rss_mb']:.0f}"
+                for r in result["after_each"]
+            )
+        )
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--corpus", action="append", choices=NAMES,
-                        help="only this corpus (repeatable; default both)")
-    parser.add_argument("--search-chunks", type=int, default=100_000,
-                        help="pad the hugo-docs index to this many chunks for the search "
-                             "figure (0: skip)")
+    parser.add_argument(
+        "--corpus",
+        action="append",
+        choices=NAMES,
+        help="only this corpus (repeatable; default both)",
+    )
+    parser.add_argument(
+        "--search-chunks",
+        type=int,
+        default=100_000,
+        help="pad the hugo-docs index to this many chunks for the search figure (0: skip)",
+    )
     parser.add_argument("--no-incremental", action="store_true")
-    parser.add_argument("--engine", choices=("local", "prefect"), default="local",
-                        help="ingest in the CLI process (default) or through the Prefect ingest "
-                             "flow (a temporary Prefect server unless PREFECT_API_URL is set)")
-    parser.add_argument("--many", choices=("sample", "corpora"),
-                        help="only the many-repositories runs (see above)")
+    parser.add_argument(
+        "--engine",
+        choices=("local", "prefect"),
+        default="local",
+        help="ingest in the CLI process (default) or through the Prefect ingest "
+        "flow (a temporary Prefect server unless PREFECT_API_URL is set)",
+    )
+    parser.add_argument(
+        "--many", choices=("sample", "corpora"), help="only the many-repositories runs (see above)"
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     if args.many:
@@ -246,7 +295,8 @@ def main(argv: list[str] | None = None) -> int:
         out_dir = REPO_ROOT / "bench" / "results"
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / f"bench_memory-many-{args.many}-latest.json").write_text(
-            json.dumps(found, indent=2))
+            json.dumps(found, indent=2)
+        )
         if args.json:
             print(json.dumps(found, indent=2))
         return 0
@@ -255,8 +305,12 @@ def main(argv: list[str] | None = None) -> int:
 
     corpora = args.corpus or list(NAMES)
     precision = os.environ.get("HETRIEVER_EMBEDDING_PRECISION", "fp32")
-    report: dict[str, Any] = {"precision": precision, "engine": args.engine, "full": {},
-                              "search": {}}
+    report: dict[str, Any] = {
+        "precision": precision,
+        "engine": args.engine,
+        "full": {},
+        "search": {},
+    }
     ingest = ["ingest", "--engine", args.engine, "--json"]
     say = (lambda *_: None) if args.json else print
     # Build the model (and the int8 variant) before anything is timed.
@@ -270,11 +324,15 @@ def main(argv: list[str] | None = None) -> int:
             update_submodule(parent, name, v2)
             work = scratch / f"{name}-full"
             result = run_child(ingest, env_for(work, parent))
-            report["full"][name] = {"wall_s": result["wall_s"],
-                                    "peak_rss_mb": result["peak_rss_mb"],
-                                    **ingest_counts(result)}
-            say(f"full {name}: {result['wall_s']:.1f} s, peak RSS {result['peak_rss_mb']:.0f} MB, "
-                f"{report['full'][name]['chunks_written']} chunks")
+            report["full"][name] = {
+                "wall_s": result["wall_s"],
+                "peak_rss_mb": result["peak_rss_mb"],
+                **ingest_counts(result),
+            }
+            say(
+                f"full {name}: {result['wall_s']:.1f} s, peak RSS {result['peak_rss_mb']:.0f} MB, "
+                f"{report['full'][name]['chunks_written']} chunks"
+            )
 
         if "hugo-docs" in sites and not args.no_incremental:
             parent, v1, v2 = sites["hugo-docs"]
@@ -287,43 +345,63 @@ def main(argv: list[str] | None = None) -> int:
             full = report["full"]["hugo-docs"]
             share = counts["chunks_written"] / full["chunks_written"]
             budget = share * full["wall_s"] + 5.0
-            report["incremental"] = {"wall_s": inc["wall_s"], "peak_rss_mb": inc["peak_rss_mb"],
-                                     "v1_full_wall_s": setup["wall_s"],
-                                     "v1_peak_rss_mb": setup["peak_rss_mb"], **counts,
-                                     "embedded_share": round(share, 3),
-                                     "budget_s": round(budget, 1)}
-            say(f"incremental hugo-docs v1 -> v2: {inc['wall_s']:.1f} s for "
+            report["incremental"] = {
+                "wall_s": inc["wall_s"],
+                "peak_rss_mb": inc["peak_rss_mb"],
+                "v1_full_wall_s": setup["wall_s"],
+                "v1_peak_rss_mb": setup["peak_rss_mb"],
+                **counts,
+                "embedded_share": round(share, 3),
+                "budget_s": round(budget, 1),
+            }
+            say(
+                f"incremental hugo-docs v1 -> v2: {inc['wall_s']:.1f} s for "
                 f"{counts['chunks_written']} embedded chunks ({share:.0%} of the full run); "
-                f"budget {budget:.1f} s; peak RSS {inc['peak_rss_mb']:.0f} MB")
+                f"budget {budget:.1f} s; peak RSS {inc['peak_rss_mb']:.0f} MB"
+            )
 
         if "hugo-docs" in sites:
             full = report["full"]["hugo-docs"]
             parent = sites["hugo-docs"][0]
             work = scratch / "hugo-docs-full"
-            report["search"]["hugo-docs"] = {"chunks": full["chunks_written"],
-                                             **search_peak(work, parent)}
-            say(f"search {full['chunks_written']} chunks: peak RSS "
-                f"{report['search']['hugo-docs']['peak_rss_mb']:.0f} MB")
+            report["search"]["hugo-docs"] = {
+                "chunks": full["chunks_written"],
+                **search_peak(work, parent),
+            }
+            say(
+                f"search {full['chunks_written']} chunks: peak RSS "
+                f"{report['search']['hugo-docs']['peak_rss_mb']:.0f} MB"
+            )
             if args.search_chunks:
                 began = time.perf_counter()
                 count = pad_in_a_child(work, "hugo-docs", args.search_chunks)
-                padded = {"chunks": count, "pad_s": round(time.perf_counter() - began, 1),
-                          **search_peak(work, parent)}
+                padded = {
+                    "chunks": count,
+                    "pad_s": round(time.perf_counter() - began, 1),
+                    **search_peak(work, parent),
+                }
                 report["search"][f"hugo-docs x{count}"] = padded
-                say(f"search {count} chunks: peak RSS {padded['peak_rss_mb']:.0f} MB, "
-                    f"median {padded['wall_s_median']:.1f} s per CLI search")
+                say(
+                    f"search {count} chunks: peak RSS {padded['peak_rss_mb']:.0f} MB, "
+                    f"median {padded['wall_s_median']:.1f} s per CLI search"
+                )
                 served = server_search_peak(work, parent)
                 report["search"][f"hugo-docs x{count} chroma run"] = {"chunks": count, **served}
-                say(f"search {count} chunks against `chroma run`: peak RSS "
+                say(
+                    f"search {count} chunks against `chroma run`: peak RSS "
                     f"{served['peak_rss_mb']:.0f} MB (the server's own peak "
                     f"{served['server_peak_rss_mb']:.0f} MB), median "
-                    f"{served['wall_s_median']:.1f} s per CLI search")
+                    f"{served['wall_s_median']:.1f} s per CLI search"
+                )
 
     # Every child's figure is at least this (see pad_in_a_child): it must stay below them.
     report["bench_process_peak_rss_mb"] = round(
-        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
-    say(f"this process's own peak (a floor under every child's figure): "
-        f"{report['bench_process_peak_rss_mb']:.0f} MB")
+        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1
+    )
+    say(
+        f"this process's own peak (a floor under every child's figure): "
+        f"{report['bench_process_peak_rss_mb']:.0f} MB"
+    )
     out = REPO_ROOT / "bench" / "results"
     out.mkdir(parents=True, exist_ok=True)
     (out / f"bench_memory-{precision}-latest.json").write_text(json.dumps(report, indent=2))

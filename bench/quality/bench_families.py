@@ -32,27 +32,32 @@ import sys
 from collections import Counter
 from typing import Any
 
+from bench.common import (  # noqa: E402
+    RESULTS_DIR,
+    bench_settings,
+    make_embedder,
+    print_table,  # noqa: E402
+)
+from bench.judged import acceptable, judged_answers, success  # noqa: E402
 from bench.quality.bench_quality import (  # noqa: E402
     CORPORA,
     held_out,
-    index_corpus,
-    offline_pages,
     question_items,
 )
 from bench.quality.retrievers import LOOKUP_SETS, open_corpus  # noqa: E402
-from bench.common import RESULTS_DIR, bench_settings, make_embedder  # noqa: E402
-from bench.common import print_table  # noqa: E402
-from bench.judged import acceptable, judged_answers, success  # noqa: E402
 from hetriever.core.logs import configure_logging  # noqa: E402
 from hetriever.store.bm25.analyzer import STOPWORDS  # noqa: E402
 
 FAMILIES = ("base", "asking", "asking1", "rm3", "rocchio", "prf")
 FEEDBACK_DOCS, FEEDBACK_TERMS = 10, 10  # rm3
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
-_ASKING = re.compile(r"^\s*(how|what|why|when|where|which|who|whom|whose|is|are|can|could|"
-                     r"should|shall|does|do|did|will|would|may|might|has|have|any|anyone|"
-                     r"i want|i need|i'd like|i would like|i'm trying|i am trying|is there|"
-                     r"are there|please)\b", re.IGNORECASE)
+_ASKING = re.compile(
+    r"^\s*(how|what|why|when|where|which|who|whom|whose|is|are|can|could|"
+    r"should|shall|does|do|did|will|would|may|might|has|have|any|anyone|"
+    r"i want|i need|i'd like|i would like|i'm trying|i am trying|is there|"
+    r"are there|please)\b",
+    re.IGNORECASE,
+)
 _WORD = re.compile(r"[a-z][a-z0-9_]{2,}")
 
 
@@ -66,8 +71,7 @@ def asking_sentences(question: str, first: bool = False) -> str:
     kept = [i for i, s in enumerate(sentences) if s.endswith("?") or _ASKING.match(s)]
     if first and kept and kept[0] != 0:
         kept = [0] + kept
-    return " ".join(sentences[i] for i in kept) if kept and len(kept) < len(sentences) \
-        else question
+    return " ".join(sentences[i] for i in kept) if kept and len(kept) < len(sentences) else question
 
 
 def rm3_query(query: str, hits: list[tuple[str, dict, float, str]]) -> str:
@@ -94,7 +98,8 @@ def run_corpus(name: str, embedder: Any, lookups: int, progress: Any) -> dict[st
     items = question_items(name)
     sets: dict[str, list[tuple[str, Any]]] = {
         "questions": [(it["question"], it) for it in items if not held_out(it["id"])],
-        "questions-held-out": [(it["question"], it) for it in items if held_out(it["id"])]}
+        "questions-held-out": [(it["question"], it) for it in items if held_out(it["id"])],
+    }
     for set_name in LOOKUP_SETS:
         sets[set_name] = run.lookups(set_name, lookups)
 
@@ -119,8 +124,7 @@ def run_corpus(name: str, embedder: Any, lookups: int, progress: Any) -> dict[st
             elif short1 == q:
                 ranked["asking1"].append(ranked["base"][-1])
             else:
-                ranked["asking1"].append(fuse(short1, lists.dense(short1)[1],
-                                              lists.bm25(short1)))
+                ranked["asking1"].append(fuse(short1, lists.dense(short1)[1], lists.bm25(short1)))
             b3 = lists.bm25(rm3_query(q, b))
             d3 = lists.rocchio(vector, d)
             ranked["rm3"].append(fuse(q, d, b3))
@@ -128,13 +132,24 @@ def run_corpus(name: str, embedder: Any, lookups: int, progress: Any) -> dict[st
             ranked["prf"].append(fuse(q, d3, b3))
         if set_name.startswith("questions"):
             its = [it for _, it in qs]
-            entry = {"queries": len(qs), "asking_changed": changed["asking"], **{
-                f: {"labels": success(ranked[f], acceptable(its, None)),
-                    "judged": success(ranked[f], acceptable(its, judged))} for f in FAMILIES}}
+            entry = {
+                "queries": len(qs),
+                "asking_changed": changed["asking"],
+                **{
+                    f: {
+                        "labels": success(ranked[f], acceptable(its, None)),
+                        "judged": success(ranked[f], acceptable(its, judged)),
+                    }
+                    for f in FAMILIES
+                },
+            }
         else:
             rel = [r for _, r in qs]
-            entry = {"queries": len(qs), "asking_changed": changed["asking"],
-                     **{f: {"labels": success(ranked[f], rel)} for f in FAMILIES}}
+            entry = {
+                "queries": len(qs),
+                "asking_changed": changed["asking"],
+                **{f: {"labels": success(ranked[f], rel)} for f in FAMILIES},
+            }
         out[set_name] = entry
         progress(f"{name}/{set_name}: {len(qs)} queries")
     run.close()
@@ -144,8 +159,9 @@ def run_corpus(name: str, embedder: Any, lookups: int, progress: Any) -> dict[st
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpora", default=",".join(CORPORA))
-    parser.add_argument("--lookups", type=int, default=200,
-                        help="at most this many queries per look-up set")
+    parser.add_argument(
+        "--lookups", type=int, default=200, help="at most this many queries per look-up set"
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     configure_logging("ERROR")
@@ -154,8 +170,9 @@ def main(argv: list[str] | None = None) -> int:
         print(msg, file=sys.stderr, flush=True)
 
     embedder = make_embedder(bench_settings(RESULTS_DIR / "unused"))
-    report = {name: run_corpus(name, embedder, args.lookups, progress)
-              for name in args.corpora.split(",")}
+    report = {
+        name: run_corpus(name, embedder, args.lookups, progress) for name in args.corpora.split(",")
+    }
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     (RESULTS_DIR / "bench_families-latest.json").write_text(json.dumps(report, indent=2))
     if args.json:
@@ -167,9 +184,18 @@ def main(argv: list[str] | None = None) -> int:
             for kind in ("labels", "judged"):
                 if kind not in entry["base"]:
                     continue
-                rows.append((name, set_name, kind, entry["queries"], *(
-                    f"{entry[f][kind]['success@1']:.3f}/{entry[f][kind]['mrr@10']:.3f}"
-                    for f in FAMILIES)))
+                rows.append(
+                    (
+                        name,
+                        set_name,
+                        kind,
+                        entry["queries"],
+                        *(
+                            f"{entry[f][kind]['success@1']:.3f}/{entry[f][kind]['mrr@10']:.3f}"
+                            for f in FAMILIES
+                        ),
+                    )
+                )
     print("success@1 / MRR@10 per family")
     print_table(("corpus", "set", "count", "n", *FAMILIES), rows)
     return 0

@@ -26,11 +26,15 @@ from typing import Any
 
 import numpy as np
 
-from bench.quality.retrievers import LOOKUP_SETS, open_corpus  # noqa: E402
-from bench.quality.bench_quality import CORPORA, K, held_out, offline_pages  # noqa: E402
-from bench.quality.bench_quality import question_items  # noqa: E402
 from bench.common import RESULTS_DIR, bench_settings, make_embedder  # noqa: E402
 from bench.judged import acceptable, judged_answers, success  # noqa: E402
+from bench.quality.bench_quality import (  # noqa: E402
+    CORPORA,
+    K,
+    held_out,
+    question_items,  # noqa: E402
+)
+from bench.quality.retrievers import LOOKUP_SETS, open_corpus  # noqa: E402
 from hetriever.core.logs import configure_logging  # noqa: E402
 from hetriever.parse.links import LinkPrior  # noqa: E402
 from hetriever.search import hybrid as search  # noqa: E402
@@ -40,12 +44,24 @@ from hetriever.store.bm25.analyzer import tokenize  # noqa: E402
 DEPTH = 20  # pages re-ranked
 FOLDS = 5
 L2 = (0.01, 0.1, 1.0, 10.0)
-FEATURES = ("inv_rank", "dense", "dense_inv_rank", "bm25", "bm25_inv_rank", "links",
-            "title_share", "heading_share", "index_page", "url_depth", "query_terms")
+FEATURES = (
+    "inv_rank",
+    "dense",
+    "dense_inv_rank",
+    "bm25",
+    "bm25_inv_rank",
+    "links",
+    "title_share",
+    "heading_share",
+    "index_page",
+    "url_depth",
+    "query_terms",
+)
 
 
-def page_features(q: str, d: list, b: list, ranked: list[str], prior: LinkPrior,
-                  name: str) -> np.ndarray:
+def page_features(
+    q: str, d: list, b: list, ranked: list[str], prior: LinkPrior, name: str
+) -> np.ndarray:
     terms = set(tokenize(q))
     best_b = max((s for _, _, s, _ in b), default=0.0) or 1.0
     dense: dict[str, tuple[float, int]] = {}
@@ -65,11 +81,21 @@ def page_features(q: str, d: list, b: list, ranked: list[str], prior: LinkPrior,
         bs, br = bm25.get(page, (0.0, 1000))
         title = set(tokenize(str(m.get("title", ""))))
         heading = set(tokenize(str(m.get("heading_context", ""))))
-        rows.append([1.0 / (1 + rank), ds, 1.0 / (1 + dr), bs / best_b, 1.0 / (1 + br),
-                     links.get(page, 0.0), len(title & terms) / max(1, len(terms)),
-                     len(heading & terms) / max(1, len(terms)),
-                     float(page.endswith("_index.md")),
-                     str(m.get("url", "")).strip("/").count("/") / 5.0, len(terms) / 30.0])
+        rows.append(
+            [
+                1.0 / (1 + rank),
+                ds,
+                1.0 / (1 + dr),
+                bs / best_b,
+                1.0 / (1 + br),
+                links.get(page, 0.0),
+                len(title & terms) / max(1, len(terms)),
+                len(heading & terms) / max(1, len(terms)),
+                float(page.endswith("_index.md")),
+                str(m.get("url", "")).strip("/").count("/") / 5.0,
+                len(terms) / 30.0,
+            ]
+        )
     return np.asarray(rows, dtype=np.float64).reshape(len(ranked), len(FEATURES))
 
 
@@ -118,17 +144,26 @@ def collect(embedder: Any, lookups: int, progress: Any) -> list[dict]:
             ranked = fused  # offline_pages cuts at K: deepen below
             if ask:
                 ranked = deep_pages(d, b, depth, s, q, prior if ask else None, name)
-            rows.append({"corpus": name, "set": set_name, "qid": qid, "ask": ask,
-                         "base": fused, "ranked": ranked, "relevant": sorted(rel),
-                         "features": page_features(q, d, b, ranked, prior, name).tolist()
-                         if ask else []})
+            rows.append(
+                {
+                    "corpus": name,
+                    "set": set_name,
+                    "qid": qid,
+                    "ask": ask,
+                    "base": fused,
+                    "ranked": ranked,
+                    "relevant": sorted(rel),
+                    "features": page_features(q, d, b, ranked, prior, name).tolist() if ask else [],
+                }
+            )
         progress(f"{name}: {len(todo)} queries")
         run.close()
     return rows
 
 
-def deep_pages(d: list, b: list, depth: int, s: Any, q: str, prior: LinkPrior | None,
-               name: str) -> list[str]:
+def deep_pages(
+    d: list, b: list, depth: int, s: Any, q: str, prior: LinkPrior | None, name: str
+) -> list[str]:
     """The fusion's first DEPTH pages (offline_pages stops at K)."""
     from types import SimpleNamespace
 
@@ -141,22 +176,28 @@ def deep_pages(d: list, b: list, depth: int, s: Any, q: str, prior: LinkPrior | 
     for x, m, sc, _ in b[:depth]:
         hits.setdefault(x, _Hit(x, name, metadata=m)).bm25_raw = sc
     rankings = {"dense": [x for x, _, _, _ in d[:depth]], "bm25": [x for x, _, _, _ in b[:depth]]}
-    settings = SimpleNamespace(fusion=s.fusion, rrf_k=s.rrf_k,
-                               dense_weight=search.dense_weight_for(s, "", q))
+    settings = SimpleNamespace(
+        fusion=s.fusion, rrf_k=s.rrf_k, dense_weight=search.dense_weight_for(s, "", q)
+    )
     fused = _fuse_pages(settings, hits, rankings, _page_of(hits, rankings), prior)
     return [hits[p.chunks[0]].page_metadata.get("file_path", "") for p in fused][:DEPTH]
 
 
 def training(rows: list[dict]) -> tuple[np.ndarray, np.ndarray]:
     x = np.vstack([np.asarray(r["features"]) for r in rows if r["features"]])
-    y = np.concatenate([[float(p in set(r["relevant"])) for p in r["ranked"]]
-                        for r in rows if r["features"]])
+    y = np.concatenate(
+        [[float(p in set(r["relevant"])) for p in r["ranked"]] for r in rows if r["features"]]
+    )
     return x, y
 
 
 def evaluate(rows: list[dict], model: np.ndarray | None) -> dict[str, float]:
-    got = [rerank(model, np.asarray(r["features"]), r["ranked"])
-           if model is not None and r["features"] else r["base"] for r in rows]
+    got = [
+        rerank(model, np.asarray(r["features"]), r["ranked"])
+        if model is not None and r["features"]
+        else r["base"]
+        for r in rows
+    ]
     return success(got, [set(r["relevant"]) for r in rows])
 
 
@@ -186,22 +227,29 @@ def main(argv: list[str] | None = None) -> int:
             model = fit(*training(train), l2)
             ranked_all.append({"n": len(test), **evaluate(test, model)})
         n = sum(r["n"] for r in ranked_all)
-        cv[l2] = {k: round(sum(r[k] * r["n"] for r in ranked_all) / n, 3)
-                  for k in ("success@1", "success@3", "mrr@10")}
+        cv[l2] = {
+            k: round(sum(r[k] * r["n"] for r in ranked_all) / n, 3)
+            for k in ("success@1", "success@3", "mrr@10")
+        }
     best = max(L2, key=lambda v: (cv[v]["mrr@10"], cv[v]["success@1"]))
     model = fit(*training(tuning), best)
     sets = sorted({(r["corpus"], r["set"]) for r in rows})
-    report = {"cv_tuning": {str(k): v for k, v in cv.items()}, "l2": best,
-              "weights": dict(zip(FEATURES + ("bias",), np.round(model, 3).tolist())),
-              "sets": {f"{c}/{s}": {"queries": sum(1 for r in rows if (r["corpus"], r["set"])
-                                                    == (c, s)),
-                                    "reranked": sum(1 for r in rows if (r["corpus"], r["set"])
-                                                    == (c, s) and r["features"]),
-                                    "base": evaluate([r for r in rows if (r["corpus"], r["set"])
-                                                      == (c, s)], None),
-                                    "learned": evaluate([r for r in rows if (r["corpus"],
-                                                         r["set"]) == (c, s)], model)}
-                       for c, s in sets}}
+    report = {
+        "cv_tuning": {str(k): v for k, v in cv.items()},
+        "l2": best,
+        "weights": dict(zip(FEATURES + ("bias",), np.round(model, 3).tolist())),
+        "sets": {
+            f"{c}/{s}": {
+                "queries": sum(1 for r in rows if (r["corpus"], r["set"]) == (c, s)),
+                "reranked": sum(
+                    1 for r in rows if (r["corpus"], r["set"]) == (c, s) and r["features"]
+                ),
+                "base": evaluate([r for r in rows if (r["corpus"], r["set"]) == (c, s)], None),
+                "learned": evaluate([r for r in rows if (r["corpus"], r["set"]) == (c, s)], model),
+            }
+            for c, s in sets
+        },
+    }
     (RESULTS_DIR / "bench_learned-latest.json").write_text(json.dumps(report, indent=2))
     print(json.dumps(report, indent=2))
     return 0

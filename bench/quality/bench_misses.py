@@ -24,9 +24,9 @@ import json
 import math
 import re
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from bench.quality import bench_quality as bq  # noqa: E402
 from bench.common import (  # noqa: E402
     RESULTS_DIR,
     bench_settings,
@@ -36,11 +36,12 @@ from bench.common import (  # noqa: E402
     make_embedder,
     print_table,
 )
-from hetriever.search.request import SearchRequest
+from bench.quality import bench_quality as bq  # noqa: E402
 from hetriever.core.config import Settings  # noqa: E402
 from hetriever.core.logs import configure_logging  # noqa: E402
 from hetriever.parse.links import LinkPrior, outbound_keys, page_keys  # noqa: E402
 from hetriever.search import hybrid as search  # noqa: E402
+from hetriever.search.request import SearchRequest
 from hetriever.search.results import is_question  # noqa: E402
 from hetriever.store.bm25.analyzer import tokenize  # noqa: E402
 
@@ -54,16 +55,20 @@ LOG_LINE = re.compile(  # a log or error line pasted as (part of) the question
     r"|\bfailed to (?:transform|execute|render|build|parse|load|find|connect|export|create|start)\b"
     r"|[\w-]+\.\w+:\d+:\d+|\bZgotmplZ\b|\bTraceback\b|\b\w+(?:Exception|Error)\b:"
     r"|\bnil pointer\b|\bnot a field of\b|\bno such template\b|\bis not whitelisted\b"
-    r"|\bcan't evaluate\b")
+    r"|\bcan't evaluate\b"
+)
 PADDING = re.compile(  # greetings, thanks, praise of a theme, apologies, "I'm new to"
     r"^\s*(?:hi|hello|hey|dear|greetings)\b|\bthanks?\b|\bthank you\b"
     r"|\b(?:great|nice|awesome|beautiful|lovely|amazing) (?:theme|job|work|project|template)\b"
     r"|\bi (?:really )?(?:love|like|enjoy) (?:the|this|your) (?:theme|template|project)\b"
     r"|\bsorry\b|\bpretty sure\b|\bi'?m (?:new to|a (?:total )?(?:newbie|beginner))\b"
-    r"|\bnewbie\b|\bplease help\b|\bappreciated?\b", re.IGNORECASE)
+    r"|\bnewbie\b|\bplease help\b|\bappreciated?\b",
+    re.IGNORECASE,
+)
 RENAMED = re.compile(  # a removed, deprecated or renamed feature
     r"deprecat|\bremoved\b|no longer|renamed|used to (?:be|work)|after upgrading|\bupgrad",
-    re.IGNORECASE)
+    re.IGNORECASE,
+)
 RULES: dict[str, Callable[[dict], bool]] = {
     "log line": lambda item: bool(LOG_LINE.search(item["question"])),
     "padding": lambda item: bool(PADDING.search(item["question"])),
@@ -102,23 +107,42 @@ class Corpus:
     def __init__(self, name: str, store: Any, items: list[dict]) -> None:
         self.name, self.store, self.items = name, store, items
         self.settings = store.settings
-        self.prior = LinkPrior(store.catalog.pages, {name: store.physical_name(name)},
-                               self.settings.link_prior_weight)
+        self.prior = LinkPrior(
+            store.catalog.pages, {name: store.physical_name(name)}, self.settings.link_prior_weight
+        )
         self.lists: dict[str, tuple[Scored, Scored]] = {}
         self.default: dict[str, list[str]] = {}
 
     def retrieve(self, query: str) -> tuple[Scored, Scored]:
         if query not in self.lists:
-            r = search.hybrid_search(self.store, SearchRequest(query, bq.DEEP, repositories=[self.name],
-                                     hybrid=False, exact=False, group_by="chunk"))
+            r = search.hybrid_search(
+                self.store,
+                SearchRequest(
+                    query,
+                    bq.DEEP,
+                    repositories=[self.name],
+                    hybrid=False,
+                    exact=False,
+                    group_by="chunk",
+                ),
+            )
             dense = [(m.doc_id, m.metadata, m.dense_score or 0.0) for m in r.matches]
-            bm25 = [(h.doc_id, h.metadata, h.bm25_raw or 0.0)
-                    for h in bm25_only(self.store, query, bq.DEEP, namespaces=[self.name])]
+            bm25 = [
+                (h.doc_id, h.metadata, h.bm25_raw or 0.0)
+                for h in bm25_only(self.store, query, bq.DEEP, namespaces=[self.name])
+            ]
             self.lists[query] = (dense, bm25)
         return self.lists[query]
 
-    def fuse(self, query: str, dense: Scored, bm25: Scored, dense_weight: float | None = None,
-             prior_weight: float | None = None, extra: Any = None) -> list[str]:
+    def fuse(
+        self,
+        query: str,
+        dense: Scored,
+        bm25: Scored,
+        dense_weight: float | None = None,
+        prior_weight: float | None = None,
+        extra: Any = None,
+    ) -> list[str]:
         """The product's page fusion of these lists (bench_quality.offline_pages); `extra`
         replaces the links prior by another third list (an object with `values`, `weight`)."""
         s = self.settings
@@ -129,20 +153,29 @@ class Corpus:
             if prior is None:
                 self.prior.weight = s.link_prior_weight if prior_weight is None else prior_weight
                 prior = self.prior
-        return bq.offline_pages(dense, bm25, search.candidate_depth(bq.K, "page"),
-                                fusion=s.fusion, k=s.rrf_k, dense_weight=weight, prior=prior,
-                                corpus=self.name)
+        return bq.offline_pages(
+            dense,
+            bm25,
+            search.candidate_depth(bq.K, "page"),
+            fusion=s.fusion,
+            k=s.rrf_k,
+            dense_weight=weight,
+            prior=prior,
+            corpus=self.name,
+        )
 
 
 # -- the fixes tried, each a function (corpus, item) -> pages, or None when it leaves the
 # question as the default search has it --
 
+
 def _rare_identifier(corpus: Corpus, query: str, max_df: int = 50) -> bool:
     """The query names an identifier (`.Site.IsServer`, `pagerSize`, `OTEL_SERVICE_NAME`)
     that at most `max_df` chunks hold: an exact token BM25 can match."""
     index = corpus.store.search_bm25(corpus.name)
-    for match in re.finditer(r"[.$]?[A-Za-z_]\w*(?:[._]\w+)+|[a-z]+[A-Z]\w*|[A-Z][a-z]+[A-Z]\w*",
-                             query):
+    for match in re.finditer(
+        r"[.$]?[A-Za-z_]\w*(?:[._]\w+)+|[a-z]+[A-Z]\w*|[A-Z][a-z]+[A-Z]\w*", query
+    ):
         term = match.group().strip(".$").lower()
         if len(term) > 2 and 0 < len(_postings(index, term)) <= max_df:
             return True
@@ -178,7 +211,9 @@ _PAD_SPANS = re.compile(
     r"|\b(?:great|nice|awesome|beautiful|lovely|amazing) (?:theme|job|work|project|template)"
     r"\b[^.!?]*[.!]?|\bi (?:really )?(?:love|like|enjoy) (?:the|this|your) (?:theme|template"
     r"|project)\b[^.!?]*[.!]?|\bsorry\b[^.!?]*[.!?]?|\bi'?m (?:new to|a (?:total )?(?:newbie"
-    r"|beginner))\b[^.!?,]*[.!,]?|\bpretty sure\b,?|\bplease help\b[.!]?", re.IGNORECASE)
+    r"|beginner))\b[^.!?,]*[.!,]?|\bpretty sure\b,?|\bplease help\b[.!]?",
+    re.IGNORECASE,
+)
 
 
 def strip_padding(query: str) -> str:
@@ -221,8 +256,9 @@ class AnchorText:
             if source is None or not source.is_file():
                 continue
             for m in _LINK_TEXT.finditer(source.read_text(encoding="utf-8", errors="replace")):
-                for key in outbound_keys(f"[x]({m.group('target')})", path,
-                                         str(meta.get("url") or ""), "content/en"):
+                for key in outbound_keys(
+                    f"[x]({m.group('target')})", path, str(meta.get("url") or ""), "content/en"
+                ):
                     if keys.get(key, path) != path:
                         texts[keys[key]].append(m.group("text"))
                         break
@@ -293,16 +329,24 @@ def classify(corpus: Corpus, read: dict[str, str]) -> list[dict]:
         dense, bm25 = corpus.retrieve(q)
         got = search.hybrid_search(corpus.store, SearchRequest(q, bq.K, repositories=[corpus.name]))
         corpus.default[item["id"]] = bq.pages([m.metadata for m in got.matches])
-        ranks = {"default": page_rank(corpus.default[item["id"]], relevant),
-                 "dense_page": page_rank(list_pages(dense), relevant, 100),
-                 "bm25_page": page_rank(list_pages(bm25), relevant, 100)}
+        ranks = {
+            "default": page_rank(corpus.default[item["id"]], relevant),
+            "dense_page": page_rank(list_pages(dense), relevant, 100),
+            "bm25_page": page_rank(list_pages(bm25), relevant, 100),
+        }
         held = bq.held_out(item["id"])
         miss = ranks["default"] is None or ranks["default"] > TOP
         classes = [name for name, rule in RULES.items() if rule(item)]
         if miss:
             classes.append(retrieval_class(ranks))
-        row = {"id": item["id"], "corpus": corpus.name, "part": "held-out" if held else "tuning",
-               **ranks, "miss": miss, "classes": classes}
+        row = {
+            "id": item["id"],
+            "corpus": corpus.name,
+            "part": "held-out" if held else "tuning",
+            **ranks,
+            "miss": miss,
+            "classes": classes,
+        }
         if miss:  # what came first instead, for the reading
             row["first_pages"] = corpus.default[item["id"]][:TOP]
         if miss and not held and item["id"] in read:
@@ -342,30 +386,46 @@ def main(argv: list[str] | None = None) -> int:
             misses = [r for r in part_rows if r["miss"]]
             counts = collections.Counter(c for r in misses for c in r["classes"])
             counts.update(f"read: {r['read']}" for r in misses if r.get("read"))
-            classes = {c: [r for r in part_rows
-                           if c in r["classes"] or f"read: {r.get('read')}" == c]
-                       for c in sorted(counts)}
+            classes = {
+                c: [r for r in part_rows if c in r["classes"] or f"read: {r.get('read')}" == c]
+                for c in sorted(counts)
+            }
             for c, members in classes.items():
-                summary.append((name, part, c, counts[c], len(members),
-                                mrr([r["default"] for r in members])))
-            summary.append((name, part, "all questions", len(misses), len(part_rows),
-                            mrr([r["default"] for r in part_rows])))
+                summary.append(
+                    (name, part, c, counts[c], len(members), mrr([r["default"] for r in members]))
+                )
+            summary.append(
+                (
+                    name,
+                    part,
+                    "all questions",
+                    len(misses),
+                    len(part_rows),
+                    mrr([r["default"] for r in part_rows]),
+                )
+            )
             for fix, run in VARIANTS.items():
                 after = {}
                 for r in part_rows:
                     pages = run(corpus, by_id[r["id"]])
-                    after[r["id"]] = r["default"] if pages is None else \
-                        page_rank(pages, set(by_id[r["id"]]["answers"]))
+                    after[r["id"]] = (
+                        r["default"]
+                        if pages is None
+                        else page_rank(pages, set(by_id[r["id"]]["answers"]))
+                    )
                 for c, members in {**classes, "all questions": part_rows}.items():
                     before_ = mrr([r["default"] for r in members])
                     after_ = mrr([after[r["id"]] for r in members])
                     if before_ != after_ or c == "all questions":
                         fixes.append((name, part, fix, c, len(members), before_, after_))
         store.close_sync()
-    OUT.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows),
-                   encoding="utf-8")
-    print("misses (answer not in the default's first 3 pages) by class; n = questions of the "
-          "class, MRR@10 of the default over them")
+    OUT.write_text(
+        "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8"
+    )
+    print(
+        "misses (answer not in the default's first 3 pages) by class; n = questions of the "
+        "class, MRR@10 of the default over them"
+    )
     print_table(("corpus", "part", "class", "misses", "n", "MRR@10"), summary)
     print("\nfixes tried, MRR@10 before -> after per class (classes a fix moves, and all)")
     print_table(("corpus", "part", "fix", "class", "n", "before", "after"), fixes)

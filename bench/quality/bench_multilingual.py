@@ -33,7 +33,6 @@ import random
 import sys
 from typing import Any
 
-from bench.quality.bench_quality import K, Query, index_corpus, offline_pages, pages, score  # noqa: E402
 from bench.common import (  # noqa: E402
     RESULTS_DIR,
     bench_settings,
@@ -42,9 +41,10 @@ from bench.common import (  # noqa: E402
     make_embedder,
     print_table,
 )
-from hetriever.search.request import SearchRequest
-from hetriever.search import hybrid as search  # noqa: E402
+from bench.quality.bench_quality import K, Query, index_corpus, offline_pages, pages, score  # noqa: E402
 from hetriever.core.logs import configure_logging  # noqa: E402
+from hetriever.search import hybrid as search  # noqa: E402
+from hetriever.search.request import SearchRequest
 
 LANGUAGES = ("ja", "zh", "es", "fr", "pt")
 MODES = ("hybrid", "dense", "bm25")
@@ -60,18 +60,24 @@ def title_queries(corpus: Any, lang: str) -> list[Query]:
     return sorted(by_title.items())
 
 
-def run_set(store: Any, queries: list[Query], lang: str | None,
-            bm25_lang: str | None) -> dict[str, Any]:
+def run_set(
+    store: Any, queries: list[Query], lang: str | None, bm25_lang: str | None
+) -> dict[str, Any]:
     """`lang` as `hybrid_search` takes it; `bm25_lang`: the language BM25 alone keeps to (the
     BM25-only path is the bench's, which knows no default language)."""
     ranked: dict[str, list[list[str]]] = {m: [] for m in MODES}
     for q, _ in queries:
         for mode in ("hybrid", "dense"):
-            got = search.hybrid_search(store, SearchRequest(q, K, repositories=[NAME], exact=False,
-                                       hybrid=(mode == "hybrid"), lang=lang))
+            got = search.hybrid_search(
+                store,
+                SearchRequest(
+                    q, K, repositories=[NAME], exact=False, hybrid=(mode == "hybrid"), lang=lang
+                ),
+            )
             ranked[mode].append(pages([m.metadata for m in got.matches]))
-        hits = bm25_only(store, q, K * 10, namespaces=[NAME],
-                         filters={"lang": bm25_lang} if bm25_lang else None)
+        hits = bm25_only(
+            store, q, K * 10, namespaces=[NAME], filters={"lang": bm25_lang} if bm25_lang else None
+        )
         ranked["bm25"].append(pages([h.metadata for h in hits]))
     return {"queries": len(queries), **{m: score(ranked[m], queries) for m in MODES}}
 
@@ -85,8 +91,17 @@ def unstated_set(store: Any, queries: list[Query], lang: str, default: str) -> d
     none kept to `lang` (the default's own queries: to no other language)."""
     from hetriever.search import query_language
 
-    stated = [pages([m.metadata for m in search.hybrid_search(
-        store, SearchRequest(q, K, repositories=[NAME], lang=lang)).matches]) for q, _ in queries]
+    stated = [
+        pages(
+            [
+                m.metadata
+                for m in search.hybrid_search(
+                    store, SearchRequest(q, K, repositories=[NAME], lang=lang)
+                ).matches
+            ]
+        )
+        for q, _ in queries
+    ]
     row: dict[str, Any] = {"queries": len(queries), "stated": score(stated, queries)}
     saved = query_language.WORD_RATIO
     try:
@@ -111,25 +126,41 @@ def weight_sweep(store: Any, queries: list[Query], lang: str) -> list[dict[str, 
     pages asks) by dense weight: how much the English model should count for `lang`."""
     lists = []
     for q, _ in queries:
-        dense = search.hybrid_search(store, SearchRequest(q, 100, repositories=[NAME], exact=False,
-                                     hybrid=False, group_by="chunk", lang=lang))
+        dense = search.hybrid_search(
+            store,
+            SearchRequest(
+                q, 100, repositories=[NAME], exact=False, hybrid=False, group_by="chunk", lang=lang
+            ),
+        )
         bm25 = bm25_only(store, q, 100, namespaces=[NAME], filters={"lang": lang})
-        lists.append(([(m.doc_id, m.metadata, m.dense_score or 0.0) for m in dense.matches],
-                      [(h.doc_id, h.metadata, h.bm25_raw or 0.0) for h in bm25]))
-    return [{"dense_weight": w, **score([offline_pages(d, b, 50, dense_weight=w)
-                                          for d, b in lists], queries)}
-            for w in SWEEP_WEIGHT]
+        lists.append(
+            (
+                [(m.doc_id, m.metadata, m.dense_score or 0.0) for m in dense.matches],
+                [(h.doc_id, h.metadata, h.bm25_raw or 0.0) for h in bm25],
+            )
+        )
+    return [
+        {
+            "dense_weight": w,
+            **score([offline_pages(d, b, 50, dense_weight=w) for d, b in lists], queries),
+        }
+        for w in SWEEP_WEIGHT
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--per-language", type=int, default=40)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--sweep", default="",
-                        help="languages (e.g. ja,zh) to sweep the dense weight for, over all "
-                             "their titles; skips the other sets")
-    parser.add_argument("--unstated-only", action="store_true",
-                        help="only the title queries told no language")
+    parser.add_argument(
+        "--sweep",
+        default="",
+        help="languages (e.g. ja,zh) to sweep the dense weight for, over all "
+        "their titles; skips the other sets",
+    )
+    parser.add_argument(
+        "--unstated-only", action="store_true", help="only the title queries told no language"
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     configure_logging("ERROR")
@@ -139,20 +170,26 @@ def main(argv: list[str] | None = None) -> int:
         print("corpus opentelemetry-io v2-site or v2 not found", file=sys.stderr)
         return 1
     embedder = make_embedder(bench_settings(RESULTS_DIR / "unused"))
-    print(f"site: {len(site.chunks)} chunks of {len(site.files)} pages; indexing",
-          file=sys.stderr, flush=True)
+    print(
+        f"site: {len(site.chunks)} chunks of {len(site.files)} pages; indexing",
+        file=sys.stderr,
+        flush=True,
+    )
     store, indexed = index_corpus(site, embedder, "chunk", label="site")
     languages = sorted({str(c[0].metadata.get("lang")) for c in site.files.values()})
     default = "en"
-    store.catalog.upsert_repository(NAME, settings={"languages": [default] + [
-        lang for lang in languages if lang != default]})
+    store.catalog.upsert_repository(
+        NAME, settings={"languages": [default] + [lang for lang in languages if lang != default]}
+    )
     report: dict[str, Any] = {"index": indexed, "languages": {}}
     if args.sweep:
         for lang in args.sweep.split(","):
             queries = title_queries(site, lang)
             print(f"{lang}: sweep over {len(queries)} title queries", file=sys.stderr)
-            report["languages"][lang] = {"queries": len(queries),
-                                         "sweep": weight_sweep(store, queries, lang)}
+            report["languages"][lang] = {
+                "queries": len(queries),
+                "sweep": weight_sweep(store, queries, lang),
+            }
             for row in report["languages"][lang]["sweep"]:
                 print(lang, len(queries), row)
         store.close_sync()
@@ -164,11 +201,16 @@ def main(argv: list[str] | None = None) -> int:
             queries = random.Random(args.seed).sample(queries, args.per_language)
         row = unstated_set(store, queries, lang, default)
         report["told_no_language"][lang] = row
-        print(f"{lang}: {len(queries)} titles, MRR@10 stated {row['stated']['mrr@10']:.3f}; "
-              "told none " + ", ".join(
-                  f"x{r:g} {row[f'none@{r:g}']['mrr@10']:.3f} "
-                  f"(kept {row[f'none@{r:g}']['kept']})" for r in WORD_RATIOS),
-              file=sys.stderr, flush=True)
+        print(
+            f"{lang}: {len(queries)} titles, MRR@10 stated {row['stated']['mrr@10']:.3f}; "
+            "told none "
+            + ", ".join(
+                f"x{r:g} {row[f'none@{r:g}']['mrr@10']:.3f} (kept {row[f'none@{r:g}']['kept']})"
+                for r in WORD_RATIOS
+            ),
+            file=sys.stderr,
+            flush=True,
+        )
     if args.unstated_only:
         store.close_sync()
         if args.json:
@@ -191,11 +233,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
-    rows = [(lang, r["queries"], *(f"{r[m]['mrr@10']:.3f}" for m in MODES),
-             *(f"{r[m]['recall@10']:.3f}" for m in MODES))
-            for lang, r in [*report["languages"].items(),
-                            ("en, site index", report["english_in_site"]),
-                            ("en, English-only index", report["english_alone"])]]
+    rows = [
+        (
+            lang,
+            r["queries"],
+            *(f"{r[m]['mrr@10']:.3f}" for m in MODES),
+            *(f"{r[m]['recall@10']:.3f}" for m in MODES),
+        )
+        for lang, r in [
+            *report["languages"].items(),
+            ("en, site index", report["english_in_site"]),
+            ("en, English-only index", report["english_alone"]),
+        ]
+    ]
     print_table(("set", "n", *(f"MRR {m}" for m in MODES), *(f"R {m}" for m in MODES)), rows)
     print(f"indexed: {indexed}")
     return 0

@@ -19,13 +19,13 @@ import argparse
 import json
 import sys
 
-from bench.quality import bench_quality as bq  # noqa: E402
 from bench.common import RESULTS_DIR, bench_settings, load_corpus_chunks, make_embedder, print_table  # noqa: E402
-from hetriever.search.request import SearchRequest  # noqa: E402
+from bench.quality import bench_quality as bq  # noqa: E402
 from hetriever.core.config import Settings  # noqa: E402
 from hetriever.core.logs import configure_logging  # noqa: E402
 from hetriever.search import hybrid as search  # noqa: E402
 from hetriever.search.analytics import nearest_similarity  # noqa: E402
+from hetriever.search.request import SearchRequest  # noqa: E402
 
 K, TOP = 5, 3
 CUTS = [round(0.50 + 0.02 * i, 2) for i in range(21)]  # 0.50 .. 0.90
@@ -44,19 +44,22 @@ def main(argv: list[str] | None = None) -> int:
         stores[name], info = bq.index_corpus(chunks, embedder, "chunk")
         print(f"{name}: {info}", file=sys.stderr)
     if len(stores) < 2:
-        print("needs both corpora (unanswerable = the other corpus's questions)",
-              file=sys.stderr)
+        print("needs both corpora (unanswerable = the other corpus's questions)", file=sys.stderr)
         return 1
     rows = []  # (part, kind, similarity)
     for name, store in stores.items():
         other = next(n for n in stores if n != name)
         for item in bq.question_items(name):
             part = "held-out" if bq.held_out(item["id"]) else "tuning"
-            own = search.hybrid_search(store, SearchRequest(item["question"], K, repositories=[name]))
+            own = search.hybrid_search(
+                store, SearchRequest(item["question"], K, repositories=[name])
+            )
             found = bq.pages([m.metadata for m in own.matches], TOP)
             kind = "answered" if set(found) & set(item["answers"]) else "missed"
             rows.append((part, kind, nearest_similarity(own.matches)))
-            away = search.hybrid_search(stores[other], SearchRequest(item["question"], K, repositories=[other]))
+            away = search.hybrid_search(
+                stores[other], SearchRequest(item["question"], K, repositories=[other])
+            )
             rows.append((part, "unanswerable", nearest_similarity(away.matches)))
 
     def share(part: str, kind: str, cut: float) -> float:
@@ -72,16 +75,39 @@ def main(argv: list[str] | None = None) -> int:
             if part == "tuning" and u - a > best[1]:
                 best = (cut, u - a)
         table.append(line)
-    counts = {(p, k): sum(1 for r in rows if r[0] == p and r[1] == k)
-              for p in ("tuning", "held-out") for k in ("answered", "missed", "unanswerable")}
+    counts = {
+        (p, k): sum(1 for r in rows if r[0] == p and r[1] == k)
+        for p in ("tuning", "held-out")
+        for k in ("answered", "missed", "unanswerable")
+    }
     print("questions:", {f"{p} {k}": n for (p, k), n in counts.items()})
     print("share flagged weak (similarity under the cut):")
-    print_table(["cut", "tune answered", "missed", "unanswerable", "J", "held answered",
-                 "missed", "unanswerable", "J"], table)
+    print_table(
+        [
+            "cut",
+            "tune answered",
+            "missed",
+            "unanswerable",
+            "J",
+            "held answered",
+            "missed",
+            "unanswerable",
+            "J",
+        ],
+        table,
+    )
     print(f"best cut on the tuning part: {best[0]} (J {best[1]:.2f})")
     out = RESULTS_DIR / "bench_weak-latest.json"
-    out.write_text(json.dumps({"counts": {f"{p} {k}": n for (p, k), n in counts.items()},
-                               "table": table, "best": best[0]}, indent=2))
+    out.write_text(
+        json.dumps(
+            {
+                "counts": {f"{p} {k}": n for (p, k), n in counts.items()},
+                "table": table,
+                "best": best[0],
+            },
+            indent=2,
+        )
+    )
     return 0
 
 

@@ -21,15 +21,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from bench.quality.bench_quality import CORPORA, K, QUERIES, index_corpus, question_items  # noqa: E402
 from bench.common import RESULTS_DIR, bench_settings, bm25_only, load_corpus_chunks, make_embedder  # noqa: E402
-from hetriever.search.request import SearchRequest  # noqa: E402
+from bench.quality.bench_quality import CORPORA, QUERIES, K, index_corpus, question_items  # noqa: E402
 from hetriever.core.config import Settings  # noqa: E402
 from hetriever.core.logs import configure_logging  # noqa: E402
 from hetriever.search import hybrid as search  # noqa: E402
+from hetriever.search.request import SearchRequest  # noqa: E402
 
 POOL = QUERIES / "pools" / "pool.jsonl"
 PASSAGE_CHARS = 1200
@@ -53,7 +54,9 @@ def retrievers(top: int) -> dict[str, Callable[[Any, str, list[str]], Pages]]:
         return _distinct([(m.metadata, m.content) for m in got.matches], top)
 
     def dense(store: Any, q: str, ns: list[str]) -> Pages:
-        got = search.hybrid_search(store, SearchRequest(q, K, repositories=ns, exact=False, hybrid=False))
+        got = search.hybrid_search(
+            store, SearchRequest(q, K, repositories=ns, exact=False, hybrid=False)
+        )
         return _distinct([(m.metadata, m.content) for m in got.matches], top)
 
     def bm25(store: Any, q: str, ns: list[str]) -> Pages:
@@ -66,13 +69,19 @@ def retrievers(top: int) -> dict[str, Callable[[Any, str, list[str]], Pages]]:
 def known_pairs(path: Path) -> set[tuple[str, str]]:
     if not path.is_file():
         return set()
-    return {(row["qid"], row["path"]) for row in
-            (json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()
-             if line.strip())}
+    return {
+        (row["qid"], row["path"])
+        for row in (
+            json.loads(line)
+            for line in path.read_text(encoding="utf-8").splitlines()
+            if line.strip()
+        )
+    }
 
 
-def pool_item(store: Any, item: dict, ask: dict[str, Callable[[Any, str, list[str]], Pages]]
-              ) -> list[dict]:
+def pool_item(
+    store: Any, item: dict, ask: dict[str, Callable[[Any, str, list[str]], Pages]]
+) -> list[dict]:
     """The (question, page) pairs of one item, labels left out, in first-seen order."""
     pairs: dict[str, dict] = {}
     labels = set(item["answers"])
@@ -80,11 +89,20 @@ def pool_item(store: Any, item: dict, ask: dict[str, Callable[[Any, str, list[st
         for path, meta, text in run(store, item["question"], [item["corpus"]]):
             if path in labels:
                 continue
-            pair = pairs.setdefault(path, {
-                "qid": item["id"], "corpus": item["corpus"], "question": item["question"],
-                "path": path, "url": str(meta.get("url", "")), "title": str(meta.get("title", "")),
-                "heading": str(meta.get("heading_context", "")),
-                "passage": text[:PASSAGE_CHARS], "retrievers": []})
+            pair = pairs.setdefault(
+                path,
+                {
+                    "qid": item["id"],
+                    "corpus": item["corpus"],
+                    "question": item["question"],
+                    "path": path,
+                    "url": str(meta.get("url", "")),
+                    "title": str(meta.get("title", "")),
+                    "heading": str(meta.get("heading_context", "")),
+                    "passage": text[:PASSAGE_CHARS],
+                    "retrievers": [],
+                },
+            )
             pair["retrievers"].append(name)
     return list(pairs.values())
 

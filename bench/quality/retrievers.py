@@ -33,16 +33,20 @@ class Lists:
         hits: dict = {}
         ids = search._dense(self.store, [self.name], vector, DEEP, {self.name: None}, hits)
         search._fill_documents(self.store, [hits[d] for d in ids])
-        return [(d, hits[d].metadata or {}, hits[d].dense_score or 0.0, hits[d].content or "")
-                for d in ids]
+        return [
+            (d, hits[d].metadata or {}, hits[d].dense_score or 0.0, hits[d].content or "")
+            for d in ids
+        ]
 
     def dense(self, query: str) -> tuple[Any, list[Hit]]:
-        vector = self.store.embedder.embed([query[:search.MAX_QUERY_CHARS]])[0]
+        vector = self.store.embedder.embed([query[: search.MAX_QUERY_CHARS]])[0]
         return vector, self.dense_vector(vector)
 
     def bm25(self, query: str) -> list[Hit]:
-        return [(h.doc_id, h.metadata or {}, h.bm25_raw or 0.0, h.content or "")
-                for h in bm25_only(self.store, query, DEEP, namespaces=[self.name])]
+        return [
+            (h.doc_id, h.metadata or {}, h.bm25_raw or 0.0, h.content or "")
+            for h in bm25_only(self.store, query, DEEP, namespaces=[self.name])
+        ]
 
     def rocchio(self, vector: Any, dense: list[Hit]) -> list[Hit]:
         ids = [d for d, _, _, _ in dense[:ROCCHIO_DOCS]]
@@ -73,12 +77,16 @@ class CorpusRetrieval:
     def fuse(self, query: str, dense: list[Hit], bm25: list[Hit]) -> list[str]:
         """The product's page fusion of these lists (the links prior for questions only)."""
         s = self.settings
-        return offline_pages([(x, m, sc) for x, m, sc, _ in dense],
-                             [(x, m, sc) for x, m, sc, _ in bm25], self.depth,
-                             fusion=s.fusion, k=s.rrf_k,
-                             dense_weight=search.dense_weight_for(s, "", query),
-                             prior=self.prior if is_question(s, "", query) else None,
-                             corpus=self.name)
+        return offline_pages(
+            [(x, m, sc) for x, m, sc, _ in dense],
+            [(x, m, sc) for x, m, sc, _ in bm25],
+            self.depth,
+            fusion=s.fusion,
+            k=s.rrf_k,
+            dense_weight=search.dense_weight_for(s, "", query),
+            prior=self.prior if is_question(s, "", query) else None,
+            corpus=self.name,
+        )
 
     def lookups(self, set_name: str, limit: int) -> list[tuple[str, Any]]:
         """At most `limit` queries of a look-up set, the same ones every run."""
@@ -97,7 +105,15 @@ def open_corpus(name: str, embedder: Any) -> CorpusRetrieval | None:
     if corpus is None:
         return None
     store, _ = index_corpus(corpus, embedder, "chunk")
-    prior = LinkPrior(store.catalog.pages, {name: store.physical_name(name)},
-                      store.settings.link_prior_weight)
-    return CorpusRetrieval(name, corpus, store, Lists(store, name), prior,
-                           search.candidate_depth(K, "page"), build_queries(corpus))
+    prior = LinkPrior(
+        store.catalog.pages, {name: store.physical_name(name)}, store.settings.link_prior_weight
+    )
+    return CorpusRetrieval(
+        name,
+        corpus,
+        store,
+        Lists(store, name),
+        prior,
+        search.candidate_depth(K, "page"),
+        build_queries(corpus),
+    )

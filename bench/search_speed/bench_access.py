@@ -30,18 +30,20 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 
-from hetriever.search.request import SearchRequest
 from hetriever.core.access import CollectionPlan  # noqa: E402
 from hetriever.core.config import load_settings  # noqa: E402
 from hetriever.core.logs import configure_logging  # noqa: E402
-from hetriever.search.hybrid import hybrid_search  # noqa: E402
 from hetriever.core.names import content_hash  # noqa: E402
+from hetriever.search.hybrid import hybrid_search  # noqa: E402
+from hetriever.search.request import SearchRequest  # noqa: E402
 from hetriever.store.knowledge_store import Store  # noqa: E402
 
-WORDS = ("template page section taxonomy shortcode partial render hook menu param site build "
-         "server deploy theme module asset image resize filter range where first sort group "
-         "collection slice map string math time date format config output layout list single "
-         "bundle resource cache markdown heading table code block link alias redirect url").split()
+WORDS = (
+    "template page section taxonomy shortcode partial render hook menu param site build "
+    "server deploy theme module asset image resize filter range where first sort group "
+    "collection slice map string math time date format config output layout list single "
+    "bundle resource cache markdown heading table code block link alias redirect url"
+).split()
 
 
 def pct(values: list[float], q: float) -> float:
@@ -49,8 +51,15 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
-def fill(store: Store, repo: str, n: int, rng: np.random.Generator, *,
-         private_share: float = 0.0, deleted_share: float = 0.0) -> None:
+def fill(
+    store: Store,
+    repo: str,
+    n: int,
+    rng: np.random.Generator,
+    *,
+    private_share: float = 0.0,
+    deleted_share: float = 0.0,
+) -> None:
     col = store.collection(repo, create=True)
     physical = store.physical_name(repo)
     step = 1000
@@ -60,12 +69,21 @@ def fill(store: Store, repo: str, n: int, rng: np.random.Generator, *,
         for i in range(start, min(n, start + step)):
             words = rng.choice(WORDS, size=40)
             text = f"{repo} page {i}: " + " ".join(words)
-            level = "PRIVATE" if rng.random() < private_share else \
-                store.settings.access_levels.get(repo, "PUBLIC")
+            level = (
+                "PRIVATE"
+                if rng.random() < private_share
+                else store.settings.access_levels.get(repo, "PUBLIC")
+            )
             levels.add(level)
-            meta = {"repository": repo, "file_path": f"content/p{i // 4}.md", "title": f"P{i}",
-                    "section": "docs", "chunk_index": i % 4, "content_hash": content_hash(text),
-                    "access_level": level}
+            meta = {
+                "repository": repo,
+                "file_path": f"content/p{i // 4}.md",
+                "title": f"P{i}",
+                "section": "docs",
+                "chunk_index": i % 4,
+                "content_hash": content_hash(text),
+                "access_level": level,
+            }
             if rng.random() < deleted_share:
                 meta.update(is_deleted=True, deleted_at="2026-01-01T00:00:00+00:00")
             ids.append(f"{repo}-{i}")
@@ -108,9 +126,13 @@ def latency(args: argparse.Namespace) -> None:
     rng = np.random.default_rng(7)
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)
-        settings = load_settings(env={}, chroma_path=tmp_path / "chroma", state_dir=tmp_path / "st",
-                                 access_levels={"secret-docs": "PRIVATE"},
-                                 model_dir=args.model_dir)
+        settings = load_settings(
+            env={},
+            chroma_path=tmp_path / "chroma",
+            state_dir=tmp_path / "st",
+            access_levels={"secret-docs": "PRIVATE"},
+            model_dir=args.model_dir,
+        )
         store = Store(settings, embedder=get_embedder(settings))
         began = time.perf_counter()
         fill(store, "plain-docs", args.chunks, rng)
@@ -119,7 +141,7 @@ def latency(args: argparse.Namespace) -> None:
         fill(store, "gone-docs", args.chunks, rng, deleted_share=0.05)
         print(f"built 4 x {args.chunks} chunks in {time.perf_counter() - began:.1f}s")
         queries = [" ".join(rng.choice(WORDS, size=4)) for _ in range(args.queries)]
-        vectors = store.embedder.embed(queries[:args.queries])
+        vectors = store.embedder.embed(queries[: args.queries])
         for q in queries[:5]:  # warm caches
             hybrid_search(store, SearchRequest(q, repositories=["plain-docs"]))
 
@@ -143,12 +165,16 @@ def latency(args: argparse.Namespace) -> None:
             CollectionPlan.where = original
 
         print("\nChroma query alone (n_results=20):")
-        for label, where in (("no where", None),
-                             ("access $in", {"access_level": {"$in": ["PUBLIC"]}}),
-                             ("is_deleted $ne", {"is_deleted": {"$ne": True}})):
+        for label, where in (
+            ("no where", None),
+            ("access $in", {"access_level": {"$in": ["PUBLIC"]}}),
+            ("is_deleted $ne", {"is_deleted": {"$ne": True}}),
+        ):
             times = chroma_only(store, "mixed-docs", vectors, where)
-            print(f"{label:<15} p50 {statistics.median(times):6.2f} ms  "
-                  f"p95 {pct(times, 0.95):6.2f} ms")
+            print(
+                f"{label:<15} p50 {statistics.median(times):6.2f} ms  "
+                f"p95 {pct(times, 0.95):6.2f} ms"
+            )
         store.close_sync()
 
 
@@ -165,14 +191,20 @@ def titles(args: argparse.Namespace) -> None:
         repo_dir = init_repo(tmp_path / "repos" / "hugo-docs")
         replace_tree(repo_dir, corpus)
         commit_all(repo_dir, "hugo-docs")
-        settings = load_settings(env={}, chroma_path=tmp_path / "chroma", state_dir=tmp_path / "st",
-                                 model_dir=args.model_dir)
+        settings = load_settings(
+            env={},
+            chroma_path=tmp_path / "chroma",
+            state_dir=tmp_path / "st",
+            model_dir=args.model_dir,
+        )
         store = Store(settings, embedder=get_embedder(settings))
         (repo,) = discover_repositories(repo_dir.parent)
         began = time.perf_counter()
         result = asyncio.run(index_repository(repo, store, settings))
-        print(f"indexed {result.files_indexed} pages, {result.chunks_written} chunks in "
-              f"{time.perf_counter() - began:.0f}s")
+        print(
+            f"indexed {result.files_indexed} pages, {result.chunks_written} chunks in "
+            f"{time.perf_counter() - began:.0f}s"
+        )
         col = store.chroma.client.get_collection(store.physical_name("hugo-docs"))
         got = col.get(where={"chunk_index": 0}, include=["metadatas"])
         pages = {m["file_path"]: m["title"] for m in got["metadatas"]}
@@ -190,9 +222,11 @@ def titles(args: argparse.Namespace) -> None:
                 top = r.matches[0].metadata["file_path"] if r.matches else None
                 hits += top == path
                 hits_unique += top == path and path in unique
-            print(f"exact={'on ' if exact else 'off'}: rank-1 {hits}/{len(pages)} = "
-                  f"{hits / len(pages):.3f}; unique titles {hits_unique}/{len(unique)} = "
-                  f"{hits_unique / len(unique):.3f}; p50 {statistics.median(times):.1f} ms")
+            print(
+                f"exact={'on ' if exact else 'off'}: rank-1 {hits}/{len(pages)} = "
+                f"{hits / len(pages):.3f}; unique titles {hits_unique}/{len(unique)} = "
+                f"{hits_unique / len(unique):.3f}; p50 {statistics.median(times):.1f} ms"
+            )
         store.close_sync()
 
 

@@ -48,8 +48,17 @@ def corpus_chunks(words_per_chunk: int = 150) -> list[tuple[str, dict]]:
                     buf.append(para)
                 if buf and (not para or sum(len(b.split()) for b in buf) >= words_per_chunk):
                     section = rel.split("/")[2] if rel.count("/") > 2 else ""
-                    out.append(("\n\n".join(buf), {"repository": repo, "file_path": rel,
-                                                   "section": section, "chunk_index": index}))
+                    out.append(
+                        (
+                            "\n\n".join(buf),
+                            {
+                                "repository": repo,
+                                "file_path": rel,
+                                "section": section,
+                                "chunk_index": index,
+                            },
+                        )
+                    )
                     buf, index = [], index + 1
     return out
 
@@ -60,8 +69,17 @@ def synthetic_chunks(n: int, rng: random.Random) -> list[tuple[str, dict]]:
     out = []
     for i in range(n):
         words = rng.choices(vocab, weights, k=rng.randint(60, 200))
-        out.append((" ".join(words), {"repository": "synthetic", "file_path": f"f{i // 10}.md",
-                                      "section": f"s{i % 20}", "chunk_index": i % 10}))
+        out.append(
+            (
+                " ".join(words),
+                {
+                    "repository": "synthetic",
+                    "file_path": f"f{i // 10}.md",
+                    "section": f"s{i % 20}",
+                    "chunk_index": i % 10,
+                },
+            )
+        )
     return out
 
 
@@ -105,7 +123,7 @@ def make_queries(chunks: list[tuple[str, str, dict]], n: int, rng: random.Random
         terms = [t for t in tokenize(rng.choice(chunks)[1]) if len(t) > 3]
         if len(terms) >= 3:
             start = rng.randrange(len(terms) - 2)
-            queries.append(" ".join(terms[start:start + rng.randint(2, 5)]))
+            queries.append(" ".join(terms[start : start + rng.randint(2, 5)]))
     return queries
 
 
@@ -118,7 +136,7 @@ def bench_size(size: int, n_queries: int, workdir: Path) -> dict:
     t0 = time.perf_counter()
     with BM25Index(path) as ix:
         for i in range(0, size, 1000):
-            part = chunks[i:i + 1000]
+            part = chunks[i : i + 1000]
             ix.upsert([c[0] for c in part], [c[1] for c in part], [c[2] for c in part])
     build = time.perf_counter() - t0
     result["build_s"] = build
@@ -161,8 +179,9 @@ def bench_size(size: int, n_queries: int, workdir: Path) -> dict:
             file_path = f"bench/file{i}.md"
             ids = [f"bench{i}-{j}" for j in range(10)]
             texts = [chunks[rng.randrange(size)][1] for _ in ids]
-            metas = [{"repository": "bench", "file_path": file_path, "chunk_index": j}
-                     for j in range(10)]
+            metas = [
+                {"repository": "bench", "file_path": file_path, "chunk_index": j} for j in range(10)
+            ]
             ix.upsert(ids, texts, metas)
             t0 = time.perf_counter()
             with ix.transaction():
@@ -222,8 +241,9 @@ def stem_eval(k: int = 10) -> dict:
     for stem in (False, True):
         bm25.STEM_DEFAULT = stem
         with tempfile.TemporaryDirectory() as tmp, BM25Index(Path(tmp) / "eval.sqlite") as ix:
-            ix.upsert([f"c{i}" for i in range(len(base))], [t for t, _ in base],
-                      [m for _, m in base])
+            ix.upsert(
+                [f"c{i}" for i in range(len(base))], [t for t, _ in base], [m for _, m in base]
+            )
             hits, rr = 0, 0.0
             for query, fragment in RECALL_QUERIES:
                 ranked = [ix.get(doc_id)[1]["file_path"] for doc_id, _ in ix.search(query, k)]
@@ -231,7 +251,9 @@ def stem_eval(k: int = 10) -> dict:
                 hits += bool(ranks)
                 rr += 1.0 / (ranks[0] + 1) if ranks else 0.0
         out["stem" if stem else "no_stem"] = {
-            f"recall@{k}": hits / len(RECALL_QUERIES), f"mrr@{k}": rr / len(RECALL_QUERIES)}
+            f"recall@{k}": hits / len(RECALL_QUERIES),
+            f"mrr@{k}": rr / len(RECALL_QUERIES),
+        }
     bm25.STEM_DEFAULT = False
     out["queries"] = len(RECALL_QUERIES)
     out["chunks"] = len(base)
@@ -243,8 +265,11 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    parser.add_argument("--stem-eval", action="store_true",
-                        help="compare recall with stemming off/on on the real corpora")
+    parser.add_argument(
+        "--stem-eval",
+        action="store_true",
+        help="compare recall with stemming off/on on the real corpora",
+    )
     args = parser.parse_args()
 
     if args.stem_eval:
@@ -261,9 +286,13 @@ def main() -> None:
     keys = [k for k in results[0] if k != "chunks"]
     print(f"{'metric':<28}" + "".join(f"{r['chunks']:>14,}" for r in results))
     for key in keys:
-        print(f"{key:<28}" + "".join(
-            f"{r[key]:>14,.1f}" if isinstance(r[key], float) else f"{r[key]:>14,}"
-            for r in results))
+        print(
+            f"{key:<28}"
+            + "".join(
+                f"{r[key]:>14,.1f}" if isinstance(r[key], float) else f"{r[key]:>14,}"
+                for r in results
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -39,22 +39,35 @@ from typing import Any
 
 from bench.common import CORPORA, REPO_ROOT, RESULTS_DIR, print_table  # noqa: E402
 
-QUERIES = ["range over pages sorted by date", "where", "how do I add a menu entry",
-           "image processing resize", "RelPermalink"]
+QUERIES = [
+    "range over pages sorted by date",
+    "where",
+    "how do I add a menu entry",
+    "image processing resize",
+    "RelPermalink",
+]
 HETRIEVER = [sys.executable, "-m", "hetriever.cli", "-q"]
 # Runs the CLI with the hetriever package found first on PYTHONPATH (the editable install's
 # finder would otherwise bring back the checkout's).
-BASELINE_RUNNER = ("import sys; sys.meta_path[:] = [f for f in sys.meta_path "
-                   "if 'editable' not in getattr(f, '__module__', '') and "
-                   "'editable' not in getattr(type(f), '__module__', '')]; "
-                   "from hetriever.cli import main; sys.exit(main(sys.argv[1:]))")
+BASELINE_RUNNER = (
+    "import sys; sys.meta_path[:] = [f for f in sys.meta_path "
+    "if 'editable' not in getattr(f, '__module__', '') and "
+    "'editable' not in getattr(type(f), '__module__', '')]; "
+    "from hetriever.cli import main; sys.exit(main(sys.argv[1:]))"
+)
 
 
 def git(*args: str, cwd: Path) -> str:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "b@example.invalid",
-           "GIT_COMMITTER_NAME": "bench", "GIT_COMMITTER_EMAIL": "b@example.invalid"}
-    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True,
-                          text=True).stdout.strip()
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "bench",
+        "GIT_AUTHOR_EMAIL": "b@example.invalid",
+        "GIT_COMMITTER_NAME": "bench",
+        "GIT_COMMITTER_EMAIL": "b@example.invalid",
+    }
+    return subprocess.run(
+        ["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
 def build_index(where: Path) -> dict[str, str]:
@@ -62,22 +75,35 @@ def build_index(where: Path) -> dict[str, str]:
     docs, chroma = where / "docs", where / "chroma"
     # A model prepared by this install: one another install prepared is checked by hashing
     # its source weights (0.2 s a search before this revision), which no user pays.
-    env = {**os.environ, "HETRIEVER_DOCS_ROOT": str(docs), "HETRIEVER_CHROMA_PATH": str(chroma),
-           "HETRIEVER_MODEL_DIR": str(where / "model"), "HETRIEVER_LOG_LEVEL": "WARNING",
-           "XDG_RUNTIME_DIR": tempfile.mkdtemp(prefix="hbench-")}
+    env = {
+        **os.environ,
+        "HETRIEVER_DOCS_ROOT": str(docs),
+        "HETRIEVER_CHROMA_PATH": str(chroma),
+        "HETRIEVER_MODEL_DIR": str(where / "model"),
+        "HETRIEVER_LOG_LEVEL": "WARNING",
+        "XDG_RUNTIME_DIR": tempfile.mkdtemp(prefix="hbench-"),
+    }
     if (where / "ready").exists():
         return env
     shutil.rmtree(where, ignore_errors=True)
-    subprocess.run(HETRIEVER + ["prepare-model", "--model-dir", str(where / "model")], env=env,
-                   check=True, capture_output=True)
+    subprocess.run(
+        HETRIEVER + ["prepare-model", "--model-dir", str(where / "model")],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
     repo = docs / "hugo-docs"
     shutil.copytree(CORPORA / "hugo-docs" / "v2", repo, copy_function=shutil.copy)
     git("init", "-q", cwd=repo)
     git("add", "-A", cwd=repo)
     git("commit", "-qm", "v2", cwd=repo)
     started = time.perf_counter()
-    subprocess.run(HETRIEVER + ["ingest"], env={**env, "HETRIEVER_SEARCH_RESIDENT_IDLE": "0"},
-                   check=True, capture_output=True)
+    subprocess.run(
+        HETRIEVER + ["ingest"],
+        env={**env, "HETRIEVER_SEARCH_RESIDENT_IDLE": "0"},
+        check=True,
+        capture_output=True,
+    )
     print(f"indexed hugo-docs v2 in {time.perf_counter() - started:.0f} s", file=sys.stderr)
     (where / "ready").write_text("")
     return env
@@ -86,8 +112,7 @@ def build_index(where: Path) -> dict[str, str]:
 def timed(command: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float, str]:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    out = subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True,
-                         timeout=300)
+    out = subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True, timeout=300)
     wall = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if out.returncode != 0:
@@ -102,8 +127,15 @@ def process_cpu(pid: int) -> float:
 
 
 def resident_pid(env: dict[str, str], cwd: Path) -> int | None:
-    out = subprocess.run(HETRIEVER + ["status", "--json"], env=env, cwd=cwd,
-                         capture_output=True, text=True, timeout=300, check=True)
+    out = subprocess.run(
+        HETRIEVER + ["status", "--json"],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
     route = json.loads(out.stdout)[0]["search_route"]
     return route.get("pid") if route["route"] == "resident" else None
 
@@ -132,19 +164,27 @@ def main() -> int:
     baseline_dir = None
     if args.baseline:
         baseline_dir = Path(tempfile.mkdtemp(prefix="hbench-baseline-"))
-        archive = subprocess.run(["git", "archive", args.baseline, "hetriever"], cwd=REPO_ROOT,
-                                 check=True, capture_output=True).stdout
+        archive = subprocess.run(
+            ["git", "archive", args.baseline, "hetriever"],
+            cwd=REPO_ROOT,
+            check=True,
+            capture_output=True,
+        ).stdout
         subprocess.run(["tar", "-x", "-C", str(baseline_dir)], input=archive, check=True)
         # In its own process too: a revision with a resident search process would start one.
-        ways["baseline"] = ([sys.executable, "-c", BASELINE_RUNNER, "-q"],
-                            {**env, "HETRIEVER_SEARCH_RESIDENT_IDLE": "0",
-                             "PYTHONPATH": str(baseline_dir)})
+        ways["baseline"] = (
+            [sys.executable, "-c", BASELINE_RUNNER, "-q"],
+            {**env, "HETRIEVER_SEARCH_RESIDENT_IDLE": "0", "PYTHONPATH": str(baseline_dir)},
+        )
 
     # Bytecode written first, as an installed package has it: where PYTHONDONTWRITEBYTECODE is
     # set, every search compiled the modules it imports (an extracted baseline has none).
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO_ROOT / "hetriever")]
-                   + ([str(baseline_dir / "hetriever")] if baseline_dir else []),
-                   check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "compileall", "-q", str(REPO_ROOT / "hetriever")]
+        + ([str(baseline_dir / "hetriever")] if baseline_dir else []),
+        check=True,
+        capture_output=True,
+    )
     resident_env = ways["resident"][1]
     pid = resident_pid(resident_env, cwd)
     if pid is None:  # one search in-process starts it; wait until it answers
@@ -175,27 +215,44 @@ def main() -> int:
                 answers[way].setdefault(query, comparable(stdout))
         loads.append(os.getloadavg()[0])
     still = resident_pid(resident_env, cwd)
-    same = {way: all(answers[way][q] == answers["in-process"][q] for q in QUERIES)
-            for way in ways}
-    rows = [[way, f"{statistics.median(walls[way]):.3f}", f"{statistics.median(cpus[way]):.3f}",
-             f"{statistics.median(resident_cpu):.3f}" if way == "resident" else "",
-             "yes" if same[way] else "NO"] for way in ways]
-    summary = {"rounds": args.rounds, "queries": len(QUERIES),
-               "load_avg_1min": [round(x, 2) for x in loads],
-               "resident_pid_unchanged": still == pid,
-               "ways": {way: {"wall_s_median": statistics.median(walls[way]),
-                              "cpu_s_median": statistics.median(cpus[way]),
-                              "same_results_as_in_process": same[way]} for way in ways}}
+    same = {way: all(answers[way][q] == answers["in-process"][q] for q in QUERIES) for way in ways}
+    rows = [
+        [
+            way,
+            f"{statistics.median(walls[way]):.3f}",
+            f"{statistics.median(cpus[way]):.3f}",
+            f"{statistics.median(resident_cpu):.3f}" if way == "resident" else "",
+            "yes" if same[way] else "NO",
+        ]
+        for way in ways
+    ]
+    summary = {
+        "rounds": args.rounds,
+        "queries": len(QUERIES),
+        "load_avg_1min": [round(x, 2) for x in loads],
+        "resident_pid_unchanged": still == pid,
+        "ways": {
+            way: {
+                "wall_s_median": statistics.median(walls[way]),
+                "cpu_s_median": statistics.median(cpus[way]),
+                "same_results_as_in_process": same[way],
+            }
+            for way in ways
+        },
+    }
     summary["ways"]["resident"]["resident_cpu_s_median"] = statistics.median(resident_cpu)
     if baseline_dir is not None:
         shutil.rmtree(baseline_dir, ignore_errors=True)
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
-        print_table(["way", "wall s (median)", "CPU s (median)", "resident's CPU s",
-                     "same results"], rows)
-        print(f"load average (1 min) after each round: {summary['load_avg_1min']}; "
-              f"resident pid unchanged: {still == pid}")
+        print_table(
+            ["way", "wall s (median)", "CPU s (median)", "resident's CPU s", "same results"], rows
+        )
+        print(
+            f"load average (1 min) after each round: {summary['load_avg_1min']}; "
+            f"resident pid unchanged: {still == pid}"
+        )
     return 0
 
 

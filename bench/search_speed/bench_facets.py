@@ -22,21 +22,24 @@ import time
 from pathlib import Path
 from statistics import median
 
-from bench.common import RESULTS_DIR, REPO_ROOT, _commit_tree, corpus_dir, percentile  # noqa: E402
-
-from hetriever.search.request import SearchRequest
+from bench.common import REPO_ROOT, RESULTS_DIR, _commit_tree, corpus_dir, percentile  # noqa: E402
 from hetriever.core.config import load_settings  # noqa: E402
 from hetriever.core.logs import configure_logging  # noqa: E402
 from hetriever.search import hybrid  # noqa: E402
 from hetriever.search.candidates import _fill_documents, _Hit, _trusted  # noqa: E402
+from hetriever.search.request import SearchRequest
 
 
 def index(corpus: str) -> dict[str, str] | None:
     """The environment of an index of `corpus` v2, built once with `hetriever ingest`; None
     when the corpus is absent."""
     root = RESULTS_DIR / f"facets-{corpus}"
-    env = {"HETRIEVER_DOCS_ROOT": str(root / "docs"), "HETRIEVER_CHROMA_PATH": str(root / "chroma"),
-           "HETRIEVER_STATE_DIR": str(root / "state"), "HETRIEVER_LOG_LEVEL": "WARNING"}
+    env = {
+        "HETRIEVER_DOCS_ROOT": str(root / "docs"),
+        "HETRIEVER_CHROMA_PATH": str(root / "chroma"),
+        "HETRIEVER_STATE_DIR": str(root / "state"),
+        "HETRIEVER_LOG_LEVEL": "WARNING",
+    }
     if not (root / "done").exists():
         source = corpus_dir(corpus)
         if source is None:
@@ -45,8 +48,12 @@ def index(corpus: str) -> dict[str, str] | None:
         work = root / "docs" / corpus
         shutil.copytree(source, work, copy_function=shutil.copy)
         _commit_tree(work)
-        subprocess.run([str(Path(sys.executable).parent / "hetriever"), "ingest"], check=True,
-                       env={**os.environ, **env}, timeout=3600)
+        subprocess.run(
+            [str(Path(sys.executable).parent / "hetriever"), "ingest"],
+            check=True,
+            env={**os.environ, **env},
+            timeout=3600,
+        )
         (root / "done").touch()
     return env
 
@@ -62,9 +69,13 @@ def main() -> None:
     if env is None:
         print(f"skipped: corpus {args.corpus} not found under the shared corpora")
         return
-    questions = [json.loads(line)["question"] for line in
-                 (REPO_ROOT / "bench" / "queries" / "real_questions.jsonl").read_text().splitlines()
-                 if json.loads(line)["corpus"] == args.corpus][:args.queries]
+    questions = [
+        json.loads(line)["question"]
+        for line in (REPO_ROOT / "bench" / "queries" / "real_questions.jsonl")
+        .read_text()
+        .splitlines()
+        if json.loads(line)["corpus"] == args.corpus
+    ][: args.queries]
     from hetriever.store.knowledge_store import get_knowledge_store
 
     store = get_knowledge_store(load_settings(env=env, config_file=None))
@@ -76,8 +87,11 @@ def main() -> None:
         started = time.perf_counter()
         out = original(hits, doc_ids, dropped, plans, levels, content_dir, extra)
         counted.append((time.perf_counter() - started) * 1000)
-        todo = [_Hit(d, hits[d].collection) for d in dict.fromkeys(doc_ids)
-                if hits[d].metadata is None and d not in dropped]
+        todo = [
+            _Hit(d, hits[d].collection)
+            for d in dict.fromkeys(doc_ids)
+            if hits[d].metadata is None and d not in dropped
+        ]
         started = time.perf_counter()
         _fill_documents(store, todo)
         kept = [h for h in todo if _trusted(h, plans, levels)]
@@ -96,11 +110,13 @@ def main() -> None:
         hybrid.hybrid_search(store, SearchRequest(question, args.k))
         searches.append((time.perf_counter() - started) * 1000)
     print(f"{args.corpus}: {len(questions)} real questions, k={args.k}, page results")
-    for name, values in (("search (facets included), ms", searches),
-                         ("facet count, ms", counted),
-                         ("fetch and check every unread candidate, ms", verified),
-                         ("unread candidates per search", unread),
-                         ("candidate pages counted per search", pages)):
+    for name, values in (
+        ("search (facets included), ms", searches),
+        ("facet count, ms", counted),
+        ("fetch and check every unread candidate, ms", verified),
+        ("unread candidates per search", unread),
+        ("candidate pages counted per search", pages),
+    ):
         print(f"  {name:45} median {median(values):8.2f}  p95 {percentile(values, 95):8.2f}")
 
 

@@ -27,12 +27,18 @@ from pathlib import Path
 import numpy as np
 
 from bench.common import RESULTS_DIR, chroma_server, percentile, print_table  # noqa: E402
-
 from hetriever.search.dense import exact_nearest  # noqa: E402
 
 # Section name -> share of every 100,000 consecutive items.
-SHARES = {"s-0.01": 0.0001, "s-0.3": 0.003, "s-1": 0.01, "s-2.5": 0.025, "s-10": 0.10,
-          "s-20": 0.20, "s-50": 0.50}
+SHARES = {
+    "s-0.01": 0.0001,
+    "s-0.3": 0.003,
+    "s-1": 0.01,
+    "s-2.5": 0.025,
+    "s-10": 0.10,
+    "s-20": 0.20,
+    "s-50": 0.50,
+}
 TOP_K = 10
 INCLUDE = ["documents", "metadatas", "distances"]
 RANK_MAX = 2_000  # fetch+rank is not timed past this many ids (it only grows)
@@ -49,9 +55,12 @@ def sections_for(size: int) -> list[str]:
     return out
 
 
-def build(client, size: int, rng: np.random.Generator) -> tuple[object, np.ndarray, list[str], float]:
-    col = client.create_collection("filter-bench", embedding_function=None,
-                                   configuration={"hnsw": {"space": "cosine"}})
+def build(
+    client, size: int, rng: np.random.Generator
+) -> tuple[object, np.ndarray, list[str], float]:
+    col = client.create_collection(
+        "filter-bench", embedding_function=None, configuration={"hnsw": {"space": "cosine"}}
+    )
     vectors = rng.standard_normal((size, 384)).astype(np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     sections = sections_for(size)
@@ -59,9 +68,12 @@ def build(client, size: int, rng: np.random.Generator) -> tuple[object, np.ndarr
     began = time.perf_counter()
     for start in range(0, size, batch):
         stop = min(size, start + batch)
-        col.add(ids=[f"c{i}" for i in range(start, stop)], embeddings=vectors[start:stop],
-                documents=[f"chunk {i}" for i in range(start, stop)],
-                metadatas=[{"section": sections[i]} for i in range(start, stop)])
+        col.add(
+            ids=[f"c{i}" for i in range(start, stop)],
+            embeddings=vectors[start:stop],
+            documents=[f"chunk {i}" for i in range(start, stop)],
+            metadatas=[{"section": sections[i]} for i in range(start, stop)],
+        )
     return col, vectors, sections, time.perf_counter() - began
 
 
@@ -89,10 +101,15 @@ def measure(col, vectors: np.ndarray, sections: list[str], queries: np.ndarray) 
         for vector in queries:
             exact = {ids[j] for j in np.argsort(-(vectors[members] @ vector))[:TOP_K]}
             ways = {
-                "where": lambda: col.query(query_embeddings=[vector], n_results=TOP_K,
-                                           where={"section": name}, include=INCLUDE)["ids"][0],
-                "ids": lambda: col.query(query_embeddings=[vector], n_results=TOP_K, ids=ids,
-                                         include=INCLUDE)["ids"][0],
+                "where": lambda: col.query(
+                    query_embeddings=[vector],
+                    n_results=TOP_K,
+                    where={"section": name},
+                    include=INCLUDE,
+                )["ids"][0],
+                "ids": lambda: col.query(
+                    query_embeddings=[vector], n_results=TOP_K, ids=ids, include=INCLUDE
+                )["ids"][0],
             }
             if len(ids) <= RANK_MAX:
                 ways["rank"] = lambda: fetch_and_rank(col, vector, ids)
@@ -115,13 +132,16 @@ def unfiltered(col, vectors: np.ndarray, queries: np.ndarray) -> dict:
     times, recall = [], []
     for vector in queries:
         exact = {f"c{j}" for j in np.argsort(-(vectors @ vector))[:TOP_K]}
-        ms, got = timed(lambda: col.query(query_embeddings=[vector], n_results=TOP_K,
-                                          include=INCLUDE)["ids"][0])
+        ms, got = timed(
+            lambda: col.query(query_embeddings=[vector], n_results=TOP_K, include=INCLUDE)["ids"][0]
+        )
         times.append(ms)
         recall.append(len(exact & set(got)) / TOP_K)
-    return {"p50_ms": round(statistics.median(times), 1),
-            "p95_ms": round(percentile(times, 95), 1),
-            "recall": round(statistics.fmean(recall), 3)}
+    return {
+        "p50_ms": round(statistics.median(times), 1),
+        "p95_ms": round(percentile(times, 95), 1),
+        "recall": round(statistics.fmean(recall), 3),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -130,8 +150,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=100_000)
     parser.add_argument("--queries", type=int, default=40)
-    parser.add_argument("--server", action="store_true",
-                        help="a `chroma run` server on 127.0.0.1 instead of embedded Chroma")
+    parser.add_argument(
+        "--server",
+        action="store_true",
+        help="a `chroma run` server on 127.0.0.1 instead of embedded Chroma",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     rng = np.random.default_rng(0)
@@ -148,28 +171,42 @@ def main(argv: list[str] | None = None) -> int:
             col, vectors, sections, build_s = build(client, args.size, rng)
             rows = measure(col, vectors, sections, queries)
             plain = unfiltered(col, vectors, queries)
-    report = {"backend": "chroma run on 127.0.0.1" if args.server else "embedded",
-              "size": args.size, "queries": args.queries, "top_k": TOP_K,
-              "build_seconds": round(build_s, 1), "rows": rows, "unfiltered": plain}
+    report = {
+        "backend": "chroma run on 127.0.0.1" if args.server else "embedded",
+        "size": args.size,
+        "queries": args.queries,
+        "top_k": TOP_K,
+        "build_seconds": round(build_s, 1),
+        "rows": rows,
+        "unfiltered": plain,
+    }
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     suffix = "-server" if args.server else ""
     (RESULTS_DIR / f"bench_filter{suffix}-latest.json").write_text(json.dumps(report, indent=2))
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
-    print(f"{report['backend']}: {args.size} chunks (built in {report['build_seconds']} s), "
-          f"top {TOP_K}, {args.queries} queries per row")
+    print(
+        f"{report['backend']}: {args.size} chunks (built in {report['build_seconds']} s), "
+        f"top {TOP_K}, {args.queries} queries per row"
+    )
+
     def cell(r: dict, way: str) -> str:
         if f"{way}_p50_ms" not in r:
             return "-"
         return f"{r[f'{way}_p50_ms']} / {r[f'{way}_p95_ms']} (R {r[f'{way}_recall']})"
 
-    print_table(("section", "matching", "where p50/p95 ms", "ids p50/p95 ms",
-                 "fetch+rank p50/p95 ms"),
-                [(r["section"], r["matching"], cell(r, "where"), cell(r, "ids"),
-                  cell(r, "rank")) for r in rows])
-    print(f"unfiltered kNN: {plain['p50_ms']} / {plain['p95_ms']} ms (R {plain['recall']}); "
-          "random vectors are the hardest case for HNSW's recall")
+    print_table(
+        ("section", "matching", "where p50/p95 ms", "ids p50/p95 ms", "fetch+rank p50/p95 ms"),
+        [
+            (r["section"], r["matching"], cell(r, "where"), cell(r, "ids"), cell(r, "rank"))
+            for r in rows
+        ],
+    )
+    print(
+        f"unfiltered kNN: {plain['p50_ms']} / {plain['p95_ms']} ms (R {plain['recall']}); "
+        "random vectors are the hardest case for HNSW's recall"
+    )
     return 0
 
 

@@ -24,7 +24,14 @@ import time
 
 import numpy as np
 
-from bench.common import RESULTS_DIR, bench_settings, load_corpus_chunks, make_embedder, make_store, percentile  # noqa: E402,E501
+from bench.common import (
+    RESULTS_DIR,
+    bench_settings,
+    load_corpus_chunks,
+    make_embedder,
+    make_store,
+    percentile,
+)  # noqa: E402,E501
 from bench.quality.bench_quality import build_queries  # noqa: E402
 from hetriever.core.config import Settings  # noqa: E402
 from hetriever.core.logs import configure_logging  # noqa: E402
@@ -75,13 +82,21 @@ def measure(vecs: np.ndarray, queries: np.ndarray, settings: Settings) -> list[d
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-recall-") as tmp:
         client = chromadb.PersistentClient(path=tmp)
-        col = client.create_collection("recall", configuration={"hnsw": {
-            "space": "cosine", "ef_construction": settings.hnsw_construction_ef,
-            "ef_search": EF_VALUES[0], "max_neighbors": settings.hnsw_m}})
+        col = client.create_collection(
+            "recall",
+            configuration={
+                "hnsw": {
+                    "space": "cosine",
+                    "ef_construction": settings.hnsw_construction_ef,
+                    "ef_search": EF_VALUES[0],
+                    "max_neighbors": settings.hnsw_m,
+                }
+            },
+        )
         step = client.get_max_batch_size()
         ids = [str(i) for i in range(len(vecs))]
         for start in range(0, len(vecs), step):
-            col.add(ids=ids[start:start + step], embeddings=vecs[start:start + step])
+            col.add(ids=ids[start : start + step], embeddings=vecs[start : start + step])
         for ef in EF_VALUES:
             col.modify(configuration={"hnsw": {"ef_search": ef}})
             # The loaded HNSW segment keeps the ef it was opened with: reopen.
@@ -97,9 +112,14 @@ def measure(vecs: np.ndarray, queries: np.ndarray, settings: Settings) -> list[d
                 found = np.asarray([int(i) for i in got["ids"][0]])
                 for d in DEPTHS:
                     hits[d] += int((sims[qi, found[:d]] >= kth[d][qi] - 1e-6).sum())
-            rows.append({"size": len(vecs), "ef_search": ef,
-                         **{f"recall@{d}": round(hits[d] / (d * len(queries)), 4) for d in DEPTHS},
-                         "ms_p50": round(percentile(ms, 50), 2)})
+            rows.append(
+                {
+                    "size": len(vecs),
+                    "ef_search": ef,
+                    **{f"recall@{d}": round(hits[d] / (d * len(queries)), 4) for d in DEPTHS},
+                    "ms_p50": round(percentile(ms, 50), 2),
+                }
+            )
     return rows
 
 
@@ -120,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     for size in (int(s) for s in args.sizes.split(",")):
         rows.extend(measure(padded(base, size, rng), queries, Settings()))
         if not args.json:
-            for r in rows[-len(EF_VALUES):]:
+            for r in rows[-len(EF_VALUES) :]:
                 print(r, flush=True)
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     (RESULTS_DIR / "bench_recall-latest.json").write_text(json.dumps(rows, indent=2))

@@ -36,21 +36,12 @@ import json
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
-from bench.latency_store import (  # noqa: E402
-    MAIN,
-    SIDE,
-    SIDE_SIZE,
-    TOP_K,
-    build_latency_store,
-    embeddings_for,
-    load_chunks,
-    query_set,
-)
 from bench.common import (  # noqa: E402
     RESULTS_DIR,
     CorpusChunks,
@@ -62,20 +53,30 @@ from bench.common import (  # noqa: E402
     print_table,
     write_windows,
 )
-from hetriever.search.request import SearchRequest
+from bench.latency_store import (  # noqa: E402
+    MAIN,
+    SIDE,
+    SIDE_SIZE,
+    TOP_K,
+    build_latency_store,
+    embeddings_for,
+    load_chunks,
+    query_set,
+)
+from hetriever.core.logs import configure_logging  # noqa: E402
 from hetriever.search import dense as dense_mod  # noqa: E402
 from hetriever.search import hybrid as search_mod  # noqa: E402
-from hetriever.core.logs import configure_logging  # noqa: E402
-
+from hetriever.search.request import SearchRequest
 
 # --- (a) throughput ------------------------------------------------------------------
 
 
-def bench_throughput(corpus: CorpusChunks, embedder: Any, workdir: Path,
-                     quick: bool) -> tuple[dict, np.ndarray]:
+def bench_throughput(
+    corpus: CorpusChunks, embedder: Any, workdir: Path, quick: bool
+) -> tuple[dict, np.ndarray]:
     chunks = corpus.chunks
     texts = [c.text for c in chunks]
-    embedder.embed(texts[:embedder.batch_size])  # warm-up: allocations, kernel choice
+    embedder.embed(texts[: embedder.batch_size])  # warm-up: allocations, kernel choice
 
     began = time.perf_counter()
     vectors = embedder.embed(texts)
@@ -116,16 +117,24 @@ def bench_throughput(corpus: CorpusChunks, embedder: Any, workdir: Path,
 
     n = len(chunks)
     report = {
-        "source": corpus.source, "chunks": n, "files": len(corpus.files),
-        "embed_batch_size": embedder.batch_size, "store_write_window": store.settings.write_window,
-        "store_max_batch_size": step, "threads": embedder.threads,
-        "raw_seconds": round(raw_s, 2), "raw_chunks_per_s": round(n / raw_s, 1),
-        "store_seconds": round(store_s, 2), "store_chunks_per_s": round(n / store_s, 1),
+        "source": corpus.source,
+        "chunks": n,
+        "files": len(corpus.files),
+        "embed_batch_size": embedder.batch_size,
+        "store_write_window": store.settings.write_window,
+        "store_max_batch_size": step,
+        "threads": embedder.threads,
+        "raw_seconds": round(raw_s, 2),
+        "raw_chunks_per_s": round(n / raw_s, 1),
+        "store_seconds": round(store_s, 2),
+        "store_chunks_per_s": round(n / store_s, 1),
         "store_embedding_seconds": round(store_embed_s, 2),
         "overhead_pct": round(100.0 * (store_s - raw_s) / raw_s, 1),
         "non_embedding_seconds": round(store_s - store_embed_s, 2),
-        "rewrite_seconds": round(rewrite_s, 2), "rewrite_written": rewritten,
-        "rewrite_reused": reused, "rewrite_texts_embedded": re_embedded,
+        "rewrite_seconds": round(rewrite_s, 2),
+        "rewrite_written": rewritten,
+        "rewrite_reused": reused,
+        "rewrite_texts_embedded": re_embedded,
     }
     if windowed_s is not None:
         report["raw_windowed_seconds"] = round(windowed_s, 2)
@@ -147,13 +156,23 @@ def time_queries(fn: Callable[[str, dict], Any], queries: list[tuple[str, dict]]
 
 
 def summary(ms: list[float]) -> dict:
-    return {"p50_ms": round(percentile(ms, 50), 2), "p95_ms": round(percentile(ms, 95), 2),
-            "p99_ms": round(percentile(ms, 99), 2), "mean_ms": round(statistics.fmean(ms), 2),
-            "queries": len(ms)}
+    return {
+        "p50_ms": round(percentile(ms, 50), 2),
+        "p95_ms": round(percentile(ms, 95), 2),
+        "p99_ms": round(percentile(ms, 99), 2),
+        "mean_ms": round(statistics.fmean(ms), 2),
+        "queries": len(ms),
+    }
 
 
-def bench_latency(corpus: CorpusChunks, vectors: np.ndarray, embedder: Any, size: int,
-                  n_queries: int, workdir: Path) -> dict:
+def bench_latency(
+    corpus: CorpusChunks,
+    vectors: np.ndarray,
+    embedder: Any,
+    size: int,
+    n_queries: int,
+    workdir: Path,
+) -> dict:
     root = workdir / f"latency-{size}"
     began = time.perf_counter()
     store, build = build_latency_store(corpus, vectors, size, root, embedder)
@@ -162,21 +181,28 @@ def bench_latency(corpus: CorpusChunks, vectors: np.ndarray, embedder: Any, size
     hybrid_search = search_mod.hybrid_search
 
     def dense(scope: str) -> Callable[[str, dict], Any]:
-        return lambda q, e: hybrid_search(store, SearchRequest(q, TOP_K, **_scope_args(scope, e), hybrid=False))
+        return lambda q, e: hybrid_search(
+            store, SearchRequest(q, TOP_K, **_scope_args(scope, e), hybrid=False)
+        )
 
     def hybrid(scope: str) -> Callable[[str, dict], Any]:
-        return lambda q, e: hybrid_search(store, SearchRequest(q, TOP_K, **_scope_args(scope, e), hybrid=True))
+        return lambda q, e: hybrid_search(
+            store, SearchRequest(q, TOP_K, **_scope_args(scope, e), hybrid=True)
+        )
 
     def hybrid_chunks(scope: str) -> Callable[[str, dict], Any]:
-        return lambda q, e: hybrid_search(store, SearchRequest(q, TOP_K, **_scope_args(scope, e), hybrid=True,
-                                          group_by="chunk"))
+        return lambda q, e: hybrid_search(
+            store, SearchRequest(q, TOP_K, **_scope_args(scope, e), hybrid=True, group_by="chunk")
+        )
 
     def bm25(scope: str) -> Callable[[str, dict], Any]:
         return lambda q, e: bm25_only(store, q, TOP_K, **_scope_args(scope, e))
 
-    def where_only(make: Callable[[str], Callable[[str, dict], Any]]
-                   ) -> Callable[[str], Callable[[str, dict], Any]]:
+    def where_only(
+        make: Callable[[str], Callable[[str, dict], Any]],
+    ) -> Callable[[str], Callable[[str, dict], Any]]:
         """The same search without the id-list path: a selective filter goes to `where`."""
+
         def wrapped(scope: str) -> Callable[[str, dict], Any]:
             fn = make(scope)
 
@@ -187,13 +213,18 @@ def bench_latency(corpus: CorpusChunks, vectors: np.ndarray, embedder: Any, size
                     return fn(q, e)
                 finally:
                     dense_mod.ID_FILTER_MAX = saved
+
             return run
+
         return wrapped
 
-    plans = [(scope, (("dense", dense), ("bm25", bm25), ("hybrid", hybrid)))
-             for scope in ("all", "section", "namespace")]
-    plans.insert(2, ("section-where", (("dense", where_only(dense)),
-                                       ("hybrid", where_only(hybrid)))))
+    plans = [
+        (scope, (("dense", dense), ("bm25", bm25), ("hybrid", hybrid)))
+        for scope in ("all", "section", "namespace")
+    ]
+    plans.insert(
+        2, ("section-where", (("dense", where_only(dense)), ("hybrid", where_only(hybrid))))
+    )
     # Results are pages by default (more candidates per retriever); chunk results beside them.
     plans.append(("all", (("hybrid-chunks", hybrid_chunks),)))
     # Warm-up: BM25 loads lazily, Chroma opens its segments on first use.
@@ -205,8 +236,9 @@ def bench_latency(corpus: CorpusChunks, vectors: np.ndarray, embedder: Any, size
     rows.append({"mode": "query-embed", "scope": "-", **summary(embed_ms)})
     for scope, makers in plans:
         for mode, make in makers:
-            rows.append({"mode": mode, "scope": scope, **summary(time_queries(make(scope),
-                                                                               queries))})
+            rows.append(
+                {"mode": mode, "scope": scope, **summary(time_queries(make(scope), queries))}
+            )
     # A long-lived embedded searcher reopens Chroma when another process has written (once
     # per write window during an ingest): the first query after that reloads the vector index.
     reopened = []
@@ -216,12 +248,19 @@ def bench_latency(corpus: CorpusChunks, vectors: np.ndarray, embedder: Any, size
     rows.append({"mode": "hybrid", "scope": "all, after reopen", **summary(reopened)})
     few = store.bm25(MAIN)
     sections = [e["section"] for _, e in queries]
-    listed = sum(few.few_ids_where({"section": s}, dense_mod.ID_FILTER_MAX) is not None
-                 for s in sections)
+    listed = sum(
+        few.few_ids_where({"section": s}, dense_mod.ID_FILTER_MAX) is not None for s in sections
+    )
     store.close_sync()
-    return {"size": size, "side_collection": SIDE_SIZE, "build_seconds": round(build_s, 1),
-            "build": build, "rows": rows, "section_queries_with_id_list": listed,
-            "id_filter_max": dense_mod.ID_FILTER_MAX}
+    return {
+        "size": size,
+        "side_collection": SIDE_SIZE,
+        "build_seconds": round(build_s, 1),
+        "build": build,
+        "rows": rows,
+        "section_queries_with_id_list": listed,
+        "id_filter_max": dense_mod.ID_FILTER_MAX,
+    }
 
 
 def _scope_args(scope: str, extra: dict) -> dict:
@@ -237,14 +276,22 @@ def _scope_args(scope: str, extra: dict) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",") if x],
-                        default=None, help="latency corpus sizes (default 10000,100000)")
+    parser.add_argument(
+        "--sizes",
+        type=lambda s: [int(x) for x in s.split(",") if x],
+        default=None,
+        help="latency corpus sizes (default 10000,100000)",
+    )
     parser.add_argument("--queries", type=int, default=None, help="queries per row (200)")
     parser.add_argument("--only", choices=["throughput", "latency"], default=None)
-    parser.add_argument("--quick", action="store_true",
-                        help="~600 chunks for throughput, 50 queries, 10k only (unless --sizes)")
-    parser.add_argument("--keep", type=Path, default=None,
-                        help="build stores under this directory and keep them")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="~600 chunks for throughput, 50 queries, 10k only (unless --sizes)",
+    )
+    parser.add_argument(
+        "--keep", type=Path, default=None, help="build stores under this directory and keep them"
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     sizes = args.sizes or ([10_000] if args.quick else [10_000, 100_000])
@@ -259,8 +306,7 @@ def main(argv: list[str] | None = None) -> int:
         report: dict[str, Any] = {"corpus": corpus.source, "chunks": len(corpus.chunks)}
         vectors = None
         if args.only in (None, "throughput"):
-            report["throughput"], vectors = bench_throughput(corpus, embedder, workdir,
-                                                             args.quick)
+            report["throughput"], vectors = bench_throughput(corpus, embedder, workdir, args.quick)
             print_throughput(report["throughput"], args.json)
         if args.only in (None, "latency"):
             if vectors is None:
@@ -280,33 +326,62 @@ def main(argv: list[str] | None = None) -> int:
 def print_throughput(t: dict, quiet: bool) -> None:
     if quiet:
         return
-    print(f"\n(a) embed+store throughput: {t['chunks']} chunks of {t['source']}, "
-          f"embed batch {t['embed_batch_size']}, {t['threads']} threads")
+    print(
+        f"\n(a) embed+store throughput: {t['chunks']} chunks of {t['source']}, "
+        f"embed batch {t['embed_batch_size']}, {t['threads']} threads"
+    )
     rows = [("raw model, one call", t["raw_seconds"], t["raw_chunks_per_s"], "")]
     if "raw_windowed_seconds" in t:
-        rows.append(("raw model, store's windows", t["raw_windowed_seconds"],
-                     t["raw_windowed_chunks_per_s"], ""))
-    rows.append(("upsert_files (fresh store)", t["store_seconds"], t["store_chunks_per_s"],
-                 f"{t['overhead_pct']:+.1f}%"))
-    rows.append(("upsert_files again (no change)", t["rewrite_seconds"],
-                 round(t["chunks"] / t["rewrite_seconds"], 1),
-                 f"embedded {t['rewrite_texts_embedded']}"))
+        rows.append(
+            (
+                "raw model, store's windows",
+                t["raw_windowed_seconds"],
+                t["raw_windowed_chunks_per_s"],
+                "",
+            )
+        )
+    rows.append(
+        (
+            "upsert_files (fresh store)",
+            t["store_seconds"],
+            t["store_chunks_per_s"],
+            f"{t['overhead_pct']:+.1f}%",
+        )
+    )
+    rows.append(
+        (
+            "upsert_files again (no change)",
+            t["rewrite_seconds"],
+            round(t["chunks"] / t["rewrite_seconds"], 1),
+            f"embedded {t['rewrite_texts_embedded']}",
+        )
+    )
     print_table(("path", "seconds", "chunks/s", "vs raw"), rows)
-    print(f"store: {t['store_embedding_seconds']} s embedding, "
-          f"{t['non_embedding_seconds']} s everything else")
+    print(
+        f"store: {t['store_embedding_seconds']} s embedding, "
+        f"{t['non_embedding_seconds']} s everything else"
+    )
 
 
 def print_latency(r: dict, quiet: bool) -> None:
     if quiet:
         return
-    print(f"\n(b) query latency, top_k={TOP_K}: {r['size']} chunks in {MAIN} + "
-          f"{r['side_collection']} in {SIDE} (built in {r['build_seconds']} s)")
-    print_table(("mode", "scope", "p50 ms", "p95 ms", "p99 ms", "queries"),
-                [(x["mode"], x["scope"], x["p50_ms"], x["p95_ms"], x["p99_ms"], x["queries"])
-                 for x in r["rows"]])
-    print(f"section filters answerable by id list (<= {r['id_filter_max']} ids): "
-          f"{r['section_queries_with_id_list']} of {r['rows'][1]['queries']} queries; "
-          "section-where = the same queries without that path")
+    print(
+        f"\n(b) query latency, top_k={TOP_K}: {r['size']} chunks in {MAIN} + "
+        f"{r['side_collection']} in {SIDE} (built in {r['build_seconds']} s)"
+    )
+    print_table(
+        ("mode", "scope", "p50 ms", "p95 ms", "p99 ms", "queries"),
+        [
+            (x["mode"], x["scope"], x["p50_ms"], x["p95_ms"], x["p99_ms"], x["queries"])
+            for x in r["rows"]
+        ],
+    )
+    print(
+        f"section filters answerable by id list (<= {r['id_filter_max']} ids): "
+        f"{r['section_queries_with_id_list']} of {r['rows'][1]['queries']} queries; "
+        "section-where = the same queries without that path"
+    )
 
 
 if __name__ == "__main__":

@@ -28,10 +28,9 @@ from typing import Any
 
 import httpx
 
-from bench.serve.bench_serve import TOP_K, start_server  # noqa: E402
-from bench.latency_store import build_latency_store, embeddings_for, load_chunks, query_set  # noqa: E402
 from bench.common import RESULTS_DIR, bench_settings, make_embedder, percentile, print_table  # noqa: E402
-
+from bench.latency_store import build_latency_store, embeddings_for, load_chunks, query_set  # noqa: E402
+from bench.serve.bench_serve import TOP_K, start_server  # noqa: E402
 from hetriever.core.logs import configure_logging  # noqa: E402
 
 WARM_QUERIES = 20
@@ -56,6 +55,7 @@ def one_start(workdir: Path, model_dir: Path, first: str, warm: list[str]) -> di
     ready_s = time.perf_counter() - began
     try:
         with httpx.Client(timeout=120) as client:
+
             def ask(q: str) -> tuple[float, float | None]:
                 cpu, t = cpu_ms(proc.pid), time.perf_counter()
                 client.get(url + "/search", params={"q": q, "k": TOP_K}).raise_for_status()
@@ -71,14 +71,18 @@ def one_start(workdir: Path, model_dir: Path, first: str, warm: list[str]) -> di
     warm_median = percentile([w for w, _ in times], 50)
     cpus = [c for _, c in times if c is not None]
     warm_cpu = percentile(cpus, 50) if cpus else None
-    return {"ready_s": round(ready_s, 2), "first_ms": round(first_ms, 1),
-            "same_query_warm_ms": round(percentile([w for w, _ in same], 50), 1),
-            "warm_median_ms": round(warm_median, 1),
-            "first_over_warm": round(first_ms / warm_median, 2),
-            "first_cpu_ms": None if first_cpu is None else round(first_cpu, 1),
-            "warm_cpu_median_ms": None if warm_cpu is None else round(warm_cpu, 1),
-            "first_over_warm_cpu": None if first_cpu is None or not warm_cpu
-            else round(first_cpu / warm_cpu, 2)}
+    return {
+        "ready_s": round(ready_s, 2),
+        "first_ms": round(first_ms, 1),
+        "same_query_warm_ms": round(percentile([w for w, _ in same], 50), 1),
+        "warm_median_ms": round(warm_median, 1),
+        "first_over_warm": round(first_ms / warm_median, 2),
+        "first_cpu_ms": None if first_cpu is None else round(first_cpu, 1),
+        "warm_cpu_median_ms": None if warm_cpu is None else round(warm_cpu, 1),
+        "first_over_warm_cpu": None
+        if first_cpu is None or not warm_cpu
+        else round(first_cpu / warm_cpu, 2),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -91,33 +95,61 @@ def main(argv: list[str] | None = None) -> int:
 
     corpus = load_chunks(quick=False)
     queries = [q for q, _ in query_set(corpus, args.starts + WARM_QUERIES, seed=args.size)]
-    firsts, warm = queries[:args.starts], queries[args.starts:]
+    firsts, warm = queries[: args.starts], queries[args.starts :]
     with tempfile.TemporaryDirectory(prefix="bench-first-") as tmp:
         workdir = Path(tmp)
         embedder = make_embedder(bench_settings(workdir))
-        store, _ = build_latency_store(corpus, embeddings_for(corpus, embedder), args.size,
-                                       workdir, embedder)
+        store, _ = build_latency_store(
+            corpus, embeddings_for(corpus, embedder), args.size, workdir, embedder
+        )
         store.close_sync()
         rows = [one_start(workdir, embedder.model_dir, q, warm) for q in firsts]
 
-    report = {"size": args.size, "side_collection": 1000, "corpus": corpus.source,
-              "top_k": TOP_K, "starts": rows,
-              "median_first_over_warm": percentile([r["first_over_warm"] for r in rows], 50),
-              "worst_first_over_warm": max(r["first_over_warm"] for r in rows)}
+    report = {
+        "size": args.size,
+        "side_collection": 1000,
+        "corpus": corpus.source,
+        "top_k": TOP_K,
+        "starts": rows,
+        "median_first_over_warm": percentile([r["first_over_warm"] for r in rows], 50),
+        "worst_first_over_warm": max(r["first_over_warm"] for r in rows),
+    }
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     (RESULTS_DIR / "bench_first_query-latest.json").write_text(json.dumps(report, indent=2))
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
-    print(f"first search after `hetriever serve` is ready, {args.size} chunks (+1,000 side), "
-          f"k={TOP_K}, {corpus.source}")
-    print_table(["start", "ready s", "first ms", "same query warm ms", "warm median ms",
-                 "first / warm median", "first CPU ms", "warm CPU median ms",
-                 "first / warm CPU"],
-                [[i + 1, r["ready_s"], r["first_ms"], r["same_query_warm_ms"],
-                  r["warm_median_ms"], r["first_over_warm"], r["first_cpu_ms"],
-                  r["warm_cpu_median_ms"], r["first_over_warm_cpu"]]
-                 for i, r in enumerate(rows)])
+    print(
+        f"first search after `hetriever serve` is ready, {args.size} chunks (+1,000 side), "
+        f"k={TOP_K}, {corpus.source}"
+    )
+    print_table(
+        [
+            "start",
+            "ready s",
+            "first ms",
+            "same query warm ms",
+            "warm median ms",
+            "first / warm median",
+            "first CPU ms",
+            "warm CPU median ms",
+            "first / warm CPU",
+        ],
+        [
+            [
+                i + 1,
+                r["ready_s"],
+                r["first_ms"],
+                r["same_query_warm_ms"],
+                r["warm_median_ms"],
+                r["first_over_warm"],
+                r["first_cpu_ms"],
+                r["warm_cpu_median_ms"],
+                r["first_over_warm_cpu"],
+            ]
+            for i, r in enumerate(rows)
+        ],
+    )
     return 0
 
 

@@ -32,7 +32,11 @@ import numpy as np
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 from bench.common import (  # noqa: E402
-    RESULTS_DIR, chroma_server, load_corpus_chunks, load_sample_chunks)
+    RESULTS_DIR,
+    chroma_server,
+    load_corpus_chunks,
+    load_sample_chunks,
+)
 from hetriever.core.config import Settings  # noqa: E402
 from hetriever.core.logs import configure_logging  # noqa: E402
 
@@ -67,29 +71,40 @@ def vectors(n: int, rng: np.random.Generator) -> np.ndarray:
     return v / np.linalg.norm(v, axis=1, keepdims=True)
 
 
-_CHILD = ("import sys\n"
-          "from hetriever.cli import main\n"
-          "from hetriever.core.peak_memory import own_peak_rss_mb\n"
-          "code = main(['-q', 'follow', '--json'])\n"
-          "peak = int(own_peak_rss_mb() * 1024)\n"
-          "print(f'PEAK_KB {peak}', file=sys.stderr)\n"
-          "sys.exit(code)\n")
+_CHILD = (
+    "import sys\n"
+    "from hetriever.cli import main\n"
+    "from hetriever.core.peak_memory import own_peak_rss_mb\n"
+    "code = main(['-q', 'follow', '--json'])\n"
+    "peak = int(own_peak_rss_mb() * 1024)\n"
+    "print(f'PEAK_KB {peak}', file=sys.stderr)\n"
+    "sys.exit(code)\n"
+)
 
 
 def follow(env: dict[str, str], state: Path) -> dict:
     """`hetriever follow --json` in a process of its own: its report, wall time, peak RSS."""
     began = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", _CHILD],
-                          env={**env, "HETRIEVER_STATE_DIR": str(state)}, capture_output=True,
-                          text=True, timeout=3600, cwd=REPO_ROOT)
+    done = subprocess.run(
+        [sys.executable, "-c", _CHILD],
+        env={**env, "HETRIEVER_STATE_DIR": str(state)},
+        capture_output=True,
+        text=True,
+        timeout=3600,
+        cwd=REPO_ROOT,
+    )
     wall = time.perf_counter() - began
     if done.returncode != 0:
         raise SystemExit(done.stderr[-3000:])
     peak_kb = int(done.stderr.rsplit("PEAK_KB ", 1)[1].split()[0])
     report = json.loads(done.stdout)
-    return {"wall_s": round(wall, 2), "follow_s": report["seconds"],
-            "written": report["added"], "deleted": report["removed"],
-            "peak_rss_mb": round(peak_kb / 1024)}
+    return {
+        "wall_s": round(wall, 2),
+        "follow_s": report["seconds"],
+        "written": report["added"],
+        "deleted": report["removed"],
+        "peak_rss_mb": round(peak_kb / 1024),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -105,18 +120,25 @@ def main(argv: list[str] | None = None) -> int:
     rng = np.random.default_rng(0)
     ids, texts, metas = records(args.chunks)
     out: dict = {"chunks": args.chunks, "change": args.change}
-    with tempfile.TemporaryDirectory(prefix="bench-follow-") as tmp, \
-            chroma_server(Path(tmp) / "chroma") as port:
-        settings = Settings(chroma_host="127.0.0.1", chroma_port=port,
-                            state_dir=Path(tmp) / "ingest-state")
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-follow-") as tmp,
+        chroma_server(Path(tmp) / "chroma") as port,
+    ):
+        settings = Settings(
+            chroma_host="127.0.0.1", chroma_port=port, state_dir=Path(tmp) / "ingest-state"
+        )
         store = Store(settings, embedder=_NoModel())
         col = store.collection(NAME, create=True)
         step = store.chroma.max_batch_size()
         began = time.perf_counter()
         for start in range(0, len(ids), step):
             end = start + step
-            col.upsert(ids=ids[start:end], documents=texts[start:end],
-                       metadatas=metas[start:end], embeddings=vectors(len(ids[start:end]), rng))
+            col.upsert(
+                ids=ids[start:end],
+                documents=texts[start:end],
+                metadatas=metas[start:end],
+                embeddings=vectors(len(ids[start:end]), rng),
+            )
         out["server_load_s"] = round(time.perf_counter() - began, 1)
         store.replica.publish(NAME)
 
@@ -144,8 +166,12 @@ def main(argv: list[str] | None = None) -> int:
             col.delete(ids=[ids[i] for i in rows])
             for i in rows:
                 ids[i] = f"{tag}-{ids[i]}"
-            col.upsert(ids=[ids[i] for i in rows], documents=[texts[i] for i in rows],
-                       metadatas=[metas[i] for i in rows], embeddings=vectors(len(rows), rng))
+            col.upsert(
+                ids=[ids[i] for i in rows],
+                documents=[texts[i] for i in rows],
+                metadatas=[metas[i] for i in rows],
+                embeddings=vectors(len(rows), rng),
+            )
             out[f"changed_chunks_{tag}"] = len(rows)
             return chosen
 
@@ -160,8 +186,11 @@ def main(argv: list[str] | None = None) -> int:
         index = BM25Index(Path(tmp) / "direct.sqlite")
         with index.transaction():
             for start in range(0, len(ids), 5000):
-                index.upsert(ids[start:start + 5000], texts[start:start + 5000],
-                             metas[start:start + 5000])
+                index.upsert(
+                    ids[start : start + 5000],
+                    texts[start : start + 5000],
+                    metas[start : start + 5000],
+                )
         out["bm25_from_texts_s"] = round(time.perf_counter() - began, 1)
         index.close()
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)

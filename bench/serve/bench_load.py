@@ -29,23 +29,24 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from bench.common import chroma_server  # noqa: E402
-
 from structlog.testing import capture_logs  # noqa: E402
 
-from hetriever.search.request import SearchRequest
+from bench.common import chroma_server  # noqa: E402
 from hetriever.core.config import load_settings  # noqa: E402
+from hetriever.core.logs import configure_logging  # noqa: E402
+from hetriever.core.names import content_hash  # noqa: E402
 from hetriever.discover.repositories import discover_repositories  # noqa: E402
 from hetriever.embed.embedder import get_embedder  # noqa: E402
 from hetriever.index.indexing import index_repository  # noqa: E402
-from hetriever.core.logs import configure_logging  # noqa: E402
 from hetriever.search.hybrid import hybrid_search  # noqa: E402
-from hetriever.core.names import content_hash  # noqa: E402
+from hetriever.search.request import SearchRequest
 from hetriever.store.knowledge_store import Store  # noqa: E402
 
 REPO = "load-docs"
-WORDS = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike "
-         "november oscar papa quebec romeo sierra tango uniform victor whiskey xray").split()
+WORDS = (
+    "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike "
+    "november oscar papa quebec romeo sierra tango uniform victor whiskey xray"
+).split()
 INGEST_TIMEOUT = 600.0
 DROPPED = {"result_without_content", "result_hash_mismatch", "result_out_of_scope"}
 
@@ -68,8 +69,13 @@ class Phase:
 
 
 def git(cwd: Path, *args: str) -> None:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@example.invalid",
-           "GIT_COMMITTER_NAME": "bench", "GIT_COMMITTER_EMAIL": "bench@example.invalid"}
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "bench",
+        "GIT_AUTHOR_EMAIL": "bench@example.invalid",
+        "GIT_COMMITTER_NAME": "bench",
+        "GIT_COMMITTER_EMAIL": "bench@example.invalid",
+    }
     subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True)
 
 
@@ -80,7 +86,8 @@ def write_version(repo: Path, pages: int, version: int) -> None:
         rng = random.Random(i * 7919 + version)
         body = " ".join(rng.choice(WORDS) for _ in range(18))
         (folder / f"page-{i:03d}.md").write_text(
-            f"---\ntitle: Page {i}\n---\n\n{body} page{i} version{version}.\n")
+            f"---\ntitle: Page {i}\n---\n\n{body} page{i} version{version}.\n"
+        )
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", f"version {version}")
 
@@ -110,9 +117,22 @@ class Writer(threading.Thread):
             write_version(self.repo, self.pages, version)
             version += 1
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "hetriever.cli", "-q", "--docs-root", str(self.repo),
-                 "ingest", "--json"], env=self.env, cwd=self.repo.parent,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                [
+                    sys.executable,
+                    "-m",
+                    "hetriever.cli",
+                    "-q",
+                    "--docs-root",
+                    str(self.repo),
+                    "ingest",
+                    "--json",
+                ],
+                env=self.env,
+                cwd=self.repo.parent,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
             try:
                 out, err = self.proc.communicate(timeout=INGEST_TIMEOUT)
             except subprocess.TimeoutExpired:
@@ -134,8 +154,9 @@ class Writer(threading.Thread):
         self.join(timeout=60)
 
 
-def measure(store: Store, name: str, clients: int, seconds: float,
-            pages: int) -> tuple[Phase, list[float]]:
+def measure(
+    store: Store, name: str, clients: int, seconds: float, pages: int
+) -> tuple[Phase, list[float]]:
     phase = Phase(name, seconds)
     latencies: list[float] = []
     modes: Counter[str] = Counter()
@@ -154,9 +175,12 @@ def measure(store: Store, name: str, clients: int, seconds: float,
                     phase.errors += 1
                 continue
             ms = (time.perf_counter() - began) * 1000
-            bad = sum(1 for m in result.matches
-                      if m.metadata.get("repository") != REPO
-                      or content_hash(m.content) != m.metadata.get("content_hash"))
+            bad = sum(
+                1
+                for m in result.matches
+                if m.metadata.get("repository") != REPO
+                or content_hash(m.content) != m.metadata.get("content_hash")
+            )
             with lock:
                 latencies.append(ms)
                 phase.results += len(result.matches)
@@ -186,8 +210,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--idle-seconds", type=float, default=10.0)
     parser.add_argument("--pages", type=int, default=300)
     parser.add_argument("--model-dir", type=Path, help="prepared model (default: the cache)")
-    parser.add_argument("--server", action="store_true",
-                        help="a `chroma run` server on 127.0.0.1 instead of embedded Chroma")
+    parser.add_argument(
+        "--server",
+        action="store_true",
+        help="a `chroma run` server on 127.0.0.1 instead of embedded Chroma",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
 
@@ -212,12 +239,15 @@ def main(argv: list[str] | None = None) -> int:
         index_s = time.perf_counter() - began
 
         env = {k: v for k, v in os.environ.items() if not k.startswith("HETRIEVER_")}
-        env.update(HETRIEVER_CHROMA_PATH=str(settings.chroma_path),
-                   HETRIEVER_STATE_DIR=str(settings.resolved_state_dir),
-                   HETRIEVER_MODEL_DIR=str(settings.resolved_model_dir))
+        env.update(
+            HETRIEVER_CHROMA_PATH=str(settings.chroma_path),
+            HETRIEVER_STATE_DIR=str(settings.resolved_state_dir),
+            HETRIEVER_MODEL_DIR=str(settings.resolved_model_dir),
+        )
         if args.server:
-            env.update(HETRIEVER_CHROMA_HOST="127.0.0.1",
-                       HETRIEVER_CHROMA_PORT=str(settings.chroma_port))
+            env.update(
+                HETRIEVER_CHROMA_HOST="127.0.0.1", HETRIEVER_CHROMA_PORT=str(settings.chroma_port)
+            )
         phases = []
         if args.idle_seconds > 0:
             phases.append(measure(store, "idle", args.clients, args.idle_seconds, args.pages)[0])
@@ -231,21 +261,32 @@ def main(argv: list[str] | None = None) -> int:
         phases.append(writing)
         store.close_sync()
 
-    report = {"backend": "chroma run on 127.0.0.1" if args.server else "embedded",
-              "clients": args.clients, "pages": args.pages, "chunks": first.chunks_written,
-              "initial_index_seconds": round(index_s, 1), "ingest_failures": writer.failures,
-              "phases": [asdict(p) for p in phases]}
+    report = {
+        "backend": "chroma run on 127.0.0.1" if args.server else "embedded",
+        "clients": args.clients,
+        "pages": args.pages,
+        "chunks": first.chunks_written,
+        "initial_index_seconds": round(index_s, 1),
+        "ingest_failures": writer.failures,
+        "phases": [asdict(p) for p in phases],
+    }
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
-    print(f"{report['backend']}: {args.clients} clients, {args.pages} pages "
-          f"({first.chunks_written} chunks, indexed in {index_s:.1f} s)")
-    print(f"{'phase':<17}{'searches':>9}{'per s':>8}{'p50 ms':>8}{'p95 ms':>8}{'p99 ms':>8}"
-          f"{'errors':>7}{'dropped':>8}{'bad':>5}{'ingests':>8}")
+    print(
+        f"{report['backend']}: {args.clients} clients, {args.pages} pages "
+        f"({first.chunks_written} chunks, indexed in {index_s:.1f} s)"
+    )
+    print(
+        f"{'phase':<17}{'searches':>9}{'per s':>8}{'p50 ms':>8}{'p95 ms':>8}{'p99 ms':>8}"
+        f"{'errors':>7}{'dropped':>8}{'bad':>5}{'ingests':>8}"
+    )
     for p in phases:
-        print(f"{p.name:<17}{p.searches:>9}{p.searches_per_s:>8}{p.p50_ms:>8}{p.p95_ms:>8}"
-              f"{p.p99_ms:>8}{p.errors:>7}{p.dropped:>8}{p.inconsistent:>5}"
-              f"{p.ingests_completed:>8}")
+        print(
+            f"{p.name:<17}{p.searches:>9}{p.searches_per_s:>8}{p.p50_ms:>8}{p.p95_ms:>8}"
+            f"{p.p99_ms:>8}{p.errors:>7}{p.dropped:>8}{p.inconsistent:>5}"
+            f"{p.ingests_completed:>8}"
+        )
     if writer.failures:
         print(f"ingest failures: {len(writer.failures)}; last: {writer.failures[-1]!r}")
     return 0

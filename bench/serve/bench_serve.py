@@ -31,18 +31,18 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import httpx
 
-from bench.latency_store import build_latency_store, embeddings_for, load_chunks, query_set  # noqa: E402
 from bench.common import RESULTS_DIR, bench_settings, make_embedder, percentile, print_table  # noqa: E402
-
+from bench.latency_store import build_latency_store, embeddings_for, load_chunks, query_set  # noqa: E402
 from deployments.temporary_server import free_port  # noqa: E402
-from hetriever.search.request import SearchRequest
 from hetriever.core.logs import configure_logging  # noqa: E402
 from hetriever.search.hybrid import hybrid_search  # noqa: E402
+from hetriever.search.request import SearchRequest
 
 TOP_K = 10
 START_TIMEOUT = 300.0
@@ -50,13 +50,29 @@ START_TIMEOUT = 300.0
 
 def start_server(workdir: Path, model_dir: Path) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    env = {**os.environ, "HETRIEVER_CHROMA_PATH": str(workdir / "chroma"),
-           "HETRIEVER_STATE_DIR": str(workdir / "state"), "HETRIEVER_MODEL_DIR": str(model_dir),
-           "HETRIEVER_DOCS_ROOT": str(workdir / "no-docs"), "HETRIEVER_LOG_LEVEL": "WARNING"}
+    env = {
+        **os.environ,
+        "HETRIEVER_CHROMA_PATH": str(workdir / "chroma"),
+        "HETRIEVER_STATE_DIR": str(workdir / "state"),
+        "HETRIEVER_MODEL_DIR": str(model_dir),
+        "HETRIEVER_DOCS_ROOT": str(workdir / "no-docs"),
+        "HETRIEVER_LOG_LEVEL": "WARNING",
+    }
     log = (workdir / "serve.log").open("wb")
-    proc = subprocess.Popen([str(Path(sys.executable).parent / "hetriever"), "serve", "--host",
-                             "127.0.0.1", "--port", str(port)], env=env, stdout=log,
-                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            str(Path(sys.executable).parent / "hetriever"),
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + START_TIMEOUT
     while True:
@@ -76,8 +92,9 @@ def start_server(workdir: Path, model_dir: Path) -> tuple[subprocess.Popen, str]
 Asker = Callable[[Any, str], "float | None"]  # (client, query) -> the server's took_ms
 
 
-def interleaved(n_clients: int, queries: list[str], askers: dict[str, Asker],
-                make_client: Callable[[], Any]) -> dict[str, dict[str, Any]]:
+def interleaved(
+    n_clients: int, queries: list[str], askers: dict[str, Asker], make_client: Callable[[], Any]
+) -> dict[str, dict[str, Any]]:
     """`n_clients` threads split `queries`; each asks every query of its share through every
     path in turn (rotating which goes first), so all paths see the same load. Per path:
     request ms, the server's own ms, and per-query differences from the first path."""
@@ -89,7 +106,7 @@ def interleaved(n_clients: int, queries: list[str], askers: dict[str, Asker],
         client = make_client()
         for i, q in enumerate(share):
             times: dict[str, float] = {}
-            order = names[(i + offset) % len(names):] + names[:(i + offset) % len(names)]
+            order = names[(i + offset) % len(names) :] + names[: (i + offset) % len(names)]
             for name in order:
                 began = time.perf_counter()
                 took = askers[name](client, q)
@@ -102,8 +119,9 @@ def interleaved(n_clients: int, queries: list[str], askers: dict[str, Asker],
                 for name in names:
                     out[name]["diff"].append(times[name] - times[names[0]])
 
-    threads = [threading.Thread(target=worker, args=(queries[i::n_clients], i))
-               for i in range(n_clients)]
+    threads = [
+        threading.Thread(target=worker, args=(queries[i::n_clients], i)) for i in range(n_clients)
+    ]
     began = time.perf_counter()
     for t in threads:
         t.start()
@@ -117,11 +135,15 @@ def interleaved(n_clients: int, queries: list[str], askers: dict[str, Asker],
 
 def row(name: str, clients: int, got: dict[str, Any]) -> dict[str, Any]:
     ms, server, diff = got["ms"], got["server"], got["diff"]
-    return {"path": name, "clients": clients, "p50_ms": round(percentile(ms, 50), 2),
-            "p95_ms": round(percentile(ms, 95), 2),
-            "server_p50_ms": round(percentile(server, 50), 2) if server else None,
-            "paired_overhead_p50_ms": round(percentile(diff, 50), 2),
-            "queries": len(ms)}
+    return {
+        "path": name,
+        "clients": clients,
+        "p50_ms": round(percentile(ms, 50), 2),
+        "p95_ms": round(percentile(ms, 95), 2),
+        "server_p50_ms": round(percentile(server, 50), 2) if server else None,
+        "paired_overhead_p50_ms": round(percentile(diff, 50), 2),
+        "queries": len(ms),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -149,12 +171,13 @@ def main(argv: list[str] | None = None) -> int:
 
         proc, url = start_server(workdir, embedder.model_dir)
         try:
+
             def http(group: str) -> Asker:
                 def ask(client: httpx.Client, q: str) -> float:
-                    resp = client.get(url + "/search", params={"q": q, "k": TOP_K,
-                                                               "group": group})
+                    resp = client.get(url + "/search", params={"q": q, "k": TOP_K, "group": group})
                     resp.raise_for_status()
                     return float(resp.json()["took_ms"])
+
                 return ask
 
             def health(client: httpx.Client, _: str) -> None:
@@ -163,8 +186,12 @@ def main(argv: list[str] | None = None) -> int:
             def make_client() -> httpx.Client:
                 return httpx.Client(timeout=60)
 
-            askers = {"in-process": local, "HTTP group=chunk": http("chunk"),
-                      "HTTP group=page": http("page"), "HTTP /healthz": health}
+            askers = {
+                "in-process": local,
+                "HTTP group=chunk": http("chunk"),
+                "HTTP group=page": http("page"),
+                "HTTP /healthz": health,
+            }
             interleaved(1, warm, askers, make_client)
             rows = []
             for clients in (1, 8):
@@ -177,21 +204,45 @@ def main(argv: list[str] | None = None) -> int:
 
     by = {(r["path"], r["clients"]): r for r in rows}
     overhead = {c: by[("HTTP group=chunk", c)]["paired_overhead_p50_ms"] for c in (1, 8)}
-    report = {"size": args.size, "side_collection": 1000, "corpus": corpus.source,
-              "top_k": TOP_K, "rows": rows, "http_p50_overhead_ms": overhead}
+    report = {
+        "size": args.size,
+        "side_collection": 1000,
+        "corpus": corpus.source,
+        "top_k": TOP_K,
+        "rows": rows,
+        "http_p50_overhead_ms": overhead,
+    }
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     (RESULTS_DIR / "bench_serve-latest.json").write_text(json.dumps(report, indent=2))
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
     print(f"served search at {args.size} chunks (+1,000 side), k={TOP_K}, {corpus.source}")
-    print_table(["path", "clients", "p50 ms", "p95 ms", "server p50 ms",
-                 "p50 of (this - in-process), same query"],
-                [[r["path"], r["clients"], r["p50_ms"], r["p95_ms"],
-                  r["server_p50_ms"] if r["server_p50_ms"] is not None else "-",
-                  r["paired_overhead_p50_ms"]] for r in rows])
-    print(f"serving adds (group=chunk, median paired difference): 1 client {overhead[1]} ms, "
-          f"8 clients {overhead[8]} ms")
+    print_table(
+        [
+            "path",
+            "clients",
+            "p50 ms",
+            "p95 ms",
+            "server p50 ms",
+            "p50 of (this - in-process), same query",
+        ],
+        [
+            [
+                r["path"],
+                r["clients"],
+                r["p50_ms"],
+                r["p95_ms"],
+                r["server_p50_ms"] if r["server_p50_ms"] is not None else "-",
+                r["paired_overhead_p50_ms"],
+            ]
+            for r in rows
+        ],
+    )
+    print(
+        f"serving adds (group=chunk, median paired difference): 1 client {overhead[1]} ms, "
+        f"8 clients {overhead[8]} ms"
+    )
     return 0
 
 

@@ -34,7 +34,7 @@ def cut_text(text: str, limit: int, *, lines: bool) -> list[str]:
         end = start + limit
         cut = text.rfind("\n", start + limit // 2, end) if lines else -1
         if cut < 0:
-            window = text[start + limit // 2:end]
+            window = text[start + limit // 2 : end]
             spaces = [window.rfind(c) for c in " \t\n"]
             best = max(spaces)
             cut = start + limit // 2 + best if best >= 0 else end
@@ -48,8 +48,9 @@ def cut_text(text: str, limit: int, *, lines: bool) -> list[str]:
     return out
 
 
-def count_in_slices(count_batch: Callable[[Sequence[str]], list[int]],
-                    texts: Sequence[str]) -> list[int]:
+def count_in_slices(
+    count_batch: Callable[[Sequence[str]], list[int]], texts: Sequence[str]
+) -> list[int]:
     """`count_batch(texts)` in slices of at most `COUNT_SLICE_CHARS` characters (one text may
     exceed it alone), so the tokenizer never holds all of a page's word-pieces at once."""
     out: list[int] = []

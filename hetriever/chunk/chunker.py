@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 from hetriever.chunk.bounds import (
     MAX_CHUNK_CHARS,
@@ -24,12 +24,12 @@ from hetriever.chunk.bounds import (
     count_in_slices,
     cut_text,
 )
+from hetriever.chunk.metadata import page_metadata
+from hetriever.chunk.tokenizer import TokenCounter, word_boundary
 from hetriever.core.budget import check as check_budget
 from hetriever.core.logs import get_logger
-from hetriever.chunk.metadata import page_metadata
 from hetriever.core.models import Block, Chunk, Metadata
 from hetriever.parse.parsed_page import Page
-from hetriever.chunk.tokenizer import TokenCounter, word_boundary
 
 log = get_logger(__name__)
 
@@ -121,13 +121,15 @@ class _Chunker:
             elif block.kind == "code":
                 text = block.text.strip("\n")
                 if text.strip():
-                    sections[-1].units.extend(_Unit(t, 0, True) for t in
-                                              cut_text(text, MAX_UNIT_CHARS, lines=True))
+                    sections[-1].units.extend(
+                        _Unit(t, 0, True) for t in cut_text(text, MAX_UNIT_CHARS, lines=True)
+                    )
             else:
                 text = block.text.strip()
                 if text:
-                    sections[-1].units.extend(_Unit(t, 0, False) for t in
-                                              cut_text(text, MAX_UNIT_CHARS, lines=False))
+                    sections[-1].units.extend(
+                        _Unit(t, 0, False) for t in cut_text(text, MAX_UNIT_CHARS, lines=False)
+                    )
         # A heading with nothing under it (trailing, or followed only by removed markup) would
         # vanish with its empty section unless a later section carries it in its context:
         # keep its text as a line of the section before it.
@@ -151,8 +153,10 @@ class _Chunker:
         headings = list(dict.fromkeys(h for c in contexts for h in c))
         prefixes = [_prefix(self.page.title, c) for c in contexts]
         units = [u for s in sections for u in s.units]
-        counts = count_in_slices(self.counter.count_batch,
-            [u.text for u in units] + prefixes + headings + [CONTEXT_SEPARATOR.strip()])
+        counts = count_in_slices(
+            self.counter.count_batch,
+            [u.text for u in units] + prefixes + headings + [CONTEXT_SEPARATOR.strip()],
+        )
         for unit, n in zip(units, counts):
             unit.tokens = n
         offset = len(units)
@@ -160,12 +164,12 @@ class _Chunker:
         for context, prefix, n in zip(contexts, prefixes, counts[offset:]):
             if n > cap or len(prefix) > MAX_CHUNK_CHARS // 4:
                 # A runaway heading path may not starve the body: keep its start only.
-                prefix = self.counter.truncate(prefix[:MAX_CHUNK_CHARS // 4], cap)
+                prefix = self.counter.truncate(prefix[: MAX_CHUNK_CHARS // 4], cap)
                 n = self.counter.count(prefix)
             self.prefix[context] = prefix
             self.body_limit[context] = self.budget - n - (self.join if prefix else 0)
         offset += len(contexts)
-        self.heading_tokens = dict(zip(headings, counts[offset:offset + len(headings)]))
+        self.heading_tokens = dict(zip(headings, counts[offset : offset + len(headings)]))
         self.gt_tokens = counts[-1]
 
     # --- splitting units that alone exceed the budget --------------------------------------
@@ -243,8 +247,10 @@ class _Chunker:
         start = 0
         while start < n:
             end = n if n - start <= limit else word_boundary(words, start + limit, low=start)
-            piece = text[offsets[start][0]:offsets[end][0] if end < n else len(text)].strip()
-            starts_mid_word = start > 0 and words[start] is not None and words[start] == words[start - 1]
+            piece = text[offsets[start][0] : offsets[end][0] if end < n else len(text)].strip()
+            starts_mid_word = (
+                start > 0 and words[start] is not None and words[start] == words[start - 1]
+            )
             if piece:
                 if starts_mid_word or not self.counter.additive:
                     unbounded.append(len(out))
@@ -293,7 +299,9 @@ class _Chunker:
         for line, n in zip(inner, counts[2:]):
             pieces = [(line, n)]
             if n > line_limit:
-                pieces = [(u.text, u.tokens) for u in self._split_tokens(line, line_limit, is_code=True)]
+                pieces = [
+                    (u.text, u.tokens) for u in self._split_tokens(line, line_limit, is_code=True)
+                ]
             for piece, m in pieces:
                 if group and total + line_join + m > line_limit:
                     groups.append((group, total))
@@ -322,8 +330,11 @@ class _Chunker:
             limit = self.body_limit[section.context]
             current: _Piece | None = None
             for unit in section.units:
-                if current is not None and current.tokens + self.join + unit.tokens <= limit \
-                        and current.chars + len(BODY_SEPARATOR) + len(unit.text) <= MAX_CHUNK_CHARS:
+                if (
+                    current is not None
+                    and current.tokens + self.join + unit.tokens <= limit
+                    and current.chars + len(BODY_SEPARATOR) + len(unit.text) <= MAX_CHUNK_CHARS
+                ):
                     current.parts.append(unit.text)
                     current.tokens += self.join + unit.tokens
                     current.has_code = current.has_code or unit.is_code
@@ -344,7 +355,11 @@ class _Chunker:
                 if before and before.context == piece.context and self._absorb(before, piece):
                     i += 1
                     continue
-                if following and following.context == piece.context and self._absorb(piece, following):
+                if (
+                    following
+                    and following.context == piece.context
+                    and self._absorb(piece, following)
+                ):
                     pieces[i + 1] = piece
                     i += 1
                     continue
@@ -374,8 +389,11 @@ class _Chunker:
             new = second.context[common:]
             if new:
                 parts.insert(0, CONTEXT_SEPARATOR.join(new))
-                tokens += (sum(self.heading_tokens.get(h, 0) for h in new)
-                           + (len(new) - 1) * self.gt_tokens + self.join)
+                tokens += (
+                    sum(self.heading_tokens.get(h, 0) for h in new)
+                    + (len(new) - 1) * self.gt_tokens
+                    + self.join
+                )
         total = first.tokens + self.join + tokens
         if total > self.body_limit[first.context]:
             return False
@@ -394,13 +412,19 @@ class _Chunker:
         if self.counter.additive:
             return out  # sums are exact: see the module docstring
         checked: list[tuple[_Piece, str]] = []
-        for (piece, text), n in zip(out, count_in_slices(self.counter.count_batch,
-                                                         [t for _, t in out])):
+        for (piece, text), n in zip(
+            out, count_in_slices(self.counter.count_batch, [t for _, t in out])
+        ):
             if n <= self.budget:
                 checked.append((piece, text))
                 continue
-            log.warning("chunk_over_budget", file_path=self.page.file_path, tokens=n,
-                        budget=self.budget, action="cut at token boundaries")
+            log.warning(
+                "chunk_over_budget",
+                file_path=self.page.file_path,
+                tokens=n,
+                budget=self.budget,
+                action="cut at token boundaries",
+            )
             prefix = self.prefix[piece.context]
             rest = BODY_SEPARATOR.join(piece.parts)
             limit = self.body_limit[piece.context]
@@ -412,7 +436,7 @@ class _Chunker:
                         break
                     continue
                 checked.append((piece, _join(prefix, head)))
-                rest = rest[len(head):].lstrip()
+                rest = rest[len(head) :].lstrip()
         return checked
 
 
@@ -458,7 +482,9 @@ def chunk_page(
         }
         if piece.merged:  # a short section folded in keeps its heading as a key (catalog)
             metadata["merged_headings"] = list(dict.fromkeys(piece.merged))
-        chunks.append(Chunk(chunk_id(page.repository, page.file_path, text, occurrence), text, metadata))
+        chunks.append(
+            Chunk(chunk_id(page.repository, page.file_path, text, occurrence), text, metadata)
+        )
     return chunks
 
 
@@ -476,7 +502,7 @@ def _join(prefix: str, body: str) -> str:
 
 def _closes(line: str, fence: str) -> bool:
     stripped = line.strip()
-    return (len(stripped) >= len(fence) and set(stripped) == {fence[0]})
+    return len(stripped) >= len(fence) and set(stripped) == {fence[0]}
 
 
 def _sentence_spans(text: str) -> list[tuple[int, int]]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from hetriever.core.logs import get_logger
 from hetriever.core.models import REQUIRED_CHUNK_METADATA, Metadata
@@ -32,13 +32,15 @@ def page_metadata(page: Page, extra: Mapping | None) -> Metadata:
     weight = page.front_matter.get("weight")
     if isinstance(weight, (int, float)) and not isinstance(weight, bool):
         meta["weight"] = weight
-    meta.update({
-        "repository": page.repository,
-        "file_path": page.file_path,
-        "url": page.url,
-        "title": page.title,
-        "section": page.section,
-    })
+    meta.update(
+        {
+            "repository": page.repository,
+            "file_path": page.file_path,
+            "url": page.url,
+            "title": page.title,
+            "section": page.section,
+        }
+    )
     if page.lang:
         meta["lang"] = page.lang
         meta["translation_key"] = page.translation_key

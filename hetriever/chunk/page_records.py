@@ -13,9 +13,9 @@ from collections.abc import Mapping, Sequence
 
 from hetriever.chunk.chunker import CONTEXT_SEPARATOR, chunk_id
 from hetriever.chunk.metadata import page_metadata
+from hetriever.chunk.tokenizer import TokenCounter
 from hetriever.core.models import Chunk, Metadata
 from hetriever.parse.parsed_page import Page
-from hetriever.chunk.tokenizer import TokenCounter
 
 
 def _folded(text: str) -> str:
@@ -53,12 +53,19 @@ def page_summary_lines(page: Page) -> list[str]:
 def has_page_record(page: Page) -> bool:
     """A page with a title or description of its own is a page, even with an empty body."""
     fm = page.front_matter
-    return any(isinstance(fm.get(k), str) and str(fm.get(k)).strip()
-               for k in ("title", "linkTitle", "description"))
+    return any(
+        isinstance(fm.get(k), str) and str(fm.get(k)).strip()
+        for k in ("title", "linkTitle", "description")
+    )
 
 
-def page_record(page: Page, *, counter: TokenCounter, max_tokens: int = 254,
-                extra_metadata: Mapping | None = None) -> Chunk | None:
+def page_record(
+    page: Page,
+    *,
+    counter: TokenCounter,
+    max_tokens: int = 254,
+    extra_metadata: Mapping | None = None,
+) -> Chunk | None:
     """One searchable unit for the page as a whole: its title, then `page_summary_lines`.
 
     Its metadata is the page's, with `page_record: True` and `chunk_index` -1 (it comes before
@@ -86,8 +93,9 @@ def page_record(page: Page, *, counter: TokenCounter, max_tokens: int = 254,
         "page_record": True,
         "content_hash": hashlib.sha256(text.encode("utf-8")).hexdigest(),
     }
-    return Chunk(chunk_id(page.repository, page.file_path, text, PAGE_RECORD_OCCURRENCE), text,
-                 metadata)
+    return Chunk(
+        chunk_id(page.repository, page.file_path, text, PAGE_RECORD_OCCURRENCE), text, metadata
+    )
 
 
 def display_chunk(chunks: Sequence[Chunk]) -> Chunk:

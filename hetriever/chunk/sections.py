@@ -21,8 +21,9 @@ ANCHORS_KEY = "anchors"
 def heading_anchor(heading: str) -> str:
     """The anchor Hugo gives a heading (`autoHeadingIDType` "github", its default): letters,
     digits and underscores lower-cased, spaces and hyphens as hyphens, the rest dropped."""
-    return "".join("-" if ch in " -" else ch.lower() for ch in heading.strip()
-                   if ch in " -_" or ch.isalnum())
+    return "".join(
+        "-" if ch in " -" else ch.lower() for ch in heading.strip() if ch in " -_" or ch.isalnum()
+    )
 
 
 def section_starts(chunks: Iterable[tuple[str, Any]]) -> Iterator[tuple[str, str]]:
@@ -41,10 +42,9 @@ def section_starts(chunks: Iterable[tuple[str, Any]]) -> Iterator[tuple[str, str
     for chunk_id, metadata in chunks:
         context = str((metadata or {}).get("heading_context") or "")
         path = tuple(context.split(CONTEXT_SEPARATOR)) if context else ()
-        depth = next((d for d in range(len(path)) if path[:d + 1] != previous[:d + 1]),
-                     len(path))
+        depth = next((d for d in range(len(path)) if path[: d + 1] != previous[: d + 1]), len(path))
         new = list(path[depth:])
-        if not (new and merged[-len(new):] == new):
+        if not (new and merged[-len(new) :] == new):
             for heading in new:
                 yield heading, chunk_id
         previous = path

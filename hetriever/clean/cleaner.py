@@ -23,9 +23,6 @@ from bs4 import BeautifulSoup
 from bs4.element import CData, NavigableString, Tag
 
 from hetriever.clean.fences import split_fences
-from hetriever.core.budget import check as check_budget
-from hetriever.core.logs import get_logger
-from hetriever.core.models import Block
 from hetriever.clean.shortcodes import (
     _ALERT_TYPES,
     _PH_OPEN,
@@ -33,6 +30,9 @@ from hetriever.clean.shortcodes import (
     _Context,
     _expand,
 )
+from hetriever.core.budget import check as check_budget
+from hetriever.core.logs import get_logger
+from hetriever.core.models import Block
 
 log = get_logger(__name__)
 
@@ -52,7 +52,9 @@ _ESCAPE = re.compile(r"\\([!-/:-@\[-`{-~])")
 # the rest of the page (many unclosed `<!--` were quadratic).
 _HTML_DROP = re.compile(
     r"<!--(?:(?!<!--).)*?-->|<\?(?:(?!<\?).)*?\?>"
-    r"|<(script|style|template)\b[^<>]*>(?:(?!<\1\b).)*?</\1\s*>", re.S | re.I)
+    r"|<(script|style|template)\b[^<>]*>(?:(?!<\1\b).)*?</\1\s*>",
+    re.S | re.I,
+)
 _TAG = re.compile(r"<(/?)([A-Za-z][A-Za-z0-9-]*)(?=[\s/>])")
 _ANY_TAG = re.compile(r"<[^<>]*>")
 # A paragraph with more tags than this is stripped by a regular expression, not parsed into a
@@ -70,11 +72,15 @@ _LIST_MARK = re.compile(r"(?:[-*+]|\d{1,9}[.)])[ \t]+(?:\[[ xX]\][ \t]+)?")
 _QUOTE = re.compile(r"(?:[ \t]*>[ \t]?)+")
 _ALERT = re.compile(r"\[!(\w+)\][-+]?[ \t]*(.*)$")
 
-_IMAGE = re.compile(r"!\[([^\]]*)\](?:\((?:<[^>]*>|[^()\s]*(?:\([^()]*\)[^()\s]*)*)"
-                    r"(?:\s+(?:\"[^\"]*\"|'[^']*'))?\s*\)|\[[^\]]*\]|(?![(\[]))")
-_LINK = re.compile(r"\[((?:[^\[\]]|\[[^\[\]]*\])*)\]"
-                   r"(?:\((?:<[^>]*>|[^()\s]*(?:\([^()]*\)[^()\s]*)*)"
-                   r"(?:\s+(?:\"[^\"]*\"|'[^']*'))?\s*\)|\[([^\]]*)\])")
+_IMAGE = re.compile(
+    r"!\[([^\]]*)\](?:\((?:<[^>]*>|[^()\s]*(?:\([^()]*\)[^()\s]*)*)"
+    r"(?:\s+(?:\"[^\"]*\"|'[^']*'))?\s*\)|\[[^\]]*\]|(?![(\[]))"
+)
+_LINK = re.compile(
+    r"\[((?:[^\[\]]|\[[^\[\]]*\])*)\]"
+    r"(?:\((?:<[^>]*>|[^()\s]*(?:\([^()]*\)[^()\s]*)*)"
+    r"(?:\s+(?:\"[^\"]*\"|'[^']*'))?\s*\)|\[([^\]]*)\])"
+)
 # Definition lines are gone before inline text is cleaned, so `[label]:` here is a use.
 _SHORTCUT_REF = re.compile(r"\[([^\[\]]+)\](?![(\[])")
 _FOOTNOTE_REF = re.compile(r"\[\^[^\]\s]+\]")
@@ -92,7 +98,8 @@ _EMPHASIS = (
 _ATTR_LINE = re.compile(r"\{(?:\s*(?:[.#][\w-]+|[\w-]+=(?:\"[^\"]*\"|'[^']*'|[^\s}]+)))+\s*\}")
 _HSPACE = re.compile(r"[ \t\u00a0]+")
 
-HTML_TAGS = frozenset("""
+HTML_TAGS = frozenset(
+    """
 a abbr address area article aside audio b base bdi bdo blockquote body br button canvas caption
 center cite code col colgroup data datalist dd del details dfn dialog div dl dt em embed fieldset
 figcaption figure font footer form h1 h2 h3 h4 h5 h6 head header hgroup hr html i iframe img input
@@ -100,24 +107,57 @@ ins kbd label legend li link main map mark menu meta meter nav noscript object o
 output p param picture pre progress q rp rt ruby s samp script section select small source span
 strike strong style sub summary sup svg table tbody td template textarea tfoot th thead time title
 tr track tt u ul var video wbr path g circle rect line polyline polygon use symbol defs
-""".split())
-_HTML_BLOCK_TAGS = ["p", "div", "li", "ul", "ol", "dl", "dt", "dd", "tr", "table", "thead",
-                    "tbody", "details", "summary", "section", "article", "header", "footer",
-                    "figure", "figcaption", "blockquote", "pre", "h1", "h2", "h3", "h4", "h5",
-                    "h6", "hr", "nav", "aside", "main"]
+""".split()
+)
+_HTML_BLOCK_TAGS = [
+    "p",
+    "div",
+    "li",
+    "ul",
+    "ol",
+    "dl",
+    "dt",
+    "dd",
+    "tr",
+    "table",
+    "thead",
+    "tbody",
+    "details",
+    "summary",
+    "section",
+    "article",
+    "header",
+    "footer",
+    "figure",
+    "figcaption",
+    "blockquote",
+    "pre",
+    "h1",
+    "h2",
+    "h3",
+    "h4",
+    "h5",
+    "h6",
+    "hr",
+    "nav",
+    "aside",
+    "main",
+]
 
 
 def _protect_inline(text: str, ctx: _Context) -> str:
     if "`" in text:
+
         def code(m: re.Match[str]) -> str:
             content = m.group(1).replace("\n", " ")
             if "\\|" in content:  # GFM: `\|` is a pipe even in code, in a table row
                 line_start = text.rfind("\n", 0, m.start()) + 1
-                if text[line_start:m.start()].lstrip().startswith("|"):
+                if text[line_start : m.start()].lstrip().startswith("|"):
                     content = content.replace("\\|", "|")
             if len(content) > 2 and content[0] == " " and content[-1] == " ":
                 content = content[1:-1]
             return ctx.protect(content)
+
         text = _INLINE_CODE2.sub(code, text)
         text = _INLINE_CODE1.sub(code, text)
     if "<" in text:
@@ -135,8 +175,9 @@ def _has_html(text: str) -> bool:
 
 def _strip_html(text: str, in_table: bool) -> str:
     # Angle-bracket placeholders such as `<secret>` are words, not tags: keep them.
-    text = _TAG.sub(lambda m: m.group(0) if m.group(2).lower() in HTML_TAGS
-                    else "&lt;" + m.group(0)[1:], text)
+    text = _TAG.sub(
+        lambda m: m.group(0) if m.group(2).lower() in HTML_TAGS else "&lt;" + m.group(0)[1:], text
+    )
     if text.count("<") > MAX_HTML_TAGS:
         # A tree this large costs memory in proportion; its tags are dropped as text instead.
         return html.unescape(_ANY_TAG.sub(" ", text))
@@ -157,7 +198,6 @@ def _soup_text(soup: BeautifulSoup, in_table: bool) -> str:
     `insert_after`, walks each element's descendants once per edit: quadratic in depth.)"""
     parts: list[str] = []
     stack: list[object] = list(reversed(soup.contents))
-    in_row: list[bool] = []  # per open element on the stack: is it a <tr>? (see _ROW_END)
     walked = 0
     while stack:
         node = stack.pop()
@@ -186,11 +226,17 @@ def _soup_text(soup: BeautifulSoup, in_table: bool) -> str:
         children: list[object] = list(node.contents)
         if name == "tr":
             # indentation (and a <br>) between cells is not text; cells apart by " | "
-            children = [c for c in children if not (
-                (isinstance(c, NavigableString) and type(c) in _TEXT_TYPES and not c.strip())
-                or (isinstance(c, Tag) and c.name in ("br", "img") and not _img_alt(c)))]
-            cells = [i for i, c in enumerate(children)
-                     if isinstance(c, Tag) and c.name in ("td", "th")]
+            children = [
+                c
+                for c in children
+                if not (
+                    (isinstance(c, NavigableString) and type(c) in _TEXT_TYPES and not c.strip())
+                    or (isinstance(c, Tag) and c.name in ("br", "img") and not _img_alt(c))
+                )
+            ]
+            cells = [
+                i for i, c in enumerate(children) if isinstance(c, Tag) and c.name in ("td", "th")
+            ]
             for i in reversed(cells[:-1]):
                 children.insert(i + 1, " | ")
         if name in _BLOCK_TAG_SET:
@@ -238,8 +284,9 @@ def _inline(text: str, ctx: _Context, refs: set[str], *, table: bool = False) ->
         text = _LINK.sub(r"\1", text)
         if refs and "[" in text:
             text = _SHORTCUT_REF.sub(
-                lambda m: m.group(1) if _ref_key(ctx.restore(m.group(1))) in refs
-                else m.group(0), text)
+                lambda m: m.group(1) if _ref_key(ctx.restore(m.group(1))) in refs else m.group(0),
+                text,
+            )
     if "*" in text or "_" in text or "~" in text:
         for pattern in _EMPHASIS:
             text = pattern.sub(r"\1", text)
@@ -282,7 +329,7 @@ def _markdown_blocks(text: str, ctx: _Context, refs: set[str], out: list[Block])
             out.append(Block("paragraph", label))
             label = ""
         attrs = _HEADING_ATTRS.search(raw)
-        title = _inline(raw[:attrs.start()] if attrs else raw, ctx, refs).replace("\n", " ")
+        title = _inline(raw[: attrs.start()] if attrs else raw, ctx, refs).replace("\n", " ")
         if title:
             given = _HEADING_ID.search(attrs.group().strip().strip("{}")) if attrs else None
             out.append(Block("heading", title, level, given.group(1) if given else ""))
@@ -315,8 +362,13 @@ def _markdown_blocks(text: str, ctx: _Context, refs: set[str], out: list[Block])
                 heading(len(m.group(1)), m.group(2) or "")
                 continue
         if first in "=-*_":
-            if first in "=-" and para.lines and not para.table and not para.listy \
-                    and _SETEXT.match(s):
+            if (
+                first in "=-"
+                and para.lines
+                and not para.table
+                and not para.listy
+                and _SETEXT.match(s)
+            ):
                 raw = " ".join(para.lines)
                 para = _Para()
                 heading(1 if first == "=" else 2, raw)
@@ -341,7 +393,7 @@ def _markdown_blocks(text: str, ctx: _Context, refs: set[str], out: list[Block])
             continue
         m = _LIST_MARK.match(s)
         if m:
-            s = s[m.end():]
+            s = s[m.end() :]
             if not para.lines:
                 para.listy = True
         elif first == ":" and s.startswith((": ", ":\t")):
@@ -366,8 +418,13 @@ def _ref_key(label: str) -> str:
     return " ".join(label.replace("`", " ").split()).casefold()
 
 
-def clean_page(body: str, *, include_resolver: IncludeLookup | None = None,
-               params: Mapping[str, str] | None = None, path: str | None = None) -> list[Block]:
+def clean_page(
+    body: str,
+    *,
+    include_resolver: IncludeLookup | None = None,
+    params: Mapping[str, str] | None = None,
+    path: str | None = None,
+) -> list[Block]:
     """Turn a page body (Markdown after the front matter) into ordered Blocks. Never raises.
 
     `include_resolver(path)` returns the Markdown of an `include`d snippet or a path-named
@@ -385,13 +442,19 @@ def clean_page(body: str, *, include_resolver: IncludeLookup | None = None,
     else:
         source = kept = 0
     if source >= OVER_CLEANED_MIN_WORDS and kept < OVER_CLEANED_RATIO * source:
-        log.warning("over_cleaned", path=path, source_words=source, kept_words=kept,
-                    ratio=round(kept / source, 3))
+        log.warning(
+            "over_cleaned",
+            path=path,
+            source_words=source,
+            kept_words=kept,
+            ratio=round(kept / source, 3),
+        )
     return blocks
 
 
-def _clean(body: str, resolver: IncludeLookup | None, params: Mapping[str, str],
-           path: str | None) -> list[Block]:
+def _clean(
+    body: str, resolver: IncludeLookup | None, params: Mapping[str, str], path: str | None
+) -> list[Block]:
     ctx = _Context(params=params, resolver=resolver, path=path)
     _expand(body, ctx, 0)
     refs: set[str] = set()
@@ -414,7 +477,9 @@ _NOT_PROSE = re.compile(
     r"<(script|style)\b(?:(?!<\1\b).)*?</\1\s*>|<!--(?:(?!<!--).)*?-->|<[^<>]{0,400}>"
     r"|\]\([^()\s]{0,400}\)|(?<!\w)\w+://\S+"
     r"|\{\{.{0,400}?\}\}"
-    r"|^ {0,3}\[[^\]\n]+\]:[^\n]*$", re.S | re.I | re.M)
+    r"|^ {0,3}\[[^\]\n]+\]:[^\n]*$",
+    re.S | re.I | re.M,
+)
 
 
 def _maybe_over_cleaned(body: str, blocks: list[Block]) -> bool:

@@ -33,7 +33,7 @@ def _fence_open(line: str) -> tuple[int, str, int] | None:
             if not m:
                 break
             depth += 1
-            body = body[m.end():]
+            body = body[m.end() :]
     m = _FENCE.fullmatch(body.rstrip("\n"))
     if not m:
         return None
@@ -74,8 +74,12 @@ def split_fences(text: str) -> list[tuple[str, str]]:
             code.append(current)
             j += 1
             stripped = current.strip()
-            if stripped and stripped[0] == char and stripped.count(char) == len(stripped) \
-                    and len(stripped) >= length:
+            if (
+                stripped
+                and stripped[0] == char
+                and stripped.count(char) == len(stripped)
+                and len(stripped) >= length
+            ):
                 break
         if md_start < i:
             out.append(("md", "".join(lines[md_start:i])))

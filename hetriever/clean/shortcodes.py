@@ -20,9 +20,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from hetriever.clean.fences import split_fences
+from hetriever.clean.snippets import fill_template, partial_names
 from hetriever.core.logs import get_logger
 from hetriever.parse.page import split_front_matter
-from hetriever.clean.snippets import fill_template, partial_names
 
 log = get_logger(__name__)
 
@@ -88,10 +88,25 @@ _SC_MAX_LEN = 4000  # a call longer than this is taken for stray text
 _CODE_SC = re.compile(
     r"\{\{([<%])\s*/\*(?P<esc>.*?)\*/\s*([>%])\}\}"
     r"|\{\{[<%]\s*_?param\s+(?P<q>\"?)(?P<name>[^\"\s%>]+)(?P=q)\s*[>%]\}\}",
-    re.S)
+    re.S,
+)
 
-_BLOCK_SHORTCODES = {"tab", "tabpane", "tabs", "alert", "details", "note", "warning", "callout",
-                     "code-toggle", "highlight", "comment", "cards", "card", "config_option"}
+_BLOCK_SHORTCODES = {
+    "tab",
+    "tabpane",
+    "tabs",
+    "alert",
+    "details",
+    "note",
+    "warning",
+    "callout",
+    "code-toggle",
+    "highlight",
+    "comment",
+    "cards",
+    "card",
+    "config_option",
+}
 _CODE_SHORTCODES = {"code-toggle", "highlight"}
 _MEDIA_SHORTCODES = {"img", "figure", "youtube", "vimeo", "instagram", "x", "tweet", "imgproc"}
 _ALERT_TYPES = {"note", "tip", "important", "warning", "caution", "danger", "info"}
@@ -111,7 +126,7 @@ _Token = tuple[str, object]  # ("text"|"code"|"esc", str) or ("call", _Call)
 
 
 def _unquote_arg(value: str) -> str:
-    if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"`":
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in '"`':
         inner = value[1:-1]
         return inner.replace('\\"', '"') if value[0] == '"' else inner
     return value
@@ -153,8 +168,11 @@ def _tokenize(text: str) -> list[_Token]:
             break
         start = m.start()
         esc = _SC_ESCAPED.match(text, start)
-        if esc and esc.group(1) == ("<" if esc.group(3) == ">" else "%") \
-                and len(esc.group(0)) <= _SC_MAX_LEN:
+        if (
+            esc
+            and esc.group(1) == ("<" if esc.group(3) == ">" else "%")
+            and len(esc.group(0)) <= _SC_MAX_LEN
+        ):
             end = esc.end()
             token: _Token = ("esc", "{{" + esc.group(1) + esc.group(2) + esc.group(3) + "}}")
         else:
@@ -165,7 +183,7 @@ def _tokenize(text: str) -> list[_Token]:
                 search_from = start + 3  # unterminated: leave it as text
                 continue
             end += 3
-            token = ("call", _parse_call(text[start + 3:end - 3], text[start:end]))
+            token = ("call", _parse_call(text[start + 3 : end - 3], text[start:end]))
         if start > pos:
             tokens.append(("text", text[pos:start]))
         tokens.append(token)
@@ -266,8 +284,12 @@ def _include(names: list[str], ctx: _Context, depth: int, args: Mapping[str, str
     if ctx.resolver is None or not target:
         return
     if depth >= MAX_INCLUDE_DEPTH or target in ctx.chain:
-        log.warning("include_skipped", path=ctx.path, include=target,
-                    reason="recursion" if target in ctx.chain else "too deep")
+        log.warning(
+            "include_skipped",
+            path=ctx.path,
+            include=target,
+            reason="recursion" if target in ctx.chain else "too deep",
+        )
         return
     text = None
     for name in names:

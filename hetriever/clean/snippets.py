@@ -51,8 +51,11 @@ def fill_template(text: str, args: Mapping[str, str]) -> str:
         elif in_code:
             out.append(_TEMPLATE_VAR.sub(lambda m: args.get(m.group(1), m.group(0)), line))
         else:
-            out.append(_TEMPLATE_VAR_IN_TEXT.sub(
-                lambda m: m.group(0) if m.group(1) else args.get(m.group(2), ""), line))
+            out.append(
+                _TEMPLATE_VAR_IN_TEXT.sub(
+                    lambda m: m.group(0) if m.group(1) else args.get(m.group(2), ""), line
+                )
+            )
     filled = "".join(out)
     return filled if text.endswith("\n") else filled.rstrip("\n")
 

@@ -44,39 +44,79 @@ def print_report(report: Any, where: str) -> None:
         console.print(text, markup=False, highlight=False)
 
     if not report.enabled:
-        say("search analytics is off: nothing new is recorded (HETRIEVER_ANALYTICS=true "
-            "turns it on)")
-    say(f"{report.queries} queries over the last {report.days:g} days (kept "
-        f"{report.retention_days} days), {report.opened} with a result opened ({where})")
+        say(
+            "search analytics is off: nothing new is recorded (HETRIEVER_ANALYTICS=true "
+            "turns it on)"
+        )
+    say(
+        f"{report.queries} queries over the last {report.days:g} days (kept "
+        f"{report.retention_days} days), {report.opened} with a result opened ({where})"
+    )
     if not report.queries:
         return
     most = max(d["queries"] for d in report.per_day)
-    console.print(_table("queries per day", ("day", "queries", "no result", "weak", ""),
-                         [(d["day"], d["queries"], d["no_result"], d["weak"],
-                           _bar(d["queries"], most)) for d in report.per_day]))
-    console.print(_table("most asked", ("query", "times", "no result", "weak"),
-                         [(q["query"], q["count"], q["no_result"], q["weak"])
-                          for q in report.top_queries]))
+    console.print(
+        _table(
+            "queries per day",
+            ("day", "queries", "no result", "weak", ""),
+            [
+                (d["day"], d["queries"], d["no_result"], d["weak"], _bar(d["queries"], most))
+                for d in report.per_day
+            ],
+        )
+    )
+    console.print(
+        _table(
+            "most asked",
+            ("query", "times", "no result", "weak"),
+            [(q["query"], q["count"], q["no_result"], q["weak"]) for q in report.top_queries],
+        )
+    )
     if report.no_result:
-        console.print(_table("found nothing", ("query", "times", "last", "repositories"),
-                             [(q["query"], q["count"], q["last"], ", ".join(q["scope"]))
-                              for q in report.no_result]))
+        console.print(
+            _table(
+                "found nothing",
+                ("query", "times", "last", "repositories"),
+                [
+                    (q["query"], q["count"], q["last"], ", ".join(q["scope"]))
+                    for q in report.no_result
+                ],
+            )
+        )
     if report.weak:
-        console.print(_table(f"found only weak results (nearest similarity under "
-                             f"{report.weak_below:g})", ("query", "times", "nearest"),
-                             [(q["query"], q["count"], q["similarity"]) for q in report.weak]))
+        console.print(
+            _table(
+                f"found only weak results (nearest similarity under {report.weak_below:g})",
+                ("query", "times", "nearest"),
+                [(q["query"], q["count"], q["similarity"]) for q in report.weak],
+            )
+        )
     if report.unopened:
-        console.print(_table("results nobody opened (HTTP searches)", ("query", "times"),
-                             [(q["query"], q["count"]) for q in report.unopened]))
+        console.print(
+            _table(
+                "results nobody opened (HTTP searches)",
+                ("query", "times"),
+                [(q["query"], q["count"]) for q in report.unopened],
+            )
+        )
     if report.opens:
-        console.print(_table("results readers opened", ("query", "rank", "url", "times"),
-                             [(o["query"], o["rank"], o["url"], o["count"])
-                              for o in report.opens]))
-    console.print(_table("latency by source; cold: a process's first search, start-up "
-                         "included", ("source", "temperature", "queries", "p50 ms", "p95 ms",
-                                      "p99 ms"),
-                         [(r["source"], r["temperature"], r["count"], r["p50_ms"],
-                           r["p95_ms"], r["p99_ms"]) for r in report.latency]))
+        console.print(
+            _table(
+                "results readers opened",
+                ("query", "rank", "url", "times"),
+                [(o["query"], o["rank"], o["url"], o["count"]) for o in report.opens],
+            )
+        )
+    console.print(
+        _table(
+            "latency by source; cold: a process's first search, start-up included",
+            ("source", "temperature", "queries", "p50 ms", "p95 ms", "p99 ms"),
+            [
+                (r["source"], r["temperature"], r["count"], r["p50_ms"], r["p95_ms"], r["p99_ms"])
+                for r in report.latency
+            ],
+        )
+    )
 
 
 def cmd_analytics(args: argparse.Namespace) -> int:
@@ -97,13 +137,18 @@ def cmd_analytics(args: argparse.Namespace) -> int:
             if args.json:
                 print_json({"purged": deleted, "file": where})
             else:
-                make_console().print(f"deleted {deleted} recorded queries and their opens "
-                                     f"({where})", markup=False, highlight=False)
+                make_console().print(
+                    f"deleted {deleted} recorded queries and their opens ({where})",
+                    markup=False,
+                    highlight=False,
+                )
             return EXIT_OK
         report = analytics_report(settings, days=args.days)
     except sqlite3.Error as exc:
-        raise AnalyticsUnreadable(f"cannot read the analytics file {where}: {exc}",
-                                  hint="a server may hold it; retry in a moment") from None
+        raise AnalyticsUnreadable(
+            f"cannot read the analytics file {where}: {exc}",
+            hint="a server may hold it; retry in a moment",
+        ) from None
     if args.json:
         print_json({**report.to_dict(), "file": where})
     else:

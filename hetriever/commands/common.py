@@ -120,8 +120,8 @@ def require_index(settings) -> None:
     a mistake (a typo, another working directory), not 0 results; opening the store there
     would also create an empty index. Only `ingest` (and `serve`, waiting for one) create
     them."""
-    from hetriever.store.catalog_schema import CATALOG_FILE
     from hetriever.core.errors import ConfigurationError
+    from hetriever.store.catalog_schema import CATALOG_FILE
 
     if settings.follow:
         return  # a follower's catalog is made by following the server's manifest
@@ -133,16 +133,22 @@ def require_index(settings) -> None:
         # An existing directory that holds no index (an unrelated one) is as wrong as a
         # missing one, and opening the store would write an empty index into it.
         raise ConfigurationError(
-            f"no index at {settings.chroma_path}: " + (
-                "the Chroma directory does not exist" if _absent(settings.chroma_path)
-                else "the directory holds no Chroma index"),
-            hint="check HETRIEVER_CHROMA_PATH / --chroma-path, or run `hetriever ingest` first")
+            f"no index at {settings.chroma_path}: "
+            + (
+                "the Chroma directory does not exist"
+                if _absent(settings.chroma_path)
+                else "the directory holds no Chroma index"
+            ),
+            hint="check HETRIEVER_CHROMA_PATH / --chroma-path, or run `hetriever ingest` first",
+        )
     catalog = settings.resolved_state_dir / CATALOG_FILE
     if _absent(catalog):
-        raise ConfigurationError(f"no catalog at {catalog}: the state directory holds no index",
-                                 hint="set HETRIEVER_STATE_DIR to the one `hetriever ingest` "
-                                      "used (server mode defaults to ./.hetriever), or ingest "
-                                      "first")
+        raise ConfigurationError(
+            f"no catalog at {catalog}: the state directory holds no index",
+            hint="set HETRIEVER_STATE_DIR to the one `hetriever ingest` "
+            "used (server mode defaults to ./.hetriever), or ingest "
+            "first",
+        )
 
 
 def index_problem(settings) -> str:

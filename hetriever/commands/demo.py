@@ -18,16 +18,23 @@ from hetriever.search.request import SearchRequest
 DEMO_DIR = Path(".demo")
 DEMO_QUERY = "how do I filter a collection with where"
 
+
 def _sample_docs_source() -> Path:
     here = Path(__file__).resolve().parents[2] / "examples" / "sample-docs"
     if not here.is_dir():
-        raise HetrieverError("the bundled sample docs are missing",
-                             hint="run the demo from a checkout of the hetriever repository")
+        raise HetrieverError(
+            "the bundled sample docs are missing",
+            hint="run the demo from a checkout of the hetriever repository",
+        )
     return here
 
 
-_DEMO_AUTHOR = {"GIT_AUTHOR_NAME": "hetriever", "GIT_AUTHOR_EMAIL": "demo@example.invalid",
-                "GIT_COMMITTER_NAME": "hetriever", "GIT_COMMITTER_EMAIL": "demo@example.invalid"}
+_DEMO_AUTHOR = {
+    "GIT_AUTHOR_NAME": "hetriever",
+    "GIT_AUTHOR_EMAIL": "demo@example.invalid",
+    "GIT_COMMITTER_NAME": "hetriever",
+    "GIT_COMMITTER_EMAIL": "demo@example.invalid",
+}
 
 
 def _git(cwd: Path, *argv: str) -> None:
@@ -56,8 +63,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     settings = cli_settings(args, state_dir=str(DEMO_DIR / ".hetriever"))
     console = make_console()
-    console.print(joined(("1. ingest", "bold"),
-                         f" {docs_root}/sample-docs -> {settings.chroma_path}"))
+    console.print(
+        joined(("1. ingest", "bold"), f" {docs_root}/sample-docs -> {settings.chroma_path}")
+    )
     repos = configured_repositories(settings)
     outcomes = asyncio.run(ingest_local(settings, repos, False, show_progress=True))
     print_ingest(outcomes)

@@ -7,8 +7,15 @@ import asyncio
 from contextlib import ExitStack, contextmanager
 
 from hetriever.commands import reserve
-from hetriever.commands.common import (EXIT_FAILED, EXIT_OK, cli_settings, index_location,
-                                       make_console, note_location, print_json)
+from hetriever.commands.common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    cli_settings,
+    index_location,
+    make_console,
+    note_location,
+    print_json,
+)
 from hetriever.core.errors import HetrieverError, UserError
 
 
@@ -17,21 +24,31 @@ def progress_bar(show: bool, console=None):
     processed), with the rate, the ETA and the files; on stderr."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    return Progress(TextColumn("{task.description}"), BarColumn(),
-                    TextColumn("{task.fields[chunks]} chunks"),
-                    TextColumn("{task.fields[rate]}"), TextColumn("{task.fields[eta]}"),
-                    TextColumn("{task.fields[files]}"), TimeElapsedColumn(),
-                    console=console or make_console(stderr=True), disable=not show,
-                    transient=True)
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.fields[chunks]} chunks"),
+        TextColumn("{task.fields[rate]}"),
+        TextColumn("{task.fields[eta]}"),
+        TextColumn("{task.fields[files]}"),
+        TimeElapsedColumn(),
+        console=console or make_console(stderr=True),
+        disable=not show,
+        transient=True,
+    )
 
 
 def show_snapshot(progress, task, snap) -> None:
     about = "~" if snap.files_done < snap.files_total else ""
-    progress.update(task, completed=snap.chunks_done, total=max(snap.chunks_total, 1),
-                    chunks=f"{snap.chunks_done}/{about}{snap.chunks_total}",
-                    rate=f"{snap.chunks_per_s:.1f}/s",
-                    eta="" if snap.eta_s is None else f"ETA {snap.eta_s:.0f} s",
-                    files=f"{snap.files_done}/{snap.files_total} files")
+    progress.update(
+        task,
+        completed=snap.chunks_done,
+        total=max(snap.chunks_total, 1),
+        chunks=f"{snap.chunks_done}/{about}{snap.chunks_total}",
+        rate=f"{snap.chunks_per_s:.1f}/s",
+        eta="" if snap.eta_s is None else f"ETA {snap.eta_s:.0f} s",
+        files=f"{snap.files_done}/{snap.files_total} files",
+    )
 
 
 PROGRESS_EVENT = "index_progress"  # hetriever.index.progress
@@ -62,9 +79,10 @@ def logs_through(progress, show: bool):
     config = structlog.get_config()
     previous = {"logger_factory": config["logger_factory"], "processors": config["processors"]}
     live = progress.console.is_terminal
-    structlog.configure(logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
-                        processors=[_drop_progress, *previous["processors"]] if live
-                        else previous["processors"])
+    structlog.configure(
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        processors=[_drop_progress, *previous["processors"]] if live else previous["processors"],
+    )
     try:
         yield
     finally:
@@ -80,13 +98,16 @@ async def ingest_local(settings, repos, force_full: bool, show_progress: bool) -
     store = get_knowledge_store(settings)
     store.catalog  # a state directory made for another index is refused before any repository
     with progress_bar(show_progress) as progress, logs_through(progress, show_progress):
+
         def progress_for(repo):
-            task = progress.add_task(f"indexing {repo.name}", total=None, chunks="",
-                                     rate="", eta="", files="")
+            task = progress.add_task(
+                f"indexing {repo.name}", total=None, chunks="", rate="", eta="", files=""
+            )
             return lambda snap: show_snapshot(progress, task, snap)
 
-        outcomes = await ingest_repositories(repos, store, settings, force_full=force_full,
-                                             progress_for=progress_for)
+        outcomes = await ingest_repositories(
+            repos, store, settings, force_full=force_full, progress_for=progress_for
+        )
     stopped = next((o.storage for o in outcomes if o.storage is not None), None)
     if stopped is not None:
         raise stopped
@@ -102,17 +123,40 @@ def print_ingest(outcomes: list[dict], where: str = "") -> None:
     from hetriever.commands.output import plain
 
     table = Table(title=plain("ingest" + (f" into {where}" if where else "")))
-    for col in ("repository", "mode", "commit", "indexed", "skipped", "deleted",
-                "chunks +", "reused", "chunks -", "seconds"):
+    for col in (
+        "repository",
+        "mode",
+        "commit",
+        "indexed",
+        "skipped",
+        "deleted",
+        "chunks +",
+        "reused",
+        "chunks -",
+        "seconds",
+    ):
         table.add_column(col)
     for o in outcomes:
         mode = plain(o.get("mode", "")) if o["ok"] else plain("failed", "red")
         has_counts = "files_indexed" in o
-        table.add_row(plain(o["repository"]), mode, o.get("new_commit", "")[:12],
-                      *([str(o["files_indexed"]), str(len(o["skipped"])),
-                         str(o["files_deleted"]), str(o["chunks_written"]),
-                         str(o["chunks_reused"]), str(o["chunks_deleted"]),
-                         f"{o['total_seconds']:.1f}"] if has_counts else [""] * 7))
+        table.add_row(
+            plain(o["repository"]),
+            mode,
+            o.get("new_commit", "")[:12],
+            *(
+                [
+                    str(o["files_indexed"]),
+                    str(len(o["skipped"])),
+                    str(o["files_deleted"]),
+                    str(o["chunks_written"]),
+                    str(o["chunks_reused"]),
+                    str(o["chunks_deleted"]),
+                    f"{o['total_seconds']:.1f}",
+                ]
+                if has_counts
+                else [""] * 7
+            ),
+        )
     console = make_console()
     console.print(table)
     for o in outcomes:
@@ -137,24 +181,35 @@ def run_ingest_flow(args: argparse.Namespace, settings) -> list[dict]:
     make_prefect_home()
     from prefect.client.schemas.objects import State
     from prefect.exceptions import TerminationSignal
-    from prefect.settings import (PREFECT_API_URL, PREFECT_UI_URL, get_current_settings,
-                                  temporary_settings)
+    from prefect.settings import (
+        PREFECT_API_URL,
+        PREFECT_UI_URL,
+        get_current_settings,
+        temporary_settings,
+    )
 
     with ExitStack() as stack:
         if not get_current_settings().api.url:
-            timeout = float(os.environ.get("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS",
-                                           "120"))
+            timeout = float(
+                os.environ.get("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+            )
             server = stack.enter_context(temporary_server(timeout))
             # No "View at" links: the server has no UI and stops with this command.
-            stack.enter_context(temporary_settings({PREFECT_API_URL: server.api_url,
-                                                    PREFECT_UI_URL: ""}))
+            stack.enter_context(
+                temporary_settings({PREFECT_API_URL: server.api_url, PREFECT_UI_URL: ""})
+            )
         from flows.ingest import ingest
 
         try:
             # A flow called with return_state=True returns a coroutine of its State.
             # This command's settings, whole: the flow reads nothing again.
-            run = ingest(repositories=args.repository or None, force_full=args.full,
-                         task_runner=args.task_runner, settings=settings, return_state=True)
+            run = ingest(
+                repositories=args.repository or None,
+                force_full=args.full,
+                task_runner=args.task_runner,
+                settings=settings,
+                return_state=True,
+            )
             try:
                 state: State = asyncio.run(run)  # type: ignore[arg-type]
             except TerminationSignal as exc:
@@ -165,13 +220,18 @@ def run_ingest_flow(args: argparse.Namespace, settings) -> list[dict]:
             summary = state.result(raise_on_failure=False)
         except (RuntimeError, httpx.HTTPError) as exc:  # the Prefect API cannot be reached,
             # or stopped answering during the run: the runs' record is incomplete, so say so
-            raise HetrieverError(f"Prefect is not available: {exc or type(exc).__name__}",
-                                 hint="set PREFECT_API_URL to a running server, or use "
-                                      "--engine local; `hetriever status` shows what the "
-                                      "index holds") from None
+            raise HetrieverError(
+                f"Prefect is not available: {exc or type(exc).__name__}",
+                hint="set PREFECT_API_URL to a running server, or use "
+                "--engine local; `hetriever status` shows what the "
+                "index holds",
+            ) from None
     if not isinstance(summary, dict):  # the flow failed before any repository ran
-        raise summary if isinstance(summary, HetrieverError) else HetrieverError(
-            f"the ingest flow failed: {state.message or summary}")
+        raise (
+            summary
+            if isinstance(summary, HetrieverError)
+            else HetrieverError(f"the ingest flow failed: {state.message or summary}")
+        )
     return summary["repositories"]
 
 
@@ -189,8 +249,9 @@ def note_behind(settings, repos, outcomes: list[dict]) -> None:
         if outcome is None:
             continue
         # a completed run indexed the checkout: it is the checkout that is behind
-        note = upstream_advice(settings.docs_root, repo, outcome,
-                           checked_out=outcome.get("mode") != "refused")
+        note = upstream_advice(
+            settings.docs_root, repo, outcome, checked_out=outcome.get("mode") != "refused"
+        )
         if note:
             print(terminal_safe(f"hetriever: note: {repo.name}: {note}"), file=sys.stderr)
 
@@ -199,14 +260,18 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     from hetriever.discover.repositories import configured_repositories
 
     if args.allow_mass_delete and not args.full:
-        raise UserError("--allow-mass-delete needs --full",
-                        hint="a run that deletes most of an index must be a full pass")
-    settings = cli_settings(args, batch_size=args.batch_size,
-                            allow_mass_delete=True if args.allow_mass_delete else None)
+        raise UserError(
+            "--allow-mass-delete needs --full",
+            hint="a run that deletes most of an index must be a full pass",
+        )
+    settings = cli_settings(
+        args, batch_size=args.batch_size, allow_mass_delete=True if args.allow_mass_delete else None
+    )
     if args.task_runner and args.engine != "prefect":
-        raise UserError("--task-runner needs --engine prefect",
-                        hint="the task runner is the Prefect flow's; the local engine runs "
-                             "in this process")
+        raise UserError(
+            "--task-runner needs --engine prefect",
+            hint="the task runner is the Prefect flow's; the local engine runs in this process",
+        )
     note_location(settings)
     # Discovered once: a docs root without repositories or an unknown name is the user's
     # mistake, said in one line before any server starts.
@@ -215,8 +280,9 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     if args.engine == "prefect":
         outcomes = run_ingest_flow(args, settings)
     else:
-        outcomes = asyncio.run(ingest_local(settings, repos, args.full,
-                                             show_progress=not args.json))
+        outcomes = asyncio.run(
+            ingest_local(settings, repos, args.full, show_progress=not args.json)
+        )
     reserve.keep(settings)  # the first run made the directories
     if args.json:
         print_json(outcomes)

@@ -46,7 +46,7 @@ def score_text(score: float) -> str:
 
 
 def heading_line(title: object, heading: object = "") -> str:
-    """"Title > Heading > Subheading", or the title alone."""
+    """ "Title > Heading > Subheading", or the title alone."""
     return f"{one_line(title)} > {one_line(heading)}" if heading else one_line(title)
 
 
@@ -58,35 +58,42 @@ def passage_of(match: Any, limit: int = PASSAGE_CHARS) -> str:
     return body[:limit] + ("…" if len(body) > limit else "")
 
 
-def print_search_results(result: Any, links: Sequence[str], console: Any,
-                         index: str = "") -> None:
+def print_search_results(result: Any, links: Sequence[str], console: Any, index: str = "") -> None:
     """A search's results for a person: per match its title and heading path, repository and
     link (`links`, one per match), the rounded score, the passage, the other passages'
     headings and the translations; then where the index is (`index`)."""
-    language = (f", in {result.query_language}: the query's language (--lang to choose)"
-                if getattr(result, "query_language", "") else "")
-    console.print(joined((f"{result.total_results} results", "bold"),
-                         f" for {result.query!r} ({result.mode}, "
-                         f"{result.search_time_ms:.1f} ms{language})"), highlight=False)
+    language = (
+        f", in {result.query_language}: the query's language (--lang to choose)"
+        if getattr(result, "query_language", "")
+        else ""
+    )
+    console.print(
+        joined(
+            (f"{result.total_results} results", "bold"),
+            f" for {result.query!r} ({result.mode}, {result.search_time_ms:.1f} ms{language})",
+        ),
+        highlight=False,
+    )
     for i, (match, link) in enumerate(zip(result.matches, links), start=1):
         meta = match.metadata
         repository, link = one_line(meta.get("repository", "")), one_line(link)
         where = f"{repository}  {link}" if "://" in link else f"{repository}{link}"
         console.print()
         headed = heading_line(meta.get("title", ""), meta.get("heading_context"))
-        console.print(joined((f"{i}. {headed}", "bold cyan"), "  ", (where, "dim")),
-                      highlight=False)
-        console.print(plain(f"   score {score_text(match.score)} ({match.source})"),
-                      highlight=False)
+        console.print(
+            joined((f"{i}. {headed}", "bold cyan"), "  ", (where, "dim")), highlight=False
+        )
+        console.print(
+            plain(f"   score {score_text(match.score)} ({match.source})"), highlight=False
+        )
         console.print(plain(f"   {passage_of(match)}"), highlight=False)
-        also = [one_line(p["heading_context"]) for p in match.passages
-                if p.get("heading_context")]
+        also = [one_line(p["heading_context"]) for p in match.passages if p.get("heading_context")]
         if also:
             console.print(plain(f"   also: {'; '.join(also)}", "dim"), highlight=False)
         if match.translations:
             other = ", ".join(f"{t['lang']} {t['url']}" for t in match.translations)
-            console.print(plain(f"   in other languages: {one_line(other)}", "dim"),
-                          highlight=False)
+            console.print(
+                plain(f"   in other languages: {one_line(other)}", "dim"), highlight=False
+            )
     if index:
         console.print(plain(f"index: {index}", "dim"), highlight=False)
-

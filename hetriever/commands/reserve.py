@@ -65,8 +65,9 @@ def keep(settings, *, take_what_fits: bool = False) -> None:
                 os.fsync(out.fileno())
         except OSError as exc:
             if take_what_fits and path.exists() and path.stat().st_size > 0:
-                log.info("space_reserve_partly_kept", directory=str(directory),
-                         bytes=path.stat().st_size)
+                log.info(
+                    "space_reserve_partly_kept", directory=str(directory), bytes=path.stat().st_size
+                )
                 continue
             path.unlink(missing_ok=True)
             log.info("space_reserve_unavailable", directory=str(directory), error=str(exc))
@@ -121,9 +122,11 @@ def reading(settings, read: Callable[[], T], warn: Callable[[str], None]) -> T:
         if not released:
             raise
         _close_databases()
-        warn(f"the disk holding {', '.join(map(str, released))} is full: its space reserve "
-             f"({RESERVE_BYTES // (1024 * 1024)} MiB) was released for this read and is taken "
-             "back when it ends; free some space")
+        warn(
+            f"the disk holding {', '.join(map(str, released))} is full: its space reserve "
+            f"({RESERVE_BYTES // (1024 * 1024)} MiB) was released for this read and is taken "
+            "back when it ends; free some space"
+        )
         log.warning("space_reserve_released", directories=[str(d) for d in released])
         # Taken back once the command is done with the databases (it may open more of them
         # after `read`: links, warnings, metrics), at the process's exit.

@@ -42,8 +42,17 @@ MAX_MESSAGE = 64 * 1024 * 1024  # a reply holds up to max_top_k results with the
 # What settings are made from, besides the command line: the environment's variables of
 # hetriever (any case: pydantic-settings reads them so), of Chroma and of the places a
 # default index or model lives; the config file; the working directory.
-_ENV_PREFIXES = ("HETRIEVER_", "USE_HYBRID_SEARCH", "CHROMA_", "ANONYMIZED_TELEMETRY", "XDG_",
-                 "HOME", "OMP_", "ORT_", "PYTHON")
+_ENV_PREFIXES = (
+    "HETRIEVER_",
+    "USE_HYBRID_SEARCH",
+    "CHROMA_",
+    "ANONYMIZED_TELEMETRY",
+    "XDG_",
+    "HOME",
+    "OMP_",
+    "ORT_",
+    "PYTHON",
+)
 
 
 def inputs_key(docs_root: str | None, chroma_path: str | None) -> str:
@@ -57,9 +66,16 @@ def inputs_key(docs_root: str | None, chroma_path: str | None) -> str:
         config_text = hashlib.sha256(Path(config).read_bytes()).hexdigest()
     except OSError:
         config_text = ""
-    fields = {"env": env, "config": str(Path(config).absolute()), "config_text": config_text,
-              "cwd": os.getcwd(), "docs_root": docs_root, "chroma_path": chroma_path,
-              "python": sys.executable, "code": _code_version()}
+    fields = {
+        "env": env,
+        "config": str(Path(config).absolute()),
+        "config_text": config_text,
+        "cwd": os.getcwd(),
+        "docs_root": docs_root,
+        "chroma_path": chroma_path,
+        "python": sys.executable,
+        "code": _code_version(),
+    }
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
 
 
@@ -96,7 +112,7 @@ def _code_version() -> str:
         for name in files:
             if name.endswith(".py"):
                 info = os.stat(os.path.join(folder, name))
-                parts.append(f"{folder[len(str(root)):]}/{name}:{info.st_size}:{info.st_mtime_ns}")
+                parts.append(f"{folder[len(str(root)) :]}/{name}:{info.st_size}:{info.st_mtime_ns}")
     return hashlib.sha256("\n".join(sorted(parts)).encode()).hexdigest()
 
 
@@ -114,8 +130,11 @@ def _own_private_dir(directory: Path, create: bool) -> bool:
         info = directory.lstat()
     except FileNotFoundError:
         return False
-    return (stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid()
-            and stat.S_IMODE(info.st_mode) & 0o077 == 0)
+    return (
+        stat.S_ISDIR(info.st_mode)
+        and info.st_uid == os.getuid()
+        and stat.S_IMODE(info.st_mode) & 0o077 == 0
+    )
 
 
 def socket_path(key: str) -> Path:
@@ -168,10 +187,15 @@ def describe(args: Any, settings: Any) -> dict[str, Any]:
         return {"route": "in-process", "why": "search_resident_idle is 0"}
     reply = _exchange(args_key(args), {"op": "ping"}, 5.0)
     if reply is None or not reply.get("ok"):
-        return {"route": "in-process",
-                "why": "no resident search process runs; the next search starts one"}
-    return {"route": "resident", "pid": reply.get("pid"),
-            "stops_after_idle_s": reply.get("idle_left")}
+        return {
+            "route": "in-process",
+            "why": "no resident search process runs; the next search starts one",
+        }
+    return {
+        "route": "resident",
+        "pid": reply.get("pid"),
+        "stops_after_idle_s": reply.get("idle_left"),
+    }
 
 
 def start(args: Any, settings: Any) -> None:
@@ -192,8 +216,14 @@ def start(args: Any, settings: Any) -> None:
     try:
         with open(log, "wb") as out:
             os.chmod(log, 0o600)
-            subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                             start_new_session=True, close_fds=True)
+            subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=out,
+                start_new_session=True,
+                close_fds=True,
+            )
     except OSError:
         return  # a search without its resident is still a search
 
@@ -245,6 +275,7 @@ def peer_uid(conn: socket.socket) -> int | None:
     option = getattr(socket, "SO_PEERCRED", None)
     if option is None:
         return None
-    _pid, uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, option,
-                                                          struct.calcsize("3i")))
+    _pid, uid, _gid = struct.unpack(
+        "3i", conn.getsockopt(socket.SOL_SOCKET, option, struct.calcsize("3i"))
+    )
     return uid

@@ -47,8 +47,9 @@ class Resident:
 
         store = get_knowledge_store(self.settings)
         store.embedder.embed(["warm up"])
-        asyncio.run(retrieve(store, SearchRequest(WARM_UP_QUERY,
-                                                  access_levels=sorted(ACCESS_LEVELS))))
+        asyncio.run(
+            retrieve(store, SearchRequest(WARM_UP_QUERY, access_levels=sorted(ACCESS_LEVELS)))
+        )
 
     def bind(self) -> socket.socket:
         self.path.unlink(missing_ok=True)  # a process that held the lock before us is gone
@@ -133,8 +134,9 @@ class Resident:
             self.stopping = "settings changed"
             return {"ok": False, "error": "settings changed"}
         try:
-            result, warnings = search_here(self.settings, message["request"], cold=False,
-                                           note=False)
+            result, warnings = search_here(
+                self.settings, message["request"], cold=False, note=False
+            )
             links = result_links(result, self.settings)
         except Exception as exc:  # the CLI searches in-process and reports it its own way
             return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
@@ -143,8 +145,14 @@ class Resident:
             # searches in-process, where a repaired index is seen at once
             self.stopping = "degraded index"
             return {"ok": False, "error": "degraded index: searched in-process"}
-        return {"ok": True, "result": result.to_dict(), "warnings": warnings, "links": links,
-                "note": location_note(self.settings), "index": index_location(self.settings)}
+        return {
+            "ok": True,
+            "result": result.to_dict(),
+            "warnings": warnings,
+            "links": links,
+            "note": location_note(self.settings),
+            "index": index_location(self.settings),
+        }
 
     def settings_changed(self) -> bool:
         """Settings loaded now differ from this process's (a default that depends on what
@@ -152,9 +160,13 @@ class Resident:
         from hetriever.core.config import load_settings
 
         try:
-            fresh = load_settings(**{name: getattr(self.args, name)
-                                     for name in ("docs_root", "chroma_path")
-                                     if getattr(self.args, name, None)})
+            fresh = load_settings(
+                **{
+                    name: getattr(self.args, name)
+                    for name in ("docs_root", "chroma_path")
+                    if getattr(self.args, name, None)
+                }
+            )
         except Exception:
             return True
         return resident.settings_key(fresh) != self.settings_key

@@ -7,9 +7,16 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
-from hetriever.commands.common import (EXIT_OK, cli_settings, index_location, make_console,
-                                       note_location, print_json, print_note,
-                                       require_index)
+from hetriever.commands.common import (
+    EXIT_OK,
+    cli_settings,
+    index_location,
+    make_console,
+    note_location,
+    print_json,
+    print_note,
+    require_index,
+)
 from hetriever.core.errors import UserError
 from hetriever.core.models import RetrievalResult, SearchResult
 
@@ -22,13 +29,12 @@ def run_search(settings, request: SearchRequest, *, cold: bool = True):
     import asyncio
     import sqlite3
 
-    from hetriever.search.metrics import QueryMetric, metrics_store
     from hetriever.search.hybrid import retrieve
+    from hetriever.search.metrics import QueryMetric, metrics_store
     from hetriever.store.knowledge_store import get_knowledge_store
 
     async def go():
-        from hetriever.core.names import require_known
-        from hetriever.core.names import validate_collection_name
+        from hetriever.core.names import require_known, validate_collection_name
 
         store = get_knowledge_store(settings)
         for name in repositories or []:
@@ -44,8 +50,7 @@ def run_search(settings, request: SearchRequest, *, cold: bool = True):
         try:
             # A CLI search in its own process is that process's first: the model, store and
             # BM25 index load on its way (`cold`); the resident process's are warm.
-            metrics.record(QueryMetric.from_result(result, repositories, source="cli",
-                                                   cold=cold))
+            metrics.record(QueryMetric.from_result(result, repositories, source="cli", cold=cold))
         finally:
             metrics.close()
     except (sqlite3.Error, OSError) as exc:
@@ -55,8 +60,9 @@ def run_search(settings, request: SearchRequest, *, cold: bool = True):
     if settings.analytics:  # cold: a search in its own process is that process's first
         from hetriever.search.analytics import QueryRecord, record_quietly
 
-        record_quietly(settings, QueryRecord.of(result, repositories=repositories,
-                                                source="cli", cold=cold))
+        record_quietly(
+            settings, QueryRecord.of(result, repositories=repositories, source="cli", cold=cold)
+        )
     return result
 
 
@@ -68,11 +74,15 @@ def result_links(result, settings=None) -> list[str]:
         return result.links
     if settings is None:
         return [str(m.metadata.get("url", "")) for m in result.matches]
-    from hetriever.store.knowledge_store import get_knowledge_store
     from hetriever.search.published import links_of
+    from hetriever.store.knowledge_store import get_knowledge_store
 
-    return links_of(get_knowledge_store(settings).catalog, result.matches, settings.site_urls,
-                    settings.content_dir)
+    return links_of(
+        get_knowledge_store(settings).catalog,
+        result.matches,
+        settings.site_urls,
+        settings.content_dir,
+    )
 
 
 def print_results(result, settings=None, index: str = "") -> None:
@@ -91,13 +101,17 @@ def _parse_filter(raw: str | None) -> dict | None:
     try:
         value = json.loads(raw)
     except json.JSONDecodeError as exc:
-        raise InvalidFilterError(f"--filter is not valid JSON: {exc.msg}",
-                                 hint='e.g. --filter \'{"section": "functions"}\'') from None
+        raise InvalidFilterError(
+            f"--filter is not valid JSON: {exc.msg}",
+            hint='e.g. --filter \'{"section": "functions"}\'',
+        ) from None
     except RecursionError:
         value = _TOO_DEEP  # deeper than the JSON parser goes: refused below
     if value is _TOO_DEEP or _depth(value) > MAX_FILTER_DEPTH:
-        raise InvalidFilterError(f"--filter is nested more than {MAX_FILTER_DEPTH} levels deep",
-                                 hint="a filter needs a few levels of $and/$or at most")
+        raise InvalidFilterError(
+            f"--filter is nested more than {MAX_FILTER_DEPTH} levels deep",
+            hint="a filter needs a few levels of $and/$or at most",
+        )
     return value
 
 
@@ -113,8 +127,9 @@ def _depth(value: Any) -> int:
         deepest = max(deepest, depth)
         if deepest > MAX_FILTER_DEPTH:
             break
-        children = item.values() if isinstance(item, dict) else item \
-            if isinstance(item, list) else ()
+        children = (
+            item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        )
         stack.extend((child, depth + 1) for child in children)
     return deepest
 
@@ -127,11 +142,18 @@ def _warnings(settings, repositories: list[str] | None, hybrid: bool) -> list[st
 
     store = get_knowledge_store(settings)
     names = repositories or store.repository_names()
-    out = [f"{name}: its first ingest has not completed, so its results are partial (run "
-           "`hetriever ingest`)" for name in names if not store.catalog.complete(name)]
+    out = [
+        f"{name}: its first ingest has not completed, so its results are partial (run "
+        "`hetriever ingest`)"
+        for name in names
+        if not store.catalog.complete(name)
+    ]
     if hybrid:
-        out += [f"{problem}; results are dense-only until `hetriever ingest` rebuilds it from "
-                "Chroma" for problem in map(store.bm25_problem, names) if problem]
+        out += [
+            f"{problem}; results are dense-only until `hetriever ingest` rebuilds it from Chroma"
+            for problem in map(store.bm25_problem, names)
+            if problem
+        ]
     return out
 
 
@@ -144,17 +166,17 @@ def search_arguments(args: argparse.Namespace) -> dict[str, Any]:
 SEARCH_ARGUMENTS = ("query", "repository", "top_k", "filter", "mode", "group", "lang", "access")
 
 
-def search_here(settings, arguments: dict[str, Any], *, cold: bool = True,
-                note: bool = True) -> tuple[Any, list[str]]:
+def search_here(
+    settings, arguments: dict[str, Any], *, cold: bool = True, note: bool = True
+) -> tuple[Any, list[str]]:
     """The search `arguments` (`search_arguments`) ask, in this process: their checks, then
     the result and its warnings. `cold`: this process's first search; `note`: say on stderr where an old
     default index is."""
     from hetriever.commands import reserve
-    from hetriever.store.filters import validate_filter
-    from hetriever.core.names import as_given
+    from hetriever.core.names import as_given, validate_collection_name
     from hetriever.search.hybrid import resolve_top_k
-    from hetriever.core.names import validate_collection_name
     from hetriever.search.request import SearchRequest
+    from hetriever.store.filters import validate_filter
 
     args = argparse.Namespace(**arguments)
     if not args.query.strip():
@@ -164,8 +186,10 @@ def search_here(settings, arguments: dict[str, Any], *, cold: bool = True,
     try:  # bytes that are not UTF-8 reach Python as lone surrogates, which nothing can encode
         args.query.encode("utf-8")
     except UnicodeEncodeError:
-        raise UserError("the query is not valid UTF-8 text",
-                        hint="check the encoding of the shell or script that passes it") from None
+        raise UserError(
+            "the query is not valid UTF-8 text",
+            hint="check the encoding of the shell or script that passes it",
+        ) from None
     args.repository = as_given(args.repository)  # `opentelemetry.io` for opentelemetry-io
     for name in args.repository or []:  # the arguments first, then whether there is an index
         validate_collection_name(name)
@@ -178,13 +202,22 @@ def search_here(settings, arguments: dict[str, Any], *, cold: bool = True,
     hybrid = None if args.mode is None else args.mode == "hybrid"
     access = [level for raw in (args.access or []) for level in raw.split(",") if level.strip()]
     warnings: list[str] = []
-    request = SearchRequest(args.query, args.top_k, filters,
-                            repositories=args.repository or None, hybrid=hybrid,
-                            access_levels=access or None, group_by=args.group, lang=args.lang)
-    result = reserve.reading(settings, lambda: run_search(settings, request, cold=cold),
-                             warnings.append)
-    warnings += _warnings(settings, args.repository,
-                          settings.use_hybrid_search if hybrid is None else hybrid)
+    request = SearchRequest(
+        args.query,
+        args.top_k,
+        filters,
+        repositories=args.repository or None,
+        hybrid=hybrid,
+        access_levels=access or None,
+        group_by=args.group,
+        lang=args.lang,
+    )
+    result = reserve.reading(
+        settings, lambda: run_search(settings, request, cold=cold), warnings.append
+    )
+    warnings += _warnings(
+        settings, args.repository, settings.use_hybrid_search if hybrid is None else hybrid
+    )
     return result, warnings
 
 
@@ -244,7 +277,9 @@ def cmd_follow(args: argparse.Namespace) -> int:
     if args.json:
         print_json(report.to_dict())
     else:
-        print(f"followed {len(report.repositories)} repositories ({report.added} BM25 rows "
-              f"written, {report.removed} deleted; {len(report.dropped)} dropped) in "
-              f"{report.seconds:.1f} s")
+        print(
+            f"followed {len(report.repositories)} repositories ({report.added} BM25 rows "
+            f"written, {report.removed} deleted; {len(report.dropped)} dropped) in "
+            f"{report.seconds:.1f} s"
+        )
     return EXIT_OK

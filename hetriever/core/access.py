@@ -20,9 +20,9 @@ Two layers:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from hetriever.core.config import ACCESS_LEVELS, Settings
 from hetriever.core.errors import InvalidFilterError
@@ -42,12 +42,15 @@ def caller_levels(levels: Iterable[str] | str | None) -> frozenset[str]:
     for level in levels:
         word = str(level).strip().upper()
         if word not in ACCESS_LEVELS:
-            raise InvalidFilterError(f"unknown access level {level!r}",
-                                     hint=f"use one or more of {', '.join(ACCESS_LEVELS)}")
+            raise InvalidFilterError(
+                f"unknown access level {level!r}",
+                hint=f"use one or more of {', '.join(ACCESS_LEVELS)}",
+            )
         out.add(word)
     if not out:
-        raise InvalidFilterError("no access level given",
-                                 hint=f"use one or more of {', '.join(ACCESS_LEVELS)}")
+        raise InvalidFilterError(
+            "no access level given", hint=f"use one or more of {', '.join(ACCESS_LEVELS)}"
+        )
     return frozenset(out)
 
 
@@ -109,8 +112,9 @@ class CollectionPlan:
         return parts[0] if len(parts) == 1 else {"$and": parts}
 
 
-def denial(plan: CollectionPlan, metadata: Mapping[str, Any],
-           allowed: frozenset[str]) -> str | None:
+def denial(
+    plan: CollectionPlan, metadata: Mapping[str, Any], allowed: frozenset[str]
+) -> str | None:
     """Why a result must not be returned to this caller, or None when it may."""
     if plan.declared not in allowed:
         return f"collection level {plan.declared}"

@@ -39,4 +39,5 @@ def check() -> None:
         raise FileBudgetExceeded(
             f"processing took longer than {deadline[1]:g} s",
             hint="the page is pathological (or the machine overloaded); raise "
-                 "HETRIEVER_FILE_SECONDS to give it longer")
+            "HETRIEVER_FILE_SECONDS to give it longer",
+        )

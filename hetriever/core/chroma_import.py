@@ -20,7 +20,8 @@ import contextlib
 import importlib
 import sys
 import types
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 # What `chromadb.telemetry.opentelemetry` imports from OpenTelemetry's SDK and exporter.
 _TRACING_NAMES = {
@@ -50,8 +51,9 @@ def _marks_only(module: str) -> Iterator[None]:
     except ImportError:  # a chromadb that no longer uses it
         yield
         return
-    saved: dict[str, Callable[..., Any]] = {name: getattr(overrides, name)
-                                            for name in ("override", "overrides")}
+    saved: dict[str, Callable[..., Any]] = {
+        name: getattr(overrides, name) for name in ("override", "overrides")
+    }
     for name in saved:  # `overrides` is the decorator's older name; chromadb uses both
         setattr(overrides, name, _mark)
     try:

@@ -13,7 +13,7 @@ __all__ = ["now_iso", "now_utc", "utc_text"]
 
 
 def now_utc() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
+    return dt.datetime.now(dt.UTC)
 
 
 def utc_text(moment: dt.datetime | None) -> str:
@@ -21,8 +21,8 @@ def utc_text(moment: dt.datetime | None) -> str:
     if moment is None:
         return ""
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=dt.timezone.utc)
-    return moment.astimezone(dt.timezone.utc).replace(microsecond=0).isoformat()
+        moment = moment.replace(tzinfo=dt.UTC)
+    return moment.astimezone(dt.UTC).replace(microsecond=0).isoformat()
 
 
 def now_iso() -> str:

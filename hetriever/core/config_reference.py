@@ -23,15 +23,20 @@ REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 REGENERATE = "python -m hetriever.core.config_reference"
 
 # Groups of Settings in declaration order: a group starts at its first field.
-GROUPS = {"docs_root": "Sources", "chroma_path": "Backend and servers",
-          "embedding_model": "Embedding and chunking", "batch_size": "Writes and search",
-          "analytics": "Search analytics", "task_runner": "Prefect",
-          "log_format": "Logging"}
+GROUPS = {
+    "docs_root": "Sources",
+    "chroma_path": "Backend and servers",
+    "embedding_model": "Embedding and chunking",
+    "batch_size": "Writes and search",
+    "analytics": "Search analytics",
+    "task_runner": "Prefect",
+    "log_format": "Logging",
+}
 
 # Defaults that are computed when the settings are loaded, not written in the field.
 COMPUTED = {
     "chroma_path": "`chroma/` under `$XDG_DATA_HOME/hetriever/<docs root's name>-<hash>/` "
-                   "(`~/.local/share` without XDG_DATA_HOME)",
+    "(`~/.local/share` without XDG_DATA_HOME)",
     "state_dir": "`.hetriever` beside `chroma_path`",
     "model_dir": "`$XDG_CACHE_HOME/hetriever/models/<model>` (`~/.cache` without it)",
 }
@@ -61,8 +66,14 @@ def _type_name(annotation: Any) -> str:
         return "`name=value` pairs"
     if get_origin(annotation) is list:
         return "comma-separated list"
-    names = {bool: "boolean", int: "integer", float: "number", str: "text", Path: "path",
-             SecretStr: "secret"}
+    names = {
+        bool: "boolean",
+        int: "integer",
+        float: "number",
+        str: "text",
+        Path: "path",
+        SecretStr: "secret",
+    }
     return names.get(annotation, getattr(annotation, "__name__", str(annotation)))
 
 
@@ -98,21 +109,23 @@ def _description(owner: str, name: str, field: FieldInfo) -> str:
     return field.description[0].upper() + field.description[1:]
 
 
-def _rows(model: type[Settings] | type[WebhookSettings], key_prefix: str,
-          env_prefix: str) -> Iterator[tuple[str | None, str]]:
+def _rows(
+    model: type[Settings] | type[WebhookSettings], key_prefix: str, env_prefix: str
+) -> Iterator[tuple[str | None, str]]:
     """(group starting here or None, table row) for each field of the model."""
     for name, field in model.model_fields.items():
         if name == "webhook":  # the nested model: its own table
             continue
         envs = ", ".join(f"`{e}`" for e in _env_names(name, field, env_prefix))
-        row = (f"| `{key_prefix}{name}` | {envs} | {_type_name(field.annotation)} | "
-               f"{_cell(_default(name, field))} | "
-               f"{_cell(_description(model.__name__, name, field))} |")
+        row = (
+            f"| `{key_prefix}{name}` | {envs} | {_type_name(field.annotation)} | "
+            f"{_cell(_default(name, field))} | "
+            f"{_cell(_description(model.__name__, name, field))} |"
+        )
         yield GROUPS.get(name) if model is Settings else None, row
 
 
-TABLE_HEAD = ("| setting | environment | type | default | what it does |\n"
-              "|---|---|---|---|---|")
+TABLE_HEAD = "| setting | environment | type | default | what it does |\n|---|---|---|---|---|"
 
 
 def render() -> str:
@@ -122,9 +135,11 @@ def render() -> str:
         if group:
             parts.append(f"\n## {group}\n\n{TABLE_HEAD}")
         parts.append(row)
-    parts.append("\n## Webhook service (`hetriever serve-webhook`)\n\n"
-                 "Checked when the service starts; `docs/webhooks.md` tells how it routes a "
-                 f"push.\n\n{TABLE_HEAD}")
+    parts.append(
+        "\n## Webhook service (`hetriever serve-webhook`)\n\n"
+        "Checked when the service starts; `docs/webhooks.md` tells how it routes a "
+        f"push.\n\n{TABLE_HEAD}"
+    )
     parts.extend(row for _, row in _rows(WebhookSettings, "webhook.", ENV_PREFIX + "WEBHOOK_"))
     return "\n".join(parts) + "\n"
 
@@ -132,19 +147,27 @@ def render() -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m hetriever.core.config_reference",
-        description="Write the configuration reference from the settings (or check it).")
-    parser.add_argument("--check", action="store_true",
-                        help="exit 1 if the reference is not current; write nothing")
-    parser.add_argument("--output", type=Path, default=REFERENCE,
-                        help="the reference's path (default: docs/configuration.md)")
+        description="Write the configuration reference from the settings (or check it).",
+    )
+    parser.add_argument(
+        "--check", action="store_true", help="exit 1 if the reference is not current; write nothing"
+    )
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=REFERENCE,
+        help="the reference's path (default: docs/configuration.md)",
+    )
     args = parser.parse_args(argv)
     text = render()
     if args.check:
         try:
             current = args.output.read_text(encoding="utf-8")
         except OSError as exc:
-            print(f"{args.output}: cannot be read ({exc.strerror}); run `{REGENERATE}`",
-                  file=sys.stderr)
+            print(
+                f"{args.output}: cannot be read ({exc.strerror}); run `{REGENERATE}`",
+                file=sys.stderr,
+            )
             return 1
         if current != text:
             print(f"{args.output} is not current; run `{REGENERATE}`", file=sys.stderr)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import os
-from collections.abc import Iterator
-from typing import Any, Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource
 from pydantic_settings.sources.utils import parse_env_vars
@@ -34,8 +34,9 @@ class MappingEnvSource(EnvSettingsSource):
     def _load_env_vars(self) -> Mapping[str, str | None]:
         sources = _SOURCES.get()
         env = os.environ if sources is None else sources.env
-        return parse_env_vars(env, self.case_sensitive, self.env_ignore_empty,
-                              self.env_parse_none_str)
+        return parse_env_vars(
+            env, self.case_sensitive, self.env_ignore_empty, self.env_parse_none_str
+        )
 
 
 class FileSource(PydanticBaseSettingsSource):

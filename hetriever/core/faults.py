@@ -26,14 +26,14 @@ class InjectedFault(OSError):
 # what a crash at each leaves behind and which test kills the process there).
 CRASH_POINTS = (
     "removed_file_chroma_deleted",  # a removed file's chunks left Chroma, not yet BM25
-    "removed_files_deleted",        # removed files left Chroma and BM25, not yet the catalog
-    "window_write",                 # a window is embedded, nothing of it written
-    "window_chroma_written",        # a window's chunks are in Chroma, BM25 not committed
-    "replaced_chunks_deleted",      # replaced chunks left Chroma, BM25 not committed
-    "window_bm25_committed",        # Chroma and BM25 hold the window, the catalog not yet
-    "catalog_files_updated",        # the catalog's file rows are updated, its titles not yet
-    "commit_record",                # every file stored, the commit not yet recorded
-    "commit_recorded",              # the commit recorded, the catalog's run not yet closed
+    "removed_files_deleted",  # removed files left Chroma and BM25, not yet the catalog
+    "window_write",  # a window is embedded, nothing of it written
+    "window_chroma_written",  # a window's chunks are in Chroma, BM25 not committed
+    "replaced_chunks_deleted",  # replaced chunks left Chroma, BM25 not committed
+    "window_bm25_committed",  # Chroma and BM25 hold the window, the catalog not yet
+    "catalog_files_updated",  # the catalog's file rows are updated, its titles not yet
+    "commit_record",  # every file stored, the commit not yet recorded
+    "commit_recorded",  # the commit recorded, the catalog's run not yet closed
 )
 
 
@@ -83,8 +83,7 @@ def check(point: str, key: str) -> None:
                 import sys
                 import time
 
-                print(f'{{"event": "fault_slow", "point": "{point}"}}', file=sys.stderr,
-                      flush=True)
+                print(f'{{"event": "fault_slow", "point": "{point}"}}', file=sys.stderr, flush=True)
                 time.sleep(float(kind[4:] or 10))
                 return
             raise InjectedFault(f"injected fault at {point} for {key}")

@@ -50,7 +50,9 @@ def legacy_note(chroma_path: Path, docs_root: Path) -> str:
     if chroma_path != LEGACY_CHROMA_PATH:
         return ""
     absolute = Path.cwd() / LEGACY_CHROMA_PATH
-    return (f"using the index in ./{LEGACY_CHROMA_PATH} of the current directory (the old "
-            f"default); to find it from any directory, set HETRIEVER_CHROMA_PATH={absolute} "
-            f"(its state, {absolute.parent / '.hetriever'}, is found beside it), or re-index "
-            f"into the new default, {index_dir(docs_root) / 'chroma'}")
+    return (
+        f"using the index in ./{LEGACY_CHROMA_PATH} of the current directory (the old "
+        f"default); to find it from any directory, set HETRIEVER_CHROMA_PATH={absolute} "
+        f"(its state, {absolute.parent / '.hetriever'}, is found beside it), or re-index "
+        f"into the new default, {index_dir(docs_root) / 'chroma'}"
+    )

@@ -63,8 +63,9 @@ def file_lock(path: Path, *, timeout: float, what: str) -> Iterator[None]:
                 if now >= deadline:
                     raise _locked(path, what) from None
                 if now >= next_note:  # waiting is normal; say so, so it never looks hung
-                    log.info("lock_wait", lock=str(path), holder=what,
-                             waited=round(now - started, 1))
+                    log.info(
+                        "lock_wait", lock=str(path), holder=what, waited=round(now - started, 1)
+                    )
                     next_note = now + LOCK_NOTE_SECONDS
                 time.sleep(0.05)
         try:
@@ -81,4 +82,5 @@ def _locked(path: Path, what: str) -> WriterLockedError:
     return WriterLockedError(
         f"another process is writing {what} (lock {path} is held)",
         hint="wait for the other ingest to finish, or stop it; a lock held by a dead process "
-             "is released by the OS automatically")
+        "is released by the OS automatically",
+    )

@@ -40,7 +40,8 @@ def configure_logging(level: str = "INFO", fmt: str = "console", sink: str = "st
                 structlog.processors.JSONRenderer() if fmt == "json" else _render_event,
             ],
             wrapper_class=structlog.make_filtering_bound_logger(
-                logging.getLevelName(level.upper())),
+                logging.getLevelName(level.upper())
+            ),
             logger_factory=structlog.stdlib.LoggerFactory(),
             cache_logger_on_first_use=False,
         )
@@ -57,9 +58,7 @@ def configure_logging(level: str = "INFO", fmt: str = "console", sink: str = "st
             *([] if fmt == "json" else [_printable]),  # JSON escapes control characters
             _renderer(fmt),
         ],
-        wrapper_class=structlog.make_filtering_bound_logger(
-            logging.getLevelName(level.upper())
-        ),
+        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
         logger_factory=structlog.PrintLoggerFactory(file=cast(TextIO, _STDERR)),
         cache_logger_on_first_use=False,
     )
@@ -82,8 +81,11 @@ _STDERR = _Stderr()
 
 
 def _renderer(fmt: str) -> Any:
-    return (structlog.processors.JSONRenderer() if fmt == "json"
-            else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty()))
+    return (
+        structlog.processors.JSONRenderer()
+        if fmt == "json"
+        else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+    )
 
 
 def follow_level(*libraries: str) -> None:
@@ -93,11 +95,21 @@ def follow_level(*libraries: str) -> None:
     on the root logger, a library's own `logging.basicConfig` (the MCP SDK calls it, at INFO,
     with a handler of its own) does nothing."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(structlog.stdlib.ProcessorFormatter(
-        foreign_pre_chain=[structlog.stdlib.add_logger_name, structlog.processors.add_log_level,
-                           structlog.processors.TimeStamper(fmt="iso", utc=True)],
-        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-                    structlog.processors.format_exc_info, _redact, _renderer(_format)]))
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=[
+                structlog.stdlib.add_logger_name,
+                structlog.processors.add_log_level,
+                structlog.processors.TimeStamper(fmt="iso", utc=True),
+            ],
+            processors=[
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                structlog.processors.format_exc_info,
+                _redact,
+                _renderer(_format),
+            ],
+        )
+    )
     root = logging.getLogger()
     root.handlers = [handler]
     level = logging.getLevelName(_level)
@@ -106,8 +118,9 @@ def follow_level(*libraries: str) -> None:
         logging.getLogger(name).setLevel(level)
 
 
-def _redact(_logger: Any, _name: str,
-            event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+def _redact(
+    _logger: Any, _name: str, event_dict: MutableMapping[str, Any]
+) -> MutableMapping[str, Any]:
     """Credentials out of every URL a line holds (a repository's remote, a git error, a
     traceback), whatever field it is in."""
     for key, value in event_dict.items():
@@ -116,8 +129,9 @@ def _redact(_logger: Any, _name: str,
     return event_dict
 
 
-def _printable(_logger: Any, _name: str,
-               event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+def _printable(
+    _logger: Any, _name: str, event_dict: MutableMapping[str, Any]
+) -> MutableMapping[str, Any]:
     """A line on a terminal quotes the docs (a file's path, a title): their control
     characters shown, not obeyed."""
     for key, value in event_dict.items():

@@ -48,8 +48,11 @@ def resident_mb() -> tuple[float, float]:
         lines = open("/proc/self/status", encoding="ascii").read().splitlines()
     except OSError:
         return 0.0, 0.0
-    kb = {line.split(":")[0]: int(line.split()[1]) for line in lines
-          if line.startswith(("VmRSS:", "VmHWM:"))}
+    kb = {
+        line.split(":")[0]: int(line.split()[1])
+        for line in lines
+        if line.startswith(("VmRSS:", "VmHWM:"))
+    }
     return round(kb.get("VmRSS", 0) / 1024, 1), round(kb.get("VmHWM", 0) / 1024, 1)
 
 

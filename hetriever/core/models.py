@@ -16,12 +16,11 @@ import dataclasses
 import enum
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Union
-
+from typing import Any, Literal
 
 # What Chroma accepts as one metadata value. Lists must be non-empty and of one type.
-MetadataScalar = Union[str, int, float, bool]
-MetadataValue = Union[MetadataScalar, list[str], list[int], list[float], list[bool]]
+MetadataScalar = str | int | float | bool
+MetadataValue = MetadataScalar | list[str] | list[int] | list[float] | list[bool]
 Metadata = dict[str, MetadataValue]
 
 
@@ -47,7 +46,7 @@ class _Serialisable:
 # --- discover ----------------------------------------------------------------------
 
 
-class ChangeKind(str, enum.Enum):
+class ChangeKind(str, enum.Enum):  # noqa: UP042 (StrEnum would change str() of a member)
     ADDED = "A"
     MODIFIED = "M"
     DELETED = "D"

@@ -37,7 +37,8 @@ def validate_collection_name(name: str) -> str:
         raise InvalidCollectionNameError(
             f"invalid collection name {name!r}",
             hint="use 3..63 lower-case letters, digits and hyphens, starting and ending with a "
-                 "letter or digit (the repository's name)")
+            "letter or digit (the repository's name)",
+        )
     return name
 
 
@@ -76,4 +77,5 @@ def require_known(names: list[str] | None, known: list[str]) -> None:
     if unknown:
         raise RepositoryNotFoundError(
             f"unknown repositories: {', '.join(unknown)}",
-            hint=f"known: {', '.join(sorted(known)) or 'none (run `hetriever ingest` first)'}")
+            hint=f"known: {', '.join(sorted(known)) or 'none (run `hetriever ingest` first)'}",
+        )

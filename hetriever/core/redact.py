@@ -62,7 +62,7 @@ def _userinfo_in_text(rest: str) -> int:
     space = _WHITESPACE.search(line)
     if space is None:
         return _userinfo_ends(line, _AUTHORITY_ENDS_IN_TEXT)
-    word = line[:space.start()]
+    word = line[: space.start()]
     ends = _userinfo_ends(word, _AUTHORITY_ENDS_IN_TEXT)
     if ends and not _JUST_A_HOST.match(word, ends):
         return ends  # the URL goes on past its host, to a path
@@ -81,7 +81,7 @@ def redact_url(url: str) -> str:
         return _SCP_SECRET.sub("", url, count=1)
     start = len(url) - len(url.lstrip()) + found.end()
     ends = _userinfo_ends(url[start:], _AUTHORITY_ENDS)
-    return url[:start] + url[start + ends:]
+    return url[:start] + url[start + ends :]
 
 
 def redact_text(text: str) -> str:
@@ -93,8 +93,8 @@ def redact_text(text: str) -> str:
         if found.start() < at:  # inside a userinfo already dropped
             continue
         following = _SCHEME.search(text, found.end())
-        rest = text[found.end():following.start() if following else len(text)]
-        pieces.append(text[at:found.end()])
+        rest = text[found.end() : following.start() if following else len(text)]
+        pieces.append(text[at : found.end()])
         at = found.end() + _userinfo_in_text(rest)
     pieces.append(text[at:])
     return _SCP_SECRET_IN_TEXT.sub("", "".join(pieces))

@@ -22,8 +22,9 @@ IN_BATCH = 500
 def connect(path: Path, *, timeout: float = 30.0) -> sqlite3.Connection:
     """A connection to the SQLite file at `path` (created, with its folder, when absent)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    conn = sqlite3.connect(str(path), timeout=timeout, check_same_thread=False,
-                           isolation_level=None)
+    conn = sqlite3.connect(
+        str(path), timeout=timeout, check_same_thread=False, isolation_level=None
+    )
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
     return conn
@@ -38,7 +39,7 @@ def read_meta(conn: sqlite3.Connection, key: str) -> str:
 def in_batches(items: Sequence[T], size: int = IN_BATCH) -> Iterator[Sequence[T]]:
     """`items` in slices of at most `size`, one `IN (...)` query each."""
     for start in range(0, len(items), size):
-        yield items[start:start + size]
+        yield items[start : start + size]
 
 
 def is_damaged(exc: sqlite3.DatabaseError) -> bool:

@@ -11,15 +11,19 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from hetriever.core.errors import KnowledgeStoreError
 
 LOW_SPACE_BYTES = 8 * 1024 * 1024  # below this, a failed write is put down to a full disk
 _FULL = ("no space left", "disk is full", "disk full", "quota exceeded")
-_READ_ONLY = ("read-only file system", "readonly database", "read only", "attempt to write a "
-              "readonly")
+_READ_ONLY = (
+    "read-only file system",
+    "readonly database",
+    "read only",
+    "attempt to write a readonly",
+)
 
 
 class StorageError(KnowledgeStoreError):
@@ -49,13 +53,17 @@ def storage_problem(exc: BaseException, directories: Iterable[Path]) -> StorageE
     low = [d for d in directories if d.exists() and shutil.disk_usage(d).free < LOW_SPACE_BYTES]
     if full or low:
         where = ", ".join(str(d) for d in (low or directories))
-        return StorageError(f"no space left on the device holding {where} ({exc})",
-                            hint="free some space, then re-run (an ingest it stopped was "
-                                 "not recorded as complete; the next picks up where it stopped)")
+        return StorageError(
+            f"no space left on the device holding {where} ({exc})",
+            hint="free some space, then re-run (an ingest it stopped was "
+            "not recorded as complete; the next picks up where it stopped)",
+        )
     locked = [d for d in directories if d.exists() and not os.access(d, os.W_OK)]
     if read_only or locked:
         where = ", ".join(str(d) for d in (locked or directories))
-        return StorageError(f"the storage holding {where} is read-only ({exc})",
-                            hint="remount it read-write or point HETRIEVER_CHROMA_PATH / "
-                                 "HETRIEVER_STATE_DIR at a writable directory, then re-run")
+        return StorageError(
+            f"the storage holding {where} is read-only ({exc})",
+            hint="remount it read-write or point HETRIEVER_CHROMA_PATH / "
+            "HETRIEVER_STATE_DIR at a writable directory, then re-run",
+        )
     return None

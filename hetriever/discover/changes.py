@@ -15,17 +15,22 @@ from pathlib import Path
 from typing import Literal
 
 from hetriever.core.errors import SourceError
-from hetriever.discover.git_objects import SkipFile, pathspec, read_content_file, tree_entries
 from hetriever.core.logs import get_logger
-from hetriever.discover.git_runner import git_output, is_work_tree_top, run_git
-from hetriever.discover.repositories import check_usable
-from hetriever.discover.site import Site, load_site
 from hetriever.core.models import ChangeKind, ChangeSet, FileChange, SkippedFile
-from hetriever.discover.repositories import Repository
+from hetriever.discover.git_objects import SkipFile, pathspec, read_content_file, tree_entries
+from hetriever.discover.git_runner import git_output, is_work_tree_top, run_git
+from hetriever.discover.repositories import Repository, check_usable
+from hetriever.discover.site import Site, load_site
 
 __all__ = [
-    "check_content_dir_present", "compute_change_set", "head_commit", "is_content_file",
-    "is_dirty", "list_content_files", "site_at", "undecodable_files",
+    "check_content_dir_present",
+    "compute_change_set",
+    "head_commit",
+    "is_content_file",
+    "is_dirty",
+    "list_content_files",
+    "site_at",
+    "undecodable_files",
 ]
 
 log = get_logger(__name__)
@@ -39,8 +44,9 @@ _GITLINK_MODE = "160000"
 
 def _resolve_commit(repo: Repository, rev: str) -> str | None:
     """Full sha of `rev` as a commit in `repo`, or None when the repository does not have it."""
-    done = run_git(repo, "rev-parse", "--verify", "--quiet", "--end-of-options",
-                   f"{rev}^{{commit}}")
+    done = run_git(
+        repo, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}"
+    )
     return (done.text or None) if done.ok else None
 
 
@@ -48,12 +54,15 @@ def head_commit(repo: Repository) -> str:
     """The full sha checked out in the repository's working tree (detached HEAD is fine)."""
     check_usable(repo)
     if not is_work_tree_top(Path(repo.path)):
-        raise SourceError(f"{repo.path} is not a git repository",
-                          hint="check docs_root, or run `git submodule update --init`")
+        raise SourceError(
+            f"{repo.path} is not a git repository",
+            hint="check docs_root, or run `git submodule update --init`",
+        )
     done = run_git(repo, "rev-parse", "--verify", "--quiet", "HEAD^{commit}")
     if not done.ok:  # HEAD points at a branch with no commits yet
-        raise SourceError(f"repository {repo.name} has no commits",
-                          hint="commit the documentation first")
+        raise SourceError(
+            f"repository {repo.name} has no commits", hint="commit the documentation first"
+        )
     return done.text
 
 
@@ -84,19 +93,24 @@ def list_content_files(repo: Repository, commit: str) -> list[str]:
     are not valid UTF-8 are left out; `undecodable_files` lists them)."""
     sha = _resolve_commit(repo, commit)
     if sha is None:
-        raise SourceError(f"commit {commit} is not in repository {repo.name}",
-                          hint="fetch the repository or pass a commit it has")
-    return sorted(path for path, (_, kind, _) in tree_entries(repo, sha).items()
-                  if kind == "blob" and is_content_file(path, repo.content_dir)
-                  and utf8_name(path))
+        raise SourceError(
+            f"commit {commit} is not in repository {repo.name}",
+            hint="fetch the repository or pass a commit it has",
+        )
+    return sorted(
+        path
+        for path, (_, kind, _) in tree_entries(repo, sha).items()
+        if kind == "blob" and is_content_file(path, repo.content_dir) and utf8_name(path)
+    )
 
 
 def undecodable_files(repo: Repository, sha: str) -> list[SkippedFile]:
     """Content files at `sha` whose names are not valid UTF-8, as skips with a reason."""
-    return [SkippedFile(printable_name(path), "file name is not valid UTF-8")
-            for path, (_, kind, _) in sorted(tree_entries(repo, sha).items())
-            if kind == "blob" and is_content_file(path, repo.content_dir)
-            and not utf8_name(path)]
+    return [
+        SkippedFile(printable_name(path), "file name is not valid UTF-8")
+        for path, (_, kind, _) in sorted(tree_entries(repo, sha).items())
+        if kind == "blob" and is_content_file(path, repo.content_dir) and not utf8_name(path)
+    ]
 
 
 def check_content_dir_present(repo: Repository, sha: str) -> None:
@@ -112,13 +126,21 @@ def check_content_dir_present(repo: Repository, sha: str) -> None:
             f"content directory {repo.content_dir!r} does not exist at commit {sha[:12]} of "
             f"{repo.name}; nothing was changed",
             hint="check content_dir (HETRIEVER_CONTENT_DIR) for a typo, or that the commit "
-                 "is the one meant")
+            "is the one meant",
+        )
 
 
 def is_dirty(repo: Repository) -> bool:
     """Whether content files have uncommitted changes (staged, unstaged or untracked)."""
-    raw = git_output(repo, "status", "--porcelain=v1", "-z", "--untracked-files=all",
-               "--ignore-submodules=all", *pathspec(repo))
+    raw = git_output(
+        repo,
+        "status",
+        "--porcelain=v1",
+        "-z",
+        "--untracked-files=all",
+        "--ignore-submodules=all",
+        *pathspec(repo),
+    )
     # Records are "XY path"; a rename or copy is followed by a bare record with the old path.
     records = iter(raw.split(b"\0"))
     for record in records:
@@ -127,8 +149,9 @@ def is_dirty(repo: Repository) -> bool:
         paths = [record[3:]]
         if b"R" in record[:2] or b"C" in record[:2]:
             paths.append(next(records, b""))
-        if any(is_content_file(p.decode("utf-8", "surrogateescape"), repo.content_dir)
-               for p in paths):
+        if any(
+            is_content_file(p.decode("utf-8", "surrogateescape"), repo.content_dir) for p in paths
+        ):
             return True
     return False
 
@@ -143,17 +166,28 @@ def compute_change_set(
     """What to do to bring the repository's index from `last_commit` to `new_commit` (HEAD)."""
     new = _resolve_commit(repo, new_commit) if new_commit else head_commit(repo)
     if new is None:
-        raise SourceError(f"commit {new_commit} is not in repository {repo.name}",
-                          hint="fetch the repository or pass a commit it has")
+        raise SourceError(
+            f"commit {new_commit} is not in repository {repo.name}",
+            hint="fetch the repository or pass a commit it has",
+        )
     old = _resolve_commit(repo, last_commit) if last_commit else None
     if last_commit and old is None and not force_full:
-        log.warning("last_commit_unknown", repository=repo.name, last_commit=last_commit,
-                    action="full reindex", why="history rewritten or repository replaced")
+        log.warning(
+            "last_commit_unknown",
+            repository=repo.name,
+            last_commit=last_commit,
+            action="full reindex",
+            why="history rewritten or repository replaced",
+        )
 
     dirty = is_dirty(repo)
     if dirty:
-        log.warning("uncommitted_changes_ignored", repository=repo.name, path=str(repo.path),
-                    content_dir=repo.content_dir)
+        log.warning(
+            "uncommitted_changes_ignored",
+            repository=repo.name,
+            path=str(repo.path),
+            content_dir=repo.content_dir,
+        )
 
     mode: Literal["full", "incremental", "noop"]
     if old is not None and old == new and not force_full:
@@ -166,14 +200,26 @@ def compute_change_set(
 
     if mode != "noop":
         check_content_dir_present(repo, new)
-    change_set = ChangeSet(repository=repo.name, old_commit=old or last_commit, new_commit=new,
-                           mode=mode, changes=changes, dirty=dirty,
-                           skipped=undecodable_files(repo, new) if mode != "noop" else [])
+    change_set = ChangeSet(
+        repository=repo.name,
+        old_commit=old or last_commit,
+        new_commit=new,
+        mode=mode,
+        changes=changes,
+        dirty=dirty,
+        skipped=undecodable_files(repo, new) if mode != "noop" else [],
+    )
     for skipped in change_set.skipped:
-        log.warning("file_skipped", repository=repo.name, path=skipped.path,
-                    reason=skipped.reason)
-    log.info("change_set", repository=repo.name, mode=mode, old_commit=last_commit,
-             new_commit=new, dirty=dirty, **change_set.counts())
+        log.warning("file_skipped", repository=repo.name, path=skipped.path, reason=skipped.reason)
+    log.info(
+        "change_set",
+        repository=repo.name,
+        mode=mode,
+        old_commit=last_commit,
+        new_commit=new,
+        dirty=dirty,
+        **change_set.counts(),
+    )
     return change_set
 
 
@@ -183,8 +229,9 @@ def _diff(repo: Repository, old: str, new: str) -> list[FileChange]:
     diff-tree is the plumbing form of that diff (not affected by user diff config). Above git's
     rename limit it reports renames as delete + add, which indexes to the same result.
     """
-    raw = git_output(repo, "diff-tree", "-r", "-z", "--raw", "-M", "--no-ext-diff", old, new,
-               *pathspec(repo))
+    raw = git_output(
+        repo, "diff-tree", "-r", "-z", "--raw", "-M", "--no-ext-diff", old, new, *pathspec(repo)
+    )
     fields = raw.split(b"\0")
     changes: list[FileChange] = []
 
@@ -243,8 +290,10 @@ def site_at(repo: Repository, commit: str) -> Site:
     prefixes. A repository without one gets today's single-language defaults."""
     sha = _resolve_commit(repo, commit)
     if sha is None:
-        raise SourceError(f"commit {commit} is not in repository {repo.name}",
-                          hint="fetch the repository or pass a commit it has")
+        raise SourceError(
+            f"commit {commit} is not in repository {repo.name}",
+            hint="fetch the repository or pass a commit it has",
+        )
 
     def kind(path: str) -> bytes:
         try:
@@ -265,11 +314,13 @@ def site_at(repo: Repository, commit: str) -> Site:
         if kind(config_dir) == b"tree":
             out = git_output(repo, "ls-tree", "--name-only", sha, config_dir + "/")
             listed += [p for p in out.decode("utf-8", "replace").splitlines() if p]
-    site = load_site(read, listed, lambda path: kind(path) == b"tree",
-                     content_dir=repo.content_dir)
+    site = load_site(read, listed, lambda path: kind(path) == b"tree", content_dir=repo.content_dir)
     if not site.configured:
-        log.warning("site_config_absent", repository=repo.name,
-                    assumed=f"one language ({site.default_lang}), content in {repo.content_dir}",
-                    hint="add the site's hugo.toml/yaml/json (or config/_default/) to the "
-                         "repository for its languages and URLs")
+        log.warning(
+            "site_config_absent",
+            repository=repo.name,
+            assumed=f"one language ({site.default_lang}), content in {repo.content_dir}",
+            hint="add the site's hugo.toml/yaml/json (or config/_default/) to the "
+            "repository for its languages and URLs",
+        )
     return site

@@ -34,18 +34,21 @@ def _run(repo: Repository, args: list[str], deadline: float | None) -> GitRun:
     try:
         return run_git(repo, *args, timeout=timeout)
     except subprocess.TimeoutExpired:
-        raise FetchTimedOut(f"{repo.name}: git {' '.join(args[:2])} did not finish in time: "
-                            f"the remote `origin` stopped answering",
-                            hint="check that the remote is reachable; a very large first "
-                                 "fetch may need a longer HETRIEVER_FETCH_TIMEOUT") from None
+        raise FetchTimedOut(
+            f"{repo.name}: git {' '.join(args[:2])} did not finish in time: "
+            f"the remote `origin` stopped answering",
+            hint="check that the remote is reachable; a very large first "
+            "fetch may need a longer HETRIEVER_FETCH_TIMEOUT",
+        ) from None
 
 
 def _git(repo: Repository, *args: str, deadline: float | None = None) -> str:
     done = _run(repo, list(args), deadline)
     if not done.ok:
-        raise SourceError(f"{repo.name}: git {' '.join(args)} failed: "
-                          f"{done.said or done.returncode}",
-                          hint="check the repository's remote `origin` and that it is reachable")
+        raise SourceError(
+            f"{repo.name}: git {' '.join(args)} failed: {done.said or done.returncode}",
+            hint="check the repository's remote `origin` and that it is reachable",
+        )
     return done.text
 
 
@@ -59,8 +62,7 @@ def followed_branch(repo: Repository) -> str:
     return f"origin/{repo.branch}" if repo.branch else "origin/HEAD"
 
 
-def update_checkout(repo: Repository, ref: str | None, *,
-                    timeout: float = FETCH_TIMEOUT) -> str:
+def update_checkout(repo: Repository, ref: str | None, *, timeout: float = FETCH_TIMEOUT) -> str:
     """Fetch `origin` and check out `ref`, by default the followed branch; the sha."""
     sha = fetch_target(repo, ref, timeout=timeout)
     check_out(repo, sha)
@@ -75,8 +77,14 @@ def fetch_remote(repo: Repository, *, timeout: float = FETCH_TIMEOUT) -> float:
     if repo.branch:
         _fetch_branch(repo, deadline=deadline)
     elif not _resolves(repo, "origin/HEAD"):
-        _git(repo, "remote", "set-head", "origin", "--auto",  # clones made without it
-             deadline=deadline)
+        _git(
+            repo,
+            "remote",
+            "set-head",
+            "origin",
+            "--auto",  # clones made without it
+            deadline=deadline,
+        )
     return deadline
 
 
@@ -98,26 +106,37 @@ def check_out(repo: Repository, sha: str) -> None:
     _git(repo, "checkout", "--quiet", "--detach", sha)
 
 
-def _fetch_branch(repo: Repository, branch: str | None = None, *, followed: bool = True,
-                  deadline: float | None = None) -> None:
+def _fetch_branch(
+    repo: Repository,
+    branch: str | None = None,
+    *,
+    followed: bool = True,
+    deadline: float | None = None,
+) -> None:
     """A branch by name, the followed one by default: a shallow or single-branch clone's
     fetch brings only the branch it was cloned with, and a branch deleted on the remote would
     otherwise be followed at its last fetched commit for ever. The remote answered the fetch
     before this one, so a failure here is the branch's."""
     branch = branch or repo.branch
-    done = _run(repo, ["fetch", "--quiet", "origin",
-                       f"+refs/heads/{branch}:refs/remotes/origin/{branch}"], deadline)
+    done = _run(
+        repo,
+        ["fetch", "--quiet", "origin", f"+refs/heads/{branch}:refs/remotes/origin/{branch}"],
+        deadline,
+    )
     if done.returncode != 0:
         said = redact_text((done.stderr.strip().splitlines() or [""])[-1])
         if not followed:
-            raise SourceError(f"{repo.name}: branch {branch!r} is not a branch of the remote "
-                              f"`origin` ({said})",
-                              hint="check the webhook route's branch")
-        raise SourceError(f"{repo.name}: the followed branch {branch!r} (the submodule's "
-                          f"`branch` in .gitmodules; `.` there is the parent's branch) is not "
-                          f"a branch of the remote `origin` ({said})",
-                          hint="fix the submodule's `branch` in .gitmodules, or remove it to "
-                               "follow the remote's default branch")
+            raise SourceError(
+                f"{repo.name}: branch {branch!r} is not a branch of the remote `origin` ({said})",
+                hint="check the webhook route's branch",
+            )
+        raise SourceError(
+            f"{repo.name}: the followed branch {branch!r} (the submodule's "
+            f"`branch` in .gitmodules; `.` there is the parent's branch) is not "
+            f"a branch of the remote `origin` ({said})",
+            hint="fix the submodule's `branch` in .gitmodules, or remove it to "
+            "follow the remote's default branch",
+        )
 
 
 def moves_back(repo: Repository, sha: str, indexed: str | None) -> bool:
@@ -132,12 +151,13 @@ def moves_back(repo: Repository, sha: str, indexed: str | None) -> bool:
 def accept_moved_back(repo: Repository, sha: str) -> str:
     """The commands that index `sha` although it moves the index back (a force-pushed revert
     of the followed branch): a run that does not fetch indexes what is checked out."""
-    return (f"if the branch was moved back on purpose, check its commit out and index it: "
-            f"`git -C {repo.path} checkout --detach {sha} && hetriever ingest -r {repo.name} "
-            f"--full`")
+    return (
+        f"if the branch was moved back on purpose, check its commit out and index it: "
+        f"`git -C {repo.path} checkout --detach {sha} && hetriever ingest -r {repo.name} "
+        f"--full`"
+    )
 
 
 def on_followed_branch(repo: Repository, sha: str) -> bool:
     """Whether `sha` is in the followed branch's history (where the next scheduled run goes)."""
-    return run_git(repo, "merge-base", "--is-ancestor", sha,
-                   followed_branch(repo)).returncode == 0
+    return run_git(repo, "merge-base", "--is-ancestor", sha, followed_branch(repo)).returncode == 0

@@ -37,8 +37,6 @@ _SYMLINK_FAILURES = {
 }
 
 
-
-
 class SkipFile(Exception):
     """A content file that cannot be indexed; `reason` says why (it ends up in the run report)."""
 
@@ -51,7 +49,6 @@ class UnreadableFile(SkipFile):
     """A file the commit's tree lists whose object git cannot read (a corrupt or missing
     object): a read error, never "the file is gone". The per-file step fails the file (its
     old chunks kept, the commit unrecorded, retried next run); it is no skip."""
-
 
 
 def pathspec(repo: Repository) -> list[str]:
@@ -68,8 +65,6 @@ def tree_entries(repo: Repository, sha: str) -> dict[str, tuple[str, str, str]]:
             mode, kind, obj = meta.decode().split(" ")
             entries[path_b.decode("utf-8", "surrogateescape")] = (mode, kind, obj)
     return entries
-
-
 
 
 def check_path(path: str) -> None:
@@ -89,7 +84,7 @@ def decode_blob(data: bytes) -> str:
     if b"\0" in data[:BINARY_SNIFF_BYTES]:
         raise SkipFile("binary file (NUL byte in the first 8 KiB)")
     if data.startswith(UTF8_BOM):
-        data = data[len(UTF8_BOM):]
+        data = data[len(UTF8_BOM) :]
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -109,8 +104,9 @@ class _BlobReader:
     def __init__(self, repo: Repository, commit: str) -> None:
         self.repo = repo
         if not commit or "\n" in commit:
-            raise SourceError(f"invalid commit {commit!r} for repository {repo.name}",
-                              hint="pass a commit sha")
+            raise SourceError(
+                f"invalid commit {commit!r} for repository {repo.name}", hint="pass a commit sha"
+            )
         self.proc = start_git(repo, "cat-file", "--batch", "--follow-symlinks")
         self.writer: threading.Thread | None = None
         # Per queued request, in order: the path when it was asked for by blob id (the tree
@@ -127,8 +123,10 @@ class _BlobReader:
         match = _SHA_HEADER.match(header)
         if match is None or match.group(2) != b"commit":
             self.close()
-            raise SourceError(f"commit {commit} is not in repository {repo.name}",
-                              hint="fetch the repository or pass a commit it has")
+            raise SourceError(
+                f"commit {commit} is not in repository {repo.name}",
+                hint="fetch the repository or pass a commit it has",
+            )
         self._discard(int(match.group(3)) + 1)
         self.sha = match.group(1).decode()
 
@@ -149,8 +147,9 @@ class _BlobReader:
         """
         blobs = blobs or {}
         self._by_blob.extend(p if p in blobs else None for p in paths)
-        payload = b"".join((blobs[p] + "\n").encode() if p in blobs else self._by_path(p)
-                           for p in paths)
+        payload = b"".join(
+            (blobs[p] + "\n").encode() if p in blobs else self._by_path(p) for p in paths
+        )
 
         def feed() -> None:
             self._send(payload)
@@ -174,8 +173,10 @@ class _BlobReader:
         assert self.proc.stdout
         header = self.proc.stdout.readline().rstrip(b"\n")
         if not header:
-            raise SourceError(f"git cat-file stopped while reading {self.repo.name}",
-                              hint="check that the repository is intact (`git fsck`)")
+            raise SourceError(
+                f"git cat-file stopped while reading {self.repo.name}",
+                hint="check that the repository is intact (`git fsck`)",
+            )
         return header
 
     def next_text(self, max_bytes: int, path: str = "", *, look_up: bool = True) -> str:
@@ -198,7 +199,8 @@ class _BlobReader:
                 raise UnreadableFile(
                     f"git cannot read the object of {path or by_blob} at commit "
                     f"{self.sha[:12]} (the tree lists it; run `git fsck` in "
-                    f"{self.repo.path})")
+                    f"{self.repo.path})"
+                )
             raise SkipFile(f"missing at commit {self.sha[:12]}")
         kind, size = match.group(2).decode(), int(match.group(3))
         if kind != "blob" or size > max_bytes:
@@ -217,8 +219,10 @@ class _BlobReader:
             out = git_output(self.repo, "ls-tree", "-z", "--full-tree", self.sha, "--", path)
         except SourceError:
             return False
-        return any(record.endswith(b"\t" + path.encode("utf-8", "surrogateescape"))
-                   for record in out.split(b"\0"))
+        return any(
+            record.endswith(b"\t" + path.encode("utf-8", "surrogateescape"))
+            for record in out.split(b"\0")
+        )
 
     def _discard(self, n: int) -> None:
         assert self.proc.stdout
@@ -263,8 +267,11 @@ def read_content_files(
     try:
         blobs: dict[str, str] = {}
         if len(paths) >= _BLOB_MAP_MIN_PATHS:  # one ls-tree pays off only for many reads
-            blobs = {path: obj for path, (mode, kind, obj) in tree_entries(repo, reader.sha).items()
-                     if kind == "blob" and mode in _REGULAR_MODES}
+            blobs = {
+                path: obj
+                for path, (mode, kind, obj) in tree_entries(repo, reader.sha).items()
+                if kind == "blob" and mode in _REGULAR_MODES
+            }
         reader.request([p for p, problem in zip(paths, problems) if problem is None], blobs)
         for path, problem in zip(paths, problems):
             if problem is not None:

@@ -23,7 +23,7 @@ import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, Union
+from typing import Protocol
 
 from hetriever.core.errors import SourceError
 from hetriever.core.redact import redact_text
@@ -46,7 +46,7 @@ class _Repository(Protocol):
     def problem(self) -> str: ...
 
 
-Place = Union[_Repository, Path]
+Place = _Repository | Path
 
 
 @dataclass(frozen=True)
@@ -70,8 +70,9 @@ class GitRun:
     @property
     def said(self) -> str:
         """git's complaint on one line, redacted."""
-        return redact_text(" ".join(line.strip() for line in self.stderr.splitlines()
-                                    if line.strip()))
+        return redact_text(
+            " ".join(line.strip() for line in self.stderr.splitlines() if line.strip())
+        )
 
 
 def _where(place: Place) -> tuple[Path, str]:
@@ -83,8 +84,9 @@ def _where(place: Place) -> tuple[Path, str]:
             raise SourceError(place.problem)
         cwd, label, name = place.path, f"{place.name} ({place.path})", place.name
     if not Path(cwd).is_dir():
-        raise SourceError(f"repository {name} is missing at {cwd}",
-                          hint="run discovery again or check docs_root")
+        raise SourceError(
+            f"repository {name} is missing at {cwd}", hint="run discovery again or check docs_root"
+        )
     return Path(cwd), label
 
 
@@ -92,17 +94,23 @@ def _env(extra: Mapping[str, str] | None) -> dict[str, str]:
     return {**os.environ, **GIT_ENV, **(extra or {})}
 
 
-def run_git(place: Place, *args: str, timeout: float | None = None,
-            env: Mapping[str, str] | None = None) -> GitRun:
+def run_git(
+    place: Place, *args: str, timeout: float | None = None, env: Mapping[str, str] | None = None
+) -> GitRun:
     """`git <args>` in `place`, whatever it exits with; TimeoutExpired after `timeout`."""
     cwd, _ = _where(place)
     try:
-        proc = subprocess.Popen(["git", *args], cwd=cwd, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                env=_env(env), start_new_session=True)
+        proc = subprocess.Popen(
+            ["git", *args],
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=_env(env),
+            start_new_session=True,
+        )
     except FileNotFoundError:
-        raise SourceError("git is not installed (or not on PATH)",
-                          hint="install git") from None
+        raise SourceError("git is not installed (or not on PATH)", hint="install git") from None
     with proc:
         try:
             out, err = proc.communicate(timeout=timeout)
@@ -121,8 +129,10 @@ def git_output(place: Place, *args: str, env: Mapping[str, str] | None = None) -
     done = run_git(place, *args, env=env)
     if not done.ok:
         _, label = _where(place)
-        raise SourceError(f"git {args[0]} failed in {label}: {done.said or done.returncode}",
-                          hint="check that the repository is intact (`git fsck`)")
+        raise SourceError(
+            f"git {args[0]} failed in {label}: {done.said or done.returncode}",
+            hint="check that the repository is intact (`git fsck`)",
+        )
     return done.stdout
 
 
@@ -139,5 +149,11 @@ def start_git(place: Place, *args: str) -> subprocess.Popen:
     """A git process reading requests on stdin and answering on stdout (its stderr dropped);
     the caller ends it."""
     cwd, _ = _where(place)
-    return subprocess.Popen(["git", *args], cwd=cwd, stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=_env(None))
+    return subprocess.Popen(
+        ["git", *args],
+        cwd=cwd,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=_env(None),
+    )

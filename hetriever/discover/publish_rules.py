@@ -64,8 +64,12 @@ class Target:
     languages: tuple[str, ...] = ()  # `sites: {matrix: {languages: [...]}}`
 
     def matches(self, path: str, kind: str, lang: str, environment: str = ENVIRONMENT) -> bool:
-        checks = ((self.path, path), (self.kind, kind), (self.lang, lang),
-                  (self.environment, environment))
+        checks = (
+            (self.path, path),
+            (self.kind, kind),
+            (self.lang, lang),
+            (self.environment, environment),
+        )
         if any(pattern and not glob_match(pattern, value) for pattern, value in checks):
             return False
         return not self.languages or any(glob_match(p, lang) for p in self.languages)
@@ -100,8 +104,7 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _rule_values(data: Mapping[str, Any],
-                 extra: Sequence[str] = ()) -> tuple[tuple[str, Any], ...]:
+def _rule_values(data: Mapping[str, Any], extra: Sequence[str] = ()) -> tuple[tuple[str, Any], ...]:
     lowered = {str(k).lower(): v for k, v in data.items()}
     keys = list(RULE_KEYS) + [k for k in extra if k not in RULE_KEYS]
     return tuple((key, _plain(lowered[key])) for key in keys if key in lowered)
@@ -114,10 +117,13 @@ def _target(raw: Any) -> Target:
     sites = raw.get("sites")
     matrix = sites.get("matrix") if isinstance(sites, Mapping) else None
     listed = matrix.get("languages") if isinstance(matrix, Mapping) else None
-    return Target(path=_text(raw.get("path")), kind=_text(raw.get("kind")),
-                  lang=_text(raw.get("lang")), environment=_text(raw.get("environment")),
-                  languages=tuple(str(x).lower() for x in listed)
-                  if isinstance(listed, list) else ())
+    return Target(
+        path=_text(raw.get("path")),
+        kind=_text(raw.get("kind")),
+        lang=_text(raw.get("lang")),
+        environment=_text(raw.get("environment")),
+        languages=tuple(str(x).lower() for x in listed) if isinstance(listed, list) else (),
+    )
 
 
 def _text(value: Any) -> str:
@@ -145,8 +151,7 @@ def page_facts(data: Mapping[str, Any], extra: Sequence[str] = ()) -> PageFacts:
     """The publish facts of raw (decoded, not normalised) front matter; `extra`: date keys
     the site's `frontmatter` settings name besides Hugo's (`SiteRules.extra_keys`)."""
     lowered = {str(k).lower(): v for k, v in data.items()}
-    return PageFacts(_rule_values(lowered, extra), cascade_entries(lowered.get("cascade"),
-                                                                   extra))
+    return PageFacts(_rule_values(lowered, extra), cascade_entries(lowered.get("cascade"), extra))
 
 
 # --- what the site says ---------------------------------------------------------------
@@ -176,8 +181,11 @@ def date_keys(configured: Any, kind: str) -> tuple[str, ...]:
     keys: list[str] = []
     for item in configured:
         name = str(item).strip().lower()
-        expanded = DEFAULT_DATE_KEYS[kind] if name == ":default" else (
-            () if name.startswith(":") else (name,))
+        expanded = (
+            DEFAULT_DATE_KEYS[kind]
+            if name == ":default"
+            else (() if name.startswith(":") else (name,))
+        )
         keys += [k for k in expanded if k not in keys]
     return tuple(keys)
 
@@ -188,23 +196,34 @@ def site_rules(config: Mapping[str, Any]) -> SiteRules:
     front = config.get("frontmatter")
     front = front if isinstance(front, Mapping) else {}
     zone = config.get("timezone")
-    rules = SiteRules(build_drafts=config.get("builddrafts") is True,
-                      build_future=config.get("buildfuture") is True,
-                      build_expired=config.get("buildexpired") is True,
-                      time_zone=str(zone).strip() if isinstance(zone, str) else "",
-                      publish_keys=date_keys(front.get("publishdate"), "publishdate"),
-                      expiry_keys=date_keys(front.get("expirydate"), "expirydate"))
-    return dataclasses.replace(rules, cascade=cascade_entries(config.get("cascade"),
-                                                              rules.extra_keys))
+    rules = SiteRules(
+        build_drafts=config.get("builddrafts") is True,
+        build_future=config.get("buildfuture") is True,
+        build_expired=config.get("buildexpired") is True,
+        time_zone=str(zone).strip() if isinstance(zone, str) else "",
+        publish_keys=date_keys(front.get("publishdate"), "publishdate"),
+        expiry_keys=date_keys(front.get("expirydate"), "expirydate"),
+    )
+    return dataclasses.replace(
+        rules, cascade=cascade_entries(config.get("cascade"), rules.extra_keys)
+    )
 
 
 def rules_json(rules: SiteRules) -> str:
     """SiteRules as one JSON string (`hetriever.discover.site.Site` keeps it, frozen and hashable)."""
+
     def entry(e: CascadeEntry) -> dict[str, Any]:
-        return {"target": e.target.__dict__ | {"languages": list(e.target.languages)},
-                "values": dict(e.values)}
-    data = {**rules.__dict__, "cascade": [entry(e) for e in rules.cascade],
-            "publish_keys": list(rules.publish_keys), "expiry_keys": list(rules.expiry_keys)}
+        return {
+            "target": e.target.__dict__ | {"languages": list(e.target.languages)},
+            "values": dict(e.values),
+        }
+
+    data = {
+        **rules.__dict__,
+        "cascade": [entry(e) for e in rules.cascade],
+        "publish_keys": list(rules.publish_keys),
+        "expiry_keys": list(rules.expiry_keys),
+    }
     return json.dumps(data, sort_keys=True)
 
 
@@ -214,11 +233,21 @@ def rules_from_json(text: str) -> SiteRules:
     if not text:
         return SiteRules()
     data = json.loads(text)
-    cascade = tuple(CascadeEntry(Target(**{**e["target"],
-                                           "languages": tuple(e["target"]["languages"])}),
-                                 tuple(e["values"].items())) for e in data.pop("cascade"))
-    return SiteRules(**{**data, "publish_keys": tuple(data["publish_keys"]),
-                        "expiry_keys": tuple(data["expiry_keys"]), "cascade": cascade})
+    cascade = tuple(
+        CascadeEntry(
+            Target(**{**e["target"], "languages": tuple(e["target"]["languages"])}),
+            tuple(e["values"].items()),
+        )
+        for e in data.pop("cascade")
+    )
+    return SiteRules(
+        **{
+            **data,
+            "publish_keys": tuple(data["publish_keys"]),
+            "expiry_keys": tuple(data["expiry_keys"]),
+            "cascade": cascade,
+        }
+    )
 
 
 # --- globs, as Hugo's (gobwas/glob with "/" as the separator) -------------------------------
@@ -251,7 +280,7 @@ def _glob_regex(pattern: str) -> re.Pattern[str]:
             if end < 0:
                 out.append(re.escape(c))
             else:
-                body = pattern[i + 1:end]
+                body = pattern[i + 1 : end]
                 out.append("[^" + body[1:] + "]" if body.startswith("!") else "[" + body + "]")
                 i = end
         elif c == "\\" and i + 1 < len(pattern):
@@ -300,18 +329,17 @@ def parse_date(value: Any, zone: str = "") -> dt.datetime | None:
 
 def _zone(name: str) -> dt.tzinfo:
     if not name:
-        return dt.timezone.utc
+        return dt.UTC
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):
-        return dt.timezone.utc
+        return dt.UTC
 
 
 def _flag(value: Any) -> bool:
     if isinstance(value, str):
         return value.strip().lower() in ("true", "yes", "on", "1")
-    return value is True or (isinstance(value, int) and not isinstance(value, bool)
-                             and value != 0)
+    return value is True or (isinstance(value, int) and not isinstance(value, bool) and value != 0)
 
 
 @dataclass(frozen=True)
@@ -350,8 +378,11 @@ class Decision:
         if self.headless:
             return "headless bundle"
         if self.render == "link":
-            return "redirect stub" if self.redirect else \
-                "not rendered: build.render is link (a URL, but no page)"
+            return (
+                "redirect stub"
+                if self.redirect
+                else "not rendered: build.render is link (a URL, but no page)"
+            )
         if self.render == "never":
             return f"not rendered: build.render is never ({self.sources.get('build', 'page')})"
         if self.publish_at is not None and self.publish_at > now:
@@ -381,9 +412,15 @@ def _reaches(entry: CascadeEntry, declared_in: str, path: str, kind: str, lang: 
     return chosen or not declared_in or declared_in == lang
 
 
-def effective_values(page: PageFacts, ancestors: Sequence[tuple[Any, ...]], *, path: str,
-                     kind: str, lang: str,
-                     site: SiteRules) -> tuple[dict[str, Any], dict[str, str]]:
+def effective_values(
+    page: PageFacts,
+    ancestors: Sequence[tuple[Any, ...]],
+    *,
+    path: str,
+    kind: str,
+    lang: str,
+    site: SiteRules,
+) -> tuple[dict[str, Any], dict[str, str]]:
     """The page's publish keys after cascades: its own first, then its own cascade, then each
     ancestor's (`ancestors`: `Section`s or (path, facts) pairs, nearest first), then the
     site's; by top-level key. Also who set each key ("page", "cascade from /docs", "site
@@ -407,14 +444,20 @@ def effective_values(page: PageFacts, ancestors: Sequence[tuple[Any, ...]], *, p
     return values, sources
 
 
-def decide(page: PageFacts, ancestors: Sequence[tuple[Any, ...]] = (), *,
-           path: str = "/", kind: str = "page", lang: str = "en",
-           site: SiteRules = SiteRules(), redirect: bool = False) -> Decision:
+def decide(
+    page: PageFacts,
+    ancestors: Sequence[tuple[Any, ...]] = (),
+    *,
+    path: str = "/",
+    kind: str = "page",
+    lang: str = "en",
+    site: SiteRules = SiteRules(),
+    redirect: bool = False,
+) -> Decision:
     """Hugo's verdict on one page. `path` is Hugo's (`/docs/x`, `/docs` for a section, `/`
     for home), `kind` home / section / page, `ancestors` the sections above it (`Section`:
     their Hugo path, their `_index` file's facts and language), nearest first."""
-    values, sources = effective_values(page, ancestors, path=path, kind=kind, lang=lang,
-                                       site=site)
+    values, sources = effective_values(page, ancestors, path=path, kind=kind, lang=lang, site=site)
     build = values.get("build", values.get("_build"))
     if "build" not in values and "_build" in sources:
         sources["build"] = sources["_build"]
@@ -428,15 +471,33 @@ def decide(page: PageFacts, ancestors: Sequence[tuple[Any, ...]] = (), *,
     draft = _flag(values.get("draft")) and not site.build_drafts
     publish = expire = None
     if not site.build_future:
-        publish = next((d for d in (parse_date(values.get(k), site.time_zone)
-                                    for k in site.publish_keys) if d is not None), None)
+        publish = next(
+            (
+                d
+                for d in (parse_date(values.get(k), site.time_zone) for k in site.publish_keys)
+                if d is not None
+            ),
+            None,
+        )
     if not site.build_expired:
-        expire = next((d for d in (parse_date(values.get(k), site.time_zone)
-                                   for k in site.expiry_keys) if d is not None), None)
-    return Decision(render=render if render in RENDER_VALUES else "always",
-                    list=listing if listing in LIST_VALUES else "always",
-                    draft=draft, headless=headless, publish_at=publish, expire_at=expire,
-                    redirect=redirect, sources=sources)
+        expire = next(
+            (
+                d
+                for d in (parse_date(values.get(k), site.time_zone) for k in site.expiry_keys)
+                if d is not None
+            ),
+            None,
+        )
+    return Decision(
+        render=render if render in RENDER_VALUES else "always",
+        list=listing if listing in LIST_VALUES else "always",
+        draft=draft,
+        headless=headless,
+        publish_at=publish,
+        expire_at=expire,
+        redirect=redirect,
+        sources=sources,
+    )
 
 
 def hugo_path(relative: str) -> tuple[str, str]:

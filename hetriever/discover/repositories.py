@@ -63,7 +63,7 @@ def validate_repository_name(name: str, path: str | Path) -> str:
             f"repository name {name!r} (from {path}) is invalid: it must match ^[a-z0-9-]+$ "
             f"and be {NAME_MIN}..{NAME_MAX} characters long (it is {len(name)})",
             hint="rename the submodule's directory: its name, lower-cased and with other "
-                 "characters as dashes, names the index",
+            "characters as dashes, names the index",
         )
     return name
 
@@ -127,19 +127,25 @@ def discover_repositories(
             continue
         repos[name] = Repository(
             # Stored and published without credentials: the catalog, the manifest.
-            name=name, path=path, url=redact_url(urls.get(name, url)), content_dir=content_dir,
-            problem=problem, branch=branch,
+            name=name,
+            path=path,
+            url=redact_url(urls.get(name, url)),
+            content_dir=content_dir,
+            problem=problem,
+            branch=branch,
         )
     for name, paths in same.items():
         # They fail alone (none may pass for another); every other repository goes on. The
         # path is a placeholder that does not exist, so nothing reads through it.
         log.error("repository_names_collide", repository=name, paths=[str(p) for p in paths])
         repos[name] = Repository(
-            name=name, path=root / ".git" / "same-name-repositories" / name,
+            name=name,
+            path=root / ".git" / "same-name-repositories" / name,
             content_dir=content_dir,
             problem=f"{len(paths)} directories are all named {name!r}: "
-                    f"{', '.join(str(p) for p in paths)} (a repository's name is its "
-                    "directory's, lower-cased, other characters as dashes; rename all but one)")
+            f"{', '.join(str(p) for p in paths)} (a repository's name is its "
+            "directory's, lower-cased, other characters as dashes; rename all but one)",
+        )
     return [repos[name] for name in sorted(repos)]
 
 
@@ -153,13 +159,15 @@ def select_repositories(repos: list[Repository], names: list[str] | None) -> lis
     return [r for r in repos if r.name in wanted]
 
 
-def configured_repositories(settings: Settings,
-                            names: list[str] | None = None) -> list[Repository]:
+def configured_repositories(settings: Settings, names: list[str] | None = None) -> list[Repository]:
     """The repositories under the settings' docs root (with their content dir and URLs), only
     the named ones if any are named; no repositories or an unknown name is a clear error."""
     return select_repositories(
-        discover_repositories(settings.docs_root, content_dir=settings.content_dir,
-                              urls=settings.repository_urls), names)
+        discover_repositories(
+            settings.docs_root, content_dir=settings.content_dir, urls=settings.repository_urls
+        ),
+        names,
+    )
 
 
 def _from_gitmodules(parent: Path) -> list[tuple[str, Path, str, str, str]]:
@@ -169,13 +177,22 @@ def _from_gitmodules(parent: Path) -> list[tuple[str, Path, str, str, str]]:
     A submodule that cannot be used (a path leading out, not checked out) is kept with its
     problem, so it fails alone and the others are indexed; its path is a placeholder that
     does not exist, so nothing can read through it."""
-    done = run_git(parent, "config", "--file", ".gitmodules", "-z", "--get-regexp",
-                   r"^submodule\..*\.(path|url|branch)$")
+    done = run_git(
+        parent,
+        "config",
+        "--file",
+        ".gitmodules",
+        "-z",
+        "--get-regexp",
+        r"^submodule\..*\.(path|url|branch)$",
+    )
     if done.returncode == 1:  # no matching keys
         raw = b""
     elif not done.ok:
-        raise SourceError(f"cannot read {parent / '.gitmodules'}: {done.said}",
-                          hint="fix the file's syntax (git config format)")
+        raise SourceError(
+            f"cannot read {parent / '.gitmodules'}: {done.said}",
+            hint="fix the file's syntax (git config format)",
+        )
     else:
         raw = done.stdout
     entries: dict[str, dict[str, str]] = {}
@@ -184,11 +201,13 @@ def _from_gitmodules(parent: Path) -> list[tuple[str, Path, str, str, str]]:
             continue
         key, _, value = record.partition("\n")
         # key is submodule.<name>.path; the name itself may contain dots.
-        sub_name, _, field = key[len("submodule."):].rpartition(".")
+        sub_name, _, field = key[len("submodule.") :].rpartition(".")
         entries.setdefault(sub_name, {})[field] = value
     if not any("path" in e for e in entries.values()):
-        raise SourceError(f"{parent / '.gitmodules'} lists no submodule paths",
-                          hint="add documentation repos with `git submodule add <url> docs/<name>`")
+        raise SourceError(
+            f"{parent / '.gitmodules'} lists no submodule paths",
+            hint="add documentation repos with `git submodule add <url> docs/<name>`",
+        )
 
     found = []
     parent_branch = None
@@ -197,25 +216,43 @@ def _from_gitmodules(parent: Path) -> list[tuple[str, Path, str, str, str]]:
             if parent_branch is None:
                 parent_branch = _current_branch(parent)
             if not parent_branch:
-                log.warning("submodule_branch_unresolved", submodule=sub_name,
-                            reason="branch `.` names the parent's branch, and the parent's "
-                                   "HEAD is detached", action="following the remote's default")
+                log.warning(
+                    "submodule_branch_unresolved",
+                    submodule=sub_name,
+                    reason="branch `.` names the parent's branch, and the parent's "
+                    "HEAD is detached",
+                    action="following the remote's default",
+                )
             entry["branch"] = parent_branch
         if "path" not in entry:
             log.warning("submodule_without_path", submodule=sub_name, parent=str(parent))
             continue
         name = PurePosixPath(entry["path"]).name or sub_name
         try:
-            found.append((name, _submodule_dir(parent, sub_name, entry["path"]),
-                          entry.get("url", ""), "", entry.get("branch", "")))
+            found.append(
+                (
+                    name,
+                    _submodule_dir(parent, sub_name, entry["path"]),
+                    entry.get("url", ""),
+                    "",
+                    entry.get("branch", ""),
+                )
+            )
         except SourceError as exc:
             log.error("submodule_unusable", submodule=sub_name, error=str(exc))
             if _leads_out(entry["path"]):
                 # Named by its path as written (`../../etc`): it is no repository, and must
                 # not pass for one called `etc`.
                 name = entry["path"]
-            found.append((name, parent / ".git" / "unusable-submodule" / str(len(found)),
-                          entry.get("url", ""), str(exc), entry.get("branch", "")))
+            found.append(
+                (
+                    name,
+                    parent / ".git" / "unusable-submodule" / str(len(found)),
+                    entry.get("url", ""),
+                    str(exc),
+                    entry.get("branch", ""),
+                )
+            )
     return found
 
 
@@ -265,8 +302,11 @@ def _origin_url(path: Path) -> str:
 def _check_content_dir(content_dir: str) -> None:
     if content_dir in ("", "."):
         return
-    if content_dir.startswith("/") or posixpath.normpath(content_dir) != content_dir \
-            or content_dir.split("/")[0] == "..":
+    if (
+        content_dir.startswith("/")
+        or posixpath.normpath(content_dir) != content_dir
+        or content_dir.split("/")[0] == ".."
+    ):
         raise SourceSettingError(
             f"content_dir {content_dir!r} must be a normalised path inside the repository",
             hint='use e.g. "content" or "content/en"',

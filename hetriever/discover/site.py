@@ -120,8 +120,9 @@ class Site:
     def signature(self) -> str:
         """What decides which files are pages and where they are published, as one short
         string: when it changes, pages change that the commit's diff does not name."""
-        decisive = {k: v for k, v in asdict(self).items()
-                    if k != "notes" and not (k == "publish" and not v)}
+        decisive = {
+            k: v for k, v in asdict(self).items() if k != "notes" and not (k == "publish" and not v)
+        }
         text = json.dumps(decisive, sort_keys=True, default=sorted)  # sets, in a fixed order
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -133,7 +134,7 @@ class Site:
             prefix = root.source.strip("/")
             if prefix and not (path == prefix or path.startswith(prefix + "/")):
                 continue
-            relative = path[len(prefix):].lstrip("/") if prefix else path
+            relative = path[len(prefix) :].lstrip("/") if prefix else path
             lang = root.lang
             if not self.configured and not lang:
                 # Today's assumption for unconfigured sites: an `en/` directory is English.
@@ -226,13 +227,17 @@ def _parse(path: str, text: str) -> dict[str, Any]:
         else:
             data = yaml.safe_load(text)
     except Exception as exc:
-        raise ConfigurationError(f"the site configuration {path} cannot be parsed: {exc}",
-                                 hint="fix the file (Hugo would refuse it too)") from None
+        raise ConfigurationError(
+            f"the site configuration {path} cannot be parsed: {exc}",
+            hint="fix the file (Hugo would refuse it too)",
+        ) from None
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ConfigurationError(f"the site configuration {path} is not a mapping of keys",
-                                 hint="its top level must be keys such as baseURL, languages")
+        raise ConfigurationError(
+            f"the site configuration {path} is not a mapping of keys",
+            hint="its top level must be keys such as baseURL, languages",
+        )
     return data
 
 
@@ -255,7 +260,9 @@ def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def read_config(read: ReadFile, config_dir_files: Iterable[str]) -> tuple[dict[str, Any], list[str]]:
+def read_config(
+    read: ReadFile, config_dir_files: Iterable[str]
+) -> tuple[dict[str, Any], list[str]]:
     """The merged configuration (keys lower-cased) and the files it came from."""
     merged: dict[str, Any] = {}
     used: list[str] = []
@@ -290,8 +297,10 @@ def read_config(read: ReadFile, config_dir_files: Iterable[str]) -> tuple[dict[s
 
 
 def _bad(path: str, key: str, problem: str) -> ConfigurationError:
-    return ConfigurationError(f"site configuration ({path}): `{key}` {problem}",
-                              hint="fix the key; Hugo would refuse it too")
+    return ConfigurationError(
+        f"site configuration ({path}): `{key}` {problem}",
+        hint="fix the key; Hugo would refuse it too",
+    )
 
 
 def _languages(config: Mapping[str, Any], where: str) -> tuple[str, list[str], dict[str, Any]]:
@@ -313,15 +322,23 @@ def _languages(config: Mapping[str, Any], where: str) -> tuple[str, list[str], d
         langs = [default]
     if default not in langs:
         if raw:
-            raise _bad(where, "defaultContentLanguage", f"{default!r} is not one of the "
-                       f"enabled languages {sorted(langs)}")
+            raise _bad(
+                where,
+                "defaultContentLanguage",
+                f"{default!r} is not one of the enabled languages {sorted(langs)}",
+            )
         langs = [default]
     langs = [default] + [code for code in langs if code != default]
     return default, langs, dict(raw)
 
 
-def _mounts(config: Mapping[str, Any], exists: Callable[[str], bool], langs: list[str],
-            default: str, notes: list[str]) -> list[ContentRoot] | None:
+def _mounts(
+    config: Mapping[str, Any],
+    exists: Callable[[str], bool],
+    langs: list[str],
+    default: str,
+    notes: list[str],
+) -> list[ContentRoot] | None:
     module = config.get("module") or {}
     mounts = module.get("mounts") if isinstance(module, Mapping) else None
     if not mounts:
@@ -335,12 +352,16 @@ def _mounts(config: Mapping[str, Any], exists: Callable[[str], bool], langs: lis
         if target != "content" and not target.startswith("content/"):
             continue  # assets, layouts, static, ...
         if target != "content":
-            notes.append(f"mount {source} -> {target} left out: hetriever indexes whole "
-                         "content roots, not pages mounted into another language's tree")
+            notes.append(
+                f"mount {source} -> {target} left out: hetriever indexes whole "
+                "content roots, not pages mounted into another language's tree"
+            )
             continue
         if not source or not exists(source):
-            notes.append(f"mount {source or '(empty)'} -> {target} left out: its source is "
-                         "not in the repository")
+            notes.append(
+                f"mount {source or '(empty)'} -> {target} left out: its source is "
+                "not in the repository"
+            )
             continue
         lang = str(mount.get("lang") or "").lower()
         sites = mount.get("sites")
@@ -350,8 +371,10 @@ def _mounts(config: Mapping[str, Any], exists: Callable[[str], bool], langs: lis
             lang = str(listed[0]).lower()
         lang = lang or default
         if lang not in langs:
-            notes.append(f"mount {source} -> {target} left out: language {lang!r} is "
-                         "disabled or not configured")
+            notes.append(
+                f"mount {source} -> {target} left out: language {lang!r} is "
+                "disabled or not configured"
+            )
             continue
         roots.append(ContentRoot(source, lang))
     return roots
@@ -368,13 +391,21 @@ def _permalinks(config: Mapping[str, Any], lang: str) -> list[tuple[str, str, st
         if isinstance(value, str):
             out.append((lang, "page", str(key), value))
         elif key in ("page", "section") and isinstance(value, Mapping):
-            out.extend((lang, str(key), str(section), str(pattern))
-                       for section, pattern in value.items() if isinstance(pattern, str))
+            out.extend(
+                (lang, str(key), str(section), str(pattern))
+                for section, pattern in value.items()
+                if isinstance(pattern, str)
+            )
     return out
 
 
-def load_site(read: ReadFile, config_dir_files: Iterable[str], exists: Callable[[str], bool],
-              *, content_dir: str = "content") -> Site:
+def load_site(
+    read: ReadFile,
+    config_dir_files: Iterable[str],
+    exists: Callable[[str], bool],
+    *,
+    content_dir: str = "content",
+) -> Site:
     """The site as Hugo would build it from the repository's configuration files. `read`
     returns a file's text or None, `config_dir_files` lists `config/_default/*` and
     `config/production/*`, `exists`
@@ -411,10 +442,19 @@ def load_site(read: ReadFile, config_dir_files: Iterable[str], exists: Callable[
     if notes:
         log.info("site_config_left_out", count=len(notes), first=notes[:3])
     rules = site_rules(config)
-    return Site(publish=rules_json(rules) if rules != SiteRules() else "",
-                default_lang=default, in_subdir=in_subdir, languages=tuple(langs),
-                roots=tuple(roots), base_url=base.strip() if isinstance(base, str) else "",
-                language_base_urls=tuple(language_bases), ugly_urls=config.get("uglyurls") is True,
-                permalinks=tuple(permalinks), configured=True, notes=tuple(notes),
-                disabled_kinds=frozenset(str(k).lower() for k in
-                                         (config.get("disablekinds") or []) if isinstance(k, str)))
+    return Site(
+        publish=rules_json(rules) if rules != SiteRules() else "",
+        default_lang=default,
+        in_subdir=in_subdir,
+        languages=tuple(langs),
+        roots=tuple(roots),
+        base_url=base.strip() if isinstance(base, str) else "",
+        language_base_urls=tuple(language_bases),
+        ugly_urls=config.get("uglyurls") is True,
+        permalinks=tuple(permalinks),
+        configured=True,
+        notes=tuple(notes),
+        disabled_kinds=frozenset(
+            str(k).lower() for k in (config.get("disablekinds") or []) if isinstance(k, str)
+        ),
+    )

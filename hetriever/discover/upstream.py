@@ -26,19 +26,24 @@ GIT_TIMEOUT = 60.0  # a fetch from a remote that does not answer must not hang `
 
 @dataclass(frozen=True)
 class Upstream:
-    ref: str = ""           # e.g. origin/main; "" when the repository follows no remote
-    commit: str = ""        # the remote's head at the last fetch
+    ref: str = ""  # e.g. origin/main; "" when the repository follows no remote
+    commit: str = ""  # the remote's head at the last fetch
     behind: int | None = None  # commits on `ref` the index does not hold (None: unknown)
-    error: str = ""         # why the head or the count is unknown (a fetch that failed...)
+    error: str = ""  # why the head or the count is unknown (a fetch that failed...)
     # commits the index holds that `ref` no longer has: the branch was moved back (behind 0)
     # or rewritten (diverged); a fetching run refuses a head that moves the index back
     ahead: int | None = None
-    note: str = ""          # what the move means and what to do, when `ahead` is set
+    note: str = ""  # what the move means and what to do, when `ahead` is set
 
     def to_dict(self) -> dict:
-        return {"upstream_ref": self.ref, "upstream_commit": self.commit,
-                "behind_upstream": self.behind, "upstream_error": self.error,
-                "ahead_of_upstream": self.ahead, "upstream_note": self.note}
+        return {
+            "upstream_ref": self.ref,
+            "upstream_commit": self.commit,
+            "behind_upstream": self.behind,
+            "upstream_error": self.error,
+            "ahead_of_upstream": self.ahead,
+            "upstream_note": self.note,
+        }
 
 
 def _git(repo: Repository, *args: str) -> GitRun:
@@ -76,24 +81,34 @@ def _upstream(repo: Repository, indexed: str, fetch_first: bool) -> Upstream:
     error = fetch(repo) if fetch_first else ""
     head = _rev(repo, ref)
     if not head:
-        return Upstream(ref, "", None, error or f"{ref} is unknown: run `hetriever status "
-                                                "--fetch` (or `git fetch origin`) once")
+        return Upstream(
+            ref,
+            "",
+            None,
+            error
+            or f"{ref} is unknown: run `hetriever status --fetch` (or `git fetch origin`) once",
+        )
     if not indexed:
         return Upstream(ref, head, None, error or "nothing indexed yet")
     if _rev(repo, indexed) == "":
-        return Upstream(ref, head, None, error or f"the indexed commit {indexed[:12]} is not "
-                                                  "in this clone")
+        return Upstream(
+            ref, head, None, error or f"the indexed commit {indexed[:12]} is not in this clone"
+        )
     behind, ahead = _count(repo, f"{indexed}..{head}"), _count(repo, f"{head}..{indexed}")
     if not ahead:
         return Upstream(ref, head, behind, error, ahead)
     if behind == 0:  # a force-pushed revert: the remote's head is an ancestor of the index
-        note = (f"{ref} moved back to {head[:12]}, {ahead} commit(s) before the indexed "
-                f"{indexed[:12]}: fetching runs refuse it (the index only moves forward); "
-                + accept_moved_back(repo, head))
+        note = (
+            f"{ref} moved back to {head[:12]}, {ahead} commit(s) before the indexed "
+            f"{indexed[:12]}: fetching runs refuse it (the index only moves forward); "
+            + accept_moved_back(repo, head)
+        )
     else:
-        note = (f"{ref} and the index have diverged ({behind} new upstream, {ahead} indexed "
-                "commit(s) no longer on it, a force push): the next fetching run indexes "
-                f"{head[:12]}")
+        note = (
+            f"{ref} and the index have diverged ({behind} new upstream, {ahead} indexed "
+            "commit(s) no longer on it, a force push): the next fetching run indexes "
+            f"{head[:12]}"
+        )
     return Upstream(ref, head, behind, error, ahead, note)
 
 
@@ -111,10 +126,15 @@ def update_command(docs_root: Path, repo: Any) -> str:
     line sets it first, so it works as printed."""
     root, path = Path(docs_root).absolute(), Path(repo.path).absolute()
     if (root / ".gitmodules").is_file() and path.is_relative_to(root) and path != root:
-        allow = ("" if not _local(repo.url) or _file_allowed(repo)
-                 else f"git -C {path} config protocol.file.allow always && ")
-        return (f"{allow}git -C {root} submodule update --remote {path.relative_to(root)} "
-                "&& hetriever ingest")
+        allow = (
+            ""
+            if not _local(repo.url) or _file_allowed(repo)
+            else f"git -C {path} config protocol.file.allow always && "
+        )
+        return (
+            f"{allow}git -C {root} submodule update --remote {path.relative_to(root)} "
+            "&& hetriever ingest"
+        )
     return f"git -C {path} pull --ff-only && hetriever ingest"
 
 
@@ -131,7 +151,7 @@ def _file_allowed(repo: Any) -> bool:
 
 
 def waiting_text(row: dict[str, Any]) -> str:
-    """"origin/main has 2 more commits", from a row's upstream fields; "" when none wait."""
+    """ "origin/main has 2 more commits", from a row's upstream fields; "" when none wait."""
     behind = row.get("behind_upstream") or 0
     if behind <= 0:
         return ""

@@ -21,11 +21,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from hetriever.core.config import Settings
-from hetriever.embed.embedder import Embedder, MiniLMEmbedder, get_embedder
-from hetriever.core.config import parse_model_spec
+from hetriever.core.config import Settings, parse_model_spec
 from hetriever.core.errors import EmbeddingError
 from hetriever.core.logs import get_logger
+from hetriever.embed.embedder import Embedder, MiniLMEmbedder, get_embedder
 
 log = get_logger(__name__)
 
@@ -42,8 +41,13 @@ def model_key(settings: Settings) -> tuple:
     """What a worker's embedder depends on (the model, where it is read from, how it runs)."""
     kind, _ = parse_model_spec(settings.embedding_model)
     location = settings.ollama_url if kind == "ollama" else str(settings.resolved_model_dir)
-    return (settings.embedding_model.strip(), location, settings.embedding_precision,
-            settings.embed_batch_tokens, settings.embed_batch_size)
+    return (
+        settings.embedding_model.strip(),
+        location,
+        settings.embedding_precision,
+        settings.embed_batch_tokens,
+        settings.embed_batch_size,
+    )
 
 
 def _slots() -> int:
@@ -67,11 +71,13 @@ def worker_embedder(settings: Settings) -> Embedder:
         else:
             kind, _ = parse_model_spec(settings.embedding_model)
             if kind == "minilm":
-                embedder = MiniLMEmbedder(settings.resolved_model_dir,
-                                          batch_size=settings.embed_batch_size,
-                                          precision=settings.embedding_precision,
-                                          batch_tokens=settings.embed_batch_tokens,
-                                          threads=_slots())
+                embedder = MiniLMEmbedder(
+                    settings.resolved_model_dir,
+                    batch_size=settings.embed_batch_size,
+                    precision=settings.embedding_precision,
+                    batch_tokens=settings.embed_batch_tokens,
+                    threads=_slots(),
+                )
             else:
                 embedder = get_embedder(settings)
             _worker_embedders[key] = embedder
@@ -102,7 +108,8 @@ class ClusterEmbedder:
         # thread of the flow, never on an event loop.
         self._client = Client(address, set_as_default=False, timeout=60)
         self.name, self.max_tokens, self._dimensions = self._client.submit(
-            describe_on_worker, settings, pure=False).result(timeout=timeout)
+            describe_on_worker, settings, pure=False
+        ).result(timeout=timeout)
         self.calls = 0
         self.texts_embedded = 0
         log.info("cluster_embedder", scheduler=address, workers=self.workers(), model=self.name)
@@ -124,9 +131,11 @@ class ClusterEmbedder:
         try:
             results = [future.result(timeout=self.timeout) for future in futures]
         except Exception as exc:
-            raise EmbeddingError(f"embedding on the Dask workers of {self.address} failed "
-                                 f"({exc}); check their logs and that each has the model "
-                                 "(`hetriever prepare-model`)") from exc
+            raise EmbeddingError(
+                f"embedding on the Dask workers of {self.address} failed "
+                f"({exc}); check their logs and that each has the model "
+                "(`hetriever prepare-model`)"
+            ) from exc
         out = np.empty((len(texts), self._dimensions), dtype=np.float32)
         for i, vectors in enumerate(results):
             out[i::n] = vectors
@@ -136,4 +145,3 @@ class ClusterEmbedder:
 
     def close(self) -> None:
         self._client.close()
-

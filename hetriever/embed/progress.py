@@ -9,11 +9,12 @@ listener hears of its batches (a search embedding its query meanwhile is not cou
 from __future__ import annotations
 
 import contextvars
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Callable, Iterator
 
 _listener: contextvars.ContextVar[Callable[[int], None] | None] = contextvars.ContextVar(
-    "embedding_listener", default=None)
+    "embedding_listener", default=None
+)
 
 
 def embedded(count: int) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 import subprocess
-from typing import Callable
+from collections.abc import Callable
 
 import tenacity
 
@@ -28,7 +28,7 @@ TRANSIENT = (OSError, TimeoutError, subprocess.SubprocessError)
 RETRIES = 3  # after the first attempt
 # Seconds before each retry: Prefect's exponential_backoff(backoff_factor=0.5), written out so
 # the in-process mapper waits the same without importing Prefect.
-RETRY_DELAYS = [0.5 * 2 ** n for n in range(RETRIES)]
+RETRY_DELAYS = [0.5 * 2**n for n in range(RETRIES)]
 RETRY_JITTER = 0.5  # each delay moved by up to this share, so failing files do not retry in step
 FAILED_PREFIX = "failed after retries"
 
@@ -60,17 +60,26 @@ def _wait(state: tenacity.RetryCallState) -> float:
 def _logged(repository: str, path: str) -> Callable[[tenacity.RetryCallState], None]:
     def before_sleep(state: tenacity.RetryCallState) -> None:
         error = state.outcome.exception() if state.outcome else None
-        log.warning("file_retry", repository=repository, path=path,
-                    attempt=state.attempt_number, error=f"{type(error).__name__}: {error}")
+        log.warning(
+            "file_retry",
+            repository=repository,
+            path=path,
+            attempt=state.attempt_number,
+            error=f"{type(error).__name__}: {error}",
+        )
+
     return before_sleep
 
 
 def retry_file(repository: str, path: str, step: Callable[[], FileOutcome]) -> FileOutcome:
     """`step()` for one file under the retry policy; its failure becomes the file's outcome."""
     retrying = tenacity.Retrying(
-        stop=tenacity.stop_after_attempt(RETRIES + 1), wait=_wait,
+        stop=tenacity.stop_after_attempt(RETRIES + 1),
+        wait=_wait,
         retry=tenacity.retry_if_exception(is_transient),
-        before_sleep=_logged(repository, path), reraise=True)
+        before_sleep=_logged(repository, path),
+        reraise=True,
+    )
     try:
         return retrying(step)
     except Exception as exc:  # out of retries, or not worth one: this file's failure alone
@@ -81,5 +90,7 @@ def failed_files_error(failed: list[SkippedFile]) -> str:
     """A run's failed files, by name and cause: what the CLI and the flow report."""
     shown = "; ".join(f"{f.path}: {f.reason}" for f in failed[:3])
     more = f"; and {len(failed) - 3} more (`hetriever status --json`)" if len(failed) > 3 else ""
-    return (f"{len(failed)} file(s) could not be indexed ({shown}{more}); every other file is "
-            "indexed, the commit was not recorded, so the next ingest retries them")
+    return (
+        f"{len(failed)} file(s) could not be indexed ({shown}{more}); every other file is "
+        "indexed, the commit was not recorded, so the next ingest retries them"
+    )

@@ -33,8 +33,13 @@ def content_dir_changed(store: IndexingStore, repo: Repository) -> bool:
     before = _recorded(store, repo, "content_dir")
     if before is None or before == repo.content_dir:
         return False
-    log.warning("content_dir_changed", repository=repo.name, before=before,
-                now=repo.content_dir, action="a full pass")
+    log.warning(
+        "content_dir_changed",
+        repository=repo.name,
+        before=before,
+        now=repo.content_dir,
+        action="a full pass",
+    )
     return True
 
 
@@ -44,13 +49,18 @@ def site_changed(store: IndexingStore, repo: Repository, site: Site) -> bool:
     before = _recorded(store, repo, "site")
     if not before or before == site.signature():
         return False
-    log.warning("site_config_changed", repository=repo.name, action="a full pass",
-                reason="languages, content mounts, baseURL or permalinks may move every page")
+    log.warning(
+        "site_config_changed",
+        repository=repo.name,
+        action="a full pass",
+        reason="languages, content mounts, baseURL or permalinks may move every page",
+    )
     return True
 
 
-def rows_without_chunks_gone(store: IndexingStore, repo: Repository, change_set: ChangeSet,
-                             doomed: list[str]) -> list[str]:
+def rows_without_chunks_gone(
+    store: IndexingStore, repo: Repository, change_set: ChangeSet, doomed: list[str]
+) -> list[str]:
     """Catalog rows of files that hold no chunks (skipped, failed, never finished) and are
     absent from the new tree. Chroma's list, which a full pass deletes by, never names them,
     so `status` counted them (and listed a deleted file as failed) for good."""
@@ -59,6 +69,8 @@ def rows_without_chunks_gone(store: IndexingStore, repo: Repository, change_set:
         return []
     present = set(change_set.paths_to_index()) | {s.path for s in change_set.skipped}
     present.update(doomed)
-    return sorted(f.path for f in store.catalog.files(physical)
-                  if f.state in (SKIPPED, FAILED, DISCOVERED, PROCESSED)
-                  and f.path not in present)
+    return sorted(
+        f.path
+        for f in store.catalog.files(physical)
+        if f.state in (SKIPPED, FAILED, DISCOVERED, PROCESSED) and f.path not in present
+    )

@@ -27,42 +27,41 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import AsyncIterator, Callable, Iterable
 
 from hetriever.core import faults
 from hetriever.core.access import declared_level
-from hetriever.store.catalog_records import DISCOVERED, SKIPPED
+from hetriever.core.clock import now_iso, now_utc
 from hetriever.core.config import Settings
 from hetriever.core.errors import IndexingError
-from hetriever.index.file_retry import retry_file
-from hetriever.index.full_pass import content_dir_changed, rows_without_chunks_gone, site_changed
-from hetriever.index.settle import settle_recorded_run
-from hetriever.store.generations import drop_abandoned_builds
-from hetriever.discover.git_objects import SkipFile, read_content_files
-from hetriever.discover.changes import compute_change_set, site_at
 from hetriever.core.logs import get_logger
 from hetriever.core.models import ChangeSet, IndexResult
-from hetriever.discover.repositories import Repository
+from hetriever.discover.changes import compute_change_set, site_at
+from hetriever.discover.git_objects import SkipFile, read_content_files
+from hetriever.discover.repositories import Repository, check_usable
 from hetriever.embed import progress as embedding_progress
+from hetriever.index.file_retry import retry_file
+from hetriever.index.full_pass import content_dir_changed, rows_without_chunks_gone, site_changed
 from hetriever.index.outcomes import OutcomeWriter
-from hetriever.index.progress import ProgressSnapshot, RunProgress
-from hetriever.core.clock import now_iso, now_utc
-from hetriever.index.publish_windows import (
-    expand_publish_dependents,
-    windows_checked,
-    with_crossed_windows,
-)
 from hetriever.index.process import (
     FileOutcome,
     IncludeResolver,
     expand_snippet_dependents,
     process_file,
 )
+from hetriever.index.progress import ProgressSnapshot, RunProgress
+from hetriever.index.publish_windows import (
+    expand_publish_dependents,
+    windows_checked,
+    with_crossed_windows,
+)
+from hetriever.index.settle import settle_recorded_run
+from hetriever.store.catalog_records import DISCOVERED, SKIPPED
+from hetriever.store.generations import drop_abandoned_builds
 from hetriever.store.recovery import adopt_orphaned_collection
-from hetriever.discover.repositories import check_usable
 from hetriever.store.store_types import IndexingStore
 
 log = get_logger(__name__)
@@ -75,13 +74,15 @@ STATUS_COMPLETE = "complete"
 # --- planning ------------------------------------------------------------------------
 
 
-def plan(repo: Repository, last_commit: str | None, last_status: str | None, *,
-         force_full: bool = False) -> ChangeSet:
+def plan(
+    repo: Repository, last_commit: str | None, last_status: str | None, *, force_full: bool = False
+) -> ChangeSet:
     """The change set that brings the index from `last_commit` to the checked-out commit."""
     unfinished = last_status == STATUS_INDEXING
     if unfinished:
-        log.warning("previous_run_unfinished", repository=repo.name,
-                    action="reconciling with a full pass")
+        log.warning(
+            "previous_run_unfinished", repository=repo.name, action="reconciling with a full pass"
+        )
     change_set = compute_change_set(repo, last_commit, force_full=force_full or unfinished)
     return expand_publish_dependents(repo, expand_snippet_dependents(repo, change_set))
 
@@ -94,8 +95,9 @@ def _count_changes(result: IndexResult, change_set: ChangeSet, timed: list[str])
     result.files_added = counts["added"]
     result.files_include_dependent = len(change_set.include_dependents)
     result.files_republished = len(timed)
-    result.files_modified = (counts["modified"] - result.files_include_dependent
-                             - result.files_republished)
+    result.files_modified = (
+        counts["modified"] - result.files_include_dependent - result.files_republished
+    )
     result.files_deleted = counts["deleted"]
     result.files_renamed = counts["renamed"]
 
@@ -105,8 +107,11 @@ def blob_ids(repo: Repository, commit: str) -> dict[str, str]:
     from hetriever.discover.git_objects import tree_entries
 
     try:
-        return {path: obj for path, (_, kind, obj) in tree_entries(repo, commit).items()
-                if kind == "blob"}
+        return {
+            path: obj
+            for path, (_, kind, obj) in tree_entries(repo, commit).items()
+            if kind == "blob"
+        }
     except Exception as exc:  # the catalog's blob column is informative; never fail a run on it
         log.warning("blob_ids_failed", repository=repo.name, error=str(exc))
         return {}
@@ -121,33 +126,59 @@ def check_schema(store: IndexingStore, repo: Repository) -> None:
             f"{repo.name}: collection {physical} was built with {record.fingerprint}, the "
             f"settings now ask for {store.fingerprint()}",
             hint=f"run `hetriever migrate -r {repo.name}` to build the new version beside the "
-                 "old one and switch searches over when it is complete")
+            "old one and switch searches over when it is complete",
+        )
 
 
-async def begin_run(store: IndexingStore, repo: Repository, change_set: ChangeSet,
-                    settings: Settings) -> None:
+async def begin_run(
+    store: IndexingStore, repo: Repository, change_set: ChangeSet, settings: Settings
+) -> None:
     physical = (await store.ensure_collection(repo.name)).physical
-    await store.update_collection_metadata(repo.name, **{STATUS_KEY: STATUS_INDEXING,
-                                                         "indexing_commit": change_set.new_commit})
+    await store.update_collection_metadata(
+        repo.name, **{STATUS_KEY: STATUS_INDEXING, "indexing_commit": change_set.new_commit}
+    )
     catalog = store.catalog
     catalog.upsert_repository(
-        repo.name, url=repo.url, access_level=declared_level(settings, repo.name),
-        settings={"embedding_model": settings.embedding_model,
-                  "chunk_tokens": settings.chunk_tokens, "content_dir": repo.content_dir,
-                  "retention_days": settings.retention_days,
-                  # default first: what a search without a language keeps to
-                  "languages": list(repo.site.languages) if repo.site else [],
-                  # where the site is published: served results get full links
-                  "base_urls": repo.site.absolute_base_urls() if repo.site else {},
-                  "site": repo.site.signature() if repo.site else ""})
-    catalog.start_run(repo.name, physical, mode=change_set.mode, old_commit=change_set.old_commit,
-                      new_commit=change_set.new_commit)
+        repo.name,
+        url=repo.url,
+        access_level=declared_level(settings, repo.name),
+        settings={
+            "embedding_model": settings.embedding_model,
+            "chunk_tokens": settings.chunk_tokens,
+            "content_dir": repo.content_dir,
+            "retention_days": settings.retention_days,
+            # default first: what a search without a language keeps to
+            "languages": list(repo.site.languages) if repo.site else [],
+            # where the site is published: served results get full links
+            "base_urls": repo.site.absolute_base_urls() if repo.site else {},
+            "site": repo.site.signature() if repo.site else "",
+        },
+    )
+    catalog.start_run(
+        repo.name,
+        physical,
+        mode=change_set.mode,
+        old_commit=change_set.old_commit,
+        new_commit=change_set.new_commit,
+    )
     paths = change_set.paths_to_index()
-    catalog.set_files(physical, repo.name, paths, DISCOVERED, commit=change_set.new_commit,
-                      blobs=blob_ids(repo, change_set.new_commit) if paths else {})
+    catalog.set_files(
+        physical,
+        repo.name,
+        paths,
+        DISCOVERED,
+        commit=change_set.new_commit,
+        blobs=blob_ids(repo, change_set.new_commit) if paths else {},
+    )
     for skipped in change_set.skipped:
-        catalog.set_files(physical, repo.name, [skipped.path], SKIPPED, reason=skipped.reason,
-                          commit=change_set.new_commit)
+        catalog.set_files(
+            physical,
+            repo.name,
+            [skipped.path],
+            SKIPPED,
+            reason=skipped.reason,
+            commit=change_set.new_commit,
+        )
 
 
 @contextmanager
@@ -161,8 +192,13 @@ def run_lock(settings: Settings, repository: str, *, timeout: float | None = Non
         yield
 
 
-async def remove_paths(store: IndexingStore, repo: Repository, paths: Iterable[str],
-                       result: IndexResult, settings: Settings) -> None:
+async def remove_paths(
+    store: IndexingStore,
+    repo: Repository,
+    paths: Iterable[str],
+    result: IndexResult,
+    settings: Settings,
+) -> None:
     """Deleted files: hard delete, or soft delete (kept, hidden) when retention_days > 0."""
     paths = list(paths)
     catalog, physical = store.catalog, store.physical_name(repo.name)
@@ -180,8 +216,9 @@ async def remove_paths(store: IndexingStore, repo: Repository, paths: Iterable[s
         catalog.remove_files(physical, paths)
 
 
-def check_mass_delete(repo: Repository, doomed: list[str], counts: dict[str, int],
-                      settings: Settings) -> None:
+def check_mass_delete(
+    repo: Repository, doomed: list[str], counts: dict[str, int], settings: Settings
+) -> None:
     """Refuse a run that would delete more than half of the repository's chunks (`counts`:
     per file, as Chroma holds them), unless allowed: a typo must not silently wipe an index."""
     total = sum(counts.values())
@@ -192,11 +229,17 @@ def check_mass_delete(repo: Repository, doomed: list[str], counts: dict[str, int
         f"{repo.name}: this run would delete {lost} of {total} chunks ({len(doomed)} files); "
         "nothing was changed",
         hint="check content_dir and the checked-out commit; if the deletion is meant, run "
-             "`hetriever ingest --full --allow-mass-delete` (or set allow_mass_delete)")
+        "`hetriever ingest --full --allow-mass-delete` (or set allow_mass_delete)",
+    )
 
 
-async def finish_run(store: IndexingStore, repo: Repository, change_set: ChangeSet,
-                     result: IndexResult, started: float) -> None:
+async def finish_run(
+    store: IndexingStore,
+    repo: Repository,
+    change_set: ChangeSet,
+    result: IndexResult,
+    started: float,
+) -> None:
     """Record the new commit, only now that every file is stored (`started`: see close_run)."""
     total_chunks = await store.count(repo.name, live=True)
     files = await indexed_file_counts(store, repo)
@@ -214,8 +257,11 @@ async def finish_run(store: IndexingStore, repo: Repository, change_set: ChangeS
     faults.check("commit_recorded", repo.name)
     close_run(store, repo, result, "ok", started, commit=change_set.new_commit)
     # For searchers elsewhere: after an incremental run, only these files' chunks changed.
-    changed = None if change_set.mode == "full" else \
-        change_set.paths_to_index() + change_set.paths_to_delete()
+    changed = (
+        None
+        if change_set.mode == "full"
+        else change_set.paths_to_index() + change_set.paths_to_delete()
+    )
     await asyncio.to_thread(store.replica.publish, repo.name, changed)
 
 
@@ -232,19 +278,33 @@ async def indexed_file_counts(store: IndexingStore, repo: Repository) -> dict[st
     return await asyncio.to_thread(lambda: store.bm25(repo.name).file_counts())
 
 
-def close_run(store: IndexingStore, repo: Repository, result: IndexResult, outcome: str,
-              started: float, *, commit: str | None = None, error: str = "") -> None:
+def close_run(
+    store: IndexingStore,
+    repo: Repository,
+    result: IndexResult,
+    outcome: str,
+    started: float,
+    *,
+    commit: str | None = None,
+    error: str = "",
+) -> None:
     """Close the repository's open catalog run with its outcome and counts; `started` is the
     run's `time.perf_counter()` at its start, for the seconds the record shows (the result's
     are set again when `index_repository` returns)."""
     result.total_seconds = time.perf_counter() - started
     catalog, physical = store.catalog, store.physical_name(repo.name)
-    runs = [r for r in catalog.runs(repo.name, limit=5)
-            if r["collection"] == physical and r["outcome"] == "running"]
+    runs = [
+        r
+        for r in catalog.runs(repo.name, limit=5)
+        if r["collection"] == physical and r["outcome"] == "running"
+    ]
     if not runs:
         return
-    counts = {k: v for k, v in result.to_dict().items()
-              if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    counts = {
+        k: v
+        for k, v in result.to_dict().items()
+        if isinstance(v, (int, float)) and not isinstance(v, bool)
+    }
     counts["files_failed"] = len(result.failed)
     catalog.finish_run(runs[0]["id"], outcome=outcome, counts=counts, commit=commit, error=error)
 
@@ -270,31 +330,38 @@ class FileWork:
     resolver: IncludeResolver
 
     def process(self, path: str, text: str | SkipFile | None) -> FileOutcome:
-        return process_file(self.repo, path, self.commit, self.settings, resolver=self.resolver,
-                            text=text)
+        return process_file(
+            self.repo, path, self.commit, self.settings, resolver=self.resolver, text=text
+        )
 
 
 # Turns (path, text) pairs into outcomes, in any order. In-process it is a loop; the Prefect
 # flow passes one that submits a task per file (tasks/process.py).
-FileMapper = Callable[[Iterable[tuple[str, "str | SkipFile"]], FileWork],
-                      AsyncIterator[FileOutcome]]
+FileMapper = Callable[
+    [Iterable[tuple[str, "str | SkipFile"]], FileWork], AsyncIterator[FileOutcome]
+]
 
 
-async def map_in_process(files: Iterable[tuple[str, str | SkipFile]],
-                         work: FileWork) -> AsyncIterator[FileOutcome]:
+async def map_in_process(
+    files: Iterable[tuple[str, str | SkipFile]], work: FileWork
+) -> AsyncIterator[FileOutcome]:
     """The per-file step in this process, retried as the flow's tasks are
     (`hetriever.index.file_retry`): a file out of retries is a failed outcome, not the run's."""
     for path, text in files:
         yield retry_file(work.repo.name, path, lambda: work.process(path, text))
 
 
-async def index_repository(repo: Repository, store: IndexingStore, settings: Settings, *,
-                           force_full: bool = False,
-                           progress: Callable[[int, int], None] | None = None,
-                           map_files: FileMapper = map_in_process,
-                           now: datetime | None = None,
-                           on_progress: Callable[[ProgressSnapshot], None] | None = None,
-                           ) -> IndexResult:
+async def index_repository(
+    repo: Repository,
+    store: IndexingStore,
+    settings: Settings,
+    *,
+    force_full: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+    map_files: FileMapper = map_in_process,
+    now: datetime | None = None,
+    on_progress: Callable[[ProgressSnapshot], None] | None = None,
+) -> IndexResult:
     """Bring one repository's collection to its checked-out commit. Returns the counts.
 
     Holds the repository's run lock from planning to the recorded commit; `map_files` runs
@@ -311,18 +378,29 @@ async def index_repository(repo: Repository, store: IndexingStore, settings: Set
         # another generation left building is abandoned.
         if store.physical_name(repo.name) == store.catalog.active(repo.name):
             await drop_abandoned_builds(store, repo.name)
-        return await index_holding_lock(repo, store, settings, force_full=force_full,
-                                        progress=progress, map_files=map_files, now=now,
-                                        on_progress=on_progress)
+        return await index_holding_lock(
+            repo,
+            store,
+            settings,
+            force_full=force_full,
+            progress=progress,
+            map_files=map_files,
+            now=now,
+            on_progress=on_progress,
+        )
 
 
-async def index_holding_lock(repo: Repository, store: IndexingStore, settings: Settings, *,
-                             force_full: bool = False,
-                             progress: Callable[[int, int], None] | None = None,
-                             map_files: FileMapper = map_in_process,
-                             now: datetime | None = None,
-                             on_progress: Callable[[ProgressSnapshot], None] | None = None,
-                             ) -> IndexResult:
+async def index_holding_lock(
+    repo: Repository,
+    store: IndexingStore,
+    settings: Settings,
+    *,
+    force_full: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+    map_files: FileMapper = map_in_process,
+    now: datetime | None = None,
+    on_progress: Callable[[ProgressSnapshot], None] | None = None,
+) -> IndexResult:
     """`index_repository` for a caller that holds the repository's run lock (a migration
     holds it from before it allocates its generation until the switch)."""
     started = time.perf_counter()
@@ -330,18 +408,28 @@ async def index_holding_lock(repo: Repository, store: IndexingStore, settings: S
     last_commit, last_status = await last_indexed(store, repo)
     if last_status == STATUS_COMPLETE and last_commit:
         await settle_recorded_run(store, repo, last_commit)
-    change_set = plan(repo, last_commit, last_status,
-                      force_full=force_full or content_dir_changed(store, repo))
+    change_set = plan(
+        repo, last_commit, last_status, force_full=force_full or content_dir_changed(store, repo)
+    )
     # Dates passed since the last run: their files join the run, even at the same commit.
     change_set, timed = with_crossed_windows(store, repo, change_set, now)
     site = site_at(repo, change_set.new_commit) if change_set.mode != "noop" else None
     if change_set.mode == "incremental" and site is not None and site_changed(store, repo, site):
         change_set, timed = plan(repo, last_commit, last_status, force_full=True), []
-    result = IndexResult(repository=repo.name, mode=change_set.mode, old_commit=last_commit,
-                         new_commit=change_set.new_commit, skipped=list(change_set.skipped))
+    result = IndexResult(
+        repository=repo.name,
+        mode=change_set.mode,
+        old_commit=last_commit,
+        new_commit=change_set.new_commit,
+        skipped=list(change_set.skipped),
+    )
     _count_changes(result, change_set, timed)
-    bound = log.bind(repository=repo.name, mode=change_set.mode,
-                     old_commit=(last_commit or "")[:12], new_commit=change_set.new_commit[:12])
+    bound = log.bind(
+        repository=repo.name,
+        mode=change_set.mode,
+        old_commit=(last_commit or "")[:12],
+        new_commit=change_set.new_commit[:12],
+    )
     await heal_bm25(store, repo, settings)
     if change_set.mode == "noop":
         bound.info("index_noop")
@@ -355,14 +443,30 @@ async def index_holding_lock(repo: Repository, store: IndexingStore, settings: S
     check_schema(store, repo)
     repo = dataclasses.replace(repo, site=site)
     if repo.site is not None and repo.site.configured:
-        bound.info("site_config", languages=list(repo.site.languages),
-                   default=repo.site.default_lang,
-                   roots=[f"{r.source}:{r.lang or '*'}" for r in repo.site.roots])
-    bound.info("index_started", include_dependents=len(change_set.include_dependents),
-               **change_set.counts())
+        bound.info(
+            "site_config",
+            languages=list(repo.site.languages),
+            default=repo.site.default_lang,
+            roots=[f"{r.source}:{r.lang or '*'}" for r in repo.site.roots],
+        )
+    bound.info(
+        "index_started",
+        include_dependents=len(change_set.include_dependents),
+        **change_set.counts(),
+    )
     try:
-        await _run(store, repo, settings, change_set, result, progress, map_files, started, now,
-                   on_progress)
+        await _run(
+            store,
+            repo,
+            settings,
+            change_set,
+            result,
+            progress,
+            map_files,
+            started,
+            now,
+            on_progress,
+        )
     except (KeyboardInterrupt, asyncio.CancelledError):  # Ctrl-C, SIGTERM (the CLI takes it
         # as Ctrl-C), a cancelled flow: stopped, not broken
         close_run(store, repo, result, "interrupted", started, error="stopped before the end")
@@ -371,10 +475,16 @@ async def index_holding_lock(repo: Repository, store: IndexingStore, settings: S
         close_run(store, repo, result, "failed", started, error=f"{type(exc).__name__}: {exc}")
         raise
     result.total_seconds = time.perf_counter() - started
-    bound.info("index_finished", files_indexed=result.files_indexed,
-               files_skipped=result.files_skipped, files_failed=len(result.failed),
-               chunks_written=result.chunks_written, chunks_reused=result.chunks_reused,
-               chunks_deleted=result.chunks_deleted, seconds=round(result.total_seconds, 2))
+    bound.info(
+        "index_finished",
+        files_indexed=result.files_indexed,
+        files_skipped=result.files_skipped,
+        files_failed=len(result.failed),
+        chunks_written=result.chunks_written,
+        chunks_reused=result.chunks_reused,
+        chunks_deleted=result.chunks_deleted,
+        seconds=round(result.total_seconds, 2),
+    )
     return result
 
 
@@ -403,13 +513,23 @@ async def reconcile_derived(store: IndexingStore, repo: Repository) -> None:
     repair = await store.repair(repo.name)
     pruned = store.catalog.prune(physical, repair.chunk_ids, repair.files)
     if repair.changed or pruned:
-        log.warning("derived_state_repaired", repository=repo.name, bm25_added=repair.added,
-                    bm25_removed=repair.removed, bm25_updated=repair.updated,
-                    catalog_rows_removed=pruned)
+        log.warning(
+            "derived_state_repaired",
+            repository=repo.name,
+            bm25_added=repair.added,
+            bm25_removed=repair.removed,
+            bm25_updated=repair.updated,
+            catalog_rows_removed=pruned,
+        )
 
 
-async def start_run(store: IndexingStore, repo: Repository, settings: Settings,
-                    change_set: ChangeSet, result: IndexResult) -> None:
+async def start_run(
+    store: IndexingStore,
+    repo: Repository,
+    settings: Settings,
+    change_set: ChangeSet,
+    result: IndexResult,
+) -> None:
     """Everything before the files are written: guards, repair, the run marked, deletes."""
     doomed = change_set.paths_to_delete()
     gone: list[str] = []
@@ -428,20 +548,33 @@ async def start_run(store: IndexingStore, repo: Repository, settings: Settings,
         store.catalog.remove_files(store.physical_name(repo.name) or "", gone)
 
 
-async def _run(store: IndexingStore, repo: Repository, settings: Settings, change_set: ChangeSet,
-               result: IndexResult, progress: Callable[[int, int], None] | None,
-               map_files: FileMapper, started: float, now: datetime,
-               on_progress: Callable[[ProgressSnapshot], None] | None = None) -> None:
+async def _run(
+    store: IndexingStore,
+    repo: Repository,
+    settings: Settings,
+    change_set: ChangeSet,
+    result: IndexResult,
+    progress: Callable[[int, int], None] | None,
+    map_files: FileMapper,
+    started: float,
+    now: datetime,
+    on_progress: Callable[[ProgressSnapshot], None] | None = None,
+) -> None:
     await start_run(store, repo, settings, change_set, result)
 
     paths = change_set.paths_to_index()
-    work = FileWork(repo, change_set.new_commit, settings,
-                    IncludeResolver(repo, change_set.new_commit, settings, now=now))
+    work = FileWork(
+        repo,
+        change_set.new_commit,
+        settings,
+        IncludeResolver(repo, change_set.new_commit, settings, now=now),
+    )
     tracker = RunProgress(repo.name, len(paths), progress, on_progress)
     writer = OutcomeWriter(store, repo, result, settings.write_window, tracker)
     # One batched git read for every file (a git process per file cost 5x the parse work).
-    files = read_content_files(repo, paths, change_set.new_commit,
-                               max_bytes=settings.max_file_bytes)
+    files = read_content_files(
+        repo, paths, change_set.new_commit, max_bytes=settings.max_file_bytes
+    )
     # ticks per embedded batch, and a line in the log at least every LOG_EVERY seconds
     with embedding_progress.listening(tracker.embedded), tracker.heartbeat():
         try:
@@ -453,8 +586,14 @@ async def _run(store: IndexingStore, repo: Repository, settings: Settings, chang
         await writer.flush()
     if result.failed:  # the commit stays unrecorded: the next run reconciles and retries
         log.error("index_incomplete", repository=repo.name, failed=len(result.failed))
-        close_run(store, repo, result, "failed", started,
-                  error=f"{len(result.failed)} file(s) could not be stored")
+        close_run(
+            store,
+            repo,
+            result,
+            "failed",
+            started,
+            error=f"{len(result.failed)} file(s) could not be stored",
+        )
         return
     await finish_run(store, repo, change_set, result, started)
     windows_checked(store, repo, now)

@@ -20,10 +20,10 @@ from typing import Any
 
 from hetriever.core.config import Settings
 from hetriever.core.errors import HetrieverError
-from hetriever.core.storage import StorageError
 from hetriever.core.logs import get_logger
 from hetriever.core.models import IndexResult
 from hetriever.core.redact import redact_text
+from hetriever.core.storage import StorageError
 from hetriever.discover.fetch import (
     accept_moved_back,
     check_out,
@@ -52,13 +52,13 @@ class RepositoryOutcome:
 
     repository: str
     ok: bool
-    result: IndexResult | None = None   # the run's counts, when it got to run
-    upstream: Upstream | None = None    # what waits upstream once the run is done
-    error: str = ""                     # why it failed, without credentials
-    refused_commit: str = ""            # a fetched commit that moves the index back
-    indexed_commit: str = ""            # ... and the commit the index stays at
-    hint: str = ""                      # ... and the command that accepts it
-    run_id: str | None = None           # the flow's run of this repository
+    result: IndexResult | None = None  # the run's counts, when it got to run
+    upstream: Upstream | None = None  # what waits upstream once the run is done
+    error: str = ""  # why it failed, without credentials
+    refused_commit: str = ""  # a fetched commit that moves the index back
+    indexed_commit: str = ""  # ... and the commit the index stays at
+    hint: str = ""  # ... and the command that accepts it
+    run_id: str | None = None  # the flow's run of this repository
     # the disk is full or read-only: the run stops (not in to_dict; the CLI raises it)
     storage: StorageError | None = field(default=None, compare=False, repr=False)
 
@@ -68,9 +68,14 @@ class RepositoryOutcome:
 
     def to_dict(self) -> dict[str, Any]:
         if self.refused_commit:
-            return {"repository": self.repository, "ok": self.ok, "mode": "refused",
-                    "new_commit": self.indexed_commit, "refused_commit": self.refused_commit,
-                    "hint": self.hint}
+            return {
+                "repository": self.repository,
+                "ok": self.ok,
+                "mode": "refused",
+                "new_commit": self.indexed_commit,
+                "refused_commit": self.refused_commit,
+                "hint": self.hint,
+            }
         out: dict[str, Any] = {"repository": self.repository, "ok": self.ok}
         if self.result is not None:
             out.update(self.result.to_dict())
@@ -83,16 +88,16 @@ class RepositoryOutcome:
         return out
 
 
-def failed(repository: str, exc: BaseException,
-           store: IndexingStore | None) -> RepositoryOutcome:
+def failed(repository: str, exc: BaseException, store: IndexingStore | None) -> RepositoryOutcome:
     """The outcome of a repository whose fetch or run raised `exc` (logged here); `store`:
     the index `exc` may have met a full or read-only disk of (None for a fetch, which
     writes into the checkout only)."""
     storage = store.chroma.storage_problem(exc) if store is not None else None
     if storage is not None:
         log.error("repository_failed", repository=repository, error=str(storage))
-        return RepositoryOutcome(repository, False, error=redact_text(str(storage)),
-                                 storage=storage)
+        return RepositoryOutcome(
+            repository, False, error=redact_text(str(storage)), storage=storage
+        )
     if isinstance(exc, (HetrieverError, OSError)):
         error = str(exc)
         log.error("repository_failed", repository=repository, error=redact_text(error))
@@ -104,17 +109,25 @@ def failed(repository: str, exc: BaseException,
 
 
 def not_attempted(repository: str, storage: StorageError) -> RepositoryOutcome:
-    return RepositoryOutcome(repository, False, error=NOT_ATTEMPTED + redact_text(str(storage)),
-                             storage=storage)
+    return RepositoryOutcome(
+        repository, False, error=NOT_ATTEMPTED + redact_text(str(storage)), storage=storage
+    )
 
 
-async def index_one(repo: Repository, store: IndexingStore, settings: Settings, *,
-                    force_full: bool = False, map_files: FileMapper = map_in_process,
-                    on_progress: Callable[[ProgressSnapshot], None] | None = None,
-                    release: Callable[[], None] | None = None) -> RepositoryOutcome:
+async def index_one(
+    repo: Repository,
+    store: IndexingStore,
+    settings: Settings,
+    *,
+    force_full: bool = False,
+    map_files: FileMapper = map_in_process,
+    on_progress: Callable[[ProgressSnapshot], None] | None = None,
+    release: Callable[[], None] | None = None,
+) -> RepositoryOutcome:
     """Index one repository and release its working set; never raises for a failure of its
     own (`failed`), only for Ctrl-C, SIGTERM or a cancelled run. `release`: what else the
     caller lets go of (a cluster's store)."""
+
     def let_go() -> None:
         if release is not None:
             release()
@@ -123,8 +136,14 @@ async def index_one(repo: Repository, store: IndexingStore, settings: Settings, 
     # One repository's working set at a time; not on Ctrl-C or SIGTERM (they pass through
     # here): the run is still finishing the window under way, and releasing reopens Chroma.
     try:
-        result = await index_repository(repo, store, settings, force_full=force_full,
-                                        map_files=map_files, on_progress=on_progress)
+        result = await index_repository(
+            repo,
+            store,
+            settings,
+            force_full=force_full,
+            map_files=map_files,
+            on_progress=on_progress,
+        )
     except Exception as exc:  # one failing repository does not stop the others
         let_go()
         return failed(repo.name, exc, store)
@@ -134,12 +153,18 @@ async def index_one(repo: Repository, store: IndexingStore, settings: Settings, 
     record = None if result.completed else store.catalog.repository(repo.name)
     held = result.new_commit if result.completed else (record.last_commit if record else "")
     waiting = await asyncio.to_thread(upstream, repo, held or "")
-    return RepositoryOutcome(repo.name, result.completed, result, waiting,
-                             error="" if result.completed else failed_files_error(result.failed))
+    return RepositoryOutcome(
+        repo.name,
+        result.completed,
+        result,
+        waiting,
+        error="" if result.completed else failed_files_error(result.failed),
+    )
 
 
-async def fetch_step(repo: Repository, store: IndexingStore, settings: Settings,
-                     ref: str | None) -> RepositoryOutcome | None:
+async def fetch_step(
+    repo: Repository, store: IndexingStore, settings: Settings, ref: str | None
+) -> RepositoryOutcome | None:
     """Fetch `origin` and check out `ref` (default: the branch the repository follows);
     a refused outcome when that commit is an ancestor of the indexed one (the index only
     moves forward), else None and the commit is checked out."""
@@ -148,19 +173,26 @@ async def fetch_step(repo: Repository, store: IndexingStore, settings: Settings,
     if moves_back(repo, sha, indexed):  # e.g. an old push replayed
         assert indexed is not None
         hint = accept_moved_back(repo, sha)
-        log.warning("commit_refused", repository=repo.name,
-                    reason=f"refused commit {sha[:12]}: it is an ancestor of the indexed commit "
-                           f"{indexed[:12]}, and the index only moves forward ({hint})")
-        return RepositoryOutcome(repo.name, True, refused_commit=sha, indexed_commit=indexed,
-                                 hint=hint)
+        log.warning(
+            "commit_refused",
+            repository=repo.name,
+            reason=f"refused commit {sha[:12]}: it is an ancestor of the indexed commit "
+            f"{indexed[:12]}, and the index only moves forward ({hint})",
+        )
+        return RepositoryOutcome(
+            repo.name, True, refused_commit=sha, indexed_commit=indexed, hint=hint
+        )
     check_out(repo, sha)
     log.info("repository_fetched", repository=repo.name, commit=sha[:12])
     if ref and not on_followed_branch(repo, sha):  # e.g. a webhook's other branch
-        log.warning("commit_off_followed_branch", repository=repo.name,
-                    reason=f"commit {sha[:12]} is not on {followed_branch(repo)}, the branch "
-                           "scheduled runs check out: the next scheduled run indexes that "
-                           "branch again (set the submodule's `branch` in .gitmodules to the "
-                           "branch the webhook route names)")
+        log.warning(
+            "commit_off_followed_branch",
+            repository=repo.name,
+            reason=f"commit {sha[:12]} is not on {followed_branch(repo)}, the branch "
+            "scheduled runs check out: the next scheduled run indexes that "
+            "branch again (set the submodule's `branch` in .gitmodules to the "
+            "branch the webhook route names)",
+        )
     return None
 
 
@@ -168,10 +200,15 @@ IndexStep = Callable[[Repository], Awaitable[RepositoryOutcome]]
 
 
 async def ingest_repositories(
-        repos: list[Repository], store: IndexingStore, settings: Settings, *,
-        force_full: bool = False, fetch: bool = False, ref: str | None = None,
-        index_step: IndexStep | None = None,
-        progress_for: Callable[[Repository], Callable[[ProgressSnapshot], None]] | None = None,
+    repos: list[Repository],
+    store: IndexingStore,
+    settings: Settings,
+    *,
+    force_full: bool = False,
+    fetch: bool = False,
+    ref: str | None = None,
+    index_step: IndexStep | None = None,
+    progress_for: Callable[[Repository], Callable[[ProgressSnapshot], None]] | None = None,
 ) -> list[RepositoryOutcome]:
     """Bring each of `repos` (discovered by the caller, once) to its checked-out commit, or
     with `fetch` to `ref` fetched first; one outcome per repository, in order.
@@ -180,9 +217,15 @@ async def ingest_repositories(
     `progress_for(repo)` as its progress callback); the flow passes one that runs it as a
     subflow. A step's exception is that repository's failure, as `index_one`'s own are.
     """
+
     def in_process(repo: Repository) -> Awaitable[RepositoryOutcome]:
-        return index_one(repo, store, settings, force_full=force_full,
-                         on_progress=progress_for(repo) if progress_for else None)
+        return index_one(
+            repo,
+            store,
+            settings,
+            force_full=force_full,
+            on_progress=progress_for(repo) if progress_for else None,
+        )
 
     step = index_step or in_process
     outcomes: list[RepositoryOutcome] = []
@@ -209,8 +252,11 @@ async def ingest_repositories(
 def summary_of(outcomes: list[RepositoryOutcome]) -> dict[str, Any]:
     """The run's summary: every outcome as a dict, with how many are ok and failed."""
     rows = [o.to_dict() for o in outcomes]
-    return {"repositories": rows, "ok": sum(o.ok for o in outcomes),
-            "failed": sum(not o.ok for o in outcomes)}
+    return {
+        "repositories": rows,
+        "ok": sum(o.ok for o in outcomes),
+        "failed": sum(not o.ok for o in outcomes),
+    }
 
 
 def with_run(outcome: RepositoryOutcome, run_id: str) -> RepositoryOutcome:

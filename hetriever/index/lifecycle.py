@@ -17,18 +17,17 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
-from hetriever.core.clock import now_utc, utc_text
 from hetriever.core import faults
-from hetriever.store.catalog_records import DELETED
+from hetriever.core.clock import now_utc, utc_text
 from hetriever.core.config import Settings
 from hetriever.core.errors import IndexingError, RepositoryNotFoundError, UserError
-from hetriever.store.generations import drop_abandoned_builds
 from hetriever.core.logs import get_logger
 from hetriever.core.models import IndexResult, _Serialisable
-from hetriever.discover.repositories import Repository
-from hetriever.discover.repositories import check_usable
+from hetriever.discover.repositories import Repository, check_usable
+from hetriever.store.catalog_records import DELETED
+from hetriever.store.generations import drop_abandoned_builds
 
 log = get_logger(__name__)
 
@@ -70,11 +69,12 @@ def _parse(stamp: str) -> datetime | None:
         value = datetime.fromisoformat(stamp)
     except (TypeError, ValueError):
         return None
-    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
-def purge_sync(store, older_than_days: float | None = None, *,
-               now: datetime | None = None) -> PurgeReport:
+def purge_sync(
+    store, older_than_days: float | None = None, *, now: datetime | None = None
+) -> PurgeReport:
     """Hard-delete chunks soft-deleted more than `older_than_days` (default: the setting) ago."""
     days = store.settings.retention_days if older_than_days is None else older_than_days
     cutoff = (now or now_utc()) - timedelta(days=days)
@@ -82,13 +82,19 @@ def purge_sync(store, older_than_days: float | None = None, *,
     catalog = store.catalog
     for name in store.repository_names():
         physical = store.physical_name(name)
-        expired = [(doc_id, path) for doc_id, path, stamp in store.reads.deleted_chunks(name)
-                   if (when := _parse(stamp)) is None or when <= cutoff]
+        expired = [
+            (doc_id, path)
+            for doc_id, path, stamp in store.reads.deleted_chunks(name)
+            if (when := _parse(stamp)) is None or when <= cutoff
+        ]
         removed = store.writes.purge_ids(name, [doc_id for doc_id, _ in expired])
         # A file row goes once none of its chunks is left soft-deleted.
         still = {path for _, path, _ in store.reads.deleted_chunks(name)}
-        gone = [f.path for f in catalog.files(physical, DELETED)
-                if f.path not in still and (_parse(f.deleted_at) or cutoff) <= cutoff]
+        gone = [
+            f.path
+            for f in catalog.files(physical, DELETED)
+            if f.path not in still and (_parse(f.deleted_at) or cutoff) <= cutoff
+        ]
         report.chunks[name] = removed
         report.files[name] = catalog.remove_files(physical, gone)
         if removed:
@@ -97,8 +103,9 @@ def purge_sync(store, older_than_days: float | None = None, *,
     return report
 
 
-async def purge(store, older_than_days: float | None = None, *,
-                now: datetime | None = None) -> PurgeReport:
+async def purge(
+    store, older_than_days: float | None = None, *, now: datetime | None = None
+) -> PurgeReport:
     return await asyncio.to_thread(purge_sync, store, older_than_days, now=now)
 
 
@@ -111,8 +118,10 @@ def forget_repository_sync(store, name: str) -> ForgetReport:
     # Collections the catalog lost track of (e.g. a crash mid-migration) go too.
     known |= {c for c in store.chroma.collection_names() if (split_physical(c) or ("",))[0] == name}
     if not known and store.catalog.repository(name) is None:
-        raise RepositoryNotFoundError(f"repository {name!r} is not indexed",
-                                      hint="`hetriever status` lists the indexed repositories")
+        raise RepositoryNotFoundError(
+            f"repository {name!r} is not indexed",
+            hint="`hetriever status` lists the indexed repositories",
+        )
     # Counted first: dropping a collection removes its file rows from the catalog too.
     files = sum(len(store.catalog.files(physical)) for physical in known)
     for physical in sorted(known):
@@ -122,8 +131,12 @@ def forget_repository_sync(store, name: str) -> ForgetReport:
     report.catalog_rows = store.catalog.drop_repository(name)
     report.catalog_rows["files"] += files
     store.replica.publish(name)  # gone from the manifest: followers drop their copies
-    log.info("repository_forgotten", repository=name, chunks=report.chunks,
-             collections=report.collections)
+    log.info(
+        "repository_forgotten",
+        repository=name,
+        chunks=report.chunks,
+        collections=report.collections,
+    )
     return report
 
 
@@ -132,16 +145,19 @@ def forget_file_sync(store, name: str, path: str) -> ForgetReport:
     report = ForgetReport(repository=name, file=path)
     collections = store.catalog.collections(name)
     if not collections:
-        raise RepositoryNotFoundError(f"repository {name!r} is not indexed",
-                                      hint="`hetriever status` lists the indexed repositories")
+        raise RepositoryNotFoundError(
+            f"repository {name!r} is not indexed",
+            hint="`hetriever status` lists the indexed repositories",
+        )
     for record in collections:
         pinned = store.pinned(name, record.name)
         index = pinned.bm25(name)
         before = index.count()
         report.chunks += pinned.writes.delete_file(name, path)
         report.bm25_rows += before - index.count()
-        report.catalog_rows["files"] = report.catalog_rows.get("files", 0) + \
-            store.catalog.remove_files(record.name, [path])
+        report.catalog_rows["files"] = report.catalog_rows.get(
+            "files", 0
+        ) + store.catalog.remove_files(record.name, [path])
         report.collections.append(record.name)
     store.replica.publish(name, [path])
     log.info("file_forgotten", repository=name, path=path, chunks=report.chunks)
@@ -151,9 +167,11 @@ def forget_file_sync(store, name: str, path: str) -> ForgetReport:
 async def forget(store, repository: str, file: str | None = None) -> ForgetReport:
     """Erase `repository`, or only its `file` when one is given."""
     if file is not None and not file.strip():  # not "no file": that erases everything
-        raise UserError("the file to forget is empty",
-                        hint="give a repository-relative path, or leave out --file to "
-                             "forget the whole repository")
+        raise UserError(
+            "the file to forget is empty",
+            hint="give a repository-relative path, or leave out --file to "
+            "forget the whole repository",
+        )
     if file is not None:
         return await asyncio.to_thread(forget_file_sync, store, repository, file)
     return await asyncio.to_thread(forget_repository_sync, store, repository)
@@ -165,8 +183,9 @@ def needs_migration(store, repository: str) -> bool:
     return record is not None and record.fingerprint != store.fingerprint()
 
 
-async def migrate_repository(repo: Repository, store, settings: Settings, *,
-                             force: bool = False) -> MigrateReport:
+async def migrate_repository(
+    repo: Repository, store, settings: Settings, *, force: bool = False
+) -> MigrateReport:
     """Rebuild `repo` into a new generation with the store's settings, then switch and drop.
 
     `store` must be configured with the *new* settings (model, chunking). Without `force`,
@@ -191,8 +210,9 @@ async def _migrate(repo: Repository, store, settings: Settings, force: bool) -> 
         return MigrateReport(repo.name, old, old, migrated=False, reason="up to date")
     new = catalog.allocate(repo.name, store.fingerprint(), activate=old is None)
     builder = store.pinned(repo.name, new)
-    log.info("migration_started", repository=repo.name, old=old, new=new,
-             fingerprint=store.fingerprint())
+    log.info(
+        "migration_started", repository=repo.name, old=old, new=new, fingerprint=store.fingerprint()
+    )
     try:
         result = await index_holding_lock(repo, builder, settings, force_full=True)
     except BaseException:
@@ -203,15 +223,23 @@ async def _migrate(repo: Repository, store, settings: Settings, force: bool) -> 
     if not result.completed:
         if old is not None:
             await asyncio.to_thread(store.writes.drop_physical, repo.name, new)
-        raise IndexingError(f"{repo.name}: the rebuild into {new} did not complete "
-                            f"({len(result.failed)} file(s) failed); searches still use {old}",
-                            hint="fix the failing files (see the log) and run migrate again")
+        raise IndexingError(
+            f"{repo.name}: the rebuild into {new} did not complete "
+            f"({len(result.failed)} file(s) failed); searches still use {old}",
+            hint="fix the failing files (see the log) and run migrate again",
+        )
     report = MigrateReport(repo.name, old, new, migrated=True, index=result)
     if old is not None and old != new:
         catalog.switch(repo.name, new)
         await asyncio.to_thread(store.replica.publish, repo.name)
         faults.check("migration_switched", repo.name)
         report.dropped_chunks = await asyncio.to_thread(store.writes.drop_physical, repo.name, old)
-    log.info("migration_finished", repository=repo.name, old=old, new=new,
-             chunks=result.chunks_written, dropped=report.dropped_chunks)
+    log.info(
+        "migration_finished",
+        repository=repo.name,
+        old=old,
+        new=new,
+        chunks=result.chunks_written,
+        dropped=report.dropped_chunks,
+    )
     return report

@@ -8,24 +8,24 @@ write fails keeps its old chunks and is reported, so the run leaves its commit u
 
 from __future__ import annotations
 
-
+from hetriever.chunk.page_records import display_chunk
 from hetriever.core import faults
-from hetriever.store.catalog_records import FAILED, INDEXED, PROCESSED, SKIPPED
 from hetriever.core.errors import EmbeddingError
 from hetriever.core.logs import get_logger
 from hetriever.core.models import IndexResult, SkippedFile
 from hetriever.discover.repositories import Repository
-from hetriever.chunk.page_records import display_chunk
 from hetriever.index.process import FileOutcome
 from hetriever.index.progress import RunProgress
+from hetriever.store.catalog_records import FAILED, INDEXED, PROCESSED, SKIPPED
 from hetriever.store.store_types import IndexingStore
 
 # The run's events keep the logger they were always logged under.
 log = get_logger("hetriever.index.indexing")
 
 
-async def apply_outcomes(store: IndexingStore, repo: Repository, outcomes: list[FileOutcome],
-                         result: IndexResult) -> None:
+async def apply_outcomes(
+    store: IndexingStore, repo: Repository, outcomes: list[FileOutcome], result: IndexResult
+) -> None:
     """Store several files' chunks in one write; a skipped or empty file loses its old chunks."""
     if not outcomes:
         return
@@ -38,8 +38,13 @@ async def apply_outcomes(store: IndexingStore, repo: Repository, outcomes: list[
     outcomes = [o for o in outcomes if o.failed is None]
     if not outcomes:
         return
-    catalog.set_files(physical, repo.name, [o.path for o in outcomes if o.chunks], PROCESSED,
-                      chunk_counts={o.path: len(o.chunks) for o in outcomes})
+    catalog.set_files(
+        physical,
+        repo.name,
+        [o.path for o in outcomes if o.chunks],
+        PROCESSED,
+        chunk_counts={o.path: len(o.chunks) for o in outcomes},
+    )
     for outcome in outcomes:
         if outcome.skipped is not None:
             result.skipped.append(outcome.skipped)
@@ -52,24 +57,36 @@ async def apply_outcomes(store: IndexingStore, repo: Repository, outcomes: list[
     stored = [o for o in outcomes if o.path not in failed]
     # Dates that may change a page's fate with no commit: the next runs look at them.
     catalog.publish_windows.set_windows(physical, {o.path: o.window for o in stored})
-    catalog.set_files(physical, repo.name, [o.path for o in stored if o.chunks], INDEXED,
-                      chunk_counts={o.path: len(o.chunks) for o in stored})
+    catalog.set_files(
+        physical,
+        repo.name,
+        [o.path for o in stored if o.chunks],
+        INDEXED,
+        chunk_counts={o.path: len(o.chunks) for o in stored},
+    )
     faults.check("catalog_files_updated", repo.name)
     for outcome in stored:
         if outcome.skipped is not None:
             # "error: ..." comes from a file that broke the pipeline; the rest are skip rules.
             state = FAILED if outcome.skipped.reason.startswith("error:") else SKIPPED
-            catalog.set_files(physical, repo.name, [outcome.path], state,
-                              reason=outcome.skipped.reason)
+            catalog.set_files(
+                physical, repo.name, [outcome.path], state, reason=outcome.skipped.reason
+            )
             catalog.pages.set_page(physical, outcome.path)
         elif outcome.chunks:
             first = display_chunk(outcome.chunks)
-            catalog.pages.set_page(physical, outcome.path, first.id, first.metadata,
-                             [(c.id, c.metadata) for c in outcome.chunks])
+            catalog.pages.set_page(
+                physical,
+                outcome.path,
+                first.id,
+                first.metadata,
+                [(c.id, c.metadata) for c in outcome.chunks],
+            )
 
 
-async def _write_outcomes(store: IndexingStore, repo: Repository, outcomes: list[FileOutcome],
-                          result: IndexResult) -> None:
+async def _write_outcomes(
+    store: IndexingStore, repo: Repository, outcomes: list[FileOutcome], result: IndexResult
+) -> None:
     try:
         write = await store.upsert_files(repo.name, {o.path: o.chunks for o in outcomes})
     except EmbeddingError as exc:
@@ -93,8 +110,14 @@ class OutcomeWriter:
     """Gathers file outcomes and writes them in windows of about `window` chunks (the
     run's `settings.write_window`)."""
 
-    def __init__(self, store: IndexingStore, repo: Repository, result: IndexResult,
-                 window: int, progress: RunProgress | None = None):
+    def __init__(
+        self,
+        store: IndexingStore,
+        repo: Repository,
+        result: IndexResult,
+        window: int,
+        progress: RunProgress | None = None,
+    ):
         self.store, self.repo, self.result = store, repo, result
         self.window = window
         self.pending: list[FileOutcome] = []

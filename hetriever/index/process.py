@@ -10,28 +10,36 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
-from typing import Callable, Iterable, Mapping, Sequence
 
+from hetriever.chunk.chunker import chunk_page
+from hetriever.chunk.page_records import display_chunk, page_record, page_summary_lines
+from hetriever.chunk.sections import keep_given_anchors
+from hetriever.chunk.tokenizer import load_token_counter
+from hetriever.clean.cleaner import clean_page
 from hetriever.core import budget, faults
 from hetriever.core.access import declared_level
 from hetriever.core.clock import now_utc, utc_text
-from hetriever.store.catalog_windows import Window
-from hetriever.chunk.chunker import chunk_page
-from hetriever.clean.cleaner import clean_page
 from hetriever.core.config import Settings
-from hetriever.discover.git_objects import SkipFile, read_content_file, read_content_files
-from hetriever.discover.changes import list_content_files
 from hetriever.core.errors import SourceError
-from hetriever.discover.git_objects import FileReader, UnreadableFile, tree_entries
-from hetriever.parse.links import LINKS_KEY, outbound_keys
 from hetriever.core.logs import get_logger
 from hetriever.core.models import Block, ChangeKind, ChangeSet, Chunk, FileChange, SkippedFile
+from hetriever.discover.changes import list_content_files
+from hetriever.discover.git_objects import (
+    FileReader,
+    SkipFile,
+    UnreadableFile,
+    read_content_file,
+    read_content_files,
+    tree_entries,
+)
+from hetriever.discover.publish_rules import Decision, Section
 from hetriever.discover.repositories import Repository
-from hetriever.parse.parsed_page import Page
-from hetriever.chunk.page_records import display_chunk, page_record, page_summary_lines
+from hetriever.parse.links import LINKS_KEY, outbound_keys
 from hetriever.parse.page import parse_page, skip_reason
+from hetriever.parse.parsed_page import Page
 from hetriever.parse.publish_pages import (
     ancestors,
     calls_glossary,
@@ -41,9 +49,7 @@ from hetriever.parse.publish_pages import (
     shown_on,
     verdict,
 )
-from hetriever.discover.publish_rules import Decision, Section
-from hetriever.chunk.sections import keep_given_anchors
-from hetriever.chunk.tokenizer import load_token_counter
+from hetriever.store.catalog_windows import Window
 
 log = get_logger(__name__)
 
@@ -93,8 +99,9 @@ class IncludeResolver:
     publish rules a page's ancestor sections (`ancestors`).
     """
 
-    def __init__(self, repo: Repository, commit: str, settings: Settings, *,
-                 now: dt.datetime | None = None) -> None:
+    def __init__(
+        self, repo: Repository, commit: str, settings: Settings, *, now: dt.datetime | None = None
+    ) -> None:
         self.repo = repo
         self.commit = commit
         self.settings = settings
@@ -182,16 +189,34 @@ class IncludeResolver:
     def _read_sections(self) -> None:
         """Every section page (`_index.*`) of the tree in one batched read: each page's
         ancestors are looked up, and a git process per section cost a run seconds."""
-        paths = sorted(p for p in self.content_files()
-                       if PurePosixPath(p).name.startswith("_index.") and p not in self._pages)
-        texts = list(read_content_files(self.repo, paths, self.commit,
-                                        max_bytes=self.settings.max_file_bytes)) if paths else []
+        paths = sorted(
+            p
+            for p in self.content_files()
+            if PurePosixPath(p).name.startswith("_index.") and p not in self._pages
+        )
+        texts = (
+            list(
+                read_content_files(
+                    self.repo, paths, self.commit, max_bytes=self.settings.max_file_bytes
+                )
+            )
+            if paths
+            else []
+        )
         with self._reading:
             for path, text in texts:
                 if path not in self._pages:
-                    self._pages[path] = None if isinstance(text, SkipFile) else parse_page(
-                        self.repo.name, path, text, content_dir=self.repo.content_dir,
-                        site=self.repo.site)
+                    self._pages[path] = (
+                        None
+                        if isinstance(text, SkipFile)
+                        else parse_page(
+                            self.repo.name,
+                            path,
+                            text,
+                            content_dir=self.repo.content_dir,
+                            site=self.repo.site,
+                        )
+                    )
             self._sections_read = True
 
     def read_page(self, path: str) -> Page | None:
@@ -225,8 +250,10 @@ class IncludeResolver:
         if self._tree is None:
             try:
                 entries = tree_entries(self.repo, self.commit)
-                self._tree = (frozenset(entries), tuple(
-                    p for p, (mode, _, _) in entries.items() if mode == "120000"))
+                self._tree = (
+                    frozenset(entries),
+                    tuple(p for p, (mode, _, _) in entries.items() if mode == "120000"),
+                )
             except SourceError:  # no listing: git resolves every candidate, as before
                 self._tree = (frozenset(), None)
         files, symlinks = self._tree
@@ -244,9 +271,13 @@ class IncludeResolver:
             if path not in self._pages:
                 try:
                     text = self._files.read(path, max_bytes=self.settings.max_file_bytes)
-                    self._pages[path] = parse_page(self.repo.name, path, text,
-                                                   content_dir=self.repo.content_dir,
-                                                   site=self.repo.site)
+                    self._pages[path] = parse_page(
+                        self.repo.name,
+                        path,
+                        text,
+                        content_dir=self.repo.content_dir,
+                        site=self.repo.site,
+                    )
                 except SkipFile:
                     self._pages[path] = None
             return self._pages[path]
@@ -268,12 +299,18 @@ def page_extras(page, access: str) -> dict:
     return extras
 
 
-def process_text(repo: Repository, path: str, text: str, settings: Settings, *,
-                 include_resolver: Callable[[str], str | None] | None = None,
-                 inherited_params: Mapping[str, str] | None = None,
-                 parents: Sequence[Section] = (),
-                 now: dt.datetime | None = None,
-                 resolver: IncludeResolver | None = None) -> FileOutcome:
+def process_text(
+    repo: Repository,
+    path: str,
+    text: str,
+    settings: Settings,
+    *,
+    include_resolver: Callable[[str], str | None] | None = None,
+    inherited_params: Mapping[str, str] | None = None,
+    parents: Sequence[Section] = (),
+    now: dt.datetime | None = None,
+    resolver: IncludeResolver | None = None,
+) -> FileOutcome:
     """parse -> skip rules -> clean -> chunk for one file's text; `inherited_params` are what
     ancestor sections cascade to it (`IncludeResolver.inherited_params`), `parents` their
     publish facts (`IncludeResolver.ancestors`), `now` the run's clock; `resolver` (the
@@ -283,23 +320,30 @@ def process_text(repo: Repository, path: str, text: str, settings: Settings, *,
         return FileOutcome(path, skipped=SkippedFile(path, "snippet (not a page)"), lines=lines)
     page = parse_page(repo.name, path, text, content_dir=repo.content_dir, site=repo.site)
     now = now or now_utc()
-    decision = verdict(page, content_root(path, repo.site, repo.content_dir)[1], parents,
-                       repo.site)
+    decision = verdict(page, content_root(path, repo.site, repo.content_dir)[1], parents, repo.site)
     window = publish_window(decision)
     reason = publish_skip(page, decision, now, settings, resolver)
     if reason:
         return FileOutcome(path, skipped=SkippedFile(path, reason), lines=lines, window=window)
     if resolver is not None and page.body and calls_glossary(page.body):
-        terms = glossary_terms(path, resolver.content_files(), resolver.read_page, repo.site,
-                               repo.content_dir, now)
+        terms = glossary_terms(
+            path, resolver.content_files(), resolver.read_page, repo.site, repo.content_dir, now
+        )
         page.body = expand_glossary(page.body, terms)
     params = {**inherited_params, **page.params} if inherited_params else page.params
     blocks = clean_page(page.body, include_resolver=include_resolver, params=params, path=path)
     budget.check()
     if len(blocks) > MAX_FILE_BLOCKS:
-        return FileOutcome(path, skipped=SkippedFile(
-            path, f"too many blocks ({len(blocks)} headings, paragraphs and code blocks > "
-                  f"max {MAX_FILE_BLOCKS})"), lines=lines, window=window)
+        return FileOutcome(
+            path,
+            skipped=SkippedFile(
+                path,
+                f"too many blocks ({len(blocks)} headings, paragraphs and code blocks > "
+                f"max {MAX_FILE_BLOCKS})",
+            ),
+            lines=lines,
+            window=window,
+        )
     access = declared_level(settings, repo.name)
     if settings.page_record == "prefix" and page_summary_lines(page):
         blocks = [Block("paragraph", "\n".join(page_summary_lines(page))), *blocks]
@@ -312,18 +356,29 @@ def process_text(repo: Repository, path: str, text: str, settings: Settings, *,
         extra_metadata=page_extras(page, access),
     )
     if len(chunks) > settings.max_file_chunks:
-        return FileOutcome(path, skipped=SkippedFile(
-            path, f"too many chunks ({len(chunks)} > max {settings.max_file_chunks}, "
-                  "HETRIEVER_MAX_FILE_CHUNKS)"), lines=lines, window=window)
+        return FileOutcome(
+            path,
+            skipped=SkippedFile(
+                path,
+                f"too many chunks ({len(chunks)} > max {settings.max_file_chunks}, "
+                "HETRIEVER_MAX_FILE_CHUNKS)",
+            ),
+            lines=lines,
+            window=window,
+        )
     keep_given_anchors(chunks, blocks)
     if settings.page_record == "chunk":
-        record = page_record(page, counter=token_counter(settings),
-                             max_tokens=settings.chunk_tokens,
-                             extra_metadata=page_extras(page, access))
+        record = page_record(
+            page,
+            counter=token_counter(settings),
+            max_tokens=settings.chunk_tokens,
+            extra_metadata=page_extras(page, access),
+        )
         chunks = [record, *chunks] if record is not None else chunks
     if not chunks:
-        return FileOutcome(path, skipped=SkippedFile(path, "empty body"), lines=lines,
-                           window=window)
+        return FileOutcome(
+            path, skipped=SkippedFile(path, "empty body"), lines=lines, window=window
+        )
     links = page_links(page, repo)
     if links:  # on the chunk that stands for the page, as its titles are (followers read it)
         display_chunk(chunks).metadata[LINKS_KEY] = list(links)
@@ -338,8 +393,13 @@ def publish_window(decision: Decision) -> Window:
     return utc_text(decision.publish_at), utc_text(decision.expire_at)
 
 
-def publish_skip(page: Page, decision: Decision, now: dt.datetime, settings: Settings,
-                 resolver: IncludeResolver | None) -> str | None:
+def publish_skip(
+    page: Page,
+    decision: Decision,
+    now: dt.datetime,
+    settings: Settings,
+    resolver: IncludeResolver | None,
+) -> str | None:
     """Why Hugo publishes no page of its own here (`hetriever.discover.publish_rules`), or why it is
     no page at all (`parse.skip_reason`: outside the site, a disabled kind, a snippet, a
     redirect stub); None to index it. A term shown on its section's page says where."""
@@ -359,14 +419,23 @@ def page_links(page: Page, repo: Repository) -> tuple[str, ...]:
     """What the page links to, as `hetriever.parse.links` keys."""
     located = repo.site.locate(page.file_path) if repo.site is not None else None
     relative = located.relative if located is not None else ""
-    root = page.file_path[: len(page.file_path) - len(relative)].rstrip("/") \
-        if relative and page.file_path.endswith(relative) else repo.content_dir
+    root = (
+        page.file_path[: len(page.file_path) - len(relative)].rstrip("/")
+        if relative and page.file_path.endswith(relative)
+        else repo.content_dir
+    )
     return tuple(outbound_keys(page.body, page.file_path, page.url, root))
 
 
-def process_file(repo: Repository, path: str, commit: str, settings: Settings, *,
-                 resolver: IncludeResolver | None = None,
-                 text: str | SkipFile | None = None) -> FileOutcome:
+def process_file(
+    repo: Repository,
+    path: str,
+    commit: str,
+    settings: Settings,
+    *,
+    resolver: IncludeResolver | None = None,
+    text: str | SkipFile | None = None,
+) -> FileOutcome:
     """Turn one file at `commit` into chunks; `text` is its content when already read
     (batch reads are several times cheaper than one git process per file), else it is read.
 
@@ -389,24 +458,33 @@ def process_file(repo: Repository, path: str, commit: str, settings: Settings, *
     return safe_process_text(repo, path, text, settings, resolver=resolver)
 
 
-def safe_process_text(repo: Repository, path: str, text: str, settings: Settings, *,
-                      resolver: IncludeResolver) -> FileOutcome:
+def safe_process_text(
+    repo: Repository, path: str, text: str, settings: Settings, *, resolver: IncludeResolver
+) -> FileOutcome:
     """`process_text` that turns any error into a skip."""
     try:
         with budget.file_budget(settings.file_seconds):
             # Only a page that calls `param` needs its ancestors' cascades read.
             inherited = resolver.inherited_params(path) if "param" in text else None
-            return process_text(repo, path, text, settings,
-                                include_resolver=resolver.for_page(path),
-                                inherited_params=inherited, parents=resolver.ancestors(path),
-                                now=resolver.now, resolver=resolver)
+            return process_text(
+                repo,
+                path,
+                text,
+                settings,
+                include_resolver=resolver.for_page(path),
+                inherited_params=inherited,
+                parents=resolver.ancestors(path),
+                now=resolver.now,
+                resolver=resolver,
+            )
     except budget.FileBudgetExceeded as exc:  # this file fails alone; the run goes on
         reason = f"{exc.message}, the limit of HETRIEVER_FILE_SECONDS; the next ingest retries it"
         log.error("file_failed", repository=repo.name, path=path, error=reason)
         return FileOutcome(path, failed=reason)
     except Exception as exc:  # a bad file is logged and skipped; it never stops the run
-        log.error("file_failed", repository=repo.name, path=path,
-                  error=f"{type(exc).__name__}: {exc}")
+        log.error(
+            "file_failed", repository=repo.name, path=path, error=f"{type(exc).__name__}: {exc}"
+        )
         return FileOutcome(path, skipped=SkippedFile(path, f"error: {type(exc).__name__}: {exc}"))
 
 
@@ -419,24 +497,35 @@ def expand_snippet_dependents(repo: Repository, change_set: ChangeSet) -> Change
         return change_set
     changed = [p for c in change_set.changes for p in (c.path, c.old_path) if p]
     snippets = {PurePosixPath(p).stem for p in changed if is_snippet_path(p, repo.content_dir)}
-    sections = {str(PurePosixPath(p).parent) + "/" for p in changed
-                if PurePosixPath(p).stem == "_index" and not is_snippet_path(p, repo.content_dir)}
+    sections = {
+        str(PurePosixPath(p).parent) + "/"
+        for p in changed
+        if PurePosixPath(p).stem == "_index" and not is_snippet_path(p, repo.content_dir)
+    }
     if not snippets and not sections:
         return change_set
     already = {c.path for c in change_set.changes}
-    candidates = [p for p in list_content_files(repo, change_set.new_commit)
-                  if p not in already and not is_snippet_path(p, repo.content_dir)]
+    candidates = [
+        p
+        for p in list_content_files(repo, change_set.new_commit)
+        if p not in already and not is_snippet_path(p, repo.content_dir)
+    ]
     added: list[FileChange] = []
-    for path, text in read_content_files(repo, candidates, change_set.new_commit,
-                                         max_bytes=10**9):
+    for path, text in read_content_files(repo, candidates, change_set.new_commit, max_bytes=10**9):
         if isinstance(text, SkipFile) or ("{{%" not in text and "{{<" not in text):
             continue
         if any(name in text for name in snippets) or (
-                "param" in text and any(path.startswith(s) for s in sections)):
+            "param" in text and any(path.startswith(s) for s in sections)
+        ):
             added.append(FileChange(ChangeKind.MODIFIED, path))
     if added:
-        log.info("snippet_dependents", repository=repo.name, snippets=sorted(snippets),
-                 sections=sorted(sections), pages=len(added))
+        log.info(
+            "snippet_dependents",
+            repository=repo.name,
+            snippets=sorted(snippets),
+            sections=sorted(sections),
+            pages=len(added),
+        )
     change_set.changes.extend(added)
     change_set.include_dependents.extend(c.path for c in added)
     return change_set

@@ -15,9 +15,9 @@ from __future__ import annotations
 import contextvars
 import threading
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from typing import Callable, Iterator
 
 from hetriever.core.logs import get_logger
 from hetriever.core.models import IndexResult
@@ -34,12 +34,12 @@ class ProgressSnapshot:
     repository: str
     files_done: int
     files_total: int
-    chunks_done: int         # stored (embedded and written, or reused) and embedded so far
-    chunks_total: int        # every chunk of the run once all files are processed, else an estimate
+    chunks_done: int  # stored (embedded and written, or reused) and embedded so far
+    chunks_total: int  # every chunk of the run once all files are processed, else an estimate
     chunks_embedded: int
     elapsed_s: float
     chunks_per_s: float
-    eta_s: float | None      # None until something is done
+    eta_s: float | None  # None until something is done
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -48,19 +48,25 @@ class ProgressSnapshot:
         """One line for a person: `hugo-docs: 1,200/3,800 chunks (~), 61 files of 400, ...`."""
         eta = "" if self.eta_s is None else f", ETA {self.eta_s:.0f} s"
         about = "~" if self.files_done < self.files_total else ""
-        return (f"{self.repository}: {self.chunks_done}/{about}{self.chunks_total} chunks, "
-                f"{self.files_done}/{self.files_total} files, {self.chunks_per_s:.1f} chunks/s"
-                f"{eta}, {self.elapsed_s:.0f} s")
+        return (
+            f"{self.repository}: {self.chunks_done}/{about}{self.chunks_total} chunks, "
+            f"{self.files_done}/{self.files_total} files, {self.chunks_per_s:.1f} chunks/s"
+            f"{eta}, {self.elapsed_s:.0f} s"
+        )
 
 
 class RunProgress:
     """Counts files as they come back and chunks as they are embedded and stored; tells
     `on_file(done, total)` per file and `on_update(snapshot)` at every change."""
 
-    def __init__(self, repository: str, total_files: int,
-                 on_file: Callable[[int, int], None] | None = None,
-                 on_update: Callable[[ProgressSnapshot], None] | None = None,
-                 log_every: float = LOG_EVERY) -> None:
+    def __init__(
+        self,
+        repository: str,
+        total_files: int,
+        on_file: Callable[[int, int], None] | None = None,
+        on_update: Callable[[ProgressSnapshot], None] | None = None,
+        log_every: float = LOG_EVERY,
+    ) -> None:
         self.repository, self.total, self.on_file = repository, total_files, on_file
         self.on_update, self.log_every = on_update, log_every
         self.done = 0
@@ -81,20 +87,32 @@ class RunProgress:
         done = min(self.chunks_stored + self.embedded_in_window, max(total, 0))
         rate = done / elapsed
         eta = (max(total - done, 0) / rate) if rate > 0 else None
-        return ProgressSnapshot(self.repository, self.done, self.total, done, total,
-                                self.embedded_total, round(elapsed, 1), round(rate, 1),
-                                None if eta is None else round(eta, 1))
+        return ProgressSnapshot(
+            self.repository,
+            self.done,
+            self.total,
+            done,
+            total,
+            self.embedded_total,
+            round(elapsed, 1),
+            round(rate, 1),
+            None if eta is None else round(eta, 1),
+        )
 
     def _changed(self, *, force_log: bool = False) -> None:
         snap = self.snapshot()
         now = time.perf_counter()
         if force_log or self._logged_at is None or now - self._logged_at >= self.log_every:
             self._logged_at = now
-            log.info("index_progress", repository=self.repository,
-                     files=f"{snap.files_done}/{snap.files_total}",
-                     chunks=f"{snap.chunks_done}/{snap.chunks_total}",
-                     chunks_embedded=snap.chunks_embedded, chunks_per_s=snap.chunks_per_s,
-                     eta_s=snap.eta_s)
+            log.info(
+                "index_progress",
+                repository=self.repository,
+                files=f"{snap.files_done}/{snap.files_total}",
+                chunks=f"{snap.chunks_done}/{snap.chunks_total}",
+                chunks_embedded=snap.chunks_embedded,
+                chunks_per_s=snap.chunks_per_s,
+                eta_s=snap.eta_s,
+            )
         if self.on_update:
             self.on_update(snap)
 
@@ -122,8 +140,10 @@ class RunProgress:
     def _beat(self, stop: threading.Event) -> None:
         while not stop.wait(BEAT):
             with self._lock:
-                if self._logged_at is not None and \
-                        time.perf_counter() - self._logged_at >= self.log_every:
+                if (
+                    self._logged_at is not None
+                    and time.perf_counter() - self._logged_at >= self.log_every
+                ):
                     self._changed()
 
     @contextmanager
@@ -132,8 +152,9 @@ class RunProgress:
         thread runs in a copy of this context: inside a flow run, its lines reach the run."""
         stop = threading.Event()
         context = contextvars.copy_context()
-        thread = threading.Thread(target=context.run, args=(self._beat, stop),
-                                  name="index-progress", daemon=True)
+        thread = threading.Thread(
+            target=context.run, args=(self._beat, stop), name="index-progress", daemon=True
+        )
         thread.start()
         try:
             yield

@@ -16,10 +16,10 @@ import posixpath
 from typing import Any
 
 from hetriever.core.clock import utc_text
-from hetriever.discover.git_objects import SkipFile, read_content_files
-from hetriever.discover.changes import list_content_files
 from hetriever.core.logs import get_logger
 from hetriever.core.models import ChangeKind, ChangeSet, FileChange
+from hetriever.discover.changes import list_content_files
+from hetriever.discover.git_objects import SkipFile, read_content_files
 from hetriever.discover.repositories import Repository
 from hetriever.parse.page import parse_page
 from hetriever.parse.publish_pages import calls_glossary
@@ -28,8 +28,9 @@ from hetriever.store.store_types import IndexingStore
 log = get_logger(__name__)
 
 
-def with_crossed_windows(store: IndexingStore, repo: Repository, change_set: ChangeSet,
-                         now: dt.datetime) -> tuple[ChangeSet, list[str]]:
+def with_crossed_windows(
+    store: IndexingStore, repo: Repository, change_set: ChangeSet, now: dt.datetime
+) -> tuple[ChangeSet, list[str]]:
     """The change set with the files whose publish window a date crossed since the last
     check added (as modified); a no-op run that finds some becomes an incremental run at the
     same commit. Also returns those files. A full run processes every file anyway."""
@@ -45,8 +46,14 @@ def with_crossed_windows(store: IndexingStore, repo: Repository, change_set: Cha
     added = [p for p in crossed if p not in already and p not in gone]
     if not added:
         return change_set, []
-    log.info("publish_windows_crossed", repository=repo.name, since=since, now=utc_text(now),
-             files=len(added), first=added[:5])
+    log.info(
+        "publish_windows_crossed",
+        repository=repo.name,
+        since=since,
+        now=utc_text(now),
+        files=len(added),
+        first=added[:5],
+    )
     change_set.changes.extend(FileChange(ChangeKind.MODIFIED, p) for p in added)
     if change_set.mode == "noop":
         change_set.mode = "incremental"
@@ -65,16 +72,21 @@ def showing_pages(repo: Repository, change_set: ChangeSet) -> list[str]:
     """Section pages that show a changed file's text (a glossary page and its terms) and are
     not in the change set: they must be processed again too."""
     changed = {p for c in change_set.changes for p in (c.path, c.old_path) if p}
-    parents = {posixpath.join(posixpath.dirname(p), "_index.md") for p in changed
-               if posixpath.basename(p) != "_index.md"}
+    parents = {
+        posixpath.join(posixpath.dirname(p), "_index.md")
+        for p in changed
+        if posixpath.basename(p) != "_index.md"
+    }
     parents -= {c.path for c in change_set.changes}
     if not parents:
         return []
     tree = set(list_content_files(repo, change_set.new_commit))
     present = sorted(p for p in parents if p in tree)
-    return [path for path, text in read_content_files(repo, present, change_set.new_commit,
-                                                      max_bytes=10**9)
-            if not isinstance(text, SkipFile) and calls_glossary(text)]
+    return [
+        path
+        for path, text in read_content_files(repo, present, change_set.new_commit, max_bytes=10**9)
+        if not isinstance(text, SkipFile) and calls_glossary(text)
+    ]
 
 
 def below_changed_cascades(repo: Repository, change_set: ChangeSet) -> list[str]:
@@ -92,18 +104,27 @@ def below_changed_cascades(repo: Repository, change_set: ChangeSet) -> list[str]
             texts = list(read_content_files(repo, paths, commit, max_bytes=10**9))
         except Exception:  # the old side may be gone (history rewritten): the new one counts
             return {}
-        return {p: parse_page(repo.name, p, text).publish.cascade for p, text in texts
-                if not isinstance(text, SkipFile)}
+        return {
+            p: parse_page(repo.name, p, text).publish.cascade
+            for p, text in texts
+            if not isinstance(text, SkipFile)
+        }
 
     new = cascades(change_set.new_commit, [c.path for c in sections])
     old = cascades(change_set.old_commit, [c.old_path or c.path for c in sections])
-    changed = {posixpath.dirname(c.path) + "/" for c in sections
-               if new.get(c.path, ()) != old.get(c.old_path or c.path, ())}
+    changed = {
+        posixpath.dirname(c.path) + "/"
+        for c in sections
+        if new.get(c.path, ()) != old.get(c.old_path or c.path, ())
+    }
     if not changed:
         return []
     already = {c.path for c in change_set.changes}
-    return [p for p in list_content_files(repo, change_set.new_commit)
-            if p not in already and any(p.startswith(d) for d in changed)]
+    return [
+        p
+        for p in list_content_files(repo, change_set.new_commit)
+        if p not in already and any(p.startswith(d) for d in changed)
+    ]
 
 
 def expand_publish_dependents(repo: Repository, change_set: ChangeSet) -> ChangeSet:
@@ -112,8 +133,9 @@ def expand_publish_dependents(repo: Repository, change_set: ChangeSet) -> Change
     include dependents (unchanged pages processed again)."""
     if change_set.mode != "incremental":
         return change_set
-    added = sorted(set(showing_pages(repo, change_set)) |
-                   set(below_changed_cascades(repo, change_set)))
+    added = sorted(
+        set(showing_pages(repo, change_set)) | set(below_changed_cascades(repo, change_set))
+    )
     if added:
         log.info("publish_dependents", repository=repo.name, pages=len(added))
         change_set.changes.extend(FileChange(ChangeKind.MODIFIED, p) for p in added)

@@ -21,17 +21,22 @@ async def settle_recorded_run(store: IndexingStore, repo: Repository, commit: st
     if physical is None:
         return
     catalog = store.catalog
-    left = [r for r in catalog.runs(repo.name, limit=5)
-            if r["collection"] == physical and r["outcome"] == "running"
-            and r["new_commit"] == commit]
+    left = [
+        r
+        for r in catalog.runs(repo.name, limit=5)
+        if r["collection"] == physical and r["outcome"] == "running" and r["new_commit"] == commit
+    ]
     record = catalog.repository(repo.name)
     if not left and (record is None or record.last_commit == commit):
         return
-    log.warning("recorded_run_settled", repository=repo.name, commit=commit[:12],
-                action="the catalog now says the commit the collection recorded")
+    log.warning(
+        "recorded_run_settled",
+        repository=repo.name,
+        commit=commit[:12],
+        action="the catalog now says the commit the collection recorded",
+    )
     if left:
-        catalog.finish_run(left[0]["id"], outcome="ok", counts=left[0]["counts"],
-                           commit=commit)
+        catalog.finish_run(left[0]["id"], outcome="ok", counts=left[0]["counts"], commit=commit)
     else:
         catalog.set_last_commit(repo.name, commit)
     await asyncio.to_thread(store.replica.publish, repo.name, None)

@@ -28,14 +28,14 @@ class RepositoryStatus:
     repository: str
     access_level: str
     indexed_commit: str = ""
-    checked_out: str | None = None   # None: no checkout here, or it cannot be read
-    checkout_error: str = ""         # why it cannot be read
+    checked_out: str | None = None  # None: no checkout here, or it cannot be read
+    checkout_error: str = ""  # why it cannot be read
     upstream: Upstream = field(default_factory=Upstream)
     files: int = 0
     chunks: int = 0
     last_run_at: str = ""
     last_run_outcome: str = ""
-    url: str = ""                    # the remote as recorded (may hold credentials)
+    url: str = ""  # the remote as recorded (may hold credentials)
 
     @property
     def up_to_date(self) -> bool | None:
@@ -47,11 +47,19 @@ class RepositoryStatus:
         """As `GET /repositories` and MCP answer it (`hetriever.serve.schemas.Repository`):
         the remote without credentials, and only a network address (a clone from a
         directory here would name a server path)."""
-        return {"repository": self.repository, "url": public_url(self.url),
-                "access_level": self.access_level, "indexed_commit": self.indexed_commit,
-                "checked_out_commit": self.checked_out, "up_to_date": self.up_to_date,
-                **self.upstream.to_dict(), "files": self.files, "chunks": self.chunks,
-                "last_run_at": self.last_run_at, "last_run_outcome": self.last_run_outcome}
+        return {
+            "repository": self.repository,
+            "url": public_url(self.url),
+            "access_level": self.access_level,
+            "indexed_commit": self.indexed_commit,
+            "checked_out_commit": self.checked_out,
+            "up_to_date": self.up_to_date,
+            **self.upstream.to_dict(),
+            "files": self.files,
+            "chunks": self.chunks,
+            "last_run_at": self.last_run_at,
+            "last_run_outcome": self.last_run_outcome,
+        }
 
 
 def checked_out(repo: Repository | None) -> tuple[str | None, str]:
@@ -64,9 +72,16 @@ def checked_out(repo: Repository | None) -> tuple[str | None, str]:
         return None, str(exc)
 
 
-def repository_status(catalog: Any, name: str, collection: str | None, access_level: str, *,
-                      repo: Repository | None = None, meta: dict[str, Any] | None = None,
-                      fetch: bool = False) -> RepositoryStatus:
+def repository_status(
+    catalog: Any,
+    name: str,
+    collection: str | None,
+    access_level: str,
+    *,
+    repo: Repository | None = None,
+    meta: dict[str, Any] | None = None,
+    fetch: bool = False,
+) -> RepositoryStatus:
     """Repository `name`'s status from the catalog (its active `collection`, if any), the
     collection metadata `meta` where the caller reads it, and its checkout `repo` where it is
     here (`fetch`: fetch the followed branch first, for `status --fetch`)."""
@@ -74,15 +89,21 @@ def repository_status(catalog: Any, name: str, collection: str | None, access_le
     meta = meta or {}
     record = catalog.repository(name) if catalog is not None else None
     counts = catalog.file_counts(collection) if catalog is not None and collection else {}
-    indexed = (record.last_commit if record and record.last_commit
-               else str(meta.get("commit_hash", "")))
+    indexed = (
+        record.last_commit if record and record.last_commit else str(meta.get("commit_hash", ""))
+    )
     head, error = checked_out(repo)
     waiting = upstream(repo, indexed, fetch_first=fetch) if head and repo else Upstream()
     return RepositoryStatus(
-        repository=name, access_level=access_level, indexed_commit=indexed,
-        checked_out=head, checkout_error=error, upstream=waiting,
+        repository=name,
+        access_level=access_level,
+        indexed_commit=indexed,
+        checked_out=head,
+        checkout_error=error,
+        upstream=waiting,
         files=counts.get(INDEXED, meta.get("total_documents", 0)),
         chunks=counts.get("chunks", 0) if served else meta.get("total_chunks", 0),
         last_run_at=record.last_run_at if record else "",
         last_run_outcome=record.last_run_outcome if record else "",
-        url=record.url if record else "")
+        url=record.url if record else "",
+    )

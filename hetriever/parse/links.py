@@ -35,7 +35,8 @@ _LINKS = re.compile(
     r"|^[ ]{0,3}\[[^\]\n]+\]:[ \t]*<?(?P<definition>[^\s>]+)"
     r"|\bhref\s*=\s*[\"'](?P<href>[^\"']+)[\"']"
     r"|\{\{[<%]\s*(?:rel)?ref\s+\"(?P<ref>[^\"]+)\"",
-    re.MULTILINE)
+    re.MULTILINE,
+)
 _SCHEME = re.compile(r"^[a-z][a-z0-9+.-]*:", re.IGNORECASE)
 _CONTENT_FILE = re.compile(r"\.(md|markdown|mdown)$", re.IGNORECASE)
 
@@ -118,8 +119,10 @@ class LinkPrior:
         missing: dict[str, dict[str, tuple[str, list[str]]]] = {}
         for page, (name, metadata) in pages.items():
             if page not in self._known:
-                missing.setdefault(name, {})[page] = (str(metadata.get("file_path", "")),
-                                                      page_keys(metadata))
+                missing.setdefault(name, {})[page] = (
+                    str(metadata.get("file_path", "")),
+                    page_keys(metadata),
+                )
         for name, wanted in missing.items():
             collection = self._physical.get(name)
             keys = {k for _, ks in wanted.values() for k in ks}

@@ -18,15 +18,28 @@ from frontmatter.default_handlers import TOMLHandler, YAMLHandler
 
 from hetriever.core.logs import get_logger
 from hetriever.core.models import Metadata, MetadataValue
-from hetriever.parse.parsed_page import Page
 from hetriever.discover.publish_rules import page_facts
 from hetriever.discover.site import Site
+from hetriever.parse.parsed_page import Page
 
 log = get_logger(__name__)
 
 # Front matter keys that travel with a page (and may become chunk metadata).
-PUBLIC_KEYS = ("title", "linkTitle", "description", "summary", "weight", "tags", "categories",
-               "keywords", "aliases", "draft", "date", "slug", "url")
+PUBLIC_KEYS = (
+    "title",
+    "linkTitle",
+    "description",
+    "summary",
+    "weight",
+    "tags",
+    "categories",
+    "keywords",
+    "aliases",
+    "draft",
+    "date",
+    "slug",
+    "url",
+)
 # Kept only so `skip_reason` can judge the page from the `Page` alone.
 INTERNAL_KEYS = ("build_render", "redirect", "headless")
 
@@ -62,7 +75,7 @@ def split_front_matter(text: str) -> tuple[str, str, str, str]:
             end = text.find("\n", pos)
             line = text[pos:] if end < 0 else text[pos:end]
             if line.rstrip() == delim:
-                body = "" if end < 0 else text[end + 1:]
+                body = "" if end < 0 else text[end + 1 :]
                 return fmt, text[start:pos], body, ""
             if end < 0:
                 break
@@ -240,7 +253,7 @@ def _content_parts(file_path: str, content_dir: str, language_dirs: Collection[s
     path = file_path.replace("\\", "/").lstrip("/")
     prefix = content_dir.strip("/")
     if prefix and (path == prefix or path.startswith(prefix + "/")):
-        path = path[len(prefix):].lstrip("/")
+        path = path[len(prefix) :].lstrip("/")
     parts = [p for p in path.split("/") if p and p != "."]
     if len(parts) > 1 and parts[0] in language_dirs:
         parts = parts[1:]
@@ -256,8 +269,13 @@ def _urlize(segment: str) -> str:
     return "-".join(segment.strip().lower().split())
 
 
-def page_url(file_path: str, front_matter: Mapping[str, Any], *, content_dir: str = "content",
-             language_dirs: Collection[str] = ("en",)) -> str:
+def page_url(
+    file_path: str,
+    front_matter: Mapping[str, Any],
+    *,
+    content_dir: str = "content",
+    language_dirs: Collection[str] = ("en",),
+) -> str:
     """The URL path Hugo publishes the page at, for the common cases (see module docs)."""
     explicit = front_matter.get("url")
     if isinstance(explicit, str) and explicit.strip():
@@ -285,14 +303,27 @@ def _kind(relative: str) -> str:
     return "page"
 
 
-_MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August",
-           "September", "October", "November", "December")
+_MONTHS = (
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+)
 _DATE = re.compile(r"^(\d{4})-(\d{2})-(\d{2})")
 _TOKEN = re.compile(r":([a-z]+)")
 
 
-def _permalink(site: Site, lang: str, relative: str, front_matter: Mapping[str, Any],
-               title: str) -> str | None:
+def _permalink(
+    site: Site, lang: str, relative: str, front_matter: Mapping[str, Any], title: str
+) -> str | None:
     """The URL a `permalinks` pattern of the site gives the page (Hugo's map form and its
     common tokens), or None: no pattern for its kind and top-level section, or a token this
     does not know (the default URL is kept)."""
@@ -311,14 +342,22 @@ def _permalink(site: Site, lang: str, relative: str, front_matter: Mapping[str, 
     slug = str(slug).strip() if isinstance(slug, (str, int, float)) and str(slug).strip() else ""
     date = _DATE.match(str(front_matter.get("date") or ""))
     values = {
-        "section": section, "sections": "/".join(directories),
-        "title": _urlize(title), "slug": _urlize(slug or title),
-        "filename": base, "contentbasename": base,
-        "slugorfilename": slug or base, "slugorcontentbasename": slug or base,
+        "section": section,
+        "sections": "/".join(directories),
+        "title": _urlize(title),
+        "slug": _urlize(slug or title),
+        "filename": base,
+        "contentbasename": base,
+        "slugorfilename": slug or base,
+        "slugorcontentbasename": slug or base,
     }
     if date:
-        values.update(year=date.group(1), month=date.group(2), day=date.group(3),
-                      monthname=_MONTHS[int(date.group(2)) - 1].lower())
+        values.update(
+            year=date.group(1),
+            month=date.group(2),
+            day=date.group(3),
+            monthname=_MONTHS[int(date.group(2)) - 1].lower(),
+        )
     unknown = [t for t in _TOKEN.findall(pattern) if t not in values]
     if unknown:
         return None
@@ -327,8 +366,9 @@ def _permalink(site: Site, lang: str, relative: str, front_matter: Mapping[str, 
     return url
 
 
-def page_section(file_path: str, *, content_dir: str = "content",
-                 language_dirs: Collection[str] = ("en",)) -> str:
+def page_section(
+    file_path: str, *, content_dir: str = "content", language_dirs: Collection[str] = ("en",)
+) -> str:
     """First directory under the content dir; "" for the home page and root-level pages."""
     parts = _content_parts(file_path, content_dir, language_dirs)
     return parts[0] if len(parts) > 1 else ""
@@ -339,8 +379,9 @@ def _humanise(name: str) -> str:
     return words[:1].upper() + words[1:] if words else ""
 
 
-def derive_title(file_path: str, *, content_dir: str = "content",
-                 language_dirs: Collection[str] = ("en",)) -> str:
+def derive_title(
+    file_path: str, *, content_dir: str = "content", language_dirs: Collection[str] = ("en",)
+) -> str:
     parts = _content_parts(file_path, content_dir, language_dirs)
     if not parts:
         return ""
@@ -353,8 +394,15 @@ def derive_title(file_path: str, *, content_dir: str = "content",
 # --- the page -----------------------------------------------------------------------
 
 
-def parse_page(repository: str, file_path: str, text: str, *, content_dir: str = "content",
-               language_dirs: Collection[str] = ("en",), site: Site | None = None) -> Page:
+def parse_page(
+    repository: str,
+    file_path: str,
+    text: str,
+    *,
+    content_dir: str = "content",
+    language_dirs: Collection[str] = ("en",),
+    site: Site | None = None,
+) -> Page:
     """Parse one content file. Never raises; malformed front matter is logged and dropped.
 
     With a `site` (hetriever.discover.site), the page's language, URL and section follow the site's
@@ -374,18 +422,23 @@ def parse_page(repository: str, file_path: str, text: str, *, content_dir: str =
         path_for_url, base, dirs = where.relative, "", ()
         prefix, lang = site.url_prefix(where.lang), where.lang
         key = data.get("translationKey") or data.get("translationkey")
-        translation_key = (str(key) if isinstance(key, (str, int)) and str(key).strip()
-                           else where.translation_key)
+        translation_key = (
+            str(key) if isinstance(key, (str, int)) and str(key).strip() else where.translation_key
+        )
     title = str(front_matter.get("title") or front_matter.get("linkTitle") or "") or derive_title(
-        path_for_url, content_dir=base, language_dirs=dirs)
+        path_for_url, content_dir=base, language_dirs=dirs
+    )
     tags = front_matter.get("tags", [])
     url = page_url(path_for_url, front_matter, content_dir=base, language_dirs=dirs)
     explicit = isinstance(front_matter.get("url"), str) and str(front_matter["url"]).strip()
     if site is not None and where is not None and not explicit:
         url = _permalink(site, lang, path_for_url, front_matter, title) or url
     if site is not None and not explicit:
-        if site.ugly_urls and url != "/" and _stem(posixpath.basename(path_for_url)) not in (
-                "_index", "index"):
+        if (
+            site.ugly_urls
+            and url != "/"
+            and _stem(posixpath.basename(path_for_url)) not in ("_index", "index")
+        ):
             url = url.rstrip("/") + ".html"
         url = (prefix + url) if prefix else url
     elif site is not None and where is not None and "://" not in url:

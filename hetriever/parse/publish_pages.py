@@ -20,9 +20,9 @@ import posixpath
 import re
 from collections.abc import Callable, Iterable, Sequence
 
-from hetriever.parse.parsed_page import Page
 from hetriever.discover.publish_rules import Decision, Section, SiteRules, decide, hugo_path
 from hetriever.discover.site import Site
+from hetriever.parse.parsed_page import Page
 
 ReadPage = Callable[[str], "Page | None"]
 
@@ -39,11 +39,12 @@ def content_root(file_path: str, site: Site | None, content_dir: str) -> tuple[s
         # The file's own path below the root (site.locate drops a `.fr` language suffix).
         depth = len([p for p in located.relative.split("/") if p])
         parts = file_path.split("/")
-        root = "/".join(parts[:len(parts) - depth])
-        return root, "/".join(parts[len(parts) - depth:]), located.lang
+        root = "/".join(parts[: len(parts) - depth])
+        return root, "/".join(parts[len(parts) - depth :]), located.lang
     base = content_dir.strip("/")
-    relative = file_path[len(base) + 1:] if base and file_path.startswith(base + "/") \
-        else file_path
+    relative = (
+        file_path[len(base) + 1 :] if base and file_path.startswith(base + "/") else file_path
+    )
     return base, relative, (site.default_lang if site is not None else "en")
 
 
@@ -71,13 +72,16 @@ def _root_lang(site: Site, directory: str) -> str:
     located = site.locate(posixpath.join(directory, "_index.md"))
     if located is None:
         return ""
-    roots = [r for r in site.roots if r.lang == located.lang and (
-        directory == r.source or directory.startswith(r.source.rstrip("/") + "/"))]
+    roots = [
+        r
+        for r in site.roots
+        if r.lang == located.lang
+        and (directory == r.source or directory.startswith(r.source.rstrip("/") + "/"))
+    ]
     return located.lang if roots else ""
 
 
-def ancestors(file_path: str, read: ReadPage, site: Site | None,
-              content_dir: str) -> list[Section]:
+def ancestors(file_path: str, read: ReadPage, site: Site | None, content_dir: str) -> list[Section]:
     """The sections above a file (each an `_index` file's Hugo path, publish facts and
     language), nearest first, up to its content root's home page."""
     root, relative, lang = content_root(file_path, site, content_dir)
@@ -103,14 +107,18 @@ def ancestors(file_path: str, read: ReadPage, site: Site | None,
     return found
 
 
-def verdict(page: Page, relative: str, parents: Sequence[Section],
-            site: Site | None) -> Decision:
+def verdict(page: Page, relative: str, parents: Sequence[Section], site: Site | None) -> Decision:
     """Hugo's verdict on a parsed page, its ancestors' facts given."""
     path, kind = hugo_path(relative)
-    return decide(page.publish, parents, path=path, kind=kind,
-                  lang=page.lang or (site.default_lang if site is not None else "en"),
-                  redirect=bool(page.front_matter.get("redirect")),
-                  site=site.rules if site is not None else SiteRules())
+    return decide(
+        page.publish,
+        parents,
+        path=path,
+        kind=kind,
+        lang=page.lang or (site.default_lang if site is not None else "en"),
+        redirect=bool(page.front_matter.get("redirect")),
+        site=site.rules if site is not None else SiteRules(),
+    )
 
 
 # --- pages shown on another page ------------------------------------------------------
@@ -120,8 +128,14 @@ def calls_glossary(body: str) -> bool:
     return GLOSSARY_CALL.search(body) is not None
 
 
-def glossary_terms(section_path: str, listing: Iterable[str], read: ReadPage,
-                   site: Site | None, content_dir: str, now: dt.datetime) -> list[Page]:
+def glossary_terms(
+    section_path: str,
+    listing: Iterable[str],
+    read: ReadPage,
+    site: Site | None,
+    content_dir: str,
+    now: dt.datetime,
+) -> list[Page]:
     """The pages of the section whose `_index` file is `section_path`, as its `.Pages`
     holds them (built, not `list: never`), sorted by title: what the `glossary` shortcode
     renders."""
@@ -129,7 +143,7 @@ def glossary_terms(section_path: str, listing: Iterable[str], read: ReadPage,
     section = read(section_path)
     terms = []
     for path in sorted(listing):
-        rest = path[len(directory) + 1:] if path.startswith(directory + "/") else ""
+        rest = path[len(directory) + 1 :] if path.startswith(directory + "/") else ""
         parts = rest.split("/")
         leaf = len(parts) == 1 and parts[0].endswith(".md") and not parts[0].startswith("_")
         bundle = len(parts) == 2 and parts[1] == "index.md"
@@ -140,8 +154,12 @@ def glossary_terms(section_path: str, listing: Iterable[str], read: ReadPage,
             continue  # a translation is its own language's section's page
         _, relative, _ = content_root(path, site, content_dir)
         decision = verdict(page, relative, ancestors(path, read, site, content_dir), site)
-        if decision.draft or decision.headless or decision.list == "never" or \
-                not decision.in_window(now):
+        if (
+            decision.draft
+            or decision.headless
+            or decision.list == "never"
+            or not decision.in_window(now)
+        ):
             continue
         terms.append(page)
     return sorted(terms, key=lambda p: (p.title.lower(), p.file_path))

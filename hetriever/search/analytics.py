@@ -102,18 +102,31 @@ class QueryRecord:
     cold: bool
 
     @classmethod
-    def of(cls, result: RetrievalResult, *, returned: int | None = None,
-           latency_ms: float | None = None, repositories: list[str] | None = None,
-           source: str, cold: bool, query_id: str | None = None) -> QueryRecord:
+    def of(
+        cls,
+        result: RetrievalResult,
+        *,
+        returned: int | None = None,
+        latency_ms: float | None = None,
+        repositories: list[str] | None = None,
+        source: str,
+        cold: bool,
+        query_id: str | None = None,
+    ) -> QueryRecord:
         """`returned`: the results the caller was shown (a server cuts to its k)."""
         shown = result.matches if returned is None else result.matches[:returned]
-        return cls(id=query_id or new_query_id(), at=time.time(), query=result.query,
-                   repositories=list(repositories or []),
-                   results=len(shown) if returned is not None else result.total_results,
-                   top_score=shown[0].score if shown else None,
-                   similarity=nearest_similarity(shown),
-                   latency_ms=result.search_time_ms if latency_ms is None else latency_ms,
-                   source=source, cold=cold)
+        return cls(
+            id=query_id or new_query_id(),
+            at=time.time(),
+            query=result.query,
+            repositories=list(repositories or []),
+            results=len(shown) if returned is not None else result.total_results,
+            top_score=shown[0].score if shown else None,
+            similarity=nearest_similarity(shown),
+            latency_ms=result.search_time_ms if latency_ms is None else latency_ms,
+            source=source,
+            cold=cold,
+        )
 
 
 @dataclass(frozen=True)
@@ -131,8 +144,14 @@ def analytics_path(state_dir: Path) -> Path:
 class AnalyticsStore:
     """The analytics file. `retention_days` bounds every write and every read."""
 
-    def __init__(self, path: Path, *, retention_days: int, timeout: float = WRITE_TIMEOUT,
-                 keep: int = KEEP_QUERIES) -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        retention_days: int,
+        timeout: float = WRITE_TIMEOUT,
+        keep: int = KEEP_QUERIES,
+    ) -> None:
         self.path, self.retention_days, self.keep = path, retention_days, keep
         self._db = connect(path, timeout=timeout)
         self._db.executescript(SCHEMA)
@@ -149,14 +168,30 @@ class AnalyticsStore:
             self._db.executemany(
                 "INSERT OR IGNORE INTO queries (id, at, query, repositories, results, "
                 "top_score, similarity, latency_ms, source, cold) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                [(q.id, q.at, _storable(q.query, MAX_QUERY_CHARS), json.dumps(q.repositories),
-                  q.results, q.top_score, q.similarity, q.latency_ms, q.source, int(q.cold))
-                 for q in queries])
+                [
+                    (
+                        q.id,
+                        q.at,
+                        _storable(q.query, MAX_QUERY_CHARS),
+                        json.dumps(q.repositories),
+                        q.results,
+                        q.top_score,
+                        q.similarity,
+                        q.latency_ms,
+                        q.source,
+                        int(q.cold),
+                    )
+                    for q in queries
+                ],
+            )
             self._db.executemany(
                 "INSERT OR IGNORE INTO opens (query_id, rank, url, at) "
                 "SELECT id, ?, ?, ? FROM queries WHERE id = ? AND ? BETWEEN 1 AND results",
-                [(o.rank, _storable(o.url, MAX_URL_CHARS), o.at, o.query_id, o.rank)
-                 for o in opens])
+                [
+                    (o.rank, _storable(o.url, MAX_URL_CHARS), o.at, o.query_id, o.rank)
+                    for o in opens
+                ],
+            )
         if time.time() - self._dropped_at > 60:  # retention: at most once a minute
             self.drop_expired()
 
@@ -166,10 +201,12 @@ class AnalyticsStore:
         with self._db:
             gone = self._db.execute("DELETE FROM queries WHERE at < ?", (cutoff,)).rowcount
             gone += self._db.execute(
-                "DELETE FROM queries WHERE seq <= (SELECT MAX(seq) FROM queries) - ?",
-                (self.keep,)).rowcount
-            self._db.execute("DELETE FROM opens WHERE at < ? OR query_id NOT IN "
-                             "(SELECT id FROM queries)", (cutoff,))
+                "DELETE FROM queries WHERE seq <= (SELECT MAX(seq) FROM queries) - ?", (self.keep,)
+            ).rowcount
+            self._db.execute(
+                "DELETE FROM opens WHERE at < ? OR query_id NOT IN (SELECT id FROM queries)",
+                (cutoff,),
+            )
         self._dropped_at = time.time()
         return gone
 
@@ -191,7 +228,9 @@ class AnalyticsStore:
         try:
             return self._db.execute(
                 "SELECT q.*, (SELECT group_concat(rank) FROM opens o WHERE o.query_id = q.id)"
-                " AS opened FROM queries q WHERE q.at >= ? ORDER BY q.at", (since,)).fetchall()
+                " AS opened FROM queries q WHERE q.at >= ? ORDER BY q.at",
+                (since,),
+            ).fetchall()
         finally:
             self._db.row_factory = None
 
@@ -200,7 +239,9 @@ class AnalyticsStore:
         since = max(self.cutoff, time.time() - days * DAY) if days is not None else self.cutoff
         return self._db.execute(
             "SELECT q.query, o.rank, o.url FROM opens o JOIN queries q ON q.id = o.query_id "
-            "WHERE q.at >= ? ORDER BY o.at", (since,)).fetchall()
+            "WHERE q.at >= ? ORDER BY o.at",
+            (since,),
+        ).fetchall()
 
     def close(self) -> None:
         self._db.close()

@@ -68,8 +68,7 @@ def _scope(row: Any) -> list[str]:
 
 
 def _is_weak(row: Any, weak_below: float) -> bool:
-    return row["results"] > 0 and row["similarity"] is not None \
-        and row["similarity"] < weak_below
+    return row["results"] > 0 and row["similarity"] is not None and row["similarity"] < weak_below
 
 
 def _listed(counts: Counter[str], extra: dict[str, dict[str, Any]] | None = None) -> list[dict]:
@@ -78,10 +77,22 @@ def _listed(counts: Counter[str], extra: dict[str, dict[str, Any]] | None = None
     return [{"query": q, "count": n, **((extra or {}).get(q, {}))} for q, n in ordered]
 
 
-def build_report(rows: list[Any], opens: list[tuple[str, int, str]], *, enabled: bool,
-                 retention_days: int, days: float, weak_below: float) -> AnalyticsReport:
-    report = AnalyticsReport(enabled=enabled, retention_days=retention_days, days=days,
-                             weak_below=weak_below, queries=len(rows))
+def build_report(
+    rows: list[Any],
+    opens: list[tuple[str, int, str]],
+    *,
+    enabled: bool,
+    retention_days: int,
+    days: float,
+    weak_below: float,
+) -> AnalyticsReport:
+    report = AnalyticsReport(
+        enabled=enabled,
+        retention_days=retention_days,
+        days=days,
+        weak_below=weak_below,
+        queries=len(rows),
+    )
     per_day: dict[str, Counter[str]] = defaultdict(Counter)
     asked: Counter[str] = Counter()
     empty: Counter[str] = Counter()
@@ -99,9 +110,10 @@ def build_report(rows: list[Any], opens: list[tuple[str, int, str]], *, enabled:
             day["no_result"] += 1
             empty[query] += 1
             scopes = last_empty.get(query, {}).get("scope", [])
-            last_empty[query] = {"last": time.strftime("%Y-%m-%d %H:%M",
-                                                       time.gmtime(row["at"])),
-                                 "scope": sorted({*scopes, *_scope(row)})}
+            last_empty[query] = {
+                "last": time.strftime("%Y-%m-%d %H:%M", time.gmtime(row["at"])),
+                "scope": sorted({*scopes, *_scope(row)}),
+            }
         elif _is_weak(row, weak_below):
             day["weak"] += 1
             weak[query] += 1
@@ -112,21 +124,26 @@ def build_report(rows: list[Any], opens: list[tuple[str, int, str]], *, enabled:
         if row["source"] == "http" and row["results"] > 0:  # only the page reports opens
             unopened[query] += 1
         latencies[(row["source"], temperature_of(row["cold"]))].append(row["latency_ms"])
-    report.per_day = [{"day": d, "queries": c["queries"], "no_result": c["no_result"],
-                       "weak": c["weak"]} for d, c in sorted(per_day.items())]
-    report.top_queries = _listed(asked, {q: {"no_result": empty[q], "weak": weak[q]}
-                                         for q in asked})
+    report.per_day = [
+        {"day": d, "queries": c["queries"], "no_result": c["no_result"], "weak": c["weak"]}
+        for d, c in sorted(per_day.items())
+    ]
+    report.top_queries = _listed(
+        asked, {q: {"no_result": empty[q], "weak": weak[q]} for q in asked}
+    )
     report.no_result = _listed(empty, last_empty)
     report.weak = _listed(weak, {q: {"similarity": round(s, 3)} for q, s in nearest.items()})
-    report.unopened = _listed(Counter({q: n for q, n in unopened.items()
-                                       if q not in opened_once}))
+    report.unopened = _listed(Counter({q: n for q, n in unopened.items() if q not in opened_once}))
     opened = Counter((q, rank, url) for q, rank, url in opens)
-    report.opens = [{"query": q, "rank": rank, "url": url, "count": n} for (q, rank, url), n
-                    in sorted(opened.items(), key=lambda kv: (-kv[1], kv[0]))[:LISTED]]
+    report.opens = [
+        {"query": q, "rank": rank, "url": url, "count": n}
+        for (q, rank, url), n in sorted(opened.items(), key=lambda kv: (-kv[1], kv[0]))[:LISTED]
+    ]
     order = {name: i for i, name in enumerate(SOURCES)}
-    report.latency = [{"source": s, "temperature": t, "count": len(v), **_percentiles(v)}
-                      for (s, t), v in sorted(latencies.items(),
-                                              key=lambda g: (order.get(g[0][0], 99), g[0][1]))]
+    report.latency = [
+        {"source": s, "temperature": t, "count": len(v), **_percentiles(v)}
+        for (s, t), v in sorted(latencies.items(), key=lambda g: (order.get(g[0][0], 99), g[0][1]))
+    ]
     return report
 
 
@@ -144,5 +161,11 @@ def analytics_report(settings: Any, *, days: float | None = None) -> AnalyticsRe
             rows, opens = store.rows(window), store.opens(window)
         finally:
             store.close()
-    return build_report(rows, opens, enabled=settings.analytics, retention_days=retention,
-                        days=window, weak_below=settings.analytics_weak_similarity)
+    return build_report(
+        rows,
+        opens,
+        enabled=settings.analytics,
+        retention_days=retention,
+        days=window,
+        weak_below=settings.analytics_weak_similarity,
+    )

@@ -47,10 +47,19 @@ def _fill_documents(store: RetrievalStore, hits: list[_Hit]) -> None:
         ids = [h.doc_id for h in group]
         try:
             col = store.collection(name)
-            got = store.call("get", lambda: col.get(ids=ids, include=["documents", "metadatas"]),
-                              retry=False) if col is not None else {"ids": []}
-            fetched = {i: (d, m) for i, d, m in zip(got["ids"], got.get("documents") or [],
-                                                     got.get("metadatas") or [])}
+            got = (
+                store.call(
+                    "get", lambda: col.get(ids=ids, include=["documents", "metadatas"]), retry=False
+                )
+                if col is not None
+                else {"ids": []}
+            )
+            fetched = {
+                i: (d, m)
+                for i, d, m in zip(
+                    got["ids"], got.get("documents") or [], got.get("metadatas") or []
+                )
+            }
             chroma_answered = True
         except Exception as exc:
             log.warning("search_fetch_failed", collection=name, error=str(exc))
@@ -79,8 +88,12 @@ def _trusted(hit: _Hit, plans: Mapping[str, CollectionPlan], levels: frozenset[s
         log.warning("result_without_content", doc_id=hit.doc_id, collection=hit.collection)
         return False
     if meta.get("repository") not in plans or meta.get("repository") != hit.collection:
-        log.warning("result_out_of_scope", doc_id=hit.doc_id, collection=hit.collection,
-                    repository=meta.get("repository"))
+        log.warning(
+            "result_out_of_scope",
+            doc_id=hit.doc_id,
+            collection=hit.collection,
+            repository=meta.get("repository"),
+        )
         return False
     if meta.get("content_hash") != content_hash(hit.content):
         log.warning("result_hash_mismatch", doc_id=hit.doc_id, collection=hit.collection)
@@ -88,8 +101,9 @@ def _trusted(hit: _Hit, plans: Mapping[str, CollectionPlan], levels: frozenset[s
     why = denial(plans[hit.collection], meta, levels)
     if why is not None:
         # The store-side filter should have kept it out: this is the second layer at work.
-        log.warning("result_access_denied", doc_id=hit.doc_id, collection=hit.collection,
-                    reason=why)
+        log.warning(
+            "result_access_denied", doc_id=hit.doc_id, collection=hit.collection, reason=why
+        )
         return False
     return True
 
@@ -108,11 +122,16 @@ def bounded_passage(text: str) -> str:
     """`text`, or its start with a line saying it was cut and why, when over the bound."""
     if len(text) <= MAX_PASSAGE_CHARS:
         return text
-    return (text[:MAX_PASSAGE_CHARS] + f"\n[passage cut: {len(text):,} characters, the first "
-            f"{MAX_PASSAGE_CHARS:,} shown; `hetriever ingest --full` re-cuts it into chunks]")
+    return (
+        text[:MAX_PASSAGE_CHARS] + f"\n[passage cut: {len(text):,} characters, the first "
+        f"{MAX_PASSAGE_CHARS:,} shown; `hetriever ingest --full` re-cuts it into chunks]"
+    )
 
 
 def _passage(hit: _Hit) -> dict[str, Any]:
     meta = hit.metadata or {}
-    return {"doc_id": hit.doc_id, "heading_context": meta.get("heading_context", ""),
-            "content": bounded_passage(hit.content or "")}
+    return {
+        "doc_id": hit.doc_id,
+        "heading_context": meta.get("heading_context", ""),
+        "content": bounded_passage(hit.content or ""),
+    }

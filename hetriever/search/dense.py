@@ -11,10 +11,10 @@ from typing import Any
 import numpy as np
 from chromadb.errors import ChromaError
 
-from hetriever.search.candidates import _Hit
 from hetriever.core.errors import HetrieverError
-from hetriever.store.filters import matches
 from hetriever.core.logs import get_logger
+from hetriever.search.candidates import _Hit
+from hetriever.store.filters import matches
 from hetriever.store.store_types import RetrievalStore
 
 log = get_logger("hetriever.search")
@@ -29,9 +29,17 @@ def similarity(distance: float, space: str = "cosine") -> float:
     return min(1.0, max(0.0, value))
 
 
-def _dense(store: RetrievalStore, names: list[str], vector: Any, n: int,
-           wheres: Mapping[str, dict | None], hits: dict[str, _Hit], *,
-           ids_only: bool = False, each: bool = False) -> list[str]:
+def _dense(
+    store: RetrievalStore,
+    names: list[str],
+    vector: Any,
+    n: int,
+    wheres: Mapping[str, dict | None],
+    hits: dict[str, _Hit],
+    *,
+    ids_only: bool = False,
+    each: bool = False,
+) -> list[str]:
     """The `n` nearest chunks over `names`, recorded in `hits` with their similarity; with
     `each`, every collection's `n` nearest, best first (for `routing`, which cuts them).
 
@@ -54,8 +62,7 @@ def _dense(store: RetrievalStore, names: list[str], vector: Any, n: int,
         if ids_only and wheres[name] is None:
             rows = _knn(store, col, vector, n, bare=True)
         else:
-            rows = _dense_rows(store, col, vector, n, wheres[name],
-                               lambda: store.search_bm25(name))
+            rows = _dense_rows(store, col, vector, n, wheres[name], lambda: store.search_bm25(name))
         for doc_id, doc, meta, dist in rows:
             hit = hits.setdefault(doc_id, _Hit(doc_id, name))
             if meta is not None:
@@ -98,8 +105,14 @@ def exact_ids_max(live: int) -> int:
 Row = tuple[str, str, dict | None, float]  # None: not read (`_knn(bare=True)`)
 
 
-def _dense_rows(store: RetrievalStore, col: Any, vector: Any, n: int, where: dict | None,
-                bm25: Callable[[], Any]) -> list[Row]:
+def _dense_rows(
+    store: RetrievalStore,
+    col: Any,
+    vector: Any,
+    n: int,
+    where: dict | None,
+    bm25: Callable[[], Any],
+) -> list[Row]:
     """The `n` nearest chunks matching `where`.
 
     A `where` makes Chroma pre-filter through its metadata store: about 25x the cost of a plain
@@ -139,22 +152,28 @@ def _listed_ids(bm25: Callable[[], Any], where: dict) -> tuple[list[str] | None,
         return None, 0
 
 
-def _knn(store: RetrievalStore, col: Any, vector: Any, n: int, *, bare: bool = False,
-         **restrict: Any) -> list[Row]:
+def _knn(
+    store: RetrievalStore, col: Any, vector: Any, n: int, *, bare: bool = False, **restrict: Any
+) -> list[Row]:
     """Chroma's `n` nearest, optionally restricted by `where=` or `ids=`; never retried.
     `bare`: ids and distances only (rows with no text and None for metadata)."""
     include = ["distances"] if bare else ["documents", "metadatas", "distances"]
-    got = store.call("query", lambda: col.query(
-        query_embeddings=[vector], n_results=n, include=include, **restrict), retry=False)
+    got = store.call(
+        "query",
+        lambda: col.query(query_embeddings=[vector], n_results=n, include=include, **restrict),
+        retry=False,
+    )
     ids, distances = got["ids"][0], got["distances"][0]
     if bare:
         return [(doc_id, "", None, dist) for doc_id, dist in zip(ids, distances)]
-    return list(zip(ids, got["documents"][0], [dict(m or {}) for m in got["metadatas"][0]],
-                    distances))
+    return list(
+        zip(ids, got["documents"][0], [dict(m or {}) for m in got["metadatas"][0]], distances)
+    )
 
 
-def _dense_rows_by_ids(store: RetrievalStore, col: Any, vector: Any, n: int, where: dict,
-                       ids: list[str], live: int) -> list[Row] | None:
+def _dense_rows_by_ids(
+    store: RetrievalStore, col: Any, vector: Any, n: int, where: dict, ids: list[str], live: int
+) -> list[Row] | None:
     """The `n` nearest among `ids`, which the BM25 index says match `where` (of `live`
     chunks), or None.
 
@@ -169,9 +188,13 @@ def _dense_rows_by_ids(store: RetrievalStore, col: Any, vector: Any, n: int, whe
     """
     try:
         if len(ids) <= exact_ids_max(live):
-            rows = exact_nearest(lambda **kw: store.call("get", lambda: col.get(**kw),
-                                                         retry=False),
-                                 vector, ids, n, _space(store, col))
+            rows = exact_nearest(
+                lambda **kw: store.call("get", lambda: col.get(**kw), retry=False),
+                vector,
+                ids,
+                n,
+                _space(store, col),
+            )
         else:
             rows = _knn(store, col, vector, min(n, len(ids)), ids=ids)
     except (HetrieverError, ChromaError) as exc:
@@ -183,8 +206,9 @@ def _dense_rows_by_ids(store: RetrievalStore, col: Any, vector: Any, n: int, whe
     return rows
 
 
-def exact_nearest(get: Callable[..., Any], vector: Any, ids: list[str], n: int,
-                  space: str) -> list[Row]:
+def exact_nearest(
+    get: Callable[..., Any], vector: Any, ids: list[str], n: int, space: str
+) -> list[Row]:
     """The `n` nearest of `ids` by exact distance, through `get` (Chroma's `col.get`): their
     vectors first, then the text and metadata of the nearest only. A real chunk's text and
     metadata cost ~4x its vector to read (hugo-docs at 100k chunks: 864 records 91 ms with
@@ -192,15 +216,17 @@ def exact_nearest(get: Callable[..., Any], vector: Any, ids: list[str], n: int,
     got = get(ids=ids, include=["embeddings"])
     if not len(got["ids"]):
         return []
-    dist = vector_distances(np.asarray(got["embeddings"], dtype=np.float32),
-                            np.asarray(vector, dtype=np.float32), space)
+    dist = vector_distances(
+        np.asarray(got["embeddings"], dtype=np.float32), np.asarray(vector, dtype=np.float32), space
+    )
     order = np.lexsort((np.asarray(got["ids"]), dist))[:n]  # by distance, ties by id
     nearest = {got["ids"][i]: float(dist[i]) for i in order}
     rows = get(ids=list(nearest), include=["documents", "metadatas"])
-    found = {doc_id: (doc, dict(meta or {}))
-             for doc_id, doc, meta in zip(rows["ids"], rows["documents"], rows["metadatas"])}
-    return [(doc_id, *found[doc_id], dist) for doc_id, dist in nearest.items()
-            if doc_id in found]
+    found = {
+        doc_id: (doc, dict(meta or {}))
+        for doc_id, doc, meta in zip(rows["ids"], rows["documents"], rows["metadatas"])
+    }
+    return [(doc_id, *found[doc_id], dist) for doc_id, dist in nearest.items() if doc_id in found]
 
 
 def vector_distances(matrix: np.ndarray, vector: np.ndarray, space: str) -> np.ndarray:

@@ -26,10 +26,15 @@ FACETS = ("repository", "lang", "section")
 MAX_VALUES = 20  # values shown per facet, most pages first
 
 
-def page_facets(hits: Mapping[str, _Hit], doc_ids: Iterable[str], dropped: set[str],
-                plans: Mapping[str, CollectionPlan], levels: frozenset[str],
-                content_dir: str = "content",
-                extra: Iterable[SearchResult] = ()) -> dict[str, list[dict[str, Any]]]:
+def page_facets(
+    hits: Mapping[str, _Hit],
+    doc_ids: Iterable[str],
+    dropped: set[str],
+    plans: Mapping[str, CollectionPlan],
+    levels: frozenset[str],
+    content_dir: str = "content",
+    extra: Iterable[SearchResult] = (),
+) -> dict[str, list[dict[str, Any]]]:
     """{facet: [{"value", "count"}, ...]}: distinct candidate pages per value, most first.
     `extra`: results that are no candidate of the fused lists (the exact-match page)."""
     pages: dict[str, Mapping[str, Any]] = {}
@@ -52,7 +57,11 @@ def page_facets(hits: Mapping[str, _Hit], doc_ids: Iterable[str], dropped: set[s
         section = str(page.get("section", "") or "")
         if section:
             counts["section"][section] += 1
-    return {facet: [{"value": value, "count": n} for value, n in
-                    sorted(found.items(), key=lambda item: (-item[1], item[0]))[:MAX_VALUES]
-                    if value]
-            for facet, found in counts.items()}
+    return {
+        facet: [
+            {"value": value, "count": n}
+            for value, n in sorted(found.items(), key=lambda item: (-item[1], item[0]))[:MAX_VALUES]
+            if value
+        ]
+        for facet, found in counts.items()
+    }

@@ -26,8 +26,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 
-def rrf_fuse(rankings: Mapping[str, Sequence[str]], k: int,
-             weights: Mapping[str, float] | None = None) -> dict[str, float]:
+def rrf_fuse(
+    rankings: Mapping[str, Sequence[str]], k: int, weights: Mapping[str, float] | None = None
+) -> dict[str, float]:
     """Reciprocal rank fusion: doc -> sum over rankings of w / (k + rank), rank from 1
     (w = the ranking's weight, 1 unless given)."""
     fused: dict[str, float] = {}
@@ -67,8 +68,9 @@ def standardised(scores: Mapping[str, float]) -> dict[str, float]:
     return {d: (v - mean) / spread for d, v in scores.items()}
 
 
-def score_fuse(scores: Mapping[str, Mapping[str, float]],
-               weights: Mapping[str, float] | None = None) -> dict[str, float]:
+def score_fuse(
+    scores: Mapping[str, Mapping[str, float]], weights: Mapping[str, float] | None = None
+) -> dict[str, float]:
     """Score fusion: doc -> sum over retrievers of w * z, z the doc's standardised score in that
     retriever's list, or the list's lowest z when the retriever did not return it. A retriever
     that returned nothing adds nothing."""
@@ -103,24 +105,31 @@ class FusedPage:
     chunks: tuple[str, ...]  # the page's candidate chunks, best (by chunk-level RRF) first
 
 
-def fuse_pages(rankings: Mapping[str, Sequence[str]], page_of: Mapping[str, str],
-               k: int, weights: Mapping[str, float] | None = None,
-               scores: Mapping[str, Mapping[str, float]] | None = None) -> list[FusedPage]:
+def fuse_pages(
+    rankings: Mapping[str, Sequence[str]],
+    page_of: Mapping[str, str],
+    k: int,
+    weights: Mapping[str, float] | None = None,
+    scores: Mapping[str, Mapping[str, float]] | None = None,
+) -> list[FusedPage]:
     """Pages best first, each with its chunks: by RRF over each ranking's page ranking, or,
     given each retriever's chunk `scores` (higher is better), by score fusion of the pages'
     best-chunk scores (`k` is then unused)."""
     kept = {name: [c for c in ranking if c in page_of] for name, ranking in rankings.items()}
     if scores is None:
-        page_scores = rrf_fuse({name: page_ranking(r, page_of) for name, r in kept.items()}, k,
-                               weights)
+        page_scores = rrf_fuse(
+            {name: page_ranking(r, page_of) for name, r in kept.items()}, k, weights
+        )
         chunk_scores = rrf_fuse(kept, k, weights)
     else:
         by_chunk = {name: {c: scores[name][c] for c in r} for name, r in kept.items()}
-        page_scores = score_fuse({name: best_per_page(s, page_of)
-                                  for name, s in by_chunk.items()}, weights)
+        page_scores = score_fuse(
+            {name: best_per_page(s, page_of) for name, s in by_chunk.items()}, weights
+        )
         chunk_scores = score_fuse(by_chunk, weights)
     members: dict[str, list[str]] = {}
     for chunk in ordered(chunk_scores):
         members.setdefault(page_of[chunk], []).append(chunk)
-    return [FusedPage(page, page_scores[page], tuple(members[page]))
-            for page in ordered(page_scores)]
+    return [
+        FusedPage(page, page_scores[page], tuple(members[page])) for page in ordered(page_scores)
+    ]

@@ -55,16 +55,23 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from hetriever.chunk.sections import ANCHORS_KEY, anchored_sections
 from hetriever.core.access import CollectionPlan, caller_levels, declared_level
-from hetriever.store.catalog_records import (
-    UNIQUE_KINDS,
-    TitleHit,
-    address_fragment,
-    address_host,
-    drop_shared,
+from hetriever.core.errors import (
+    BackendConnectionError,
+    HetrieverError,
+    InvalidLimitError,
+    SearchError,
 )
+from hetriever.core.logs import get_logger
+from hetriever.core.models import RetrievalResult, SearchResult
+from hetriever.parse.links import LinkPrior, shown
 from hetriever.search.candidates import _fill_documents, _Hit, _trusted, bounded_passage, page_key
 from hetriever.search.dense import _dense
+from hetriever.search.facets import page_facets
+from hetriever.search.published import preference, recorded_base_urls
+from hetriever.search.query_language import query_language
+from hetriever.search.request import SearchRequest
 from hetriever.search.results import (
     _add_translations,
     _Checker,
@@ -76,18 +83,16 @@ from hetriever.search.results import (
     dense_weight_for,
     is_question,
 )
-from hetriever.core.errors import BackendConnectionError, HetrieverError, InvalidLimitError, SearchError
-from hetriever.store.filters import and_filters, matches, validate_filter
-from hetriever.parse.links import LinkPrior, shown
-from hetriever.core.logs import get_logger
-from hetriever.core.models import RetrievalResult, SearchResult
-from hetriever.search.facets import page_facets
-from hetriever.search.published import preference, recorded_base_urls
-from hetriever.search.query_language import query_language
 from hetriever.search.routing import routed
-from hetriever.search.request import SearchRequest
 from hetriever.store.bm25.bm25_index import CorpusStats
-from hetriever.chunk.sections import ANCHORS_KEY, anchored_sections
+from hetriever.store.catalog_records import (
+    UNIQUE_KINDS,
+    TitleHit,
+    address_fragment,
+    address_host,
+    drop_shared,
+)
+from hetriever.store.filters import and_filters, matches, validate_filter
 from hetriever.store.store_types import RetrievalStore
 
 log = get_logger(__name__)
@@ -118,7 +123,9 @@ ADDRESS_KINDS = ("url", "alias")  # exact-match kinds a pasted address finds
 # function page) beside a name that may be one too ("range", "in", "with").
 _NAMED_FUNCTION = re.compile(
     r"^\s*(?:(?P<before>[.$]?[A-Za-z][\w.]*)\s+(?:function|func|method)"
-    r"|(?:function|func|method)\s+(?P<after>[.$]?[A-Za-z][\w.]*))\s*$", re.IGNORECASE)
+    r"|(?:function|func|method)\s+(?P<after>[.$]?[A-Za-z][\w.]*))\s*$",
+    re.IGNORECASE,
+)
 # What such a name matches: a function's name (`where` for `collections.Where`, a method's
 # `.Site.Params`) or an alias's last segment (`/functions/range`), not any page's title
 # ("markup function" is not the Markup configuration page); a namespaced name
@@ -135,8 +142,10 @@ def resolve_top_k(top_k: Any, default: int, maximum: int) -> int:
     if top_k < 1:
         return default
     if top_k > maximum:
-        raise InvalidLimitError(f"top_k {top_k} is above the maximum of {maximum}",
-                                hint=f"ask for at most {maximum} results")
+        raise InvalidLimitError(
+            f"top_k {top_k} is above the maximum of {maximum}",
+            hint=f"ask for at most {maximum} results",
+        )
     return top_k
 
 
@@ -168,25 +177,39 @@ def plan_collections(store: RetrievalStore, names: list[str]) -> dict[str, Colle
         collection = catalog.collection(physical)
         languages = (record.settings.get("languages") if record else None) or []
         plans[name] = CollectionPlan(
-            repository=name, collection=physical,
+            repository=name,
+            collection=physical,
             declared=declared_level(store.settings, name, record.access_level if record else None),
             chunk_levels=set(collection.levels) if collection else set(),
             has_deleted=catalog.has_deleted(physical),
-            languages=tuple(str(lang) for lang in languages))
+            languages=tuple(str(lang) for lang in languages),
+        )
     return plans
 
 
-def _bm25(store: RetrievalStore, names: list[str], query: str, n: int,
-          wheres: Mapping[str, dict | None], hits: dict[str, _Hit]) -> list[str]:
+def _bm25(
+    store: RetrievalStore,
+    names: list[str],
+    query: str,
+    n: int,
+    wheres: Mapping[str, dict | None],
+    hits: dict[str, _Hit],
+) -> list[str]:
     found: list[tuple[float, str]] = []
     # Several sites: idf over all of them, so that their raw scores share one scale.
-    corpus = CorpusStats.of([store.search_bm25(name) for name in names], query) \
-        if len(names) > 1 else None
+    corpus = (
+        CorpusStats.of([store.search_bm25(name) for name in names], query)
+        if len(names) > 1
+        else None
+    )
     for name in names:
         where = wheres[name]
         index = store.search_bm25(name)
-        got = index.search(query, n, where) if corpus is None else \
-            index.search(query, n, where, corpus=corpus)
+        got = (
+            index.search(query, n, where)
+            if corpus is None
+            else index.search(query, n, where, corpus=corpus)
+        )
         for doc_id, raw in got:
             hit = hits.setdefault(doc_id, _Hit(doc_id, name))
             hit.bm25_raw = float(raw)
@@ -195,10 +218,17 @@ def _bm25(store: RetrievalStore, names: list[str], query: str, n: int,
     return [doc_id for _, doc_id in found[:n]]
 
 
-def _route(store: RetrievalStore, text: str, names: list[str], hits: dict[str, _Hit],
-           dense_ids: list[str], vector: Any, n: int, plans: dict[str, CollectionPlan],
-           wheres: Mapping[str, dict | None]
-           ) -> tuple[list[str], list[str], dict[str, CollectionPlan], dict[str, _Hit]]:
+def _route(
+    store: RetrievalStore,
+    text: str,
+    names: list[str],
+    hits: dict[str, _Hit],
+    dense_ids: list[str],
+    vector: Any,
+    n: int,
+    plans: dict[str, CollectionPlan],
+    wheres: Mapping[str, dict | None],
+) -> tuple[list[str], list[str], dict[str, CollectionPlan], dict[str, _Hit]]:
     """The collections a search over several keeps (`routing.routed`), their dense
     candidates cut to `n`, and their plans; the other collections' hits are set aside (taken
     out of `hits` and returned: they rank nothing, and only the facets count them)."""
@@ -210,8 +240,12 @@ def _route(store: RetrievalStore, text: str, names: list[str], hits: dict[str, _
         log.debug("search_routed", kept=kept, left_out=[m for m in names if m not in kept])
         for doc_id in [d for d, hit in hits.items() if hit.collection not in kept]:
             aside[doc_id] = hits.pop(doc_id)
-    return (kept, [d for d in dense_ids if d in hits][:n],
-            {name: p for name, p in plans.items() if name in kept}, aside)
+    return (
+        kept,
+        [d for d in dense_ids if d in hits][:n],
+        {name: p for name, p in plans.items() if name in kept},
+        aside,
+    )
 
 
 def _labelled(store: RetrievalStore, aside: dict[str, _Hit]) -> dict[str, _Hit]:
@@ -233,37 +267,72 @@ def _labelled(store: RetrievalStore, aside: dict[str, _Hit]) -> dict[str, _Hit]:
     return aside
 
 
-def _best_keyword_scores(store: RetrievalStore, text: str, names: list[str],
-                         wheres: Mapping[str, dict | None]) -> dict[str, float]:
+def _best_keyword_scores(
+    store: RetrievalStore, text: str, names: list[str], wheres: Mapping[str, dict | None]
+) -> dict[str, float]:
     """Each site's best raw BM25 score for `text`, idf over all of them ({} if BM25 fails:
     routing then goes by dense alone)."""
     try:
         indexes = {name: store.search_bm25(name) for name in names}
         corpus = CorpusStats.of(indexes.values(), text)
-        return {name: max((s for _, s in index.search(text, 1, wheres[name], corpus=corpus)),
-                          default=0.0) for name, index in indexes.items()}
+        return {
+            name: max(
+                (s for _, s in index.search(text, 1, wheres[name], corpus=corpus)), default=0.0
+            )
+            for name, index in indexes.items()
+        }
     except Exception as exc:  # routing's keyword evidence is an extra
         log.warning("route_keywords_failed", error=f"{type(exc).__name__}: {exc}")
         return {}
 
 
-def _filling(store: RetrievalStore, text: str, k: int, shown: list[SearchResult],
-             user_filter: dict | None, levels: frozenset[str], names: list[str],
-             use_hybrid: bool, group_by: str, started: float,
-             wanted_lang: str) -> list[SearchResult]:
+def _filling(
+    store: RetrievalStore,
+    text: str,
+    k: int,
+    shown: list[SearchResult],
+    user_filter: dict | None,
+    levels: frozenset[str],
+    names: list[str],
+    use_hybrid: bool,
+    group_by: str,
+    started: float,
+    wanted_lang: str,
+) -> list[SearchResult]:
     """Up to `k` results of the sites routing left out, after a search's own (which had fewer
     than asked for): searched as a search of their own, without the ones already shown."""
-    more = _search_once(store, text, k + len(shown), user_filter, levels, names, use_hybrid,
-                        False, group_by, started, wanted_lang)
-    seen = {r.doc_id for r in shown} | {page_key(r.metadata, str(r.metadata.get("repository")))
-                                        for r in shown}
-    return [r for r in more.matches if r.doc_id not in seen and page_key(
-        r.metadata, str(r.metadata.get("repository"))) not in seen][:k]
+    more = _search_once(
+        store,
+        text,
+        k + len(shown),
+        user_filter,
+        levels,
+        names,
+        use_hybrid,
+        False,
+        group_by,
+        started,
+        wanted_lang,
+    )
+    seen = {r.doc_id for r in shown} | {
+        page_key(r.metadata, str(r.metadata.get("repository"))) for r in shown
+    }
+    return [
+        r
+        for r in more.matches
+        if r.doc_id not in seen
+        and page_key(r.metadata, str(r.metadata.get("repository"))) not in seen
+    ][:k]
 
 
-def _exact(store: RetrievalStore, query: str, plans: Mapping[str, CollectionPlan],
-           levels: frozenset[str], user_filter: dict | None,
-           wanted_lang: str = "") -> SearchResult | None:
+def _exact(
+    store: RetrievalStore,
+    query: str,
+    plans: Mapping[str, CollectionPlan],
+    levels: frozenset[str],
+    user_filter: dict | None,
+    wanted_lang: str = "",
+) -> SearchResult | None:
     """The page whose title / linkTitle / function name / URL / alias / description / section
     heading equals the query, if any. A description or heading names a page only when no
     other page the search may return has it (a translation that kept an English heading
@@ -274,9 +343,11 @@ def _exact(store: RetrievalStore, query: str, plans: Mapping[str, CollectionPlan
         form = _NAMED_FUNCTION.match(query) if not candidates else None
         if form:  # "where function": the page named `where`, if a name is what it is
             name = form.group("before") or form.group("after")
-            candidates = [c for c in store.catalog.pages.lookup_title(name, list(by_physical),
-                                                                NAME_KINDS)
-                          if not c.key.startswith("/")]
+            candidates = [
+                c
+                for c in store.catalog.pages.lookup_title(name, list(by_physical), NAME_KINDS)
+                if not c.key.startswith("/")
+            ]
             if not candidates and "." in name.strip("."):  # `collections.Where`
                 candidates = store.catalog.pages.lookup_title(name, list(by_physical), ("title",))
     except Exception as exc:  # the fast path is an extra; it never fails a search
@@ -286,11 +357,16 @@ def _exact(store: RetrievalStore, query: str, plans: Mapping[str, CollectionPlan
     def in_scope(group: list[TitleHit]) -> list[tuple[TitleHit, _Hit]]:
         hits = [(c, _Hit(c.chunk_id, by_physical[c.collection])) for c in group]
         _fill_documents(store, [hit for _, hit in hits])  # one read per collection
-        return [(c, hit) for c, hit in hits if hit.metadata is not None
-                and matches(user_filter, hit.metadata)
-                and matches(plans[hit.collection].language_clause(_language(c, wanted_lang)),
-                            hit.metadata)
-                and _trusted(hit, plans, levels)]
+        return [
+            (c, hit)
+            for c, hit in hits
+            if hit.metadata is not None
+            and matches(user_filter, hit.metadata)
+            and matches(
+                plans[hit.collection].language_clause(_language(c, wanted_lang)), hit.metadata
+            )
+            and _trusted(hit, plans, levels)
+        ]
 
     for candidate in candidates:  # a name: the first the caller may see (one read, usually)
         if candidate.kind not in UNIQUE_KINDS and candidate.kind not in ADDRESS_KINDS:
@@ -305,8 +381,9 @@ def _exact(store: RetrievalStore, query: str, plans: Mapping[str, CollectionPlan
     return next((_exact_result(hit) for c, hit in kept if c in named), None)
 
 
-def _addressed(store: RetrievalStore, query: str, pages: list[_Hit],
-               plans: Mapping[str, CollectionPlan]) -> _Hit:
+def _addressed(
+    store: RetrievalStore, query: str, pages: list[_Hit], plans: Mapping[str, CollectionPlan]
+) -> _Hit:
     """The page a pasted address names among those at its path (a multihost site publishes
     each language's at the same path, two sites may share one): as a page look-up by link
     (`hetriever.serve.service`), the one published at the address's host, else its site's
@@ -314,35 +391,51 @@ def _addressed(store: RetrievalStore, query: str, pages: list[_Hit],
     if len(pages) < 2:
         return pages[0]
     host = address_host(query)
-    sites = {name: recorded_base_urls(store.catalog, name, store.settings.site_urls)
-             for name in {page.collection for page in pages}}
-    return min(pages, key=lambda page: preference(
-        page.metadata or {}, host, sites[page.collection], plans[page.collection].languages,
-        store.settings.content_dir))
+    sites = {
+        name: recorded_base_urls(store.catalog, name, store.settings.site_urls)
+        for name in {page.collection for page in pages}
+    }
+    return min(
+        pages,
+        key=lambda page: preference(
+            page.metadata or {},
+            host,
+            sites[page.collection],
+            plans[page.collection].languages,
+            store.settings.content_dir,
+        ),
+    )
 
 
-def _section(store: RetrievalStore, page: _Hit, anchor: str,
-             plans: Mapping[str, CollectionPlan], levels: frozenset[str]) -> _Hit:
+def _section(
+    store: RetrievalStore,
+    page: _Hit,
+    anchor: str,
+    plans: Mapping[str, CollectionPlan],
+    levels: frozenset[str],
+) -> _Hit:
     """The first chunk of `page` under the heading whose anchor a pasted URL's fragment
     names (`/content-management/menus/#define-in-front-matter`), else `page` itself."""
     if not anchor or page.metadata is None:
         return page
     try:
         index = store.search_bm25(page.collection)
-        chunks = index.metadata_of(index.ids_where({"file_path": page.metadata["file_path"]}),
-                                   keys=("heading_context", "merged_headings", "chunk_index",
-                                         ANCHORS_KEY))
+        chunks = index.metadata_of(
+            index.ids_where({"file_path": page.metadata["file_path"]}),
+            keys=("heading_context", "merged_headings", "chunk_index", ANCHORS_KEY),
+        )
     except Exception as exc:  # the section is an extra: the page is still the answer
         log.warning("exact_section_failed", error=f"{type(exc).__name__}: {exc}")
         return page
-    doc_id = _anchored(anchored_sections(sorted(
-        chunks.items(), key=lambda c: (c[1].get("chunk_index", 0), c[0]))), anchor)
+    doc_id = _anchored(
+        anchored_sections(sorted(chunks.items(), key=lambda c: (c[1].get("chunk_index", 0), c[0]))),
+        anchor,
+    )
     if doc_id is None:
         return page
     section = _Hit(doc_id, page.collection)
     _fill_documents(store, [section])
-    return section if section.metadata is not None and _trusted(section, plans, levels) \
-        else page
+    return section if section.metadata is not None and _trusted(section, plans, levels) else page
 
 
 def _anchored(starts: Mapping[str, list[str]], anchor: str) -> str | None:
@@ -362,8 +455,11 @@ def _for_query(store: RetrievalStore, plan: CollectionPlan, text: str) -> Collec
     if len(plan.languages) < 2:
         return plan
     try:
-        found = query_language(text, plan.languages, lambda: store.search_bm25(
-            plan.repository).language_counts(text, plan.languages))
+        found = query_language(
+            text,
+            plan.languages,
+            lambda: store.search_bm25(plan.repository).language_counts(text, plan.languages),
+        )
     except Exception as exc:  # a guess at the language must never fail a search
         log.debug("query_language_failed", repository=plan.repository, error=str(exc))
         return plan
@@ -377,8 +473,13 @@ def _language(hit: TitleHit, wanted: str) -> str:
 
 
 def _exact_result(hit: _Hit) -> SearchResult:
-    return SearchResult(doc_id=hit.doc_id, content=bounded_passage(hit.content or ""),
-                        metadata=shown(hit.metadata or {}), score=1.0, source="exact")
+    return SearchResult(
+        doc_id=hit.doc_id,
+        content=bounded_passage(hit.content or ""),
+        metadata=shown(hit.metadata or {}),
+        score=1.0,
+        source="exact",
+    )
 
 
 def hybrid_search(store: RetrievalStore, request: SearchRequest) -> RetrievalResult:
@@ -400,20 +501,44 @@ def hybrid_search(store: RetrievalStore, request: SearchRequest) -> RetrievalRes
     lang = request.lang
     wanted = (settings.search_language if lang is None else lang).strip().lower()
     if wanted and not _LANG_CODE.match(wanted):
-        raise InvalidLimitError(f"lang must be a language code such as 'en' or 'pt-br', or "
-                                f"'all', got {lang!r}")
+        raise InvalidLimitError(
+            f"lang must be a language code such as 'en' or 'pt-br', or 'all', got {lang!r}"
+        )
     namespaces, exact = request.repositories, request.exact
     if wanted and user_filter is not None and "lang" in json.dumps(user_filter):
         wanted = "all"  # the caller's own filter on `lang` decides
     for attempt in range(1, EPOCH_RETRIES + 2):
         epoch = store.catalog.alias_epoch()
         try:
-            result = _search_once(store, text, k, user_filter, levels, namespaces, use_hybrid,
-                                  exact, group, started, wanted)
+            result = _search_once(
+                store,
+                text,
+                k,
+                user_filter,
+                levels,
+                namespaces,
+                use_hybrid,
+                exact,
+                group,
+                started,
+                wanted,
+            )
             if not wanted and not result.matches and result.query_language:
                 # The language the query is written in has nothing for it: the default's.
-                result = _search_once(store, text, k, user_filter, levels, namespaces,
-                                      use_hybrid, exact, group, started, wanted, detect=False)
+                result = _search_once(
+                    store,
+                    text,
+                    k,
+                    user_filter,
+                    levels,
+                    namespaces,
+                    use_hybrid,
+                    exact,
+                    group,
+                    started,
+                    wanted,
+                    detect=False,
+                )
         except HetrieverError:
             if store.catalog.alias_epoch() == epoch or attempt > EPOCH_RETRIES:
                 raise
@@ -426,18 +551,34 @@ def hybrid_search(store: RetrievalStore, request: SearchRequest) -> RetrievalRes
     raise AssertionError("unreachable")
 
 
-def _search_once(store: RetrievalStore, text: str, k: int, user_filter: dict | None,
-                 levels: frozenset[str], namespaces: Sequence[str] | None, use_hybrid: bool,
-                 exact: bool, group_by: str, started: float,
-                 wanted_lang: str = "", detect: bool = True) -> RetrievalResult:
+def _search_once(
+    store: RetrievalStore,
+    text: str,
+    k: int,
+    user_filter: dict | None,
+    levels: frozenset[str],
+    namespaces: Sequence[str] | None,
+    use_hybrid: bool,
+    exact: bool,
+    group_by: str,
+    started: float,
+    wanted_lang: str = "",
+    detect: bool = True,
+) -> RetrievalResult:
     settings = store.settings
 
     def done(matches: list[SearchResult], mode: str, counts: dict[str, int]) -> RetrievalResult:
         ms = (time.perf_counter() - started) * 1000.0
         told = sorted({p.query_language for p in plans.values() if p.query_language})
-        return RetrievalResult(query=text, matches=matches, total_results=len(matches),
-                               search_time_ms=ms, mode=mode, retriever_counts=counts,
-                               query_language=",".join(told))
+        return RetrievalResult(
+            query=text,
+            matches=matches,
+            total_results=len(matches),
+            search_time_ms=ms,
+            mode=mode,
+            retriever_counts=counts,
+            query_language=",".join(told),
+        )
 
     names = _scope(store, namespaces)
     plans = plan_collections(store, names) if text.strip() else {}
@@ -451,8 +592,10 @@ def _search_once(store: RetrievalStore, text: str, k: int, user_filter: dict | N
     if not text.strip() or not names:
         return done([], "hybrid" if use_hybrid else "dense", {"dense": 0, "bm25": 0, "merged": 0})
     # The caller's filter is AND-ed with the access and deletion clauses, so it can only narrow.
-    wheres = {name: and_filters(and_filters(p.where(levels), p.language_clause(wanted_lang)),
-                                user_filter) for name, p in plans.items()}
+    wheres = {
+        name: and_filters(and_filters(p.where(levels), p.language_clause(wanted_lang)), user_filter)
+        for name, p in plans.items()
+    }
     exact_hit = _exact(store, text, plans, levels, user_filter, wanted_lang) if exact else None
 
     language = _search_language(wanted_lang, plans)
@@ -469,12 +612,21 @@ def _search_once(store: RetrievalStore, text: str, k: int, user_filter: dict | N
     try:
         vector = store.embedder.embed([text[:MAX_QUERY_CHARS]])[0]
         # A hybrid page search labels candidates from BM25 and fetches only what it shows.
-        dense_ids = _dense(store, names, vector, n, wheres, hits,
-                           ids_only=use_hybrid and group_by == "page", each=len(names) > 1)
+        dense_ids = _dense(
+            store,
+            names,
+            vector,
+            n,
+            wheres,
+            hits,
+            ids_only=use_hybrid and group_by == "page",
+            each=len(names) > 1,
+        )
         if len(names) > 1:  # several sites: those the query is about (hetriever.search.routing)
             routed_from = names
-            names, dense_ids, plans, aside = _route(store, text, names, hits, dense_ids,
-                                                    vector, n, plans, wheres)
+            names, dense_ids, plans, aside = _route(
+                store, text, names, hits, dense_ids, vector, n, plans, wheres
+            )
             left_out = [name for name in routed_from if name not in names]
     except BackendConnectionError:
         if not use_hybrid:  # dense was asked for and its backend is down: say so
@@ -490,18 +642,28 @@ def _search_once(store: RetrievalStore, text: str, k: int, user_filter: dict | N
         except Exception as exc:
             log.error("bm25_retrieval_failed", error=f"{type(exc).__name__}: {exc}")
     if dense_ids is None and bm25_ids is None:
-        raise SearchError(f"both retrievers failed for query {text[:80]!r}",
-                          hint="see the log for each retriever's error")
+        raise SearchError(
+            f"both retrievers failed for query {text[:80]!r}",
+            hint="see the log for each retriever's error",
+        )
     if dense_ids is not None and bm25_ids is not None:
         mode = "hybrid"
     else:
         mode = "dense" if dense_ids is not None else "bm25"
 
     prior = None  # a question's links prior, for fused pages only (hetriever.parse.links)
-    if (mode == "hybrid" and group_by == "page" and settings.fusion == "score"
-            and settings.link_prior_weight > 0 and is_question(settings, language, text)):
-        prior = LinkPrior(store.catalog.pages, {name: p.collection for name, p in plans.items()},
-                          settings.link_prior_weight)
+    if (
+        mode == "hybrid"
+        and group_by == "page"
+        and settings.fusion == "score"
+        and settings.link_prior_weight > 0
+        and is_question(settings, language, text)
+    ):
+        prior = LinkPrior(
+            store.catalog.pages,
+            {name: p.collection for name, p in plans.items()},
+            settings.link_prior_weight,
+        )
     rankings = {"dense": dense_ids or [], "bm25": bm25_ids or []}
     check = _Checker(store, hits, plans, levels)
     if group_by == "page":
@@ -516,20 +678,48 @@ def _search_once(store: RetrievalStore, text: str, k: int, user_filter: dict | N
         results = _chunk_results(scored, exact_hit)
     results = results[:k]
     if left_out and len(results) < k:  # too few: the other sites' results follow
-        results += _filling(store, text, k - len(results), results, user_filter, levels,
-                            left_out, use_hybrid, group_by, started, wanted_lang)
+        results += _filling(
+            store,
+            text,
+            k - len(results),
+            results,
+            user_filter,
+            levels,
+            left_out,
+            use_hybrid,
+            group_by,
+            started,
+            wanted_lang,
+        )
     _add_translations(store, plans, results)
-    counts = {"dense": len(rankings["dense"]), "bm25": len(rankings["bm25"]),
-              "merged": len(set(rankings["dense"]) | set(rankings["bm25"]))}
+    counts = {
+        "dense": len(rankings["dense"]),
+        "bm25": len(rankings["bm25"]),
+        "merged": len(set(rankings["dense"]) | set(rankings["bm25"])),
+    }
     out = done(results, mode, counts)
     aside = _labelled(store, aside) if aside else aside
-    out.facets = page_facets({**aside, **hits}, [*rankings["dense"], *rankings["bm25"], *aside],
-                             check.dropped, all_plans, levels, settings.content_dir,
-                             [exact_hit] if exact_hit else [])
-    log.info("search_done", mode=mode, group_by=group_by, dense=counts["dense"],
-             bm25=counts["bm25"], merged=counts["merged"], results=len(results),
-             collections=len(names), exact=exact_hit is not None,
-             ms=round(out.search_time_ms, 1))
+    out.facets = page_facets(
+        {**aside, **hits},
+        [*rankings["dense"], *rankings["bm25"], *aside],
+        check.dropped,
+        all_plans,
+        levels,
+        settings.content_dir,
+        [exact_hit] if exact_hit else [],
+    )
+    log.info(
+        "search_done",
+        mode=mode,
+        group_by=group_by,
+        dense=counts["dense"],
+        bm25=counts["bm25"],
+        merged=counts["merged"],
+        results=len(results),
+        collections=len(names),
+        exact=exact_hit is not None,
+        ms=round(out.search_time_ms, 1),
+    )
     return out
 
 

@@ -17,21 +17,23 @@ from pathlib import Path
 
 import numpy as np
 
+from hetriever.core.models import RetrievalResult, _Serialisable
+from hetriever.core.sqlite_files import connect
 from hetriever.store.catalog_schema import (
     CATALOG_FILE,
     METRICS_ADDED_COLUMNS,
     METRICS_SCHEMA,
 )
-from hetriever.core.models import RetrievalResult, _Serialisable
-from hetriever.core.sqlite_files import connect
 
 KEEP_QUERIES = 100_000  # ~20 MB of rows; summaries read the last 1,000 by default
 
 SOURCES = ("cli", "query-flow", "http", "mcp")
 UNRECORDED = "unrecorded"
 # A row's source: recorded, else the prefix servers gave their mode, else unknown.
-SOURCE_SQL = (f"COALESCE(source, CASE WHEN mode LIKE 'http:%' THEN 'http' "
-              f"WHEN mode LIKE 'mcp:%' THEN 'mcp' ELSE '{UNRECORDED}' END)")
+SOURCE_SQL = (
+    f"COALESCE(source, CASE WHEN mode LIKE 'http:%' THEN 'http' "
+    f"WHEN mode LIKE 'mcp:%' THEN 'mcp' ELSE '{UNRECORDED}' END)"
+)
 
 
 @dataclass
@@ -48,8 +50,14 @@ class QueryMetric(_Serialisable):
     cold: bool | None = None  # the process's first search
 
     @classmethod
-    def from_result(cls, result: RetrievalResult, repositories: list[str] | None = None, *,
-                    source: str | None = None, cold: bool | None = None) -> QueryMetric:
+    def from_result(
+        cls,
+        result: RetrievalResult,
+        repositories: list[str] | None = None,
+        *,
+        source: str | None = None,
+        cold: bool | None = None,
+    ) -> QueryMetric:
         return cls(
             query=result.query[:500],
             mode=result.mode,
@@ -113,16 +121,31 @@ class MetricsStore:
                 "INSERT INTO query_metrics (at, query, mode, latency_ms, results, top_score,"
                 " retriever_counts, repositories, source, cold)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [(m.at, _storable(m.query), m.mode, m.latency_ms, m.results, m.top_score,
-                  json.dumps(m.retriever_counts), json.dumps(m.repositories), m.source,
-                  None if m.cold is None else int(m.cold)) for m in metrics],
+                [
+                    (
+                        m.at,
+                        _storable(m.query),
+                        m.mode,
+                        m.latency_ms,
+                        m.results,
+                        m.top_score,
+                        json.dumps(m.retriever_counts),
+                        json.dumps(m.repositories),
+                        m.source,
+                        None if m.cold is None else int(m.cold),
+                    )
+                    for m in metrics
+                ],
             )
             # Retention: the newest `keep` queries (ids only grow, so one indexed delete).
-            self._db.execute("DELETE FROM query_metrics WHERE id <= (SELECT MAX(id) FROM query_metrics) - ?",
-                             (self.keep,))
+            self._db.execute(
+                "DELETE FROM query_metrics WHERE id <= (SELECT MAX(id) FROM query_metrics) - ?",
+                (self.keep,),
+            )
 
-    def summary(self, last: int = 1000, source: str | None = None,
-                temperature: str | None = None) -> MetricsSummary:
+    def summary(
+        self, last: int = 1000, source: str | None = None, temperature: str | None = None
+    ) -> MetricsSummary:
         """Over the last `last` queries (of `source` and of `temperature`, "cold" or "warm",
         when given), with a row per source and temperature among them."""
         clauses: list[str] = []
@@ -136,7 +159,8 @@ class MetricsStore:
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         rows = self._db.execute(
             f"SELECT latency_ms, results, mode, {SOURCE_SQL}, cold FROM query_metrics {where} "
-            "ORDER BY id DESC LIMIT ?", [*params, last],
+            "ORDER BY id DESC LIMIT ?",
+            [*params, last],
         ).fetchall()
         if not rows:
             return MetricsSummary(0, None, None, None, None, None, {})
@@ -148,17 +172,29 @@ class MetricsStore:
             groups.setdefault((origin, temperature_of(cold)), []).append(latency)
         p50, p95, p99 = _percentiles([r[0] for r in rows])
         order = {name: i for i, name in enumerate((*SOURCES, UNRECORDED))}
-        by_source = [{"source": origin, "temperature": temp, "count": len(values),
-                      **dict(zip(("p50_ms", "p95_ms", "p99_ms"), _percentiles(values)))}
-                     for (origin, temp), values in sorted(
-                         groups.items(), key=lambda g: (order.get(g[0][0], 99), g[0][1]))]
+        by_source = [
+            {
+                "source": origin,
+                "temperature": temp,
+                "count": len(values),
+                **dict(zip(("p50_ms", "p95_ms", "p99_ms"), _percentiles(values))),
+            }
+            for (origin, temp), values in sorted(
+                groups.items(), key=lambda g: (order.get(g[0][0], 99), g[0][1])
+            )
+        ]
         temperatures: dict[str, list[float]] = {}
         for (_, temp), values in groups.items():
             temperatures.setdefault(temp, []).extend(values)
-        by_temperature = [{"temperature": temp, "count": len(temperatures[temp]),
-                           **dict(zip(("p50_ms", "p95_ms", "p99_ms"),
-                                      _percentiles(temperatures[temp])))}
-                          for temp in ("warm", "cold", "?") if temp in temperatures]
+        by_temperature = [
+            {
+                "temperature": temp,
+                "count": len(temperatures[temp]),
+                **dict(zip(("p50_ms", "p95_ms", "p99_ms"), _percentiles(temperatures[temp]))),
+            }
+            for temp in ("warm", "cold", "?")
+            if temp in temperatures
+        ]
         return MetricsSummary(
             count=len(rows),
             p50_ms=p50,

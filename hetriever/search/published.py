@@ -28,7 +28,7 @@ def language(metadata: Mapping[str, Any], content_dir: str = "content") -> str:
         return declared.strip().lower()
     parts = str(metadata.get("file_path", "")).split("/")
     if content_dir in parts:
-        parts = parts[parts.index(content_dir) + 1:]
+        parts = parts[parts.index(content_dir) + 1 :]
     if len(parts) > 1 and _LANGUAGE.match(parts[0].lower()):
         return parts[0].lower()
     return DEFAULT_LANGUAGE
@@ -57,29 +57,35 @@ def full_link(url: str, lang: str, base_urls: Mapping[str, str]) -> str:
     return f"{parts.scheme}://{parts.netloc}{url}"
 
 
-def recorded_base_urls(catalog: Any, repository: str,
-                       site_urls: Mapping[str, str]) -> dict[str, str]:
+def recorded_base_urls(
+    catalog: Any, repository: str, site_urls: Mapping[str, str]
+) -> dict[str, str]:
     """Where a repository's site is published, as its last ingest recorded it (an index
     built before that was recorded has none: its results keep site-relative URLs), the
     site-wide one replaced by the repository's entry in `site_urls` (the setting)."""
     record = catalog.repository(repository)
     recorded = record.settings.get("base_urls") if record else None
-    found = ({str(k): str(v) for k, v in recorded.items()} if isinstance(recorded, dict)
-             else {})
+    found = {str(k): str(v) for k, v in recorded.items()} if isinstance(recorded, dict) else {}
     published = site_urls.get(repository, "")
     return {**found, "": published} if published else found
 
 
-def base_urls_of(catalog: Any, matches: Iterable[Any],
-                 site_urls: Mapping[str, str]) -> dict[str, dict[str, str]]:
+def base_urls_of(
+    catalog: Any, matches: Iterable[Any], site_urls: Mapping[str, str]
+) -> dict[str, dict[str, str]]:
     """`recorded_base_urls` of each repository the matches (search results) come from, read
     once each."""
     names = {str(m.metadata.get("repository", "")) for m in matches}
     return {name: recorded_base_urls(catalog, name, site_urls) for name in names}
 
 
-def preference(metadata: Mapping[str, Any], host: str, base_urls: Mapping[str, str],
-               languages: tuple[str, ...], content_dir: str = "content") -> int:
+def preference(
+    metadata: Mapping[str, Any],
+    host: str,
+    base_urls: Mapping[str, str],
+    languages: tuple[str, ...],
+    content_dir: str = "content",
+) -> int:
     """Which of the pages at one path (a multihost site's languages, two sites) a link at
     `host` ("" for a bare path) names, lowest first: 0, the page is published at `host`;
     1, it is in its site's default language (the first of `languages`); 2, neither."""
@@ -90,11 +96,18 @@ def preference(metadata: Mapping[str, Any], host: str, base_urls: Mapping[str, s
     return 1 if languages and lang == languages[0] else 2
 
 
-def links_of(catalog: Any, matches: Iterable[Any], site_urls: Mapping[str, str],
-             content_dir: str = "content") -> list[str]:
+def links_of(
+    catalog: Any, matches: Iterable[Any], site_urls: Mapping[str, str], content_dir: str = "content"
+) -> list[str]:
     """Each match's full link (`full_link`) where its site's published address is known,
     else its site-relative URL: what the HTTP API, the CLI and the query flow show."""
     matches = list(matches)
     sites = base_urls_of(catalog, matches, site_urls)
-    return [full_link(str(m.metadata.get("url", "")), language(m.metadata, content_dir),
-                      sites[str(m.metadata.get("repository", ""))]) for m in matches]
+    return [
+        full_link(
+            str(m.metadata.get("url", "")),
+            language(m.metadata, content_dir),
+            sites[str(m.metadata.get("repository", ""))],
+        )
+        for m in matches
+    ]

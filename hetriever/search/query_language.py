@@ -22,15 +22,30 @@ from collections.abc import Callable, Mapping, Sequence
 # Unicode script (the first word of a letter's name) -> the languages written in it, the more
 # likely first. Latin is absent on purpose (see above).
 SCRIPT_LANGUAGES: dict[str, tuple[str, ...]] = {
-    "HIRAGANA": ("ja",), "KATAKANA": ("ja",), "KATAKANA-HIRAGANA": ("ja",),
+    "HIRAGANA": ("ja",),
+    "KATAKANA": ("ja",),
+    "KATAKANA-HIRAGANA": ("ja",),
     "CJK": ("zh", "ja"),
     "HANGUL": ("ko",),
     "CYRILLIC": ("uk", "ru", "bg", "sr", "mk", "be", "kk", "ky", "mn", "tg"),
-    "GREEK": ("el",), "HEBREW": ("he", "yi"), "ARABIC": ("ar", "fa", "ur", "ps"),
-    "BENGALI": ("bn", "as"), "DEVANAGARI": ("hi", "mr", "ne"), "TAMIL": ("ta",),
-    "TELUGU": ("te",), "KANNADA": ("kn",), "MALAYALAM": ("ml",), "GUJARATI": ("gu",),
-    "GURMUKHI": ("pa",), "THAI": ("th",), "LAO": ("lo",), "KHMER": ("km",),
-    "MYANMAR": ("my",), "GEORGIAN": ("ka",), "ARMENIAN": ("hy",), "ETHIOPIC": ("am",),
+    "GREEK": ("el",),
+    "HEBREW": ("he", "yi"),
+    "ARABIC": ("ar", "fa", "ur", "ps"),
+    "BENGALI": ("bn", "as"),
+    "DEVANAGARI": ("hi", "mr", "ne"),
+    "TAMIL": ("ta",),
+    "TELUGU": ("te",),
+    "KANNADA": ("kn",),
+    "MALAYALAM": ("ml",),
+    "GUJARATI": ("gu",),
+    "GURMUKHI": ("pa",),
+    "THAI": ("th",),
+    "LAO": ("lo",),
+    "KHMER": ("km",),
+    "MYANMAR": ("my",),
+    "GEORGIAN": ("ka",),
+    "ARMENIAN": ("hy",),
+    "ETHIOPIC": ("am",),
     "SINHALA": ("si",),
 }
 _KANA = {"HIRAGANA", "KATAKANA", "KATAKANA-HIRAGANA"}
@@ -66,13 +81,16 @@ def script_languages(text: str, languages: Sequence[str]) -> tuple[str, ...] | N
     if len(scripts) > 1:
         return ()
     (script,) = scripts
-    return tuple(code for lang in SCRIPT_LANGUAGES[script] for code in languages
-                 if _primary(code) == lang)
+    return tuple(
+        code for lang in SCRIPT_LANGUAGES[script] for code in languages if _primary(code) == lang
+    )
 
 
-def query_language(text: str, languages: Sequence[str],
-                   word_counts: Callable[[], tuple[Mapping[str, int],
-                                                   Sequence[Mapping[str, int]]]]) -> str:
+def query_language(
+    text: str,
+    languages: Sequence[str],
+    word_counts: Callable[[], tuple[Mapping[str, int], Sequence[Mapping[str, int]]]],
+) -> str:
     """The one of a multilingual site's `languages` (default first) `text` is written in, or
     "": by its script, else by its words (`word_counts()`: `by_words`' sizes and per-word
     counts, asked only when the script leaves a choice). Chinese characters without kana
@@ -95,8 +113,12 @@ def query_language(text: str, languages: Sequence[str],
 WORD_RATIO = 100.0
 
 
-def by_words(sizes: Mapping[str, int], per_word: Sequence[Mapping[str, int]],
-             default: str, among: Sequence[str] | None = None) -> str:
+def by_words(
+    sizes: Mapping[str, int],
+    per_word: Sequence[Mapping[str, int]],
+    default: str,
+    among: Sequence[str] | None = None,
+) -> str:
     """The language the query's words speak for (one of `among`, if given): `sizes`, each
     language's doc count; `per_word`, for each query word the index holds, its doc count in
     each language. "" when no language has at least half of the words and more than any

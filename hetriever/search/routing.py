@@ -75,9 +75,14 @@ def centroid(store: RetrievalStore, name: str) -> np.ndarray | None:
     return value
 
 
-def relevance(hits: Mapping[str, _Hit], dense_ids: Sequence[str], top: int = ROUTE_TOP,
-              centroids: Mapping[str, np.ndarray | None] | None = None,
-              vector: Any = None, centroid_weight: float = CENTROID_WEIGHT) -> dict[str, float]:
+def relevance(
+    hits: Mapping[str, _Hit],
+    dense_ids: Sequence[str],
+    top: int = ROUTE_TOP,
+    centroids: Mapping[str, np.ndarray | None] | None = None,
+    vector: Any = None,
+    centroid_weight: float = CENTROID_WEIGHT,
+) -> dict[str, float]:
     """Collection -> mean dense similarity of its `top` nearest candidates (ids best first),
     plus `centroid_weight` x the query vector's cosine to the collection's centroid."""
     seen: dict[str, list[float]] = {}
@@ -96,8 +101,12 @@ def relevance(hits: Mapping[str, _Hit], dense_ids: Sequence[str], top: int = ROU
     return out
 
 
-def keyword_veto(scores: Mapping[str, float], keywords: Mapping[str, float],
-                 gap: float = VETO_GAP, share: float = VETO_SHARE) -> dict[str, float]:
+def keyword_veto(
+    scores: Mapping[str, float],
+    keywords: Mapping[str, float],
+    gap: float = VETO_GAP,
+    share: float = VETO_SHARE,
+) -> dict[str, float]:
     """`scores` with the most relevant site giving way to a near one (within `gap`) whose
     best BM25 match (idf over all the sites) it does not reach `share` of: dense finds
     OpenTelemetry's telemetry pages near a question about Google Analytics, while only Hugo
@@ -105,24 +114,38 @@ def keyword_veto(scores: Mapping[str, float], keywords: Mapping[str, float],
     if not scores or not keywords:
         return dict(scores)
     top = max(scores, key=lambda name: (scores[name], name))
-    rivals = [name for name in scores if name != top and scores[top] - scores[name] < gap
-              and keywords.get(top, 0.0) < share * keywords.get(name, 0.0)]
+    rivals = [
+        name
+        for name in scores
+        if name != top
+        and scores[top] - scores[name] < gap
+        and keywords.get(top, 0.0) < share * keywords.get(name, 0.0)
+    ]
     if not rivals:
         return dict(scores)
     winner = max(rivals, key=lambda name: (keywords.get(name, 0.0), name))
     return {**scores, winner: scores[top] + 1e-9}
 
 
-def routed(store: RetrievalStore | None, names: Sequence[str], hits: Mapping[str, _Hit],
-           dense_ids: Sequence[str] | None, vector: Any, margin: float,
-           keywords: Mapping[str, float] | None = None) -> list[str]:
+def routed(
+    store: RetrievalStore | None,
+    names: Sequence[str],
+    hits: Mapping[str, _Hit],
+    dense_ids: Sequence[str] | None,
+    vector: Any,
+    margin: float,
+    keywords: Mapping[str, float] | None = None,
+) -> list[str]:
     """The collections of `names` a search keeps: those whose relevance is within `margin`
     of the best (all of them when there is one, or no dense evidence, or margin >= 1), after
     `keyword_veto` by each site's best BM25 score (`keywords`, when given)."""
     if len(names) < 2 or not dense_ids or margin >= 1:
         return list(names)
-    centroids = {name: centroid(store, name) for name in names} \
-        if store is not None and vector is not None else None
+    centroids = (
+        {name: centroid(store, name) for name in names}
+        if store is not None and vector is not None
+        else None
+    )
     scores = relevance(hits, dense_ids, ROUTE_TOP, centroids, vector)
     if not scores:
         return list(names)

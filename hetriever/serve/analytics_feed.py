@@ -18,8 +18,14 @@ from typing import Any
 from hetriever.core.config import Settings
 from hetriever.core.logs import get_logger
 from hetriever.core.models import RetrievalResult
-from hetriever.search.analytics import (MAX_URL_CHARS, AnalyticsStore, OpenRecord,
-                                        QueryRecord, new_query_id, open_store)
+from hetriever.search.analytics import (
+    MAX_URL_CHARS,
+    AnalyticsStore,
+    OpenRecord,
+    QueryRecord,
+    new_query_id,
+    open_store,
+)
 from hetriever.serve.batched_writer import BatchedWriter
 
 log = get_logger(__name__)
@@ -43,26 +49,37 @@ class AnalyticsFeed:
         self.source = source
         self._settings = settings
         # query id -> each shown result's (url, link), and the ranks already reported opened
-        self._recent: OrderedDict[str, tuple[tuple[tuple[str, str], ...], set[int]]] = \
-            OrderedDict()
+        self._recent: OrderedDict[str, tuple[tuple[tuple[str, str], ...], set[int]]] = OrderedDict()
         self._lock = threading.Lock()
         self._writer: BatchedWriter[QueryRecord | OpenRecord, AnalyticsStore] | None = None
         if self.enabled:
             self._writer = BatchedWriter("analytics", self._open_store, _record)
 
-    def search(self, result: RetrievalResult, answer: dict[str, Any], seconds: float,
-               repositories: list[str] | None) -> str | None:
+    def search(
+        self,
+        result: RetrievalResult,
+        answer: dict[str, Any],
+        seconds: float,
+        repositories: list[str] | None,
+    ) -> str | None:
         """The search's id (None with analytics off); its row is written later."""
         if not self.enabled:
             return None
         shown = answer.get("results", [])
-        record = QueryRecord.of(result, returned=len(shown), latency_ms=seconds * 1000.0,
-                                repositories=repositories, source=self.source,
-                                cold=False,  # the server searched before it served
-                                query_id=new_query_id())
+        record = QueryRecord.of(
+            result,
+            returned=len(shown),
+            latency_ms=seconds * 1000.0,
+            repositories=repositories,
+            source=self.source,
+            cold=False,  # the server searched before it served
+            query_id=new_query_id(),
+        )
         with self._lock:
-            self._recent[record.id] = (tuple((str(r.get("url", "")), str(r.get("link", "")))
-                                             for r in shown), set())
+            self._recent[record.id] = (
+                tuple((str(r.get("url", "")), str(r.get("link", ""))) for r in shown),
+                set(),
+            )
             while len(self._recent) > RECENT:
                 self._recent.popitem(last=False)
         self._put(record)
@@ -83,8 +100,11 @@ class AnalyticsFeed:
                 raise OpenRefused("no recent search has this query_id", unknown=True)
             shown, opened = recent
             if not 1 <= rank <= len(shown):
-                raise OpenRefused(f"rank must be from 1 to {len(shown)} for this search"
-                                  if shown else "this search showed no result")
+                raise OpenRefused(
+                    f"rank must be from 1 to {len(shown)} for this search"
+                    if shown
+                    else "this search showed no result"
+                )
             if url not in shown[rank - 1]:
                 raise OpenRefused(f"url is not that of result {rank} of this search")
             if rank in opened:
@@ -98,8 +118,9 @@ class AnalyticsFeed:
             self._writer.put(item)
 
     def _open_store(self) -> AnalyticsStore:
-        return open_store(self._settings.resolved_state_dir,
-                          self._settings.analytics_retention_days)
+        return open_store(
+            self._settings.resolved_state_dir, self._settings.analytics_retention_days
+        )
 
     def flush(self) -> None:
         """Wait until every recorded search and open is written (or failed to be)."""
@@ -112,5 +133,7 @@ class AnalyticsFeed:
 
 
 def _record(store: AnalyticsStore, rows: list[QueryRecord | OpenRecord]) -> None:
-    store.record([r for r in rows if isinstance(r, QueryRecord)],
-                 [r for r in rows if isinstance(r, OpenRecord)])
+    store.record(
+        [r for r in rows if isinstance(r, QueryRecord)],
+        [r for r in rows if isinstance(r, OpenRecord)],
+    )

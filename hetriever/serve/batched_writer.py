@@ -34,8 +34,9 @@ class BatchedWriter(Generic[Row, Sink]):
     hands it each batch (`write`). `what` names the rows in log lines (`<what>_dropped`,
     `<what>_write_failed`)."""
 
-    def __init__(self, what: str, open_sink: Callable[[], Sink],
-                 write: Callable[[Sink, list[Row]], None]) -> None:
+    def __init__(
+        self, what: str, open_sink: Callable[[], Sink], write: Callable[[Sink, list[Row]], None]
+    ) -> None:
         self._what = what
         self._open_sink = open_sink
         self._write_batch = write

@@ -18,8 +18,12 @@ from starlette.exceptions import HTTPException
 
 ASSETS = "/docs/assets"
 # The files the page needs, and their content types.
-FILES = {"swagger-ui-bundle.js": "text/javascript", "swagger-ui.css": "text/css",
-         "favicon-32x32.png": "image/png", "LICENSE": "text/plain"}
+FILES = {
+    "swagger-ui-bundle.js": "text/javascript",
+    "swagger-ui.css": "text/css",
+    "favicon-32x32.png": "image/png",
+    "LICENSE": "text/plain",
+}
 PATHS = tuple(f"{ASSETS}/{name}" for name in FILES)
 
 
@@ -41,15 +45,20 @@ def add_docs(app: FastAPI, title: str) -> None:
     @app.get("/docs", include_in_schema=False)
     async def docs() -> HTMLResponse:
         return get_swagger_ui_html(
-            openapi_url=app.openapi_url or "/openapi.json", title=f"{title} - API docs",
+            openapi_url=app.openapi_url or "/openapi.json",
+            title=f"{title} - API docs",
             swagger_js_url=f"{ASSETS}/swagger-ui-bundle.js",
             swagger_css_url=f"{ASSETS}/swagger-ui.css",
             swagger_favicon_url=f"{ASSETS}/favicon-32x32.png",
-            swagger_ui_parameters={"validatorUrl": None})  # no call to the online validator
+            swagger_ui_parameters={"validatorUrl": None},
+        )  # no call to the online validator
 
     @app.get(ASSETS + "/{name}", include_in_schema=False)
     async def asset(name: str) -> Response:
         if name not in FILES:
             raise HTTPException(status_code=404)
-        return FileResponse(folder / name, media_type=FILES[name],
-                            headers={"Cache-Control": "public, max-age=86400"})
+        return FileResponse(
+            folder / name,
+            media_type=FILES[name],
+            headers={"Cache-Control": "public, max-age=86400"},
+        )

@@ -30,27 +30,44 @@ from hetriever.core.errors import (
     InvalidFilterError,
     InvalidLimitError,
 )
+from hetriever.core.logs import get_logger
+from hetriever.search.request import SearchRequest
 from hetriever.serve import docs_page, stats_page, web
 from hetriever.serve.analytics_feed import AnalyticsFeed, OpenRefused
-from hetriever.core.logs import get_logger
 from hetriever.serve.keys import InvalidKeyError, KeyRing, key_from_headers
-from hetriever.serve.schemas import (ErrorAnswer, PageAnswer, RepositoriesAnswer, SearchAnswer,
-                                     Status)
-from hetriever.search.request import SearchRequest
+from hetriever.serve.schemas import (
+    ErrorAnswer,
+    PageAnswer,
+    RepositoriesAnswer,
+    SearchAnswer,
+    Status,
+)
 from hetriever.serve.service import Busy, DocsService, NotFound, RequestError, TooLarge
 from hetriever.serve.telemetry import PROMETHEUS_CONTENT_TYPE, Telemetry
 
 log = get_logger(__name__)
 
-OPEN_PATHS = ("/healthz", "/readyz", "/metrics", "/docs", "/openapi.json", *docs_page.PATHS,
-              *web.PATHS)
+OPEN_PATHS = (
+    "/healthz",
+    "/readyz",
+    "/metrics",
+    "/docs",
+    "/openapi.json",
+    *docs_page.PATHS,
+    *web.PATHS,
+)
 LABELLED = ("/search", "/repositories", "/stats", "/analytics/open")  # endpoints in /metrics
 # /stats shows every caller's queries: with keys configured, only a key granting this sees it.
 STATS_LEVEL = "PRIVATE"
 MAX_OPEN_BODY = 1024  # bytes of a POST /analytics/open body
 OPEN_TYPES = ("application/json", "text/plain")  # text/plain: what sendBeacon sends a string as
-BAD_REQUEST = (RequestError, InvalidFilterError, InvalidLimitError, InvalidCollectionNameError,
-               ConfigurationError)
+BAD_REQUEST = (
+    RequestError,
+    InvalidFilterError,
+    InvalidLimitError,
+    InvalidCollectionNameError,
+    ConfigurationError,
+)
 
 
 def _error(status: int, message: str, **headers: str) -> JSONResponse:
@@ -73,32 +90,54 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     400: {"description": "A malformed request: one sentence says what", "model": ErrorAnswer},
     401: {"description": "An API key that matches no configured key", "model": ErrorAnswer},
     413: {"description": "A request body over the limit", "model": ErrorAnswer},
-    503: {"description": "Busy or the index backend unavailable (see Retry-After)",
-          "model": ErrorAnswer},
+    503: {
+        "description": "Busy or the index backend unavailable (see Retry-After)",
+        "model": ErrorAnswer,
+    },
 }
 # POST /search reads its body itself (to answer every malformed body with a 400), so FastAPI
 # cannot derive the body's schema: it is written out for the OpenAPI document.
-SEARCH_BODY = {"required": True, "content": {"application/json": {"schema": {
-    "type": "object", "required": ["q"], "additionalProperties": False,
-    "properties": {
-        "q": {"type": "string", "description": "the query"},
-        "k": {"type": "integer", "minimum": 1, "description": "results wanted"},
-        "repository": {"description": "only this repository, or these",
-                       "oneOf": [{"type": "string"},
-                                 {"type": "array", "items": {"type": "string"}}]},
-        "filter": {"type": "object", "description": 'metadata filter, e.g. {"section": '
-                                                    '"functions"}'},
-        "lang": {"type": "string", "description": "content language, e.g. en, or all"},
-        "group": {"type": "string", "enum": ["page", "chunk"]},
-    }}}}}
+SEARCH_BODY = {
+    "required": True,
+    "content": {
+        "application/json": {
+            "schema": {
+                "type": "object",
+                "required": ["q"],
+                "additionalProperties": False,
+                "properties": {
+                    "q": {"type": "string", "description": "the query"},
+                    "k": {"type": "integer", "minimum": 1, "description": "results wanted"},
+                    "repository": {
+                        "description": "only this repository, or these",
+                        "oneOf": [
+                            {"type": "string"},
+                            {"type": "array", "items": {"type": "string"}},
+                        ],
+                    },
+                    "filter": {
+                        "type": "object",
+                        "description": 'metadata filter, e.g. {"section": "functions"}',
+                    },
+                    "lang": {"type": "string", "description": "content language, e.g. en, or all"},
+                    "group": {"type": "string", "enum": ["page", "chunk"]},
+                },
+            }
+        }
+    },
+}
 
 # The answers are documented by the models of hetriever.serve.schemas; what the address
 # fields mean.
-ADDRESS_FIELDS = ("`url` is the page's site-relative path (`/docs/functions/where/`); `link` "
-                  "its full address (`https://example.org/docs/functions/where/`) when the "
-                  "site's baseURL is an absolute http(s) one, else the same path as `url`.")
-SEARCH_FIELDS = ADDRESS_FIELDS + (" With search analytics on (the `analytics` setting), the "
-                                  "answer carries `query_id`, for `POST /analytics/open`.")
+ADDRESS_FIELDS = (
+    "`url` is the page's site-relative path (`/docs/functions/where/`); `link` "
+    "its full address (`https://example.org/docs/functions/where/`) when the "
+    "site's baseURL is an absolute http(s) one, else the same path as `url`."
+)
+SEARCH_FIELDS = ADDRESS_FIELDS + (
+    " With search analytics on (the `analytics` setting), the "
+    "answer carries `query_id`, for `POST /analytics/open`."
+)
 
 
 def status_of(exc: HetrieverError) -> int:
@@ -139,13 +178,17 @@ class GateMiddleware:
             await self.app(scope, self._capped(receive), timed_send)
         finally:
             path = scope.get("route_path") or scope["path"]
-            endpoint = path if path in OPEN_PATHS or path in LABELLED \
+            endpoint = (
+                path
+                if path in OPEN_PATHS or path in LABELLED
                 else ("/pages" if path.startswith("/pages/") else "other")
+            )
             self.telemetry.request(endpoint, status["code"], time.perf_counter() - started)
 
     def _refuse(self, scope: dict) -> JSONResponse | None:
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1")
-                   for k, v in scope.get("headers", [])}
+        headers = {
+            k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])
+        }
         length = headers.get("content-length")
         if length is not None and (not length.isdigit() or int(length) > self.max_body):
             return _error(413, f"the request body is over {self.max_body} bytes")
@@ -174,18 +217,26 @@ class GateMiddleware:
         return capped
 
 
-def create_app(service: DocsService, *, keys: KeyRing | None = None,
-               telemetry: Telemetry | None = None,
-               analytics: AnalyticsFeed | None = None) -> FastAPI:
+def create_app(
+    service: DocsService,
+    *,
+    keys: KeyRing | None = None,
+    telemetry: Telemetry | None = None,
+    analytics: AnalyticsFeed | None = None,
+) -> FastAPI:
     """`analytics`: where searches and opens are recorded (none when not given)."""
     telemetry = telemetry or Telemetry(service.settings.resolved_state_dir, "http")
     analytics = analytics or AnalyticsFeed(service.settings, "http", enabled=False)
     keys = keys or KeyRing({}, {})
-    app = FastAPI(title="hetriever", version="0.1.0",
-                  description="Hybrid search over Hugo documentation kept in step with git. "
-                              "Send an API key as `Authorization: Bearer <key>` or "
-                              "`X-API-Key` for levels above PUBLIC.",
-                  docs_url=None, redoc_url=None)  # /docs below, with no CDN
+    app = FastAPI(
+        title="hetriever",
+        version="0.1.0",
+        description="Hybrid search over Hugo documentation kept in step with git. "
+        "Send an API key as `Authorization: Bearer <key>` or "
+        "`X-API-Key` for levels above PUBLIC.",
+        docs_url=None,
+        redoc_url=None,
+    )  # /docs below, with no CDN
     docs_page.add_docs(app, "hetriever")
     web.add_web(app, page_api_key=service.settings.page_api_key.get_secret_value())
     app.state.service = service
@@ -198,8 +249,9 @@ def create_app(service: DocsService, *, keys: KeyRing | None = None,
         if status >= 500:
             log.error("request_failed", path=request.url.path, error=str(exc))
         # The log keeps the whole sentence; the caller gets it without server paths.
-        return _error(status, service.public_message(exc),
-                      **({"Retry-After": "1"} if status == 503 else {}))
+        return _error(
+            status, service.public_message(exc), **({"Retry-After": "1"} if status == 503 else {})
+        )
 
     @app.exception_handler(HTTPException)
     async def on_http(request: Request, exc: HTTPException) -> JSONResponse:
@@ -223,13 +275,28 @@ def create_app(service: DocsService, *, keys: KeyRing | None = None,
         log.exception("request_crashed", path=request.url.path, error=str(exc))
         return _error(500, "internal error (logged)")
 
-    async def run_search(request: Request, q: str | None, k: int | None,
-                         repository: list[str] | None, filters: Any, lang: str | None,
-                         group: str | None) -> JSONResponse:
+    async def run_search(
+        request: Request,
+        q: str | None,
+        k: int | None,
+        repository: list[str] | None,
+        filters: Any,
+        lang: str | None,
+        group: str | None,
+    ) -> JSONResponse:
         started = time.perf_counter()
-        answer = await service.call(service.search, SearchRequest(
-            q or "", k, filters, repositories=repository or None, lang=lang, group_by=group,
-            access_levels=request.state.levels))
+        answer = await service.call(
+            service.search,
+            SearchRequest(
+                q or "",
+                k,
+                filters,
+                repositories=repository or None,
+                lang=lang,
+                group_by=group,
+                access_levels=request.state.levels,
+            ),
+        )
         result = answer.pop("_result")
         seconds = time.perf_counter() - started
         telemetry.search(result, len(answer["results"]), seconds, repository)
@@ -238,25 +305,38 @@ def create_app(service: DocsService, *, keys: KeyRing | None = None,
             answer["query_id"] = query_id
         return JSONResponse(answer)
 
-    @app.get("/search", summary="Search the docs: pages (or chunks) with passages",
-             description=SEARCH_FIELDS, responses=ERROR_RESPONSES, response_model=SearchAnswer)
+    @app.get(
+        "/search",
+        summary="Search the docs: pages (or chunks) with passages",
+        description=SEARCH_FIELDS,
+        responses=ERROR_RESPONSES,
+        response_model=SearchAnswer,
+    )
     async def search_get(
         request: Request,
         q: str | None = Query(None, description="the query"),
         k: int | None = Query(None, description="results wanted"),
         repository: list[str] | None = Query(None, description="only these (repeatable)"),
-        filter: str | None = Query(None, description='metadata filter as JSON, '
-                                                     'e.g. {"section": "functions"}'),
+        filter: str | None = Query(
+            None, description='metadata filter as JSON, e.g. {"section": "functions"}'
+        ),
         lang: str | None = Query(None, description="content language, e.g. en"),
-        group: str | None = Query(None, description="page (one result per page) or chunk; "
-                                                    "the group_by setting when not given"),
+        group: str | None = Query(
+            None,
+            description="page (one result per page) or chunk; the group_by setting when not given",
+        ),
     ) -> JSONResponse:
         filters = _json(filter, "filter") if filter else None
         return await run_search(request, q, k, repository, filters, lang, group or None)
 
-    @app.post("/search", summary="Search with a JSON body: {q, k, repository, filter, lang, group}",
-              description=SEARCH_FIELDS, responses=ERROR_RESPONSES,
-              response_model=SearchAnswer, openapi_extra={"requestBody": SEARCH_BODY})
+    @app.post(
+        "/search",
+        summary="Search with a JSON body: {q, k, repository, filter, lang, group}",
+        description=SEARCH_FIELDS,
+        responses=ERROR_RESPONSES,
+        response_model=SearchAnswer,
+        openapi_extra={"requestBody": SEARCH_BODY},
+    )
     async def search_post(request: Request) -> JSONResponse:
         body = _json(await request.body() or b"null", "the body")
         if not isinstance(body, dict):
@@ -267,43 +347,83 @@ def create_app(service: DocsService, *, keys: KeyRing | None = None,
         repos = body.get("repository")
         if isinstance(repos, str):
             repos = [repos]
-        if repos is not None and not (isinstance(repos, list)
-                                      and all(isinstance(r, str) for r in repos)):
+        if repos is not None and not (
+            isinstance(repos, list) and all(isinstance(r, str) for r in repos)
+        ):
             raise RequestError("repository must be a name or a list of names")
         for field in ("q", "lang", "group"):
             if body.get(field) is not None and not isinstance(body[field], str):
                 raise RequestError(f"{field} must be a string")
-        return await run_search(request, body.get("q"), body.get("k"), repos,
-                                body.get("filter"), body.get("lang"), body.get("group") or None)
+        return await run_search(
+            request,
+            body.get("q"),
+            body.get("k"),
+            repos,
+            body.get("filter"),
+            body.get("lang"),
+            body.get("group") or None,
+        )
 
-    @app.get("/pages/{ref:path}", summary="A page's chunks in order (page id, chunk id or URL)",
-             description=ADDRESS_FIELDS, response_model=PageAnswer,
-             responses={**ERROR_RESPONSES, 404: {"description": "No such page for this caller",
-                                                 "model": ErrorAnswer}})
+    @app.get(
+        "/pages/{ref:path}",
+        summary="A page's chunks in order (page id, chunk id or URL)",
+        description=ADDRESS_FIELDS,
+        response_model=PageAnswer,
+        responses={
+            **ERROR_RESPONSES,
+            404: {"description": "No such page for this caller", "model": ErrorAnswer},
+        },
+    )
     async def page(request: Request, ref: str) -> JSONResponse:
         return JSONResponse(await service.call(service.page, ref, levels=request.state.levels))
 
-    @app.get("/repositories", summary="Visible repositories: indexed vs checked-out commit",
-             response_model=RepositoriesAnswer, responses=ERROR_RESPONSES)
+    @app.get(
+        "/repositories",
+        summary="Visible repositories: indexed vs checked-out commit",
+        response_model=RepositoriesAnswer,
+        responses=ERROR_RESPONSES,
+    )
     async def repositories(request: Request) -> JSONResponse:
         rows = await service.call(service.repositories, levels=request.state.levels)
         return JSONResponse({"repositories": rows})
 
-    @app.post("/analytics/open", status_code=204, responses={
-        **ERROR_RESPONSES, 404: {"description": "Analytics off, or no recent search has this "
-                                                "query_id", "model": ErrorAnswer},
-        415: {"description": "A body that is not JSON or text/plain", "model": ErrorAnswer}},
+    @app.post(
+        "/analytics/open",
+        status_code=204,
+        responses={
+            **ERROR_RESPONSES,
+            404: {
+                "description": "Analytics off, or no recent search has this query_id",
+                "model": ErrorAnswer,
+            },
+            415: {"description": "A body that is not JSON or text/plain", "model": ErrorAnswer},
+        },
         summary="Record that the reader opened a search result: {query_id, rank, url}",
         description="With analytics on, a /search answer carries `query_id`; the page sends "
-                    "this (as sendBeacon does: `text/plain` is read as JSON too) when its "
-                    "reader opens result `rank` (1 for the first) at `url` (its url or "
-                    "link). One open per result is kept; a body over "
-                    f"{MAX_OPEN_BODY} bytes is a 413.",
-        openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
-            "schema": {"type": "object", "required": ["query_id", "rank", "url"],
-                       "additionalProperties": False, "properties": {
-                           "query_id": {"type": "string"}, "rank": {"type": "integer"},
-                           "url": {"type": "string"}}}}}}})
+        "this (as sendBeacon does: `text/plain` is read as JSON too) when its "
+        "reader opens result `rank` (1 for the first) at `url` (its url or "
+        "link). One open per result is kept; a body over "
+        f"{MAX_OPEN_BODY} bytes is a 413.",
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/json": {
+                        "schema": {
+                            "type": "object",
+                            "required": ["query_id", "rank", "url"],
+                            "additionalProperties": False,
+                            "properties": {
+                                "query_id": {"type": "string"},
+                                "rank": {"type": "integer"},
+                                "url": {"type": "string"},
+                            },
+                        }
+                    }
+                },
+            }
+        },
+    )
     async def analytics_open(request: Request) -> Response:
         if not analytics.enabled:
             return _error(404, "search analytics is off (the analytics setting)")
@@ -325,17 +445,20 @@ def create_app(service: DocsService, *, keys: KeyRing | None = None,
         return Response(status_code=204)
 
     @app.get("/stats", include_in_schema=False)
-    async def stats(request: Request, days: float | None = Query(None, gt=0, le=3650)) \
-            -> Response:
+    async def stats(request: Request, days: float | None = Query(None, gt=0, le=3650)) -> Response:
         if keys.grants and STATS_LEVEL not in request.state.levels:
             sent = "authorization" in request.headers or "x-api-key" in request.headers
-            return _error(403 if sent else 401, f"/stats needs an API key granting "
-                          f"{STATS_LEVEL}", **({} if sent else {"WWW-Authenticate": "Bearer"}))
+            return _error(
+                403 if sent else 401,
+                f"/stats needs an API key granting {STATS_LEVEL}",
+                **({} if sent else {"WWW-Authenticate": "Bearer"}),
+            )
         from hetriever.search.analytics_report import analytics_report
 
         try:
             report = await anyio.to_thread.run_sync(
-                lambda: analytics_report(service.settings, days=days))
+                lambda: analytics_report(service.settings, days=days)
+            )
         except sqlite3.Error as exc:  # locked past its timeout, damaged: say so, briefly
             log.warning("analytics_read_failed", error=str(exc))
             return _error(503, "the analytics file cannot be read now", **{"Retry-After": "5"})
@@ -345,21 +468,24 @@ def create_app(service: DocsService, *, keys: KeyRing | None = None,
     async def healthz() -> JSONResponse:
         return JSONResponse({"status": "ok"})
 
-    @app.get("/readyz", summary="The index backend answers", response_model=Status,
-             responses={503: {"description": "The index backend does not answer",
-                              "model": Status}})
+    @app.get(
+        "/readyz",
+        summary="The index backend answers",
+        response_model=Status,
+        responses={503: {"description": "The index backend does not answer", "model": Status}},
+    )
     async def readyz() -> JSONResponse:
         # Not behind the search queue: a busy server is still a ready one.
         ok = await anyio.to_thread.run_sync(service.ready)
-        return JSONResponse({"status": "ready" if ok else "unavailable"},
-                            status_code=200 if ok else 503)
+        return JSONResponse(
+            {"status": "ready" if ok else "unavailable"}, status_code=200 if ok else 503
+        )
 
     @app.get("/metrics", summary="Prometheus metrics", include_in_schema=False)
     async def metrics() -> Response:
         return Response(telemetry.exposition(), media_type=PROMETHEUS_CONTENT_TYPE)
 
     max_body = service.limits.max_body_bytes
-    app.add_middleware(GateMiddleware, keys=keys, max_body=max_body,
-                       telemetry=telemetry)
+    app.add_middleware(GateMiddleware, keys=keys, max_body=max_body, telemetry=telemetry)
     web.add_cors(app, service.settings.cors_origins)
     return app

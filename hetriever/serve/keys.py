@@ -56,7 +56,8 @@ def _levels(raw: str, where: str) -> frozenset[str]:
     if not words or bad:
         raise ConfigurationError(
             f"{where}: {'no level given' if not words else 'cannot grant ' + ', '.join(bad)}",
-            hint=f"a key grants one or more of {', '.join(GRANTABLE)} (never SYSTEM)")
+            hint=f"a key grants one or more of {', '.join(GRANTABLE)} (never SYSTEM)",
+        )
     return frozenset(words)
 
 
@@ -78,13 +79,17 @@ class KeyRing:
             parts = line.split()
             where = f"{source}: entry {number}"
             if len(parts) != 3:
-                raise ConfigurationError(f"{where}: expected `<name> sha256:<hex> <LEVELS>`",
-                                         hint="hash keys with `hetriever serve --new-key`")
+                raise ConfigurationError(
+                    f"{where}: expected `<name> sha256:<hex> <LEVELS>`",
+                    hint="hash keys with `hetriever serve --new-key`",
+                )
             name, digest, levels = parts
             match = _HASH.match(digest.lower())
             if not match:
-                raise ConfigurationError(f"{where}: the key must be stored as sha256:<64 hex>",
-                                         hint="never store a key in clear; use --new-key")
+                raise ConfigurationError(
+                    f"{where}: the key must be stored as sha256:<64 hex>",
+                    hint="never store a key in clear; use --new-key",
+                )
             grants[match.group(1)] = _levels(levels, where) | PUBLIC_LEVELS
             names[match.group(1)] = name
         return cls(grants, names)
@@ -98,11 +103,15 @@ class KeyRing:
             try:
                 text = Path(path).read_text(encoding="utf-8")
             except OSError as exc:
-                raise ConfigurationError(f"cannot read {ENV_KEYS_FILE} {path}: {exc.strerror}",
-                                         hint="point it at a readable key file") from None
+                raise ConfigurationError(
+                    f"cannot read {ENV_KEYS_FILE} {path}: {exc.strerror}",
+                    hint="point it at a readable key file",
+                ) from None
             rings.append(cls.parse(text, path))
-        return cls({d: lv for r in rings for d, lv in r.grants.items()},
-                   {d: n for r in rings for d, n in r.names.items()})
+        return cls(
+            {d: lv for r in rings for d, lv in r.grants.items()},
+            {d: n for r in rings for d, n in r.names.items()},
+        )
 
     def levels(self, key: str | None) -> frozenset[str]:
         """The caller's levels: PUBLIC without a key, the key's levels with a good one."""

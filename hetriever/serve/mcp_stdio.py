@@ -106,12 +106,19 @@ def _skip_space(text: str, at: int) -> int:
 
 def over_long_error(line: OverLong, limit: int) -> types.JSONRPCError:
     request_id = top_level_id(line.head)
-    log.warning("mcp_line_too_long", length=line.length, limit=limit,
-                request_id=str(request_id)[:80] if request_id is not None else None,
-                hint="raise HETRIEVER_MCP_MAX_LINE if such requests are meant")
-    return _error(request_id, types.INVALID_REQUEST,
-                  f"Invalid Request: the line of {line.length} bytes is over the "
-                  f"{limit}-byte limit (HETRIEVER_MCP_MAX_LINE)")
+    log.warning(
+        "mcp_line_too_long",
+        length=line.length,
+        limit=limit,
+        request_id=str(request_id)[:80] if request_id is not None else None,
+        hint="raise HETRIEVER_MCP_MAX_LINE if such requests are meant",
+    )
+    return _error(
+        request_id,
+        types.INVALID_REQUEST,
+        f"Invalid Request: the line of {line.length} bytes is over the "
+        f"{limit}-byte limit (HETRIEVER_MCP_MAX_LINE)",
+    )
 
 
 def _clean(value: Any) -> tuple[Any, int]:
@@ -133,10 +140,14 @@ def _clean(value: Any) -> tuple[Any, int]:
 
 
 def _error(request_id: Any, code: int, message: str) -> types.JSONRPCError:
-    valid_id = request_id if isinstance(request_id, (str, int)) and not isinstance(
-        request_id, bool) else None
-    return types.JSONRPCError(jsonrpc="2.0", id=valid_id,
-                              error=types.ErrorData(code=code, message=message))
+    valid_id = (
+        request_id
+        if isinstance(request_id, (str, int)) and not isinstance(request_id, bool)
+        else None
+    )
+    return types.JSONRPCError(
+        jsonrpc="2.0", id=valid_id, error=types.ErrorData(code=code, message=message)
+    )
 
 
 def read_message(line: bytes) -> types.JSONRPCMessage | types.JSONRPCError:
@@ -157,21 +168,30 @@ def read_message(line: bytes) -> types.JSONRPCMessage | types.JSONRPCError:
         return _error(None, types.PARSE_ERROR, f"Parse error: {str(exc)[:200]}")
     data, replaced = _clean(data)
     if replaced:
-        log.warning("mcp_lone_surrogates", replaced=replaced,
-                    detail="lone UTF-16 surrogates read as U+FFFD")
+        log.warning(
+            "mcp_lone_surrogates", replaced=replaced, detail="lone UTF-16 surrogates read as U+FFFD"
+        )
     request_id = data.get("id") if isinstance(data, dict) else None
     try:
         return types.jsonrpc_message_adapter.validate_python(data, by_name=False)
     except ValueError as exc:
         if _bad_params_only(data):
-            log.warning("mcp_invalid_params", request_id=str(request_id)[:80],
-                        method=str(data["method"])[:80])
-            return _error(request_id, types.INVALID_PARAMS,
-                          "Invalid params: params must be an object")
-        log.warning("mcp_invalid_request", request_id=str(request_id)[:80],
-                    error=str(exc).splitlines()[0][:200])
-        return _error(request_id, types.INVALID_REQUEST,
-                      "Invalid Request: not a JSON-RPC 2.0 message")
+            log.warning(
+                "mcp_invalid_params",
+                request_id=str(request_id)[:80],
+                method=str(data["method"])[:80],
+            )
+            return _error(
+                request_id, types.INVALID_PARAMS, "Invalid params: params must be an object"
+            )
+        log.warning(
+            "mcp_invalid_request",
+            request_id=str(request_id)[:80],
+            error=str(exc).splitlines()[0][:200],
+        )
+        return _error(
+            request_id, types.INVALID_REQUEST, "Invalid Request: not a JSON-RPC 2.0 message"
+        )
 
 
 def _bad_params_only(data: Any) -> bool:
@@ -201,13 +221,17 @@ def _claim_stdio() -> tuple[BinaryIO, BinaryIO, Any]:
             os.dup2(wire_out, 1)
 
     # closefd=False: a reading thread may still block on the descriptor at exit.
-    return (os.fdopen(wire_in, "rb", closefd=False),
-            os.fdopen(wire_out, "wb", closefd=False), restore)
+    return (
+        os.fdopen(wire_in, "rb", closefd=False),
+        os.fdopen(wire_out, "wb", closefd=False),
+        restore,
+    )
 
 
 @contextlib.asynccontextmanager
-async def stdio_transport(stdin: BinaryIO | None = None, stdout: BinaryIO | None = None,
-                          max_line: int = DEFAULT_MAX_LINE) -> AsyncIterator[tuple[Any, Any]]:
+async def stdio_transport(
+    stdin: BinaryIO | None = None, stdout: BinaryIO | None = None, max_line: int = DEFAULT_MAX_LINE
+) -> AsyncIterator[tuple[Any, Any]]:
     """(read stream, write stream) for `Server.run`, over the process's stdio by default."""
     restore = None
     if stdin is None or stdout is None:
@@ -221,8 +245,9 @@ async def stdio_transport(stdin: BinaryIO | None = None, stdout: BinaryIO | None
         async with to_server, answers:
             while True:
                 # abandoned at shutdown: the thread may block on the descriptor till exit
-                line = await anyio.to_thread.run_sync(read_line, wire_in, max_line,
-                                                      abandon_on_cancel=True)
+                line = await anyio.to_thread.run_sync(
+                    read_line, wire_in, max_line, abandon_on_cancel=True
+                )
                 if line is None:
                     break
                 if isinstance(line, OverLong):
@@ -237,8 +262,7 @@ async def stdio_transport(stdin: BinaryIO | None = None, stdout: BinaryIO | None
     async def write_lines() -> None:
         async with to_wire:
             async for session_message in to_wire:
-                data = session_message.message.model_dump_json(by_alias=True,
-                                                               exclude_unset=True)
+                data = session_message.message.model_dump_json(by_alias=True, exclude_unset=True)
                 await out.write(data.encode("utf-8", errors="replace") + b"\n")
                 await out.flush()
 

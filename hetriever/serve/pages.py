@@ -41,12 +41,14 @@ def passage(content: str, metadata: Mapping[str, Any]) -> str:
     record: without its title line)."""
     title = str(metadata.get("title") or "")
     if metadata.get("page_record") and content.startswith(title + "\n"):
-        return content[len(title) + 1:]
+        return content[len(title) + 1 :]
     prefix = CONTEXT_SEPARATOR.join(
-        p for p in (str(metadata.get("title") or ""), str(metadata.get("heading_context") or ""))
-        if p.strip())
+        p
+        for p in (str(metadata.get("title") or ""), str(metadata.get("heading_context") or ""))
+        if p.strip()
+    )
     if prefix and content.startswith(prefix + BODY_SEPARATOR):
-        return content[len(prefix) + len(BODY_SEPARATOR):]
+        return content[len(prefix) + len(BODY_SEPARATOR) :]
     return content
 
 
@@ -62,8 +64,9 @@ def section_anchor(metadata: Mapping[str, Any]) -> str:
     return heading_anchor(headings[-1]) if headings[-1].strip() else ""
 
 
-def match_view(match: SearchResult, content_dir: str = "content",
-               base_urls: Mapping[str, str] | None = None) -> dict[str, Any]:
+def match_view(
+    match: SearchResult, content_dir: str = "content", base_urls: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     """What the API returns for one match; `base_urls`: where its site is published."""
     meta = match.metadata
     lang = language(meta, content_dir)
@@ -85,16 +88,25 @@ def match_view(match: SearchResult, content_dir: str = "content",
         "heading_link": f"{link}#{anchor}" if anchor else link,
         "section": meta.get("section", ""),
         "lang": lang,
-        "translations": [{**t, "link": full_link(str(t.get("url", "")), str(t.get("lang", "")),
-                                                 base_urls)} for t in match.translations],
+        "translations": [
+            {**t, "link": full_link(str(t.get("url", "")), str(t.get("lang", "")), base_urls)}
+            for t in match.translations
+        ],
         "passage": passage(match.content, meta),
         "score": round(float(match.score), 6),
         "source": match.source,
         "dense_score": None if match.dense_score is None else round(match.dense_score, 6),
         "bm25_score": None if match.bm25_score is None else round(match.bm25_score, 6),
         # a page result's next best passages
-        "more": [{"chunk_id": p["doc_id"], "heading": p.get("heading_context", ""),
-                  "passage": passage(p["content"], {**meta, "page_record": False,
-                                                    "heading_context": p.get("heading_context")})}
-                 for p in match.passages],
+        "more": [
+            {
+                "chunk_id": p["doc_id"],
+                "heading": p.get("heading_context", ""),
+                "passage": passage(
+                    p["content"],
+                    {**meta, "page_record": False, "heading_context": p.get("heading_context")},
+                ),
+            }
+            for p in match.passages
+        ],
     }

@@ -34,13 +34,17 @@ class SearchHit(_Answer):
     chunk_id: str
     title: str
     url: str = Field(description="the page's site-relative path, e.g. /docs/functions/where/")
-    link: str = Field(description="the page's full address when the site's baseURL is an "
-                                  "absolute http(s) one, else the same path as `url`")
+    link: str = Field(
+        description="the page's full address when the site's baseURL is an "
+        "absolute http(s) one, else the same path as `url`"
+    )
     repository: str
     file_path: str
     heading: str = Field(description="the passage's heading path, `H2 > H3`; '' at the top")
-    anchor: str = Field(description="the id of the passage's section heading on the "
-                                    "published page; '' at the page's top")
+    anchor: str = Field(
+        description="the id of the passage's section heading on the "
+        "published page; '' at the page's top"
+    )
     heading_link: str = Field(description="`link` at that section: `link#anchor`")
     section: str = Field(description="the page's Hugo section (first folder under content)")
     lang: str
@@ -72,18 +76,25 @@ class SearchAnswer(_Answer):
     k: int
     group: Literal["page", "chunk"]
     mode: Literal["hybrid", "dense", "bm25"] = Field(description="what actually ran")
-    query_language: str | None = Field(None, description="present when a search told no "
-                                       "language kept to the one the query is written in")
+    query_language: str | None = Field(
+        None,
+        description="present when a search told no "
+        "language kept to the one the query is written in",
+    )
     search_ms: float
     took_ms: float
     results: list[SearchHit]
     facets: Facets
     unknown_repositories: list[str] | None = Field(
-        None, description="named repositories this caller cannot search (missing and "
-                          "hidden alike); present only when there are some")
+        None,
+        description="named repositories this caller cannot search (missing and "
+        "hidden alike); present only when there are some",
+    )
     query_id: str | None = Field(
-        None, description="with search analytics on: the id to send to POST /analytics/open "
-                          "when the reader opens a result")
+        None,
+        description="with search analytics on: the id to send to POST /analytics/open "
+        "when the reader opens a result",
+    )
 
 
 class PageChunk(_Answer):
@@ -115,10 +126,14 @@ class Repository(_Answer):
     upstream_commit: str
     behind_upstream: int | None
     ahead_of_upstream: int | None = Field(
-        None, description="indexed commits the followed branch no longer has (it was moved "
-                          "back or rewritten); null when not known")
-    upstream_note: str = Field("", description="what such a move means and the command that "
-                                               "accepts it; '' when there is none")
+        None,
+        description="indexed commits the followed branch no longer has (it was moved "
+        "back or rewritten); null when not known",
+    )
+    upstream_note: str = Field(
+        "",
+        description="what such a move means and the command that accepts it; '' when there is none",
+    )
     upstream_error: str
     files: int
     chunks: int

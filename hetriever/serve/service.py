@@ -21,28 +21,27 @@ from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlsplit
 
-from hetriever.core.redact import hide_paths, server_places
-import anyio
-import anyio.to_thread
-
-from hetriever.search import published
 from hetriever.core.access import caller_levels, denial
-from hetriever.store.catalog_records import address_host
 from hetriever.core.config import ACCESS_LEVELS, Settings
 from hetriever.core.errors import HetrieverError, InvalidFilterError, InvalidLimitError
 from hetriever.core.logs import get_logger
 from hetriever.core.names import is_valid_repository_name, repository_name
+from hetriever.core.redact import hide_paths, server_places
+from hetriever.search import published
 from hetriever.search.hybrid import hybrid_search, plan_collections
-from hetriever.serve import pages
 from hetriever.search.request import SearchRequest
+from hetriever.serve import pages
+from hetriever.store.catalog_records import address_host
 from hetriever.store.knowledge_store import Store
 
 log = get_logger(__name__)
 
 GROUPS = ("page", "chunk")
 # A title-like query (the exact-match path) and a question (the links prior).
-WARM_UP_QUERIES = ("getting started guide",
-                   "how do I configure the settings of my site for a new release")
+WARM_UP_QUERIES = (
+    "getting started guide",
+    "how do I configure the settings of my site for a new release",
+)
 # A page read that meets a file mid-rewrite waits this long, growing, between tries
 # (a write window's BM25 commit follows its Chroma delete within milliseconds).
 PAGE_READ_ATTEMPTS = 5
@@ -82,8 +81,10 @@ def check_text(value: Any, what: str) -> None:
     try:
         json.dumps(value, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError:
-        raise RequestError(f"{what} holds a lone UTF-16 surrogate (part of a character)",
-                           hint="send valid UTF-8 text") from None
+        raise RequestError(
+            f"{what} holds a lone UTF-16 surrogate (part of a character)",
+            hint="send valid UTF-8 text",
+        ) from None
 
 
 def check_repository_name(name: Any) -> str:
@@ -92,15 +93,18 @@ def check_repository_name(name: Any) -> str:
     if isinstance(name, str) and is_valid_repository_name(name):
         return name
     guess = repository_name(name) if isinstance(name, str) else ""
-    hint = (f"did you mean {guess!r}? " if guess != name and is_valid_repository_name(guess)
-            else "") + "repository names are 3-63 lower-case letters, digits and dashes " \
-                       "(GET /repositories lists them)"
+    hint = (
+        (f"did you mean {guess!r}? " if guess != name and is_valid_repository_name(guess) else "")
+        + "repository names are 3-63 lower-case letters, digits and dashes "
+        "(GET /repositories lists them)"
+    )
     raise RequestError(f"invalid repository name {name!r}", hint=hint)
 
 
 class DocsService:
-    def __init__(self, settings: Settings, *, store: Store | None = None,
-                 limits: Limits | None = None) -> None:
+    def __init__(
+        self, settings: Settings, *, store: Store | None = None, limits: Limits | None = None
+    ) -> None:
         self.settings = settings
         self.store = store if store is not None else Store(settings)
         self.limits = limits or Limits()
@@ -114,8 +118,9 @@ class DocsService:
         pool that lets idle threads go (anyio's, after 10 s) makes the next request wait
         for a new one, and a new thread waits a whole scheduling period on a busy machine."""
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.limits.max_concurrency,
-                                            thread_name_prefix="search")
+            self._pool = ThreadPoolExecutor(
+                self.limits.max_concurrency, thread_name_prefix="search"
+            )
         return self._pool
 
     def start_threads(self) -> None:
@@ -150,16 +155,29 @@ class DocsService:
         levels = sorted(ACCESS_LEVELS)
         for query in WARM_UP_QUERIES:
             for group in GROUPS:
-                hybrid_search(self.store, SearchRequest(query, self.default_k, repositories=served,
-                                                        access_levels=levels, group_by=group))
+                hybrid_search(
+                    self.store,
+                    SearchRequest(
+                        query,
+                        self.default_k,
+                        repositories=served,
+                        access_levels=levels,
+                        group_by=group,
+                    ),
+                )
 
     def public_message(self, exc: BaseException) -> str:
         """An error's sentence as a remote caller may read it: the server's directories
         named by what they are, no credentials."""
         s = self.settings
-        places = server_places([("docs root", s.docs_root), ("chroma data", s.chroma_path),
-                                ("state dir", s.resolved_state_dir),
-                                ("model dir", s.resolved_model_dir)])
+        places = server_places(
+            [
+                ("docs root", s.docs_root),
+                ("chroma data", s.chroma_path),
+                ("state dir", s.resolved_state_dir),
+                ("model dir", s.resolved_model_dir),
+            ]
+        )
         return hide_paths(str(exc), places)
 
     def ready(self) -> bool:
@@ -181,8 +199,10 @@ class DocsService:
         if not text:
             raise RequestError("the query is empty", hint="give some words to search for")
         if len(text) > self.limits.max_query_chars:
-            raise RequestError(f"the query is {len(text)} characters, above the limit of "
-                               f"{self.limits.max_query_chars}")
+            raise RequestError(
+                f"the query is {len(text)} characters, above the limit of "
+                f"{self.limits.max_query_chars}"
+            )
         check_text(text, "the query")
         k = self.default_k if k is None else k
         if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= self.max_k:
@@ -201,8 +221,9 @@ class DocsService:
         if group not in GROUPS:
             raise RequestError(f"group must be one of {', '.join(GROUPS)}, got {group!r}")
         if filters is not None and not isinstance(filters, dict):
-            raise RequestError("filters must be a JSON object",
-                               hint='e.g. {"section": "functions"}')
+            raise RequestError(
+                "filters must be a JSON object", hint='e.g. {"section": "functions"}'
+            )
         check_text([filters, repositories, lang], "the request")
         for name in repositories or []:
             check_repository_name(name)
@@ -211,29 +232,44 @@ class DocsService:
         names = [n for n in names if n in served]
         # Named repositories this caller cannot search: missing and hidden ones alike, so the
         # answer says nothing about which exists.
-        unknown = sorted(set(repositories) - set(self._visible_plans(
-            levels, served))) if repositories else []
+        unknown = (
+            sorted(set(repositories) - set(self._visible_plans(levels, served)))
+            if repositories
+            else []
+        )
         wanted_lang = lang.strip().lower() if lang and lang.strip() else None
         try:
             # The language is a store-side filter (hetriever.search): None keeps each
             # multilingual site's default language (or the query's own), "all" any.
-            result = hybrid_search(self.store, replace(
-                request, query=text, top_k=k, repositories=names,
-                access_levels=sorted(levels), group_by=group,
-                lang=wanted_lang))
+            result = hybrid_search(
+                self.store,
+                replace(
+                    request,
+                    query=text,
+                    top_k=k,
+                    repositories=names,
+                    access_levels=sorted(levels),
+                    group_by=group,
+                    lang=wanted_lang,
+                ),
+            )
         except (InvalidFilterError, InvalidLimitError) as exc:
             raise RequestError(str(exc)) from None
         matches = result.matches[:k]
         content_dir = self.settings.content_dir
         sites = published.base_urls_of(self.store.catalog, matches, self.settings.site_urls)
         return {
-            "query": text, "k": k, "group": group, "mode": result.mode,
+            "query": text,
+            "k": k,
+            "group": group,
+            "mode": result.mode,
             **({"query_language": result.query_language} if result.query_language else {}),
             "search_ms": round(result.search_time_ms, 2),
             "took_ms": round((time.perf_counter() - started) * 1000.0, 2),
-            "results": [pages.match_view(m, content_dir,
-                                         sites[str(m.metadata.get("repository", ""))])
-                        for m in matches],
+            "results": [
+                pages.match_view(m, content_dir, sites[str(m.metadata.get("repository", ""))])
+                for m in matches
+            ],
             "facets": result.facets,
             **({"unknown_repositories": unknown} if unknown else {}),
             "_result": result,  # for metrics; dropped before answering
@@ -275,12 +311,22 @@ class DocsService:
         url, lang = str(meta.get("url", "")), published.language(meta, self.settings.content_dir)
         name = str(meta.get("repository", ""))
         return {
-            "page_id": pages.page_id(meta), "title": meta.get("title", ""),
-            "url": url, "link": published.full_link(url, lang, self._base_urls(name)),
-            "repository": name, "file_path": meta.get("file_path", ""), "lang": lang,
-            "chunks": [{"chunk_id": d.doc_id, "index": d.metadata.get("chunk_index", 0),
-                        "heading": d.metadata.get("heading_context", ""),
-                        "text": pages.passage(d.content, d.metadata)} for d in chunks],
+            "page_id": pages.page_id(meta),
+            "title": meta.get("title", ""),
+            "url": url,
+            "link": published.full_link(url, lang, self._base_urls(name)),
+            "repository": name,
+            "file_path": meta.get("file_path", ""),
+            "lang": lang,
+            "chunks": [
+                {
+                    "chunk_id": d.doc_id,
+                    "index": d.metadata.get("chunk_index", 0),
+                    "heading": d.metadata.get("heading_context", ""),
+                    "text": pages.passage(d.content, d.metadata),
+                }
+                for d in chunks
+            ],
         }
 
     def _file_chunks(self, name: str, path: str) -> list[Any]:
@@ -312,11 +358,11 @@ class DocsService:
     def served_names(self) -> list[str]:
         """Repositories with a complete index: a run finished with its commit recorded, or no
         run recorded at all (an index written before the catalog kept runs)."""
-        return [name for name in self.store.repository_names()
-                if self.store.catalog.complete(name)]
+        return [name for name in self.store.repository_names() if self.store.catalog.complete(name)]
 
-    def _visible_plans(self, levels: frozenset[str],
-                       served: list[str] | None = None) -> dict[str, Any]:
+    def _visible_plans(
+        self, levels: frozenset[str], served: list[str] | None = None
+    ) -> dict[str, Any]:
         """Served repositories (`served` when the caller has them) the caller may see."""
         plans = plan_collections(self.store, self.served_names() if served is None else served)
         return {name: p for name, p in plans.items() if p.visible(levels)}
@@ -330,9 +376,11 @@ class DocsService:
             parts = urlsplit(ref)
         except ValueError:  # e.g. an unclosed IPv6 host: names no page
             return None
-        found = [(physical[hit.collection], hit) for hit in
-                 self.store.catalog.pages.lookup_title(ref, list(physical))
-                 if hit.kind in ("url", "alias")]
+        found = [
+            (physical[hit.collection], hit)
+            for hit in self.store.catalog.pages.lookup_title(ref, list(physical))
+            if hit.kind in ("url", "alias")
+        ]
         if len(found) > 1:  # pages at one path: a multihost site's languages, two sites
             found = self._by_preference(found[:8], address_host(ref), visible)
         if found:
@@ -344,21 +392,31 @@ class DocsService:
                 return name, str(hits[0].metadata["file_path"])
         return None
 
-    def _by_preference(self, found: list[tuple[str, Any]], host: str,
-                       visible: dict[str, Any]) -> list[tuple[str, Any]]:
+    def _by_preference(
+        self, found: list[tuple[str, Any]], host: str, visible: dict[str, Any]
+    ) -> list[tuple[str, Any]]:
         """(repository, title hit) pairs ordered by `published.preference` of their pages (a
         page gone since counts as neither); one chunk read and one catalog read a repository."""
         names = {name for name, _ in found}
-        metadata = {(name, d.doc_id): d.metadata for name in names
-                    for d in self.store.reads.chunks_by_ids(
-                        name, [hit.chunk_id for n, hit in found if n == name])}
+        metadata = {
+            (name, d.doc_id): d.metadata
+            for name in names
+            for d in self.store.reads.chunks_by_ids(
+                name, [hit.chunk_id for n, hit in found if n == name]
+            )
+        }
         sites = {name: self._base_urls(name) for name in names}
 
         def rank(pair: tuple[str, Any]) -> int:
             name, hit = pair
             meta = metadata.get((name, hit.chunk_id))
-            return 2 if meta is None else published.preference(
-                meta, host, sites[name], visible[name].languages, self.settings.content_dir)
+            return (
+                2
+                if meta is None
+                else published.preference(
+                    meta, host, sites[name], visible[name].languages, self.settings.content_dir
+                )
+            )
 
         return sorted(found, key=rank)
 
@@ -379,9 +437,12 @@ class DocsService:
 
         levels = levels or caller_levels(None)
         here = self._checkouts()
-        return [repository_status(self.store.catalog, name, plan.collection, plan.declared,
-                                  repo=here.get(name)).served()
-                for name, plan in sorted(self._visible_plans(levels).items())]
+        return [
+            repository_status(
+                self.store.catalog, name, plan.collection, plan.declared, repo=here.get(name)
+            ).served()
+            for name, plan in sorted(self._visible_plans(levels).items())
+        ]
 
     def _checkouts(self) -> dict[str, Any]:
         """The repositories whose checkouts are here (the docs root beside this server)."""

@@ -53,15 +53,30 @@ class BodyDeadline:
                     state["body_done"] = True
                 return message
             state["timed_out"] = True
-            log.warning("request_body_timeout", path=scope.get("path"), seconds=self.timeout,
-                        client=_client(scope))
+            log.warning(
+                "request_body_timeout",
+                path=scope.get("path"),
+                seconds=self.timeout,
+                client=_client(scope),
+            )
             if not state["started"]:
                 state["started"] = True
-                await send({"type": "http.response.start", "status": 408,
-                            "headers": [(b"content-type", b"application/json"),
-                                        (b"connection", b"close")]})
-                await send({"type": "http.response.body",
-                            "body": b'{"error": "the request body did not arrive in time"}'})
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 408,
+                        "headers": [
+                            (b"content-type", b"application/json"),
+                            (b"connection", b"close"),
+                        ],
+                    }
+                )
+                await send(
+                    {
+                        "type": "http.response.body",
+                        "body": b'{"error": "the request body did not arrive in time"}',
+                    }
+                )
             return {"type": "http.disconnect"}
 
         async def guarded_send(message: dict) -> None:
@@ -121,8 +136,11 @@ def header_deadline_protocol(timeout: float) -> type[H11Protocol]:
         def _headers_late(self) -> None:
             self._header_timer = None
             if self._awaiting_headers() and not self.transport.is_closing():
-                log.warning("request_headers_timeout", seconds=timeout,
-                            client="%s:%d" % self.client if self.client else None)
+                log.warning(
+                    "request_headers_timeout",
+                    seconds=timeout,
+                    client=f"{self.client[0]}:{self.client[1]}" if self.client else None,
+                )
                 self.transport.close()
 
     return HeaderDeadline
@@ -132,6 +150,11 @@ def run(app: Any, *, host: str, port: int, timeout: float, **options: Any) -> No
     """`uvicorn.run` with both deadlines."""
     import uvicorn
 
-    uvicorn.run(BodyDeadline(app, timeout), host=host, port=port,
-                http=header_deadline_protocol(timeout),
-                timeout_keep_alive=min(KEEP_ALIVE_SECONDS, math.ceil(timeout)), **options)
+    uvicorn.run(
+        BodyDeadline(app, timeout),
+        host=host,
+        port=port,
+        http=header_deadline_protocol(timeout),
+        timeout_keep_alive=min(KEEP_ALIVE_SECONDS, math.ceil(timeout)),
+        **options,
+    )

@@ -26,22 +26,31 @@ class Telemetry:
     def __init__(self, state_dir: Path, origin: str) -> None:
         self.origin = origin
         self.registry = CollectorRegistry()
-        self.requests = Histogram("hetriever_request_seconds", "Served request latency",
-                                  ["endpoint", "status"], buckets=BUCKETS,
-                                  registry=self.registry)
-        self.results = Counter("hetriever_search_results_total", "Matches returned",
-                               registry=self.registry)
-        self.empty = Counter("hetriever_search_empty_total", "Searches that found nothing",
-                             registry=self.registry)
+        self.requests = Histogram(
+            "hetriever_request_seconds",
+            "Served request latency",
+            ["endpoint", "status"],
+            buckets=BUCKETS,
+            registry=self.registry,
+        )
+        self.results = Counter(
+            "hetriever_search_results_total", "Matches returned", registry=self.registry
+        )
+        self.empty = Counter(
+            "hetriever_search_empty_total", "Searches that found nothing", registry=self.registry
+        )
         self._writer: BatchedWriter[QueryMetric, MetricsStore] = BatchedWriter(
-            "metrics", lambda: metrics_store(state_dir),
-            lambda store, metrics: store.record_many(metrics))
+            "metrics",
+            lambda: metrics_store(state_dir),
+            lambda store, metrics: store.record_many(metrics),
+        )
 
     def request(self, endpoint: str, status: int, seconds: float) -> None:
         self.requests.labels(endpoint, str(status)).observe(seconds)
 
-    def search(self, result: RetrievalResult, returned: int, seconds: float,
-               repositories: list[str] | None) -> None:
+    def search(
+        self, result: RetrievalResult, returned: int, seconds: float, repositories: list[str] | None
+    ) -> None:
         self.results.inc(returned)
         if not returned:
             self.empty.inc()

@@ -35,8 +35,9 @@ log = get_logger(__name__)
 class _Unrecorded(Telemetry):
     """Telemetry whose searches are counted in a registry of their own, never stored."""
 
-    def search(self, result: RetrievalResult, returned: int, seconds: float,
-               repositories: list[str] | None) -> None:
+    def search(
+        self, result: RetrievalResult, returned: int, seconds: float, repositories: list[str] | None
+    ) -> None:
         self.results.inc(returned)
 
 

@@ -15,7 +15,7 @@ in the `cors_origins` setting get CORS headers, no other (none by default).
 from __future__ import annotations
 
 import html
-from functools import lru_cache
+from functools import cache
 from importlib.resources import files
 
 from fastapi import FastAPI
@@ -25,15 +25,17 @@ from starlette.middleware.cors import CORSMiddleware
 FILES = {"search.css": "text/css; charset=utf-8", "page.css": "text/css; charset=utf-8"}
 PATHS = ("/", "/widget.js", *(f"/web/{name}" for name in FILES))
 # The page runs only its own script and talks only to its own server.
-PAGE_POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-               "connect-src 'self'; base-uri 'none'; form-action 'none'; "
-               "frame-ancestors 'none'")
+PAGE_POLICY = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; base-uri 'none'; form-action 'none'; "
+    "frame-ancestors 'none'"
+)
 CACHE = {"Cache-Control": "public, max-age=300"}
 CORS_HEADERS = ["Authorization", "X-API-Key", "Content-Type"]
 
 
 # A packaged file read once (no process cache: it cannot change while the process runs).
-@lru_cache(maxsize=None)
+@cache
 def asset(name: str) -> str:
     return files("hetriever.serve").joinpath("static", name).read_text(encoding="utf-8")
 
@@ -44,19 +46,32 @@ def add_web(app: FastAPI, *, page_api_key: str = "") -> None:
 
     @app.get("/", include_in_schema=False)
     async def search_page() -> HTMLResponse:
-        return HTMLResponse(page, headers={
-            "Content-Security-Policy": PAGE_POLICY, "X-Content-Type-Options": "nosniff",
-            "Referrer-Policy": "no-referrer", "Cache-Control": "no-cache"})
+        return HTMLResponse(
+            page,
+            headers={
+                "Content-Security-Policy": PAGE_POLICY,
+                "X-Content-Type-Options": "nosniff",
+                "Referrer-Policy": "no-referrer",
+                "Cache-Control": "no-cache",
+            },
+        )
 
     @app.get("/widget.js", include_in_schema=False)
     async def widget() -> Response:
-        return Response(asset("search.js"), media_type="text/javascript; charset=utf-8",
-                        headers={**CACHE, "X-Content-Type-Options": "nosniff"})
+        return Response(
+            asset("search.js"),
+            media_type="text/javascript; charset=utf-8",
+            headers={**CACHE, "X-Content-Type-Options": "nosniff"},
+        )
 
     for name, media in FILES.items():
+
         def stylesheet(name: str = name, media: str = media) -> Response:
-            return Response(asset(name), media_type=media,
-                            headers={**CACHE, "X-Content-Type-Options": "nosniff"})
+            return Response(
+                asset(name),
+                media_type=media,
+                headers={**CACHE, "X-Content-Type-Options": "nosniff"},
+            )
 
         app.add_api_route(f"/web/{name}", stylesheet, methods=["GET"], include_in_schema=False)
 
@@ -65,6 +80,11 @@ def add_cors(app: FastAPI, origins: list[str]) -> None:
     """CORS headers for `origins` only (added last: outermost, so a 401 or 413 from the
     key middleware reaches an allowed page as the answer it is, not as a network error)."""
     if origins:
-        app.add_middleware(CORSMiddleware, allow_origins=list(origins),
-                           allow_methods=["GET", "POST"], allow_headers=CORS_HEADERS,
-                           allow_credentials=False, max_age=600)
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(origins),
+            allow_methods=["GET", "POST"],
+            allow_headers=CORS_HEADERS,
+            allow_credentials=False,
+            max_age=600,
+        )

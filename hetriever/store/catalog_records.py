@@ -6,21 +6,24 @@ physical collection names, the exact-match title keys, and the records it return
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from hetriever.store.bm25.analyzer import tokenize
 from hetriever.chunk.sections import section_starts
-
+from hetriever.store.bm25.analyzer import tokenize
 
 # A collection's index state: the commit it holds, whether a run is writing it, and the totals
 # of the last complete run. The catalog is their one record (`Catalog.index_state`); the
 # store's collection metadata shows them beside Chroma's own (model, dimensions, schema).
-INDEX_STATE_DEFAULTS: dict[str, Any] = {"repository_url": "", "commit_hash": "",
-                                        "last_updated": "", "total_documents": 0,
-                                        "total_chunks": 0}
+INDEX_STATE_DEFAULTS: dict[str, Any] = {
+    "repository_url": "",
+    "commit_hash": "",
+    "last_updated": "",
+    "total_documents": 0,
+    "total_chunks": 0,
+}
 INDEX_STATE_KEYS = frozenset(INDEX_STATE_DEFAULTS) | {"index_status", "indexing_commit"}
 
 DISCOVERED, PROCESSED, INDEXED = "DISCOVERED", "PROCESSED", "INDEXED"
@@ -35,8 +38,15 @@ PHYSICAL_RE = re.compile(r"^(?P<repo>[a-z0-9][a-z0-9-]*[a-z0-9])_v(?P<gen>[0-9]+
 # Exact-match kinds, best first: a title beats a function name, which beats the page's URL,
 # which beats an alias (an old URL Hugo redirects: a page served at an address beats another
 # page's stale alias for it), which beats a description, which beats a section heading.
-TITLE_KINDS = {"title": 0, "linkTitle": 1, "function": 2, "url": 3, "alias": 4, "description": 5,
-               "heading": 6}
+TITLE_KINDS = {
+    "title": 0,
+    "linkTitle": 1,
+    "function": 2,
+    "url": 3,
+    "alias": 4,
+    "description": 5,
+    "heading": 6,
+}
 # A description or heading of one search term (`analyzer.tokenize`: stop words aside, CJK as
 # character pairs, so Japanese and Chinese count too) is a label ("Overview", "Examples"),
 # which a look-up by name would match on pages it does not name; titles serve those.
@@ -50,6 +60,7 @@ HEADING_MIN_TERMS = 3
 # section heading several pages share ("Get started in 5 minutes", "How can I use it?")
 # names none of them.
 UNIQUE_KINDS = frozenset({"description", "heading"})
+
 
 def generation_collection_name(repository: str, generation: int) -> str:
     """The Chroma collection that holds `repository`'s generation `generation`."""

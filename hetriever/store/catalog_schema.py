@@ -135,8 +135,9 @@ CREATE TABLE IF NOT EXISTS webhook_deliveries (
 CREATE INDEX IF NOT EXISTS webhook_deliveries_received ON webhook_deliveries (received_at);
 """
 DELIVERIES_ADDED_COLUMNS = {"body_digest": "TEXT"}  # NULL in rows an earlier version wrote
-DELIVERIES_INDEXES = ("CREATE INDEX IF NOT EXISTS webhook_deliveries_body"
-                      " ON webhook_deliveries (body_digest)")
+DELIVERIES_INDEXES = (
+    "CREATE INDEX IF NOT EXISTS webhook_deliveries_body ON webhook_deliveries (body_digest)"
+)
 
 
 class CatalogDatabase:
@@ -154,9 +155,14 @@ class CatalogDatabase:
             # Derived state: the next ingest finds its collections in Chroma again
             # (hetriever.store.recovery); run history and metrics start over.
             aside = set_aside(self.path)
-            log.warning("catalog_damaged", path=str(self.path), moved_to=str(aside),
-                        error=str(exc), action="started an empty catalog; the next ingest "
-                                               "rebuilds it from Chroma with a full pass")
+            log.warning(
+                "catalog_damaged",
+                path=str(self.path),
+                moved_to=str(aside),
+                error=str(exc),
+                action="started an empty catalog; the next ingest "
+                "rebuilds it from Chroma with a full pass",
+            )
             self._open()
 
     def _open(self) -> None:
@@ -173,12 +179,16 @@ class CatalogDatabase:
             self._conn.executescript(SCHEMA)
             columns = {r[1] for r in self._conn.execute("PRAGMA table_info(collections)")}
             if "index_state" not in columns:  # a version 1 catalog
-                self._conn.execute("ALTER TABLE collections ADD COLUMN index_state TEXT NOT NULL "
-                                   "DEFAULT '{}'")
-                self._conn.execute("UPDATE meta SET value = ? WHERE key = 'version'",
-                                   (str(CATALOG_VERSION),))
-            self._conn.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('version', ?)",
-                               (str(CATALOG_VERSION),))
+                self._conn.execute(
+                    "ALTER TABLE collections ADD COLUMN index_state TEXT NOT NULL DEFAULT '{}'"
+                )
+                self._conn.execute(
+                    "UPDATE meta SET value = ? WHERE key = 'version'", (str(CATALOG_VERSION),)
+                )
+            self._conn.execute(
+                "INSERT OR IGNORE INTO meta(key, value) VALUES ('version', ?)",
+                (str(CATALOG_VERSION),),
+            )
             self._conn.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('alias_epoch', '0')")
 
     def close(self) -> None:
@@ -210,5 +220,4 @@ class CatalogDatabase:
             if value is None:
                 conn.execute("DELETE FROM meta WHERE key = ?", (key,))
             else:
-                conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)",
-                             (key, value))
+                conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, value))

@@ -40,20 +40,30 @@ class PublishWindows:
         if not keep and not drop:
             return
         with self.db.transaction() as conn:
-            conn.executemany("INSERT OR REPLACE INTO windows(collection, path, publish_at, "
-                             "expire_at) VALUES (?, ?, ?, ?)", keep)
+            conn.executemany(
+                "INSERT OR REPLACE INTO windows(collection, path, publish_at, "
+                "expire_at) VALUES (?, ?, ?, ?)",
+                keep,
+            )
             conn.executemany("DELETE FROM windows WHERE collection = ? AND path = ?", drop)
 
     def windows(self, collection: str) -> dict[str, tuple[str, str]]:
-        return {r["path"]: (r["publish_at"], r["expire_at"]) for r in self.db.rows(
-            "SELECT path, publish_at, expire_at FROM windows WHERE collection = ?",
-            (collection,))}
+        return {
+            r["path"]: (r["publish_at"], r["expire_at"])
+            for r in self.db.rows(
+                "SELECT path, publish_at, expire_at FROM windows WHERE collection = ?",
+                (collection,),
+            )
+        }
 
     def crossed(self, collection: str, since: str, now: str) -> list[str]:
         """Files whose publish or expiry date passed between `since` and `now` (published at
         one and not the other): they must be processed again."""
-        return sorted(path for path, window in self.windows(collection).items()
-                      if open_at(window, since) != open_at(window, now))
+        return sorted(
+            path
+            for path, window in self.windows(collection).items()
+            if open_at(window, since) != open_at(window, now)
+        )
 
     def windows_checked(self, collection: str) -> str:
         """When the collection's windows were last brought up to date ("" never)."""

@@ -41,8 +41,15 @@ log = get_logger(__name__)
 WRITE_ATTEMPTS = 4
 # Network hiccups, a busy server, and faults injected on purpose are worth another try.
 TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
-    httpx.TimeoutException, httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError,
-    ConnectionResetError, BrokenPipeError, TimeoutError, InternalError, RateLimitError,
+    httpx.TimeoutException,
+    httpx.RemoteProtocolError,
+    httpx.ReadError,
+    httpx.WriteError,
+    ConnectionResetError,
+    BrokenPipeError,
+    TimeoutError,
+    InternalError,
+    RateLimitError,
     faults.InjectedFault,
 )
 # An unreachable server is not: retrying only delays the same answer.
@@ -71,8 +78,9 @@ class ChromaAccess:
     """A Chroma client, its collection handles, and the one way to call it (the state every
     peer of the store shares)."""
 
-    def __init__(self, settings: Settings, *, lock_timeout: float | None = None,
-                 client: Any | None = None) -> None:
+    def __init__(
+        self, settings: Settings, *, lock_timeout: float | None = None, client: Any | None = None
+    ) -> None:
         self.settings = settings
         # A writer waits as long as a second ingest run may (another repository's ingest
         # holds the embedded directory for a whole window, which can take minutes).
@@ -97,8 +105,11 @@ class ChromaAccess:
                 return self._http_client(chroma_settings)
             s.chroma_path.mkdir(parents=True, exist_ok=True)
             client, self.inherited = open_persistent(
-                s.chroma_path, chroma_settings, timeout=self.lock_timeout,
-                what=f"opening the Chroma directory {self.location}")
+                s.chroma_path,
+                chroma_settings,
+                timeout=self.lock_timeout,
+                what=f"opening the Chroma directory {self.location}",
+            )
             return client
         except HetrieverError:
             raise
@@ -107,15 +118,19 @@ class ChromaAccess:
             if storage is not None:
                 raise storage from exc
             if s.server_mode:
-                hint = ("start the server (`chroma run --path <dir> --port "
-                        f"{s.chroma_port}`) or unset HETRIEVER_CHROMA_HOST for embedded mode")
+                hint = (
+                    "start the server (`chroma run --path <dir> --port "
+                    f"{s.chroma_port}`) or unset HETRIEVER_CHROMA_HOST for embedded mode"
+                )
             else:
                 hint = "check that HETRIEVER_CHROMA_PATH is a writable directory"
                 if _not_a_directory(exc):
-                    raise UnusableDirectoryError(f"cannot open the Chroma backend: {exc}",
-                                                 location=self.location, hint=hint) from exc
-            raise BackendConnectionError(f"cannot open the Chroma backend: {exc}",
-                                         location=self.location, hint=hint) from exc
+                    raise UnusableDirectoryError(
+                        f"cannot open the Chroma backend: {exc}", location=self.location, hint=hint
+                    ) from exc
+            raise BackendConnectionError(
+                f"cannot open the Chroma backend: {exc}", location=self.location, hint=hint
+            ) from exc
 
     def _http_client(self, chroma_settings: ChromaSettings) -> Any:
         """An HttpClient whose every request waits at most `chroma_timeout` seconds.
@@ -129,8 +144,9 @@ class ChromaAccess:
 
         def connect() -> None:
             try:
-                made["client"] = chromadb.HttpClient(host=s.chroma_host, port=s.chroma_port,
-                                                     settings=chroma_settings)
+                made["client"] = chromadb.HttpClient(
+                    host=s.chroma_host, port=s.chroma_port, settings=chroma_settings
+                )
             except BaseException as exc:  # handed to the caller's thread
                 made["error"] = exc
 
@@ -152,9 +168,11 @@ class ChromaAccess:
         self._frozen_until = time.monotonic() + self.settings.chroma_timeout
         return BackendConnectionError(
             f"the Chroma server did not answer within {self.settings.chroma_timeout:g} s "
-            "(frozen or overloaded)", location=self.location,
+            "(frozen or overloaded)",
+            location=self.location,
             hint="check that `chroma run` is responsive (not stopped or swapping), or raise "
-                 "HETRIEVER_CHROMA_TIMEOUT")
+            "HETRIEVER_CHROMA_TIMEOUT",
+        )
 
     def storage_problem(self, exc: BaseException):
         """A StorageError when `exc` comes from a full or read-only local disk, else None."""
@@ -167,11 +185,14 @@ class ChromaAccess:
 
     def _unreachable(self, exc: BaseException) -> BackendConnectionError:
         return BackendConnectionError(
-            f"the Chroma server stopped answering: {exc}", location=self.location,
-            hint="check that `chroma run` is up and reachable, then re-run")
+            f"the Chroma server stopped answering: {exc}",
+            location=self.location,
+            hint="check that `chroma run` is up and reachable, then re-run",
+        )
 
     def call(self, what: str, fn: Callable[[], T], *, retry: bool = True) -> T:
         """Run one backend call; transient errors are retried with backoff and jitter."""
+
         def attempt() -> T:
             if time.monotonic() < self._frozen_until:
                 raise self._frozen(None)
@@ -194,7 +215,8 @@ class ChromaAccess:
         except TRANSIENT_ERRORS as exc:
             raise KnowledgeStoreError(
                 f"Chroma {what} failed after {attempts} attempts: {exc}",
-                hint="the backend kept failing; check its log and re-run") from exc
+                hint="the backend kept failing; check its log and re-run",
+            ) from exc
 
     def max_batch_size(self) -> int:
         if self._max_batch is None:
@@ -223,8 +245,9 @@ class ChromaAccess:
         cols = self.call("list_collections", self.client.list_collections)
         return sorted(c.name if hasattr(c, "name") else str(c) for c in cols)
 
-    def all_records(self, col: Any, include: list[str],
-                    where: dict | None = None) -> dict[str, list[Any]]:
+    def all_records(
+        self, col: Any, include: list[str], where: dict | None = None
+    ) -> dict[str, list[Any]]:
         """Every record of a collection (matching `where`, when given), paged."""
         out: dict[str, list[Any]] = {"ids": [], **{k: [] for k in include}}
         for page in self.record_pages(col, include, where):
@@ -232,16 +255,18 @@ class ChromaAccess:
                 out[key].extend(values)
         return out
 
-    def record_pages(self, col: Any, include: list[str],
-                     where: dict | None = None) -> Iterator[dict[str, list[Any]]]:
+    def record_pages(
+        self, col: Any, include: list[str], where: dict | None = None
+    ) -> Iterator[dict[str, list[Any]]]:
         """The records of a collection (matching `where`, when given), one page of
         `read_batch_size` at a time, so a caller that does not need them all at once never
         holds them all."""
         step = self.settings.read_batch_size
         offset = 0
         while True:
-            got = self.call("get", lambda: col.get(where=where, include=include, limit=step,
-                                                    offset=offset))
+            got = self.call(
+                "get", lambda: col.get(where=where, include=include, limit=step, offset=offset)
+            )
             yield {"ids": list(got["ids"]), **{k: list(got[k] or []) for k in include}}
             if len(got["ids"]) < step:
                 return
@@ -250,8 +275,12 @@ class ChromaAccess:
     def open_collection(self, physical: str) -> ChunkCollection:
         """The physical collection as chunks are read and written (`chunk_records`);
         NotFoundError when absent."""
-        return ChunkCollection(self.call("get_collection", lambda: self.client.get_collection(
-            physical, embedding_function=None)))
+        return ChunkCollection(
+            self.call(
+                "get_collection",
+                lambda: self.client.get_collection(physical, embedding_function=None),
+            )
+        )
 
     @property
     def owns_client(self) -> bool:

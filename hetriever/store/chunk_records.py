@@ -21,14 +21,16 @@ from typing import Any
 TEXT_KEY = "hetriever:text"
 
 
-def _with_text(metadatas: Sequence[Any] | None, documents: Sequence[Any],
-               count: int) -> list[dict[str, Any]]:
+def _with_text(
+    metadatas: Sequence[Any] | None, documents: Sequence[Any], count: int
+) -> list[dict[str, Any]]:
     metas = list(metadatas) if metadatas is not None else [{}] * count
     return [{**dict(meta or {}), TEXT_KEY: text} for meta, text in zip(metas, documents)]
 
 
-def _split(documents: list[Any] | None, metadatas: list[Any] | None,
-           want_documents: bool) -> tuple[list[Any] | None, list[Any] | None]:
+def _split(
+    documents: list[Any] | None, metadatas: list[Any] | None, want_documents: bool
+) -> tuple[list[Any] | None, list[Any] | None]:
     """One list of records: (documents, metadatas) as the caller asked for them."""
     if metadatas is None:
         return documents, None
@@ -57,29 +59,51 @@ class ChunkCollection:
     def raw(self) -> Any:
         return self._collection
 
-    def _write(self, method: str, ids: Sequence[str], documents: Sequence[Any] | None,
-               metadatas: Sequence[Any] | None, **kwargs: Any) -> Any:
+    def _write(
+        self,
+        method: str,
+        ids: Sequence[str],
+        documents: Sequence[Any] | None,
+        metadatas: Sequence[Any] | None,
+        **kwargs: Any,
+    ) -> Any:
         if documents is not None:
             metadatas = _with_text(metadatas, documents, len(ids))
         if metadatas is not None:
             kwargs["metadatas"] = metadatas
         return getattr(self._collection, method)(ids=ids, **kwargs)
 
-    def upsert(self, ids: Sequence[str], documents: Sequence[Any] | None = None,
-               metadatas: Sequence[Any] | None = None, **kwargs: Any) -> Any:
+    def upsert(
+        self,
+        ids: Sequence[str],
+        documents: Sequence[Any] | None = None,
+        metadatas: Sequence[Any] | None = None,
+        **kwargs: Any,
+    ) -> Any:
         return self._write("upsert", ids, documents, metadatas, **kwargs)
 
-    def add(self, ids: Sequence[str], documents: Sequence[Any] | None = None,
-            metadatas: Sequence[Any] | None = None, **kwargs: Any) -> Any:
+    def add(
+        self,
+        ids: Sequence[str],
+        documents: Sequence[Any] | None = None,
+        metadatas: Sequence[Any] | None = None,
+        **kwargs: Any,
+    ) -> Any:
         return self._write("add", ids, documents, metadatas, **kwargs)
 
-    def update(self, ids: Sequence[str], documents: Sequence[Any] | None = None,
-               metadatas: Sequence[Any] | None = None, **kwargs: Any) -> Any:
+    def update(
+        self,
+        ids: Sequence[str],
+        documents: Sequence[Any] | None = None,
+        metadatas: Sequence[Any] | None = None,
+        **kwargs: Any,
+    ) -> Any:
         return self._write("update", ids, documents, metadatas, **kwargs)
 
     @staticmethod
-    def _include(include: Sequence[str] | None, default: Sequence[str]) -> tuple[list[str], bool,
-                                                                                  bool]:
+    def _include(
+        include: Sequence[str] | None, default: Sequence[str]
+    ) -> tuple[list[str], bool, bool]:
         asked = list(include if include is not None else default)
         documents, metadatas = "documents" in asked, "metadatas" in asked
         if documents and not metadatas:
@@ -89,15 +113,17 @@ class ChunkCollection:
     def get(self, *args: Any, include: Sequence[str] | None = None, **kwargs: Any) -> Any:
         asked, documents, metadatas = self._include(include, ("documents", "metadatas"))
         got = self._collection.get(*args, include=asked, **kwargs)
-        got["documents"], got["metadatas"] = _split(got.get("documents"), got.get("metadatas"),
-                                                    documents)
+        got["documents"], got["metadatas"] = _split(
+            got.get("documents"), got.get("metadatas"), documents
+        )
         if not metadatas:
             got["metadatas"] = None
         return got
 
     def query(self, *args: Any, include: Sequence[str] | None = None, **kwargs: Any) -> Any:
         asked, documents, metadatas = self._include(
-            include, ("documents", "metadatas", "distances"))
+            include, ("documents", "metadatas", "distances")
+        )
         got = self._collection.query(*args, include=asked, **kwargs)
         rows = got.get("metadatas")
         if rows is not None:

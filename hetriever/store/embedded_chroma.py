@@ -46,8 +46,9 @@ def _identifier(client: Any) -> str:
     return SharedSystemClient._get_identifier_from_settings(client.get_settings())
 
 
-def open_persistent(path: Path, chroma_settings: ChromaSettings, *, timeout: float,
-                    what: str) -> tuple[Any, bool]:
+def open_persistent(
+    path: Path, chroma_settings: ChromaSettings, *, timeout: float, what: str
+) -> tuple[Any, bool]:
     """A PersistentClient of `path`, opened under the directory's open lock (a lock file of
     its own, so opening never waits for a writer holding the directory), and whether this
     process had made the path's system before (its collections may have been loaded before
@@ -81,8 +82,9 @@ def clear_orphan_arrays(chroma_path: Path, *, timeout: float = 30.0) -> int:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         if ARRAY_TABLE not in tables:  # another Chroma version: nothing of this kind to clean
             return 0
-        removed = conn.execute(f"DELETE FROM {ARRAY_TABLE} WHERE id NOT IN "
-                               "(SELECT id FROM embeddings)").rowcount
+        removed = conn.execute(
+            f"DELETE FROM {ARRAY_TABLE} WHERE id NOT IN (SELECT id FROM embeddings)"
+        ).rowcount
     finally:
         conn.close()
     if removed:

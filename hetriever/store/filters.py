@@ -16,7 +16,8 @@ rules:
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from hetriever.core.errors import InvalidFilterError
 
@@ -28,8 +29,10 @@ LOGICAL_OPS = ("$and", "$or")
 MAX_DEPTH = 8
 MAX_CLAUSES = 100
 
-_ALLOWED = (f"field operators {', '.join(FIELD_OPS)}; logical operators {', '.join(LOGICAL_OPS)}; "
-            'e.g. {"section": "functions"} or {"$and": [{"a": 1}, {"b": {"$gt": 2}}]}')
+_ALLOWED = (
+    f"field operators {', '.join(FIELD_OPS)}; logical operators {', '.join(LOGICAL_OPS)}; "
+    'e.g. {"section": "functions"} or {"$and": [{"a": 1}, {"b": {"$gt": 2}}]}'
+)
 
 
 def _bad(problem: str) -> InvalidFilterError:
@@ -42,8 +45,9 @@ def _is_number(value: Any) -> bool:
 
 def _check_scalar(key: str, op: str, value: Any) -> None:
     if not isinstance(value, (str, int, float, bool)):
-        raise _bad(f"{key!r} {op} needs a str, int, float or bool, got {type(value).__name__} "
-                   f"{value!r}")
+        raise _bad(
+            f"{key!r} {op} needs a str, int, float or bool, got {type(value).__name__} {value!r}"
+        )
     if isinstance(value, float) and not math.isfinite(value):
         raise _bad(f"{key!r} {op} needs a finite number, got {value!r}")
 
@@ -57,8 +61,10 @@ def _field_clause(key: str, op: str, operand: Any) -> dict:
         for item in operand:
             _check_scalar(key, op, item)
         if len({type(item) for item in operand}) > 1:
-            raise _bad(f"{key!r} {op} list mixes types {sorted({type(i).__name__ for i in operand})};"
-                       " use one type")
+            raise _bad(
+                f"{key!r} {op} list mixes types {sorted({type(i).__name__ for i in operand})};"
+                " use one type"
+            )
         return {key: {op: list(operand)}}
     _check_scalar(key, op, operand)
     if op in ("$gt", "$gte", "$lt", "$lte") and not _is_number(operand):
@@ -76,7 +82,7 @@ def _normalise(where: Any, depth: int, counter: list[int]) -> dict:
     if len(where) > 1:
         # Chroma wants exactly one key per dict: several keys mean "all of them".
         return _normalise({"$and": [{k: v} for k, v in where.items()]}, depth, counter)
-    (key, value), = where.items()
+    ((key, value),) = where.items()
     if not isinstance(key, str) or not key:
         raise _bad(f"keys must be non-empty strings, got {key!r}")
     if key in LOGICAL_OPS:
@@ -174,12 +180,12 @@ def matches(where: dict | None, metadata: Mapping | None) -> bool:
     if where is None:
         return True
     metadata = metadata or {}
-    (key, value), = where.items()
+    ((key, value),) = where.items()
     if key == "$and":
         return all(matches(item, metadata) for item in value)
     if key == "$or":
         return any(matches(item, metadata) for item in value)
-    (op, operand), = value.items()
+    ((op, operand),) = value.items()
     return _field_matches(op, operand, metadata, key)
 
 
@@ -200,13 +206,13 @@ def only_equalities(where: dict | None) -> bool:
 
 def _equalities(where: dict) -> tuple[list[tuple[str, list[Any]]], bool]:
     """(the equality constraints every match must satisfy, whether they are the whole filter)."""
-    (key, value), = where.items()
+    ((key, value),) = where.items()
     if key == "$and":
         parts = [_equalities(item) for item in value]
         return [t for terms, _ in parts for t in terms], all(whole for _, whole in parts)
     if key == "$or":
         return [], False
-    (op, operand), = value.items()
+    ((op, operand),) = value.items()
     if op == "$eq":
         return [(key, [operand])], True
     if op == "$in":

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import asyncio
 
-from hetriever.store.catalog_records import BUILDING
 from hetriever.core.logs import get_logger
+from hetriever.store.catalog_records import BUILDING
 
 log = get_logger(__name__)
 
@@ -25,12 +25,23 @@ async def drop_abandoned_builds(store, repository: str) -> list[str]:
     the repository's run lock, which a migration holds throughout, so none of them is being
     built or switched to."""
     active = store.catalog.active(repository)
-    left = [(c.name, c.state) for c in store.catalog.collections(repository)
-            if c.name != active and (c.state == BUILDING or active is not None)]
+    left = [
+        (c.name, c.state)
+        for c in store.catalog.collections(repository)
+        if c.name != active and (c.state == BUILDING or active is not None)
+    ]
     for physical, state in left:
-        reason = ("a migration into it did not finish" if state == BUILDING
-                  else "a migration switched away from it and did not drop it")
-        log.warning("abandoned_build_dropped", repository=repository, collection=physical,
-                    state=state, reason=reason)
+        reason = (
+            "a migration into it did not finish"
+            if state == BUILDING
+            else "a migration switched away from it and did not drop it"
+        )
+        log.warning(
+            "abandoned_build_dropped",
+            repository=repository,
+            collection=physical,
+            state=state,
+            reason=reason,
+        )
         await asyncio.to_thread(store.writes.drop_physical, repository, physical)
     return [name for name, _ in left]

@@ -50,9 +50,16 @@ class Store:
     """KnowledgeStore on ChromaDB (embedded PersistentClient, or HttpClient in server mode),
     composed of its peers (see the module's docstring)."""
 
-    def __init__(self, settings: Settings, *, embedder: Any | None = None,
-                 lock_timeout: float | None = None, client: Any | None = None,
-                 pins: dict[str, str] | None = None, catalog: Catalog | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        embedder: Any | None = None,
+        lock_timeout: float | None = None,
+        client: Any | None = None,
+        pins: dict[str, str] | None = None,
+        catalog: Catalog | None = None,
+    ) -> None:
         self.settings = settings
         self.chroma = ChromaAccess(settings, lock_timeout=lock_timeout, client=client)
         self.views = RepositoryViews(self.chroma, embedder=embedder, pins=pins, catalog=catalog)
@@ -66,15 +73,26 @@ class Store:
     def pinned(self, repository: str, physical: str) -> Store:
         """A store sharing this one's client, embedder and catalog, but reading and writing
         `physical` for `repository` whatever the alias says."""
-        return Store(self.settings, embedder=self.views._embedder,
-                     lock_timeout=self.chroma.lock_timeout, client=self.chroma.client,
-                     pins={**self.views.pins, repository: physical}, catalog=self.views.catalog)
+        return Store(
+            self.settings,
+            embedder=self.views._embedder,
+            lock_timeout=self.chroma.lock_timeout,
+            client=self.chroma.client,
+            pins={**self.views.pins, repository: physical},
+            catalog=self.views.catalog,
+        )
 
     def embedding_with(self, embedder: Any) -> Store:
         """A store sharing this one's client, pins and catalog, with another embedder (the
         workers of a cluster: hetriever.embed.cluster)."""
-        return Store(self.settings, embedder=embedder, lock_timeout=self.chroma.lock_timeout,
-                     client=self.chroma.client, pins=self.views.pins, catalog=self.views.catalog)
+        return Store(
+            self.settings,
+            embedder=embedder,
+            lock_timeout=self.chroma.lock_timeout,
+            client=self.chroma.client,
+            pins=self.views.pins,
+            catalog=self.views.catalog,
+        )
 
     # -- what search (RetrievalStore) and the ingest (IndexingStore) use -----------------
 
@@ -139,15 +157,19 @@ class Store:
     async def ensure_collection(self, name: str) -> CollectionInfo:
         return await asyncio.to_thread(self.writes.ensure_collection, name)
 
-    async def upsert_file_chunks(self, collection: str, file_path: str,
-                                 chunks: list[Chunk]) -> FileWriteResult:
-        return await asyncio.to_thread(self.writes.upsert_file_chunks, collection, file_path,
-                                       list(chunks))
+    async def upsert_file_chunks(
+        self, collection: str, file_path: str, chunks: list[Chunk]
+    ) -> FileWriteResult:
+        return await asyncio.to_thread(
+            self.writes.upsert_file_chunks, collection, file_path, list(chunks)
+        )
 
-    async def upsert_files(self, collection: str,
-                           files: dict[str, list[Chunk]]) -> FileWriteResult:
-        return await asyncio.to_thread(self.writes.upsert_files, collection,
-                                       {path: list(chunks) for path, chunks in files.items()})
+    async def upsert_files(self, collection: str, files: dict[str, list[Chunk]]) -> FileWriteResult:
+        return await asyncio.to_thread(
+            self.writes.upsert_files,
+            collection,
+            {path: list(chunks) for path, chunks in files.items()},
+        )
 
     async def delete_file(self, collection: str, file_path: str) -> int:
         return await asyncio.to_thread(self.writes.delete_file, collection, file_path)
@@ -185,8 +207,9 @@ class Store:
         return await asyncio.to_thread(lambda: self.reads.count(collection, live=live))
 
     async def soft_delete_file(self, collection: str, file_path: str, deleted_at: str) -> int:
-        return await asyncio.to_thread(self.writes.soft_delete_file, collection, file_path,
-                                       deleted_at)
+        return await asyncio.to_thread(
+            self.writes.soft_delete_file, collection, file_path, deleted_at
+        )
 
     async def repair(self, collection: str) -> RepairResult:
         return await asyncio.to_thread(self.bm25_repair.repair, collection)

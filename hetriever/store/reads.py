@@ -14,8 +14,10 @@ from hetriever.store.views import RepositoryViews
 
 def _documents(got: Any) -> list[Document]:
     """A Chroma `get` answer (documents and metadatas included) as Documents."""
-    return [Document(doc_id=i, content=d or "", metadata=dict(m or {}))
-            for i, d, m in zip(got["ids"], got["documents"] or [], got["metadatas"] or [])]
+    return [
+        Document(doc_id=i, content=d or "", metadata=dict(m or {}))
+        for i, d, m in zip(got["ids"], got["documents"] or [], got["metadatas"] or [])
+    ]
 
 
 class StoreReads:
@@ -29,8 +31,9 @@ class StoreReads:
         """Files with chunks in the collection; soft-deleted files only when asked."""
         return sorted(self.file_chunk_counts(collection, include_deleted=include_deleted))
 
-    def file_chunk_counts(self, collection: str, *,
-                          include_deleted: bool = False) -> dict[str, int]:
+    def file_chunk_counts(
+        self, collection: str, *, include_deleted: bool = False
+    ) -> dict[str, int]:
         """file_path -> chunks in Chroma (live ones, unless `include_deleted`)."""
         col = self.views.collection(collection)
         if col is None:
@@ -47,26 +50,33 @@ class StoreReads:
         col = self.views.collection(collection)
         if col is None:
             return []
-        return _documents(self.chroma.call("get", lambda: col.get(
-            where=where, include=["documents", "metadatas"])))
+        return _documents(
+            self.chroma.call(
+                "get", lambda: col.get(where=where, include=["documents", "metadatas"])
+            )
+        )
 
     def chunks_by_ids(self, collection: str, ids: list[str]) -> list[Document]:
         """The collection's chunks with these ids (those it holds), unordered."""
         col = self.views.collection(collection)
         if col is None or not ids:
             return []
-        return _documents(self.chroma.call("get", lambda: col.get(
-            ids=ids, include=["documents", "metadatas"])))
+        return _documents(
+            self.chroma.call("get", lambda: col.get(ids=ids, include=["documents", "metadatas"]))
+        )
 
     def deleted_chunks(self, collection: str) -> list[tuple[str, str, str]]:
         """(id, file_path, deleted_at) of every soft-deleted chunk of the collection."""
         col = self.views.collection(collection)
         if col is None:
             return []
-        got = self.chroma.call("get", lambda: col.get(where={"is_deleted": True},
-                                                       include=["metadatas"]))
-        return [(i, str((m or {}).get("file_path", "")), str((m or {}).get("deleted_at", "")))
-                for i, m in zip(got["ids"], got["metadatas"] or [])]
+        got = self.chroma.call(
+            "get", lambda: col.get(where={"is_deleted": True}, include=["metadatas"])
+        )
+        return [
+            (i, str((m or {}).get("file_path", "")), str((m or {}).get("deleted_at", "")))
+            for i, m in zip(got["ids"], got["metadatas"] or [])
+        ]
 
     def get_by_id(self, doc_id: str) -> Document | None:
         """The chunk `doc_id` of whichever repository holds it, or None."""
@@ -74,11 +84,15 @@ class StoreReads:
             col = self.views.collection(name)
             if col is None:
                 continue
-            got = self.chroma.call("get", lambda: col.get(ids=[doc_id],
-                                                           include=["documents", "metadatas"]))
+            got = self.chroma.call(
+                "get", lambda: col.get(ids=[doc_id], include=["documents", "metadatas"])
+            )
             if got["ids"]:
-                return Document(doc_id=doc_id, content=got["documents"][0],
-                                metadata=dict(got["metadatas"][0] or {}))
+                return Document(
+                    doc_id=doc_id,
+                    content=got["documents"][0],
+                    metadata=dict(got["metadatas"][0] or {}),
+                )
         return None
 
     def count(self, collection: str, *, live: bool = False) -> int:

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from hetriever.store.catalog_records import split_physical
 from hetriever.core.logs import get_logger
+from hetriever.store.catalog_records import split_physical
 
 log = get_logger(__name__)
 
@@ -29,9 +29,13 @@ def adopt_orphaned_collection(store: Any, name: str) -> str | None:
     catalog = store.catalog
     if store.views.pins.get(name) or catalog.active(name) is not None:
         return None
-    found = sorted((split[1], physical) for physical in store.chroma.collection_names()
-                   if (split := split_physical(physical)) is not None and split[0] == name
-                   and catalog.collection(physical) is None)
+    found = sorted(
+        (split[1], physical)
+        for physical in store.chroma.collection_names()
+        if (split := split_physical(physical)) is not None
+        and split[0] == name
+        and catalog.collection(physical) is None
+    )
     if not found:
         return None
     _, physical = found[-1]
@@ -45,7 +49,11 @@ def adopt_orphaned_collection(store: Any, name: str) -> str | None:
     catalog.adopt(name, physical, fingerprint, levels=levels, commit="")
     # No commit: the next run is a full pass; "indexing" until it records one.
     catalog.set_index_state(physical, commit_hash=None, index_status="indexing")
-    log.warning("index_found_without_catalog", repository=name, collection=physical,
-                chunks=int(store.call("count", col.count)),
-                action="adopted; this run is a full pass against Chroma")
+    log.warning(
+        "index_found_without_catalog",
+        repository=name,
+        collection=physical,
+        chunks=int(store.call("count", col.count)),
+        action="adopted; this run is a full pass against Chroma",
+    )
     return physical

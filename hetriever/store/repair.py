@@ -42,22 +42,34 @@ class StoreRepair:
             # and the next write sees those chunks unchanged in Chroma and skips them.
             held = index.rows(ids)
             missing = [i for i, doc_id in enumerate(ids) if doc_id not in held]
-            stale = [i for i, doc_id in enumerate(ids)
-                     if doc_id in held and held[doc_id] != (documents[i], metadatas[i])]
+            stale = [
+                i
+                for i, doc_id in enumerate(ids)
+                if doc_id in held and held[doc_id] != (documents[i], metadatas[i])
+            ]
             extra = sorted(in_bm25 - in_chroma)
             if missing or stale:
                 rewrite = missing + stale
-                index.upsert([ids[i] for i in rewrite], [documents[i] for i in rewrite],
-                             [metadatas[i] for i in rewrite])
+                index.upsert(
+                    [ids[i] for i in rewrite],
+                    [documents[i] for i in rewrite],
+                    [metadatas[i] for i in rewrite],
+                )
             if extra:
                 index.delete(extra)
             result.added, result.removed = len(missing), len(extra)
             result.updated = len(stale)
             result.chunk_ids = in_chroma
-            result.files = {str(m["file_path"]) for m in records["metadatas"]
-                            if m and "file_path" in m}
-        log.info("collection_repaired", collection=collection, added=result.added,
-                 removed=result.removed, updated=result.updated)
+            result.files = {
+                str(m["file_path"]) for m in records["metadatas"] if m and "file_path" in m
+            }
+        log.info(
+            "collection_repaired",
+            collection=collection,
+            added=result.added,
+            removed=result.removed,
+            updated=result.updated,
+        )
         return result
 
     def rebuild_bm25(self, name: str) -> RepairResult:

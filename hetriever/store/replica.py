@@ -32,10 +32,10 @@ from typing import Any
 
 from chromadb.errors import NotFoundError
 
-from hetriever.core.redact import redact_url
 from hetriever.core.clock import now_iso
-from hetriever.store.catalog_records import DELETED, INDEXED
 from hetriever.core.logs import get_logger
+from hetriever.core.redact import redact_url
+from hetriever.store.catalog_records import DELETED, INDEXED
 from hetriever.store.views import RepositoryViews
 
 log = get_logger(__name__)
@@ -43,8 +43,17 @@ log = get_logger(__name__)
 MANIFEST = "hetriever-manifest"
 FOLLOWED = "followed:"  # catalog meta key prefix: the manifest version a repository follows
 # What a manifest row carries for each repository (all strings: Chroma metadata values).
-_FIELDS = ("collection", "access_level", "url", "settings", "levels", "fingerprint", "commit",
-           "version", "published_at")
+_FIELDS = (
+    "collection",
+    "access_level",
+    "url",
+    "settings",
+    "levels",
+    "fingerprint",
+    "commit",
+    "version",
+    "published_at",
+)
 # A publish may name the files its run changed ("changed", JSON) and the version it follows
 # ("previous"): a follower at that version then reads only those files' chunks. Longer lists
 # are left out (the follower diffs the whole collection, which it does anyway after a full run).
@@ -65,22 +74,32 @@ class FollowReport:
     followed_at: float | None = None  # when the manifest was read (time.monotonic())
 
     def to_dict(self) -> dict[str, Any]:
-        return {"checked": self.checked, "repositories": self.repositories, "added": self.added,
-                "removed": self.removed, "dropped": self.dropped,
-                "seconds": round(self.seconds, 3)}
+        return {
+            "checked": self.checked,
+            "repositories": self.repositories,
+            "added": self.added,
+            "removed": self.removed,
+            "dropped": self.dropped,
+            "seconds": round(self.seconds, 3),
+        }
 
 
 def _manifest_for_writing(views: RepositoryViews) -> Any:
     client = views.chroma.client
-    return views.chroma.call("create_collection", lambda: client.get_or_create_collection(
-        MANIFEST, embedding_function=None, metadata={"hetriever": "manifest"}))
+    return views.chroma.call(
+        "create_collection",
+        lambda: client.get_or_create_collection(
+            MANIFEST, embedding_function=None, metadata={"hetriever": "manifest"}
+        ),
+    )
 
 
 def _manifest(views: RepositoryViews) -> Any | None:
     client = views.chroma.client
     try:
-        return views.chroma.call("get_collection", lambda: client.get_collection(
-            MANIFEST, embedding_function=None))
+        return views.chroma.call(
+            "get_collection", lambda: client.get_collection(MANIFEST, embedding_function=None)
+        )
     except NotFoundError:
         return None
 
@@ -123,15 +142,26 @@ def _publish(views: RepositoryViews, repository: str, changed: list[str] | None 
         if previous and changed is not None and len(changed) <= MAX_CHANGED_PATHS:
             meta["previous"] = str(previous.get("version", ""))
             meta["changed"] = json.dumps(sorted(set(changed)))
-        views.chroma.call("upsert", lambda: col.upsert(ids=[repository], embeddings=[[0.0]],
-                                                 documents=[""], metadatas=[meta]))
-        log.info("manifest_published", repository=repository, collection=physical,
-                 version=meta["version"])
+        views.chroma.call(
+            "upsert",
+            lambda: col.upsert(
+                ids=[repository], embeddings=[[0.0]], documents=[""], metadatas=[meta]
+            ),
+        )
+        log.info(
+            "manifest_published",
+            repository=repository,
+            collection=physical,
+            version=meta["version"],
+        )
     except Exception as exc:
-        log.warning("manifest_publish_failed", repository=repository,
-                    error=f"{type(exc).__name__}: {exc}",
-                    hint="searchers that follow this server keep their previous view until "
-                         "the next run publishes")
+        log.warning(
+            "manifest_publish_failed",
+            repository=repository,
+            error=f"{type(exc).__name__}: {exc}",
+            hint="searchers that follow this server keep their previous view until "
+            "the next run publishes",
+        )
 
 
 def _published(views: RepositoryViews) -> dict[str, dict[str, str]]:
@@ -183,51 +213,83 @@ def _follow(views: RepositoryViews, last: float | None, *, force: bool = False) 
     return report
 
 
-def _follow_repository(views: RepositoryViews, name: str, entry: dict[str, str],
-                       held_version: str | None) -> tuple[int, int]:
+def _follow_repository(
+    views: RepositoryViews, name: str, entry: dict[str, str], held_version: str | None
+) -> tuple[int, int]:
     catalog = views.catalog
     physical = entry["collection"]
-    catalog.upsert_repository(name, url=entry["url"], access_level=entry["access_level"],
-                              settings=json.loads(entry["settings"]))
-    replaced = catalog.adopt(name, physical, entry["fingerprint"],
-                             levels=json.loads(entry["levels"]), commit=entry["commit"])
+    catalog.upsert_repository(
+        name,
+        url=entry["url"],
+        access_level=entry["access_level"],
+        settings=json.loads(entry["settings"]),
+    )
+    replaced = catalog.adopt(
+        name,
+        physical,
+        entry["fingerprint"],
+        levels=json.loads(entry["levels"]),
+        commit=entry["commit"],
+    )
     if replaced:  # a rebuild switched the alias: the old copy goes
         _drop_collection(views, replaced)
     col = views.physical_collection(physical, name)
     if col is None:
         raise RuntimeError(f"the manifest names {physical!r}, which the server does not hold")
     index = views.bm25_physical(physical)
-    if (not replaced and held_version and entry.get("previous") == held_version
-            and "changed" in entry):
-        how, (written, deleted, files) = "files", _copy_files(
-            views, name, physical, col, index, json.loads(entry["changed"]))
+    if (
+        not replaced
+        and held_version
+        and entry.get("previous") == held_version
+        and "changed" in entry
+    ):
+        how, (written, deleted, files) = (
+            "files",
+            _copy_files(views, name, physical, col, index, json.loads(entry["changed"])),
+        )
     elif index.count() == 0:
         how, (written, deleted, files) = "cold", _copy_all(views, name, physical, col, index)
     else:
         how, (written, deleted, files) = "diff", _diff_all(views, name, physical, col, index)
     # What /repositories shows as this copy's last run: when it was copied.
     with catalog.db.transaction() as conn:
-        conn.execute("UPDATE repositories SET last_run_at = ?, last_run_outcome = ? "
-                     "WHERE name = ?", (now_iso(), COPIED, name))
-    log.info("repository_followed", repository=name, collection=physical, how=how,
-             written=written, deleted=deleted, files=files)
+        conn.execute(
+            "UPDATE repositories SET last_run_at = ?, last_run_outcome = ? WHERE name = ?",
+            (now_iso(), COPIED, name),
+        )
+    log.info(
+        "repository_followed",
+        repository=name,
+        collection=physical,
+        how=how,
+        written=written,
+        deleted=deleted,
+        files=files,
+    )
     return written, deleted
 
 
-def _apply(views: RepositoryViews, index: Any, col: Any, stale: list[str],
-           texts: dict[str, tuple[str, dict]], gone: list[str]) -> None:
+def _apply(
+    views: RepositoryViews,
+    index: Any,
+    col: Any,
+    stale: list[str],
+    texts: dict[str, tuple[str, dict]],
+    gone: list[str],
+) -> None:
     """Write `stale` rows (from `texts` when at hand, else fetched a batch at a time) and
     delete `gone`, in one transaction. A row Chroma no longer holds when it is fetched is
     left out: the next follow sees it gone."""
     step = views.chroma.max_batch_size()
     with index.transaction():
         for start in range(0, len(stale), step):
-            part = stale[start:start + step]
+            part = stale[start : start + step]
             rows = {d: texts[d] for d in part if d in texts}
             missing = [d for d in part if d not in rows]
             if missing:
-                got = views.chroma.call("get", lambda: col.get(ids=missing,
-                                                          include=["documents", "metadatas"]))
+                got = views.chroma.call(
+                    "get", lambda: col.get(ids=missing, include=["documents", "metadatas"])
+                )
                 for doc_id, text, meta in zip(got["ids"], got["documents"], got["metadatas"]):
                     rows[doc_id] = (text, dict(meta or {}))
             ids = [d for d in part if d in rows]
@@ -236,8 +298,9 @@ def _apply(views: RepositoryViews, index: Any, col: Any, stale: list[str],
             index.delete(gone)
 
 
-def _copy_all(views: RepositoryViews, name: str, physical: str, col: Any,
-              index: Any) -> tuple[int, int, int]:
+def _copy_all(
+    views: RepositoryViews, name: str, physical: str, col: Any, index: Any
+) -> tuple[int, int, int]:
     """An empty copy: every chunk with its text, a page at a time, in one transaction."""
     count = 0
     paths: set[str] = set()
@@ -252,8 +315,9 @@ def _copy_all(views: RepositoryViews, name: str, physical: str, col: Any,
     return count, 0, len(paths)
 
 
-def _diff_all(views: RepositoryViews, name: str, physical: str, col: Any,
-              index: Any) -> tuple[int, int, int]:
+def _diff_all(
+    views: RepositoryViews, name: str, physical: str, col: Any, index: Any
+) -> tuple[int, int, int]:
     """Every chunk's metadata against the copy, a page at a time; texts only of rows that
     differ."""
     seen: set[str] = set()
@@ -275,20 +339,22 @@ def _diff_all(views: RepositoryViews, name: str, physical: str, col: Any,
     return len(stale), len(gone), len(touched)
 
 
-def _follow_paths(views: RepositoryViews, name: str, physical: str, index: Any,
-                  paths: set[str]) -> None:
+def _follow_paths(
+    views: RepositoryViews, name: str, physical: str, index: Any, paths: set[str]
+) -> None:
     """`_follow_files` for `paths`, from the copy just brought in step (it holds what Chroma
     holds), a group of files at a time."""
     ordered = sorted(paths)
     step = 500
     for start in range(0, len(ordered), step):
-        group = ordered[start:start + step]
+        group = ordered[start : start + step]
         metas = index.metadata_of(index.ids_where({"file_path": {"$in": group}}))
         _follow_files(views, name, physical, list(metas), list(metas.values()), set(group))
 
 
-def _copy_files(views: RepositoryViews, name: str, physical: str, col: Any, index: Any,
-                paths: list[str]) -> tuple[int, int, int]:
+def _copy_files(
+    views: RepositoryViews, name: str, physical: str, col: Any, index: Any, paths: list[str]
+) -> tuple[int, int, int]:
     """Only the files the publish named: their chunks in Chroma against their rows here."""
     ids: list[str] = []
     metas: list[dict] = []
@@ -296,7 +362,7 @@ def _copy_files(views: RepositoryViews, name: str, physical: str, col: Any, inde
     held_ids: set[str] = set()
     step = 100  # keep each `$in` list small
     for start in range(0, len(paths), step):
-        part = paths[start:start + step]
+        part = paths[start : start + step]
         where = {"file_path": part[0]} if len(part) == 1 else {"file_path": {"$in": part}}
         got = views.chroma.all_records(col, ["documents", "metadatas"], where)
         for doc_id, text, meta in zip(got["ids"], got["documents"], got["metadatas"]):
@@ -315,12 +381,19 @@ def _copy_files(views: RepositoryViews, name: str, physical: str, col: Any, inde
 def _same(held: dict | None, meta: dict) -> bool:
     if held is None:
         return False
-    return json.dumps(held, sort_keys=True, default=str) == \
-        json.dumps(meta, sort_keys=True, default=str)
+    return json.dumps(held, sort_keys=True, default=str) == json.dumps(
+        meta, sort_keys=True, default=str
+    )
 
 
-def _follow_files(views: RepositoryViews, name: str, physical: str, ids: list[str],
-                  metas: list[dict], touched: set[str]) -> None:
+def _follow_files(
+    views: RepositoryViews,
+    name: str,
+    physical: str,
+    ids: list[str],
+    metas: list[dict],
+    touched: set[str],
+) -> None:
     """Exact-title rows and soft-deleted files of the files a follow pass touched."""
     catalog = views.catalog
     chunks: dict[str, list[tuple[int, str, dict]]] = defaultdict(list)
@@ -404,6 +477,9 @@ class Replica:
             return self.follow()
         except Exception as exc:
             self.followed_at = time.monotonic()  # not on every call while the server is away
-            log.warning("follow_failed", error=f"{type(exc).__name__}: {exc}",
-                        hint="searches use the copy last followed until the server answers")
+            log.warning(
+                "follow_failed",
+                error=f"{type(exc).__name__}: {exc}",
+                hint="searches use the copy last followed until the server answers",
+            )
             return None

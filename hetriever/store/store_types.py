@@ -9,10 +9,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar, overload, runtime_checkable
 
-from hetriever.store.bm25.bm25_index import BM25Index
-from hetriever.store.catalog import Catalog
 from hetriever.core.config import Settings
 from hetriever.core.models import Chunk, Document, Metadata
+from hetriever.store.bm25.bm25_index import BM25Index
+from hetriever.store.catalog import Catalog
 
 T = TypeVar("T")
 
@@ -28,6 +28,7 @@ class FileWriteResult:
 @dataclass
 class _PreparedWrite:
     """Chunks sorted and embedded by `_prepare_write`, for `_apply_write` (indexes into ids)."""
+
     ids: list[str]
     texts: list[str]
     metadatas: list[dict[str, Any]]
@@ -74,11 +75,13 @@ class KnowledgeStore(Protocol):
 
     async def ensure_collection(self, name: str) -> CollectionInfo: ...
 
-    async def upsert_file_chunks(self, collection: str, file_path: str,
-                                 chunks: list[Chunk]) -> FileWriteResult: ...
+    async def upsert_file_chunks(
+        self, collection: str, file_path: str, chunks: list[Chunk]
+    ) -> FileWriteResult: ...
 
-    async def upsert_files(self, collection: str,
-                           files: dict[str, list[Chunk]]) -> FileWriteResult: ...
+    async def upsert_files(
+        self, collection: str, files: dict[str, list[Chunk]]
+    ) -> FileWriteResult: ...
 
     async def delete_file(self, collection: str, file_path: str) -> int: ...
 

@@ -20,16 +20,6 @@ from typing import Any, Literal, overload
 
 from chromadb.errors import NotFoundError
 
-from hetriever.store.bm25.bm25_index import BM25Index
-from hetriever.store.catalog import Catalog
-from hetriever.store.catalog_records import (
-    INDEX_STATE_DEFAULTS,
-    INDEX_STATE_KEYS,
-    split_physical,
-)
-from hetriever.store.chroma_access import ChromaAccess
-from hetriever.store.chunk_records import ChunkCollection
-from hetriever.store.store_types import CollectionInfo
 from hetriever.core.config import Settings
 from hetriever.core.errors import (
     CollectionNotFoundError,
@@ -40,6 +30,16 @@ from hetriever.core.errors import (
 from hetriever.core.locks import file_lock
 from hetriever.core.logs import get_logger
 from hetriever.core.names import validate_collection_name
+from hetriever.store.bm25.bm25_index import BM25Index
+from hetriever.store.catalog import Catalog
+from hetriever.store.catalog_records import (
+    INDEX_STATE_DEFAULTS,
+    INDEX_STATE_KEYS,
+    split_physical,
+)
+from hetriever.store.chroma_access import ChromaAccess
+from hetriever.store.chunk_records import ChunkCollection
+from hetriever.store.store_types import CollectionInfo
 
 log = get_logger(__name__)
 
@@ -76,7 +76,8 @@ def claim_state_dir(catalog: Catalog, settings: Settings) -> None:
             f"the state directory {settings.resolved_state_dir} belongs to the index at "
             f"{owner}, not to {here}",
             hint="give each index its own state directory (HETRIEVER_STATE_DIR), or use the "
-                 "Chroma path that state directory was made for")
+            "Chroma path that state directory was made for",
+        )
     catalog.note(INDEX_LOCATION, here)
     catalog.note(STATE_LOCATION, state)
 
@@ -86,8 +87,14 @@ class RepositoryViews:
     writer lock: the part of the store every other peer goes through (it receives the shared
     Chroma handle and holds the BM25 handles)."""
 
-    def __init__(self, chroma: ChromaAccess, *, embedder: Any | None = None,
-                 pins: dict[str, str] | None = None, catalog: Catalog | None = None) -> None:
+    def __init__(
+        self,
+        chroma: ChromaAccess,
+        *,
+        embedder: Any | None = None,
+        pins: dict[str, str] | None = None,
+        catalog: Catalog | None = None,
+    ) -> None:
         self.chroma = chroma
         self.settings = chroma.settings
         self._embedder = embedder
@@ -116,8 +123,11 @@ class RepositoryViews:
     def fingerprint(self) -> str:
         """What a collection's vectors and chunks depend on; a change needs a new generation."""
         s = self.settings
-        model = s.embedding_model if s.embedding_precision == "fp32" else \
-            f"{s.embedding_model}-{s.embedding_precision}"
+        model = (
+            s.embedding_model
+            if s.embedding_precision == "fp32"
+            else f"{s.embedding_model}-{s.embedding_precision}"
+        )
         return f"s{SCHEMA_VERSION}:{model}:{s.chunk_tokens}:{s.min_chunk_tokens}"
 
     @overload
@@ -158,9 +168,15 @@ class RepositoryViews:
 
     def _hnsw(self) -> dict[str, Any]:
         s = self.settings
-        return {"hnsw": {"space": s.hnsw_space, "ef_construction": s.hnsw_construction_ef,
-                         "ef_search": s.hnsw_search_ef, "max_neighbors": s.hnsw_m,
-                         "sync_threshold": HNSW_SYNC_THRESHOLD}}
+        return {
+            "hnsw": {
+                "space": s.hnsw_space,
+                "ef_construction": s.hnsw_construction_ef,
+                "ef_search": s.hnsw_search_ef,
+                "max_neighbors": s.hnsw_m,
+                "sync_threshold": HNSW_SYNC_THRESHOLD,
+            }
+        }
 
     def collection(self, name: str, *, create: bool = False) -> Any | None:
         """Repository `name`'s Chroma collection, or None when absent (created when `create`)."""
@@ -185,14 +201,31 @@ class RepositoryViews:
                 return None
             embedder = self.embedder
             # What the collection is; what it holds (commit, status, totals) is the catalog's.
-            metadata = {"schema_version": SCHEMA_VERSION, "embedding_model": embedder.name,
-                        "embedding_dimensions": int(embedder.dimensions), "repository": name,
-                        "schema_fingerprint": self.fingerprint()}
-            col = ChunkCollection(self.chroma.call("create_collection", lambda: (
-                self.chroma.client.get_or_create_collection(physical, configuration=self._hnsw(),
-                                                     metadata=metadata, embedding_function=None))))
-            log.info("collection_created", collection=physical, repository=name,
-                     model=embedder.name, dimensions=embedder.dimensions)
+            metadata = {
+                "schema_version": SCHEMA_VERSION,
+                "embedding_model": embedder.name,
+                "embedding_dimensions": int(embedder.dimensions),
+                "repository": name,
+                "schema_fingerprint": self.fingerprint(),
+            }
+            col = ChunkCollection(
+                self.chroma.call(
+                    "create_collection",
+                    lambda: self.chroma.client.get_or_create_collection(
+                        physical,
+                        configuration=self._hnsw(),
+                        metadata=metadata,
+                        embedding_function=None,
+                    ),
+                )
+            )
+            log.info(
+                "collection_created",
+                collection=physical,
+                repository=name,
+                model=embedder.name,
+                dimensions=embedder.dimensions,
+            )
         with self.chroma.guard:
             self.chroma.collections[physical] = col
             if generation is not None:
@@ -212,8 +245,12 @@ class RepositoryViews:
             return
         try:
             col.modify(configuration={"hnsw": change})
-            log.info("collection_hnsw_set", collection=col.name,
-                     was={k: hnsw[k] for k in change}, now=change)
+            log.info(
+                "collection_hnsw_set",
+                collection=col.name,
+                was={k: hnsw[k] for k in change},
+                now=change,
+            )
         except Exception as exc:  # e.g. a read-only store: search still works, less exactly
             log.warning("collection_hnsw_unchanged", collection=col.name, error=str(exc))
 
@@ -249,8 +286,11 @@ class RepositoryViews:
         copy). A run over many repositories calls this after each one, so it holds one
         repository's working set at a time, not all of them; a later use opens them again."""
         with self.chroma.guard:
-            held = [p for p in set(self.chroma.collections) | set(self._bm25)
-                    if (split_physical(p) or ("",))[0] == name]
+            held = [
+                p
+                for p in set(self.chroma.collections) | set(self._bm25)
+                if (split_physical(p) or ("",))[0] == name
+            ]
         for physical in held:
             self.forget(physical, bm25=True)
             with self.chroma.guard:
@@ -275,9 +315,12 @@ class RepositoryViews:
         fresh = self.chroma.open_collection(physical)
         with self.chroma.guard:
             self.chroma.collections[physical] = fresh
-        return CollectionInfo(name=name, count=int(self.chroma.call("count", fresh.count)),
-                              metadata=self.with_index_state(physical, fresh.metadata),
-                              physical=physical)
+        return CollectionInfo(
+            name=name,
+            count=int(self.chroma.call("count", fresh.count)),
+            metadata=self.with_index_state(physical, fresh.metadata),
+            physical=physical,
+        )
 
     def with_index_state(self, physical: str, chroma_meta: Any) -> dict[str, Any]:
         """Chroma's metadata of the collection (model, dimensions, schema) with the index
@@ -296,8 +339,9 @@ class RepositoryViews:
             self.forget(name, bm25=True)
         with self.chroma.guard:
             self.chroma.collections.clear()
-            catalog, self._catalog = (self._catalog, None) if self._owns_catalog else (None,
-                                                                                      self._catalog)
+            catalog, self._catalog = (
+                (self._catalog, None) if self._owns_catalog else (None, self._catalog)
+            )
         if catalog is not None:
             catalog.close()
 
@@ -312,18 +356,24 @@ class RepositoryViews:
                 f"{meta.get('embedding_model', '?')!r}, but the configured model "
                 f"{embedder.name!r} produces {embedder.dimensions}",
                 hint=f"re-index: delete the collection (`delete_collection({name!r})`) and ingest "
-                     "again, or set HETRIEVER_EMBEDDING_MODEL back to the collection's model")
+                "again, or set HETRIEVER_EMBEDDING_MODEL back to the collection's model",
+            )
         stored_model = meta.get("embedding_model")
         if stored_model and stored_model != embedder.name:
-            log.warning("embedding_model_differs", collection=name, stored=stored_model,
-                        configured=embedder.name)
+            log.warning(
+                "embedding_model_differs",
+                collection=name,
+                stored=stored_model,
+                configured=embedder.name,
+            )
 
     def bm25(self, name: str, *, create: bool = False) -> BM25Index:
         """Repository `name`'s BM25 index (of its pinned or active collection)."""
         physical = self.physical_name(name, create=create)
         if physical is None:
-            raise CollectionNotFoundError(f"repository {name!r} has no collection",
-                                          hint="index the repository first")
+            raise CollectionNotFoundError(
+                f"repository {name!r} has no collection", hint="index the repository first"
+            )
         return self.bm25_physical(physical)
 
     def bm25_problem(self, name: str) -> str | None:
@@ -346,8 +396,10 @@ class RepositoryViews:
             col = self.physical_collection(physical, name)
             chunks = int(self.chroma.call("count", col.count)) if col is not None else 0
             if chunks:
-                return (f"the BM25 index of {name!r} is {state} ({path}) while Chroma holds "
-                        f"{chunks} chunks")
+                return (
+                    f"the BM25 index of {name!r} is {state} ({path}) while Chroma holds "
+                    f"{chunks} chunks"
+                )
         else:
             self._bm25_ok.add(physical)
         return None
@@ -357,16 +409,19 @@ class RepositoryViews:
         trusted, so the search runs dense-only instead of quietly finding nothing."""
         problem = self.bm25_problem(name)
         if problem:
-            raise DerivedIndexError(problem, hint="searches run dense-only; the next "
-                                                  "`hetriever ingest` rebuilds it from Chroma")
+            raise DerivedIndexError(
+                problem,
+                hint="searches run dense-only; the next `hetriever ingest` rebuilds it from Chroma",
+            )
         return self.bm25(name)
 
     def bm25_physical(self, physical: str) -> BM25Index:
         with self.chroma.guard:
             index = self._bm25.get(physical)
             if index is None:
-                index = BM25Index(self.bm25_file(physical),
-                                  phrase_weight=self.settings.bm25_phrase_weight)
+                index = BM25Index(
+                    self.bm25_file(physical), phrase_weight=self.settings.bm25_phrase_weight
+                )
                 self._bm25[physical] = index
             return index
 
@@ -389,11 +444,19 @@ class RepositoryViews:
         with contextlib.ExitStack() as stack:
             if not self.settings.server_mode:
                 self.settings.chroma_path.mkdir(parents=True, exist_ok=True)
-                stack.enter_context(file_lock(self.settings.chroma_path, timeout=self.chroma.lock_timeout,
-                                              what=f"the Chroma directory {self.chroma.location}"))
+                stack.enter_context(
+                    file_lock(
+                        self.settings.chroma_path,
+                        timeout=self.chroma.lock_timeout,
+                        what=f"the Chroma directory {self.chroma.location}",
+                    )
+                )
             lock_path = self.settings.resolved_state_dir / "locks" / f"{collection}.lock"
-            stack.enter_context(file_lock(lock_path, timeout=self.chroma.lock_timeout,
-                                          what=f"collection {collection!r}"))
+            stack.enter_context(
+                file_lock(
+                    lock_path, timeout=self.chroma.lock_timeout, what=f"collection {collection!r}"
+                )
+            )
             with self.chroma.guard:
                 physical = self.physical_name(collection)
                 if physical is not None:

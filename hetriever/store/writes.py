@@ -17,12 +17,12 @@ from chromadb.api.types import validate_metadata
 
 from hetriever.core import faults
 from hetriever.core.backoff import retrying
-from hetriever.store.chunk_records import TEXT_KEY
 from hetriever.core.errors import CollectionNotFoundError, EmbeddingError, IndexingError
 from hetriever.core.logs import get_logger
 from hetriever.core.models import Chunk, Metadata
 from hetriever.core.names import content_hash, validate_collection_name
 from hetriever.store.catalog_records import INDEX_STATE_KEYS
+from hetriever.store.chunk_records import TEXT_KEY
 from hetriever.store.embedded_chroma import clear_orphan_arrays
 from hetriever.store.store_types import CollectionInfo, FileWriteResult, _PreparedWrite
 from hetriever.store.views import RepositoryViews
@@ -41,44 +41,56 @@ class StoreWrites:
         self.chroma = views.chroma
         self.settings = views.settings
 
-    def _prepare(self, collection: str, ids: list[str], texts: list[str],
-                 metadatas: list[dict[str, Any]]) -> None:
+    def _prepare(
+        self, collection: str, ids: list[str], texts: list[str], metadatas: list[dict[str, Any]]
+    ) -> None:
         """Validate a batch in place (fills repository and content_hash); IndexingError."""
         seen: set[str] = set()
         for i, (doc_id, text, meta) in enumerate(zip(ids, texts, metadatas)):
             if not isinstance(doc_id, str) or not doc_id:
                 raise IndexingError(f"chunk #{i} of {collection!r} has an empty id")
             if doc_id in seen:
-                raise IndexingError(f"duplicate id {doc_id!r} in one write to {collection!r}",
-                                    hint="chunk ids must be unique; check the chunker's ids")
+                raise IndexingError(
+                    f"duplicate id {doc_id!r} in one write to {collection!r}",
+                    hint="chunk ids must be unique; check the chunker's ids",
+                )
             seen.add(doc_id)
             if not isinstance(text, str) or not text.strip():
-                raise IndexingError(f"chunk {doc_id!r} of {collection!r} has empty content",
-                                    hint="drop empty chunks before writing")
+                raise IndexingError(
+                    f"chunk {doc_id!r} of {collection!r} has empty content",
+                    hint="drop empty chunks before writing",
+                )
             if TEXT_KEY in meta:
-                raise IndexingError(f"chunk {doc_id!r} has metadata key {TEXT_KEY!r}, which "
-                                    "holds the chunk's text", hint="rename that metadata key")
+                raise IndexingError(
+                    f"chunk {doc_id!r} has metadata key {TEXT_KEY!r}, which holds the chunk's text",
+                    hint="rename that metadata key",
+                )
             repo = meta.setdefault("repository", collection)
             if repo != collection:
                 raise IndexingError(
                     f"chunk {doc_id!r} says repository {repo!r} but is written to {collection!r}",
-                    hint="a chunk's `repository` metadata must name its collection")
+                    hint="a chunk's `repository` metadata must name its collection",
+                )
             digest = content_hash(text)
             if meta.setdefault("content_hash", digest) != digest:
-                raise IndexingError(f"chunk {doc_id!r}: content_hash does not match its text",
-                                    hint="compute content_hash as sha256 of the chunk text")
+                raise IndexingError(
+                    f"chunk {doc_id!r}: content_hash does not match its text",
+                    hint="compute content_hash as sha256 of the chunk text",
+                )
             try:
                 validate_metadata(meta)
             except (ValueError, TypeError) as exc:
-                raise IndexingError(f"chunk {doc_id!r} has metadata Chroma rejects: {exc}",
-                                    hint="use str/int/float/bool values or non-empty lists "
-                                         "of one of those; no None") from None
+                raise IndexingError(
+                    f"chunk {doc_id!r} has metadata Chroma rejects: {exc}",
+                    hint="use str/int/float/bool values or non-empty lists "
+                    "of one of those; no None",
+                ) from None
 
     def _existing(self, col: Any, ids: list[str]) -> dict[str, dict[str, Any]]:
         out: dict[str, dict[str, Any]] = {}
         step = self.chroma.max_batch_size()
         for start in range(0, len(ids), step):
-            part = ids[start:start + step]
+            part = ids[start : start + step]
             got = self.chroma.call("get", lambda: col.get(ids=part, include=["metadatas"]))
             for doc_id, meta in zip(got["ids"], got["metadatas"] or []):
                 out[doc_id] = dict(meta or {})
@@ -89,8 +101,14 @@ class StoreWrites:
         """Chroma merges metadata on update/upsert: None removes keys the new version lacks."""
         return {**{k: None for k in old if k not in new}, **new}
 
-    def _prepare_write(self, collection: str, col: Any, ids: list[str], texts: list[str],
-                       metadatas: list[dict[str, Any]]) -> _PreparedWrite:
+    def _prepare_write(
+        self,
+        collection: str,
+        col: Any,
+        ids: list[str],
+        texts: list[str],
+        metadatas: list[dict[str, Any]],
+    ) -> _PreparedWrite:
         """Validate, sort chunks into unchanged / metadata-only / new, and embed the new ones.
 
         Writes nothing: an embedding failure leaves the files exactly as they were, and the
@@ -112,8 +130,7 @@ class StoreWrites:
             # holds another version of it (a crash between a window's Chroma write and its
             # BM25 commit, when Chroma got a reused chunk's new metadata and BM25 did not)
             held = self.views.bm25(collection).rows([ids[i] for i in unchanged])
-            write.bm25_only = [i for i in unchanged
-                               if held.get(ids[i]) != (texts[i], metadatas[i])]
+            write.bm25_only = [i for i in unchanged if held.get(ids[i]) != (texts[i], metadatas[i])]
         if write.to_embed:
             write.vectors = self._embed([texts[i] for i in write.to_embed], write.result)
         return write
@@ -125,28 +142,36 @@ class StoreWrites:
         index = self.views.bm25(collection)
         if write.bm25_only:
             log.info("bm25_healed", collection=collection, chunks=len(write.bm25_only))
-            index.upsert([ids[i] for i in write.bm25_only], [texts[i] for i in write.bm25_only],
-                         [metadatas[i] for i in write.bm25_only])
+            index.upsert(
+                [ids[i] for i in write.bm25_only],
+                [texts[i] for i in write.bm25_only],
+                [metadatas[i] for i in write.bm25_only],
+            )
         for start in range(0, len(write.meta_only), step):
-            part = write.meta_only[start:start + step]
+            part = write.meta_only[start : start + step]
             p_ids = [ids[i] for i in part]
             p_meta = [self._replacing(existing[ids[i]], metadatas[i]) for i in part]
             self.chroma.call("update", lambda: col.update(ids=p_ids, metadatas=p_meta))
             index.upsert(p_ids, [texts[i] for i in part], [metadatas[i] for i in part])
         for start in range(0, len(write.to_embed), step):
-            part = write.to_embed[start:start + step]
+            part = write.to_embed[start : start + step]
             p_ids = [ids[i] for i in part]
             p_texts = [texts[i] for i in part]
             p_meta = [self._replacing(existing.get(ids[i], {}), metadatas[i]) for i in part]
-            p_vectors = write.vectors[start:start + step]
-            self.chroma.call("upsert", lambda: col.upsert(ids=p_ids, embeddings=p_vectors,
-                                                    documents=p_texts, metadatas=p_meta))
+            p_vectors = write.vectors[start : start + step]
+            self.chroma.call(
+                "upsert",
+                lambda: col.upsert(
+                    ids=p_ids, embeddings=p_vectors, documents=p_texts, metadatas=p_meta
+                ),
+            )
             index.upsert(p_ids, p_texts, [metadatas[i] for i in part])
             write.result.written += len(part)
         return write.result
 
     def _embed(self, texts: list[str], result: FileWriteResult) -> Any:
         """Vectors for `texts`; a failing embedder is retried, then EmbeddingError."""
+
         def attempt() -> Any:
             began = time.perf_counter()
             try:
@@ -154,8 +179,9 @@ class StoreWrites:
             finally:
                 result.embedding_seconds += time.perf_counter() - began
             if vectors.shape != (len(texts), int(self.views.embedder.dimensions)):
-                raise EmbeddingError(f"the embedder returned shape {vectors.shape} for "
-                                     f"{len(texts)} texts")
+                raise EmbeddingError(
+                    f"the embedder returned shape {vectors.shape} for {len(texts)} texts"
+                )
             return vectors
 
         try:
@@ -164,7 +190,8 @@ class StoreWrites:
             raise EmbeddingError(
                 f"embedding {len(texts)} chunks failed after {EMBED_ATTEMPTS} attempts: {exc}",
                 hint="check the embedding model (HETRIEVER_EMBEDDING_MODEL); the files keep "
-                     "their previous chunks until a run stores them") from exc
+                "their previous chunks until a run stores them",
+            ) from exc
 
     def _delete_ids(self, collection: str, col: Any, ids: list[str]) -> int:
         self._delete_chroma_ids(col, ids)
@@ -175,16 +202,16 @@ class StoreWrites:
     def _delete_chroma_ids(self, col: Any, ids: list[str]) -> int:
         step = self.chroma.max_batch_size()
         for start in range(0, len(ids), step):
-            part = ids[start:start + step]
+            part = ids[start : start + step]
             self.chroma.call("delete", lambda: col.delete(ids=part))
         return len(ids)
 
-    def upsert_file_chunks(self, collection: str, file_path: str,
-                                chunks: list[Chunk]) -> FileWriteResult:
+    def upsert_file_chunks(
+        self, collection: str, file_path: str, chunks: list[Chunk]
+    ) -> FileWriteResult:
         return self.upsert_files(collection, {file_path: chunks})
 
-    def upsert_files(self, collection: str,
-                          files: dict[str, list[Chunk]]) -> FileWriteResult:
+    def upsert_files(self, collection: str, files: dict[str, list[Chunk]]) -> FileWriteResult:
         """Replace several files' chunks as one unit of work.
 
         Every file's new chunks are embedded together (one length-sorted pass, so small files
@@ -197,8 +224,9 @@ class StoreWrites:
             for c in chunks:
                 meta = dict(c.metadata)
                 if meta.get("file_path", file_path) != file_path:
-                    raise IndexingError(f"chunk {c.id!r} belongs to {meta['file_path']!r}, "
-                                        f"not {file_path!r}")
+                    raise IndexingError(
+                        f"chunk {c.id!r} belongs to {meta['file_path']!r}, not {file_path!r}"
+                    )
                 meta["file_path"] = file_path
                 ids.append(c.id)
                 texts.append(c.text)
@@ -209,19 +237,20 @@ class StoreWrites:
             col = self.views.collection(collection, create=True)
             physical = self.views.physical_name(collection, create=True)
             # Before writing: a crash after it must never leave levels the catalog misses.
-            self.views.catalog.note_levels(physical, {str(m["access_level"]) for m in metadatas
-                                                if "access_level" in m})
+            self.views.catalog.note_levels(
+                physical, {str(m["access_level"]) for m in metadatas if "access_level" in m}
+            )
             old_ids = set(self._ids_of_files(col, list(files)))
             # One BM25 commit per call; Chroma is written first, so a crash leaves BM25 behind
             # (never ahead), which repair() fixes.
             index = self.views.bm25(collection)
             # Embedding happens here, before the BM25 transaction opens (see _prepare_write).
-            prepared = self._prepare_write(collection, col, ids, texts, metadatas) \
-                if ids else None
+            prepared = self._prepare_write(collection, col, ids, texts, metadatas) if ids else None
             faults.check("window_write", collection)
             with index.transaction():
-                result = self._apply_write(collection, col, prepared) if prepared \
-                    else FileWriteResult()
+                result = (
+                    self._apply_write(collection, col, prepared) if prepared else FileWriteResult()
+                )
                 faults.check("window_chroma_written", collection)
                 vanished = sorted(old_ids - set(ids))
                 result.deleted = self._delete_ids(collection, col, vanished)
@@ -232,15 +261,21 @@ class StoreWrites:
                 if stale:
                     index.delete(stale)
             faults.check("window_bm25_committed", collection)
-        log.debug("files_written", collection=collection, files=len(files),
-                  written=result.written, reused=result.reused, deleted=result.deleted)
+        log.debug(
+            "files_written",
+            collection=collection,
+            files=len(files),
+            written=result.written,
+            reused=result.reused,
+            deleted=result.deleted,
+        )
         return result
 
     def _ids_of_files(self, col: Any, paths: list[str]) -> list[str]:
         out: list[str] = []
         step = 100  # keep each `$in` list small
         for start in range(0, len(paths), step):
-            part = paths[start:start + step]
+            part = paths[start : start + step]
             where = {"file_path": part[0]} if len(part) == 1 else {"file_path": {"$in": part}}
             out += self.chroma.ids_where(col, where)
         return out
@@ -271,15 +306,19 @@ class StoreWrites:
         meta = dict(metadata or {})
         collection = meta.get("repository")
         if not isinstance(collection, str) or not collection:
-            raise IndexingError(f"document {doc_id!r} has no `repository` metadata",
-                                hint="set metadata['repository'] to the collection's name")
+            raise IndexingError(
+                f"document {doc_id!r} has no `repository` metadata",
+                hint="set metadata['repository'] to the collection's name",
+            )
         with self.views.writer_lock(collection):
             col = self.views.collection(collection, create=True)
             if "access_level" in meta:
-                self.views.catalog.note_levels(self.views.physical_name(collection, create=True),
-                                         [str(meta["access_level"])])
-            self._apply_write(collection, col, self._prepare_write(
-                collection, col, [doc_id], [content], [meta]))
+                self.views.catalog.note_levels(
+                    self.views.physical_name(collection, create=True), [str(meta["access_level"])]
+                )
+            self._apply_write(
+                collection, col, self._prepare_write(collection, col, [doc_id], [content], [meta])
+            )
         return True
 
     def soft_delete_file(self, collection: str, file_path: str, deleted_at: str) -> int:
@@ -292,21 +331,28 @@ class StoreWrites:
         if col is None:
             return 0
         with self.views.writer_lock(collection):
-            got = self.chroma.call("get", lambda: col.get(
-                where={"$and": [{"file_path": file_path}, {"is_deleted": {"$ne": True}}]},
-                include=["documents", "metadatas"]))
+            got = self.chroma.call(
+                "get",
+                lambda: col.get(
+                    where={"$and": [{"file_path": file_path}, {"is_deleted": {"$ne": True}}]},
+                    include=["documents", "metadatas"],
+                ),
+            )
             ids = list(got["ids"])
             if not ids:
                 return 0
-            metas = [{**dict(m or {}), "is_deleted": True, "deleted_at": deleted_at}
-                     for m in got["metadatas"]]
+            metas = [
+                {**dict(m or {}), "is_deleted": True, "deleted_at": deleted_at}
+                for m in got["metadatas"]
+            ]
             step = self.chroma.max_batch_size()
             index = self.views.bm25(collection)
             with index.transaction():
                 for start in range(0, len(ids), step):
                     part = slice(start, start + step)
-                    self.chroma.call("update", lambda: col.update(ids=ids[part],
-                                                            metadatas=metas[part]))
+                    self.chroma.call(
+                        "update", lambda: col.update(ids=ids[part], metadatas=metas[part])
+                    )
                     index.upsert(ids[part], got["documents"][part], metas[part])
         log.info("file_soft_deleted", collection=collection, path=file_path, chunks=len(ids))
         return len(ids)
@@ -352,8 +398,7 @@ class StoreWrites:
             removed = int(self.chroma.call("count", col.count)) if col is not None else 0
             if col is not None:
                 client = self.chroma.client
-                self.chroma.call("delete_collection",
-                                 lambda: client.delete_collection(physical))
+                self.chroma.call("delete_collection", lambda: client.delete_collection(physical))
                 if not self.settings.chroma_host:  # embedded: its file is ours to clean
                     clear_orphan_arrays(self.settings.chroma_path)
             self.views.bm25_physical(physical).drop()
@@ -367,8 +412,9 @@ class StoreWrites:
         catalog, anything else to Chroma's collection metadata. None removes a key."""
         info = self.views.info(name)
         if info is None:
-            raise CollectionNotFoundError(f"collection {name!r} does not exist",
-                                          hint="index the repository first")
+            raise CollectionNotFoundError(
+                f"collection {name!r} does not exist", hint="index the repository first"
+            )
         state = {k: v for k, v in fields.items() if k in INDEX_STATE_KEYS}
         other = {k: v for k, v in fields.items() if k not in INDEX_STATE_KEYS}
         present = {k: v for k, v in fields.items() if v is not None}
@@ -386,8 +432,11 @@ class StoreWrites:
             if state:
                 self.views.catalog.set_index_state(info.physical, **state)
             if other or legacy:
-                merged = {k: v for k, v in {**chroma_meta, **other}.items()
-                          if v is not None and k not in INDEX_STATE_KEYS}
+                merged = {
+                    k: v
+                    for k, v in {**chroma_meta, **other}.items()
+                    if v is not None and k not in INDEX_STATE_KEYS
+                }
                 # Chroma replaces collection metadata as a whole, hence the merge above.
                 self.chroma.call("modify", lambda: col.modify(metadata=merged))
         self.views.forget(info.physical)

@@ -9,9 +9,9 @@ from hypothesis import strategies as st
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from hetriever.chunk.chunker import chunk_id, chunk_page
+from hetriever.chunk.tokenizer import TokenCounter, load_token_counter
 from hetriever.core.models import REQUIRED_CHUNK_METADATA, Block
 from hetriever.parse.parsed_page import Page
-from hetriever.chunk.tokenizer import TokenCounter, load_token_counter
 
 H = lambda text, level: Block("heading", text, level)  # noqa: E731
 P = lambda text: Block("paragraph", text)  # noqa: E731
@@ -42,8 +42,14 @@ def counter():
 
 
 def page(**overrides) -> Page:
-    fields = dict(repository="hugo-docs", file_path="content/en/install/linux.md",
-                  url="/install/linux/", title="Install on Linux", section="install", body="")
+    fields = dict(
+        repository="hugo-docs",
+        file_path="content/en/install/linux.md",
+        url="/install/linux/",
+        title="Install on Linux",
+        section="install",
+        body="",
+    )
     fields.update(overrides)
     return Page(**fields)
 
@@ -116,7 +122,8 @@ def test_giant_code_block_splits_into_fenced_pieces(counter, fence):
         seen += piece[1:-1]
     # Every line comes back in order; only the giant one is cut (between words).
     assert [line for line in seen if not line.lstrip().startswith(("x", "w"))] == [
-        line for line in lines if not line.lstrip().startswith("x")]
+        line for line in lines if not line.lstrip().startswith("x")
+    ]
     assert " ".join(seen).split() == " ".join(lines).split()
 
 
@@ -161,23 +168,29 @@ def test_one_giant_word_is_cut_between_word_pieces(counter):
 block_strategy = st.one_of(
     st.builds(H, st.text(min_size=1, max_size=60), st.integers(1, 4)),
     st.builds(P, st.text(max_size=900)),
-    st.builds(P, st.lists(st.sampled_from(SENTENCES + ["Go.", "1.22", "x\ny"]), max_size=80)
-              .map(" ".join)),
+    st.builds(
+        P, st.lists(st.sampled_from(SENTENCES + ["Go.", "1.22", "x\ny"]), max_size=80).map(" ".join)
+    ),
     st.builds(lambda n, t: C(code(n, tag=t)), st.integers(0, 120), st.text(max_size=5)),
 )
 
 
 @settings(max_examples=80, deadline=None)
-@given(st.lists(block_strategy, max_size=12), st.sampled_from([32, 64, 254]),
-       st.text(max_size=200))
+@given(st.lists(block_strategy, max_size=12), st.sampled_from([32, 64, 254]), st.text(max_size=200))
 def test_no_chunk_exceeds_the_budget(blocks, budget, title):
     counter = load_token_counter()
     chunks = chunk_page(page(title=title), blocks, counter=counter, max_tokens=budget)
     for chunk in chunks:
         assert counter.count(chunk.text) <= budget
         assert with_specials(counter, chunk.text) <= budget + 2
-    has_text = any(b.text.strip() and not (b.kind == "heading" and " ".join(b.text.split()).casefold()
-                                           == " ".join(title.split()).casefold()) for b in blocks)
+    has_text = any(
+        b.text.strip()
+        and not (
+            b.kind == "heading"
+            and " ".join(b.text.split()).casefold() == " ".join(title.split()).casefold()
+        )
+        for b in blocks
+    )
     assert bool(chunks) == has_text
 
 
@@ -223,7 +236,14 @@ def test_short_fragment_merges_within_its_section(counter):
 
 
 def test_short_section_merges_with_the_next(counter):
-    blocks = [H("Linux", 2), P("Use snap."), H("Snap", 3), P(prose(3)), H("Windows", 2), P(prose(3, 2))]
+    blocks = [
+        H("Linux", 2),
+        P("Use snap."),
+        H("Snap", 3),
+        P(prose(3)),
+        H("Windows", 2),
+        P(prose(3, 2)),
+    ]
     chunks = chunk_page(page(), blocks, counter=counter)
     assert chunks[0].metadata["heading_context"] == "Linux"
     assert chunks[0].text == f"Install on Linux > Linux\n\nUse snap.\n\nSnap\n\n{prose(3)}"
@@ -234,8 +254,13 @@ def test_short_section_merges_with_the_next(counter):
 
 
 def test_a_short_intro_records_the_heading_it_absorbs(counter):
-    blocks = [P("Read this first."), H("Install the snap", 2), P(prose(2)),
-              H("Windows", 2), P(prose(4, 2))]
+    blocks = [
+        P("Read this first."),
+        H("Install the snap", 2),
+        P(prose(2)),
+        H("Windows", 2),
+        P(prose(4, 2)),
+    ]
     chunks = chunk_page(page(), blocks, counter=counter)
     assert chunks[0].metadata["heading_context"] == ""
     assert chunks[0].metadata["merged_headings"] == ["Install the snap"]
@@ -245,7 +270,9 @@ def test_a_short_intro_records_the_heading_it_absorbs(counter):
 def test_short_page_still_yields_one_chunk(counter):
     chunks = chunk_page(page(), [P("Yes.")], counter=counter)
     assert [c.text for c in chunks] == ["Install on Linux\n\nYes."]
-    headings_only = chunk_page(page(), [H("Install on Linux", 1), H("Overview", 2)], counter=counter)
+    headings_only = chunk_page(
+        page(), [H("Install on Linux", 1), H("Overview", 2)], counter=counter
+    )
     assert [c.text for c in headings_only] == ["Install on Linux\n\nOverview"]
 
 
@@ -259,7 +286,7 @@ def test_empty_body_yields_no_chunks(counter):
 
 
 def test_chunk_id_is_sha256_of_the_fields():
-    expected = hashlib.sha256("r\x1ff.md\x1ftext\x1f2".encode()).hexdigest()[:32]
+    expected = hashlib.sha256(b"r\x1ff.md\x1ftext\x1f2").hexdigest()[:32]
     assert chunk_id("r", "f.md", "text", 2) == expected
     assert chunk_id("r", "f.md", "text") != chunk_id("r", "g.md", "text")
 
@@ -283,7 +310,14 @@ def test_ids_are_deterministic_and_follow_content(counter):
 
 
 def test_identical_chunks_in_one_file_get_distinct_ids(counter):
-    blocks = [H("Example", 2), P(prose(10)), H("Other", 2), P(prose(4)), H("Example", 2), P(prose(10))]
+    blocks = [
+        H("Example", 2),
+        P(prose(10)),
+        H("Other", 2),
+        P(prose(4)),
+        H("Example", 2),
+        P(prose(10)),
+    ]
     chunks = chunk_page(page(), blocks, counter=counter)
     assert chunks[0].text == chunks[-1].text
     assert len({c.id for c in chunks}) == len(chunks)
@@ -294,10 +328,16 @@ def test_identical_chunks_in_one_file_get_distinct_ids(counter):
 
 
 def test_metadata_is_complete_and_chroma_valid(counter):
-    rich = page(tags=["install", "linux"], front_matter={"description": "How to install.", "weight": 20})
+    rich = page(
+        tags=["install", "linux"], front_matter={"description": "How to install.", "weight": 20}
+    )
     blocks = [H("Steps", 2), P(prose(4)), C(code(5))]
-    chunks = chunk_page(rich, blocks, counter=counter,
-                        extra_metadata={"access_level": "PUBLIC", "empty": [], "none": None})
+    chunks = chunk_page(
+        rich,
+        blocks,
+        counter=counter,
+        extra_metadata={"access_level": "PUBLIC", "empty": [], "none": None},
+    )
     plain = chunk_page(page(), blocks, counter=counter)
     for chunk in chunks + plain:
         assert validate_metadata(chunk.metadata) == chunk.metadata
@@ -312,6 +352,10 @@ def test_metadata_is_complete_and_chroma_valid(counter):
     # No run time in chunks: it would make every run rewrite every unchanged chunk.
     assert "processed_at" not in meta
     assert (meta["repository"], meta["file_path"], meta["url"], meta["section"]) == (
-        "hugo-docs", "content/en/install/linux.md", "/install/linux/", "install")
+        "hugo-docs",
+        "content/en/install/linux.md",
+        "/install/linux/",
+        "install",
+    )
     assert meta["has_code"] is True
     assert "tags" not in plain[0].metadata and "description" not in plain[0].metadata

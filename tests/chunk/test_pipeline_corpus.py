@@ -8,10 +8,10 @@ import pytest
 from chromadb.api.types import validate_metadata
 
 from hetriever.chunk.chunker import chunk_page
+from hetriever.chunk.tokenizer import load_token_counter
 from hetriever.clean.cleaner import clean_page
 from hetriever.core.models import REQUIRED_CHUNK_METADATA
 from hetriever.parse.page import parse_page, skip_reason
-from hetriever.chunk.tokenizer import load_token_counter
 
 pytestmark = pytest.mark.corpus
 
@@ -37,8 +37,9 @@ def outcomes():
         if reason:
             results[rel] = ("skipped", reason)
             continue
-        chunks = chunk_page(page, clean_page(page.body), counter=counter,
-                            extra_metadata={"access_level": "PUBLIC"})
+        chunks = chunk_page(
+            page, clean_page(page.body), counter=counter, extra_metadata={"access_level": "PUBLIC"}
+        )
         results[rel] = ("chunks", chunks) if chunks else ("skipped", "empty body")
     return counter, results, bodies
 

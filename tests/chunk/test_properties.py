@@ -21,20 +21,20 @@ from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
 from hetriever.chunk.chunker import chunk_page
+from hetriever.chunk.tokenizer import load_token_counter
 from hetriever.clean.cleaner import clean_page
 from hetriever.parse.page import parse_page
-from hetriever.chunk.tokenizer import load_token_counter
 
 # Hypothesis warns when the global `random` state moves while it draws an example, whichever
 # thread moved it; in a full run, background threads left by earlier tests (session-scoped
 # Prefect and Chroma clients) can. The strategies below never use `random`.
-pytestmark = pytest.mark.filterwarnings(
-    "ignore:Do not use the `random` module inside strategies")
+pytestmark = pytest.mark.filterwarnings("ignore:Do not use the `random` module inside strategies")
 
 COUNTER = load_token_counter()
 MAX_TOKENS = 254  # the real budget of all-MiniLM-L6-v2 chunks
-PROPERTY_SETTINGS = settings(max_examples=80, deadline=None, database=None,
-                             suppress_health_check=[HealthCheck.too_slow])
+PROPERTY_SETTINGS = settings(
+    max_examples=80, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 # Markup vocabulary: none of these can be generated as a body word (those carry a 'q').
 MARKUP_NAMES = ["note", "warning", "tab", "figure", "details", "hint", "alert"]
@@ -52,11 +52,29 @@ def piece(draw) -> tuple[str, list[str]]:
     words = draw(WORDS)
     text = _sentence(words)
     name = draw(st.sampled_from(MARKUP_NAMES))
-    kind = draw(st.sampled_from([
-        "paragraph", "heading", "list", "emphasis", "link", "table", "quote",
-        "paired_shortcode", "paired_percent_shortcode", "html_block", "html_inline",
-        "self_closing_shortcode", "code_fence", "comment", "rule", "image", "params",
-    ]))
+    kind = draw(
+        st.sampled_from(
+            [
+                "paragraph",
+                "heading",
+                "list",
+                "emphasis",
+                "link",
+                "table",
+                "quote",
+                "paired_shortcode",
+                "paired_percent_shortcode",
+                "html_block",
+                "html_inline",
+                "self_closing_shortcode",
+                "code_fence",
+                "comment",
+                "rule",
+                "image",
+                "params",
+            ]
+        )
+    )
     if kind == "paragraph":
         return text, words
     if kind == "heading":
@@ -70,8 +88,9 @@ def piece(draw) -> tuple[str, list[str]]:
     if kind == "link":
         return f"See [{' '.join(words)}](https://example.com/{name}/) now.", words
     if kind == "table":
-        return f"| {name} | value |\n|---|---|\n" + "\n".join(f"| {w} | {name} |" for w in words), \
-            words
+        return f"| {name} | value |\n|---|---|\n" + "\n".join(
+            f"| {w} | {name} |" for w in words
+        ), words
     if kind == "quote":
         return "> " + text, words
     if kind == "paired_shortcode":
@@ -83,8 +102,10 @@ def piece(draw) -> tuple[str, list[str]]:
     if kind == "html_inline":
         return f"<span>{words[0]}</span> <em>{' '.join(words[1:])}</em> <br> end", words
     if kind == "code_fence":  # kept verbatim, so its words survive too
-        return f"```{draw(st.sampled_from(['go', 'yaml', '', 'go-html-template']))}\n" \
-               f"{text}\n```", words
+        return (
+            f"```{draw(st.sampled_from(['go', 'yaml', '', 'go-html-template']))}\n{text}\n```",
+            words,
+        )
     # pure markup pieces: they carry no body words
     markup = {
         "self_closing_shortcode": f'{{{{< {name} src="/{name}.png" alt="{name}" >}}}}',
@@ -99,10 +120,17 @@ def piece(draw) -> tuple[str, list[str]]:
 @st.composite
 def hugo_page(draw) -> tuple[str, list[str]]:
     pieces = draw(st.lists(piece(), min_size=1, max_size=10))
-    front = draw(st.sampled_from([
-        "", "---\ntitle: Generated\n---\n", "+++\ntitle = 'Generated'\ntags = ['alert']\n+++\n",
-        '{\n  "title": "Generated"\n}\n', "---\ntitle: [broken\n---\n",
-    ]))
+    front = draw(
+        st.sampled_from(
+            [
+                "",
+                "---\ntitle: Generated\n---\n",
+                "+++\ntitle = 'Generated'\ntags = ['alert']\n+++\n",
+                '{\n  "title": "Generated"\n}\n',
+                "---\ntitle: [broken\n---\n",
+            ]
+        )
+    )
     body = "\n\n".join(p for p, _ in pieces)
     return front + "\n" + body + "\n", [w for _, ws in pieces for w in ws]
 
@@ -134,8 +162,9 @@ def test_no_body_word_is_lost(generated):
     assert not missing, (missing, text)
 
 
-HUGO_SOUP = st.text(alphabet=list("{}<>%/`#*-_[]()!|\n =\"'+.:\\&;~\t") + list("abcqxyz019é🙂"),
-                    max_size=600)
+HUGO_SOUP = st.text(
+    alphabet=list("{}<>%/`#*-_[]()!|\n =\"'+.:\\&;~\t") + list("abcqxyz019é🙂"), max_size=600
+)
 
 
 @PROPERTY_SETTINGS
@@ -146,10 +175,38 @@ def test_arbitrary_text_never_breaks_clean_or_chunk(text):
 
 
 @PROPERTY_SETTINGS
-@given(st.lists(st.sampled_from([
-    "{{<", ">}}", "{{%", "%}}", "{{< /", "```", "~~~", "<div>", "</div>", "<!--", "-->", "---",
-    "+++", "\n", "\n\n", "qword", "# ", "| a |", "<script>", "</script>", "[x](", ")", "\\",
-]), max_size=60))
+@given(
+    st.lists(
+        st.sampled_from(
+            [
+                "{{<",
+                ">}}",
+                "{{%",
+                "%}}",
+                "{{< /",
+                "```",
+                "~~~",
+                "<div>",
+                "</div>",
+                "<!--",
+                "-->",
+                "---",
+                "+++",
+                "\n",
+                "\n\n",
+                "qword",
+                "# ",
+                "| a |",
+                "<script>",
+                "</script>",
+                "[x](",
+                ")",
+                "\\",
+            ]
+        ),
+        max_size=60,
+    )
+)
 def test_unbalanced_delimiters_never_break_clean_or_chunk(parts):
     _, _, chunks = _pipeline("".join(parts))
     _check_chunks(chunks)

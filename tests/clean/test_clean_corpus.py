@@ -12,8 +12,8 @@ from structlog.testing import capture_logs
 
 from hetriever.clean.cleaner import clean_page
 from hetriever.core.models import Block
-from hetriever.parse.parsed_page import Page
 from hetriever.parse.page import parse_page
+from hetriever.parse.parsed_page import Page
 from tests.support.helpers import corpus_version
 
 pytestmark = pytest.mark.corpus
@@ -38,7 +38,7 @@ def source_fences(body: str) -> list[str]:
             m = QUOTE.match(line)
             if not m or not lines[i].lstrip().startswith(">"):
                 break
-            line, depth = line[m.end():], depth + 1
+            line, depth = line[m.end() :], depth + 1
         m = re.fullmatch(r"[ \t]*(`{3,}|~{3,})(.*)", line)
         if not m or (m.group(1)[0] == "`" and "`" in m.group(2)):
             i += 1
@@ -48,7 +48,7 @@ def source_fences(body: str) -> list[str]:
             current = lines[j]
             for _ in range(depth):
                 q = QUOTE.match(current)
-                current = current[q.end():] if q else None
+                current = current[q.end() :] if q else None
                 if current is None:
                     break
             if current is None:
@@ -126,9 +126,11 @@ def test_every_front_matter_is_valid_chroma_metadata(corpus):
     collection = client.create_collection(f"fm-{uuid.uuid4().hex[:12]}")
     try:
         with_metadata = [p for p in pages if p.front_matter]
-        collection.add(ids=[p.file_path for p in with_metadata],
-                       embeddings=[[0.1, 0.2]] * len(with_metadata),
-                       metadatas=[p.front_matter for p in with_metadata])
+        collection.add(
+            ids=[p.file_path for p in with_metadata],
+            embeddings=[[0.1, 0.2]] * len(with_metadata),
+            metadatas=[p.front_matter for p in with_metadata],
+        )
         assert collection.count() == len(with_metadata)
     finally:
         client.delete_collection(collection.name)

@@ -23,18 +23,21 @@ def workspace(tmp_path_factory, minilm_model_dir):
     repo = init_repo(root / "docs" / "sample-docs")
     shutil.copytree(REPO_ROOT / "examples" / "sample-docs", repo, dirs_exist_ok=True)
     commit_all(repo, "sample")
-    env = {**os.environ,
-           "HETRIEVER_DOCS_ROOT": str(root / "docs"),
-           "HETRIEVER_CHROMA_PATH": str(root / "chroma"),
-           "HETRIEVER_STATE_DIR": str(root / "state"),
-           "HETRIEVER_MODEL_DIR": str(minilm_model_dir),
-           "HETRIEVER_LOG_LEVEL": "WARNING"}
+    env = {
+        **os.environ,
+        "HETRIEVER_DOCS_ROOT": str(root / "docs"),
+        "HETRIEVER_CHROMA_PATH": str(root / "chroma"),
+        "HETRIEVER_STATE_DIR": str(root / "state"),
+        "HETRIEVER_MODEL_DIR": str(minilm_model_dir),
+        "HETRIEVER_LOG_LEVEL": "WARNING",
+    }
     return root, env
 
 
 def cli(env, *args, cwd=None):
-    return subprocess.run([str(HETRIEVER), *args], env=env, cwd=cwd, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [str(HETRIEVER), *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=300
+    )
 
 
 @pytest.mark.slow
@@ -95,25 +98,32 @@ def test_search_prints_results_to_stdout_and_rejects_an_unknown_repository(works
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("args,env_extra,message", [
-    (["search", "x", "--filter", "{not json"], {}, "--filter is not valid JSON"),
-    (["search", "x", "--filter", '{"a": {"$regex": "."}}'], {}, "$regex"),
-    (["search", "x", "-k", "1000"], {}, "1000"),
-    (["ingest", "-r", "missing-docs"], {}, "unknown repositories: missing-docs"),
-    (["migrate", "-r", "missing-docs"], {}, "unknown repositories: missing-docs"),
-    (["status"], {"HETRIEVER_DOCS_ROOT": "/nonexistent/docs"}, "/nonexistent/docs"),
-    (["serve", "--new-key", ""], {}, "no level given"),
-    (["forget", "-r", "sample-docs", "--file", ""], {}, "the file to forget is empty"),
-    (["search", "caf\udce9"], {}, "not valid UTF-8"),  # the bytes b"caf\xe9", as Python gets them
-    (["search", "  "], {}, "the query is empty"),
-    (["search", "where", "-k", "0"], {}, "-k must be at least 1"),
-    (["purge", "--older-than", "nan"], {}, "number of days"),
-    (["metrics", "--last", "99999999999999999999"], {}, "count from 1"),
-    (["status"], {"HETRIEVER_DOCS_ROOT": ""}, "docs_root"),
-    (["search", "where"], {"HETRIEVER_RUN_LOCK_TIMEOUT": "nan"}, "run_lock_timeout"),
-    (["ingest"], {"HETRIEVER_BATCH_SIZE": "lots"}, "batch_size"),
-    (["ingest"], {"HETRIEVER_DOCS_ROOT": "/nonexistent/docs"}, "/nonexistent/docs"),
-])
+@pytest.mark.parametrize(
+    "args,env_extra,message",
+    [
+        (["search", "x", "--filter", "{not json"], {}, "--filter is not valid JSON"),
+        (["search", "x", "--filter", '{"a": {"$regex": "."}}'], {}, "$regex"),
+        (["search", "x", "-k", "1000"], {}, "1000"),
+        (["ingest", "-r", "missing-docs"], {}, "unknown repositories: missing-docs"),
+        (["migrate", "-r", "missing-docs"], {}, "unknown repositories: missing-docs"),
+        (["status"], {"HETRIEVER_DOCS_ROOT": "/nonexistent/docs"}, "/nonexistent/docs"),
+        (["serve", "--new-key", ""], {}, "no level given"),
+        (["forget", "-r", "sample-docs", "--file", ""], {}, "the file to forget is empty"),
+        (
+            ["search", "caf\udce9"],
+            {},
+            "not valid UTF-8",
+        ),  # the bytes b"caf\xe9", as Python gets them
+        (["search", "  "], {}, "the query is empty"),
+        (["search", "where", "-k", "0"], {}, "-k must be at least 1"),
+        (["purge", "--older-than", "nan"], {}, "number of days"),
+        (["metrics", "--last", "99999999999999999999"], {}, "count from 1"),
+        (["status"], {"HETRIEVER_DOCS_ROOT": ""}, "docs_root"),
+        (["search", "where"], {"HETRIEVER_RUN_LOCK_TIMEOUT": "nan"}, "run_lock_timeout"),
+        (["ingest"], {"HETRIEVER_BATCH_SIZE": "lots"}, "batch_size"),
+        (["ingest"], {"HETRIEVER_DOCS_ROOT": "/nonexistent/docs"}, "/nonexistent/docs"),
+    ],
+)
 def test_user_mistakes_get_one_clear_line_and_exit_2(workspace, args, env_extra, message):
     _, env = workspace
     out = cli({**env, **env_extra}, *args)
@@ -127,8 +137,12 @@ def test_an_operational_failure_exits_1_not_2(workspace):
     # A Chroma server that is not there is not a usage mistake: exit 1, one clear line.
     _, env = workspace
     assert cli(env, "ingest", "--json").returncode == 0
-    down = {**env, "HETRIEVER_CHROMA_HOST": "127.0.0.1",
-            "HETRIEVER_CHROMA_PORT": str(free_port()), "HETRIEVER_CHROMA_TIMEOUT": "3"}
+    down = {
+        **env,
+        "HETRIEVER_CHROMA_HOST": "127.0.0.1",
+        "HETRIEVER_CHROMA_PORT": str(free_port()),
+        "HETRIEVER_CHROMA_TIMEOUT": "3",
+    }
     out = cli(down, "search", "where")
     assert out.returncode == 1, out.stderr
     assert "Traceback" not in out.stderr and "hetriever: error:" in out.stderr
@@ -142,8 +156,7 @@ def test_the_same_query_ranks_the_same_in_separate_processes(workspace):
     assert cli(env, "ingest", "--json").returncode == 0
     rankings = []
     for _ in range(2):
-        out = cli(env, "search", "how do I filter pages", "-k", "10", "--json",
-                  "--group", "chunk")
+        out = cli(env, "search", "how do I filter pages", "-k", "10", "--json", "--group", "chunk")
         assert out.returncode == 0, out.stderr
         rankings.append([m["doc_id"] for m in json.loads(out.stdout)["matches"]])
     assert rankings[0] and rankings[0] == rankings[1]
@@ -152,10 +165,15 @@ def test_the_same_query_ranks_the_same_in_separate_processes(workspace):
 @pytest.mark.slow
 def test_demo_indexes_the_bundled_sample_docs_and_finds_where(tmp_path, minilm_model_dir):
     # A process of its own: the demo configures logging for its console.
-    env = {**os.environ, "HETRIEVER_MODEL_DIR": str(minilm_model_dir),
-           "PYTHONPATH": str(REPO_ROOT)}
-    result = subprocess.run([sys.executable, "-m", "hetriever.cli", "-q", "demo"], cwd=tmp_path,
-                            env=env, capture_output=True, text=True, timeout=300)
+    env = {**os.environ, "HETRIEVER_MODEL_DIR": str(minilm_model_dir), "PYTHONPATH": str(REPO_ROOT)}
+    result = subprocess.run(
+        [sys.executable, "-m", "hetriever.cli", "-q", "demo"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
     assert "where" in result.stdout.lower() and "results" in result.stdout
     assert (tmp_path / ".demo" / "docs" / "sample-docs" / ".git").exists()

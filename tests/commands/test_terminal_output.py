@@ -27,16 +27,19 @@ PAGES = {
         "---\ntitle: Collector receivers\n---\n\n"
         "## Defining receivers\n\n"
         "Each receiver is named type[/name] in the collector configuration, and a pipeline "
-        "lists them as receivers: [zipkin] under service.\n"),
+        "lists them as receivers: [zipkin] under service.\n"
+    ),
     "content/docs/menus.md": (
         "---\ntitle: Menu entries\n---\n\n"
         "## Site configuration\n\n"
         "Declare each menu entry in a table named [[menus.main]] in the site configuration "
-        "file, one table per entry.\n"),
+        "file, one table per entry.\n"
+    ),
     "content/docs/markup.md": (
-        "---\ntitle: \"[bold]x[/bold] is not markup\"\n---\n\n"
+        '---\ntitle: "[bold]x[/bold] is not markup"\n---\n\n'
         "Terminal colours: the quokka sequence \x1b[31mred quokka\x1b[0m and a bell \x07 "
-        "should never reach a terminal raw.\n"),
+        "should never reach a terminal raw.\n"
+    ),
 }
 
 
@@ -46,12 +49,14 @@ def site(tmp_path_factory, minilm_model_dir):
     repo = init_repo(root / "docs" / "bracket-docs")
     write_files(repo, PAGES)
     commit_all(repo, "pages with brackets and control characters")
-    env = {**os.environ,
-           "HETRIEVER_DOCS_ROOT": str(root / "docs"),
-           "HETRIEVER_CHROMA_PATH": str(root / "chroma"),
-           "HETRIEVER_STATE_DIR": str(root / "state"),
-           "HETRIEVER_MODEL_DIR": str(minilm_model_dir),
-           "HETRIEVER_LOG_LEVEL": "INFO"}  # the default: what a new user has
+    env = {
+        **os.environ,
+        "HETRIEVER_DOCS_ROOT": str(root / "docs"),
+        "HETRIEVER_CHROMA_PATH": str(root / "chroma"),
+        "HETRIEVER_STATE_DIR": str(root / "state"),
+        "HETRIEVER_MODEL_DIR": str(minilm_model_dir),
+        "HETRIEVER_LOG_LEVEL": "INFO",
+    }  # the default: what a new user has
     env.pop("HETRIEVER_LOG_FORMAT", None)
     done = cli(env, "ingest", "--json")
     assert done.returncode == 0, done.stderr
@@ -59,17 +64,21 @@ def site(tmp_path_factory, minilm_model_dir):
 
 
 def cli(env, *args):
-    return subprocess.run([str(HETRIEVER), *args], env=env, capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run(
+        [str(HETRIEVER), *args], env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("query,written", [
-    ("can I define the same receiver type twice in the collector", "type[/name]"),
-    ("can I define the same receiver type twice in the collector", "receivers: [zipkin]"),
-    ("menu entry table in the site configuration", "[[menus.main]]"),
-    ("is not markup terminal colours quokka", "[bold]x[/bold] is not markup"),
-])
+@pytest.mark.parametrize(
+    "query,written",
+    [
+        ("can I define the same receiver type twice in the collector", "type[/name]"),
+        ("can I define the same receiver type twice in the collector", "receivers: [zipkin]"),
+        ("menu entry table in the site configuration", "[[menus.main]]"),
+        ("is not markup terminal colours quokka", "[bold]x[/bold] is not markup"),
+    ],
+)
 def test_search_prints_docs_text_as_written(site, query, written):
     _, env = site
     out = cli(env, "search", query, "-k", "3")
@@ -87,8 +96,9 @@ def test_control_characters_from_the_docs_never_reach_the_terminal_raw(site):
     assert "\\x1b[31mred quokka\\x1b[0m" in out.stdout  # shown, escaped
     assert "\\x07" in out.stdout
     # --json keeps the text itself (JSON escapes it)
-    found = json.loads(cli(env, "search", "terminal colours quokka sequence", "-k", "1",
-                           "--json").stdout)
+    found = json.loads(
+        cli(env, "search", "terminal colours quokka sequence", "-k", "1", "--json").stdout
+    )
     assert ESC + "[31mred quokka" in found["matches"][0]["content"]
 
 
@@ -129,12 +139,13 @@ def test_status_prints_as_written(site):
 def test_an_ingest_error_quoting_the_docs_is_printed_as_written(capsys):
     from hetriever.commands.ingest import print_ingest
 
-    error = ("content/docs/[[menus.main]].md: front matter [bold]x[/bold] type[/name] "
-             "\x1b[2Jcleared")
+    error = "content/docs/[[menus.main]].md: front matter [bold]x[/bold] type[/name] \x1b[2Jcleared"
     print_ingest([{"repository": "site-a", "ok": False, "error": error}], "/idx")
     out = capsys.readouterr().out
-    assert "site-a: content/docs/[[menus.main]].md: front matter [bold]x[/bold] type[/name] " \
-           "\\x1b[2Jcleared" in out, out
+    assert (
+        "site-a: content/docs/[[menus.main]].md: front matter [bold]x[/bold] type[/name] "
+        "\\x1b[2Jcleared" in out
+    ), out
     assert ESC not in out
 
 
@@ -143,9 +154,14 @@ def _run_in_pty(argv: list[str], env: dict, timeout: float = 240) -> str:
     import pty
 
     leader, follower = pty.openpty()
-    proc = subprocess.Popen(argv, env={**env, "COLUMNS": "160", "TERM": "xterm"},
-                            stdin=follower, stdout=follower, stderr=follower,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        argv,
+        env={**env, "COLUMNS": "160", "TERM": "xterm"},
+        stdin=follower,
+        stdout=follower,
+        stderr=follower,
+        start_new_session=True,
+    )
     os.close(follower)
     chunks, deadline = [], time.monotonic() + timeout
     try:
@@ -174,24 +190,48 @@ def _run_in_pty(argv: list[str], env: dict, timeout: float = 240) -> str:
 
 @pytest.mark.slow
 def test_in_a_terminal_the_bar_replaces_the_progress_lines_and_in_a_pipe_they_stay(
-        tmp_path, minilm_model_dir):
+    tmp_path, minilm_model_dir
+):
     repo = init_repo(tmp_path / "docs" / "bar-docs")
-    write_files(repo, {**PAGES, **{f"content/docs/p{i}.md": f"---\ntitle: Page {i}\n---\n\n"
-                                   f"Text of page {i}.\n" for i in range(5)}})
+    write_files(
+        repo,
+        {
+            **PAGES,
+            **{
+                f"content/docs/p{i}.md": f"---\ntitle: Page {i}\n---\n\nText of page {i}.\n"
+                for i in range(5)
+            },
+        },
+    )
     commit_all(repo)
-    env = {**os.environ, "HETRIEVER_DOCS_ROOT": str(tmp_path / "docs"),
-           "HETRIEVER_MODEL_DIR": str(minilm_model_dir), "HETRIEVER_LOG_LEVEL": "INFO"}
+    env = {
+        **os.environ,
+        "HETRIEVER_DOCS_ROOT": str(tmp_path / "docs"),
+        "HETRIEVER_MODEL_DIR": str(minilm_model_dir),
+        "HETRIEVER_LOG_LEVEL": "INFO",
+    }
     env.pop("HETRIEVER_LOG_FORMAT", None)
 
-    piped = cli({**env, "HETRIEVER_CHROMA_PATH": str(tmp_path / "c1"),
-                 "HETRIEVER_STATE_DIR": str(tmp_path / "s1")}, "ingest")
+    piped = cli(
+        {
+            **env,
+            "HETRIEVER_CHROMA_PATH": str(tmp_path / "c1"),
+            "HETRIEVER_STATE_DIR": str(tmp_path / "s1"),
+        },
+        "ingest",
+    )
     assert piped.returncode == 0, piped.stderr
     assert "index_progress" in piped.stderr  # a log (CI, Prefect) shows the run moving
     assert "index_finished" in piped.stderr
 
-    screen = _run_in_pty([str(HETRIEVER), "ingest"],
-                         {**env, "HETRIEVER_CHROMA_PATH": str(tmp_path / "c2"),
-                          "HETRIEVER_STATE_DIR": str(tmp_path / "s2")})
+    screen = _run_in_pty(
+        [str(HETRIEVER), "ingest"],
+        {
+            **env,
+            "HETRIEVER_CHROMA_PATH": str(tmp_path / "c2"),
+            "HETRIEVER_STATE_DIR": str(tmp_path / "s2"),
+        },
+    )
     assert "index_progress" not in screen, screen
     assert "index_finished" in screen  # the other lines still show
     assert "indexing bar-docs" in screen  # the bar was drawn
@@ -224,12 +264,14 @@ def test_hetriever_lines_in_a_prefect_run_log_survive_watch():
     try:
         configure_logging("INFO", "console", sink="stdlib")
         get_logger("hetriever.test_watch").warning(
-            "file_failed", path="content/[lang]/x.md", error="type[/name] [[menus.main]]")
+            "file_failed", path="content/[lang]/x.md", error="type[/name] [[menus.main]]"
+        )
     finally:
         target.removeHandler(keep)
         structlog.configure(**previous)  # not this test's captured stderr, closed after it
     (record,) = records
     screen = io.StringIO()
     Console(file=screen, width=300).print(f"[dim]▪[/dim] 12:00:00 {record.getMessage()}")
-    assert ("file_failed path=content/[lang]/x.md error=type[/name] [[menus.main]]"
-            in screen.getvalue()), screen.getvalue()
+    assert (
+        "file_failed path=content/[lang]/x.md error=type[/name] [[menus.main]]" in screen.getvalue()
+    ), screen.getvalue()

@@ -2,19 +2,23 @@
 
 import pytest
 
+# Importing the modules that own a cache registers it.
+import hetriever.embed.embedder  # noqa: F401
+import hetriever.search.routing  # noqa: F401
+import hetriever.store.knowledge_store  # noqa: F401
 from hetriever.chunk.tokenizer import load_token_counter
 from hetriever.core import caches
 from hetriever.store.bm25 import analyzer
 
-# Importing the modules that own a cache registers it.
-import hetriever.embed.embedder  # noqa: F401
-import hetriever.store.knowledge_store  # noqa: F401
-import hetriever.search.routing  # noqa: F401
-
 
 def test_every_process_cache_is_registered():
-    assert caches.registered() == ["embedders", "site centroids", "stems", "stores",
-                                   "token counters"]
+    assert caches.registered() == [
+        "embedders",
+        "site centroids",
+        "stems",
+        "stores",
+        "token counters",
+    ]
 
 
 def test_clearing_a_cache_empties_it():

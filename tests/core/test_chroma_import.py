@@ -12,8 +12,13 @@ import textwrap
 
 
 def _run(code: str) -> dict:
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                         text=True, timeout=120, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -56,8 +61,13 @@ def test_chromas_tracing_turned_on_gets_the_real_sdk_and_exporter():
             "tracer": chroma_otel.tracer is not None}))
         provider.shutdown()
     """)
-    assert found == {"provider": True, "service": "hetriever-test", "exporter": True,
-                     "same_key": True, "tracer": True}
+    assert found == {
+        "provider": True,
+        "service": "hetriever-test",
+        "exporter": True,
+        "same_key": True,
+        "tracer": True,
+    }
 
 
 def test_other_importers_get_the_real_tracing_modules():

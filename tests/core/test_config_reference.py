@@ -12,12 +12,15 @@ from tests.support.helpers import REPO_ROOT
 
 def test_the_reference_in_docs_is_current():
     assert REFERENCE == REPO_ROOT / "docs" / "configuration.md"
-    assert REFERENCE.read_text(encoding="utf-8") == render(), \
+    assert REFERENCE.read_text(encoding="utf-8") == render(), (
         f"docs/configuration.md is not current: run `{REGENERATE}`"
+    )
 
 
-@pytest.mark.parametrize("model,key,env", [(Settings, "", ENV_PREFIX),
-                                           (WebhookSettings, "webhook.", ENV_PREFIX + "WEBHOOK_")])
+@pytest.mark.parametrize(
+    "model,key,env",
+    [(Settings, "", ENV_PREFIX), (WebhookSettings, "webhook.", ENV_PREFIX + "WEBHOOK_")],
+)
 def test_every_setting_has_a_row_with_its_variable_and_a_description(model, key, env):
     text = REFERENCE.read_text(encoding="utf-8")
     for name, field in model.model_fields.items():
@@ -42,8 +45,11 @@ def test_the_documented_variables_set_their_settings():
         value = changed[kind](field.default)
         if kind is float and 0 < field.default <= 1:  # shares and similarities stay within 1
             value = field.default / 2
-        row = next(line for line in REFERENCE.read_text(encoding="utf-8").splitlines()
-                   if line.startswith(f"| `{name}` |"))
+        row = next(
+            line
+            for line in REFERENCE.read_text(encoding="utf-8").splitlines()
+            if line.startswith(f"| `{name}` |")
+        )
         variable = row.split("|")[2].split(",")[0].strip(" `")
         got = getattr(load_settings(env={variable: str(value).lower()}), name)
         assert got == value, (name, variable, got)
@@ -59,8 +65,7 @@ def test_a_setting_without_a_description_cannot_be_written():
         list(_rows(Undescribed, "", ENV_PREFIX))
 
 
-def test_check_fails_on_a_stale_or_missing_reference_and_writing_makes_it_current(tmp_path,
-                                                                                  capsys):
+def test_check_fails_on_a_stale_or_missing_reference_and_writing_makes_it_current(tmp_path, capsys):
     out = tmp_path / "configuration.md"
     assert main(["--check", "--output", str(out)]) == 1
     assert "cannot be read" in capsys.readouterr().err

@@ -40,8 +40,14 @@ def test_a_threaded_process_uses_no_more_arenas_than_the_cap():
 
     def arenas(env_value: str) -> int:
         env = {"HETRIEVER_MALLOC_ARENAS": env_value, "PATH": "/usr/bin:/bin"}
-        out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                             text=True, timeout=120, check=True)
+        out = subprocess.run(
+            [sys.executable, "-c", script],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
         return out.stderr.count("Arena ")
 
     assert arenas("2") <= 2
@@ -65,7 +71,9 @@ def test_freed_heap_pages_go_back_to_the_system():
         "del drop; gc.collect()\n"
         "before = rss()\n"
         "assert release_free_memory()\n"
-        "print(before - rss())\n")
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                         timeout=60, check=True).stdout
+        "print(before - rss())\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    ).stdout
     assert int(out) > 20_000  # kB: most of the ~100 MB freed

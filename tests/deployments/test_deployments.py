@@ -17,24 +17,30 @@ PREFECT = [sys.executable, "-m", "prefect"]
 
 
 def _run(cmd: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
 
 
 def _deployments() -> dict:
     from prefect.client.orchestration import get_client
 
     with get_client(sync_client=True) as client:
-        return {name: client.read_deployment_by_name(name)
-                for name in ("ingest/scheduled", "migrate/full-reindex", "migrate/migrate",
-                             "query/query")}
+        return {
+            name: client.read_deployment_by_name(name)
+            for name in (
+                "ingest/scheduled",
+                "migrate/full-reindex",
+                "migrate/migrate",
+                "query/query",
+            )
+        }
 
 
 @pytest.fixture(scope="module")
 def deployed(prefect_harness, tmp_path_factory):
     project_dir = str(tmp_path_factory.mktemp("project"))
-    env = prefect_harness.env(HETRIEVER_INGEST_CRON="*/15 * * * *",
-                              HETRIEVER_PROJECT_DIR=project_dir)
+    env = prefect_harness.env(
+        HETRIEVER_INGEST_CRON="*/15 * * * *", HETRIEVER_PROJECT_DIR=project_dir
+    )
     env.pop("PREFECT_API_KEY", None)
     pool = _run([*PREFECT, "work-pool", "create", "hetriever-pool", "--type", "process"], env)
     assert pool.returncode == 0, pool.stdout + pool.stderr
@@ -49,8 +55,13 @@ def test_four_deployments_on_the_pool(deployed):
         assert dep.work_pool_name == "hetriever-pool", name
         assert dep.description and "hetriever" in dep.tags, name
         # The pull step puts the worker in the project checkout (resolved at deploy time here).
-        assert dep.pull_steps == [{"prefect.deployments.steps.set_working_directory": {
-            "directory": deployed["project_dir"]}}], name
+        assert dep.pull_steps == [
+            {
+                "prefect.deployments.steps.set_working_directory": {
+                    "directory": deployed["project_dir"]
+                }
+            }
+        ], name
     assert deps["ingest/scheduled"].entrypoint == "flows/ingest.py:ingest"
     assert deps["query/query"].entrypoint == "flows/query.py:query"
 
@@ -106,11 +117,12 @@ def test_the_schedule_creates_runs(deployed, prefect_harness):
     # SQLite (its event services write to the same file) and for the SQLAlchemy 2.1 failure;
     # the first passes on a retry, as the scheduler's next loop would, the second never does.
     for attempt in range(6):
-        resp = httpx.post(f"{prefect_harness.api_url}/deployments/{dep.id}/schedule",
-                          json={}, timeout=60)
+        resp = httpx.post(
+            f"{prefect_harness.api_url}/deployments/{dep.id}/schedule", json={}, timeout=60
+        )
         if resp.status_code != 503:
             break
-        time.sleep(2 ** attempt)
+        time.sleep(2**attempt)
     assert resp.status_code < 300, resp.text
     from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
 
@@ -118,7 +130,8 @@ def test_the_schedule_creates_runs(deployed, prefect_harness):
     # this worker, more than one page of them.
     with get_client(sync_client=True) as client:
         runs = client.read_flow_runs(
-            deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[dep.id])))
+            deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[dep.id]))
+        )
     assert runs and all(r.deployment_id == dep.id and r.state.is_scheduled() for r in runs)
 
 
@@ -204,16 +217,20 @@ def test_a_flow_run_whose_process_is_killed_is_marked_crashed(prefect_harness):
         assert ensure_unresponsive_runs_crashed(within=timedelta(seconds=10))
         assert not ensure_unresponsive_runs_crashed(within=timedelta(seconds=10))
         (automation,) = _unresponsive_runs_automations()
-        proc = subprocess.Popen([sys.executable, "-c", PROBE_FLOW, name],
-                                env=prefect_harness.env(), stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", PROBE_FLOW, name],
+            env=prefect_harness.env(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             deadline = time.monotonic() + 120
             runs: list = []
             while time.monotonic() < deadline and not (runs and runs[0].state.is_running()):
                 time.sleep(1)
-                runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(
-                    name=FlowRunFilterName(any_=[name])))
+                runs = client.read_flow_runs(
+                    flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=[name]))
+                )
             (killed,) = runs
             assert killed.state.is_running() and proc.poll() is None
             time.sleep(3)  # its first heartbeat goes out as it starts
@@ -224,12 +241,19 @@ def test_a_flow_run_whose_process_is_killed_is_marked_crashed(prefect_harness):
 
             async def heartbeat() -> None:  # as a flow run's heartbeat thread sends it
                 async with get_events_client() as events:
-                    await events.emit(Event(
-                        event="prefect.flow-run.heartbeat",
-                        resource={"prefect.resource.id": f"prefect.flow-run.{foreign.id}"},
-                        related=[{"prefect.resource.id": f"prefect.flow.{foreign.flow_id}",
-                                  "prefect.resource.role": "flow",
-                                  "prefect.resource.name": other.name}]))
+                    await events.emit(
+                        Event(
+                            event="prefect.flow-run.heartbeat",
+                            resource={"prefect.resource.id": f"prefect.flow-run.{foreign.id}"},
+                            related=[
+                                {
+                                    "prefect.resource.id": f"prefect.flow.{foreign.flow_id}",
+                                    "prefect.resource.role": "flow",
+                                    "prefect.resource.name": other.name,
+                                }
+                            ],
+                        )
+                    )
 
             asyncio.run(heartbeat())
             deadline = time.monotonic() + 90

@@ -54,10 +54,19 @@ def _strings(node):
 
 def test_services_and_top_level_keys(compose):
     assert set(compose) <= {"name", "services", "volumes", "networks", "secrets", "configs"} | {
-        k for k in compose if k.startswith("x-")}
-    assert set(compose["services"]) == {"postgres", "prefect-server", "chroma", "deploy",
-                                        "worker", "webhook", "dask-scheduler", "dask-worker",
-                                        "search"}
+        k for k in compose if k.startswith("x-")
+    }
+    assert set(compose["services"]) == {
+        "postgres",
+        "prefect-server",
+        "chroma",
+        "deploy",
+        "worker",
+        "webhook",
+        "dask-scheduler",
+        "dask-worker",
+        "search",
+    }
     for name, svc in compose["services"].items():
         assert ("image" in svc) or ("build" in svc), name
         for net in svc.get("networks", []):
@@ -100,7 +109,9 @@ def test_startup_is_gated_by_health(compose):
 def test_prefect_server_uses_postgres(compose):
     env = compose["services"]["prefect-server"]["environment"]
     url = env["PREFECT_API_DATABASE_CONNECTION_URL"]
-    assert url.startswith("postgresql+asyncpg://prefect:") and url.endswith("@postgres:5432/prefect")
+    assert url.startswith("postgresql+asyncpg://prefect:") and url.endswith(
+        "@postgres:5432/prefect"
+    )
     assert compose["services"]["prefect-server"]["command"][:3] == ["prefect", "server", "start"]
 
 
@@ -145,8 +156,15 @@ def test_worker_and_webhook_use_the_dockerfile(compose):
         assert context == REPO_ROOT, name
         assert (context / build["dockerfile"]).resolve() == DOCKER / "Dockerfile", name
     worker = compose["services"]["worker"]
-    assert worker["command"] == ["prefect", "worker", "start", "--pool", "hetriever-pool",
-                                 "--type", "process"]
+    assert worker["command"] == [
+        "prefect",
+        "worker",
+        "start",
+        "--pool",
+        "hetriever-pool",
+        "--type",
+        "process",
+    ]
     assert worker["environment"]["PREFECT_API_URL"] == "http://prefect-server:4200/api"
     assert worker["environment"]["HETRIEVER_CHROMA_HOST"] == "chroma"
     assert any(v.endswith(":/docs") for v in worker["volumes"])
@@ -176,7 +194,8 @@ def test_dockerfile(compose):
     text = (DOCKER / "Dockerfile").read_text()
     lines = _logical_lines(text)
     assert lines[0] == "FROM python:3.11-slim" or any(
-        line == "FROM python:3.11-slim" for line in lines)
+        line == "FROM python:3.11-slim" for line in lines
+    )
     runs = [line for line in lines if line.startswith("RUN ")]
     installs = [r for r in runs if "pip install" in r and " -e ." in r]
     assert installs and all("-c constraints.txt" in r for r in installs)
@@ -184,13 +203,17 @@ def test_dockerfile(compose):
     assert any("hetriever prepare-model" in r for r in runs)
     cmd = next(line for line in lines if line.startswith("CMD "))
     assert "prefect worker start --pool hetriever-pool" in " ".join(
-        shlex.split(cmd[4:].replace("[", "").replace("]", "").replace(",", " ")))
+        shlex.split(cmd[4:].replace("[", "").replace("]", "").replace(",", " "))
+    )
     assert "HETRIEVER_PROJECT_DIR=/app" in text  # what prefect.yaml's pull step reads
 
 
 def test_dockerfile_copies_exist_and_are_not_ignored():
-    ignore = [p for p in (DOCKER / "Dockerfile.dockerignore").read_text().splitlines()
-              if p.strip() and not p.startswith("#")]
+    ignore = [
+        p
+        for p in (DOCKER / "Dockerfile.dockerignore").read_text().splitlines()
+        if p.strip() and not p.startswith("#")
+    ]
     for line in _logical_lines((DOCKER / "Dockerfile").read_text()):
         if not line.startswith("COPY "):
             continue
@@ -204,9 +227,15 @@ def test_run_local_script_parses():
     assert script.read_text().startswith("#!/usr/bin/env bash")
     subprocess.run(["bash", "-n", str(script)], check=True)
     text = script.read_text()
-    for piece in ('prefect" server start', 'chroma" run --path',
-                  'prefect" worker start --pool hetriever-pool', "-m deployments.register",
-                  "serve-webhook --host", "--check", "HOST=127.0.0.1"):
+    for piece in (
+        'prefect" server start',
+        'chroma" run --path',
+        'prefect" worker start --pool hetriever-pool',
+        "-m deployments.register",
+        "serve-webhook --host",
+        "--check",
+        "HOST=127.0.0.1",
+    ):
         assert piece in text, piece
 
 
@@ -240,7 +269,8 @@ def test_scale_profile_adds_dask_workers_and_a_follower(compose):
     assert "container_name" not in worker and "ports" not in worker
     assert any(v.startswith("docs:/docs") and v.endswith(":ro") for v in worker["volumes"])
     assert svcs["worker"]["environment"]["HETRIEVER_TASK_RUNNER"].startswith(
-        "${HETRIEVER_TASK_RUNNER")
+        "${HETRIEVER_TASK_RUNNER"
+    )
     search = svcs["search"]
     assert search["environment"]["HETRIEVER_FOLLOW"] == "true"
     assert search["environment"]["HETRIEVER_CHROMA_HOST"] == "chroma"

@@ -25,24 +25,31 @@ RUN_TIMEOUT = 420
 
 
 def stack(action: str, env: dict[str, str], directory: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "deployments.stack", action, "--dir",
-                           str(directory)], cwd=REPO_ROOT, env=env, capture_output=True,
-                          text=True, timeout=STACK_TIMEOUT)
+    return subprocess.run(
+        [sys.executable, "-m", "deployments.stack", action, "--dir", str(directory)],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=STACK_TIMEOUT,
+    )
 
 
 def stack_env(tmp_path: Path, parent: Path, port: int) -> dict[str, str]:
     """The caller's environment without Prefect's settings, and a stack over `parent`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    env.update({
-        "HETRIEVER_PREFECT_PORT": str(port),
-        "HETRIEVER_DOCS_ROOT": str(parent),
-        "HETRIEVER_CHROMA_PATH": str(tmp_path / "chroma"),
-        "HETRIEVER_STATE_DIR": str(tmp_path / "state"),
-        "PREFECT_WORKER_QUERY_SECONDS": "2",  # the worker picks runs up sooner than its 10 s
-        # Not every 30 minutes: a run of the schedule's own, started at :00 or :30 during a
-        # test, takes the deployment's one slot and the runs the test makes wait behind it.
-        "HETRIEVER_INGEST_CRON": "0 0 1 1 *",
-    })
+    env.update(
+        {
+            "HETRIEVER_PREFECT_PORT": str(port),
+            "HETRIEVER_DOCS_ROOT": str(parent),
+            "HETRIEVER_CHROMA_PATH": str(tmp_path / "chroma"),
+            "HETRIEVER_STATE_DIR": str(tmp_path / "state"),
+            "PREFECT_WORKER_QUERY_SECONDS": "2",  # the worker picks runs up sooner than its 10 s
+            # Not every 30 minutes: a run of the schedule's own, started at :00 or :30 during a
+            # test, takes the deployment's one slot and the runs the test makes wait behind it.
+            "HETRIEVER_INGEST_CRON": "0 0 1 1 *",
+        }
+    )
     return env
 
 
@@ -55,7 +62,7 @@ def create_run(client: httpx.Client, name: str) -> dict:
         response = client.post(f"/deployments/{deployment['id']}/create_flow_run", json={})
         if response.status_code != 503:
             break
-        time.sleep(2 ** attempt)
+        time.sleep(2**attempt)
     return response.raise_for_status().json()
 
 
@@ -81,7 +88,11 @@ def test_stack_up_runs_the_schedule_that_catches_a_missed_push_and_down_stops_it
     try:
         up = stack("up", env, directory)
         assert up.returncode == 0, up.stdout + up.stderr
-        assert "deploy    ingest/scheduled" in up.stdout and "worker    started" in up.stdout and f"PREFECT_API_URL={api}" in up.stdout
+        assert (
+            "deploy    ingest/scheduled" in up.stdout
+            and "worker    started" in up.stdout
+            and f"PREFECT_API_URL={api}" in up.stdout
+        )
         # The server's bookkeeping yields the cores to the flows the worker runs.
         from deployments.server_settings import SERVER_NICENESS
 
@@ -103,41 +114,71 @@ def test_stack_up_runs_the_schedule_that_catches_a_missed_push_and_down_stops_it
         # Another port while this stack runs would register the deployments elsewhere.
         elsewhere = stack("up", {**env, "HETRIEVER_PREFECT_PORT": str(free_port())}, directory)
         assert elsewhere.returncode == 1 and f"runs on port {port}" in elsewhere.stderr
-        unset = stack("status", {k: v for k, v in env.items() if k != "HETRIEVER_PREFECT_PORT"},
-                      directory)
+        unset = stack(
+            "status", {k: v for k, v in env.items() if k != "HETRIEVER_PREFECT_PORT"}, directory
+        )
         assert unset.returncode == 0 and f"{api} answers" in unset.stdout
 
         first = run_deployment(api, "ingest/scheduled")
         assert first["state"]["type"] == "COMPLETED", first["state"]
 
-        write_files(source, {"content/docs/missed.md":
-                             "---\ntitle: Missed push\n---\n\nThe quokka configuration page.\n"})
+        write_files(
+            source,
+            {
+                "content/docs/missed.md": "---\ntitle: Missed push\n---\n\nThe quokka configuration page.\n"
+            },
+        )
         pushed = commit_all(source, "pushed, webhook lost")
         second = run_deployment(api, "ingest/scheduled")
         assert second["state"]["type"] == "COMPLETED", second["state"]
 
-        search = subprocess.run([sys.executable, "-m", "hetriever.cli", "search", "--json",
-                                 "quokka configuration"], cwd=tmp_path, env=env,
-                                capture_output=True, text=True, timeout=120)
+        search = subprocess.run(
+            [sys.executable, "-m", "hetriever.cli", "search", "--json", "quokka configuration"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert search.returncode == 0, search.stderr
         paths = [m["metadata"]["file_path"] for m in json.loads(search.stdout)["matches"]]
         assert "content/docs/missed.md" in paths
-        status = subprocess.run([sys.executable, "-m", "hetriever.cli", "status", "--json"],
-                                cwd=tmp_path, env=env, capture_output=True, text=True,
-                                timeout=120)
+        status = subprocess.run(
+            [sys.executable, "-m", "hetriever.cli", "status", "--json"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert pushed in status.stdout
 
         # `--watch` shows the query run's top results as they are logged (the stack's server
         # streams run logs out)
         watched = subprocess.run(
-            [str(Path(sys.executable).parent / "prefect"), "deployment", "run", "query/query",
-             "-p", "query=quokka configuration", "-p", "top_k=2", "--watch",
-             "--watch-timeout", str(RUN_TIMEOUT)], cwd=tmp_path,
-            env={**env, "PREFECT_API_URL": api, "COLUMNS": "200"}, capture_output=True,
-            text=True, timeout=RUN_TIMEOUT + 60)
+            [
+                str(Path(sys.executable).parent / "prefect"),
+                "deployment",
+                "run",
+                "query/query",
+                "-p",
+                "query=quokka configuration",
+                "-p",
+                "top_k=2",
+                "--watch",
+                "--watch-timeout",
+                str(RUN_TIMEOUT),
+            ],
+            cwd=tmp_path,
+            env={**env, "PREFECT_API_URL": api, "COLUMNS": "200"},
+            capture_output=True,
+            text=True,
+            timeout=RUN_TIMEOUT + 60,
+        )
         assert watched.returncode == 0, watched.stdout + watched.stderr
-        assert "1. Missed push" in watched.stdout and "docs/missed/" in watched.stdout, \
+        assert "1. Missed push" in watched.stdout and "docs/missed/" in watched.stdout, (
             watched.stdout
+        )
     finally:
         down = stack("down", env, directory)
     assert down.returncode == 0, down.stdout + down.stderr
@@ -175,10 +216,14 @@ def test_down_stops_flow_runs_a_dead_worker_left_behind(tmp_path):
     env["HETRIEVER_PREFECT_PORT"] = str(free_port())
     orphan = subprocess.Popen(  # a flow run's command line, under the stack's Prefect home
         [sys.executable, "-c", "import time; time.sleep(120)", "prefect.engine"],
-        env={**env, "PREFECT_HOME": str(directory / "home")}, start_new_session=True)
+        env={**env, "PREFECT_HOME": str(directory / "home")},
+        start_new_session=True,
+    )
     stranger = subprocess.Popen(  # the same command under another Prefect home: not ours
         [sys.executable, "-c", "import time; time.sleep(120)", "prefect.engine"],
-        env={**env, "PREFECT_HOME": str(tmp_path / "other-home")}, start_new_session=True)
+        env={**env, "PREFECT_HOME": str(tmp_path / "other-home")},
+        start_new_session=True,
+    )
     try:
         down = stack("down", env, directory)
         assert down.returncode == 0 and "flow runs 1 left behind" in down.stdout, down.stdout
@@ -205,8 +250,10 @@ def test_up_frees_the_slot_of_a_run_the_last_stop_cut_short(tmp_path):
         with httpx.Client(base_url=api, timeout=30) as client:
             cut = create_run(client, "ingest/scheduled")
             deadline = time.monotonic() + RUN_TIMEOUT
-            while (client.get(f"/flow_runs/{cut['id']}").json()["state"]["type"] != "RUNNING"
-                   and time.monotonic() < deadline):
+            while (
+                client.get(f"/flow_runs/{cut['id']}").json()["state"]["type"] != "RUNNING"
+                and time.monotonic() < deadline
+            ):
                 time.sleep(1)
         assert stack("down", env, directory).returncode == 0  # the run is in flight
 

@@ -21,8 +21,8 @@ import pytest
 from deployments.server_settings import SERVER_ENV, SERVER_NICENESS
 from deployments.stack import _reaped
 from hetriever.store.catalog import Catalog
-from tests.support.helpers import REPO_ROOT, build_sample_parent
 from tests.support.cli_runs import REPO_NAME, pages_repo, signal_when
+from tests.support.helpers import REPO_ROOT, build_sample_parent
 
 pytestmark = [pytest.mark.prefect, pytest.mark.slow]
 
@@ -30,17 +30,27 @@ TIMEOUT = 300
 
 
 def clean_env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PREFECT_", "HETRIEVER_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "HETRIEVER_"))}
     # Two levels that do not exist yet: Prefect itself makes only the last one.
-    env.update({"PREFECT_HOME": str(tmp_path / "prefect" / "home"),
-                "PREFECT_SERVER_ANALYTICS_ENABLED": "false", **extra})
+    env.update(
+        {
+            "PREFECT_HOME": str(tmp_path / "prefect" / "home"),
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+            **extra,
+        }
+    )
     return env
 
 
 def python(code: str, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", code, *args], cwd=REPO_ROOT, env=env,
-                          capture_output=True, text=True, timeout=TIMEOUT)
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
 
 
 SERVER_PROBE = """
@@ -117,9 +127,9 @@ def test_a_server_that_cannot_start_says_why_in_a_few_lines(tmp_path):
     home = tmp_path / "a-file" / "home"
     done = python(UNUSABLE_HOME, clean_env(tmp_path, PREFECT_HOME=str(home)))
     assert done.returncode == 0, done.stderr[-2000:]
-    message = done.stdout[done.stdout.index("ERROR"):]
+    message = done.stdout[done.stdout.index("ERROR") :]
     assert "exited with code" in message and "unable to open database file" in message
-    assert "File \"" not in message and len(message.splitlines()) <= 4  # no traceback frames
+    assert 'File "' not in message and len(message.splitlines()) <= 4  # no traceback frames
 
 
 KILLED = """
@@ -152,13 +162,16 @@ raise SystemExit(code)
 
 
 def test_cli_prefect_engine_without_an_api_runs_the_flow_on_a_temporary_server(
-        tmp_path, minilm_model_dir):
+    tmp_path, minilm_model_dir
+):
     parent, _ = build_sample_parent(tmp_path)
-    env = clean_env(tmp_path, HETRIEVER_CHROMA_PATH=str(tmp_path / "chroma"),
-                    HETRIEVER_STATE_DIR=str(tmp_path / "state"),
-                    HETRIEVER_MODEL_DIR=str(minilm_model_dir))
-    done = python(CLI, env, "--docs-root", str(parent), "ingest", "--engine", "prefect",
-                  "--json")
+    env = clean_env(
+        tmp_path,
+        HETRIEVER_CHROMA_PATH=str(tmp_path / "chroma"),
+        HETRIEVER_STATE_DIR=str(tmp_path / "state"),
+        HETRIEVER_MODEL_DIR=str(minilm_model_dir),
+    )
+    done = python(CLI, env, "--docs-root", str(parent), "ingest", "--engine", "prefect", "--json")
     assert done.returncode == 0, done.stderr[-3000:]
     (outcome,) = json.loads(done.stdout)
     assert outcome["ok"] and outcome["mode"] == "full" and outcome["chunks_written"] > 0
@@ -169,29 +182,51 @@ def test_cli_prefect_engine_without_an_api_runs_the_flow_on_a_temporary_server(
     # PREFECT_HOME two levels deep is made before Prefect's import would warn about it.
     assert "Failed to create the Prefect home" not in done.stderr
     with sqlite3.connect(tmp_path / "prefect" / "home" / "prefect.db") as db:
-        flows = db.execute("SELECT f.name, r.state_type FROM flow_run r JOIN flow f "
-                           "ON f.id = r.flow_id").fetchall()
+        flows = db.execute(
+            "SELECT f.name, r.state_type FROM flow_run r JOIN flow f ON f.id = r.flow_id"
+        ).fetchall()
     assert ("ingest", "COMPLETED") in flows and ("index-repository", "COMPLETED") in flows
 
-    again = python(CLI, env, "--docs-root", str(parent), "ingest", "--engine", "prefect",
-                   "--json")  # a second temporary server, the same database: nothing to do
+    again = python(
+        CLI, env, "--docs-root", str(parent), "ingest", "--engine", "prefect", "--json"
+    )  # a second temporary server, the same database: nothing to do
     assert again.returncode == 0, again.stderr[-3000:]
     assert json.loads(again.stdout)[0]["mode"] == "noop"
 
 
 def test_cli_prefect_engine_stopped_by_sigterm_closes_its_runs_and_exits_143(
-        tmp_path, minilm_embedder, minilm_model_dir):
+    tmp_path, minilm_embedder, minilm_model_dir
+):
     # During a flow run Prefect's engine holds SIGTERM (it raises TerminationSignal); the
     # command still ends as a local run does. The signal comes during the first write window.
     docs = pages_repo(tmp_path)
-    env = clean_env(tmp_path, HETRIEVER_CHROMA_PATH=str(tmp_path / "chroma"),
-                    HETRIEVER_STATE_DIR=str(tmp_path / "state"),
-                    HETRIEVER_MODEL_DIR=str(minilm_model_dir), HETRIEVER_LOG_FORMAT="json",
-                    HETRIEVER_FAULTS="window_write:*:1:slow5",
-                    HETRIEVER_FAULTS_STATE=str(tmp_path / "faults"))
-    proc = subprocess.Popen([sys.executable, "-c", CLI, "--docs-root", str(docs), "ingest",
-                             "--engine", "prefect", "--json"], cwd=REPO_ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    env = clean_env(
+        tmp_path,
+        HETRIEVER_CHROMA_PATH=str(tmp_path / "chroma"),
+        HETRIEVER_STATE_DIR=str(tmp_path / "state"),
+        HETRIEVER_MODEL_DIR=str(minilm_model_dir),
+        HETRIEVER_LOG_FORMAT="json",
+        HETRIEVER_FAULTS="window_write:*:1:slow5",
+        HETRIEVER_FAULTS_STATE=str(tmp_path / "faults"),
+    )
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            CLI,
+            "--docs-root",
+            str(docs),
+            "ingest",
+            "--engine",
+            "prefect",
+            "--json",
+        ],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     log_text = signal_when(proc, "fault_slow", signal.SIGTERM, timeout=TIMEOUT)
     assert proc.returncode == 143, log_text[-3000:]
     assert "hetriever: stopped by SIGTERM" in log_text and "Traceback" not in log_text
@@ -207,11 +242,15 @@ def test_cli_prefect_engine_stopped_by_sigterm_closes_its_runs_and_exits_143(
 
 def test_cli_prefect_engine_on_a_docs_root_without_repositories_says_so_in_one_line(tmp_path):
     (tmp_path / "docs").mkdir()
-    env = clean_env(tmp_path, HETRIEVER_CHROMA_PATH=str(tmp_path / "chroma"),
-                    HETRIEVER_STATE_DIR=str(tmp_path / "state"))
+    env = clean_env(
+        tmp_path,
+        HETRIEVER_CHROMA_PATH=str(tmp_path / "chroma"),
+        HETRIEVER_STATE_DIR=str(tmp_path / "state"),
+    )
     for extra in ([], ["--repository", "nowhere"]):
-        done = python(CLI, env, "--docs-root", str(tmp_path / "docs"), "ingest", "--engine",
-                      "prefect", *extra)
+        done = python(
+            CLI, env, "--docs-root", str(tmp_path / "docs"), "ingest", "--engine", "prefect", *extra
+        )
         assert done.returncode != 0
         assert "no git repositories found" in done.stderr
         assert "Traceback" not in done.stderr + done.stdout
@@ -219,8 +258,17 @@ def test_cli_prefect_engine_on_a_docs_root_without_repositories_says_so_in_one_l
         assert not (tmp_path / "prefect" / "home" / "prefect.db").exists()
 
     parent, _ = build_sample_parent(tmp_path / "sample")
-    done = python(CLI, env, "--docs-root", str(parent), "ingest", "--engine", "prefect",
-                  "--repository", "nowhere")
+    done = python(
+        CLI,
+        env,
+        "--docs-root",
+        str(parent),
+        "ingest",
+        "--engine",
+        "prefect",
+        "--repository",
+        "nowhere",
+    )
     assert done.returncode != 0 and "nowhere" in done.stderr
     assert "Traceback" not in done.stderr + done.stdout
     assert not (tmp_path / "prefect" / "home" / "prefect.db").exists()

@@ -8,23 +8,23 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from hetriever.discover.git_objects import SkipFile, read_content_file, read_content_files
+from hetriever.core.errors import InvalidRepositoryNameError, SourceError
+from hetriever.core.models import ChangeKind, FileChange
+from hetriever.core.names import as_given, repository_name
 from hetriever.discover.changes import (
     compute_change_set,
     head_commit,
     is_dirty,
     list_content_files,
 )
+from hetriever.discover.git_objects import SkipFile, read_content_file, read_content_files
 from hetriever.discover.repositories import (
+    Repository,
+    check_usable,
     discover_repositories,
     select_repositories,
     validate_repository_name,
 )
-from hetriever.core.errors import InvalidRepositoryNameError, SourceError
-from hetriever.core.models import ChangeKind, FileChange
-from hetriever.discover.repositories import Repository
-from hetriever.core.names import as_given, repository_name
-from hetriever.discover.repositories import check_usable
 from tests.support.helpers import (
     add_submodule,
     commit_all,
@@ -46,12 +46,16 @@ def page(title: str) -> str:
 
 def doc_repo(tmp: Path, name: str = "site-docs", files: dict | None = None) -> tuple[Path, str]:
     path = init_repo(tmp / name)
-    write_files(path, files or {
-        "content/_index.md": page("Home"),
-        "content/guide/install.md": page("Install"),
-        "content/guide/usage.md": page("Usage"),
-        "README.md": "not content",
-    })
+    write_files(
+        path,
+        files
+        or {
+            "content/_index.md": page("Home"),
+            "content/guide/install.md": page("Install"),
+            "content/guide/usage.md": page("Usage"),
+            "README.md": "not content",
+        },
+    )
     return path, commit_all(path, "v1")
 
 
@@ -67,8 +71,9 @@ def test_valid_names(name):
     assert validate_repository_name(name, "docs/x") == name
 
 
-@pytest.mark.parametrize("name", ["ab", "x" * 64, "Hugo-docs", "hugo_docs", "hugo.docs",
-                                  "hugo docs", "", "héllo"])
+@pytest.mark.parametrize(
+    "name", ["ab", "x" * 64, "Hugo-docs", "hugo_docs", "hugo.docs", "hugo docs", "", "héllo"]
+)
 def test_invalid_names_name_the_path_and_rule(name):
     with pytest.raises(InvalidRepositoryNameError) as err:
         validate_repository_name(name, "docs/some-path")
@@ -85,8 +90,9 @@ def test_parent_with_submodules(tmp_path):
     parent = make_parent_with_submodule(tmp_path, zeta, "zeta-docs")
     add_submodule(parent, alpha, "docs/nested/alpha-docs")
 
-    repos = discover_repositories(parent, content_dir="content/en",
-                                  urls={"alpha-docs": "https://example.org/alpha.git"})
+    repos = discover_repositories(
+        parent, content_dir="content/en", urls={"alpha-docs": "https://example.org/alpha.git"}
+    )
 
     assert [r.name for r in repos] == ["alpha-docs", "zeta-docs"]
     alpha_repo, zeta_repo = repos
@@ -103,7 +109,9 @@ def test_the_branch_a_submodule_follows_comes_from_gitmodules(tmp_path):
     git(parent, "submodule", "add", "-q", str(alpha), "docs/alpha-docs")
     git(parent, "config", "--file", ".gitmodules", "submodule.docs/zeta-docs.branch", "release")
     assert {r.name: r.branch for r in discover_repositories(parent)} == {
-        "alpha-docs": "", "zeta-docs": "release"}  # "": the remote's default branch
+        "alpha-docs": "",
+        "zeta-docs": "release",
+    }  # "": the remote's default branch
 
     # "." is git's "the parent's current branch" (`git submodule update --remote`)
     git(parent, "config", "--file", ".gitmodules", "submodule.docs/alpha-docs.branch", ".")
@@ -113,7 +121,8 @@ def test_the_branch_a_submodule_follows_comes_from_gitmodules(tmp_path):
     with capture_logs() as logs:
         assert {r.name: r.branch for r in discover_repositories(parent)}["alpha-docs"] == ""
     assert [e["event"] for e in logs if e["log_level"] == "warning"] == [
-        "submodule_branch_unresolved"]
+        "submodule_branch_unresolved"
+    ]
 
 
 def test_directory_of_git_repos(tmp_path):
@@ -127,7 +136,9 @@ def test_directory_of_git_repos(tmp_path):
     repos = discover_repositories(root)
 
     assert [(r.name, r.url) for r in repos] == [
-        ("alpha-docs", "https://example.org/alpha.git"), ("zeta-docs", "")]
+        ("alpha-docs", "https://example.org/alpha.git"),
+        ("zeta-docs", ""),
+    ]
     assert repos[1].path == (root / "zeta-docs").resolve()
 
 
@@ -139,13 +150,17 @@ def test_configured_repositories_follow_the_settings_and_the_names_asked_for(tmp
     root = tmp_path / "root"
     doc_repo(root, "zeta-docs")
     doc_repo(root, "alpha-docs")
-    settings = Settings(docs_root=root, content_dir="content/en",
-                        repository_urls={"zeta-docs": "https://example.org/zeta.git"})
+    settings = Settings(
+        docs_root=root,
+        content_dir="content/en",
+        repository_urls={"zeta-docs": "https://example.org/zeta.git"},
+    )
 
     repos = configured_repositories(settings)
     assert [(r.name, r.url, r.content_dir) for r in repos] == [
-        ("alpha-docs", "", "content/en"), ("zeta-docs", "https://example.org/zeta.git",
-                                           "content/en")]
+        ("alpha-docs", "", "content/en"),
+        ("zeta-docs", "https://example.org/zeta.git", "content/en"),
+    ]
     assert [r.name for r in configured_repositories(settings, ["zeta-docs"])] == ["zeta-docs"]
     with pytest.raises(RepositoryNotFoundError, match="unknown repositories: beta-docs"):
         configured_repositories(settings, ["beta-docs", "zeta-docs"])
@@ -184,22 +199,35 @@ def test_an_invalid_name_beside_good_repositories_is_that_repositorys_problem(tm
         check_usable(bad)
 
 
-@pytest.mark.parametrize("directory,name", [
-    ("hugoDocs", "hugodocs"), ("opentelemetry.io", "opentelemetry-io"),
-    ("Bad_Name", "bad-name"), ("my docs (v2)", "my-docs-v2"), ("héllo-docs", "hello-docs"),
-    ("..docs..", "docs"), ("docs.v2", "docs-v2"),
-    # valid names are kept as they are: an index already named so keeps its name
-    ("a1-", "a1-"), ("hugo-docs", "hugo-docs"),
-    # names that cannot be made valid stay as written, for the error to name them
-    ("a!", "a!"), ("日本", "日本"), ("Ab", "Ab"),
-])
+@pytest.mark.parametrize(
+    "directory,name",
+    [
+        ("hugoDocs", "hugodocs"),
+        ("opentelemetry.io", "opentelemetry-io"),
+        ("Bad_Name", "bad-name"),
+        ("my docs (v2)", "my-docs-v2"),
+        ("héllo-docs", "hello-docs"),
+        ("..docs..", "docs"),
+        ("docs.v2", "docs-v2"),
+        # valid names are kept as they are: an index already named so keeps its name
+        ("a1-", "a1-"),
+        ("hugo-docs", "hugo-docs"),
+        # names that cannot be made valid stay as written, for the error to name them
+        ("a!", "a!"),
+        ("日本", "日本"),
+        ("Ab", "Ab"),
+    ],
+)
 def test_a_directory_name_becomes_a_repository_name(directory, name):
     assert repository_name(directory) == name
 
 
 def test_names_as_given_stand_for_the_repository_their_directory_names():
     assert as_given(["opentelemetry.io", "hugo-docs", "ab"]) == [
-        "opentelemetry-io", "hugo-docs", "ab"]
+        "opentelemetry-io",
+        "hugo-docs",
+        "ab",
+    ]
     assert as_given(None) is None and as_given([]) == []
     assert as_given([7, "日本"]) == [7, "日本"]  # left for the name checks to refuse
 
@@ -216,13 +244,18 @@ def test_submodules_in_directories_named_after_their_remotes_are_indexable(tmp_p
         repos = discover_repositories(parent)
 
     assert [(r.name, r.path.name, r.problem) for r in repos] == [
-        ("hugodocs", "hugoDocs", ""), ("opentelemetry-io", "opentelemetry.io", "")]
+        ("hugodocs", "hugoDocs", ""),
+        ("opentelemetry-io", "opentelemetry.io", ""),
+    ]
     named = [e for e in logs if e["event"] == "repository_named"]
     assert {(e["directory"], e["repository"]) for e in named} == {
-        ("hugoDocs", "hugodocs"), ("opentelemetry.io", "opentelemetry-io")}
+        ("hugoDocs", "hugodocs"),
+        ("opentelemetry.io", "opentelemetry-io"),
+    }
     # either name selects it
     assert [r.name for r in select_repositories(repos, ["opentelemetry.io"])] == [
-        "opentelemetry-io"]
+        "opentelemetry-io"
+    ]
     assert [r.name for r in select_repositories(repos, ["hugodocs"])] == ["hugodocs"]
 
 
@@ -248,13 +281,17 @@ def test_duplicate_names_fail_alone(tmp_path):
 
 def _parent_with_gitmodules(tmp: Path, sub_path: str) -> Path:
     parent = init_repo(tmp / "parent")
-    write_files(parent, {".gitmodules":
-                         f'[submodule "evil"]\n\tpath = {sub_path}\n\turl = https://x.invalid\n'})
+    write_files(
+        parent,
+        {".gitmodules": f'[submodule "evil"]\n\tpath = {sub_path}\n\turl = https://x.invalid\n'},
+    )
     commit_all(parent, "hand-written .gitmodules")
     return parent
 
 
-@pytest.mark.parametrize("sub_path", ["../outside-docs", "docs/../../outside-docs", "/tmp/abs-docs"])
+@pytest.mark.parametrize(
+    "sub_path", ["../outside-docs", "docs/../../outside-docs", "/tmp/abs-docs"]
+)
 def test_gitmodules_path_outside_parent_is_rejected(tmp_path, sub_path):
     doc_repo(tmp_path, "outside-docs")  # a real repo really sits at ../outside-docs
     parent = _parent_with_gitmodules(tmp_path, sub_path)
@@ -306,13 +343,24 @@ def test_head_commit_of_non_repo(tmp_path):
 
 
 def test_list_content_files(tmp_path):
-    path, c1 = doc_repo(tmp_path, files={
-        "content/b.md": "b", "content/a/Upper.MD": "u", "content/c.markdown": "c",
-        "content/d.txt": "not md", "content/img.png": b"\x89PNG\0", "docs/x.md": "outside",
-        "contentious/y.md": "prefix only", "README.md": "root",
-    })
+    path, c1 = doc_repo(
+        tmp_path,
+        files={
+            "content/b.md": "b",
+            "content/a/Upper.MD": "u",
+            "content/c.markdown": "c",
+            "content/d.txt": "not md",
+            "content/img.png": b"\x89PNG\0",
+            "docs/x.md": "outside",
+            "contentious/y.md": "prefix only",
+            "README.md": "root",
+        },
+    )
     assert list_content_files(as_repo(path), c1) == [
-        "content/a/Upper.MD", "content/b.md", "content/c.markdown"]
+        "content/a/Upper.MD",
+        "content/b.md",
+        "content/c.markdown",
+    ]
     assert list_content_files(as_repo(path, content_dir="content/a"), c1) == ["content/a/Upper.MD"]
 
 
@@ -345,8 +393,10 @@ def test_noop_when_commit_unchanged(tmp_path):
 
 def test_full_when_never_indexed_or_forced(tmp_path):
     path, c1 = doc_repo(tmp_path)
-    expected = [FileChange(A, p) for p in
-                ["content/_index.md", "content/guide/install.md", "content/guide/usage.md"]]
+    expected = [
+        FileChange(A, p)
+        for p in ["content/_index.md", "content/guide/install.md", "content/guide/usage.md"]
+    ]
     first = compute_change_set(as_repo(path), None)
     assert (first.mode, first.changes, first.old_commit) == ("full", expected, None)
     forced = compute_change_set(as_repo(path), c1, force_full=True)
@@ -358,8 +408,7 @@ def test_unknown_last_commit_means_full_with_warning(tmp_path):
     with capture_logs() as logs:
         cs = compute_change_set(as_repo(path), "0123456789abcdef" * 2 + "01234567")
     assert cs.mode == "full" and len(cs.changes) == 3
-    assert any(e["event"] == "last_commit_unknown" and e["log_level"] == "warning"
-               for e in logs)
+    assert any(e["event"] == "last_commit_unknown" and e["log_level"] == "warning" for e in logs)
 
 
 def test_rewritten_history_means_full(tmp_path):
@@ -376,12 +425,15 @@ def test_incremental_add_modify_delete_rename(tmp_path):
     long_page = page("Usage") + "".join(f"Line {i} of the usage guide.\n" for i in range(30))
     write_files(path, {"content/guide/usage.md": long_page})
     c2 = commit_all(path, "longer usage")
-    write_files(path, {
-        "content/new.md": page("New"),  # A
-        "content/guide/install.md": page("Install, revised"),  # M
-        "README.md": "changed, outside content",  # ignored
-        "content/diagram.svg": "<svg/>",  # ignored
-    })
+    write_files(
+        path,
+        {
+            "content/new.md": page("New"),  # A
+            "content/guide/install.md": page("Install, revised"),  # M
+            "README.md": "changed, outside content",  # ignored
+            "content/diagram.svg": "<svg/>",  # ignored
+        },
+    )
     git(path, "rm", "-q", "content/_index.md")  # D
     git(path, "mv", "content/guide/usage.md", "content/guide/using.md")  # R
     c3 = commit_all(path, "v3")
@@ -406,10 +458,17 @@ def test_renames_across_the_content_boundary(tmp_path):
     def body(word: str) -> str:  # distinct per file, so git pairs each file with itself
         return "".join(f"{word} paragraph {i}, {word * (i % 5 + 1)}.\n" for i in range(20))
 
-    names = ["content/to-text.md", "content/from-text.txt", "drafts/incoming.md",
-             "content/outgoing.md", "content/renamed.markdown"]
-    path, c1 = doc_repo(tmp_path, files={
-        n: body(w) for n, w in zip(names, ["alpha", "bravo", "charlie", "delta", "echo"])})
+    names = [
+        "content/to-text.md",
+        "content/from-text.txt",
+        "drafts/incoming.md",
+        "content/outgoing.md",
+        "content/renamed.markdown",
+    ]
+    path, c1 = doc_repo(
+        tmp_path,
+        files={n: body(w) for n, w in zip(names, ["alpha", "bravo", "charlie", "delta", "echo"])},
+    )
     git(path, "mv", "content/to-text.md", "content/to-text.txt")
     git(path, "mv", "content/from-text.txt", "content/from-text.md")
     git(path, "mv", "drafts/incoming.md", "content/incoming.md")
@@ -442,8 +501,10 @@ def test_type_change_is_modified(tmp_path):
 
 def test_dirty_tree_is_reported_but_ignored(tmp_path):
     path, c1 = doc_repo(tmp_path)
-    write_files(path, {"content/guide/install.md": "uncommitted edit",
-                       "content/untracked.md": "not committed"})
+    write_files(
+        path,
+        {"content/guide/install.md": "uncommitted edit", "content/untracked.md": "not committed"},
+    )
     with capture_logs() as logs:
         cs = compute_change_set(as_repo(path), c1)
     assert cs.dirty and cs.mode == "noop" and cs.changes == []
@@ -468,16 +529,19 @@ def blob_repo(tmp_path):
     outside = tmp_path / "secret.md"
     outside.write_text("outside the repository")
     path = init_repo(tmp_path / "blob-docs")
-    write_files(path, {
-        "content/plain.md": "plain\n",
-        "content/crlf.md": b"one\r\ntwo\r\nthree\rfour\n",
-        "content/bom.md": b"\xef\xbb\xbf---\ntitle: BOM\n---\nbody\r\n",
-        "content/binary.md": b"text then \x00 nul",
-        "content/latin1.md": "caf\u00e9 cr\u00e8me".encode("latin-1"),
-        "content/big.md": "x" * 5000,
-        "content/unicode.md": "Grüße, 世界\n",
-        "shared/snippet.md": "shared snippet\n",
-    })
+    write_files(
+        path,
+        {
+            "content/plain.md": "plain\n",
+            "content/crlf.md": b"one\r\ntwo\r\nthree\rfour\n",
+            "content/bom.md": b"\xef\xbb\xbf---\ntitle: BOM\n---\nbody\r\n",
+            "content/binary.md": b"text then \x00 nul",
+            "content/latin1.md": "caf\u00e9 cr\u00e8me".encode("latin-1"),
+            "content/big.md": "x" * 5000,
+            "content/unicode.md": "Grüße, 世界\n",
+            "shared/snippet.md": "shared snippet\n",
+        },
+    )
     links = {
         "content/link-inside.md": "plain.md",
         "content/link-up.md": "../shared/snippet.md",
@@ -542,9 +606,19 @@ def test_dangling_symlink_and_missing_file(blob_repo):
     assert "not a file" in skip_reason(blob_repo, "content")
 
 
-@pytest.mark.parametrize("bad", ["../secret.md", "/etc/passwd", "content/../content/plain.md",
-                                 "./content/plain.md", "content//plain.md", "content/plain.md/",
-                                 "", "content/a\nb.md"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "../secret.md",
+        "/etc/passwd",
+        "content/../content/plain.md",
+        "./content/plain.md",
+        "content//plain.md",
+        "content/plain.md/",
+        "",
+        "content/a\nb.md",
+    ],
+)
 def test_unsafe_paths_are_skipped(blob_repo, bad):
     assert skip_reason(blob_repo, bad)
 
@@ -554,27 +628,48 @@ def test_reads_git_objects_not_the_working_tree(blob_repo):
     write_files(repo.path, {"content/plain.md": "edited, uncommitted\n"})
     assert read(blob_repo, "content/plain.md") == "plain\n"
     commit_all(repo.path, "edit")
-    assert read_content_file(repo, "content/plain.md", "HEAD", max_bytes=100) == \
-        "edited, uncommitted\n"
+    assert (
+        read_content_file(repo, "content/plain.md", "HEAD", max_bytes=100)
+        == "edited, uncommitted\n"
+    )
     assert read(blob_repo, "content/plain.md") == "plain\n"  # still the old commit's blob
 
 
 @pytest.mark.parametrize("repeat", [1, 6])  # 6x crosses the threshold for reading by blob id
 def test_batch_reader_keeps_order_and_stays_in_sync(blob_repo, repeat):
     repo, commit = blob_repo
-    paths = ["content/big.md", "content/plain.md", "../bad", "content/binary.md",
-             "content/nope.md", "content/link-out-relative.md", "content", "content/bom.md",
-             "content/link-chain.md", "content/latin1.md", "shared/snippet.md"] * repeat
+    paths = [
+        "content/big.md",
+        "content/plain.md",
+        "../bad",
+        "content/binary.md",
+        "content/nope.md",
+        "content/link-out-relative.md",
+        "content",
+        "content/bom.md",
+        "content/link-chain.md",
+        "content/latin1.md",
+        "shared/snippet.md",
+    ] * repeat
     results = list(read_content_files(repo, paths, commit, max_bytes=1000))
     assert [p for p, _ in results] == paths
     texts = {p: r for p, r in results if isinstance(r, str)}
-    assert texts == {"content/plain.md": "plain\n", "content/bom.md": "---\ntitle: BOM\n---\nbody\n",
-                     "content/link-chain.md": "plain\n", "shared/snippet.md": "shared snippet\n"}
+    assert texts == {
+        "content/plain.md": "plain\n",
+        "content/bom.md": "---\ntitle: BOM\n---\nbody\n",
+        "content/link-chain.md": "plain\n",
+        "shared/snippet.md": "shared snippet\n",
+    }
     reasons = {p: r.reason for p, r in results if isinstance(r, SkipFile)}
     assert set(reasons) == set(paths) - set(texts)
-    for path, word in [("content/big.md", "too large"), ("content/binary.md", "binary"),
-                       ("content/nope.md", "missing"), ("content", "not a file"),
-                       ("content/link-out-relative.md", "outside"), ("content/latin1.md", "UTF-8")]:
+    for path, word in [
+        ("content/big.md", "too large"),
+        ("content/binary.md", "binary"),
+        ("content/nope.md", "missing"),
+        ("content", "not a file"),
+        ("content/link-out-relative.md", "outside"),
+        ("content/latin1.md", "UTF-8"),
+    ]:
         assert word in reasons[path]
 
 

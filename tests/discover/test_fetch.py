@@ -26,7 +26,8 @@ def hung(tmp_path: Path) -> Repository:
 
 
 def test_a_remote_that_stops_answering_fails_the_fetch_at_its_deadline(
-        hung: Repository, tmp_path: Path) -> None:
+    hung: Repository, tmp_path: Path
+) -> None:
     began = time.monotonic()
     with pytest.raises(FetchTimedOut, match="stopped answering") as raised:
         fetch_target(hung, None, timeout=1.5)
@@ -41,7 +42,8 @@ def test_a_remote_that_stops_answering_fails_the_fetch_at_its_deadline(
 
 
 def test_status_says_the_fetch_timed_out_instead_of_waiting(
-        hung: Repository, monkeypatch: pytest.MonkeyPatch) -> None:
+    hung: Repository, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(upstream_module, "GIT_TIMEOUT", 1.0)
     began = time.monotonic()
     found = upstream_module.upstream(hung, "", fetch_first=True)

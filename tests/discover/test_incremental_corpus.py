@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from hetriever.discover.changes import compute_change_set, head_commit, list_content_files
-from hetriever.discover.repositories import discover_repositories
-from hetriever.discover.git_objects import read_content_files
 from hetriever.core.models import ChangeKind, FileChange
+from hetriever.discover.changes import compute_change_set, head_commit, list_content_files
+from hetriever.discover.git_objects import read_content_files
+from hetriever.discover.repositories import discover_repositories
 from tests.support.helpers import CORPORA, build_corpus_parent, git, update_submodule
 
 pytestmark = pytest.mark.corpus
@@ -16,8 +16,10 @@ pytestmark = pytest.mark.corpus
 EXPECTED = {
     "hugo-docs": {
         "counts": {"added": 21, "modified": 513, "deleted": 40, "renamed": 1},
-        "rename": ("content/en/contribute/documentation.md",
-                   "content/en/contribute/documentation/index.md"),
+        "rename": (
+            "content/en/contribute/documentation.md",
+            "content/en/contribute/documentation/index.md",
+        ),
         "files": (1011, 992),
     },
     "opentelemetry-io": {
@@ -38,8 +40,9 @@ def corpus_parent(request, tmp_path_factory):
 
 def independent_diff(sub, v1: str, v2: str) -> list[FileChange]:
     """The same change set from a plain `git diff` call, parsed here on its own."""
-    out = git(sub, "-c", "core.quotePath=false", "diff", "--name-status", "-M", v1, v2,
-              "--", "content")
+    out = git(
+        sub, "-c", "core.quotePath=false", "diff", "--name-status", "-M", v1, v2, "--", "content"
+    )
     kinds = {"A": ChangeKind.ADDED, "M": ChangeKind.MODIFIED, "D": ChangeKind.DELETED}
     changes = []
     for line in out.splitlines():
@@ -79,7 +82,8 @@ def test_corpus_change_set_through_parent(corpus_parent):
     assert cs.counts() == EXPECTED[corpus]["counts"]
     old, new = EXPECTED[corpus]["rename"]
     assert [c for c in cs.changes if c.kind is ChangeKind.RENAMED] == [
-        FileChange(ChangeKind.RENAMED, new, old_path=old)]
+        FileChange(ChangeKind.RENAMED, new, old_path=old)
+    ]
 
     # applying the change set to v1's file list gives exactly v2's file list
     files = set(list_content_files(repo, v1))

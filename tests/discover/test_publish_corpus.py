@@ -35,7 +35,7 @@ pytestmark = [pytest.mark.corpus, pytest.mark.slow]
 # One clock for both sides (Hugo's --clock, the run's `now`), so the expected counts hold
 # whenever the test runs.
 CLOCK = "2026-11-27T12:00:00Z"
-NOW = dt.datetime(2026, 11, 27, 12, tzinfo=dt.timezone.utc)
+NOW = dt.datetime(2026, 11, 27, 12, tzinfo=dt.UTC)
 
 HUGO_DOCS_CONFIG = """
 baseURL = "https://gohugo.io/"
@@ -49,10 +49,26 @@ timeZone = "Europe/Oslo"
 """
 # What decides pages and URLs in opentelemetry.io's hugo.yaml, and the output formats its
 # cascade names; the rest (theme, markup, params, ...) is for rendering.
-OTEL_KEYS = ("baseurl", "defaultcontentlanguage", "defaultcontentlanguageinsubdir",
-             "languages", "disablekinds", "disablelanguages", "cascade", "permalinks",
-             "uglyurls", "timezone", "frontmatter", "buildfuture", "buildexpired",
-             "builddrafts", "outputformats", "mediatypes", "outputs", "disablealiases")
+OTEL_KEYS = (
+    "baseurl",
+    "defaultcontentlanguage",
+    "defaultcontentlanguageinsubdir",
+    "languages",
+    "disablekinds",
+    "disablelanguages",
+    "cascade",
+    "permalinks",
+    "uglyurls",
+    "timezone",
+    "frontmatter",
+    "buildfuture",
+    "buildexpired",
+    "builddrafts",
+    "outputformats",
+    "mediatypes",
+    "outputs",
+    "disablealiases",
+)
 
 
 def corpus_site(tmp_path: Path, source: Path, config: dict[str, str]) -> Path:
@@ -71,27 +87,37 @@ def otel_config(source: Path) -> dict[str, str]:
     real = yaml.safe_load((source / "config/_default/hugo.yaml").read_text())
     kept = {k: v for k, v in real.items() if k.lower() in OTEL_KEYS}
     # The site's cascade names an output format its theme (Docsy, absent here) defines.
-    kept.setdefault("outputFormats", {})["LLMS"] = {"mediaType": "text/plain",
-                                                    "baseName": "llms", "isPlainText": True}
+    kept.setdefault("outputFormats", {})["LLMS"] = {
+        "mediaType": "text/plain",
+        "baseName": "llms",
+        "isPlainText": True,
+    }
     template = yaml.safe_load((source / "config/_default/module-template.yaml").read_text())
-    mounts = [m for m in template["mounts"]
-              if m.get("target") == "content" and (source / m["source"]).is_dir()]
-    return {"config/_default/hugo.yaml": yaml.safe_dump(kept, allow_unicode=True),
-            "config/_default/module.yaml": yaml.safe_dump({"mounts": mounts})}
+    mounts = [
+        m
+        for m in template["mounts"]
+        if m.get("target") == "content" and (source / m["source"]).is_dir()
+    ]
+    return {
+        "config/_default/hugo.yaml": yaml.safe_dump(kept, allow_unicode=True),
+        "config/_default/module.yaml": yaml.safe_dump({"mounts": mounts}),
+    }
 
 
 def explain(hugo: dict[str, str], ours: dict[str, str]) -> str:
     lines = [f"hugo only: {p} {u}" for p, u in sorted(hugo.items()) if p not in ours]
     lines += [f"hetriever only: {p} {u}" for p, u in sorted(ours.items()) if p not in hugo]
-    lines += [f"url differs: {p} hugo {u} hetriever {ours[p]}"
-              for p, u in sorted(hugo.items()) if p in ours and ours[p] != u]
+    lines += [
+        f"url differs: {p} hugo {u} hetriever {ours[p]}"
+        for p, u in sorted(hugo.items())
+        if p in ours and ours[p] != u
+    ]
     return "\n".join(lines[:40])
 
 
 def test_hugo_docs_v2(tmp_path: Path):
     hugo_binary()
-    site = corpus_site(tmp_path, corpus_version("hugo-docs", "v2"),
-                       {"hugo.toml": HUGO_DOCS_CONFIG})
+    site = corpus_site(tmp_path, corpus_version("hugo-docs", "v2"), {"hugo.toml": HUGO_DOCS_CONFIG})
     hugo = hugo_pages(site, tmp_path / "hugo", clock=CLOCK)
     ours = hetriever_pages(site, store_settings(tmp_path), name="hugo-docs", now=NOW)
     # Pages with nothing to search (no title, no text) are the one rule of hetriever's own.
@@ -99,10 +125,10 @@ def test_hugo_docs_v2(tmp_path: Path):
     # The one difference: a page's alias (time.AsTime's `/functions/time`) is the URL of
     # a section page, and Hugo writes the alias's redirect over that page.
     over = ours.aliased_over()
-    assert over == {"content/en/functions/time/_index.md":
-                    "content/en/functions/time/AsTime.md"}
-    assert {p: u for p, u in hugo.items() if p not in empty} == \
-        {p: u for p, u in ours.pages.items() if p not in over}, explain(hugo, ours.pages)
+    assert over == {"content/en/functions/time/_index.md": "content/en/functions/time/AsTime.md"}
+    assert {p: u for p, u in hugo.items() if p not in empty} == {
+        p: u for p, u in ours.pages.items() if p not in over
+    }, explain(hugo, ours.pages)
     reasons = Counter(r.split(":")[0].split(" (")[0] for r in ours.skipped.values())
     glossary = [p for p, r in ours.skipped.items() if "shown on /quick-reference/glossary/" in r]
     assert len(glossary) == 156 and reasons["expired"] == 2, reasons
@@ -121,12 +147,11 @@ def test_opentelemetry_io_v2_site_per_language(tmp_path: Path):
     languages = sorted({p.split("/")[1] for p in hugo} | {p.split("/")[1] for p in ours.pages})
     assert len(languages) == 11
     for lang in languages:
-        theirs = {p: u for p, u in hugo.items()
-                  if p.split("/")[1] == lang and p not in empty}
+        theirs = {p: u for p, u in hugo.items() if p.split("/")[1] == lang and p not in empty}
         mine = {p: u for p, u in ours.pages.items() if p.split("/")[1] == lang}
         assert mine == theirs, f"{lang}:\n{explain(theirs, mine)}"
-    expired = Counter(p.split("/")[1] for p, r in ours.skipped.items()
-                      if r.startswith("expired"))
+    expired = Counter(p.split("/")[1] for p, r in ours.skipped.items() if r.startswith("expired"))
     assert expired == {"en": 8, "ja": 4}
-    assert sum(len([p for p in ours.pages if p.split("/")[1] == lang])
-               for lang in languages) == 1662
+    assert (
+        sum(len([p for p in ours.pages if p.split("/")[1] == lang]) for lang in languages) == 1662
+    )

@@ -44,12 +44,19 @@ def test_hetriever_indexes_what_hugo_renders(tmp_path: Path):
     # reaches that language's pages from the default's section page.
     assert hugo["content/a/q.fr.md"] == "/docs/fr/a/q/"
     assert ours.skipped["content/t/p.fr.md"] == ours.skipped["content/t/u.fr.md"] == "draft"
-    for path in ("content/glossary/bundle.md", "content/opts/link.md", "content/hb/index.md",
-                 "content/blog/expired.md", "content/blog/future.md", "content/hidden/p.md"):
+    for path in (
+        "content/glossary/bundle.md",
+        "content/opts/link.md",
+        "content/hb/index.md",
+        "content/blog/expired.md",
+        "content/blog/future.md",
+        "content/hidden/p.md",
+    ):
         assert path not in hugo and path in ours.skipped
     assert ours.skipped["content/glossary/kind.md"] == (
         "not rendered: build.render is never (cascade from /glossary); its text is shown on "
-        "/docs/glossary/")
+        "/docs/glossary/"
+    )
     assert ours.skipped["content/blog/expired.md"].startswith("expired: expiryDate 2020-01-01")
     assert ours.skipped["content/blog/later.md"].startswith("future: publishDate 2099-01-01")
 
@@ -77,9 +84,14 @@ def test_hugo_list_published_differs_only_where_it_lists_pages_it_does_not_rende
 
 
 def test_the_site_may_build_drafts_future_and_expired_pages(tmp_path: Path):
-    files = {**FILES, "hugo.toml": CONFIG.replace(
-        'title = "Rules"', 'title = "Rules"\nbuildDrafts = true\nbuildFuture = true\n'
-        'buildExpired = true\ntimeZone = "Asia/Tokyo"')}
+    files = {
+        **FILES,
+        "hugo.toml": CONFIG.replace(
+            'title = "Rules"',
+            'title = "Rules"\nbuildDrafts = true\nbuildFuture = true\n'
+            'buildExpired = true\ntimeZone = "Asia/Tokyo"',
+        ),
+    }
     hugo, ours = compare(tmp_path, files)
     assert "content/blog/expired.md" in hugo and "content/drafts/d.md" in hugo
     assert ours.pages == hugo

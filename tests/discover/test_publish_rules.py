@@ -21,7 +21,7 @@ from hetriever.discover.publish_rules import (
     site_rules,
 )
 
-NOW = dt.datetime(2026, 11, 27, 12, 0, tzinfo=dt.timezone.utc)
+NOW = dt.datetime(2026, 11, 27, 12, 0, tzinfo=dt.UTC)
 
 
 def facts(**front_matter):
@@ -38,14 +38,17 @@ def test_a_plain_page_is_published():
     assert decision.reason(NOW) is None
 
 
-@pytest.mark.parametrize("build,reason", [
-    ({"render": "never"}, "not rendered: build.render is never (page)"),
-    ({"render": "link"}, "not rendered: build.render is link (a URL, but no page)"),
-    ({"render": "always", "list": "never"}, None),  # rendered, only left out of lists
-    ({"list": "local"}, None),
-    ({"render": False}, "not rendered: build.render is never (page)"),  # older booleans
-    ({"render": "sometimes"}, None),  # unknown values: Hugo's default
-])
+@pytest.mark.parametrize(
+    "build,reason",
+    [
+        ({"render": "never"}, "not rendered: build.render is never (page)"),
+        ({"render": "link"}, "not rendered: build.render is link (a URL, but no page)"),
+        ({"render": "always", "list": "never"}, None),  # rendered, only left out of lists
+        ({"list": "local"}, None),
+        ({"render": False}, "not rendered: build.render is never (page)"),  # older booleans
+        ({"render": "sometimes"}, None),  # unknown values: Hugo's default
+    ],
+)
 def test_build_options_of_the_page(build, reason):
     assert verdict(facts(build=build)).reason(NOW) == reason
 
@@ -88,13 +91,15 @@ def test_the_nearest_cascade_wins_and_the_site_cascade_comes_last():
 
 
 def test_cascade_targets_by_path_kind_lang_and_environment():
-    section = facts(cascade=[
-        {"build": {"render": "never"}, "target": {"path": "{/t/x/**,/t/z}", "kind": "page"}},
-        {"headless": True, "_target": {"kind": "section"}},
-        {"draft": True, "target": {"lang": "fr"}},
-        {"expiryDate": "2000-01-01", "target": {"environment": "development"}},
-        {"build": {"render": "link"}, "target": {"sites": {"matrix": {"languages": ["d*"]}}}},
-    ])
+    section = facts(
+        cascade=[
+            {"build": {"render": "never"}, "target": {"path": "{/t/x/**,/t/z}", "kind": "page"}},
+            {"headless": True, "_target": {"kind": "section"}},
+            {"draft": True, "target": {"lang": "fr"}},
+            {"expiryDate": "2000-01-01", "target": {"environment": "development"}},
+            {"build": {"render": "link"}, "target": {"sites": {"matrix": {"languages": ["d*"]}}}},
+        ]
+    )
     at = [("/t", section)]
     assert not verdict(ancestors=at, path="/t/x/p").rendered
     assert verdict(ancestors=at, path="/t/x/p", kind="section").headless
@@ -128,14 +133,15 @@ def test_a_draft_section_keeps_its_pages():
 def test_future_and_expired_pages():
     future = verdict(facts(date=dt.date(2099, 1, 1)))
     assert future.reason(NOW) == "future: publishDate 2099-01-01T00:00:00+00:00"
-    assert future.timed and future.published(dt.datetime(2099, 1, 1, tzinfo=dt.timezone.utc))
+    assert future.timed and future.published(dt.datetime(2099, 1, 1, tzinfo=dt.UTC))
     expired = verdict(facts(expiryDate="2026-11-18"))
     assert expired.reason(NOW) == "expired: expiryDate 2026-11-18T00:00:00+00:00"
-    assert expired.published(dt.datetime(2026, 11, 17, tzinfo=dt.timezone.utc))
+    assert expired.published(dt.datetime(2026, 11, 17, tzinfo=dt.UTC))
     # publishDate wins over date; pubDate and published are its aliases, unpublishDate
     # expiryDate's
-    assert verdict(facts(publishDate="2099-01-01", date="2000-01-01")).reason(NOW).startswith(
-        "future")
+    assert (
+        verdict(facts(publishDate="2099-01-01", date="2000-01-01")).reason(NOW).startswith("future")
+    )
     assert verdict(facts(publishDate="2000-01-01", date="2099-01-01")).reason(NOW) is None
     assert verdict(facts(pubdate="2099-01-01")).reason(NOW).startswith("future")
     assert verdict(facts(unpublishdate="2001-01-01")).reason(NOW).startswith("expired")
@@ -160,11 +166,11 @@ def test_a_page_that_is_not_rendered_has_no_window():
 
 
 def test_dates_in_every_form():
-    utc = dt.timezone.utc
-    assert parse_date("2024-10-19T00:32:13-07:00") == dt.datetime(2024, 10, 19, 7, 32, 13,
-                                                                  tzinfo=utc)
-    assert parse_date("2024-10-19T00:32:13Z") == dt.datetime(2024, 10, 19, 0, 32, 13,
-                                                            tzinfo=utc)
+    utc = dt.UTC
+    assert parse_date("2024-10-19T00:32:13-07:00") == dt.datetime(
+        2024, 10, 19, 7, 32, 13, tzinfo=utc
+    )
+    assert parse_date("2024-10-19T00:32:13Z") == dt.datetime(2024, 10, 19, 0, 32, 13, tzinfo=utc)
     assert parse_date("2024-10-19 08:00") == dt.datetime(2024, 10, 19, 8, tzinfo=utc)
     assert parse_date(dt.date(2024, 1, 2)) == dt.datetime(2024, 1, 2, tzinfo=utc)
     assert parse_date("2024-01-02", "Asia/Tokyo") == dt.datetime(2024, 1, 1, 15, tzinfo=utc)
@@ -174,11 +180,19 @@ def test_dates_in_every_form():
 
 
 def test_the_site_configuration():
-    config = {"buildfuture": True, "builddrafts": False, "timezone": "Europe/Paris",
-              "frontmatter": {"publishdate": ["released", ":default"],
-                              "expirydate": [":filename", "gone"]},
-              "cascade": [{"build": {"render": "never"}, "target": {"path": "/x/**"}},
-                          {"title": "not a publish key"}]}
+    config = {
+        "buildfuture": True,
+        "builddrafts": False,
+        "timezone": "Europe/Paris",
+        "frontmatter": {
+            "publishdate": ["released", ":default"],
+            "expirydate": [":filename", "gone"],
+        },
+        "cascade": [
+            {"build": {"render": "never"}, "target": {"path": "/x/**"}},
+            {"title": "not a publish key"},
+        ],
+    }
     rules = site_rules(config)
     assert rules.build_future and not rules.build_drafts and rules.time_zone == "Europe/Paris"
     assert rules.publish_keys == ("released", "publishdate", "pubdate", "published", "date")
@@ -202,9 +216,18 @@ def test_hugo_paths_and_kinds():
 
 
 def test_facts_keep_only_publish_keys_and_cascades_that_set_them():
-    page = page_facts({"Title": "x", "Draft": True, "ExpiryDate": dt.date(2026, 1, 2),
-                       "cascade": [{"params": {"a": 1}}, "junk",
-                                   {"build": {"Render": "never"}, "_target": "bad"}]})
+    page = page_facts(
+        {
+            "Title": "x",
+            "Draft": True,
+            "ExpiryDate": dt.date(2026, 1, 2),
+            "cascade": [
+                {"params": {"a": 1}},
+                "junk",
+                {"build": {"Render": "never"}, "_target": "bad"},
+            ],
+        }
+    )
     assert page.values == (("draft", True), ("expirydate", "2026-01-02"))
     assert len(page.cascade) == 1 and page.cascade[0].target == Target()
     assert page.cascade[0].values == (("build", {"render": "never"}),)
@@ -215,9 +238,11 @@ def test_the_site_configuration_carries_the_publish_settings():
 
     plain = site_of({"hugo.toml": 'baseURL = "https://example.org/"\n'})
     assert plain.publish == "" and plain.rules == SiteRules()
-    config = ('baseURL = "https://example.org/"\nbuildFuture = true\ntimeZone = "Asia/Tokyo"\n'
-              '[frontmatter]\nexpiryDate = ["gone"]\n'
-              '[[cascade]]\n[cascade.build]\nrender = "never"\n[cascade.target]\npath = "/x/**"\n')
+    config = (
+        'baseURL = "https://example.org/"\nbuildFuture = true\ntimeZone = "Asia/Tokyo"\n'
+        '[frontmatter]\nexpiryDate = ["gone"]\n'
+        '[[cascade]]\n[cascade.build]\nrender = "never"\n[cascade.target]\npath = "/x/**"\n'
+    )
     site = site_of({"hugo.toml": config})
     assert site.rules.build_future and site.rules.time_zone == "Asia/Tokyo"
     assert site.rules.expiry_keys == ("gone",) and len(site.rules.cascade) == 1
@@ -225,7 +250,9 @@ def test_the_site_configuration_carries_the_publish_settings():
     assert site.signature() != site_of({"hugo.toml": config.replace("true", "false")}).signature()
     # ... and a site without such settings keeps the signature it had before they were read
     # (no full pass on upgrade for it)
-    import dataclasses, hashlib, json
+    import dataclasses
+    import hashlib
+    import json
 
     before = {k: v for k, v in dataclasses.asdict(plain).items() if k not in ("notes", "publish")}
     text = json.dumps(before, sort_keys=True, default=sorted)

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from hetriever.core.errors import ConfigurationError
-from hetriever.parse.page import parse_page, skip_reason
 from hetriever.discover.site import Site, load_site
+from hetriever.parse.page import parse_page, skip_reason
 from tests.support.helpers import corpus_version, site_of
 
 
@@ -49,8 +49,10 @@ weight = 2
 
 
 def test_translation_by_file_name_and_the_default_language_in_a_subdirectory():
-    config = ("defaultContentLanguage: en\ndefaultContentLanguageInSubdir: true\n"
-              "languages:\n  en: {weight: 1}\n  de: {weight: 2}\n")
+    config = (
+        "defaultContentLanguage: en\ndefaultContentLanguageInSubdir: true\n"
+        "languages:\n  en: {weight: 1}\n  de: {weight: 2}\n"
+    )
     site = site_of({"hugo.yaml": config})
     en, de = page(site, "content/about.md"), page(site, "content/about.de.md")
     assert (en.lang, en.url) == ("en", "/en/about/")
@@ -64,8 +66,10 @@ def test_translation_by_file_name_and_the_default_language_in_a_subdirectory():
 
 
 def test_disabled_languages_are_left_out_with_a_reason():
-    config = ("defaultContentLanguage: en\nlanguages:\n  en: {contentDir: content/en}\n"
-              "  ja: {contentDir: content/ja, disabled: true}\n")
+    config = (
+        "defaultContentLanguage: en\nlanguages:\n  en: {contentDir: content/en}\n"
+        "  ja: {contentDir: content/ja, disabled: true}\n"
+    )
     site = site_of({"hugo.yaml": config, "content/en/a.md": "", "content/ja/a.md": ""})
     assert site.languages == ("en",)
     ja = page(site, "content/ja/a.md")
@@ -88,12 +92,17 @@ mounts:
   - {source: missing/dir, target: content, lang: ja}
   - {source: assets, target: assets}
 """,
-        "content/en/a.md": "", "content/ja/a.md": "", "content/zh/a.md": "",
+        "content/en/a.md": "",
+        "content/ja/a.md": "",
+        "content/zh/a.md": "",
     }
     site = site_of(files)
     assert site.languages == ("en", "ja", "zh") and site.base_path_of("ja") == "/docs"
     assert {(r.source, r.lang) for r in site.roots} == {
-        ("content/en", "en"), ("content/ja", "ja"), ("content/zh", "zh")}
+        ("content/en", "en"),
+        ("content/ja", "ja"),
+        ("content/zh", "zh"),
+    }
     assert len(site.notes) == 3  # the sub-path mounts and the missing source
     assert any("missing/dir" in n and "not in the repository" in n for n in site.notes)
     assert page(site, "content/ja/guide/_index.md").url == "/docs/ja/guide/"
@@ -101,11 +110,13 @@ mounts:
 
 
 def test_the_module_template_is_read_when_no_module_file_exists():
-    files = {"hugo.yaml": "languages: {en: {}, es: {}}\n",
-             "config/_default/module-template.yaml":
-                 "mounts:\n  - {source: content/en, target: content}\n"
-                 "  - {source: content/es, target: content, sites: {matrix: {languages: [es]}}}\n",
-             "content/en/a.md": "", "content/es/a.md": ""}
+    files = {
+        "hugo.yaml": "languages: {en: {}, es: {}}\n",
+        "config/_default/module-template.yaml": "mounts:\n  - {source: content/en, target: content}\n"
+        "  - {source: content/es, target: content, sites: {matrix: {languages: [es]}}}\n",
+        "content/en/a.md": "",
+        "content/es/a.md": "",
+    }
     site = site_of(files)
     assert page(site, "content/es/a.md").url == "/es/a/"
 
@@ -116,15 +127,18 @@ def test_ugly_urls():
     assert page(site, "content/docs/_index.md").url == "/docs/"
 
 
-@pytest.mark.parametrize("base_url, absolute, path", [
-    ("https://example.org/docs/", "https://example.org/docs/", "/docs"),
-    ("https://example.org/docs", "https://example.org/docs/", "/docs"),  # Hugo adds the slash
-    ("http://example.org", "http://example.org/", ""),
-    ("https://example.org/docs/?utm=1#top", "https://example.org/docs/", "/docs"),
-    ("//example.org/docs/", None, "/docs"),  # a host but no scheme: no link, the same path
-    ("/", None, ""),  # no host: URLs stay site-relative
-    ("", None, ""),
-])
+@pytest.mark.parametrize(
+    "base_url, absolute, path",
+    [
+        ("https://example.org/docs/", "https://example.org/docs/", "/docs"),
+        ("https://example.org/docs", "https://example.org/docs/", "/docs"),  # Hugo adds the slash
+        ("http://example.org", "http://example.org/", ""),
+        ("https://example.org/docs/?utm=1#top", "https://example.org/docs/", "/docs"),
+        ("//example.org/docs/", None, "/docs"),  # a host but no scheme: no link, the same path
+        ("/", None, ""),  # no host: URLs stay site-relative
+        ("", None, ""),
+    ],
+)
 def test_where_the_site_is_published_follows_its_base_url(base_url, absolute, path):
     site = site_of({"hugo.toml": f'baseURL = "{base_url}"\n'})
     assert site.absolute_base_urls() == ({"": absolute} if absolute else {})
@@ -135,14 +149,18 @@ def test_where_the_site_is_published_follows_its_base_url(base_url, absolute, pa
 
 
 def test_languages_with_their_own_base_url_are_published_at_their_own_hosts():
-    config = ('baseURL = "https://example.org/"\n[languages.en]\nweight = 1\n'
-              'baseURL = "https://en.example.org/docs/"\n[languages.fr]\nweight = 2\n'
-              'baseURL = "https://fr.example.org"\n[languages.de]\nweight = 3\n')
+    config = (
+        'baseURL = "https://example.org/"\n[languages.en]\nweight = 1\n'
+        'baseURL = "https://en.example.org/docs/"\n[languages.fr]\nweight = 2\n'
+        'baseURL = "https://fr.example.org"\n[languages.de]\nweight = 3\n'
+    )
     site = site_of({"hugo.toml": config})
     assert site.multihost
-    assert site.absolute_base_urls() == {"": "https://example.org/",
-                                         "en": "https://en.example.org/docs/",
-                                         "fr": "https://fr.example.org/"}
+    assert site.absolute_base_urls() == {
+        "": "https://example.org/",
+        "en": "https://en.example.org/docs/",
+        "fr": "https://fr.example.org/",
+    }
     # no /<lang> prefix: each language has its host; each its own baseURL path
     assert page(site, "content/guide.md").url == "/docs/guide/"
     assert page(site, "content/guide.fr.md").url == "/guide/"
@@ -150,8 +168,10 @@ def test_languages_with_their_own_base_url_are_published_at_their_own_hosts():
 
 
 def test_a_relative_front_matter_url_of_a_multilingual_site_is_under_its_language():
-    config = ('baseURL = "https://example.org/docs/"\n'
-              '[languages.en]\nweight = 1\n[languages.de]\nweight = 2\n')
+    config = (
+        'baseURL = "https://example.org/docs/"\n'
+        "[languages.en]\nweight = 1\n[languages.de]\nweight = 2\n"
+    )
     site = site_of({"hugo.toml": config})
     assert not site.multihost
     assert page(site, "content/about.de.md", "title: T\nurl: about/").url == "/docs/de/about/"
@@ -185,8 +205,9 @@ def test_opentelemetry_site_pages_are_where_hugo_publishes_them():
     assert not site.in_subdir and site.base_path_of("en") == ""
 
     def url_of(path: str) -> tuple[str, str]:
-        p = parse_page("opentelemetry-io", path, (root / path).read_text(encoding="utf-8"),
-                       site=site)
+        p = parse_page(
+            "opentelemetry-io", path, (root / path).read_text(encoding="utf-8"), site=site
+        )
         return p.lang, p.url
 
     assert url_of("content/en/_index.md") == ("en", "/")
@@ -197,12 +218,18 @@ def test_opentelemetry_site_pages_are_where_hugo_publishes_them():
     # a page bundle
     assert url_of("content/ja/blog/2023/otel-arrow/index.md") == ("ja", "/ja/blog/2023/otel-arrow/")
     assert url_of("content/es/docs/_index.md") == ("es", "/es/docs/")
-    ja = parse_page("opentelemetry-io", "content/ja/docs/concepts/_index.md",
-                    (root / "content/ja/docs/concepts/_index.md").read_text(encoding="utf-8"),
-                    site=site)
-    en = parse_page("opentelemetry-io", "content/en/docs/concepts/_index.md",
-                    (root / "content/en/docs/concepts/_index.md").read_text(encoding="utf-8"),
-                    site=site)
+    ja = parse_page(
+        "opentelemetry-io",
+        "content/ja/docs/concepts/_index.md",
+        (root / "content/ja/docs/concepts/_index.md").read_text(encoding="utf-8"),
+        site=site,
+    )
+    en = parse_page(
+        "opentelemetry-io",
+        "content/en/docs/concepts/_index.md",
+        (root / "content/en/docs/concepts/_index.md").read_text(encoding="utf-8"),
+        site=site,
+    )
     assert ja.translation_key == en.translation_key
 
 
@@ -212,9 +239,14 @@ def test_reading_a_site_from_a_git_commit(tmp_path: Path):
     from tests.support.helpers import commit_all, init_repo, write_files
 
     repo_dir = init_repo(tmp_path / "site")
-    write_files(repo_dir, {"config/_default/hugo.toml": 'defaultContentLanguage = "en"\n',
-                           "config/_default/languages.toml": "[en]\n[ja]\n",
-                           "content/x.md": "---\ntitle: X\n---\nx\n"})
+    write_files(
+        repo_dir,
+        {
+            "config/_default/hugo.toml": 'defaultContentLanguage = "en"\n',
+            "config/_default/languages.toml": "[en]\n[ja]\n",
+            "content/x.md": "---\ntitle: X\n---\nx\n",
+        },
+    )
     first = commit_all(repo_dir)
     write_files(repo_dir, {"config/_default/languages.toml": "[en]\n[ja]\n[ko]\n"})
     commit_all(repo_dir)
@@ -244,8 +276,7 @@ posts = "/artikel/:contentbasename/"
     site = site_of({"hugo.toml": config})
     post = "title: Hello World\ndate: 2024-03-05"
     assert page(site, "content/posts/hello.md", post).url == "/2024/03/hello-world/"
-    assert page(site, "content/posts/hello.md",
-                post + "\nslug: hi").url == "/2024/03/hi/"
+    assert page(site, "content/posts/hello.md", post + "\nslug: hi").url == "/2024/03/hi/"
     assert page(site, "content/posts/hello.de.md", post).url == "/de/artikel/hello/"
     assert page(site, "content/posts/trip/index.de.md", post).url == "/de/artikel/trip/"
     assert page(site, "content/docs/_index.md").url == "/manual/"
@@ -267,11 +298,21 @@ def test_the_signature_of_a_site_is_the_same_in_every_process():
     import subprocess
     import sys
 
-    code = ("from hetriever.discover.site import Site; print(Site(disabled_kinds=frozenset("
-            "{'page', 'section', 'home', 'taxonomy'}), base_url='https://x.org/').signature())")
-    seen = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                           env={**os.environ, "PYTHONHASHSEED": seed}, timeout=60,
-                           check=True).stdout for seed in ("1", "2", "3")}
+    code = (
+        "from hetriever.discover.site import Site; print(Site(disabled_kinds=frozenset("
+        "{'page', 'section', 'home', 'taxonomy'}), base_url='https://x.org/').signature())"
+    )
+    seen = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            timeout=60,
+            check=True,
+        ).stdout
+        for seed in ("1", "2", "3")
+    }
     assert len(seen) == 1
     here, there = Site(base_url="https://x.org/"), Site(base_url="https://y.org/")
     assert here.signature() != there.signature()
@@ -284,10 +325,14 @@ def test_the_production_configuration_overrides_the_default_one(tmp_path):
     from tests.support.helpers import commit_all, init_repo, write_files
 
     repo = init_repo(tmp_path / "numbat-docs")
-    write_files(repo, {"config/_default/hugo.toml": 'baseURL = "http://localhost:1313/"\n'
-                                                    'title = "Numbats"\n',
-                       "config/production/hugo.toml": 'baseURL = "https://numbat.example/"\n',
-                       "content/feeding.md": "---\ntitle: Feeding\n---\n\nTermites.\n"})
+    write_files(
+        repo,
+        {
+            "config/_default/hugo.toml": 'baseURL = "http://localhost:1313/"\ntitle = "Numbats"\n',
+            "config/production/hugo.toml": 'baseURL = "https://numbat.example/"\n',
+            "content/feeding.md": "---\ntitle: Feeding\n---\n\nTermites.\n",
+        },
+    )
     sha = commit_all(repo, "site")
     site = site_at(Repository(name="numbat-docs", path=repo), sha)
     assert site.absolute_base_urls() == {"": "https://numbat.example/"}

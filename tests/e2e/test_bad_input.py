@@ -21,19 +21,26 @@ import structlog
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hetriever.search.request import SearchRequest
 from hetriever.cli import main as cli_main
-from hetriever.discover.repositories import discover_repositories
 from hetriever.core.errors import InvalidFilterError, InvalidLimitError
-from hetriever.store.filters import FIELD_OPS, matches, validate_filter
+from hetriever.core.names import content_hash
+from hetriever.discover.repositories import discover_repositories
 from hetriever.index.indexing import index_repository
 from hetriever.search.hybrid import hybrid_search
-from hetriever.core.names import content_hash
+from hetriever.search.request import SearchRequest
+from hetriever.store.filters import FIELD_OPS, matches, validate_filter
 from hetriever.store.knowledge_store import Store, clear_store_cache
 from tests.support.chroma_fixtures import make_chunk, store_settings
 from tests.support.flow_support import stored
 from tests.support.helpers import commit_all, init_repo, write_files
-from tests.support.webhook_support import SECRET, closed_port, push_payload, running, send, webhook_config
+from tests.support.webhook_support import (
+    SECRET,
+    closed_port,
+    push_payload,
+    running,
+    send,
+    webhook_config,
+)
 
 REPO = "messy-docs"
 SECRET_TOKEN = "TOPSECRET" + uuid.uuid4().hex  # must never reach the index
@@ -60,30 +67,45 @@ def messy(tmp_path_factory):
     (outside / "inner.md").write_text(_page("Inner", f"{SECRET_TOKEN} outside dir"))
     repo = init_repo(root / "docs" / REPO)
     d = "content/docs/"
-    write_files(repo, {
-        d + "good.md": _page("Good", "A perfectly ordinary page about goodword templates."),
-        d + "bad-yaml.md": "---\ntitle: [unclosed\n  - : :\n---\n\nyamlbody survives.\n",
-        d + "bad-toml.md": "+++\ntitle = \nx = [1,\n+++\n\ntomlbody survives.\n",
-        d + "tags-int.md": "---\ntitle: Tags\ntags: 5\n---\n\ntagsbody words here.\n",
-        d + "huge-fm.md": ("---\ntitle: Huge\ndescription: " + "word " * 40_000 + "\nkeywords: ["
-                           + ", ".join(f"k{i}" for i in range(3000)) + "]\n---\n\nhugebody.\n"),
-        d + "binary.md": b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)),
-        d + "latin1.md": "---\ntitle: Caf\xe9\n---\n\nlatinbody caf\xe9.\n".encode("latin-1"),
-        d + "bom.md": b"\xef\xbb\xbf" + _page("Bom", "bombody text.").encode(),
-        d + "crlf.md": _page("Crlf", "crlfbody line one.\n\nline two.").replace("\n", "\r\n"),
-        d + "oneline.md": "x" * (10 * 1024 * 1024),
-        d + "..dots.md": _page("Dots", "dotsbody: a name that starts with two dots."),
-        d + "quote'\";.md": _page("Quote", "quotebody: a name with quotes and a semicolon."),
-        d + "control.md": _page("Control", "ctrlbody \x1b[31mred\x1b[0m \x07 bell \x0c feed."),
-        d + "shortcodes.md": _page("Short", "shortbody " + "{{< " * 300 + " {{% x %}} ```"),
-        d + "includes.md": _page("Includes", "includebody\n\n"
-                                 '{{% include "../../../secret" %}}\n\n'
-                                 '{{% include "/../../secret.md" %}}\n\n'
-                                 '{{< include "../../outside/inner.md" >}}\n\n'
-                                 '{{< readfile file="../../../secret.md" >}}'),
-    })
-    links = {"leak-abs.md": str(root / "secret.md"), "leak-rel.md": "../../../../secret.md",
-             "leak-dir": str(outside), "leak-loop.md": "leak-loop.md"}
+    write_files(
+        repo,
+        {
+            d + "good.md": _page("Good", "A perfectly ordinary page about goodword templates."),
+            d + "bad-yaml.md": "---\ntitle: [unclosed\n  - : :\n---\n\nyamlbody survives.\n",
+            d + "bad-toml.md": "+++\ntitle = \nx = [1,\n+++\n\ntomlbody survives.\n",
+            d + "tags-int.md": "---\ntitle: Tags\ntags: 5\n---\n\ntagsbody words here.\n",
+            d + "huge-fm.md": (
+                "---\ntitle: Huge\ndescription: "
+                + "word " * 40_000
+                + "\nkeywords: ["
+                + ", ".join(f"k{i}" for i in range(3000))
+                + "]\n---\n\nhugebody.\n"
+            ),
+            d + "binary.md": b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)),
+            d + "latin1.md": "---\ntitle: Caf\xe9\n---\n\nlatinbody caf\xe9.\n".encode("latin-1"),
+            d + "bom.md": b"\xef\xbb\xbf" + _page("Bom", "bombody text.").encode(),
+            d + "crlf.md": _page("Crlf", "crlfbody line one.\n\nline two.").replace("\n", "\r\n"),
+            d + "oneline.md": "x" * (10 * 1024 * 1024),
+            d + "..dots.md": _page("Dots", "dotsbody: a name that starts with two dots."),
+            d + "quote'\";.md": _page("Quote", "quotebody: a name with quotes and a semicolon."),
+            d + "control.md": _page("Control", "ctrlbody \x1b[31mred\x1b[0m \x07 bell \x0c feed."),
+            d + "shortcodes.md": _page("Short", "shortbody " + "{{< " * 300 + " {{% x %}} ```"),
+            d + "includes.md": _page(
+                "Includes",
+                "includebody\n\n"
+                '{{% include "../../../secret" %}}\n\n'
+                '{{% include "/../../secret.md" %}}\n\n'
+                '{{< include "../../outside/inner.md" >}}\n\n'
+                '{{< readfile file="../../../secret.md" >}}',
+            ),
+        },
+    )
+    links = {
+        "leak-abs.md": str(root / "secret.md"),
+        "leak-rel.md": "../../../../secret.md",
+        "leak-dir": str(outside),
+        "leak-loop.md": "leak-loop.md",
+    }
     for name, target in links.items():
         os.symlink(target, repo / d / name)
     commit_all(repo, "messy")
@@ -94,8 +116,7 @@ def messy(tmp_path_factory):
 def messy_index(messy, minilm_embedder, tmp_path_factory):
     root, repo = messy
     (repository,) = discover_repositories(root / "docs")
-    store = Store(store_settings(tmp_path_factory.mktemp("messy-store")),
-                                 embedder=minilm_embedder)
+    store = Store(store_settings(tmp_path_factory.mktemp("messy-store")), embedder=minilm_embedder)
     result = run(index_repository(repository, store, store.settings))
     yield store, result
     store.close_sync()
@@ -111,8 +132,20 @@ def test_a_run_over_bad_files_completes_and_says_why_each_was_skipped(messy_inde
     for link in ("leak-abs.md", "leak-rel.md", "leak-loop.md"):
         assert link in reasons, reasons
     texts = " ".join(t for _, t in stored(store, REPO).values())
-    for word in ("goodword", "yamlbody", "tomlbody", "tagsbody", "hugebody", "bombody",
-                 "crlfbody", "dotsbody", "quotebody", "ctrlbody", "shortbody", "includebody"):
+    for word in (
+        "goodword",
+        "yamlbody",
+        "tomlbody",
+        "tagsbody",
+        "hugebody",
+        "bombody",
+        "crlfbody",
+        "dotsbody",
+        "quotebody",
+        "ctrlbody",
+        "shortbody",
+        "includebody",
+    ):
         assert word in texts, word  # bad front matter or markup never costs the body
     assert "\r" not in texts and "\ufeff" not in texts
 
@@ -124,10 +157,13 @@ def test_nothing_outside_the_repository_reaches_the_index(messy, messy_index):
     got = col.get(include=["documents", "metadatas"])
     blob = json.dumps([got["documents"], got["metadatas"]])
     assert SECRET_TOKEN not in blob
-    assert all(SECRET_TOKEN not in text for text, _ in
-               (store.bm25(REPO).get(i) for i in store.bm25(REPO).ids()))
-    assert not any("leak" in m["file_path"] or "outside" in m["file_path"]
-                   for m in got["metadatas"])
+    assert all(
+        SECRET_TOKEN not in text
+        for text, _ in (store.bm25(REPO).get(i) for i in store.bm25(REPO).ids())
+    )
+    assert not any(
+        "leak" in m["file_path"] or "outside" in m["file_path"] for m in got["metadatas"]
+    )
     # and search cannot find it either
     result = hybrid_search(store, SearchRequest(SECRET_TOKEN, top_k=20))
     assert all(SECRET_TOKEN not in m.content for m in result.matches)
@@ -172,16 +208,19 @@ def _one_error_line(err: str) -> str:
     return lines[0]
 
 
-@pytest.mark.parametrize("argv, fragment", [
-    (["search", "-r", "B_!", "q"], "invalid collection name"),
-    (["search", "-r", "x" * 70, "q"], "invalid collection name"),
-    (["search", "--filter", "{not json", "q"], "not valid JSON"),
-    (["search", "--filter", '{"$where": "sleep(1000)"}', "q"], "unknown operator '$where'"),
-    (["search", "--filter", '{"section": {"$regex": ".*"}}', "q"], "unknown operator '$regex'"),
-    (["search", "--filter", '{"chunk_index": {"$gt": "1"}}', "q"], "int or float"),
-    (["search", "--filter", '["section"]', "q"], "expected a dict"),
-    (["search", "-k", "100000", "q"], "above the maximum"),
-])
+@pytest.mark.parametrize(
+    "argv, fragment",
+    [
+        (["search", "-r", "B_!", "q"], "invalid collection name"),
+        (["search", "-r", "x" * 70, "q"], "invalid collection name"),
+        (["search", "--filter", "{not json", "q"], "not valid JSON"),
+        (["search", "--filter", '{"$where": "sleep(1000)"}', "q"], "unknown operator '$where'"),
+        (["search", "--filter", '{"section": {"$regex": ".*"}}', "q"], "unknown operator '$regex'"),
+        (["search", "--filter", '{"chunk_index": {"$gt": "1"}}', "q"], "int or float"),
+        (["search", "--filter", '["section"]', "q"], "expected a dict"),
+        (["search", "-k", "100000", "q"], "above the maximum"),
+    ],
+)
 def test_cli_bad_search_arguments_are_one_clear_line(cli_env, capsys, argv, fragment):
     code, out, err = _cli(capsys, *argv)
     assert code == 2 and out == ""
@@ -192,7 +231,8 @@ def test_cli_gitmodules_outside_the_parent_and_unknown_names(cli_env, capsys, me
     root, _ = messy
     parent = init_repo(cli_env / "parent")
     (parent / ".gitmodules").write_text(
-        f'[submodule "evil"]\n\tpath = ../{root.name}/docs/{REPO}\n\turl = {root}\n')
+        f'[submodule "evil"]\n\tpath = ../{root.name}/docs/{REPO}\n\turl = {root}\n'
+    )
     commit_all(parent, "evil submodule")
     code, out, err = _cli(capsys, "--docs-root", str(parent), "ingest", "--json")
     (outcome,) = json.loads(out)  # reported for that repository alone (exit 1), no traceback
@@ -214,11 +254,22 @@ def test_cli_deeply_nested_filter_is_one_clear_line(cli_env, capsys, depth):
 # --- search queries and limits ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("query", [
-    "", "   \n\t ", "\x00\x01\x02", "\x1b[2J\x1b[H clear screen", "'; DROP TABLE embeddings; --",
-    '{"$where": "this.a > 1"}', "' OR '1'='1", "ordinary \u202e reversed \ufeff text",
-    "🙂" * 500, "a" * 100_000, "templates " * 10_000,
-])
+@pytest.mark.parametrize(
+    "query",
+    [
+        "",
+        "   \n\t ",
+        "\x00\x01\x02",
+        "\x1b[2J\x1b[H clear screen",
+        "'; DROP TABLE embeddings; --",
+        '{"$where": "this.a > 1"}',
+        "' OR '1'='1",
+        "ordinary \u202e reversed \ufeff text",
+        "🙂" * 500,
+        "a" * 100_000,
+        "templates " * 10_000,
+    ],
+)
 def test_odd_queries_never_raise_and_never_change_the_index(messy_index, query):
     store, _ = messy_index
     before = run(store.count(REPO))
@@ -255,57 +306,106 @@ def _iso_chunks() -> list:
     for repo in (A, B):
         for i in range(12):
             section = SECTIONS[i % 3]
-            text = (f"{repo} page {i} about {section}: shared words templates install collector "
-                    f"receivers where filter {'code' if i % 2 else 'prose'}")
-            chunks.append(make_chunk(repo, f"content/{section}/p{i}.md", text, index=i % 4,
-                                     tags=[section, f"t{i % 5}"], access_level="PUBLIC"))
+            text = (
+                f"{repo} page {i} about {section}: shared words templates install collector "
+                f"receivers where filter {'code' if i % 2 else 'prose'}"
+            )
+            chunks.append(
+                make_chunk(
+                    repo,
+                    f"content/{section}/p{i}.md",
+                    text,
+                    index=i % 4,
+                    tags=[section, f"t{i % 5}"],
+                    access_level="PUBLIC",
+                )
+            )
     return chunks
 
 
 @pytest.fixture(scope="module")
 def iso_store(tmp_path_factory, minilm_embedder):
-    store = Store(store_settings(tmp_path_factory.mktemp("isolation")),
-                                 embedder=minilm_embedder)
+    store = Store(store_settings(tmp_path_factory.mktemp("isolation")), embedder=minilm_embedder)
     for chunk in _iso_chunks():
         run(store.upsert_file_chunks(chunk.repository, chunk.file_path, [chunk]))
     yield store
     store.close_sync()
 
 
-KEYS = ["repository", "section", "tags", "chunk_index", "has_code", "file_path", "title",
-        "access_level", "missing_key", "$and", "#document"]
-SCALARS = st.one_of(st.sampled_from([A, B, "functions", "install", "t1", "PUBLIC", "x"]),
-                    st.integers(-2, 5), st.booleans(), st.floats(allow_nan=True),
-                    st.none(), st.text(max_size=5))
-OPERANDS = st.one_of(SCALARS, st.lists(SCALARS, max_size=3), st.dictionaries(
-    st.text(max_size=3), SCALARS, max_size=1))
+KEYS = [
+    "repository",
+    "section",
+    "tags",
+    "chunk_index",
+    "has_code",
+    "file_path",
+    "title",
+    "access_level",
+    "missing_key",
+    "$and",
+    "#document",
+]
+SCALARS = st.one_of(
+    st.sampled_from([A, B, "functions", "install", "t1", "PUBLIC", "x"]),
+    st.integers(-2, 5),
+    st.booleans(),
+    st.floats(allow_nan=True),
+    st.none(),
+    st.text(max_size=5),
+)
+OPERANDS = st.one_of(
+    SCALARS,
+    st.lists(SCALARS, max_size=3),
+    st.dictionaries(st.text(max_size=3), SCALARS, max_size=1),
+)
 LEAVES = st.one_of(
     st.builds(lambda k, v: {k: v}, st.sampled_from(KEYS), SCALARS),
-    st.builds(lambda k, op, v: {k: {op: v}}, st.sampled_from(KEYS),
-              st.sampled_from(list(FIELD_OPS) + ["$regex", "$where", "$not", "eq"]), OPERANDS),
+    st.builds(
+        lambda k, op, v: {k: {op: v}},
+        st.sampled_from(KEYS),
+        st.sampled_from(list(FIELD_OPS) + ["$regex", "$where", "$not", "eq"]),
+        OPERANDS,
+    ),
 )
 FILTERS = st.recursive(
     LEAVES,
     lambda inner: st.one_of(
-        st.builds(lambda op, items: {op: items}, st.sampled_from(["$and", "$or", "$nor"]),
-                  st.lists(inner, max_size=3)),
-        st.dictionaries(st.sampled_from(KEYS), SCALARS, min_size=2, max_size=3)),
-    max_leaves=6)
+        st.builds(
+            lambda op, items: {op: items},
+            st.sampled_from(["$and", "$or", "$nor"]),
+            st.lists(inner, max_size=3),
+        ),
+        st.dictionaries(st.sampled_from(KEYS), SCALARS, min_size=2, max_size=3),
+    ),
+    max_leaves=6,
+)
 
 
-@settings(max_examples=150, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=150,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(where=FILTERS, hybrid=st.booleans())
 def test_a_search_scoped_to_a_never_returns_b_under_any_filter(iso_store, where, hybrid):
     try:
         normalised = validate_filter(where)
     except InvalidFilterError:
         with pytest.raises(InvalidFilterError):
-            hybrid_search(iso_store, SearchRequest("templates install collector", filters=where,
-                          repositories=[A], hybrid=hybrid))
+            hybrid_search(
+                iso_store,
+                SearchRequest(
+                    "templates install collector", filters=where, repositories=[A], hybrid=hybrid
+                ),
+            )
         return
-    result = hybrid_search(iso_store, SearchRequest("templates install collector", top_k=30, filters=where,
-                           repositories=[A], hybrid=hybrid))
+    result = hybrid_search(
+        iso_store,
+        SearchRequest(
+            "templates install collector", top_k=30, filters=where, repositories=[A], hybrid=hybrid
+        ),
+    )
     allowed = {c.id for c in _iso_chunks() if c.repository == A and matches(normalised, c.metadata)}
     for m in result.matches:
         assert m.metadata["repository"] == A
@@ -324,8 +424,13 @@ def webhook(tmp_path_factory):
 
 
 def test_signed_but_pathological_bodies_are_400_not_500(webhook):
-    for raw in (b"\xff\xfe\x00{not utf-8", b"[" * 30_000 + b"]" * 30_000,
-                b'{"a": ' * 5_000 + b"1" + b"}" * 5_000, b"null", b'"just a string"'):
+    for raw in (
+        b"\xff\xfe\x00{not utf-8",
+        b"[" * 30_000 + b"]" * 30_000,
+        b'{"a": ' * 5_000 + b"1" + b"}" * 5_000,
+        b"null",
+        b'"just a string"',
+    ):
         resp = send(webhook, raw=raw)
         assert resp.status_code == 400, (raw[:20], resp.status_code, resp.text[:200])
         assert resp.json()["status"] == "error"
@@ -337,24 +442,37 @@ def test_tampered_replay_of_a_signed_delivery_is_401(webhook):
     first = send(webhook, raw=body, delivery=delivery)
     assert first.status_code == 202  # accepted (and ignored: not a configured repository)
     tampered = body.replace(b"someone/elsewhere", b"gohugoio/hugoDocs")
-    replay = send(webhook, raw=tampered, delivery=delivery,
-                  signature=first.request.headers["X-Hub-Signature-256"])
+    replay = send(
+        webhook,
+        raw=tampered,
+        delivery=delivery,
+        signature=first.request.headers["X-Hub-Signature-256"],
+    )
     assert replay.status_code == 401
 
 
 def test_signed_push_without_delivery_id_is_400(webhook):
     body = json.dumps(push_payload()).encode()
-    resp = httpx.post(f"{webhook}/webhook", content=body, timeout=30, headers={
-        "Content-Type": "application/json", "X-GitHub-Event": "push",
-        "X-Hub-Signature-256": send.__globals__["signature_for"](SECRET, body)})
+    resp = httpx.post(
+        f"{webhook}/webhook",
+        content=body,
+        timeout=30,
+        headers={
+            "Content-Type": "application/json",
+            "X-GitHub-Event": "push",
+            "X-Hub-Signature-256": send.__globals__["signature_for"](SECRET, body),
+        },
+    )
     assert resp.status_code == 400 and "X-GitHub-Delivery" in resp.json()["error"]
 
 
 def test_bad_content_length_and_methods(webhook):
     host, port = webhook.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=10) as sock:
-        sock.sendall(b"POST /webhook HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                     b"Content-Length: lots\r\nConnection: close\r\n\r\n{}")
+        sock.sendall(
+            b"POST /webhook HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: lots\r\nConnection: close\r\n\r\n{}"
+        )
         status_line = sock.recv(4096).split(b"\r\n", 1)[0]
     assert status_line.split()[1] in (b"400", b"413")  # refused by the server or by the app
     assert httpx.get(f"{webhook}/webhook").status_code == 405

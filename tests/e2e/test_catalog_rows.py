@@ -11,8 +11,8 @@ import json
 from pathlib import Path
 
 from tests.support.catalog_snapshot import catalog_rows
-from tests.support.helpers import commit_all, git, init_repo, write_files
 from tests.support.cli_runs import REPO_NAME, cli_env, run_cli
+from tests.support.helpers import commit_all, git, init_repo, write_files
 
 BINARY = "content/docs/binary.md"
 BROKEN = "content/docs/broken.md"
@@ -35,11 +35,17 @@ def _ingest(docs: Path, env: dict[str, str], *args: str) -> list[dict]:
 
 
 def test_a_full_pass_drops_the_rows_of_skipped_and_failed_files_deleted_from_the_tree(
-        tmp_path, minilm_model_dir):
+    tmp_path, minilm_model_dir
+):
     docs = init_repo(tmp_path / REPO_NAME)
-    write_files(docs, {"content/docs/kept.md": _page("Kept", "A page that stays."),
-                       BINARY: b"\x00\x01 binary",
-                       BROKEN: _page("Broken", "A page git will not read.")})
+    write_files(
+        docs,
+        {
+            "content/docs/kept.md": _page("Kept", "A page that stays."),
+            BINARY: b"\x00\x01 binary",
+            BROKEN: _page("Broken", "A page git will not read."),
+        },
+    )
     commit_all(docs, "v1")
     blob = git(docs, "rev-parse", f"HEAD:{BROKEN}")
     loose = docs / ".git" / "objects" / blob[:2] / blob[2:]

@@ -19,12 +19,11 @@ from collections import Counter
 import pytest
 from structlog.testing import capture_logs
 
-from hetriever.search.request import SearchRequest
+from hetriever.core.names import content_hash
 from hetriever.index.indexing import index_repository, run_lock
 from hetriever.search.hybrid import hybrid_search
-from hetriever.core.names import content_hash
+from hetriever.search.request import SearchRequest
 from tests.support.chroma_fixtures import store_settings
-from tests.support.flow_support import stored
 from tests.support.cli_runs import (
     PAGES,
     REPO_NAME,
@@ -41,6 +40,7 @@ from tests.support.cli_runs import (
     the_repo,
     write_pages,
 )
+from tests.support.flow_support import stored
 from tests.support.helpers import commit_all, init_repo, write_files
 
 pytestmark = pytest.mark.slow  # CLI subprocesses
@@ -55,8 +55,14 @@ def run(coro):
 
 
 def _start_ingest(docs, env):
-    return subprocess.Popen(cli_command(docs, "ingest", "--json"), env=env, cwd=docs.parent,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        cli_command(docs, "ingest", "--json"),
+        env=env,
+        cwd=docs.parent,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _finish(proc: subprocess.Popen) -> tuple[int, str, str]:
@@ -70,7 +76,8 @@ def _finish(proc: subprocess.Popen) -> tuple[int, str, str]:
 
 
 def test_two_ingests_started_together_both_finish_and_the_index_is_whole(
-        tmp_path, minilm_embedder, minilm_model_dir):
+    tmp_path, minilm_embedder, minilm_model_dir
+):
     docs = pages_repo(tmp_path)
     env = cli_env(tmp_path, minilm_model_dir)
     procs = [_start_ingest(docs, env) for _ in range(2)]
@@ -107,17 +114,26 @@ def test_processes_opening_one_fresh_directory_together_all_succeed(tmp_path, mi
     for trial in range(3):
         env = cli_env(tmp_path / f"trial-{trial}", minilm_model_dir)
         start = str(time.time() + 5.0)  # after every process has imported hetriever
-        procs = [subprocess.Popen([sys.executable, "-c", OPEN_STORE, start], env=env, cwd=tmp_path,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                 for _ in range(4)]
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", OPEN_STORE, start],
+                env=env,
+                cwd=tmp_path,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(4)
+        ]
         for proc in procs:
             code, out, err = _finish(proc)
             assert code == 0, err[-2000:]
             assert out.strip() == "[]"
 
 
-def test_a_long_lived_store_sees_what_another_process_wrote(tmp_path, minilm_embedder,
-                                                            minilm_model_dir):
+def test_a_long_lived_store_sees_what_another_process_wrote(
+    tmp_path, minilm_embedder, minilm_model_dir
+):
     # Embedded Chroma loads a collection's vector index once per process: without a reload, a
     # searcher that outlives an ingest keeps the old neighbours (deleted, so no documents) and
     # never finds the new chunks. Only the dense side is asked here; BM25 reloads on its own.
@@ -127,14 +143,18 @@ def test_a_long_lived_store_sees_what_another_process_wrote(tmp_path, minilm_emb
     store = open_store(tmp_path, minilm_embedder)
     try:
         query = "alpha bravo charlie page7"
-        before = hybrid_search(store, SearchRequest(query, top_k=5, repositories=[REPO_NAME], hybrid=False))
+        before = hybrid_search(
+            store, SearchRequest(query, top_k=5, repositories=[REPO_NAME], hybrid=False)
+        )
         assert len(before.matches) == 5
         assert all("version1" in m.content for m in before.matches)
 
         write_pages(docs, 40, 2)  # every chunk changes: new ids, the old ones deleted
         ingest_ok(docs, env)
         with capture_logs() as logs:
-            after = hybrid_search(store, SearchRequest(query, top_k=5, repositories=[REPO_NAME], hybrid=False))
+            after = hybrid_search(
+                store, SearchRequest(query, top_k=5, repositories=[REPO_NAME], hybrid=False)
+            )
         assert len(after.matches) == 5
         assert all("version2" in m.content for m in after.matches)
         assert not [e for e in logs if e["event"] == "result_without_content"]
@@ -143,7 +163,8 @@ def test_a_long_lived_store_sees_what_another_process_wrote(tmp_path, minilm_emb
 
 
 def test_a_second_ingest_that_may_not_wait_exits_with_the_lock_message(
-        tmp_path, minilm_embedder, minilm_model_dir):
+    tmp_path, minilm_embedder, minilm_model_dir
+):
     docs = pages_repo(tmp_path)
     env = cli_env(tmp_path, minilm_model_dir)
     first = ingest_ok(docs, env)[0]["new_commit"]
@@ -152,9 +173,14 @@ def test_a_second_ingest_that_may_not_wait_exits_with_the_lock_message(
     # taken the same way), for as long as the second ingest needs: no race with a fast run.
     settings = store_settings(tmp_path)
     with run_lock(settings, REPO_NAME, timeout=0):
-        second = subprocess.run(cli_command(docs, "ingest", "--json"), cwd=tmp_path,
-                                env={**env, "HETRIEVER_RUN_LOCK_TIMEOUT": "0"},
-                                capture_output=True, text=True, timeout=RUN_TIMEOUT)
+        second = subprocess.run(
+            cli_command(docs, "ingest", "--json"),
+            cwd=tmp_path,
+            env={**env, "HETRIEVER_RUN_LOCK_TIMEOUT": "0"},
+            capture_output=True,
+            text=True,
+            timeout=RUN_TIMEOUT,
+        )
     assert second.returncode == 1 and "Traceback" not in second.stderr
     (outcome,) = json.loads(second.stdout)
     assert outcome["ok"] is False
@@ -173,13 +199,19 @@ def test_a_second_ingest_that_may_not_wait_exits_with_the_lock_message(
         store.close_sync()
 
 
-def test_searches_while_another_process_reindexes_stay_consistent(tmp_path, minilm_embedder,
-                                                                   minilm_model_dir):
+def test_searches_while_another_process_reindexes_stay_consistent(
+    tmp_path, minilm_embedder, minilm_model_dir
+):
     docs = pages_repo(tmp_path)
     other = init_repo(tmp_path / "more" / OTHER)
-    write_files(other, {f"content/docs/o-{i}.md": f"---\ntitle: Other {i}\n---\n\n"
-                        f"{' '.join(WORDS[i:i + 12])} other{i} lives in another repository.\n"
-                        for i in range(8)})
+    write_files(
+        other,
+        {
+            f"content/docs/o-{i}.md": f"---\ntitle: Other {i}\n---\n\n"
+            f"{' '.join(WORDS[i : i + 12])} other{i} lives in another repository.\n"
+            for i in range(8)
+        },
+    )
     commit_all(other, "other docs")
     store = open_store(tmp_path, minilm_embedder, run_lock_timeout=30.0)
     try:
@@ -188,8 +220,14 @@ def test_searches_while_another_process_reindexes_stay_consistent(tmp_path, mini
         write_pages(docs, PAGES, 2)  # every page changes: the whole collection is rewritten
 
         env = cli_env(tmp_path, minilm_model_dir, HETRIEVER_LOG_LEVEL="INFO")
-        proc = subprocess.Popen(cli_command(docs, "ingest", "--json"), env=env, cwd=tmp_path,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            cli_command(docs, "ingest", "--json"),
+            env=env,
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         watcher = LogWatcher(proc)
         problems: list[str] = []
         seen = Counter()
@@ -201,8 +239,10 @@ def test_searches_while_another_process_reindexes_stay_consistent(tmp_path, mini
                 query = " ".join(rng.sample(WORDS, 3)) + f" page{rng.randrange(PAGES)}"
                 hybrid = rng.random() < 0.8
                 try:
-                    result = hybrid_search(store, SearchRequest(query, top_k=5, repositories=[REPO_NAME],
-                                           hybrid=hybrid))
+                    result = hybrid_search(
+                        store,
+                        SearchRequest(query, top_k=5, repositories=[REPO_NAME], hybrid=hybrid),
+                    )
                 except Exception as exc:  # noqa: BLE001 - any error is a finding
                     problems.append(f"{type(exc).__name__}: {exc}")
                     continue
@@ -219,8 +259,9 @@ def test_searches_while_another_process_reindexes_stay_consistent(tmp_path, mini
 
         with capture_logs() as logs:
             watcher.wait_for("index_started")
-            threads = [threading.Thread(target=searcher, args=(i,), daemon=True)
-                       for i in range(SEARCHERS)]
+            threads = [
+                threading.Thread(target=searcher, args=(i,), daemon=True) for i in range(SEARCHERS)
+            ]
             for t in threads:
                 t.start()
             deadline = time.monotonic() + SEARCH_SECONDS
@@ -241,8 +282,12 @@ def test_searches_while_another_process_reindexes_stay_consistent(tmp_path, mini
         assert problems == [], problems[:5]
         assert seen["results"] > 0
         # no retriever silently failed, nothing was dropped for being inconsistent
-        bad = {"dense_retrieval_failed", "bm25_retrieval_failed", "result_hash_mismatch",
-               "result_out_of_scope"}
+        bad = {
+            "dense_retrieval_failed",
+            "bm25_retrieval_failed",
+            "result_hash_mismatch",
+            "result_out_of_scope",
+        }
         assert [e for e in logs if e["event"] in bad] == []
 
         # afterwards: the new version everywhere, the other repository untouched
@@ -254,7 +299,8 @@ def test_searches_while_another_process_reindexes_stay_consistent(tmp_path, mini
 
 
 def test_ingests_of_two_repositories_into_one_directory_wait_for_each_other(
-        tmp_path, minilm_model_dir):
+    tmp_path, minilm_model_dir
+):
     # One embedded directory has one writer at a time. The first ingest's window takes 15 s
     # (injected), longer than the lock used to wait: the second must wait, saying so, and finish.
     from tests.support.cli_runs import LogWatcher, cli_command
@@ -264,10 +310,14 @@ def test_ingests_of_two_repositories_into_one_directory_wait_for_each_other(
         repo = init_repo(docs / name)
         write_pages(repo, 4, 1)
     env = cli_env(tmp_path, minilm_model_dir, HETRIEVER_LOG_LEVEL="INFO")
-    slow = subprocess.Popen(cli_command(docs, "ingest", "-r", "alpha-docs", "--json"),
-                            env={**env, "HETRIEVER_FAULTS": "window_write:*:1:slow15"},
-                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    slow = subprocess.Popen(
+        cli_command(docs, "ingest", "-r", "alpha-docs", "--json"),
+        env={**env, "HETRIEVER_FAULTS": "window_write:*:1:slow15"},
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     watcher = LogWatcher(slow)
     try:
         watcher.wait_for("fault_slow")  # alpha holds the directory for 15 s from here

@@ -21,16 +21,15 @@ from typing import Any
 
 import pytest
 
-from hetriever.search.request import SearchRequest
 from hetriever.core import faults
-from hetriever.store.catalog_records import BUILDING, INDEXED
-from hetriever.store.chunk_records import ChunkCollection
 from hetriever.index.indexing import STATUS_COMPLETE, STATUS_INDEXING, index_repository
 from hetriever.search.hybrid import retrieve
+from hetriever.search.request import SearchRequest
+from hetriever.store.catalog_records import BUILDING, INDEXED
+from hetriever.store.chunk_records import ChunkCollection
 from hetriever.store.knowledge_store import Store
 from tests.support.catalog_snapshot import catalog_rows, collection_metadata
 from tests.support.chroma_fixtures import store_settings
-from tests.support.helpers import commit_all, init_repo, run, write_files
 from tests.support.cli_runs import (
     REPO_NAME,
     cli_command,
@@ -40,6 +39,7 @@ from tests.support.cli_runs import (
     signal_when,
     the_repo,
 )
+from tests.support.helpers import commit_all, init_repo, run, write_files
 
 PAGES = 24
 WINDOW = 8  # several write windows per run
@@ -51,8 +51,9 @@ RETAGGED = range(10, 16)  # same body, new front matter: same chunk ids, new met
 
 def retagged_text(i: int) -> str:
     """Page i at v1 with other front matter only (weight, aliases): its chunk is reused."""
-    return page_text(i, 1).replace(f"weight: {i}\n",
-                                   f"weight: {i + 500}\naliases: [/old/page-{i}/]\n")
+    return page_text(i, 1).replace(
+        f"weight: {i}\n", f"weight: {i + 500}\naliases: [/old/page-{i}/]\n"
+    )
 
 
 def _settings(root: Path, model_dir: Path):
@@ -78,24 +79,39 @@ def snapshot(root: Path, embedder: Any, model_dir: Path) -> dict[str, Any]:
     try:
         physical = store.physical_name(REPO_NAME)
         got = ChunkCollection(store.chroma.client.get_collection(physical)).get(
-            include=["documents", "metadatas"])
+            include=["documents", "metadatas"]
+        )
         bm25 = store.bm25(REPO_NAME)
 
         def rows(table: str, *columns: str) -> list[tuple]:
-            return sorted(tuple(r) for r in store.catalog.db.rows(
-                f"SELECT {', '.join(columns)} FROM {table} WHERE collection = ?", (physical,)))
+            return sorted(
+                tuple(r)
+                for r in store.catalog.db.rows(
+                    f"SELECT {', '.join(columns)} FROM {table} WHERE collection = ?", (physical,)
+                )
+            )
 
         meta = run(store.get_collection_metadata(REPO_NAME))
         return {
-            "chroma": {i: (doc, dict(m or {})) for i, doc, m in
-                       zip(got["ids"], got["documents"], got["metadatas"])},
+            "chroma": {
+                i: (doc, dict(m or {}))
+                for i, doc, m in zip(got["ids"], got["documents"], got["metadatas"])
+            },
             "bm25": {i: bm25.get(i) for i in sorted(bm25.ids())},
             "titles": rows("titles", "key", "kind", "priority", "path", "chunk_id"),
             "links": rows("links", "path", "key"),
             # Every column but when a row was written: its time and `last_commit`, the run's
             # commit (an incremental run leaves an unchanged file at the older one).
-            "files": rows("files", "repository", "path", "blob", "state", "reason",
-                          "chunk_count", "deleted_at"),
+            "files": rows(
+                "files",
+                "repository",
+                "path",
+                "blob",
+                "state",
+                "reason",
+                "chunk_count",
+                "deleted_at",
+            ),
             "indexed_files": sorted(f.path for f in store.catalog.files(physical, INDEXED)),
             "commit": meta["commit_hash"],
             "status": meta["index_status"],
@@ -119,8 +135,7 @@ def versions(tmp_path_factory, minilm_embedder, minilm_model_dir):
     _index(top / "v1", docs, minilm_embedder, minilm_model_dir)
     for i in REMOVED:
         (docs / f"content/docs/page-{i:03d}.md").unlink()
-    write_files(docs, {f"content/docs/page-{i:03d}.md": page_text(i, 2)
-                       for i in [*EDITED, *ADDED]})
+    write_files(docs, {f"content/docs/page-{i:03d}.md": page_text(i, 2) for i in [*EDITED, *ADDED]})
     write_files(docs, {f"content/docs/page-{i:03d}.md": retagged_text(i) for i in RETAGGED})
     commit_all(docs, "v2")
     _index(top / "clean", docs, minilm_embedder, minilm_model_dir)
@@ -133,8 +148,9 @@ def versions(tmp_path_factory, minilm_embedder, minilm_model_dir):
     return docs, top / "v1", clean
 
 
-def crash_copy(versions, tmp_path: Path, model_dir: Path, rule: str, *args: str,
-               command: str = "ingest") -> Path:
+def crash_copy(
+    versions, tmp_path: Path, model_dir: Path, rule: str, *args: str, command: str = "ingest"
+) -> Path:
     """A copy of the v1 store after an ingest (or another `command`) at v2 that died at
     `rule`."""
     docs, v1, _ = versions
@@ -146,16 +162,18 @@ def crash_copy(versions, tmp_path: Path, model_dir: Path, rule: str, *args: str,
     return root
 
 
-CASES = [(point, 0) for point in faults.CRASH_POINTS] + [("window_chroma_written", 1),
-                                                         ("replaced_chunks_deleted", 1)]
+CASES = [(point, 0) for point in faults.CRASH_POINTS] + [
+    ("window_chroma_written", 1),
+    ("replaced_chunks_deleted", 1),
+]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("full", [False, True], ids=["incremental", "full"])
-@pytest.mark.parametrize(("point", "skip"), CASES,
-                         ids=[f"{p}-{s + 1}" for p, s in CASES])
+@pytest.mark.parametrize(("point", "skip"), CASES, ids=[f"{p}-{s + 1}" for p, s in CASES])
 def test_killed_at_each_write_step_the_next_run_equals_a_clean_index(
-        versions, tmp_path, minilm_embedder, minilm_model_dir, point, skip, full):
+    versions, tmp_path, minilm_embedder, minilm_model_dir, point, skip, full
+):
     docs, _, clean = versions
     args = ("--full",) if full else ()
     root = crash_copy(versions, tmp_path, minilm_model_dir, f"{point}:*:1:crash:{skip}", *args)
@@ -170,8 +188,11 @@ def _fields_differing(got: Any, want: Any) -> Any:
     """Of two (text, metadata) rows, the text if it differs and each metadata field that does."""
     if got is None or want is None:
         return {"got": got, "want": want}
-    out = {k: (got[1].get(k), want[1].get(k)) for k in set(got[1]) | set(want[1])
-           if got[1].get(k) != want[1].get(k)}
+    out = {
+        k: (got[1].get(k), want[1].get(k))
+        for k in set(got[1]) | set(want[1])
+        if got[1].get(k) != want[1].get(k)
+    }
     if got[0] != want[0]:
         out["text"] = (got[0][:80], want[0][:80])
     return out
@@ -180,8 +201,10 @@ def _fields_differing(got: Any, want: Any) -> Any:
 def _rows_differing(got: Any, want: Any) -> Any:
     """Of two tables (lists of rows), the rows only one has; else both values."""
     if isinstance(got, list) and isinstance(want, list):
-        return {"extra": [r for r in got if r not in want],
-                "missing": [r for r in want if r not in got]}
+        return {
+            "extra": [r for r in got if r not in want],
+            "missing": [r for r in want if r not in got],
+        }
     return {"got": got, "want": want}
 
 
@@ -189,21 +212,30 @@ def assert_same(got: dict[str, Any], clean: dict[str, Any]) -> None:
     """Equal in every field; a difference is shown as the rows that differ."""
     for key, want in clean.items():
         if key in ("catalog", "collection_metadata"):
-            differ = {k: _rows_differing(got[key].get(k), want.get(k))
-                      for k in set(got[key]) | set(want) if got[key].get(k) != want.get(k)}
+            differ = {
+                k: _rows_differing(got[key].get(k), want.get(k))
+                for k in set(got[key]) | set(want)
+                if got[key].get(k) != want.get(k)
+            }
         elif isinstance(want, dict):
-            differ = {i: _fields_differing(got[key].get(i), want.get(i))
-                      for i in set(got[key]) | set(want) if got[key].get(i) != want.get(i)}
+            differ = {
+                i: _fields_differing(got[key].get(i), want.get(i))
+                for i in set(got[key]) | set(want)
+                if got[key].get(i) != want.get(i)
+            }
         elif isinstance(want, list):
-            differ = {"extra": sorted(set(got[key]) - set(want)),
-                      "missing": sorted(set(want) - set(got[key]))}
+            differ = {
+                "extra": sorted(set(got[key]) - set(want)),
+                "missing": sorted(set(want) - set(got[key])),
+            }
         else:
             differ = {"got": got[key], "want": want}
         assert got[key] == want, (key, differ)
 
 
 def test_a_chunk_gone_from_chroma_is_never_served_from_bm25_or_the_title_index(
-        versions, tmp_path, minilm_embedder, minilm_model_dir):
+    versions, tmp_path, minilm_embedder, minilm_model_dir
+):
     # Dies after the removed page's chunks left Chroma: BM25 and the catalog still have them.
     root = crash_copy(versions, tmp_path, minilm_model_dir, "removed_file_chroma_deleted:*:1:crash")
     died = snapshot(root, minilm_embedder, minilm_model_dir)
@@ -223,14 +255,18 @@ def test_a_chunk_gone_from_chroma_is_never_served_from_bm25_or_the_title_index(
 
 
 def test_a_full_run_repairs_derived_state_even_after_a_completed_run(
-        versions, tmp_path, minilm_embedder, minilm_model_dir):
+    versions, tmp_path, minilm_embedder, minilm_model_dir
+):
     # The damage of a crash recorded as complete by an older version: only `--full` can see it.
     docs, _, clean = versions
     root = crash_copy(versions, tmp_path, minilm_model_dir, "removed_file_chroma_deleted:*:1:crash")
     store = _open(root, minilm_embedder, minilm_model_dir)
     try:
-        run(store.update_collection_metadata(REPO_NAME, index_status=STATUS_COMPLETE,
-                                             commit_hash=clean["commit"]))
+        run(
+            store.update_collection_metadata(
+                REPO_NAME, index_status=STATUS_COMPLETE, commit_hash=clean["commit"]
+            )
+        )
     finally:
         store.close_sync()
     _index(root, docs, minilm_embedder, minilm_model_dir, force_full=True)
@@ -246,14 +282,17 @@ def generations(root: Path, embedder: Any, model_dir: Path) -> dict[str, Any]:
         active = store.physical_name(REPO_NAME)
         records = store.catalog.collections(REPO_NAME)
         building = [c.name for c in records if c.state == BUILDING]
-        return {"active": active, "building": building,
-                "superseded": [c.name for c in records
-                               if c.state != BUILDING and c.name != active],
-                "chroma": store.chroma.collection_names(),
-                "bm25": [b for b in building if store.views.bm25_file(b).exists()],
-                "catalog_files": [b for b in building if store.catalog.files(b)],
-                "runs_left_running": [r["collection"] for r in store.catalog.runs(REPO_NAME)
-                                      if r["outcome"] == "running"]}
+        return {
+            "active": active,
+            "building": building,
+            "superseded": [c.name for c in records if c.state != BUILDING and c.name != active],
+            "chroma": store.chroma.collection_names(),
+            "bm25": [b for b in building if store.views.bm25_file(b).exists()],
+            "catalog_files": [b for b in building if store.catalog.files(b)],
+            "runs_left_running": [
+                r["collection"] for r in store.catalog.runs(REPO_NAME) if r["outcome"] == "running"
+            ],
+        }
     finally:
         store.close_sync()
 
@@ -276,12 +315,19 @@ def first_hit(root: Path, embedder: Any, model_dir: Path, query: str) -> str:
 @pytest.mark.slow
 @pytest.mark.parametrize("next_run", ["migrate", "ingest"])
 def test_a_build_a_killed_migration_left_is_dropped_by_the_next_run(
-        versions, tmp_path, minilm_embedder, minilm_model_dir, next_run):
+    versions, tmp_path, minilm_embedder, minilm_model_dir, next_run
+):
     # A full rebuild (`migrate --force`, the full-reindex deployment) dies in its second write
     # window: its generation holds chunks in Chroma and BM25 and is never switched to.
     docs, _, clean = versions
-    root = crash_copy(versions, tmp_path, minilm_model_dir, "window_chroma_written:*:1:crash:1",
-                      "--force", command="migrate")
+    root = crash_copy(
+        versions,
+        tmp_path,
+        minilm_model_dir,
+        "window_chroma_written:*:1:crash:1",
+        "--force",
+        command="migrate",
+    )
     left = generations(root, minilm_embedder, minilm_model_dir)
     (abandoned,) = left["building"]
     active = left["active"]
@@ -298,12 +344,21 @@ def test_a_build_a_killed_migration_left_is_dropped_by_the_next_run(
     assert answer["reason"] == "up to date" if next_run == "migrate" else answer["ok"], answer
     assert dropped_generations(done) == [(abandoned, "warning")]
     after = generations(root, minilm_embedder, minilm_model_dir)
-    assert after == {"active": active, "building": [], "superseded": [], "chroma": [active],
-                     "bm25": [], "catalog_files": [], "runs_left_running": []}
+    assert after == {
+        "active": active,
+        "building": [],
+        "superseded": [],
+        "chroma": [active],
+        "bm25": [],
+        "catalog_files": [],
+        "runs_left_running": [],
+    }
     if next_run == "migrate":  # the active generation as it was, searchable
         assert snapshot(root, minilm_embedder, minilm_model_dir) == served
-        assert first_hit(root, minilm_embedder, minilm_model_dir, "page3 version1") == \
-            "content/docs/page-003.md"
+        assert (
+            first_hit(root, minilm_embedder, minilm_model_dir, "page3 version1")
+            == "content/docs/page-003.md"
+        )
     else:  # brought to the checked-out commit, as a clean index of it
         assert_same(snapshot(root, minilm_embedder, minilm_model_dir), clean)
 
@@ -318,11 +373,18 @@ def test_a_build_a_killed_migration_left_is_dropped_by_the_next_run(
 @pytest.mark.slow
 @pytest.mark.parametrize("next_run", ["migrate", "ingest"])
 def test_a_generation_a_killed_migration_switched_away_from_is_dropped_by_the_next_run(
-        versions, tmp_path, minilm_embedder, minilm_model_dir, next_run):
+    versions, tmp_path, minilm_embedder, minilm_model_dir, next_run
+):
     # A rebuild that completes and switches, then dies before it drops the old generation.
     docs, _, clean = versions
-    root = crash_copy(versions, tmp_path, minilm_model_dir, "migration_switched:*:1:crash",
-                      "--force", command="migrate")
+    root = crash_copy(
+        versions,
+        tmp_path,
+        minilm_model_dir,
+        "migration_switched:*:1:crash",
+        "--force",
+        command="migrate",
+    )
     left = generations(root, minilm_embedder, minilm_model_dir)
     (old,) = left["superseded"]
     active = left["active"]
@@ -344,23 +406,40 @@ def test_a_generation_a_killed_migration_switched_away_from_is_dropped_by_the_ne
     finally:
         store.close_sync()
     after = generations(root, minilm_embedder, minilm_model_dir)
-    assert after == {"active": active, "building": [], "superseded": [], "chroma": [active],
-                     "bm25": [], "catalog_files": [], "runs_left_running": []}
+    assert after == {
+        "active": active,
+        "building": [],
+        "superseded": [],
+        "chroma": [active],
+        "bm25": [],
+        "catalog_files": [],
+        "runs_left_running": [],
+    }
     assert_same(snapshot(root, minilm_embedder, minilm_model_dir), clean)
 
 
 @pytest.mark.slow
 def test_a_migration_stopped_by_sigterm_drops_its_build_and_exits_143(
-        versions, tmp_path, minilm_embedder, minilm_model_dir):
+    versions, tmp_path, minilm_embedder, minilm_model_dir
+):
     docs, v1, _ = versions
     root = tmp_path / "case"
     shutil.copytree(v1, root)
     served = snapshot(root, minilm_embedder, minilm_model_dir)
-    env = cli_env(root, minilm_model_dir, HETRIEVER_WRITE_WINDOW=str(WINDOW),
-                  HETRIEVER_FAULTS="window_write:*:1:slow5")
-    proc = subprocess.Popen(cli_command(docs, "migrate", "--force", "--json"), env=env,
-                            cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True)
+    env = cli_env(
+        root,
+        minilm_model_dir,
+        HETRIEVER_WRITE_WINDOW=str(WINDOW),
+        HETRIEVER_FAULTS="window_write:*:1:slow5",
+    )
+    proc = subprocess.Popen(
+        cli_command(docs, "migrate", "--force", "--json"),
+        env=env,
+        cwd=root,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     log_text = signal_when(proc, "fault_slow", signal.SIGTERM)
     assert proc.returncode == 143, log_text[-3000:]
     assert "hetriever: stopped by SIGTERM" in log_text and "Traceback" not in log_text

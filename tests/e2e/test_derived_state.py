@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.flow_support import stored
 from tests.support.cli_runs import REPO_NAME, cli_env, open_store, pages_repo, run_cli
+from tests.support.flow_support import stored
 
 DAMAGE = {
     "damaged": lambda p: p.write_bytes(b"not a database at all " * 400),
@@ -32,7 +32,8 @@ def search(docs: Path, env: dict, *args: str) -> dict:
 @pytest.mark.slow
 @pytest.mark.parametrize("damage", sorted(DAMAGE))
 def test_a_broken_bm25_file_is_reported_searched_around_and_rebuilt(
-        tmp_path, minilm_model_dir, minilm_embedder, damage):
+    tmp_path, minilm_model_dir, minilm_embedder, damage
+):
     docs = pages_repo(tmp_path, n=6)
     env = cli_env(tmp_path, minilm_model_dir)
     assert run_cli(docs, env, "ingest").returncode == 0

@@ -46,12 +46,19 @@ from tests.support.helpers import commit_all, init_repo, run, write_files
 
 
 @pytest.mark.slow
-def test_sigkill_mid_first_run_then_the_next_run_completes(tmp_path, minilm_embedder,
-                                                            minilm_model_dir):
+def test_sigkill_mid_first_run_then_the_next_run_completes(
+    tmp_path, minilm_embedder, minilm_model_dir
+):
     docs = pages_repo(tmp_path)
     env = cli_env(tmp_path, minilm_model_dir, HETRIEVER_LOG_LEVEL="DEBUG")
-    proc = subprocess.Popen(cli_command(docs, "ingest", "--json"), env=env, cwd=tmp_path,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        cli_command(docs, "ingest", "--json"),
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     watcher = LogWatcher(proc)
     try:
         watcher.wait_for("files_written")  # the first window is in Chroma and BM25
@@ -81,16 +88,21 @@ def test_sigkill_mid_first_run_then_the_next_run_completes(tmp_path, minilm_embe
 
 
 @pytest.mark.slow
-def test_sigterm_mid_run_closes_the_run_and_the_next_run_completes(tmp_path, minilm_embedder,
-                                                                   minilm_model_dir):
+def test_sigterm_mid_run_closes_the_run_and_the_next_run_completes(
+    tmp_path, minilm_embedder, minilm_model_dir
+):
     # SIGTERM is what `docker stop`, systemd and Kubernetes send. It comes while the first
     # write window is under way on the worker thread that embeds and writes (held 5 s there).
     docs = pages_repo(tmp_path)
     env = cli_env(tmp_path, minilm_model_dir)
-    proc = subprocess.Popen(cli_command(docs, "ingest", "--json"),
-                            env={**env, "HETRIEVER_FAULTS": "window_write:*:1:slow5"},
-                            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen(
+        cli_command(docs, "ingest", "--json"),
+        env={**env, "HETRIEVER_FAULTS": "window_write:*:1:slow5"},
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     log_text = signal_when(proc, "fault_slow", signal.SIGTERM)
     assert proc.returncode == 143, log_text[-3000:]
     assert "hetriever: stopped by SIGTERM" in log_text and "Traceback" not in log_text
@@ -118,8 +130,7 @@ def test_sigterm_mid_run_closes_the_run_and_the_next_run_completes(tmp_path, min
 
 
 @pytest.mark.slow
-def test_crash_on_the_nth_file_of_an_incremental_run(tmp_path, minilm_embedder,
-                                                     minilm_model_dir):
+def test_crash_on_the_nth_file_of_an_incremental_run(tmp_path, minilm_embedder, minilm_model_dir):
     docs = pages_repo(tmp_path)
     env = cli_env(tmp_path, minilm_model_dir)
     v1 = ingest_ok(docs, env)[0]["new_commit"]
@@ -160,15 +171,27 @@ def test_crash_on_the_nth_file_of_an_incremental_run(tmp_path, minilm_embedder,
 
 
 @pytest.mark.server
-def test_chroma_server_stopped_mid_ingest_then_restarted(tmp_path, minilm_embedder,
-                                                         minilm_model_dir, monkeypatch):
+def test_chroma_server_stopped_mid_ingest_then_restarted(
+    tmp_path, minilm_embedder, minilm_model_dir, monkeypatch
+):
     docs = pages_repo(tmp_path)
     data = tmp_path / "server-data"
     with running_chroma_server(data) as server:
-        env = cli_env(tmp_path, minilm_model_dir, HETRIEVER_LOG_LEVEL="DEBUG",
-                      HETRIEVER_CHROMA_HOST=server.host, HETRIEVER_CHROMA_PORT=str(server.port))
-        proc = subprocess.Popen(cli_command(docs, "ingest", "--json"), env=env, cwd=tmp_path,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        env = cli_env(
+            tmp_path,
+            minilm_model_dir,
+            HETRIEVER_LOG_LEVEL="DEBUG",
+            HETRIEVER_CHROMA_HOST=server.host,
+            HETRIEVER_CHROMA_PORT=str(server.port),
+        )
+        proc = subprocess.Popen(
+            cli_command(docs, "ingest", "--json"),
+            env=env,
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         watcher = LogWatcher(proc)
         try:
             watcher.wait_for("files_written")
@@ -186,14 +209,18 @@ def test_chroma_server_stopped_mid_ingest_then_restarted(tmp_path, minilm_embedd
     assert "Chroma server stopped answering" in outcome["error"]
     assert "chroma run" in outcome["error"]  # says what to do
     assert "Traceback" not in log_text
-    assert any(json.loads(line).get("event") == "repository_failed"
-               for line in log_text.splitlines() if line.startswith("{"))
+    assert any(
+        json.loads(line).get("event") == "repository_failed"
+        for line in log_text.splitlines()
+        if line.startswith("{")
+    )
 
     # same data directory, same port: the next run repairs everything
     monkeypatch.setattr(chroma_fixtures, "free_port", lambda: server.port)
     with running_chroma_server(data) as again:
-        store = open_store(tmp_path, minilm_embedder, chroma_host=again.host,
-                           chroma_port=again.port)
+        store = open_store(
+            tmp_path, minilm_embedder, chroma_host=again.host, chroma_port=again.port
+        )
         try:
             meta = run(store.get_collection_metadata(REPO_NAME))
             assert meta["commit_hash"] == "" and meta["index_status"] == STATUS_INDEXING
@@ -215,14 +242,18 @@ def _blocked(tmp_path: Path) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("setting", "where", "command"), [
-    ("HETRIEVER_CHROMA_PATH", "is_a_file", ("ingest",)),
-    ("HETRIEVER_CHROMA_PATH", "under_a_file", ("search", "alpha")),
-    ("HETRIEVER_STATE_DIR", "is_a_file", ("search", "alpha")),
-    ("HETRIEVER_STATE_DIR", "under_a_file", ("ingest",)),
-])
-def test_unusable_data_directory_is_one_clear_line(tmp_path, minilm_model_dir, setting, where,
-                                                   command):
+@pytest.mark.parametrize(
+    ("setting", "where", "command"),
+    [
+        ("HETRIEVER_CHROMA_PATH", "is_a_file", ("ingest",)),
+        ("HETRIEVER_CHROMA_PATH", "under_a_file", ("search", "alpha")),
+        ("HETRIEVER_STATE_DIR", "is_a_file", ("search", "alpha")),
+        ("HETRIEVER_STATE_DIR", "under_a_file", ("ingest",)),
+    ],
+)
+def test_unusable_data_directory_is_one_clear_line(
+    tmp_path, minilm_model_dir, setting, where, command
+):
     docs = pages_repo(tmp_path, n=3)
     blocker = _blocked(tmp_path)
     bad = blocker if where == "is_a_file" else blocker / "data"
@@ -237,8 +268,10 @@ def test_unusable_data_directory_is_one_clear_line(tmp_path, minilm_model_dir, s
     assert blocker.read_text() == "not a directory\n"  # and nothing was written over it
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores permission bits; the file-based "
-                                              "cases above fail for root too")
+@pytest.mark.skipif(
+    os.geteuid() == 0,
+    reason="root ignores permission bits; the file-based cases above fail for root too",
+)
 def test_read_only_chroma_directory_is_one_clear_line(tmp_path, minilm_model_dir):
     docs = pages_repo(tmp_path, n=3)
     locked = tmp_path / "chroma"
@@ -294,8 +327,10 @@ def small_docs(tmp_path):
 def _edit_for_v2(repo: Path) -> str:
     """Page 3 gains a paragraph with the marker (and a heading: a second chunk); page 5 changes."""
     p3 = repo / "content/docs/page-003.md"
-    p3.write_text(p3.read_text() + f"\n## Poisoned\n\nThis paragraph carries {MARKER} and some "
-                  "ordinary words about templates, taxonomies and page bundles in Hugo sites.\n")
+    p3.write_text(
+        p3.read_text() + f"\n## Poisoned\n\nThis paragraph carries {MARKER} and some "
+        "ordinary words about templates, taxonomies and page bundles in Hugo sites.\n"
+    )
     (repo / "content/docs/page-005.md").write_text(page_text(5, 2))
     return commit_all(repo, "v2")
 
@@ -304,8 +339,9 @@ def _chunks_of(got: dict, path: str) -> dict:
     return {i: t for i, (p, t) in got.items() if p == path}
 
 
-def test_embedding_failure_reports_the_file_and_keeps_its_old_chunks(tmp_path, small_docs,
-                                                                     minilm_embedder):
+def test_embedding_failure_reports_the_file_and_keeps_its_old_chunks(
+    tmp_path, small_docs, minilm_embedder
+):
     good = open_store(tmp_path, minilm_embedder, run_lock_timeout=5.0)
     v1 = run(index_repository(the_repo(small_docs), good, good.settings)).new_commit
     before = stored(good, REPO_NAME)
@@ -327,8 +363,9 @@ def test_embedding_failure_reports_the_file_and_keeps_its_old_chunks(tmp_path, s
     try:
         after = stored(store, REPO_NAME)
         # the failed file: exactly its old chunks, none of its new ones
-        assert _chunks_of(after, "content/docs/page-003.md") == \
-            _chunks_of(before, "content/docs/page-003.md")
+        assert _chunks_of(after, "content/docs/page-003.md") == _chunks_of(
+            before, "content/docs/page-003.md"
+        )
         assert MARKER not in " ".join(t for _, t in after.values())
         # the other edited file went through
         assert "version2" in " ".join(_chunks_of(after, "content/docs/page-005.md").values())
@@ -344,8 +381,9 @@ def test_embedding_failure_reports_the_file_and_keeps_its_old_chunks(tmp_path, s
         store.close_sync()
 
 
-def test_transient_embedding_failure_is_retried_and_nothing_is_lost(tmp_path, small_docs,
-                                                                    minilm_embedder):
+def test_transient_embedding_failure_is_retried_and_nothing_is_lost(
+    tmp_path, small_docs, minilm_embedder
+):
     good = open_store(tmp_path, minilm_embedder, run_lock_timeout=5.0)
     run(index_repository(the_repo(small_docs), good, good.settings))
     good.close_sync()

@@ -13,13 +13,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from hetriever.search.request import SearchRequest
 from hetriever.index.indexing import index_repository
+from hetriever.search.request import SearchRequest
 from hetriever.store.knowledge_store import Store
 from tests.support.chroma_fixtures import store_settings
+from tests.support.cli_runs import REPO_NAME, RUN_TIMEOUT, cli_command, cli_env, the_repo
 from tests.support.flow_support import stored
 from tests.support.helpers import commit_all, git, init_repo, run, write_files
-from tests.support.cli_runs import REPO_NAME, RUN_TIMEOUT, cli_command, cli_env, the_repo
 
 NORMAL = "content/docs/normal.md"
 
@@ -30,8 +30,9 @@ def _page(title: str, body: str) -> str:
 
 def _docs(tmp_path: Path, pages: dict[str, str]) -> Path:
     repo = init_repo(tmp_path / REPO_NAME)
-    write_files(repo, {NORMAL: _page("Normal", "An ordinary page about zebras and kites."),
-                       **pages})
+    write_files(
+        repo, {NORMAL: _page("Normal", "An ordinary page about zebras and kites."), **pages}
+    )
     commit_all(repo, "v1")
     return repo
 
@@ -39,20 +40,27 @@ def _docs(tmp_path: Path, pages: dict[str, str]) -> Path:
 def _ingest_measured(docs: Path, env: dict[str, str]) -> tuple[list[dict], int, str]:
     """`hetriever ingest --json` in a subprocess that reports its own peak RSS (MB)."""
     argv = cli_command(docs, "ingest", "--json")[3:]
-    code = ("import runpy, sys\n"
-            "from hetriever.core.peak_memory import own_peak_rss_mb\n"
-            f"sys.argv = ['hetriever', *{argv!r}]\n"
-            "try:\n    runpy.run_module('hetriever.cli', run_name='__main__')\n"
-            "finally:\n    print('PEAK_RSS_MB', int(own_peak_rss_mb()), file=sys.stderr)\n")
-    done = subprocess.run([sys.executable, "-c", code], env=env, cwd=docs.parent,
-                          capture_output=True, text=True, timeout=RUN_TIMEOUT)
+    code = (
+        "import runpy, sys\n"
+        "from hetriever.core.peak_memory import own_peak_rss_mb\n"
+        f"sys.argv = ['hetriever', *{argv!r}]\n"
+        "try:\n    runpy.run_module('hetriever.cli', run_name='__main__')\n"
+        "finally:\n    print('PEAK_RSS_MB', int(own_peak_rss_mb()), file=sys.stderr)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        cwd=docs.parent,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT,
+    )
     peak = int(done.stderr.rsplit("PEAK_RSS_MB", 1)[1].split()[0])
     return json.loads(done.stdout) if done.stdout.strip() else [], peak, done.stderr
 
 
 def _open(tmp_path: Path, model_dir: Path, embedder, **overrides) -> Store:
-    return Store(store_settings(tmp_path, model_dir=model_dir, **overrides),
-                                embedder=embedder)
+    return Store(store_settings(tmp_path, model_dir=model_dir, **overrides), embedder=embedder)
 
 
 # --- item 1: nesting depth --------------------------------------------------------------
@@ -71,7 +79,8 @@ def test_a_page_nested_30000_deep_is_indexed_in_one_short_run(tmp_path, minilm_m
 
 
 def test_a_file_past_its_time_budget_fails_alone_and_keeps_its_chunks(
-        tmp_path, minilm_model_dir, minilm_embedder):
+    tmp_path, minilm_model_dir, minilm_embedder
+):
     docs = _docs(tmp_path, {"content/docs/slow.md": _page("Slow", "First version of slow.")})
     store = _open(tmp_path, minilm_model_dir, minilm_embedder)
     try:
@@ -80,8 +89,13 @@ def test_a_file_past_its_time_budget_fails_alone_and_keeps_its_chunks(
     finally:
         store.close_sync()
     # 1.8 MB of unclosed emphasis openers: linear now, still seconds of work, over 0.5 s
-    write_files(docs, {"content/docs/slow.md": _page("Slow", "**a " * 450_000),
-                       NORMAL: _page("Normal", "An ordinary page about zebras, edited.")})
+    write_files(
+        docs,
+        {
+            "content/docs/slow.md": _page("Slow", "**a " * 450_000),
+            NORMAL: _page("Normal", "An ordinary page about zebras, edited."),
+        },
+    )
     commit_all(docs, "v2")
     store = _open(tmp_path, minilm_model_dir, minilm_embedder, file_seconds=0.5)
     try:
@@ -109,11 +123,14 @@ def test_pathological_pages_are_bounded_in_memory_chunks_and_size(tmp_path, mini
     """1.9 MB of `[` (was 1.4 GB of memory and 7,500 chunks), 2 MB of tiny sections (was
     19,510 chunks) and a 1.9 MB word (was one 1.9 MB chunk)."""
     sections = "".join(f"# s{i}\n\nw\n\n" for i in range(160_000))[:1_900_000]
-    docs = _docs(tmp_path, {
-        "content/docs/brackets.md": _page("Brackets", "[" * 1_900_000),
-        "content/docs/sections.md": _page("Sections", sections),
-        "content/docs/word.md": _page("Word", "x" * 1_900_000),
-    })
+    docs = _docs(
+        tmp_path,
+        {
+            "content/docs/brackets.md": _page("Brackets", "[" * 1_900_000),
+            "content/docs/sections.md": _page("Sections", sections),
+            "content/docs/word.md": _page("Word", "x" * 1_900_000),
+        },
+    )
     env = cli_env(tmp_path, minilm_model_dir)
     outcomes, peak, err = _ingest_measured(docs, env)
     (outcome,) = outcomes
@@ -152,14 +169,21 @@ def _drop_object(docs: Path, path: str) -> tuple[Path, bytes]:
 
 
 def _unreadable_is_a_failure(tmp_path, model_dir, embedder, pages: int, full: bool) -> None:
-    docs = _docs(tmp_path, {f"content/docs/p{i:02d}.md": _page(f"P{i}", f"Page {i} v1 text.")
-                            for i in range(pages)})
+    docs = _docs(
+        tmp_path,
+        {f"content/docs/p{i:02d}.md": _page(f"P{i}", f"Page {i} v1 text.") for i in range(pages)},
+    )
     store = _open(tmp_path, model_dir, embedder)
     try:
         assert run(index_repository(the_repo(docs), store, store.settings)).completed
         old_commit = store.catalog.repository(REPO_NAME).last_commit
-        write_files(docs, {f"content/docs/p{i:02d}.md": _page(f"P{i}", f"Page {i} v2 text.")
-                           for i in range(pages)})
+        write_files(
+            docs,
+            {
+                f"content/docs/p{i:02d}.md": _page(f"P{i}", f"Page {i} v2 text.")
+                for i in range(pages)
+            },
+        )
         commit_all(docs, "v2")
         loose, data = _drop_object(docs, "content/docs/p01.md")
         result = run(index_repository(the_repo(docs), store, store.settings, force_full=full))
@@ -184,19 +208,22 @@ def _unreadable_is_a_failure(tmp_path, model_dir, embedder, pages: int, full: bo
 
 
 def test_an_unreadable_object_fails_its_file_in_an_incremental_run(
-        tmp_path, minilm_model_dir, minilm_embedder):
+    tmp_path, minilm_model_dir, minilm_embedder
+):
     """Few files: read by path (git says "missing" for an object it cannot read)."""
     _unreadable_is_a_failure(tmp_path, minilm_model_dir, minilm_embedder, pages=4, full=False)
 
 
 def test_an_unreadable_object_fails_its_file_in_a_full_pass(
-        tmp_path, minilm_model_dir, minilm_embedder):
+    tmp_path, minilm_model_dir, minilm_embedder
+):
     """Many files: read by blob id from the tree listing."""
     _unreadable_is_a_failure(tmp_path, minilm_model_dir, minilm_embedder, pages=40, full=True)
 
 
 def test_a_huge_chunk_of_an_older_index_is_returned_cut_with_the_reason(
-        tmp_path, minilm_model_dir, minilm_embedder):
+    tmp_path, minilm_model_dir, minilm_embedder
+):
     """An index built before chunks were bounded holds a 1.9 MB chunk: search returns its
     first 10,000 characters and says so (it was returned whole)."""
     from hetriever.search.candidates import MAX_PASSAGE_CHARS
@@ -210,8 +237,9 @@ def test_a_huge_chunk_of_an_older_index_is_returned_cut_with_the_reason(
         for chunk in (huge, small):
             run(store.upsert_file_chunks(REPO_NAME, chunk.file_path, [chunk]))
         for group in ("page", "chunk"):
-            result = hybrid_search(store, SearchRequest("zanzibar", top_k=5, repositories=[REPO_NAME],
-                                   group_by=group))
+            result = hybrid_search(
+                store, SearchRequest("zanzibar", top_k=5, repositories=[REPO_NAME], group_by=group)
+            )
             (cut,) = [m for m in result.matches if m.doc_id == huge.id]
             assert len(cut.content) < MAX_PASSAGE_CHARS + 200
             assert cut.content.startswith("zanzibar yyy")

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.helpers import commit_all, git, init_repo, write_files
 from tests.support.cli_runs import cli_env, page_text, run_cli
+from tests.support.helpers import commit_all, git, init_repo, write_files
 
 pytestmark = pytest.mark.slow  # CLI subprocesses
 
@@ -24,8 +24,10 @@ UNDECODABLE_SHOWN = "content/docs/caf\\xe9.md"
 
 
 def pages(repo: Path, n: int, version: int = 1, start: int = 0) -> None:
-    write_files(repo, {f"content/docs/page-{i:03d}.md": page_text(i, version)
-                       for i in range(start, start + n)})
+    write_files(
+        repo,
+        {f"content/docs/page-{i:03d}.md": page_text(i, version) for i in range(start, start + n)},
+    )
 
 
 def json_run(docs: Path, env: dict, *args: str) -> tuple[int, list[dict], str]:
@@ -39,7 +41,8 @@ def by_repo(rows: list[dict]) -> dict[str, dict]:
 
 
 def test_a_repository_without_commits_or_with_an_undecodable_name_fails_alone(
-        tmp_path, minilm_model_dir):
+    tmp_path, minilm_model_dir
+):
     docs = tmp_path / "docs"
     pages(init_repo(docs / "alpha-docs"), 3)
     commit_all(docs / "alpha-docs", "alpha")
@@ -58,8 +61,9 @@ def test_a_repository_without_commits_or_with_an_undecodable_name_fails_alone(
     assert got["alpha-docs"]["ok"] and got["alpha-docs"]["files_indexed"] == 3  # ... alone
     assert not got["bravo-docs"]["ok"] and "has no commits" in got["bravo-docs"]["error"]
     assert got["names-docs"]["ok"] and got["names-docs"]["files_indexed"] == 2
-    assert {"path": UNDECODABLE_SHOWN, "reason": "file name is not valid UTF-8"} in \
-        got["names-docs"]["skipped"]
+    assert {"path": UNDECODABLE_SHOWN, "reason": "file name is not valid UTF-8"} in got[
+        "names-docs"
+    ]["skipped"]
 
     code, rows, _ = json_run(docs, env, "status")
     status = by_repo(rows)
@@ -82,11 +86,21 @@ def test_bad_submodules_fail_alone_and_never_stop_the_good_one(tmp_path, minilm_
     commit_all(good, "good")
     parent = init_repo(tmp_path / "parent")
     commit_all(parent, "init")
-    git(parent, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(good),
-        "docs/good-docs")
+    git(
+        parent,
+        "-c",
+        "protocol.file.allow=always",
+        "submodule",
+        "add",
+        "-q",
+        str(good),
+        "docs/good-docs",
+    )
     with open(parent / ".gitmodules", "a") as f:
-        f.write('[submodule "evil"]\n\tpath = ../../etc\n\turl = https://x.invalid/etc\n'
-                '[submodule "lazy"]\n\tpath = docs/lazy-docs\n\turl = https://x.invalid/lazy\n')
+        f.write(
+            '[submodule "evil"]\n\tpath = ../../etc\n\turl = https://x.invalid/etc\n'
+            '[submodule "lazy"]\n\tpath = docs/lazy-docs\n\turl = https://x.invalid/lazy\n'
+        )
     commit_all(parent, "submodules")
     env = cli_env(tmp_path, minilm_model_dir)
 
@@ -113,8 +127,9 @@ def test_a_mistyped_content_dir_or_a_mass_delete_changes_nothing(tmp_path, minil
     assert code == 0
 
     for args in (("--full",), ()):  # a changed content_dir is a full pass: no silent no-op
-        code, outcomes, _ = json_run(repo, {**env, "HETRIEVER_CONTENT_DIR": "contnet"},
-                                     "ingest", *args)
+        code, outcomes, _ = json_run(
+            repo, {**env, "HETRIEVER_CONTENT_DIR": "contnet"}, "ingest", *args
+        )
         assert code == 1 and "'contnet' does not exist at commit" in outcomes[0]["error"], args
     code, rows, _ = json_run(repo, env, "status")
     assert rows[0]["chunks"] == 8 and rows[0]["status"] == "complete"
@@ -144,8 +159,11 @@ def test_searching_a_path_or_state_dir_no_ingest_wrote_is_an_error(tmp_path, min
     assert run_cli(repo, env, "ingest").returncode == 0
     mistyped = tmp_path / "chroam"
     typo = {**env, "HETRIEVER_CHROMA_PATH": str(mistyped)}
-    for argv in (("search", "alpha"), ("purge", "--older-than", "0"),
-                 ("forget", "-r", "load-docs")):
+    for argv in (
+        ("search", "alpha"),
+        ("purge", "--older-than", "0"),
+        ("forget", "-r", "load-docs"),
+    ):
         done = run_cli(repo, typo, *argv)
         assert done.returncode == 2 and "the Chroma directory does not exist" in done.stderr, argv
     code, rows, err = json_run(repo, typo, "status")  # nothing indexed there, and it says so
@@ -160,14 +178,14 @@ def test_searching_a_path_or_state_dir_no_ingest_wrote_is_an_error(tmp_path, min
     assert list(unrelated.iterdir()) == []
     code, rows, _ = json_run(repo, env, "status")  # the real index was not touched
     assert rows[0]["chunks"] > 0 and rows[0]["up_to_date"]
-    done = run_cli(repo, {**env, "HETRIEVER_STATE_DIR": str(tmp_path / "elsewhere")},
-                   "search", "alpha")
+    done = run_cli(
+        repo, {**env, "HETRIEVER_STATE_DIR": str(tmp_path / "elsewhere")}, "search", "alpha"
+    )
     assert done.returncode == 2 and "the state directory holds no index" in done.stderr
     assert run_cli(repo, env, "search", "alpha").returncode == 0
 
 
-def test_two_indexes_beside_each_other_do_not_share_a_state_directory(tmp_path,
-                                                                      minilm_model_dir):
+def test_two_indexes_beside_each_other_do_not_share_a_state_directory(tmp_path, minilm_model_dir):
     # The state directory defaults to the Chroma directory's parent: `chroma_data` and
     # `chroma_test` in one folder would share it, and the second index would look up to
     # date while empty (its runs recorded as the first's).
@@ -183,8 +201,9 @@ def test_two_indexes_beside_each_other_do_not_share_a_state_directory(tmp_path,
     for args in (("ingest",), ("status",), ("search", "page")):
         refused = run_cli(repo, second, *args)
         assert refused.returncode == 2 and "Traceback" not in refused.stderr, args
-        assert "belongs to the index at" in refused.stderr and "HETRIEVER_STATE_DIR" in \
-            refused.stderr
+        assert (
+            "belongs to the index at" in refused.stderr and "HETRIEVER_STATE_DIR" in refused.stderr
+        )
     own = {**second, "HETRIEVER_STATE_DIR": str(tmp_path / "data" / "test-state")}
     code, outcomes, _ = json_run(repo, own, "ingest")
     assert code == 0 and outcomes[0]["mode"] == "full" and outcomes[0]["chunks_written"] > 0

@@ -23,9 +23,9 @@ import pytest
 from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters
 
-from hetriever.store.catalog import Catalog
 from hetriever.core.errors import BackendConnectionError
 from hetriever.core.redact import public_url, redact_text, redact_url
+from hetriever.store.catalog import Catalog
 from tests.support.helpers import commit_all, git, init_repo, write_files
 from tests.support.serve_fixtures import HETRIEVER, Workspace, running
 
@@ -43,68 +43,122 @@ SESSION_TIMEOUT = 240
 # --- the redaction functions ----------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("url", "redacted", "public"), [
-    (LEAKY_URL, CLEAN_URL, CLEAN_URL),
-    *[(f"https://deploy-bot:{TOKEN}{c}x{TOKEN}@example.invalid/acme/docs.git", CLEAN_URL,
-       CLEAN_URL) for c in "#?/'\"< @"],
-    (f"https://{TOKEN}#/?@github.com/a/b", "https://github.com/a/b", "https://github.com/a/b"),
-    (f"https://u:{TOKEN}@host.example:8443/x.git", "https://host.example:8443/x.git",
-     "https://host.example:8443/x.git"),
-    (f"https://u:{TOKEN}/x@[2001:db8::1]:8443/x.git", "https://[2001:db8::1]:8443/x.git",
-     "https://[2001:db8::1]:8443/x.git"),
-    (f"http://u:{TOKEN}?@[::1]/x", "http://[::1]/x", "http://[::1]/x"),
-    (f"ssh://git:{TOKEN}#@host.example:2222/x.git", "ssh://host.example:2222/x.git",
-     "ssh://host.example:2222/x.git"),
-    # git's scp-like form: a password before the host goes, with its user
-    (f"deploy:{TOKEN}#?/x@host.example:acme/docs.git", "host.example:acme/docs.git",
-     "host.example:acme/docs.git"),
-    (f"deploy:{TOKEN} x'\"<@[2001:db8::1]:acme/docs.git", "[2001:db8::1]:acme/docs.git",
-     "[2001:db8::1]:acme/docs.git"),
-    (f"https://{TOKEN}@github.com/a/b", "https://github.com/a/b", "https://github.com/a/b"),
-    ("https://user:p@ss@host.example/x.git", "https://host.example/x.git",
-     "https://host.example/x.git"),
-    ("ssh://git:pw@host.example:22/x.git", "ssh://host.example:22/x.git",
-     "ssh://host.example:22/x.git"),
-    ("git@github.com:acme/docs.git", "git@github.com:acme/docs.git",
-     "git@github.com:acme/docs.git"),  # scp-like: a user name, no secret
-    ("https://example.org/x.git", "https://example.org/x.git", "https://example.org/x.git"),
-    ("/srv/mirrors/docs", "/srv/mirrors/docs", ""),  # a server path is not published
-    ("../docs.git", "../docs.git", ""),
-    ("file:///srv/mirrors/docs", "file:///srv/mirrors/docs", ""),
-    ("", "", ""),
-])
+@pytest.mark.parametrize(
+    ("url", "redacted", "public"),
+    [
+        (LEAKY_URL, CLEAN_URL, CLEAN_URL),
+        *[
+            (
+                f"https://deploy-bot:{TOKEN}{c}x{TOKEN}@example.invalid/acme/docs.git",
+                CLEAN_URL,
+                CLEAN_URL,
+            )
+            for c in "#?/'\"< @"
+        ],
+        (f"https://{TOKEN}#/?@github.com/a/b", "https://github.com/a/b", "https://github.com/a/b"),
+        (
+            f"https://u:{TOKEN}@host.example:8443/x.git",
+            "https://host.example:8443/x.git",
+            "https://host.example:8443/x.git",
+        ),
+        (
+            f"https://u:{TOKEN}/x@[2001:db8::1]:8443/x.git",
+            "https://[2001:db8::1]:8443/x.git",
+            "https://[2001:db8::1]:8443/x.git",
+        ),
+        (f"http://u:{TOKEN}?@[::1]/x", "http://[::1]/x", "http://[::1]/x"),
+        (
+            f"ssh://git:{TOKEN}#@host.example:2222/x.git",
+            "ssh://host.example:2222/x.git",
+            "ssh://host.example:2222/x.git",
+        ),
+        # git's scp-like form: a password before the host goes, with its user
+        (
+            f"deploy:{TOKEN}#?/x@host.example:acme/docs.git",
+            "host.example:acme/docs.git",
+            "host.example:acme/docs.git",
+        ),
+        (
+            f"deploy:{TOKEN} x'\"<@[2001:db8::1]:acme/docs.git",
+            "[2001:db8::1]:acme/docs.git",
+            "[2001:db8::1]:acme/docs.git",
+        ),
+        (f"https://{TOKEN}@github.com/a/b", "https://github.com/a/b", "https://github.com/a/b"),
+        (
+            "https://user:p@ss@host.example/x.git",
+            "https://host.example/x.git",
+            "https://host.example/x.git",
+        ),
+        (
+            "ssh://git:pw@host.example:22/x.git",
+            "ssh://host.example:22/x.git",
+            "ssh://host.example:22/x.git",
+        ),
+        (
+            "git@github.com:acme/docs.git",
+            "git@github.com:acme/docs.git",
+            "git@github.com:acme/docs.git",
+        ),  # scp-like: a user name, no secret
+        ("https://example.org/x.git", "https://example.org/x.git", "https://example.org/x.git"),
+        ("/srv/mirrors/docs", "/srv/mirrors/docs", ""),  # a server path is not published
+        ("../docs.git", "../docs.git", ""),
+        ("file:///srv/mirrors/docs", "file:///srv/mirrors/docs", ""),
+        ("", "", ""),
+    ],
+)
 def test_redact_and_publish_urls(url, redacted, public):
     assert redact_url(url) == redacted
     assert public_url(url) == public
 
 
 def test_redact_text_removes_every_urls_credentials():
-    said = (f"fatal: unable to access '{LEAKY_URL}/': 403; also "
-            f"http://a:b@127.0.0.1:4200/api and mailto-like kim@example.org stay")
+    said = (
+        f"fatal: unable to access '{LEAKY_URL}/': 403; also "
+        f"http://a:b@127.0.0.1:4200/api and mailto-like kim@example.org stay"
+    )
     out = redact_text(said)
     assert TOKEN not in out and "a:b@" not in out
     assert f"'{CLEAN_URL}/'" in out and "http://127.0.0.1:4200/api" in out
     assert "kim@example.org" in out
 
 
-@pytest.mark.parametrize(("said", "left"), [
-    # git quotes a URL it rejects; the password may hold the quote, a space, "#", "/"...
-    (f"fatal: unable to access '{LEAKY_URL}/': URL rejected",
-     f"fatal: unable to access '{CLEAN_URL}/': URL rejected"),
-    (f'remote "https://u:{TOKEN}"x<y@host.example/x" failed',
-     'remote "https://host.example/x" failed'),
-    (f"cannot reach https://u:{TOKEN}/x@[::1]:8080/api now", "cannot reach https://[::1]:8080/api now"),
-    (f"fatal: 'deploy:{TOKEN}#/x@host.example:acme/docs.git' does not appear to be a git "
-     "repository", "fatal: 'host.example:acme/docs.git' does not appear to be a git repository"),
-    (f"url=https://u:{TOKEN} x@host.example", "url=https://host.example"),
-    # what holds no credentials stays whole
-    ("https://host.example/x is down, mail kim@example.org",
-     "https://host.example/x is down, mail kim@example.org"),
-    ("https://host.example:8080 is down, kim@example.org",
-     "https://host.example:8080 is down, kim@example.org"),
-    ("git@github.com:acme/docs.git and https://h.example/x", "git@github.com:acme/docs.git "
-     "and https://h.example/x"),
-])
+@pytest.mark.parametrize(
+    ("said", "left"),
+    [
+        # git quotes a URL it rejects; the password may hold the quote, a space, "#", "/"...
+        (
+            f"fatal: unable to access '{LEAKY_URL}/': URL rejected",
+            f"fatal: unable to access '{CLEAN_URL}/': URL rejected",
+        ),
+        (
+            f'remote "https://u:{TOKEN}"x<y@host.example/x" failed',
+            'remote "https://host.example/x" failed',
+        ),
+        (
+            f"cannot reach https://u:{TOKEN}/x@[::1]:8080/api now",
+            "cannot reach https://[::1]:8080/api now",
+        ),
+        (
+            f"fatal: 'deploy:{TOKEN}#/x@host.example:acme/docs.git' does not appear to be a git "
+            "repository",
+            "fatal: 'host.example:acme/docs.git' does not appear to be a git repository",
+        ),
+        (f"url=https://u:{TOKEN} x@host.example", "url=https://host.example"),
+        # what holds no credentials stays whole
+        (
+            "https://host.example/x is down, mail kim@example.org",
+            "https://host.example/x is down, mail kim@example.org",
+        ),
+        (
+            "https://host.example:8080 is down, kim@example.org",
+            "https://host.example:8080 is down, kim@example.org",
+        ),
+        (
+            "git@github.com:acme/docs.git and https://h.example/x",
+            "git@github.com:acme/docs.git and https://h.example/x",
+        ),
+    ],
+)
 def test_redact_text_finds_a_password_of_any_characters(said, left):
     assert redact_text(said) == left
 
@@ -113,12 +167,14 @@ def test_the_catalog_stores_urls_redacted_and_redacts_what_an_older_one_stored(t
     catalog = Catalog.for_state_dir(tmp_path)
     try:
         catalog.upsert_repository("leaky-docs", url=LEAKY_URL)
-        stored = sqlite3.connect(catalog.path).execute(
-            "SELECT url FROM repositories WHERE name = 'leaky-docs'").fetchone()[0]
+        stored = (
+            sqlite3.connect(catalog.path)
+            .execute("SELECT url FROM repositories WHERE name = 'leaky-docs'")
+            .fetchone()[0]
+        )
         assert stored == CLEAN_URL
         with sqlite3.connect(catalog.path) as conn:  # as an older version left it
-            conn.execute("UPDATE repositories SET url = ? WHERE name = 'leaky-docs'",
-                         (LEAKY_URL,))
+            conn.execute("UPDATE repositories SET url = ? WHERE name = 'leaky-docs'", (LEAKY_URL,))
         record = catalog.repository("leaky-docs")
         assert record is not None and record.url == CLEAN_URL
     finally:
@@ -150,18 +206,41 @@ def test_artifacts_carry_no_credentials():
     from hetriever.core.models import IndexResult, SkippedFile
 
     error = f"SourceError: git fetch from {LEAKY_URL} failed"
-    result = IndexResult(repository="leaky-docs", mode="full", old_commit=None,
-                         new_commit="a" * 40, failed=[SkippedFile("content/x.md", error)])
-    runs = [{"started_at": "2026-01-01T00:00:00+00:00", "mode": "full", "new_commit": "a" * 40,
-             "outcome": "failed", "error": error, "counts": {}}]
-    pages = [repository_markdown(result, runs),
-             summary_markdown([{"repository": "leaky-docs", "ok": False, "error": error}])]
+    result = IndexResult(
+        repository="leaky-docs",
+        mode="full",
+        old_commit=None,
+        new_commit="a" * 40,
+        failed=[SkippedFile("content/x.md", error)],
+    )
+    runs = [
+        {
+            "started_at": "2026-01-01T00:00:00+00:00",
+            "mode": "full",
+            "new_commit": "a" * 40,
+            "outcome": "failed",
+            "error": error,
+            "counts": {},
+        }
+    ]
+    pages = [
+        repository_markdown(result, runs),
+        summary_markdown([{"repository": "leaky-docs", "ok": False, "error": error}]),
+    ]
     for page in pages:
         assert TOKEN not in page and CLEAN_URL in page
 
 
 def test_webhook_answers_carry_no_credentials(tmp_path):
-    from tests.support.webhook_support import SHA, push_payload, running as webhook, send, webhook_config
+    from tests.support.webhook_support import (
+        SHA,
+        push_payload,
+        send,
+        webhook_config,
+    )
+    from tests.support.webhook_support import (
+        running as webhook,
+    )
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -188,18 +267,29 @@ def leaky(tmp_path_factory, minilm_model_dir) -> Workspace:
     parent = init_repo(root / "parent")
     commit_all(parent, "init")
     for name, repo in sources.items():
-        git(parent, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(repo),
-            f"docs/{name}")
+        git(
+            parent,
+            "-c",
+            "protocol.file.allow=always",
+            "submodule",
+            "add",
+            "-q",
+            str(repo),
+            f"docs/{name}",
+        )
     # The URL as a deploy token leaves it, for the submodule that is cloned from a host.
     git(parent, "config", "--file", ".gitmodules", "submodule.docs/leaky-docs.url", LEAKY_URL)
     commit_all(parent, "submodules")
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("HETRIEVER_")},
-           "HETRIEVER_DOCS_ROOT": str(parent),
-           "HETRIEVER_SEARCH_RESIDENT_IDLE": "0",  # no resident search process
-           "HETRIEVER_CHROMA_PATH": str(root / "chroma"),
-           "HETRIEVER_STATE_DIR": str(root / "state"),
-           "HETRIEVER_MODEL_DIR": str(minilm_model_dir),
-           "HETRIEVER_LOG_LEVEL": "INFO", "HETRIEVER_LOG_FORMAT": "json"}
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("HETRIEVER_")},
+        "HETRIEVER_DOCS_ROOT": str(parent),
+        "HETRIEVER_SEARCH_RESIDENT_IDLE": "0",  # no resident search process
+        "HETRIEVER_CHROMA_PATH": str(root / "chroma"),
+        "HETRIEVER_STATE_DIR": str(root / "state"),
+        "HETRIEVER_MODEL_DIR": str(minilm_model_dir),
+        "HETRIEVER_LOG_LEVEL": "INFO",
+        "HETRIEVER_LOG_FORMAT": "json",
+    }
     workspace = Workspace(root, env, sources["leaky-docs"])
     done = workspace.cli("ingest", "--json")
     assert done.returncode == 0, done.stderr[-3000:]
@@ -232,18 +322,22 @@ def test_http_publishes_urls_without_credentials_or_server_paths(leaky):
         assert urls == {"leaky-docs": CLEAN_URL, "local-docs": ""}
         assert TOKEN not in resp.text and str(leaky.root) not in resp.text
         for bad in ("../../etc", "leaky-docs' --", "Leaky.Docs", "x"):
-            got = httpx.get(api.url + "/search", params={"q": "kestrel", "repository": bad},
-                            timeout=60)
+            got = httpx.get(
+                api.url + "/search", params={"q": "kestrel", "repository": bad}, timeout=60
+            )
             assert got.status_code == 400, (bad, got.text)
             assert "invalid repository name" in got.json()["error"]
-        hint = httpx.get(api.url + "/search", params={"q": "guide", "repository": "Leaky.Docs"},
-                         timeout=60).json()["error"]
+        hint = httpx.get(
+            api.url + "/search", params={"q": "guide", "repository": "Leaky.Docs"}, timeout=60
+        ).json()["error"]
         assert "did you mean 'leaky-docs'" in hint
-        posted = httpx.post(api.url + "/search", json={"q": "guide", "repository": ["../x"]},
-                            timeout=60)
+        posted = httpx.post(
+            api.url + "/search", json={"q": "guide", "repository": ["../x"]}, timeout=60
+        )
         assert posted.status_code == 400
-        ok = httpx.get(api.url + "/search", params={"q": "guide", "repository": "leaky-docs"},
-                       timeout=60)
+        ok = httpx.get(
+            api.url + "/search", params={"q": "guide", "repository": "leaky-docs"}, timeout=60
+        )
         assert ok.status_code == 200 and ok.json()["results"]
     assert TOKEN not in api.log.read_text()
 
@@ -252,12 +346,19 @@ def test_error_messages_name_no_server_path(tmp_path):
     from hetriever.core.config import load_settings
     from hetriever.serve.service import DocsService
 
-    settings = load_settings(env={}, config_file=None, chroma_path=tmp_path / "chroma",
-                             state_dir=tmp_path / "state", docs_root=tmp_path / "docs")
+    settings = load_settings(
+        env={},
+        config_file=None,
+        chroma_path=tmp_path / "chroma",
+        state_dir=tmp_path / "state",
+        docs_root=tmp_path / "docs",
+    )
     service = DocsService(settings, store=object())  # type: ignore[arg-type]
-    exc = BackendConnectionError(f"cannot use {tmp_path / 'state' / 'bm25' / 'x.sqlite'}: "
-                              f"disk I/O error, remote {LEAKY_URL}",
-                              location=str((tmp_path / "chroma").resolve()))
+    exc = BackendConnectionError(
+        f"cannot use {tmp_path / 'state' / 'bm25' / 'x.sqlite'}: "
+        f"disk I/O error, remote {LEAKY_URL}",
+        location=str((tmp_path / "chroma").resolve()),
+    )
     said = service.public_message(exc)
     assert str(tmp_path) not in said and TOKEN not in said
     assert "<state dir>/bm25/x.sqlite" in said and "[<chroma data>]" in said
@@ -265,15 +366,18 @@ def test_error_messages_name_no_server_path(tmp_path):
 
 @pytest.mark.slow
 def test_mcp_lists_repositories_without_credentials_and_refuses_bad_names(leaky):
-    server = StdioServerParameters(command=str(HETRIEVER), args=["mcp"], env=leaky.env,
-                                   cwd=str(leaky.root))
+    server = StdioServerParameters(
+        command=str(HETRIEVER), args=["mcp"], env=leaky.env, cwd=str(leaky.root)
+    )
 
     async def steps(client: Any) -> list[Any]:
-        return [await client.call_tool("list_repositories", {}),
-                await client.call_tool("search_docs", {"query": "guide",
-                                                       "repository": "../../etc"}),
-                await client.call_tool("search_docs", {"query": "guide",
-                                                       "repository": "leaky-docs' --"})]
+        return [
+            await client.call_tool("list_repositories", {}),
+            await client.call_tool("search_docs", {"query": "guide", "repository": "../../etc"}),
+            await client.call_tool(
+                "search_docs", {"query": "guide", "repository": "leaky-docs' --"}
+            ),
+        ]
 
     async def go() -> list[Any]:
         with anyio.fail_after(SESSION_TIMEOUT):
@@ -297,8 +401,16 @@ def test_a_gitmodules_path_leading_out_is_no_repository_named_after_its_last_par
     commit_all(good, "good")
     parent = init_repo(tmp_path / "parent")
     commit_all(parent, "init")
-    git(parent, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(good),
-        "docs/good-docs")
+    git(
+        parent,
+        "-c",
+        "protocol.file.allow=always",
+        "submodule",
+        "add",
+        "-q",
+        str(good),
+        "docs/good-docs",
+    )
     with open(parent / ".gitmodules", "a") as f:
         f.write('[submodule "etc"]\n\tpath = ../../etc\n\turl = https://x.invalid/etc\n')
     commit_all(parent, "evil")
@@ -307,8 +419,9 @@ def test_a_gitmodules_path_leading_out_is_no_repository_named_after_its_last_par
     assert "outside the parent" in repos["../../etc"].problem
     assert not Path(repos["../../etc"].path).exists()
     # One submodule alone, leading out: its problem, not a name error, is what is reported.
-    (parent / ".gitmodules").write_text('[submodule "etc"]\n\tpath = ../../etc\n'
-                                        '\turl = https://x.invalid/etc\n')
+    (parent / ".gitmodules").write_text(
+        '[submodule "etc"]\n\tpath = ../../etc\n\turl = https://x.invalid/etc\n'
+    )
     (only,) = discover_repositories(parent)
     assert only.name == "../../etc" and "outside the parent" in only.problem
 
@@ -318,9 +431,11 @@ def test_a_relative_setting_hides_its_resolved_path_and_leaves_words_alone(tmp_p
     from hetriever.serve.service import DocsService
 
     monkeypatch.chdir(tmp_path)
-    settings = load_settings(env={}, config_file=None, docs_root=Path("docs"),
-                             chroma_path=Path("chroma_data"))
+    settings = load_settings(
+        env={}, config_file=None, docs_root=Path("docs"), chroma_path=Path("chroma_data")
+    )
     service = DocsService(settings, store=object())  # type: ignore[arg-type]
-    said = service.public_message(RuntimeError(
-        f"no page 'sample-docs/content/docs/a.md' under {tmp_path / 'docs'}"))
+    said = service.public_message(
+        RuntimeError(f"no page 'sample-docs/content/docs/a.md' under {tmp_path / 'docs'}")
+    )
     assert said == "no page 'sample-docs/content/docs/a.md' under <docs root>"

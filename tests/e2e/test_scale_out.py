@@ -26,10 +26,15 @@ from tests.support.helpers import build_sample_parent, commit_all, update_submod
 
 pytestmark = [pytest.mark.server, pytest.mark.prefect]
 
-QUERIES = ["filter a collection with where", "page bundles and their resources",
-           "front matter formats", "install the binary", "headless bundle",
-           # a section heading once the FAQ exists: an exact hit from each follower's catalog
-           "why is my bundle headless"]
+QUERIES = [
+    "filter a collection with where",
+    "page bundles and their resources",
+    "front matter formats",
+    "install the binary",
+    "headless bundle",
+    # a section heading once the FAQ exists: an exact hit from each follower's catalog
+    "why is my bundle headless",
+]
 WORKERS = 2
 
 
@@ -48,14 +53,31 @@ def dask_cluster(tmp_path: Path) -> Iterator[str]:
     logs = tmp_path / "dask-logs"
     logs.mkdir()
     try:
-        procs.append(subprocess.Popen(
-            _dask("scheduler", "--host", "127.0.0.1", "--port", port, "--no-dashboard"),
-            stdout=subprocess.DEVNULL, stderr=(logs / "scheduler.log").open("wb")))
+        procs.append(
+            subprocess.Popen(
+                _dask("scheduler", "--host", "127.0.0.1", "--port", port, "--no-dashboard"),
+                stdout=subprocess.DEVNULL,
+                stderr=(logs / "scheduler.log").open("wb"),
+            )
+        )
         for i in range(WORKERS):
-            procs.append(subprocess.Popen(
-                _dask("worker", address, "--nworkers", "1", "--nthreads", "1",
-                      "--no-dashboard", "--name", f"w{i}"),
-                stdout=subprocess.DEVNULL, stderr=(logs / f"worker{i}.log").open("wb")))
+            procs.append(
+                subprocess.Popen(
+                    _dask(
+                        "worker",
+                        address,
+                        "--nworkers",
+                        "1",
+                        "--nthreads",
+                        "1",
+                        "--no-dashboard",
+                        "--name",
+                        f"w{i}",
+                    ),
+                    stdout=subprocess.DEVNULL,
+                    stderr=(logs / f"worker{i}.log").open("wb"),
+                )
+            )
         with Client(address, timeout=60) as client:
             client.wait_for_workers(WORKERS, timeout=120)
         yield address
@@ -82,16 +104,19 @@ def _worker_counts(address: str) -> dict[str, int]:
         return dict(client.run(embedded))
 
 
-def _search(docs: Path, env: dict[str, str], query: str,
-            log: list[str] | None = None) -> list[tuple[str, float]]:
+def _search(
+    docs: Path, env: dict[str, str], query: str, log: list[str] | None = None
+) -> list[tuple[str, float]]:
     # -v: a search logs its INFO lines (how the follower was brought in step) only when asked
     done = run_cli(docs, env, "search", query, "--json", "-k", "5", "-v")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Traceback" not in done.stderr
     if log is not None:
         log.append(done.stderr)
-    return [(m["metadata"]["file_path"], round(m["score"], 4))
-            for m in json.loads(done.stdout)["matches"]]
+    return [
+        (m["metadata"]["file_path"], round(m["score"], 4))
+        for m in json.loads(done.stdout)["matches"]
+    ]
 
 
 def _followed_how(stderr: str) -> list[str]:
@@ -104,21 +129,30 @@ def _followed_how(stderr: str) -> list[str]:
 
 
 def test_dask_workers_embed_and_followers_search_like_one_process(
-        tmp_path, monkeypatch, minilm_model_dir, prefect_harness, dask_cluster):
+    tmp_path, monkeypatch, minilm_model_dir, prefect_harness, dask_cluster
+):
     parent, source = build_sample_parent(tmp_path)
     with running_chroma_server(tmp_path / "chroma-server") as server:
-        ingest_env = {"HETRIEVER_CHROMA_HOST": server.host,
-                      "HETRIEVER_CHROMA_PORT": str(server.port),
-                      "HETRIEVER_STATE_DIR": str(tmp_path / "ingest-state"),
-                      "HETRIEVER_MODEL_DIR": str(minilm_model_dir),
-                      "HETRIEVER_DOCS_ROOT": str(parent)}
+        ingest_env = {
+            "HETRIEVER_CHROMA_HOST": server.host,
+            "HETRIEVER_CHROMA_PORT": str(server.port),
+            "HETRIEVER_STATE_DIR": str(tmp_path / "ingest-state"),
+            "HETRIEVER_MODEL_DIR": str(minilm_model_dir),
+            "HETRIEVER_DOCS_ROOT": str(parent),
+        }
         for key, value in ingest_env.items():
             monkeypatch.setenv(key, value)
         clear_store_cache()
-        followers = [cli_env(tmp_path / f"searcher{i}", minilm_model_dir,
-                             HETRIEVER_CHROMA_HOST=server.host,
-                             HETRIEVER_CHROMA_PORT=str(server.port), HETRIEVER_FOLLOW="1")
-                     for i in (1, 2)]
+        followers = [
+            cli_env(
+                tmp_path / f"searcher{i}",
+                minilm_model_dir,
+                HETRIEVER_CHROMA_HOST=server.host,
+                HETRIEVER_CHROMA_PORT=str(server.port),
+                HETRIEVER_FOLLOW="1",
+            )
+            for i in (1, 2)
+        ]
         single = cli_env(tmp_path / "single", minilm_model_dir)
         (tmp_path / "single").mkdir()
 
@@ -148,14 +182,17 @@ def test_dask_workers_embed_and_followers_search_like_one_process(
         (source / "content/docs/faq.md").write_text(
             "---\ntitle: FAQ\n---\n\nA headless bundle has no page of its own.\n\n"
             "## Why is my bundle headless?\n\nIts index file sets headless to true in its front "
-            "matter, so Hugo renders no page for it but keeps its resources for other pages.\n")
+            "matter, so Hugo renders no page for it but keeps its resources for other pages.\n"
+        )
         bundles = source / "content/docs/content/page-bundles/index.md"
         bundles.write_text(bundles.read_text() + "\n\nBundles may also hold data files.\n")
         (source / "content/docs/install/_index.md").unlink()
         update_submodule(parent, "sample-docs", commit_all(source, "change"))
         step("incremental", "files")  # only the files the run named
         assert _search(parent, single, "why is my bundle headless")[0] == (
-            "content/docs/faq.md", 1.0)
+            "content/docs/faq.md",
+            1.0,
+        )
         assert sum(_worker_counts(dask_cluster).values()) > first
 
         # Each follower holds its own copy: catalog and BM25 under its own state directory.
@@ -169,7 +206,9 @@ def test_dask_workers_embed_and_followers_search_like_one_process(
 def _linking(state: Path, key: str) -> set[str]:
     catalog = Catalog.for_state_dir(state)
     try:
-        return catalog.pages.link_sources(catalog.active("sample-docs") or "", [key]).get(key, set())
+        return catalog.pages.link_sources(catalog.active("sample-docs") or "", [key]).get(
+            key, set()
+        )
     finally:
         catalog.close()
 
@@ -182,8 +221,14 @@ def test_a_follower_that_missed_a_publish_and_a_forget(tmp_path, minilm_model_di
         where = {"HETRIEVER_CHROMA_HOST": server.host, "HETRIEVER_CHROMA_PORT": str(server.port)}
         ingest = cli_env(tmp_path / "ingest", minilm_model_dir, **where)
         # Small pages, so the cold copy and the diff each read the collection in several.
-        follower = cli_env(tmp_path / "searcher", minilm_model_dir, HETRIEVER_FOLLOW="1",
-                           HETRIEVER_READ_BATCH_SIZE="7", HETRIEVER_BATCH_SIZE="5", **where)
+        follower = cli_env(
+            tmp_path / "searcher",
+            minilm_model_dir,
+            HETRIEVER_FOLLOW="1",
+            HETRIEVER_READ_BATCH_SIZE="7",
+            HETRIEVER_BATCH_SIZE="5",
+            **where,
+        )
         assert run_cli(parent, ingest, "ingest").returncode == 0
         done = run_cli(parent, follower, "follow", "--json", "-v")
         assert done.returncode == 0, done.stderr[-2000:]
@@ -195,18 +240,24 @@ def test_a_follower_that_missed_a_publish_and_a_forget(tmp_path, minilm_model_di
         for i in (1, 2):
             (source / f"content/docs/away-{i}.md").write_text(
                 f"---\ntitle: Away {i}\n---\n\nWritten while the follower was away, take {i}; "
-                "see [bundles](/docs/content/page-bundles/).\n")
+                "see [bundles](/docs/content/page-bundles/).\n"
+            )
             update_submodule(parent, "sample-docs", commit_all(source, f"away {i}"))
             assert run_cli(parent, ingest, "ingest").returncode == 0
         done = run_cli(parent, follower, "follow", "--json", "-v")
         assert _followed_how(done.stderr) == ["diff"]
         assert json.loads(done.stdout)["added"] >= 2
-        for query in ("written while the follower was away", "Away 2",
-                      "what did the pages written while the follower was away link to"):
+        for query in (
+            "written while the follower was away",
+            "Away 2",
+            "what did the pages written while the follower was away link to",
+        ):
             assert _search(parent, follower, query) == _search(parent, ingest, query)
         # The links prior of questions reads the same links on both sides.
-        linked = [_linking(tmp_path / side / "state", "url:/docs/content/page-bundles/")
-                  for side in ("ingest", "searcher")]
+        linked = [
+            _linking(tmp_path / side / "state", "url:/docs/content/page-bundles/")
+            for side in ("ingest", "searcher")
+        ]
         assert linked[0] == linked[1] == {"content/docs/away-1.md", "content/docs/away-2.md"}
 
         assert run_cli(parent, ingest, "forget", "-r", "sample-docs").returncode == 0
@@ -219,8 +270,8 @@ def test_a_follower_that_missed_a_publish_and_a_forget(tmp_path, minilm_model_di
 
 def test_follow_needs_a_server(tmp_path, minilm_model_dir):
     parent, _ = build_sample_parent(tmp_path)
-    done = run_cli(parent, cli_env(tmp_path, minilm_model_dir, HETRIEVER_FOLLOW="1"),
-                   "search", "where")
+    done = run_cli(
+        parent, cli_env(tmp_path, minilm_model_dir, HETRIEVER_FOLLOW="1"), "search", "where"
+    )
     assert done.returncode == 2
     assert "needs a Chroma server" in done.stderr and "Traceback" not in done.stderr
-

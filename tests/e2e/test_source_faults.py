@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.support.helpers import commit_all, init_repo, write_files
 from tests.support.cli_runs import cli_env, run_cli
+from tests.support.helpers import commit_all, init_repo, write_files
 
 
 def _page(title: str, body: str) -> str:

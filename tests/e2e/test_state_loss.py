@@ -21,8 +21,8 @@ from hetriever.store.chunk_records import ChunkCollection
 from hetriever.store.knowledge_store import Store
 from tests.support.catalog_snapshot import catalog_rows, collection_metadata
 from tests.support.chroma_fixtures import store_settings
-from tests.support.helpers import commit_all, init_repo, run, write_files
 from tests.support.cli_runs import cli_env, run_cli
+from tests.support.helpers import commit_all, init_repo, run, write_files
 
 REPO = "lost-docs"
 DELETED, MODIFIED, ADDED = "content/docs/gone.md", "content/docs/edited.md", "content/docs/new.md"
@@ -30,9 +30,11 @@ DELETED, MODIFIED, ADDED = "content/docs/gone.md", "content/docs/edited.md", "co
 
 def _page(title: str, body: str, link: str = "") -> str:
     see = f"\n\nSee [the other page]({link}).\n" if link else "\n"
-    return (f"---\ntitle: {title}\ndescription: All about {title.lower()}\n---\n\n"
-            f"## {title} overview\n\n{body}{see}\n## Details of {title.lower()}\n\n"
-            f"More words about {title.lower()} and its settings.\n")
+    return (
+        f"---\ntitle: {title}\ndescription: All about {title.lower()}\n---\n\n"
+        f"## {title} overview\n\n{body}{see}\n## Details of {title.lower()}\n\n"
+        f"More words about {title.lower()} and its settings.\n"
+    )
 
 
 V1 = {
@@ -54,22 +56,28 @@ def snapshot(root: Path, model_dir: Path, embedder: Any) -> dict[str, Any]:
         physical = store.physical_name(REPO)
         assert physical is not None
         got = ChunkCollection(store.chroma.client.get_collection(physical)).get(
-            include=["documents", "metadatas"])
+            include=["documents", "metadatas"]
+        )
         bm25 = store.bm25(REPO)
         catalog = store.catalog
 
         def rows(table: str) -> list[tuple]:
-            return sorted(tuple(r)[1:] for r in catalog.db.rows(
-                f"SELECT * FROM {table} WHERE collection = ?", (physical,)))
+            return sorted(
+                tuple(r)[1:]
+                for r in catalog.db.rows(f"SELECT * FROM {table} WHERE collection = ?", (physical,))
+            )
 
         meta = run(store.get_collection_metadata(REPO))
         return {
             "pages": sorted({m["file_path"] for m in got["metadatas"]}),
-            "chroma": {i: (d, m) for i, d, m in zip(got["ids"], got["documents"],
-                                                     got["metadatas"])},
+            "chroma": {
+                i: (d, m) for i, d, m in zip(got["ids"], got["documents"], got["metadatas"])
+            },
             "bm25": {i: bm25.get(i) for i in sorted(bm25.ids())},
-            "files": sorted((f.path, f.state, f.blob, f.last_commit, f.reason, f.chunk_count)
-                            for f in catalog.files(physical)),
+            "files": sorted(
+                (f.path, f.state, f.blob, f.last_commit, f.reason, f.chunk_count)
+                for f in catalog.files(physical)
+            ),
             "titles": rows("titles"),
             "links": rows("links"),
             "commit": meta["commit_hash"],
@@ -132,8 +140,9 @@ def _damage(state: Path, how: str) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("how", ["deleted", "catalog-deleted", "garbage"])
-def test_state_lost_then_ingest_at_v2_equals_a_clean_build(built, tmp_path, how,
-                                                           minilm_model_dir, minilm_embedder):
+def test_state_lost_then_ingest_at_v2_equals_a_clean_build(
+    built, tmp_path, how, minilm_model_dir, minilm_embedder
+):
     docs, top, clean = built
     root = _v1_copy(top, tmp_path)
     _damage(root / "state", how)

@@ -30,7 +30,8 @@ def small_disk(tmp_path):
 
 @pytest.mark.slow
 def test_a_full_disk_is_named_not_retried_and_the_next_run_completes(
-        tmp_path, small_disk, minilm_model_dir, minilm_embedder):
+    tmp_path, small_disk, minilm_model_dir, minilm_embedder
+):
     docs = pages_repo(tmp_path, n=20)
     env = cli_env(small_disk, minilm_model_dir, HETRIEVER_LOG_LEVEL="INFO")
     assert run_cli(docs, env, "ingest").returncode == 0
@@ -58,7 +59,8 @@ def test_a_full_disk_is_named_not_retried_and_the_next_run_completes(
 
 @pytest.mark.slow
 def test_search_and_status_answer_on_a_full_disk_and_json_errors_are_json(
-        tmp_path, small_disk, minilm_model_dir):
+    tmp_path, small_disk, minilm_model_dir
+):
     # SQLite opens a WAL database, even to read it, by creating its -shm and -wal files: a
     # full disk refused them and search and status, which write nothing, failed.
     docs = pages_repo(tmp_path, n=20)
@@ -96,7 +98,8 @@ def test_search_and_status_answer_on_a_full_disk_and_json_errors_are_json(
 
 @pytest.mark.slow
 def test_reads_answer_on_a_full_disk_every_time_and_the_write_error_is_said_once(
-        tmp_path, small_disk, minilm_model_dir):
+    tmp_path, small_disk, minilm_model_dir
+):
     # The reserve a read released used to stay released: once something took that space
     # (here a second filler, as a log or another program would), every later search and
     # status exited 1.
@@ -117,8 +120,9 @@ def test_reads_answer_on_a_full_disk_every_time_and_the_write_error_is_said_once
         assert status.returncode == 0, (attempt, status.stdout[-2000:], status.stderr[-2000:])
         assert json.loads(status.stdout)[0]["chunks"] == 20
         fill(small_disk / f"filler-status-{attempt}")
-    for name in ["filler"] + [f"filler-{i}" for i in range(3)] + [
-            f"filler-status-{i}" for i in range(3)]:
+    for name in (
+        ["filler"] + [f"filler-{i}" for i in range(3)] + [f"filler-status-{i}" for i in range(3)]
+    ):
         (small_disk / name).unlink()
     again = run_cli(docs, env, "ingest", "--json")
     assert again.returncode == 0 and json.loads(again.stdout)[0]["ok"], again.stderr[-2000:]

@@ -23,9 +23,13 @@ BOUND = 30.0  # what the issue asks: a frozen server is detected within 30 s
 def test_a_frozen_server_is_named_within_the_bound(tmp_path, minilm_model_dir):
     docs = pages_repo(tmp_path, n=3)
     with running_chroma_server(tmp_path / "server-data") as server:
-        env = cli_env(tmp_path, minilm_model_dir, HETRIEVER_CHROMA_HOST=server.host,
-                      HETRIEVER_CHROMA_PORT=str(server.port),
-                      HETRIEVER_CHROMA_TIMEOUT=str(TIMEOUT))
+        env = cli_env(
+            tmp_path,
+            minilm_model_dir,
+            HETRIEVER_CHROMA_HOST=server.host,
+            HETRIEVER_CHROMA_PORT=str(server.port),
+            HETRIEVER_CHROMA_TIMEOUT=str(TIMEOUT),
+        )
         assert run_cli(docs, env, "ingest").returncode == 0
         os.kill(server.process.pid, signal.SIGSTOP)
         try:

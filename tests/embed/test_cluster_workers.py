@@ -22,8 +22,13 @@ TIMEOUT = 120  # seconds any one call to the cluster may take
 def cluster_address() -> Iterator[str]:
     from distributed import LocalCluster
 
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
-                      dashboard_address=None, worker_dashboard_address=None) as cluster:
+    with LocalCluster(
+        n_workers=1,
+        threads_per_worker=1,
+        processes=True,
+        dashboard_address=None,
+        worker_dashboard_address=None,
+    ) as cluster:
         yield cluster.scheduler_address
 
 
@@ -46,8 +51,10 @@ def test_runs_with_other_directories_reuse_the_worker_model(cluster_address, tmp
     base = load_settings(env={})
     vectors = []
     for run in range(3):  # each run its own index directories, as fresh ingests have
-        settings = base.replace(chroma_path=tmp_path / f"run{run}" / "chroma",
-                                state_dir=tmp_path / f"run{run}" / "state")
+        settings = base.replace(
+            chroma_path=tmp_path / f"run{run}" / "chroma",
+            state_dir=tmp_path / f"run{run}" / "state",
+        )
         embedder = ClusterEmbedder(cluster_address, settings, timeout=TIMEOUT)
         try:
             vectors.append(embedder.embed(["range over pages", "where function"]))
@@ -63,8 +70,9 @@ def test_runs_with_other_directories_reuse_the_worker_model(cluster_address, tmp
     # Another model configuration (here its batch size) loads a second one; past KEPT_MODELS
     # the least recently used is dropped, so the worker never holds more.
     for batch in (7, 9, 11):
-        embedder = ClusterEmbedder(cluster_address, base.replace(embed_batch_size=batch),
-                                   timeout=TIMEOUT)
+        embedder = ClusterEmbedder(
+            cluster_address, base.replace(embed_batch_size=batch), timeout=TIMEOUT
+        )
         try:
             embedder.embed(["a page"])
         finally:

@@ -19,7 +19,8 @@ import pytest
 from structlog.testing import capture_logs
 
 from hetriever.cli import main as cli_main
-from hetriever.core.config import Settings
+from hetriever.core.config import MINILM_NAME, Settings, parse_model_spec
+from hetriever.core.errors import ConfigurationError, EmbeddingError
 from hetriever.embed.embedder import (
     ENCODE_SLICE,
     Embedder,
@@ -29,20 +30,21 @@ from hetriever.embed.embedder import (
     clear_embedder_cache,
     get_embedder,
 )
-from hetriever.core.config import MINILM_NAME, parse_model_spec
-from hetriever.embed.model_build import ONNX_SUBDIR, prepare_model
 from hetriever.embed.model_build import (
     BUILD_VERSION,
     DATA_FILE,
     MANIFEST_NAME,
+    ONNX_SUBDIR,
     TOKENIZER_FILES,
     default_source_dir,
+    prepare_model,
 )
-from hetriever.core.errors import ConfigurationError, EmbeddingError
 from tests.support.helpers import REPO_ROOT
 
-PARAPHRASE = ("How do I create a new page in my site?",
-              "What is the way to add a new page to a website?")
+PARAPHRASE = (
+    "How do I create a new page in my site?",
+    "What is the way to add a new page to a website?",
+)
 UNRELATED = "The recipe calls for two eggs and a cup of flour."
 
 SENTENCES = [
@@ -84,8 +86,9 @@ def _cos(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 @pytest.mark.slow
-def test_prepare_model_writes_chroma_layout_and_manifest(embedder: MiniLMEmbedder,
-                                                         model_dir: Path) -> None:
+def test_prepare_model_writes_chroma_layout_and_manifest(
+    embedder: MiniLMEmbedder, model_dir: Path
+) -> None:
     import onnx
 
     onnx_dir = model_dir / ONNX_SUBDIR
@@ -126,7 +129,8 @@ def test_prepare_model_again_is_a_noop(embedder: MiniLMEmbedder, model_dir: Path
 
 
 def test_source_with_new_mtime_but_same_weights_is_not_rebuilt(
-        embedder: MiniLMEmbedder, model_dir: Path, tmp_path: Path) -> None:
+    embedder: MiniLMEmbedder, model_dir: Path, tmp_path: Path
+) -> None:
     # A copied source has a different mtime: prepare_model must hash it, find the same
     # weights, and leave the model alone.
     source = tmp_path / "source"
@@ -138,8 +142,9 @@ def test_source_with_new_mtime_but_same_weights_is_not_rebuilt(
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["model.onnx", DATA_FILE])
-def test_truncated_model_is_rebuilt(embedder: MiniLMEmbedder, model_dir: Path,
-                                    tmp_path: Path, name: str) -> None:
+def test_truncated_model_is_rebuilt(
+    embedder: MiniLMEmbedder, model_dir: Path, tmp_path: Path, name: str
+) -> None:
     damaged = tmp_path / "damaged"
     shutil.copytree(model_dir, damaged)
     model_file = damaged / ONNX_SUBDIR / name
@@ -158,7 +163,8 @@ def test_truncated_model_is_rebuilt(embedder: MiniLMEmbedder, model_dir: Path,
 
 @pytest.mark.slow
 def test_a_model_built_with_weights_inside_the_graph_is_rebuilt(
-        embedder: MiniLMEmbedder, model_dir: Path, tmp_path: Path) -> None:
+    embedder: MiniLMEmbedder, model_dir: Path, tmp_path: Path
+) -> None:
     old = tmp_path / "old"
     shutil.copytree(model_dir, old)
     manifest_path = old / ONNX_SUBDIR / MANIFEST_NAME
@@ -172,13 +178,15 @@ def test_a_model_built_with_weights_inside_the_graph_is_rebuilt(
 
     assert json.loads(manifest_path.read_text())["build_version"] == BUILD_VERSION
     assert (old / ONNX_SUBDIR / DATA_FILE).is_file()
-    np.testing.assert_array_equal(MiniLMEmbedder(old, batch_size=3, threads=2).embed(SENTENCES),
-                                  embedder.embed(SENTENCES))
+    np.testing.assert_array_equal(
+        MiniLMEmbedder(old, batch_size=3, threads=2).embed(SENTENCES), embedder.embed(SENTENCES)
+    )
 
 
 @pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs /proc")
-def test_onnxruntime_maps_the_weights_file_instead_of_copying_it(embedder: MiniLMEmbedder,
-                                                                  model_dir: Path) -> None:
+def test_onnxruntime_maps_the_weights_file_instead_of_copying_it(
+    embedder: MiniLMEmbedder, model_dir: Path
+) -> None:
     weights = str((model_dir / ONNX_SUBDIR / DATA_FILE).resolve())
     embedder.embed(SENTENCES[:1])
     assert weights in Path("/proc/self/maps").read_text()
@@ -186,7 +194,8 @@ def test_onnxruntime_maps_the_weights_file_instead_of_copying_it(embedder: MiniL
 
 @pytest.mark.slow
 def test_partial_dir_without_manifest_is_rebuilt_and_force_rebuilds(
-        embedder: MiniLMEmbedder, model_dir: Path, tmp_path: Path) -> None:
+    embedder: MiniLMEmbedder, model_dir: Path, tmp_path: Path
+) -> None:
     partial = tmp_path / "partial"
     (partial / ONNX_SUBDIR).mkdir(parents=True)
     shutil.copyfile(model_dir / ONNX_SUBDIR / "model.onnx", partial / ONNX_SUBDIR / "model.onnx")
@@ -201,7 +210,8 @@ def test_partial_dir_without_manifest_is_rebuilt_and_force_rebuilds(
 
 @pytest.mark.slow
 def test_concurrent_prepares_leave_one_valid_model(
-        embedder: MiniLMEmbedder, tmp_path: Path) -> None:
+    embedder: MiniLMEmbedder, tmp_path: Path
+) -> None:
     target = tmp_path / "shared"
     errors: list[BaseException] = []
 
@@ -218,8 +228,11 @@ def test_concurrent_prepares_leave_one_valid_model(
         thread.join()
     assert errors == []
     assert sorted(p.name for p in target.iterdir() if p.name != ".prepare.lock") == [ONNX_SUBDIR]
-    np.testing.assert_allclose(MiniLMEmbedder(target, threads=1).embed(SENTENCES[:2]),
-                               embedder.embed(SENTENCES[:2]), atol=1e-6)
+    np.testing.assert_allclose(
+        MiniLMEmbedder(target, threads=1).embed(SENTENCES[:2]),
+        embedder.embed(SENTENCES[:2]),
+        atol=1e-6,
+    )
 
 
 def test_missing_weights_raise_embedding_error_with_hint(tmp_path: Path) -> None:
@@ -234,8 +247,10 @@ def test_missing_weights_raise_embedding_error_with_hint(tmp_path: Path) -> None
 
 
 def _conforms(embedder: Embedder) -> bool:
-    return all(hasattr(embedder, a) for a in ("name", "dimensions", "max_tokens", "calls",
-                                              "texts_embedded", "embed"))
+    return all(
+        hasattr(embedder, a)
+        for a in ("name", "dimensions", "max_tokens", "calls", "texts_embedded", "embed")
+    )
 
 
 def test_embedder_satisfies_protocol(embedder: MiniLMEmbedder) -> None:
@@ -264,14 +279,19 @@ def test_order_is_preserved_despite_length_sorting(embedder: MiniLMEmbedder) -> 
 
 
 def test_texts_across_tokenizer_slices_keep_their_order_and_vectors(
-        embedder: MiniLMEmbedder) -> None:
+    embedder: MiniLMEmbedder,
+) -> None:
     """An ingest window is tokenized ENCODE_SLICE texts at a time (only the ids are kept):
     texts on both sides of each slice boundary get the vectors they get alone, and every
     truncated text is counted, whichever slice it was in."""
     n = 2 * ENCODE_SLICE + 5
     long = {3, ENCODE_SLICE, n - 1}  # the first slice, the second's first text, the last
-    texts = [" ".join(["word"] * 400) + f" tail {i}" if i in long
-             else " ".join(["content"] * (i % 37 + 1)) + f" text {i}" for i in range(n)]
+    texts = [
+        " ".join(["word"] * 400) + f" tail {i}"
+        if i in long
+        else " ".join(["content"] * (i % 37 + 1)) + f" text {i}"
+        for i in range(n)
+    ]
     picked = [0, 3, ENCODE_SLICE - 1, ENCODE_SLICE, ENCODE_SLICE + 1, n - 1]
     with capture_logs() as logs:
         batch = embedder.embed(texts)
@@ -345,15 +365,17 @@ class _MeetingBatches(MiniLMEmbedder):
         return super()._run(session, inputs)
 
 
-def test_many_texts_run_their_batches_side_by_side(model_dir: Path,
-                                                    embedder: MiniLMEmbedder) -> None:
+def test_many_texts_run_their_batches_side_by_side(
+    model_dir: Path, embedder: MiniLMEmbedder
+) -> None:
     meeting = _MeetingBatches(model_dir, batch_size=2, threads=2)
     vectors = meeting.embed(SENTENCES)  # four batches; the first two met
     assert meeting.batches == 4
     assert len(meeting.threads_seen) == 2
     # The same vectors as each text embedded alone, on both cores at once.
-    np.testing.assert_allclose(vectors, np.stack([embedder.embed([t])[0] for t in SENTENCES]),
-                               atol=1e-5)
+    np.testing.assert_allclose(
+        vectors, np.stack([embedder.embed([t])[0] for t in SENTENCES]), atol=1e-5
+    )
 
 
 class _RecordingBatches(MiniLMEmbedder):
@@ -368,8 +390,9 @@ class _RecordingBatches(MiniLMEmbedder):
         return super()._run(session, inputs)
 
 
-def test_batches_side_by_side_share_the_word_piece_budget(model_dir: Path,
-                                                          embedder: MiniLMEmbedder) -> None:
+def test_batches_side_by_side_share_the_word_piece_budget(
+    model_dir: Path, embedder: MiniLMEmbedder
+) -> None:
     """`batch_tokens` bounds the word-pieces in the model at once (its memory): two batches
     side by side hold half of it each; a query's one batch all of it."""
     texts = [" ".join(["content"] * n) for n in (3, 5, 8, 12, 20, 30, 9, 4, 6, 14)]
@@ -377,8 +400,9 @@ def test_batches_side_by_side_share_the_word_piece_budget(model_dir: Path,
     vectors = recording.embed(texts)
     assert len(recording.shapes) > 2
     assert all(rows * width <= 32 or rows == 1 for rows, width in recording.shapes)
-    np.testing.assert_allclose(vectors, np.stack([embedder.embed([t])[0] for t in texts]),
-                               atol=1e-5)
+    np.testing.assert_allclose(
+        vectors, np.stack([embedder.embed([t])[0] for t in texts]), atol=1e-5
+    )
     recording.shapes.clear()
     recording.embed([" ".join(["content"] * 50)])  # 52 pieces: over half, within the whole
     assert recording.shapes == [(1, 52)]
@@ -435,7 +459,8 @@ def test_non_string_input_raises(embedder: MiniLMEmbedder) -> None:
 
 @pytest.mark.slow
 def test_same_vectors_as_chromas_onnx_minilm_pointed_at_the_prepared_dir(
-        embedder: MiniLMEmbedder, model_dir: Path) -> None:
+    embedder: MiniLMEmbedder, model_dir: Path
+) -> None:
     from chromadb.utils.embedding_functions import ONNXMiniLM_L6_V2
 
     chroma = ONNXMiniLM_L6_V2(preferred_providers=["CPUExecutionProvider"])
@@ -454,28 +479,34 @@ def _reference_forward(ids: list[int], w: dict[str, np.ndarray], cfg: dict) -> n
     def layer_norm(x: np.ndarray, prefix: str) -> np.ndarray:
         mean = x.mean(-1, keepdims=True)
         var = ((x - mean) ** 2).mean(-1, keepdims=True)
-        return (x - mean) / np.sqrt(var + cfg["layer_norm_eps"]) * w[prefix + ".weight"] \
-            + w[prefix + ".bias"]
+        return (x - mean) / np.sqrt(var + cfg["layer_norm_eps"]) * w[prefix + ".weight"] + w[
+            prefix + ".bias"
+        ]
 
     def dense(x: np.ndarray, prefix: str) -> np.ndarray:
         return x @ w[prefix + ".weight"].T + w[prefix + ".bias"]
 
     n, heads = len(ids), cfg["num_attention_heads"]
     d = cfg["hidden_size"] // heads
-    x = (w["embeddings.word_embeddings.weight"][ids]
-         + w["embeddings.position_embeddings.weight"][:n]
-         + w["embeddings.token_type_embeddings.weight"][0])
+    x = (
+        w["embeddings.word_embeddings.weight"][ids]
+        + w["embeddings.position_embeddings.weight"][:n]
+        + w["embeddings.token_type_embeddings.weight"][0]
+    )
     x = layer_norm(x, "embeddings.LayerNorm")
     for i in range(cfg["num_hidden_layers"]):
         p = f"encoder.layer.{i}"
-        q, k, v = (dense(x, f"{p}.attention.self.{name}").reshape(n, heads, d).transpose(1, 0, 2)
-                   for name in ("query", "key", "value"))
+        q, k, v = (
+            dense(x, f"{p}.attention.self.{name}").reshape(n, heads, d).transpose(1, 0, 2)
+            for name in ("query", "key", "value")
+        )
         scores = q @ k.transpose(0, 2, 1) / math.sqrt(d)
         probs = np.exp(scores - scores.max(-1, keepdims=True))
         probs /= probs.sum(-1, keepdims=True)
         context = (probs @ v).transpose(1, 0, 2).reshape(n, heads * d)
-        x = layer_norm(dense(context, f"{p}.attention.output.dense") + x,
-                       f"{p}.attention.output.LayerNorm")
+        x = layer_norm(
+            dense(context, f"{p}.attention.output.dense") + x, f"{p}.attention.output.LayerNorm"
+        )
         inter = dense(x, f"{p}.intermediate.dense")
         inter = 0.5 * inter * (1.0 + erf(inter / math.sqrt(2.0)))
         x = layer_norm(dense(inter, f"{p}.output.dense") + x, f"{p}.output.LayerNorm")
@@ -494,8 +525,7 @@ def test_same_vectors_as_a_numpy_reference_forward_pass(embedder: MiniLMEmbedder
     tokenizer = Tokenizer.from_file(str(source / "tokenizer.json"))
     tokenizer.no_padding()
     texts = [SENTENCES[0], SENTENCES[4], PARAPHRASE[0]]
-    reference = np.stack([_reference_forward(tokenizer.encode(t).ids, weights, cfg)
-                          for t in texts])
+    reference = np.stack([_reference_forward(tokenizer.encode(t).ids, weights, cfg) for t in texts])
     ours = embedder.embed(texts)
     assert _cos(ours, reference).min() > 0.99999
     np.testing.assert_allclose(ours, reference, atol=1e-5)
@@ -507,15 +537,18 @@ def test_same_vectors_as_a_numpy_reference_forward_pass(embedder: MiniLMEmbedder
 def test_unknown_model_specs_are_configuration_errors() -> None:
     assert parse_model_spec(MINILM_NAME) == ("minilm", "")
     assert parse_model_spec("ollama:nomic-embed-text") == ("ollama", "nomic-embed-text")
-    assert parse_model_spec("sentence-transformers:/models/e5") == ("sentence-transformers",
-                                                                     "/models/e5")
+    assert parse_model_spec("sentence-transformers:/models/e5") == (
+        "sentence-transformers",
+        "/models/e5",
+    )
     for spec in ("word2vec", "ollama:", "sentence-transformers:  ", "openai:text-embedding-3"):
         with pytest.raises(ConfigurationError, match="HETRIEVER_EMBEDDING_MODEL"):
             get_embedder(Settings(embedding_model=spec))
 
 
-def test_get_embedder_caches_one_instance_per_model_and_dir(model_dir: Path,
-                                                            embedder: MiniLMEmbedder) -> None:
+def test_get_embedder_caches_one_instance_per_model_and_dir(
+    model_dir: Path, embedder: MiniLMEmbedder
+) -> None:
     clear_embedder_cache()
     try:
         settings = Settings(model_dir=model_dir)
@@ -566,8 +599,13 @@ class _FakeOllama(BaseHTTPRequestHandler):
             self._reply(404, {"error": f"model {body['model']!r} not found, try pulling it first"})
             return
         type(self).batches.append(len(body["input"]))
-        self._reply(200, {"model": body["model"],
-                          "embeddings": [[float(len(t)), 3.0, 4.0] for t in body["input"]]})
+        self._reply(
+            200,
+            {
+                "model": body["model"],
+                "embeddings": [[float(len(t)), 3.0, 4.0] for t in body["input"]],
+            },
+        )
 
     def _reply(self, status: int, payload: dict) -> None:
         data = json.dumps(payload).encode()
@@ -585,8 +623,9 @@ class _FakeOllama(BaseHTTPRequestHandler):
 def ollama_url():
     _FakeOllama.batches = []
     server = ThreadingHTTPServer(("127.0.0.1", 0), _FakeOllama)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                              daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
@@ -601,8 +640,9 @@ def test_ollama_batches_normalises_and_learns_the_dimension(ollama_url: str) -> 
     assert _conforms(embedder) and _FakeOllama.batches == [2, 2, 1]  # no probe: dimension known
     assert embedder.dimensions == 3 and vectors.dtype == np.float32
     expected = np.array([[len(t), 3.0, 4.0] for t in texts])
-    np.testing.assert_allclose(vectors, expected / np.linalg.norm(expected, axis=1)[:, None],
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        vectors, expected / np.linalg.norm(expected, axis=1)[:, None], atol=1e-6
+    )
     assert (embedder.calls, embedder.texts_embedded) == (1, 5)
 
 
@@ -619,8 +659,9 @@ def test_ollama_dimension_probe_and_missing_model(ollama_url: str) -> None:
 
 
 @pytest.mark.slow
-def test_prepare_model_reports_the_ready_model(embedder: MiniLMEmbedder, model_dir: Path,
-                                                    capsys: pytest.CaptureFixture[str]) -> None:
+def test_prepare_model_reports_the_ready_model(
+    embedder: MiniLMEmbedder, model_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     before = _stat(model_dir / ONNX_SUBDIR / "model.onnx")
     assert cli_main(["prepare-model", "--model-dir", str(model_dir)]) == 0
     assert "model ready" in capsys.readouterr().out
@@ -628,18 +669,26 @@ def test_prepare_model_reports_the_ready_model(embedder: MiniLMEmbedder, model_d
 
 
 def test_prepare_model_fails_cleanly_without_weights(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code = cli_main(["prepare-model", "--model-dir", str(tmp_path / "m"),
-                     "--source-dir", str(tmp_path)])
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = cli_main(
+        ["prepare-model", "--model-dir", str(tmp_path / "m"), "--source-dir", str(tmp_path)]
+    )
     assert code == 1
     assert "error:" in capsys.readouterr().err
 
 
 @pytest.mark.slow
-def test_prepare_model_as_a_fresh_process(embedder: MiniLMEmbedder, model_dir: Path, tmp_path: Path) -> None:
+def test_prepare_model_as_a_fresh_process(
+    embedder: MiniLMEmbedder, model_dir: Path, tmp_path: Path
+) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "hetriever.cli", "prepare-model", "--model-dir", str(model_dir)],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120,
-        env={"PYTHONPATH": str(REPO_ROOT), "PATH": "", "HOME": str(tmp_path)})
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PYTHONPATH": str(REPO_ROOT), "PATH": "", "HOME": str(tmp_path)},
+    )
     assert result.returncode == 0, result.stderr
     assert "model ready" in result.stdout

@@ -8,15 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hetriever.core.config import load_settings
-from hetriever.core.config import MINILM_NAME
-from hetriever.embed.model_build import MODEL_FILE, prepare_int8
-from hetriever.embed.embedder import MiniLMEmbedder, batch_bounds
-from hetriever.embed.model_build import DATA_FILE, INT8_SUBDIR
+from hetriever.core.config import MINILM_NAME, load_settings
 from hetriever.core.errors import ConfigurationError, IndexingError
+from hetriever.discover.repositories import Repository
+from hetriever.embed.embedder import MiniLMEmbedder, batch_bounds
+from hetriever.embed.model_build import DATA_FILE, INT8_SUBDIR, MODEL_FILE, prepare_int8
 from hetriever.index.indexing import index_repository
 from hetriever.index.lifecycle import migrate_repository
-from hetriever.discover.repositories import Repository
 from hetriever.store.knowledge_store import Store
 from tests.support.chroma_fixtures import store_settings
 from tests.support.helpers import commit_all, init_repo, write_files
@@ -24,8 +22,9 @@ from tests.support.helpers import commit_all, init_repo, write_files
 TEXTS = [
     "Hugo is a static site generator written in Go.",
     "Use the where function to filter a collection by a field value.",
-    " ".join(f"Front matter sentence {i} holds the title, date and tags of a page." for i in
-             range(40)),  # past the 256-piece cap: truncated
+    " ".join(
+        f"Front matter sentence {i} holds the title, date and tags of a page." for i in range(40)
+    ),  # past the 256-piece cap: truncated
     "OpenTelemetry collects traces, metrics and logs from your services.",
     " ".join(["Run hugo server to preview the site locally; it rebuilds on every change."] * 6),
     "The quick brown fox jumps over the lazy dog.",
@@ -106,25 +105,40 @@ def test_int8_model_is_built_once_beside_the_fp32_one(model_dir, int8):
 
 
 def test_precision_setting_is_validated():
-    assert load_settings(env={"HETRIEVER_EMBEDDING_PRECISION": "int8"}).embedding_precision == "int8"
+    assert (
+        load_settings(env={"HETRIEVER_EMBEDDING_PRECISION": "int8"}).embedding_precision == "int8"
+    )
     with pytest.raises(ConfigurationError, match="embedding_precision"):
         load_settings(env={"HETRIEVER_EMBEDDING_PRECISION": "int4"})
     with pytest.raises(ConfigurationError, match="all-MiniLM-L6-v2 only"):
-        load_settings(env={"HETRIEVER_EMBEDDING_PRECISION": "int8",
-                           "HETRIEVER_EMBEDDING_MODEL": "ollama:nomic-embed-text"})
+        load_settings(
+            env={
+                "HETRIEVER_EMBEDDING_PRECISION": "int8",
+                "HETRIEVER_EMBEDDING_MODEL": "ollama:nomic-embed-text",
+            }
+        )
     with pytest.raises(ConfigurationError, match="embed_batch_tokens"):
         load_settings(env={"HETRIEVER_EMBED_BATCH_TOKENS": "0"})
 
 
 def test_switching_to_int8_goes_through_migrate(tmp_path, fp32, int8):
     repo_dir = init_repo(tmp_path / "repos" / "otters")
-    write_files(repo_dir, {f"content/docs/page-{n}.md": f"---\ntitle: Page {n}\n---\n\n"
-                           f"Otters and herons live by river number {n}.\n" for n in range(3)})
+    write_files(
+        repo_dir,
+        {
+            f"content/docs/page-{n}.md": f"---\ntitle: Page {n}\n---\n\n"
+            f"Otters and herons live by river number {n}.\n"
+            for n in range(3)
+        },
+    )
     commit_all(repo_dir, "pages")
     repo = Repository(name="otters", path=repo_dir)
     old = Store(store_settings(tmp_path), embedder=fp32)
-    new = Store(store_settings(tmp_path, embedding_precision="int8"),
-                               embedder=int8, client=old.chroma.client)
+    new = Store(
+        store_settings(tmp_path, embedding_precision="int8"),
+        embedder=int8,
+        client=old.chroma.client,
+    )
     try:
         asyncio.run(index_repository(repo, old, old.settings))
         with pytest.raises(IndexingError, match="migrate"):

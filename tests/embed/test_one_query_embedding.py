@@ -23,8 +23,9 @@ def _spinning(embedder: MiniLMEmbedder) -> str:
         return ""
 
 
-def test_a_one_query_session_does_not_spin_and_embeds_alike(minilm_embedder: MiniLMEmbedder,
-                                                            minilm_model_dir: Path) -> None:
+def test_a_one_query_session_does_not_spin_and_embeds_alike(
+    minilm_embedder: MiniLMEmbedder, minilm_model_dir: Path
+) -> None:
     assert minilm_embedder is not None  # the session-wide model, built once
     warm = MiniLMEmbedder(minilm_model_dir, threads=2)
     with embedding_one_query():

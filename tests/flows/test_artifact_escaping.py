@@ -13,9 +13,15 @@ REASON = "front matter [x](javascript:alert(1)) <img src=x onerror=alert(2)> `co
 
 
 def result() -> IndexResult:
-    return IndexResult(repository="hostile-docs", mode="full", old_commit=None,
-                       new_commit="c" * 40, failed=[SkippedFile(PATH, REASON)],
-                       skipped=[SkippedFile(PATH, REASON)], completed=False)
+    return IndexResult(
+        repository="hostile-docs",
+        mode="full",
+        old_commit=None,
+        new_commit="c" * 40,
+        failed=[SkippedFile(PATH, REASON)],
+        skipped=[SkippedFile(PATH, REASON)],
+        completed=False,
+    )
 
 
 def cells(line: str) -> int:
@@ -35,8 +41,9 @@ def test_paths_and_errors_are_text_in_the_repository_page_and_the_skipped_list()
 
 
 def test_a_failed_repository_s_error_is_text_in_the_summary():
-    summary = summary_markdown([{"repository": "hostile-docs", "ok": False,
-                                 "error": f"{PATH}: {REASON}"}])
+    summary = summary_markdown(
+        [{"repository": "hostile-docs", "ok": False, "error": f"{PATH}: {REASON}"}]
+    )
     (row,) = [line for line in summary.splitlines() if line.startswith("| hostile-docs")]
     assert "<" not in row and not re.search(r"(?<!\\)\]\(", row), row
     assert "&lt;script&gt;" in row

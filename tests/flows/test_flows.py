@@ -6,6 +6,7 @@ import asyncio
 import json
 import subprocess
 import time
+from datetime import UTC
 from pathlib import Path
 
 import pytest
@@ -84,8 +85,9 @@ def test_ingest_full_noop_incremental_and_artifacts(sample_parent):
     state, summary = run_ingest()
     assert state.is_completed() and summary["repositories"][0]["mode"] == "noop"
 
-    (source / "content/docs/faq.md").write_text("---\ntitle: FAQ\n---\n\nAnswers about Sample "
-                                                "and its where function.\n")
+    (source / "content/docs/faq.md").write_text(
+        "---\ntitle: FAQ\n---\n\nAnswers about Sample and its where function.\n"
+    )
     update_submodule(parent, "sample-docs", commit_all(source, "faq"))
     state, summary = run_ingest()
     (inc,) = summary["repositories"]
@@ -131,10 +133,16 @@ def recorded_file_task_runs(ingest_state, expected: int, timeout: float = 60.0) 
 
     async def read() -> list:
         async with get_client() as client:
-            subflows = await client.read_flow_runs(flow_run_filter=FlowRunFilter(
-                parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[parent_id])))
-            runs = await client.read_task_runs(task_run_filter=TaskRunFilter(
-                flow_run_id=TaskRunFilterFlowRunId(any_=[r.id for r in subflows])))
+            subflows = await client.read_flow_runs(
+                flow_run_filter=FlowRunFilter(
+                    parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[parent_id])
+                )
+            )
+            runs = await client.read_task_runs(
+                task_run_filter=TaskRunFilter(
+                    flow_run_id=TaskRunFilterFlowRunId(any_=[r.id for r in subflows])
+                )
+            )
             return [r for r in runs if r.name.startswith("process-")]
 
     deadline = time.monotonic() + timeout
@@ -147,7 +155,8 @@ def recorded_file_task_runs(ingest_state, expected: int, timeout: float = 60.0) 
 
 
 def test_every_file_is_a_task_run_recorded_on_the_server_retries_included(
-        sample_parent, monkeypatch, env):
+    sample_parent, monkeypatch, env
+):
     from hetriever.discover.changes import head_commit, list_content_files
 
     parent, _ = sample_parent
@@ -232,7 +241,9 @@ def test_query_flow_records_metrics(sample_parent):
     summary = metrics_store(load_settings().resolved_state_dir).summary(temperature="warm")
     assert summary.count == 1 and summary.p50_ms > 0
     # start-up (store open, warm-up search) is reported apart from the warm search's latency
-    assert result["startup_ms"] > 0 and summary.p50_ms == pytest.approx(result["search_time_ms"], abs=0.01)
+    assert result["startup_ms"] > 0 and summary.p50_ms == pytest.approx(
+        result["search_time_ms"], abs=0.01
+    )
     rows = [(r["source"], r["temperature"], r["count"]) for r in summary.by_source]
     assert rows == [("query-flow", "warm", 1)]
     cold = metrics_store(load_settings().resolved_state_dir).summary(temperature="cold")
@@ -280,14 +291,16 @@ def test_query_flow_respects_access_levels(sample_parent, monkeypatch):
     assert run_ingest()[0].is_completed()
     public = asyncio.run(query("filter a collection with where", top_k=3))
     assert public["matches"] == []  # a PUBLIC caller never sees PRIVATE content
-    private = asyncio.run(query("filter a collection with where", top_k=3,
-                                access_levels=["PRIVATE"]))
+    private = asyncio.run(
+        query("filter a collection with where", top_k=3, access_levels=["PRIVATE"])
+    )
     assert private["matches"]
     assert {m["metadata"]["access_level"] for m in private["matches"]} == {"PRIVATE"}
 
 
-def test_query_flow_records_the_search_and_publishes_the_analytics_report(sample_parent,
-                                                                          monkeypatch):
+def test_query_flow_records_the_search_and_publishes_the_analytics_report(
+    sample_parent, monkeypatch
+):
     from flows.query import query
     from hetriever.core.config import load_settings
     from hetriever.search.analytics_report import analytics_report
@@ -318,7 +331,8 @@ def _artifacts(key: str) -> list:
         async with get_client() as client:
             return await client.read_artifacts(
                 artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])),
-                sort=ArtifactSort.CREATED_DESC)
+                sort=ArtifactSort.CREATED_DESC,
+            )
 
     return asyncio.run(read())
 
@@ -328,8 +342,12 @@ def test_a_fetching_run_picks_up_a_commit_no_webhook_announced(sample_parent):
     parent, source = sample_parent
     state, _ = run_ingest()
     assert state.is_completed(), state.message
-    write_files(source, {"content/docs/upstream-only.md":
-                         "---\ntitle: Upstream only\n---\n\nA zeppelin manual page.\n"})
+    write_files(
+        source,
+        {
+            "content/docs/upstream-only.md": "---\ntitle: Upstream only\n---\n\nA zeppelin manual page.\n"
+        },
+    )
     pushed = commit_all(source, "a push whose webhook was lost")
 
     state, summary = run_ingest()  # without fetch: the checkout has not moved, nothing to do
@@ -358,8 +376,9 @@ def _warnings_since(started) -> list[tuple[str, str]]:
 
     async def read_logs():
         async with get_client() as client:
-            return await client.read_logs(log_filter=LogFilter(
-                timestamp=LogFilterTimestamp(after_=started)), limit=200)
+            return await client.read_logs(
+                log_filter=LogFilter(timestamp=LogFilterTimestamp(after_=started)), limit=200
+            )
 
     return [(log.name, log.message) for log in asyncio.run(read_logs()) if log.level >= 30]
 
@@ -367,13 +386,17 @@ def _warnings_since(started) -> list[tuple[str, str]]:
 def test_a_fetching_run_follows_the_branch_gitmodules_names(sample_parent):
     """A webhook route to a branch other than the remote's default: the scheduled runs check
     out the branch the submodule names in .gitmodules, so they do not undo the webhook's."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     parent, source = sample_parent
     default = git(source, "symbolic-ref", "--short", "HEAD")
     git(source, "checkout", "-q", "-b", "release")
-    write_files(source, {"content/docs/release-notes.md":
-                         "---\ntitle: Release notes\n---\n\nA dirigible release.\n"})
+    write_files(
+        source,
+        {
+            "content/docs/release-notes.md": "---\ntitle: Release notes\n---\n\nA dirigible release.\n"
+        },
+    )
     on_release = commit_all(source, "on the release branch only")
     git(source, "checkout", "-q", default)
     write_files(source, {"content/docs/next.md": "---\ntitle: Next\n---\n\nA blimp.\n"})
@@ -382,12 +405,11 @@ def test_a_fetching_run_follows_the_branch_gitmodules_names(sample_parent):
     state, summary = run_ingest(fetch=True)  # .gitmodules names no branch: the default one
     assert summary["repositories"][0]["new_commit"] == on_default, state.message
 
-    git(parent, "config", "--file", ".gitmodules", "submodule.docs/sample-docs.branch",
-        "release")
+    git(parent, "config", "--file", ".gitmodules", "submodule.docs/sample-docs.branch", "release")
     state, summary = run_ingest(fetch=True)
     assert state.is_completed() and summary["repositories"][0]["new_commit"] == on_release
 
-    started = datetime.now(timezone.utc)  # a push to the default branch, routed by a webhook
+    started = datetime.now(UTC)  # a push to the default branch, routed by a webhook
     state, summary = run_ingest(fetch=True, ref=on_default)
     assert summary["repositories"][0]["new_commit"] == on_default, state.message
     assert any("is not on origin/release" in message for _, message in _warnings_since(started))
@@ -401,13 +423,20 @@ def test_a_fetching_run_follows_the_branch_gitmodules_names(sample_parent):
 
 
 def test_a_replayed_old_push_leaves_the_index_at_the_newer_commit(
-        sample_parent, tmp_path, prefect_harness, ingest_deployment):
+    sample_parent, tmp_path, prefect_harness, ingest_deployment
+):
     """The real webhook service starts runs on the harness; each run's parameters are then
     run here as the deployment's worker would run them."""
-    from datetime import datetime, timezone
+    from datetime import datetime
     from uuid import uuid4
 
-    from tests.support.webhook_support import push_payload, read_flow_run, running, send, webhook_config
+    from tests.support.webhook_support import (
+        push_payload,
+        read_flow_run,
+        running,
+        send,
+        webhook_config,
+    )
     from webhooks.service import parse_repo_routes
 
     parent, source = sample_parent
@@ -415,13 +444,15 @@ def test_a_replayed_old_push_leaves_the_index_at_the_newer_commit(
     old = git(source, "rev-parse", "HEAD")
     write_files(source, {"content/docs/newer.md": "---\ntitle: Newer\n---\n\nA newer page.\n"})
     newer = commit_all(source, "a newer push")
-    hook = webhook_config(tmp_path / "hook-state", prefect_harness.api_url,
-                   deployment=ingest_deployment, repos=parse_repo_routes("docs-org/sample="
-                                                                         "sample-docs"))
+    hook = webhook_config(
+        tmp_path / "hook-state",
+        prefect_harness.api_url,
+        deployment=ingest_deployment,
+        repos=parse_repo_routes("docs-org/sample=sample-docs"),
+    )
 
     def push(after: str) -> dict:
-        payload = push_payload("docs-org/sample", branch=branch, default_branch=branch,
-                               after=after)
+        payload = push_payload("docs-org/sample", branch=branch, default_branch=branch, after=after)
         with running(hook) as base:
             answer = send(base, payload, delivery=str(uuid4()))
         assert answer.status_code == 202, answer.text
@@ -437,7 +468,7 @@ def test_a_replayed_old_push_leaves_the_index_at_the_newer_commit(
     assert asyncio.run(store.get_collection_metadata("sample-docs"))["commit_hash"] == newer
 
     # A run told the old commit itself (as runs started before this change were) refuses it.
-    started = datetime.now(timezone.utc)
+    started = datetime.now(UTC)
     state, summary = run_ingest(repositories=["sample-docs"], fetch=True, ref=old)
     (refused,) = summary["repositories"]
     assert state.is_completed() and refused["mode"] == "refused", refused
@@ -450,8 +481,8 @@ def test_a_replayed_old_push_leaves_the_index_at_the_newer_commit(
 def test_the_followed_branch_is_fetched_by_name_and_a_deleted_one_is_an_error(tmp_path):
     """A single-branch (or shallow) clone fetches only the branch it was cloned with; a
     branch deleted on the remote must not be followed at its last fetched commit."""
-    from hetriever.discover.fetch import update_checkout
     from hetriever.core.errors import SourceError
+    from hetriever.discover.fetch import update_checkout
     from hetriever.discover.repositories import Repository
 
     source = init_repo(tmp_path / "source")
@@ -467,8 +498,11 @@ def test_the_followed_branch_is_fetched_by_name_and_a_deleted_one_is_an_error(tm
 
     assert update_checkout(repo, None) == on_release
     git(source, "branch", "-q", "-D", "release/1.x")
-    with pytest.raises(SourceError, match=r"the followed branch 'release/1.x' \(.*\) is "
-                                          "not a branch of the remote"):
+    with pytest.raises(
+        SourceError,
+        match=r"the followed branch 'release/1.x' \(.*\) is "
+        "not a branch of the remote",
+    ):
         update_checkout(repo, None)
 
 
@@ -484,7 +518,8 @@ def test_a_fetch_that_cannot_reach_the_remote_fails_that_repository_clearly(samp
 
 
 def test_a_remote_that_stops_answering_fails_its_repository_and_the_run_goes_on(
-        sample_parent, tmp_path, monkeypatch):
+    sample_parent, tmp_path, monkeypatch
+):
     """A hung remote holds its fetch until HETRIEVER_FETCH_TIMEOUT, not the run: the other
     repository is fetched and indexed, the hung one fails with that reason."""
     parent, _ = sample_parent
@@ -513,16 +548,19 @@ def test_a_remote_that_stops_answering_fails_its_repository_and_the_run_goes_on(
 def test_a_failed_fetch_reports_its_remote_without_credentials(sample_parent, monkeypatch):
     """A git error that names the remote with its token: the outcome, the summary artifact
     and the run's log lines carry it without the token."""
+    from prefect.client.orchestration import get_client
+
     import hetriever.index.ingest as one_ingest
     from hetriever.core.errors import SourceError
-    from prefect.client.orchestration import get_client
 
     token = "ghp_flowsecret0123456789"
     password = f"{token}#?/'\"< {token}"  # what ends a URL to a splitter, around the token
 
     def fails(repo, ref, **_):  # the fetch fails, with the remote's URL in git's message
-        raise SourceError(f"git fetch failed: repository 'https://bot:{password}@example.invalid"
-                          "/acme/docs.git/' not found")
+        raise SourceError(
+            f"git fetch failed: repository 'https://bot:{password}@example.invalid"
+            "/acme/docs.git/' not found"
+        )
 
     monkeypatch.setattr(one_ingest, "fetch_target", fails)
     state, summary = run_ingest(fetch=True)
@@ -536,8 +574,9 @@ def test_a_failed_fetch_reports_its_remote_without_credentials(sample_parent, mo
 
         async with get_client() as client:
             latest = await client.read_latest_artifacts()
-            logs = await client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(
-                any_=[state.state_details.flow_run_id])))
+            logs = await client.read_logs(
+                LogFilter(flow_run_id=LogFilterFlowRunId(any_=[state.state_details.flow_run_id]))
+            )
         return "\n".join([str(a.data) for a in latest] + [log.message for log in logs])
 
     published = asyncio.run(artifact_and_logs())
@@ -546,8 +585,9 @@ def test_a_failed_fetch_reports_its_remote_without_credentials(sample_parent, mo
 
 def test_a_fetching_run_names_a_submodule_that_is_not_checked_out(sample_parent):
     parent, _ = sample_parent
-    subprocess.run(["git", "submodule", "deinit", "-q", "-f", "docs/sample-docs"], cwd=parent,
-                   check=True)
+    subprocess.run(
+        ["git", "submodule", "deinit", "-q", "-f", "docs/sample-docs"], cwd=parent, check=True
+    )
     state, summary = run_ingest(fetch=True)
     assert state.is_failed()
     (repo,) = summary["repositories"]
@@ -566,8 +606,10 @@ def test_a_full_run_deletes_most_of_an_index_only_when_allowed(sample_parent):
     assert state.is_completed(), summary
     (repo,) = summary["repositories"]
     assert repo["chunks_deleted"] > 0
-    assert all(not p.startswith(("content/blog", "content/docs"))
-               for p, _ in stored(open_store(), "sample-docs").values())
+    assert all(
+        not p.startswith(("content/blog", "content/docs"))
+        for p, _ in stored(open_store(), "sample-docs").values()
+    )
 
 
 def test_an_exception_in_a_run_closes_its_catalog_run_as_failed(sample_parent, monkeypatch):
@@ -596,8 +638,10 @@ def test_the_artifact_of_a_failing_run_shows_the_failure_first(sample_parent, mo
     # the whole message, not cut: the injected fault names itself
     assert "failed after retries: " in text and "injected fault" in text.lower()
     summary = _artifacts("ingest-summary")[0].data  # the file and its error, by name
-    assert ("FAILED: sample-docs: 1 file(s) could not be indexed (content/docs/templates/"
-            "where.md: failed after retries: InjectedFault") in summary
+    assert (
+        "FAILED: sample-docs: 1 file(s) could not be indexed (content/docs/templates/"
+        "where.md: failed after retries: InjectedFault"
+    ) in summary
 
 
 def test_a_noop_run_keeps_the_last_real_runs_artifact(sample_parent):
@@ -611,14 +655,14 @@ def test_a_noop_run_keeps_the_last_real_runs_artifact(sample_parent):
 
 
 def test_hetriever_warnings_reach_the_run_logs_at_warning_level(sample_parent):
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import LogFilter, LogFilterTimestamp
     from prefect.logging.handlers import APILogHandler
 
     parent, _ = sample_parent
-    started = datetime.now(timezone.utc)
+    started = datetime.now(UTC)
     (parent / "docs" / "sample-docs" / "content" / "docs" / "faq.md").write_text("edited\n")
     state, _ = run_ingest()  # a dirty working tree: indexed at HEAD, with a warning
     assert state.is_completed(), state.message
@@ -626,19 +670,25 @@ def test_hetriever_warnings_reach_the_run_logs_at_warning_level(sample_parent):
 
     async def read_logs():
         async with get_client() as client:
-            return await client.read_logs(log_filter=LogFilter(
-                timestamp=LogFilterTimestamp(after_=started)), limit=200)
+            return await client.read_logs(
+                log_filter=LogFilter(timestamp=LogFilterTimestamp(after_=started)), limit=200
+            )
 
     logs = asyncio.run(read_logs())
     warnings = [(log.name, log.message) for log in logs if log.level >= 30]
-    assert any(name.startswith("hetriever") and "uncommitted_changes_ignored" in message
-               for name, message in warnings), warnings
+    assert any(
+        name.startswith("hetriever") and "uncommitted_changes_ignored" in message
+        for name, message in warnings
+    ), warnings
     progress = [log.message for log in logs if log.message.startswith("index_progress")]
     assert progress and "chunks_per_s=" in progress[0] and "eta_s=" in progress[0]
     assert not any(log.message[:4].isdigit() for log in logs if log.name.startswith("hetriever"))
     # six file tasks ran; none logged its routine "Finished in state Completed()"
-    assert not [log for log in logs if log.task_run_id is not None
-                and log.message.startswith("Finished in state Completed")]
+    assert not [
+        log
+        for log in logs
+        if log.task_run_id is not None and log.message.startswith("Finished in state Completed")
+    ]
     assert any(log.name == "prefect.flow_runs" for log in logs)  # the flow's own lines do show
 
 
@@ -656,11 +706,13 @@ def test_the_parent_run_logs_what_it_does_and_each_repository_s_progress(sample_
 
     async def read_logs():
         async with get_client() as client:
-            return await client.read_logs(log_filter=LogFilter(
-                flow_run_id=LogFilterFlowRunId(any_=[parent_id])), limit=200)
+            return await client.read_logs(
+                log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[parent_id])), limit=200
+            )
 
-    messages = [log.message for log in sorted(asyncio.run(read_logs()),
-                                              key=lambda log: log.timestamp)]
+    messages = [
+        log.message for log in sorted(asyncio.run(read_logs()), key=lambda log: log.timestamp)
+    ]
     assert messages[1] == "ingest: 1 repository (sample-docs)", messages  # after Prefect's own
     progress = [m for m in messages if m.startswith("progress sample-docs: ")]
     assert progress and " chunks, " in progress[0] and "files" in progress[0], messages
@@ -690,8 +742,7 @@ def test_full_reindex_re_embeds_everything_and_migrate_only_what_changed(sample_
     assert len({p for p, _ in stored(store, "sample-docs").values()}) == 7  # searchable as before
 
 
-def test_a_force_pushed_revert_is_refused_with_the_command_that_accepts_it(sample_parent,
-                                                                           capsys):
+def test_a_force_pushed_revert_is_refused_with_the_command_that_accepts_it(sample_parent, capsys):
     """The followed branch is force-pushed back to an older commit: fetching runs refuse it
     (the index only moves forward), say how to accept it, do not count it as updated, and
     `status --fetch` says the branch moved back instead of "up to date"."""

@@ -17,10 +17,12 @@ pytestmark = pytest.mark.prefect
 @pytest.fixture
 def sample(tmp_path, monkeypatch, minilm_model_dir, prefect_harness):
     parent, _ = build_sample_parent(tmp_path)
-    for key, value in {"HETRIEVER_DOCS_ROOT": parent,
-                       "HETRIEVER_CHROMA_PATH": tmp_path / "chroma",
-                       "HETRIEVER_STATE_DIR": tmp_path / "state",
-                       "HETRIEVER_MODEL_DIR": minilm_model_dir}.items():
+    for key, value in {
+        "HETRIEVER_DOCS_ROOT": parent,
+        "HETRIEVER_CHROMA_PATH": tmp_path / "chroma",
+        "HETRIEVER_STATE_DIR": tmp_path / "state",
+        "HETRIEVER_MODEL_DIR": minilm_model_dir,
+    }.items():
         monkeypatch.setenv(key, str(value))
     clear_store_cache()
     yield
@@ -29,8 +31,11 @@ def sample(tmp_path, monkeypatch, minilm_model_dir, prefect_harness):
 
 def test_the_summary_links_the_repository_run_that_holds_its_page(sample):
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import (ArtifactFilter, ArtifactFilterFlowRunId,
-                                                ArtifactFilterKey)
+    from prefect.client.schemas.filters import (
+        ArtifactFilter,
+        ArtifactFilterFlowRunId,
+        ArtifactFilterKey,
+    )
     from prefect.settings import PREFECT_UI_URL
 
     from flows.ingest import ingest
@@ -41,17 +46,24 @@ def test_the_summary_links_the_repository_run_that_holds_its_page(sample):
 
     async def artifacts(run_id, key):
         async with get_client() as client:
-            return await client.read_artifacts(artifact_filter=ArtifactFilter(
-                key=ArtifactFilterKey(any_=[key]),
-                flow_run_id=ArtifactFilterFlowRunId(any_=[run_id])))
+            return await client.read_artifacts(
+                artifact_filter=ArtifactFilter(
+                    key=ArtifactFilterKey(any_=[key]),
+                    flow_run_id=ArtifactFilterFlowRunId(any_=[run_id]),
+                )
+            )
 
     (summary,) = asyncio.run(artifacts(parent_id, "ingest-summary"))
     (row,) = [line for line in summary.data.splitlines() if line.startswith("| sample-docs |")]
     ui = PREFECT_UI_URL.value()
     assert ui, "the harness server has a UI address"
-    found = re.search(r"\[index-sample-docs\]\((?P<url>[^)]+)/runs/flow-run/(?P<id>[0-9a-f-]+)\)"
-                      r", artifact `ingest-sample-docs`", row)
+    found = re.search(
+        r"\[index-sample-docs\]\((?P<url>[^)]+)/runs/flow-run/(?P<id>[0-9a-f-]+)\)"
+        r", artifact `ingest-sample-docs`",
+        row,
+    )
     assert found and found["url"] == ui.rstrip("/"), row
+
     # the linked run is the repository's, and its page is there
     async def child():
         async with get_client() as client:

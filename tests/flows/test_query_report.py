@@ -16,8 +16,10 @@ from hetriever.discover.repositories import discover_repositories
 from hetriever.store.knowledge_store import clear_store_cache
 from tests.support.helpers import commit_all, init_repo, write_files
 
-HOSTILE = ("Run <script>alert(1)</script> then [click](javascript:alert(2)) | a cell | "
-           "and `code` ** bold ** # heading")
+HOSTILE = (
+    "Run <script>alert(1)</script> then [click](javascript:alert(2)) | a cell | "
+    "and `code` ** bold ** # heading"
+)
 
 
 def test_markdown_text_leaves_no_markup_standing():
@@ -39,17 +41,20 @@ def test_only_http_addresses_become_links_and_cannot_end_the_link_early():
     assert link_target("javascript:alert(1)") == ""
     assert link_target("/docs/where/") == ""
     assert link_target("https://docs.example.org/a (b)/") == "https://docs.example.org/a%20%28b%29/"
-    assert link_target("https://docs.example.org/docs/x/#install-it") == \
-        "https://docs.example.org/docs/x/#install-it"
+    assert (
+        link_target("https://docs.example.org/docs/x/#install-it")
+        == "https://docs.example.org/docs/x/#install-it"
+    )
 
 
 PAGES = {
     "hugo.toml": 'baseURL = "https://docs.example.org/"\ntitle = "Hostile"\n',
     "content/docs/pipes.md": (
-        "---\ntitle: \"Pipes | and <b>tags</b> type[/name]\"\n---\n\n"
+        '---\ntitle: "Pipes | and <b>tags</b> type[/name]"\n---\n\n'
         "## Wombat settings\n\n"
         "Wombat burrows, as the example shows (fenced code is kept as written):\n\n"
-        f"```text\n{HOSTILE}\n```\n\nThe wombat passage goes on about burrows and tunnels.\n"),
+        f"```text\n{HOSTILE}\n```\n\nThe wombat passage goes on about burrows and tunnels.\n"
+    ),
     "content/docs/other.md": "---\ntitle: Other page\n---\n\nNothing about that animal.\n",
 }
 
@@ -62,10 +67,12 @@ def hostile_index(tmp_path, monkeypatch, minilm_model_dir, prefect_harness):
     repo = init_repo(tmp_path / "docs" / "hostile-docs")
     write_files(repo, PAGES)
     commit_all(repo)
-    for key, value in {"HETRIEVER_DOCS_ROOT": tmp_path / "docs",
-                       "HETRIEVER_CHROMA_PATH": tmp_path / "chroma",
-                       "HETRIEVER_STATE_DIR": tmp_path / "state",
-                       "HETRIEVER_MODEL_DIR": minilm_model_dir}.items():
+    for key, value in {
+        "HETRIEVER_DOCS_ROOT": tmp_path / "docs",
+        "HETRIEVER_CHROMA_PATH": tmp_path / "chroma",
+        "HETRIEVER_STATE_DIR": tmp_path / "state",
+        "HETRIEVER_MODEL_DIR": minilm_model_dir,
+    }.items():
         monkeypatch.setenv(key, str(value))
     clear_store_cache()
     settings = load_settings()
@@ -79,8 +86,13 @@ def hostile_index(tmp_path, monkeypatch, minilm_model_dir, prefect_harness):
 @pytest.mark.prefect
 def test_the_query_flow_shows_linked_escaped_results_in_its_artifact_and_log(hostile_index):
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import (ArtifactFilter, ArtifactFilterFlowRunId,
-                                                ArtifactFilterKey, LogFilter, LogFilterFlowRunId)
+    from prefect.client.schemas.filters import (
+        ArtifactFilter,
+        ArtifactFilterFlowRunId,
+        ArtifactFilterKey,
+        LogFilter,
+        LogFilterFlowRunId,
+    )
     from prefect.logging.handlers import APILogHandler
 
     from flows.query import query
@@ -94,19 +106,25 @@ def test_the_query_flow_shows_linked_escaped_results_in_its_artifact_and_log(hos
 
     async def read():
         async with get_client() as client:
-            artifacts = await client.read_artifacts(artifact_filter=ArtifactFilter(
-                key=ArtifactFilterKey(any_=["query-results"]),
-                flow_run_id=ArtifactFilterFlowRunId(any_=[run_id])))
-            logs = await client.read_logs(log_filter=LogFilter(
-                flow_run_id=LogFilterFlowRunId(any_=[run_id])), limit=200)
+            artifacts = await client.read_artifacts(
+                artifact_filter=ArtifactFilter(
+                    key=ArtifactFilterKey(any_=["query-results"]),
+                    flow_run_id=ArtifactFilterFlowRunId(any_=[run_id]),
+                )
+            )
+            logs = await client.read_logs(
+                log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run_id])), limit=200
+            )
             return artifacts, logs
 
     artifacts, logs = asyncio.run(read())
     (artifact,) = artifacts
     page = artifact.data
     # the title links to the published page at its heading's anchor
-    assert ("## 1. [Pipes \\| and &lt;b&gt;tags&lt;/b&gt; type\\[/name\\]]"
-            "(https://docs.example.org/docs/pipes/#wombat-settings)") in page, page
+    assert (
+        "## 1. [Pipes \\| and &lt;b&gt;tags&lt;/b&gt; type\\[/name\\]]"
+        "(https://docs.example.org/docs/pipes/#wombat-settings)"
+    ) in page, page
     assert "Section: Wombat settings" in page
     # the passage, as text: no live tag, link, cell break or code span from the docs
     (quote,) = [line for line in page.splitlines() if line.startswith("> Wombat burrows")]

@@ -85,15 +85,31 @@ def test_a_flow_failure_row_keeps_its_counts_and_its_whole_error(capsys):
     longer than any column; the row shows the counts, the error is printed whole below."""
     from hetriever.commands.ingest import print_ingest
 
-    error = ("sample-docs: 1 file(s) could not be indexed (content/docs/templates/where.md: "
-             "failed after retries: InjectedFault: injected fault at process_file); every other "
-             "file is indexed, the commit was not recorded, so the next ingest retries them")
-    print_ingest([{"repository": "sample-docs", "ok": False, "error": error, "mode": "full",
-                   "new_commit": "a" * 40, "files_indexed": 6, "skipped": [],
-                   "files_deleted": 0, "chunks_written": 19, "chunks_reused": 0,
-                   "chunks_deleted": 0, "total_seconds": 12.5},
-                  {"repository": "other-docs", "ok": False, "error": "unknown repository"}],
-                 "/data/chroma")
+    error = (
+        "sample-docs: 1 file(s) could not be indexed (content/docs/templates/where.md: "
+        "failed after retries: InjectedFault: injected fault at process_file); every other "
+        "file is indexed, the commit was not recorded, so the next ingest retries them"
+    )
+    print_ingest(
+        [
+            {
+                "repository": "sample-docs",
+                "ok": False,
+                "error": error,
+                "mode": "full",
+                "new_commit": "a" * 40,
+                "files_indexed": 6,
+                "skipped": [],
+                "files_deleted": 0,
+                "chunks_written": 19,
+                "chunks_reused": 0,
+                "chunks_deleted": 0,
+                "total_seconds": 12.5,
+            },
+            {"repository": "other-docs", "ok": False, "error": "unknown repository"},
+        ],
+        "/data/chroma",
+    )
     out = capsys.readouterr().out
     row = next(line for line in out.splitlines() if line.startswith("│ sample-docs"))
     assert "failed" in row and "12.5" in row and "│ 6 " in row and "could not" not in row

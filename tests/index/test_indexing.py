@@ -72,15 +72,25 @@ def test_full_then_noop_then_incremental(docs, store):
     where.write_text(where.read_text().replace("Use dot notation", "Use dotted notation"))
     (source / "content/blog/release-1.md").unlink()
     git(source, "mv", "content/docs/content/page-bundles", "content/docs/content/bundles")
-    write_files(source, {"content/docs/faq.md": "---\ntitle: FAQ\n---\n\nQuestions and answers "
-                                                 "about Sample, its templates and its output.\n"})
+    write_files(
+        source,
+        {
+            "content/docs/faq.md": "---\ntitle: FAQ\n---\n\nQuestions and answers "
+            "about Sample, its templates and its output.\n"
+        },
+    )
     new_commit = commit_all(source, "edit")
     update_submodule(parent, "sample-docs", new_commit)
     repo = repo_of(parent)
 
     inc = run(index_repository(repo, store, settings))
     assert inc.mode == "incremental" and inc.completed
-    assert (inc.files_added, inc.files_modified, inc.files_deleted, inc.files_renamed) == (1, 1, 1, 1)
+    assert (inc.files_added, inc.files_modified, inc.files_deleted, inc.files_renamed) == (
+        1,
+        1,
+        1,
+        1,
+    )
     assert inc.files_indexed == 3
     after = stored(store, "sample-docs")
     paths = {p for p, _ in after.values()}
@@ -122,18 +132,23 @@ def test_changed_snippet_reindexes_the_pages_that_include_it(docs, store):
 
 def test_param_takes_a_section_cascade_and_follows_its_changes(docs, store):
     parent, source = docs
-    write_files(source, {
-        "content/docs/_index.md": "---\ntitle: Documentation\ncascade:\n  vers:\n"
-                                  "    sample: 1.2.3\n    tool: 9.9.9\n---\n",
-        "content/docs/install/upgrade.md": (
-            "---\ntitle: Upgrade\nvers:\n  tool: 4.0.0\n---\n\nUpgrade to Sample "
-            "{{% param vers.sample %}} with the tool {{% param \"vers.tool\" %}}.\n"),
-    })
+    write_files(
+        source,
+        {
+            "content/docs/_index.md": "---\ntitle: Documentation\ncascade:\n  vers:\n"
+            "    sample: 1.2.3\n    tool: 9.9.9\n---\n",
+            "content/docs/install/upgrade.md": (
+                "---\ntitle: Upgrade\nvers:\n  tool: 4.0.0\n---\n\nUpgrade to Sample "
+                '{{% param vers.sample %}} with the tool {{% param "vers.tool" %}}.\n'
+            ),
+        },
+    )
     update_submodule(parent, "sample-docs", commit_all(source, "cascade"))
     run(index_repository(repo_of(parent), store, store.settings))
     # The nearest ancestor section's cascade, the page's own front matter over it.
-    upgrade = [t for (path, t) in stored(store, "sample-docs").values()
-               if path.endswith("upgrade.md")]
+    upgrade = [
+        t for (path, t) in stored(store, "sample-docs").values() if path.endswith("upgrade.md")
+    ]
     assert any("Upgrade to Sample 1.2.3 with the tool 4.0.0." in t for t in upgrade)
 
     index = source / "content/docs/_index.md"
@@ -147,14 +162,16 @@ def test_param_takes_a_section_cascade_and_follows_its_changes(docs, store):
     assert "Upgrade to Sample 2.0.0" in texts and "1.2.3" not in texts
 
 
-def test_interrupted_run_is_not_recorded_and_the_next_run_repairs(docs, store, tmp_path,
-                                                                  monkeypatch):
+def test_interrupted_run_is_not_recorded_and_the_next_run_repairs(
+    docs, store, tmp_path, monkeypatch
+):
     parent, source = docs
     first = run(index_repository(repo_of(parent), store, store.settings))
     where = source / "content/docs/templates/where.md"
     where.write_text(where.read_text() + "\n## Performance\n\nThe where function is fast.\n")
     (source / "content/docs/install/_index.md").write_text(
-        "---\ntitle: Install\n---\n\nInstall Sample with the installer for your platform.\n")
+        "---\ntitle: Install\n---\n\nInstall Sample with the installer for your platform.\n"
+    )
     update_submodule(parent, "sample-docs", commit_all(source, "two edits"))
 
     monkeypatch.setenv("HETRIEVER_FAULTS", "write_file:*:always")
@@ -208,15 +225,20 @@ def test_include_candidates_missing_from_the_tree_are_not_read(tmp_path, monkeyp
     # commit's tree answers for them, and git still resolves paths below a symlink.
     import os
 
-    from hetriever.discover import git_objects
-    from hetriever.index import process
     from hetriever.core.config import Settings
+    from hetriever.discover import git_objects
     from hetriever.discover.repositories import Repository
+    from hetriever.index import process
 
     source = init_repo(tmp_path / "site")
-    write_files(source, {"content/docs/deep/_includes/note.md": "A note.\n",
-                         "shared/tip.md": "A tip.\n",
-                         "content/docs/deep/page.md": "---\ntitle: P\n---\nText.\n"})
+    write_files(
+        source,
+        {
+            "content/docs/deep/_includes/note.md": "A note.\n",
+            "shared/tip.md": "A tip.\n",
+            "content/docs/deep/page.md": "---\ntitle: P\n---\nText.\n",
+        },
+    )
     os.symlink("../shared", source / "content/linked")
     commit = commit_all(source, "site")
     reads: list[str] = []
@@ -264,15 +286,19 @@ def test_one_resolver_shared_by_concurrent_tasks_reads_each_file_once(tmp_path, 
     import threading
     import time
 
-    from hetriever.discover import git_objects
-    from hetriever.index import process
     from hetriever.core.config import Settings
+    from hetriever.discover import git_objects
     from hetriever.discover.repositories import Repository
+    from hetriever.index import process
 
     source = init_repo(tmp_path / "site")
-    write_files(source, {"content/_includes/note.md": "A note.\n",
-                         **{f"content/docs/p{i}.md": f"---\ntitle: P{i}\n---\nText.\n"
-                            for i in range(8)}})
+    write_files(
+        source,
+        {
+            "content/_includes/note.md": "A note.\n",
+            **{f"content/docs/p{i}.md": f"---\ntitle: P{i}\n---\nText.\n" for i in range(8)},
+        },
+    )
     commit = commit_all(source, "site")
     reads: list[str] = []
     real = git_objects.FileReader.read
@@ -309,9 +335,9 @@ def test_the_per_file_step_is_pluggable_and_a_step_that_gives_up_fails_the_run(d
     """A mapper other than the in-process one (the flow passes a task-per-file mapper): its
     outcomes are written as usual; a file it gives up on is filed under `failed`, keeps no new
     chunks, and the run is closed as failed with the commit unrecorded."""
-    from hetriever.store.catalog_records import FAILED
-    from hetriever.index.process import FileOutcome
     from hetriever.index.indexing import map_in_process
+    from hetriever.index.process import FileOutcome
+    from hetriever.store.catalog_records import FAILED
 
     parent, _ = docs
     seen: list[str] = []
@@ -325,8 +351,15 @@ def test_the_per_file_step_is_pluggable_and_a_step_that_gives_up_fails_the_run(d
                 yield outcome
 
     ticks: list[tuple[int, int]] = []
-    result = run(index_repository(repo_of(parent), store, store.settings, map_files=flaky_mapper,
-                                  progress=lambda done, total: ticks.append((done, total))))
+    result = run(
+        index_repository(
+            repo_of(parent),
+            store,
+            store.settings,
+            map_files=flaky_mapper,
+            progress=lambda done, total: ticks.append((done, total)),
+        )
+    )
     assert not result.completed
     assert [f.path for f in result.failed] == ["content/docs/templates/where.md"]
     assert result.failed[0].reason == "failed after retries: OSError: gone"
@@ -336,7 +369,8 @@ def test_the_per_file_step_is_pluggable_and_a_step_that_gives_up_fails_the_run(d
     assert "content/docs/templates/where.md" not in paths and len(paths) == 6
     physical = store.physical_name("sample-docs")
     assert [f.path for f in store.catalog.files(physical, FAILED)] == [
-        "content/docs/templates/where.md"]
+        "content/docs/templates/where.md"
+    ]
     (last,) = store.catalog.runs("sample-docs", limit=1)
     assert last["outcome"] == "failed" and last["counts"]["files_failed"] == 1
     assert not run(store.get_collection_metadata("sample-docs")).get("commit_hash")

@@ -37,14 +37,18 @@ def docs_root(tmp_path: Path) -> Path:
 def test_each_repository_is_released_before_the_next(docs_root, tmp_path, monkeypatch):
     import hetriever.index.ingest as one_ingest
     import hetriever.index.release as release
-    import hetriever.store.knowledge_store as knowledge_store
     import hetriever.store.bm25.analyzer as analyzer
+    import hetriever.store.knowledge_store as knowledge_store
     from hetriever.commands.ingest import ingest_local
     from hetriever.discover.repositories import configured_repositories
 
-    settings = load_settings(env={"HETRIEVER_DOCS_ROOT": str(docs_root),
-                                  "HETRIEVER_CHROMA_PATH": str(tmp_path / "chroma"),
-                                  "HETRIEVER_STATE_DIR": str(tmp_path / "state")})
+    settings = load_settings(
+        env={
+            "HETRIEVER_DOCS_ROOT": str(docs_root),
+            "HETRIEVER_CHROMA_PATH": str(tmp_path / "chroma"),
+            "HETRIEVER_STATE_DIR": str(tmp_path / "state"),
+        }
+    )
     store = knowledge_store.Store(settings, embedder=HashEmbedder())
     monkeypatch.setattr(knowledge_store, "get_knowledge_store", lambda _settings: store)
 
@@ -53,14 +57,20 @@ def test_each_repository_is_released_before_the_next(docs_root, tmp_path, monkey
 
     def observed(store_, name):
         assert analyzer._STEMS  # BM25's writes stemmed this site's words
-        before = {"bm25": sorted(store_.views._bm25), "collections": sorted(store_.chroma.collections),
-                  "chroma": store_.chroma.client}
+        before = {
+            "bm25": sorted(store_.views._bm25),
+            "collections": sorted(store_.chroma.collections),
+            "chroma": store_.chroma.client,
+        }
         vocab = sum(len(index._vocab or {}) for index in store_.views._bm25.values())
         assert vocab > 0  # the run wrote BM25 rows: their vocabulary was held until now
         out = real(store_, name)
         assert not analyzer._STEMS  # let go with the site, not carried to the next
-        after = {"bm25": sorted(store_.views._bm25), "collections": sorted(store_.chroma.collections),
-                 "chroma": store_.chroma.client}
+        after = {
+            "bm25": sorted(store_.views._bm25),
+            "collections": sorted(store_.chroma.collections),
+            "chroma": store_.chroma.client,
+        }
         held.append((name, before, after))
         return out
 
@@ -81,8 +91,12 @@ def test_each_repository_is_released_before_the_next(docs_root, tmp_path, monkey
 
         # Released, not lost: a search opens each repository's index again.
         for name in NAMES:
-            found = asyncio.run(retrieve(store, SearchRequest(
-                "where function filter collection", top_k=3, repositories=[name]))).matches
+            found = asyncio.run(
+                retrieve(
+                    store,
+                    SearchRequest("where function filter collection", top_k=3, repositories=[name]),
+                )
+            ).matches
             assert found and all(m.metadata["repository"] == name for m in found)
     finally:
         store.close_sync()

@@ -33,9 +33,11 @@ MOVED, NO_REMOTE, FULL, AFTER = "aa-moved-docs", "bb-remote-docs", "cc-full-docs
 
 
 def pages(word: str, version: int, n: int = 3) -> dict[str, str]:
-    return {f"content/docs/{word}-{i}.md": f"---\ntitle: {word} {i}\n---\n\nPage {i} about "
-            f"{word}, version {version}. " + "More words about it. " * 20 + "\n"
-            for i in range(n)}
+    return {
+        f"content/docs/{word}-{i}.md": f"---\ntitle: {word} {i}\n---\n\nPage {i} about "
+        f"{word}, version {version}. " + "More words about it. " * 20 + "\n"
+        for i in range(n)
+    }
 
 
 def failing_docs_root(root: Path, model_dir: Path):
@@ -49,9 +51,14 @@ def failing_docs_root(root: Path, model_dir: Path):
         commit_all(source, f"{name} v1")
         add_submodule(parent, source, f"docs/{name}")
         sources[name] = source
-    settings = load_settings(env={}, config_file=None, docs_root=parent,
-                             chroma_path=root / "disk" / "chroma",
-                             state_dir=root / "disk" / "state", model_dir=model_dir)
+    settings = load_settings(
+        env={},
+        config_file=None,
+        docs_root=parent,
+        chroma_path=root / "disk" / "chroma",
+        state_dir=root / "disk" / "state",
+        model_dir=model_dir,
+    )
     return parent, settings, sources
 
 
@@ -60,8 +67,7 @@ async def in_process(settings) -> list[dict]:
     from hetriever.index.ingest import ingest_repositories
 
     repos = configured_repositories(settings)
-    outcomes = await ingest_repositories(repos, get_knowledge_store(settings), settings,
-                                         fetch=True)
+    outcomes = await ingest_repositories(repos, get_knowledge_store(settings), settings, fetch=True)
     return [o.to_dict() for o in outcomes]
 
 
@@ -115,18 +121,25 @@ def run_failing(engine: str, root: Path, model_dir: Path) -> list[dict]:
         finally:
             clear_store_cache()
     said = str(root)
-    return [{key: (value.replace(said, "<root>").split(" (")[0] if isinstance(value, str)
-                   else value)
-             for key, value in o.items() if key not in ("run_id", "new_commit", "refused_commit",
-                                                        "hint")}
-            | {"commits": (o.get("new_commit") == indexed[o["repository"]],
-                           o.get("refused_commit") == old if o.get("mode") == "refused"
-                           else None)}
-            for o in outcomes]
+    return [
+        {
+            key: (value.replace(said, "<root>").split(" (")[0] if isinstance(value, str) else value)
+            for key, value in o.items()
+            if key not in ("run_id", "new_commit", "refused_commit", "hint")
+        }
+        | {
+            "commits": (
+                o.get("new_commit") == indexed[o["repository"]],
+                o.get("refused_commit") == old if o.get("mode") == "refused" else None,
+            )
+        }
+        for o in outcomes
+    ]
 
 
 def test_the_same_failing_repositories_get_the_same_outcomes_in_both_engines(
-        tmp_path, minilm_model_dir, prefect_harness):
+    tmp_path, minilm_model_dir, prefect_harness
+):
     local = run_failing("in-process", tmp_path / "in-process", minilm_model_dir)
     flow = run_failing("prefect", tmp_path / "prefect", minilm_model_dir)
 

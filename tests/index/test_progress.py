@@ -29,8 +29,17 @@ def test_chunks_move_between_windows_and_the_total_is_estimated():
     tracker.embedded(8)
     assert seen[-1].chunks_done == 16 and seen[-1].chunks_embedded == 16
     assert seen[-1].eta_s is not None and seen[-1].chunks_per_s > 0
-    tracker.window_written(2, IndexResult(repository="docs", mode="full", old_commit=None,
-                                          new_commit="a", chunks_written=30, chunks_reused=10))
+    tracker.window_written(
+        2,
+        IndexResult(
+            repository="docs",
+            mode="full",
+            old_commit=None,
+            new_commit="a",
+            chunks_written=30,
+            chunks_reused=10,
+        ),
+    )
     assert seen[-1].chunks_done == 40
     tracker.file_done(0)
     tracker.file_done(0)  # every file processed: the total is exact
@@ -45,8 +54,12 @@ def test_index_progress_is_logged_first_then_throttled(monkeypatch):
     for _ in range(50):
         tracker.embedded(2)  # within the interval: not logged again
     assert len(lines) == 1 and lines[0]["files"] == "1/100"
-    tracker.window_written(1, IndexResult(repository="docs", mode="full", old_commit=None,
-                                          new_commit="a", chunks_written=5))
+    tracker.window_written(
+        1,
+        IndexResult(
+            repository="docs", mode="full", old_commit=None, new_commit="a", chunks_written=5
+        ),
+    )
     assert len(lines) == 2  # and after each window
     every_tick = RunProgress("docs", 100, log_every=0)
     every_tick.embedded(1)
@@ -92,8 +105,9 @@ def test_the_cli_bar_takes_the_log_lines():
     screen = io.StringIO()
     bar = progress_bar(True, Console(file=screen, force_terminal=True, width=100))
     with bar, logs_through(bar, True):
-        task = bar.add_task("indexing docs", total=10, chunks="3/10", rate="1.0/s",
-                            eta="ETA 7 s", files="1/2 files")
+        task = bar.add_task(
+            "indexing docs", total=10, chunks="3/10", rate="1.0/s", eta="ETA 7 s", files="1/2 files"
+        )
         bar.update(task, completed=3)
         get_logger("hetriever.test").warning("a_line_in_the_middle", path="x.md")
     text = screen.getvalue()

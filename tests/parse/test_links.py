@@ -10,16 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from hetriever.search.request import SearchRequest
-from hetriever.store.catalog import Catalog
 from hetriever.core.config import Settings
-from hetriever.discover.repositories import discover_repositories
+from hetriever.discover.repositories import Repository, discover_repositories
 from hetriever.index.indexing import index_repository
 from hetriever.index.process import process_text
 from hetriever.parse.links import LINKS_KEY, LinkPrior, links_of, outbound_keys, page_keys
-from hetriever.discover.repositories import Repository
-from hetriever.search.results import is_question
 from hetriever.search.hybrid import hybrid_search
+from hetriever.search.request import SearchRequest
+from hetriever.search.results import is_question
+from hetriever.store.catalog import Catalog
 from hetriever.store.knowledge_store import Store
 from tests.support.chroma_fixtures import store_settings
 from tests.support.helpers import (
@@ -41,8 +40,12 @@ Configure it as {{< ref "configuration/markup.md" >}} says, or [the sibling](sib
 
 
 def test_a_pages_links_become_keys_of_urls_and_content_paths():
-    keys = outbound_keys(BODY, "content/en/content-management/sections.md",
-                         "/content-management/sections/", "content/en")
+    keys = outbound_keys(
+        BODY,
+        "content/en/content-management/sections.md",
+        "/content-management/sections/",
+        "content/en",
+    )
     assert "url:/content-management/menus/" in keys
     assert "url:/content-management/urls/" in keys  # relative to the page's URL
     assert "url:/templates/pagination/" in keys  # a reference definition
@@ -56,13 +59,15 @@ def test_a_pages_links_become_keys_of_urls_and_content_paths():
 
 
 def test_a_page_is_known_by_its_path_and_its_url():
-    assert page_keys({"file_path": "content/en/content-management/menus.md",
-                      "url": "/content-management/menus/"}) == [
-        "path:content/en/content-management/menus", "url:/content-management/menus/"]
+    assert page_keys(
+        {"file_path": "content/en/content-management/menus.md", "url": "/content-management/menus/"}
+    ) == ["path:content/en/content-management/menus", "url:/content-management/menus/"]
     # bundles and sections are linked by their folder
     assert page_keys({"file_path": "content/en/about/_index.md"}) == ["path:content/en/about"]
     assert page_keys({"file_path": "content/en/hosting/netlify/index.md", "url": "/hosting"}) == [
-        "path:content/en/hosting/netlify", "url:/hosting/"]
+        "path:content/en/hosting/netlify",
+        "url:/hosting/",
+    ]
 
 
 class _Links:
@@ -75,8 +80,12 @@ class _Links:
 
 
 def test_the_prior_counts_each_linking_page_once_and_never_the_page_itself():
-    catalog = _Links({"url:/menus/": {"content/a.md", "content/b.md", "content/menus.md"},
-                      "path:content/menus": {"content/a.md", "content/c.md"}})
+    catalog = _Links(
+        {
+            "url:/menus/": {"content/a.md", "content/b.md", "content/menus.md"},
+            "path:content/menus": {"content/a.md", "content/c.md"},
+        }
+    )
     prior = LinkPrior(catalog, {"docs": "docs_v1"}, 0.3)
     menus = {"file_path": "content/menus.md", "url": "/menus/"}
     other = {"file_path": "content/other.md", "url": "/other/"}
@@ -102,8 +111,12 @@ def test_the_catalog_keeps_each_files_links_until_it_goes(tmp_path: Path):
     catalog.pages.set_page("docs_v1", "b.md", metadata={LINKS_KEY: ["url:/menus/"]})
     catalog.pages.set_page("other_v1", "c.md", metadata={LINKS_KEY: ["url:/menus/"]})
     assert catalog.pages.link_sources("docs_v1", ["url:/menus/", "url:/urls/", "url:/x/"]) == {
-        "url:/menus/": {"a.md", "b.md"}, "url:/urls/": {"a.md"}}
-    catalog.pages.set_page("docs_v1", "a.md", metadata={LINKS_KEY: ["url:/urls/"]})  # re-processed: replaced
+        "url:/menus/": {"a.md", "b.md"},
+        "url:/urls/": {"a.md"},
+    }
+    catalog.pages.set_page(
+        "docs_v1", "a.md", metadata={LINKS_KEY: ["url:/urls/"]}
+    )  # re-processed: replaced
     assert catalog.pages.link_sources("docs_v1", ["url:/menus/"]) == {"url:/menus/": {"b.md"}}
     catalog.mark_deleted("docs_v1", ["b.md"], "2026-01-01T00:00:00Z")
     assert catalog.pages.link_sources("docs_v1", ["url:/menus/"]) == {}
@@ -119,12 +132,12 @@ def test_the_catalog_keeps_each_files_links_until_it_goes(tmp_path: Path):
 
 def test_a_page_s_titles_and_links_are_replaced_together(tmp_path: Path):
     catalog = Catalog(tmp_path / "catalog.sqlite")
-    meta = {"title": "Sections", "file_path": "content/sections.md",
-            LINKS_KEY: ["url:/menus/"]}
+    meta = {"title": "Sections", "file_path": "content/sections.md", LINKS_KEY: ["url:/menus/"]}
     catalog.pages.set_page("docs_v1", "content/sections.md", "id-1", meta)
     assert [h.chunk_id for h in catalog.pages.lookup_title("sections", ["docs_v1"])] == ["id-1"]
     assert catalog.pages.link_sources("docs_v1", ["url:/menus/"]) == {
-        "url:/menus/": {"content/sections.md"}}
+        "url:/menus/": {"content/sections.md"}
+    }
     catalog.pages.set_page("docs_v1", "content/sections.md")  # skipped now: both go
     assert catalog.pages.lookup_title("sections", ["docs_v1"]) == []
     assert catalog.pages.link_sources("docs_v1", ["url:/menus/"]) == {}
@@ -133,8 +146,12 @@ def test_a_page_s_titles_and_links_are_replaced_together(tmp_path: Path):
 
 def test_processing_a_page_records_what_it_links_to():
     text = "---\ntitle: Sections\n---\nRead [menus](/content-management/menus/) first.\n"
-    outcome = process_text(Repository(name="docs", path=Path(".")),
-                           "content/content-management/sections.md", text, Settings())
+    outcome = process_text(
+        Repository(name="docs", path=Path(".")),
+        "content/content-management/sections.md",
+        text,
+        Settings(),
+    )
     (first,) = [c for c in outcome.chunks if not c.metadata.get("page_record")]
     assert links_of(first.metadata) == ["url:/content-management/menus/"]
     record = next(c for c in outcome.chunks if c.metadata.get("page_record"))
@@ -158,22 +175,23 @@ QUESTION = "how do I add menu entries for pages in front matter or site configur
 
 
 def _linking(n: int) -> dict[str, str]:
-    return {f"content/guide/step-{i}.md": f"---\ntitle: Step {i}\n---\nBuild the site with "
-            f"hugo and a theme of your choice, see [menus](/menus/) later.\n" for i in range(n)}
+    return {
+        f"content/guide/step-{i}.md": f"---\ntitle: Step {i}\n---\nBuild the site with "
+        f"hugo and a theme of your choice, see [menus](/menus/) later.\n"
+        for i in range(n)
+    }
 
 
 @pytest.fixture
 def site(tmp_path: Path, minilm_embedder):
     doc_repo = init_repo(tmp_path / "site")
-    write_files(doc_repo, {"content/menus.md": HUB, "content/menu-entry.md": NARROW,
-                           **_linking(3)})
+    write_files(doc_repo, {"content/menus.md": HUB, "content/menu-entry.md": NARROW, **_linking(3)})
     commit_all(doc_repo)
     parent = make_parent_with_submodule(tmp_path, doc_repo, "site")
 
     def index(**overrides):
         (repo,) = discover_repositories(parent)
-        store = Store(store_settings(tmp_path, **overrides),
-                                     embedder=minilm_embedder)
+        store = Store(store_settings(tmp_path, **overrides), embedder=minilm_embedder)
         result = asyncio.run(index_repository(repo, store, store.settings))
         assert result.completed and not result.failed
         return store
@@ -198,7 +216,8 @@ def test_a_question_prefers_the_page_other_pages_link_to(site):
     calls = []
     real = store.catalog.pages.link_sources
     store.catalog.pages.link_sources = (  # type: ignore[method-assign]
-        lambda *a: calls.append(a) or real(*a))
+        lambda *a: calls.append(a) or real(*a)
+    )
     hybrid_search(store, SearchRequest(QUESTION, 3, exact=False, hybrid=False))
     assert calls == []
     hybrid_search(store, SearchRequest(QUESTION, 3, exact=False))
@@ -208,8 +227,13 @@ def test_a_question_prefers_the_page_other_pages_link_to(site):
     store.close_sync()
 
     # The links go away in the next commit: an incremental run forgets them.
-    write_files(doc_repo, {path: text.replace("see [menus](/menus/) later", "see menus later")
-                           for path, text in _linking(3).items()})
+    write_files(
+        doc_repo,
+        {
+            path: text.replace("see [menus](/menus/) later", "see menus later")
+            for path, text in _linking(3).items()
+        },
+    )
     update_submodule(parent, "site", commit_all(doc_repo, "unlink"))
     store = index()
     assert store.catalog.pages.link_sources(store.physical_name("site"), ["url:/menus/"]) == {}

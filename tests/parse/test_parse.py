@@ -33,10 +33,16 @@ def assert_chroma_accepts(metadata: dict) -> None:
 
 
 def test_yaml_front_matter():
-    page = parse("---\ntitle: Where\nlinkTitle: where\ntags: [a, b]\nweight: 10\n"
-                 "params:\n  x: 1\n---\n\nBody text.\n")
-    assert page.front_matter == {"title": "Where", "linkTitle": "where", "tags": ["a", "b"],
-                                 "weight": 10}
+    page = parse(
+        "---\ntitle: Where\nlinkTitle: where\ntags: [a, b]\nweight: 10\n"
+        "params:\n  x: 1\n---\n\nBody text.\n"
+    )
+    assert page.front_matter == {
+        "title": "Where",
+        "linkTitle": "where",
+        "tags": ["a", "b"],
+        "weight": 10,
+    }
     assert page.title == "Where"
     assert page.tags == ["a", "b"]
     assert page.body == "\nBody text.\n"
@@ -44,8 +50,10 @@ def test_yaml_front_matter():
 
 
 def test_toml_front_matter():
-    page = parse('+++\ntitle = "Install"\ndate = 2024-03-01T10:00:00Z\nweight = 2.5\n'
-                 'draft = true\ncategories = ["setup"]\n+++\nSteps.\n')
+    page = parse(
+        '+++\ntitle = "Install"\ndate = 2024-03-01T10:00:00Z\nweight = 2.5\n'
+        'draft = true\ncategories = ["setup"]\n+++\nSteps.\n'
+    )
     assert page.title == "Install"
     assert page.front_matter["date"].startswith("2024-03-01T10:00:00")
     assert page.front_matter["weight"] == 2.5
@@ -55,8 +63,9 @@ def test_toml_front_matter():
 
 
 def test_json_front_matter():
-    page = parse('{\n  "title": "JSON page",\n  "tags": "solo",\n  "aliases": ["/old/"]\n}\n'
-                 "Text after.\n")
+    page = parse(
+        '{\n  "title": "JSON page",\n  "tags": "solo",\n  "aliases": ["/old/"]\n}\nText after.\n'
+    )
     assert page.front_matter == {"title": "JSON page", "tags": ["solo"], "aliases": ["/old/"]}
     assert page.body == "Text after.\n"
 
@@ -132,18 +141,25 @@ def test_scalar_tags_become_lists():
     assert parse("---\ntags: 5\n---\n").front_matter["tags"] == ["5"]
     assert parse("---\ntags: a\n---\n").front_matter["tags"] == ["a"]
     assert parse("---\nkeywords: [x, 3, true]\n---\n").front_matter["keywords"] == [
-        "x", "3", "true"]
+        "x",
+        "3",
+        "true",
+    ]
 
 
 def test_empty_null_and_nested_values_are_dropped():
-    page = parse("---\ntitle: T\ncategories: []\nkeywords: ~\ndescription:\n"
-                 "tags: [a, {nested: 1}, null, [b], '']\nslug: {x: 1}\nweight: heavy\n---\n")
+    page = parse(
+        "---\ntitle: T\ncategories: []\nkeywords: ~\ndescription:\n"
+        "tags: [a, {nested: 1}, null, [b], '']\nslug: {x: 1}\nweight: heavy\n---\n"
+    )
     assert page.front_matter == {"title": "T", "tags": ["a"]}
 
 
 def test_dates_and_numbers():
-    page = parse("---\ntitle: 1.10\ndate: 2025-05-20\nweight: 1.5\ndraft: 'false'\n"
-                 "linkTitle: 2024-01-02T03:04:05Z\n---\n")
+    page = parse(
+        "---\ntitle: 1.10\ndate: 2025-05-20\nweight: 1.5\ndraft: 'false'\n"
+        "linkTitle: 2024-01-02T03:04:05Z\n---\n"
+    )
     fm = page.front_matter
     assert fm["date"] == "2025-05-20"
     assert fm["linkTitle"].startswith("2024-01-02T03:04:05")
@@ -154,15 +170,19 @@ def test_dates_and_numbers():
 
 
 def test_description_markup_is_stripped():
-    page = parse('---\ndescription: >-\n  <img width="35" src="/img/go.svg" alt="Go"> A'
-                 " language-specific\n  implementation in [Go](https://go.dev).\n---\n")
+    page = parse(
+        '---\ndescription: >-\n  <img width="35" src="/img/go.svg" alt="Go"> A'
+        " language-specific\n  implementation in [Go](https://go.dev).\n---\n"
+    )
     assert page.front_matter["description"] == "A language-specific implementation in Go."
 
 
 def test_messy_front_matter_is_accepted_by_chroma():
-    page = parse("---\ntitle: 1.0\ntags: 5\ncategories: [a, 1, {b: 2}]\ndate: 2024-01-01\n"
-                 "weight: 3\ndraft: no\naliases: /one\nkeywords: []\nbuild: {render: link}\n"
-                 "redirect: /elsewhere/\nparams: {x: [1, 2]}\ncSpell:ignore: foo\n---\n")
+    page = parse(
+        "---\ntitle: 1.0\ntags: 5\ncategories: [a, 1, {b: 2}]\ndate: 2024-01-01\n"
+        "weight: 3\ndraft: no\naliases: /one\nkeywords: []\nbuild: {render: link}\n"
+        "redirect: /elsewhere/\nparams: {x: [1, 2]}\ncSpell:ignore: foo\n---\n"
+    )
     assert set(public_metadata(page)) <= set(PUBLIC_KEYS)
     assert_chroma_accepts(page.front_matter)
 
@@ -170,27 +190,32 @@ def test_messy_front_matter_is_accepted_by_chroma():
 # --- URLs, titles, sections -------------------------------------------------------------
 
 
-@pytest.mark.parametrize("path, front_matter, url", [
-    ("content/en/functions/where.md", {}, "/functions/where/"),
-    ("content/en/functions/collections/Where.md", {}, "/functions/collections/where/"),
-    ("content/en/functions/_index.md", {}, "/functions/"),
-    ("content/en/_index.md", {}, "/"),
-    ("content/en/blog/2024/my-post/index.md", {}, "/blog/2024/my-post/"),
-    ("content/en/docs/old-name.md", {"slug": "new-name"}, "/docs/new-name/"),
-    ("content/en/docs/bundle/index.md", {"slug": "Other"}, "/docs/other/"),
-    ("content/en/commands/hugo_mod.md", {"url": "/commands/hugo_mod/"}, "/commands/hugo_mod/"),
-    ("content/en/a/b.md", {"url": "custom/Path"}, "/custom/Path"),
-    ("content/en/Getting Started/First Steps.md", {}, "/getting-started/first-steps/"),
-    ("content/docs/page.md", {}, "/docs/page/"),  # no language dir
-    ("content/fr/docs/page.md", {}, "/fr/docs/page/"),  # not a configured language dir
-])
+@pytest.mark.parametrize(
+    "path, front_matter, url",
+    [
+        ("content/en/functions/where.md", {}, "/functions/where/"),
+        ("content/en/functions/collections/Where.md", {}, "/functions/collections/where/"),
+        ("content/en/functions/_index.md", {}, "/functions/"),
+        ("content/en/_index.md", {}, "/"),
+        ("content/en/blog/2024/my-post/index.md", {}, "/blog/2024/my-post/"),
+        ("content/en/docs/old-name.md", {"slug": "new-name"}, "/docs/new-name/"),
+        ("content/en/docs/bundle/index.md", {"slug": "Other"}, "/docs/other/"),
+        ("content/en/commands/hugo_mod.md", {"url": "/commands/hugo_mod/"}, "/commands/hugo_mod/"),
+        ("content/en/a/b.md", {"url": "custom/Path"}, "/custom/Path"),
+        ("content/en/Getting Started/First Steps.md", {}, "/getting-started/first-steps/"),
+        ("content/docs/page.md", {}, "/docs/page/"),  # no language dir
+        ("content/fr/docs/page.md", {}, "/fr/docs/page/"),  # not a configured language dir
+    ],
+)
 def test_page_url(path, front_matter, url):
     assert page_url(path, front_matter) == url
 
 
 def test_page_url_other_content_dir_and_languages():
-    assert page_url("site/content/de/x.md", {}, content_dir="site/content",
-                    language_dirs=("en", "de")) == "/x/"
+    assert (
+        page_url("site/content/de/x.md", {}, content_dir="site/content", language_dirs=("en", "de"))
+        == "/x/"
+    )
 
 
 def test_titles_from_file_names():
@@ -218,8 +243,10 @@ def test_skip_draft():
 
 
 def test_skip_snippets():
-    assert skip_reason(parse("---\n---\nx", "content/en/_common/methods/x.md")) == \
-        "snippet (not a page)"
+    assert (
+        skip_reason(parse("---\n---\nx", "content/en/_common/methods/x.md"))
+        == "snippet (not a page)"
+    )
     assert skip_reason(parse("x", "content/en/docs/_includes/intro.md")) == "snippet (not a page)"
     assert skip_reason(parse("x", "content/en/docs/_index.md")) is None
 
@@ -228,22 +255,28 @@ def test_skip_redirect_stubs():
     stub = "---\ntitle: API\nredirect: /docs/languages/\nbuild: { render: link }\n---\n"
     assert skip_reason(parse(stub)) == "redirect stub"
     assert skip_reason(parse("---\nbuild:\n  render: never\n---\nText\n")) == "redirect stub"
-    assert skip_reason(parse("---\nredirect: /x/\n---\n\n<!-- only a comment -->\n")) == \
-        "redirect stub"
+    assert (
+        skip_reason(parse("---\nredirect: /x/\n---\n\n<!-- only a comment -->\n"))
+        == "redirect stub"
+    )
     # A redirect key on a page with real content does not make it a stub.
     assert skip_reason(parse("---\nredirect: /x/\n---\nReal words here.\n")) is None
     assert skip_reason(parse("---\nbuild:\n  list: never\n---\nText\n")) is None
 
 
 def test_skip_headless_bundle():
-    assert skip_reason(parse("---\nheadless: true\n---\n", "content/en/h/index.md")) == \
-        "headless bundle"
+    assert (
+        skip_reason(parse("---\nheadless: true\n---\n", "content/en/h/index.md"))
+        == "headless bundle"
+    )
 
 
 def test_cascade_is_what_a_section_passes_down_and_targets_are_left_out():
-    text = ("---\ntitle: Java\nvers: {own: 1}\ncascade:\n  - vers: {otel: 1.64.0}\n"
-            "    params: {color: blue}\n  - _target: {path: '/blog/**'}\n    vers: {otel: 0.1}\n"
-            "---\n")
+    text = (
+        "---\ntitle: Java\nvers: {own: 1}\ncascade:\n  - vers: {otel: 1.64.0}\n"
+        "    params: {color: blue}\n  - _target: {path: '/blog/**'}\n    vers: {otel: 0.1}\n"
+        "---\n"
+    )
     page = parse_page("r", "content/docs/java/_index.md", text)
     assert page.cascade == {"vers.otel": "1.64.0", "params.color": "blue", "color": "blue"}
     assert page.params["vers.own"] == "1" and "vers.otel" not in page.params

@@ -33,9 +33,12 @@ def test_every_module_named_exists_and_every_module_is_named():
     assert named, "no module table found in docs/architecture.md"
     missing = sorted(p for p in named if not (ROOT / p).is_file())
     assert not missing, f"docs/architecture.md names modules that do not exist: {missing}"
-    modules = {str(p.relative_to(ROOT)) for package in ("hetriever",)
-               for p in (ROOT / package).rglob("*.py")
-               if p.name != "__init__.py" and "static" not in p.parts}
+    modules = {
+        str(p.relative_to(ROOT))
+        for package in ("hetriever",)
+        for p in (ROOT / package).rglob("*.py")
+        if p.name != "__init__.py" and "static" not in p.parts
+    }
     unnamed = sorted(modules - named)
     assert not unnamed, f"modules docs/architecture.md does not describe: {unnamed}"
 
@@ -56,8 +59,9 @@ def test_each_idea_has_one_owner_that_exists():
     section = text.split("## One owner per idea", 1)
     assert len(section) == 2, "docs/architecture.md has no 'One owner per idea' section"
     body = section[1].split("\n## ", 1)[0]
-    owners = re.findall(r"^\| (?P<idea>[^|]+) \| `(?P<owner>[\w/]+\.py)(?::(?P<name>\w+))?` \|",
-                        body, re.M)
+    owners = re.findall(
+        r"^\| (?P<idea>[^|]+) \| `(?P<owner>[\w/]+\.py)(?::(?P<name>\w+))?` \|", body, re.M
+    )
     assert len(owners) >= 10
     for idea, path, name in owners:
         assert (ROOT / path).is_file(), f"{idea.strip()}: {path} does not exist"

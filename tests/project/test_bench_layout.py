@@ -13,8 +13,9 @@ import pytest
 from tests.support.helpers import REPO_ROOT
 
 BENCH = REPO_ROOT / "bench"
-SCRIPTS = sorted(p for p in BENCH.glob("*/*.py")
-                 if p.stem.startswith("bench_") or p.stem == "make_pool")
+SCRIPTS = sorted(
+    p for p in BENCH.glob("*/*.py") if p.stem.startswith("bench_") or p.stem == "make_pool"
+)
 
 # Run from the repository root, as `python -m bench.<folder>.<name>` is: each module imported
 # and its main() given --help; argparse exits 0 with a usage text before any work starts.
@@ -49,8 +50,13 @@ def test_the_scripts_live_in_folders_that_are_packages():
 @pytest.mark.slow  # one subprocess that imports every bench (~10 s)
 def test_every_bench_imports_and_answers_help_without_running():
     modules = [module_of(p) for p in SCRIPTS]
-    done = subprocess.run([sys.executable, "-c", PROBE, *modules], cwd=REPO_ROOT,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, *modules],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     answers = json.loads(done.stdout.splitlines()[-1])
     assert sorted(answers) == sorted(modules)
@@ -62,9 +68,15 @@ def test_run_all_finds_every_bench_it_names_and_refuses_an_unknown_one():
     from bench.run_all import ORDER, bench_modules
 
     modules = bench_modules()
-    assert sorted(modules.values()) == sorted(module_of(p) for p in SCRIPTS
-                                               if p.stem.startswith("bench_"))
+    assert sorted(modules.values()) == sorted(
+        module_of(p) for p in SCRIPTS if p.stem.startswith("bench_")
+    )
     assert set(ORDER) <= set(modules), set(ORDER) - set(modules)
-    done = subprocess.run([sys.executable, "-m", "bench.run_all", "no_such_bench"],
-                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.run_all", "no_such_bench"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 1 and "no_such_bench: no such bench" in done.stdout, done.stdout

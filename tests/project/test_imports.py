@@ -37,7 +37,7 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
         stack.append(node)
         for dep in sorted(graph.get(node, ())):
             if state.get(dep) == 1:
-                return stack[stack.index(dep):] + [dep]
+                return stack[stack.index(dep) :] + [dep]
             if dep in graph and dep not in state:
                 found = visit(dep)
                 if found:
@@ -66,9 +66,13 @@ def test_the_cycle_finder_finds_one():
 def test_the_ingest_flow_calls_the_one_ingest_and_few_names_of_the_index_stage():
     """The flow is a thin caller of hetriever/index/ingest.py: no indexing internals."""
     tree = ast.parse((ROOT / "flows" / "ingest.py").read_text(encoding="utf-8"))
-    names = [(node.module, alias.name) for node in ast.walk(tree)
-             if isinstance(node, ast.ImportFrom) and node.module is not None
-             and (node.module == "hetriever.index" or node.module.startswith("hetriever.index."))
-             for alias in node.names]
+    names = [
+        (node.module, alias.name)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom)
+        and node.module is not None
+        and (node.module == "hetriever.index" or node.module.startswith("hetriever.index."))
+        for alias in node.names
+    ]
     assert {module for module, _ in names} <= {"hetriever.index", "hetriever.index.ingest"}, names
     assert 1 <= len(names) <= 3, names

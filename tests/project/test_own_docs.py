@@ -22,8 +22,13 @@ PAGE = "---\ntitle: {title}\n---\n\n# {title}\n\nThe {title} page tells how {wor
 
 def site(path, word: str):
     repo = init_repo(path)
-    write_files(repo, {"content/_index.md": PAGE.format(title=f"{word} home", word=word),
-                       f"content/{word}.md": PAGE.format(title=word.title(), word=word)})
+    write_files(
+        repo,
+        {
+            "content/_index.md": PAGE.format(title=f"{word} home", word=word),
+            f"content/{word}.md": PAGE.format(title=word.title(), word=word),
+        },
+    )
     commit_all(repo, f"{word} site")
     return repo
 
@@ -32,11 +37,15 @@ def recipe_git(cwd, *args: str) -> None:
     """A git command as the README writes it: no test-wide git configuration (the local path
     submodule works by the recipe's own `-c protocol.file.allow=always`)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update(GIT_CONFIG_NOSYSTEM="1", HOME=str(cwd), GIT_AUTHOR_NAME="a",
-               GIT_AUTHOR_EMAIL="a@example.invalid", GIT_COMMITTER_NAME="a",
-               GIT_COMMITTER_EMAIL="a@example.invalid")
-    subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True,
-                   timeout=60)
+    env.update(
+        GIT_CONFIG_NOSYSTEM="1",
+        HOME=str(cwd),
+        GIT_AUTHOR_NAME="a",
+        GIT_AUTHOR_EMAIL="a@example.invalid",
+        GIT_COMMITTER_NAME="a",
+        GIT_COMMITTER_EMAIL="a@example.invalid",
+    )
+    subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, timeout=60)
 
 
 @pytest.fixture
@@ -63,15 +72,19 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
 
 def build_parent(tmp_path):
     """The README recipe's git steps, in tmp_path."""
-    site_a, site_b = site(tmp_path / "src" / "site-a", "quokka"), site(tmp_path / "src" /
-                                                                       "site-b", "wombat")
+    site_a, site_b = (
+        site(tmp_path / "src" / "site-a", "quokka"),
+        site(tmp_path / "src" / "site-b", "wombat"),
+    )
     parent = tmp_path / "docs-parent"
     parent.mkdir()
     recipe_git(parent, "init", "-q")
-    recipe_git(parent, "-c", "protocol.file.allow=always", "submodule", "add", str(site_a),
-               "site-a")
-    recipe_git(parent, "-c", "protocol.file.allow=always", "submodule", "add", str(site_b),
-               "site-b")
+    recipe_git(
+        parent, "-c", "protocol.file.allow=always", "submodule", "add", str(site_a), "site-a"
+    )
+    recipe_git(
+        parent, "-c", "protocol.file.allow=always", "submodule", "add", str(site_b), "site-b"
+    )
     recipe_git(parent, "commit", "-qm", "the documentation sites")
     return parent, site_a
 
@@ -131,8 +144,7 @@ def test_a_push_upstream_shows_as_behind_before_the_next_run(newcomer, capsys, m
     rows = {r["repository"]: r for r in json.loads(run(capsys, "status", "--json")[1])}
     assert rows["site-a"]["behind_upstream"] == 0
     # Fetched on request: two commits wait; the checkout (and the index) stay where they were.
-    rows = {r["repository"]: r for r in json.loads(run(capsys, "status", "--fetch",
-                                                       "--json")[1])}
+    rows = {r["repository"]: r for r in json.loads(run(capsys, "status", "--fetch", "--json")[1])}
     assert rows["site-a"]["behind_upstream"] == 2
     assert rows["site-a"]["upstream_commit"] == pushed
     assert rows["site-a"]["up_to_date"] and rows["site-b"]["behind_upstream"] == 0

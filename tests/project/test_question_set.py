@@ -16,8 +16,12 @@ KINDS = {"issue", "forum", "blog", "qa", "docs-feedback"}
 
 
 def items() -> list[dict]:
-    return [json.loads(line) for path in FILES
-            for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [
+        json.loads(line)
+        for path in FILES
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if line.strip()
+    ]
 
 
 def held_out(item_id: str) -> bool:  # bench/quality/bench_quality.py's rule
@@ -27,8 +31,16 @@ def held_out(item_id: str) -> bool:  # bench/quality/bench_quality.py's rule
 def test_every_item_is_well_formed_and_unique():
     seen_ids, seen_sources = set(), set()
     for item in items():
-        assert set(item) <= {"id", "corpus", "question", "answers", "source", "answer_link",
-                             "note", "kind"}
+        assert set(item) <= {
+            "id",
+            "corpus",
+            "question",
+            "answers",
+            "source",
+            "answer_link",
+            "note",
+            "kind",
+        }
         assert item["corpus"] in SITES and item["question"].strip() and item["answers"]
         assert item["id"] not in seen_ids and item["source"] not in seen_sources, item["id"]
         seen_ids.add(item["id"])
@@ -48,6 +60,11 @@ def test_a_third_of_each_corpus_is_held_out():
 def test_every_answer_is_a_page_of_its_corpus():
     for corpus in SITES:
         root = corpus_version(corpus, "v2")  # skips where the corpora are absent
-        missing = [(i["id"], a) for i in items() if i["corpus"] == corpus
-                   for a in i["answers"] if not (root / a).is_file()]
+        missing = [
+            (i["id"], a)
+            for i in items()
+            if i["corpus"] == corpus
+            for a in i["answers"]
+            if not (root / a).is_file()
+        ]
         assert not missing

@@ -9,9 +9,9 @@ import pytest
 from structlog.testing import capture_logs
 
 import hetriever.core.access as access
-from hetriever.search.request import SearchRequest
 from hetriever.core.errors import InvalidFilterError
 from hetriever.search.hybrid import plan_collections, retrieve
+from hetriever.search.request import SearchRequest
 from tests.support.chroma_fixtures import make_chunk
 
 PUB, PRIV, TEAM = "public-docs", "private-docs", "team-docs"
@@ -33,8 +33,9 @@ def run(coro: Any) -> Any:
 def populate(store: Any, docs=DOCS) -> Any:
     for repo, path, text in docs:
         level = LEVELS.get(repo, "PUBLIC")
-        run(store.upsert_file_chunks(repo, path, [make_chunk(repo, path, text,
-                                                             access_level=level)]))
+        run(
+            store.upsert_file_chunks(repo, path, [make_chunk(repo, path, text, access_level=level)])
+        )
     return store
 
 
@@ -52,24 +53,45 @@ def repos(result) -> set[str]:
 def test_default_caller_sees_public_only(store) -> None:
     result = run(retrieve(store, SearchRequest("zebra", top_k=10)))
     assert repos(result) == {PUB}
-    both = run(retrieve(store, SearchRequest("zebra", top_k=10, access_levels=["PUBLIC", "PRIVATE"])))
+    both = run(
+        retrieve(store, SearchRequest("zebra", top_k=10, access_levels=["PUBLIC", "PRIVATE"]))
+    )
     assert repos(both) == {PUB, PRIV}
     # levels are a set, not a ladder: PRIVATE alone does not include TEAM or PUBLIC
-    assert repos(run(retrieve(store, SearchRequest("zebra", top_k=10, access_levels="PRIVATE")))) == {PRIV}
-    assert repos(run(retrieve(store, SearchRequest("zebra", top_k=10,
-                              access_levels=["PUBLIC", "TEAM", "PRIVATE"])))) == {PUB, PRIV, TEAM}
+    assert repos(
+        run(retrieve(store, SearchRequest("zebra", top_k=10, access_levels="PRIVATE")))
+    ) == {PRIV}
+    assert repos(
+        run(
+            retrieve(
+                store, SearchRequest("zebra", top_k=10, access_levels=["PUBLIC", "TEAM", "PRIVATE"])
+            )
+        )
+    ) == {PUB, PRIV, TEAM}
 
 
-@pytest.mark.parametrize("where", [
-    {"access_level": "PRIVATE"},
-    {"$or": [{"access_level": "PRIVATE"}, {"access_level": "PUBLIC"}]},
-    {"$or": [{"repository": PRIV}, {"access_level": {"$ne": "x"}}]},
-    {"access_level": {"$in": ["PRIVATE", "SYSTEM", "TEAM"]}},
-])
+@pytest.mark.parametrize(
+    "where",
+    [
+        {"access_level": "PRIVATE"},
+        {"$or": [{"access_level": "PRIVATE"}, {"access_level": "PUBLIC"}]},
+        {"$or": [{"repository": PRIV}, {"access_level": {"$ne": "x"}}]},
+        {"access_level": {"$in": ["PRIVATE", "SYSTEM", "TEAM"]}},
+    ],
+)
 def test_forged_filters_cannot_widen_access(store, where) -> None:
     for namespaces in (None, [PRIV], [PRIV, PUB]):
-        result = run(retrieve(store, SearchRequest("zebra salaries private payroll", top_k=10, filters=where,
-                              repositories=namespaces)))
+        result = run(
+            retrieve(
+                store,
+                SearchRequest(
+                    "zebra salaries private payroll",
+                    top_k=10,
+                    filters=where,
+                    repositories=namespaces,
+                ),
+            )
+        )
         assert all(m.metadata["access_level"] == "PUBLIC" for m in result.matches), where
         assert PRIV not in repos(result)
 
@@ -80,8 +102,12 @@ def test_unknown_access_level_is_an_error(store) -> None:
 
 
 def test_homogeneous_collections_get_no_chunk_filter(store) -> None:
-    plan = access.CollectionPlan(PUB, store.physical_name(PUB), "PUBLIC",
-                                 set(store.catalog.collection(store.physical_name(PUB)).levels))
+    plan = access.CollectionPlan(
+        PUB,
+        store.physical_name(PUB),
+        "PUBLIC",
+        set(store.catalog.collection(store.physical_name(PUB)).levels),
+    )
     assert not plan.mixed and plan.where(frozenset({"PUBLIC"})) is None
 
 
@@ -92,9 +118,13 @@ def mixed_store(make_store, chroma_backend):
         pytest.skip("embedded is enough")
     store = populate(make_store())
     text = "Walrus budget figures for the private board meeting."
-    run(store.upsert_file_chunks(PUB, "content/board.md",
-                                 [make_chunk(PUB, "content/board.md", text,
-                                             access_level="PRIVATE")]))
+    run(
+        store.upsert_file_chunks(
+            PUB,
+            "content/board.md",
+            [make_chunk(PUB, "content/board.md", text, access_level="PRIVATE")],
+        )
+    )
     return store
 
 
@@ -102,15 +132,26 @@ def test_mixed_collection_store_side_filter_alone(mixed_store, monkeypatch) -> N
     # Layer 2 switched off: only the query-side filter stands between the caller and the chunk.
     monkeypatch.setattr("hetriever.search.candidates.denial", lambda plan, meta, allowed: None)
     plan = plan_collections(mixed_store, [PUB])[PUB]
-    assert plan.mixed and plan.where(frozenset({"PUBLIC"})) == {
-        "access_level": {"$in": ["PUBLIC"]}}
-    for where in (None, {"access_level": "PRIVATE"}, {"$or": [{"access_level": "PRIVATE"},
-                                                              {"file_path": "content/board.md"}]}):
-        result = run(retrieve(mixed_store, SearchRequest("walrus budget board meeting", top_k=10,
-                              filters=where)))
+    assert plan.mixed and plan.where(frozenset({"PUBLIC"})) == {"access_level": {"$in": ["PUBLIC"]}}
+    for where in (
+        None,
+        {"access_level": "PRIVATE"},
+        {"$or": [{"access_level": "PRIVATE"}, {"file_path": "content/board.md"}]},
+    ):
+        result = run(
+            retrieve(
+                mixed_store, SearchRequest("walrus budget board meeting", top_k=10, filters=where)
+            )
+        )
         assert "content/board.md" not in {m.metadata["file_path"] for m in result.matches}
-    allowed = run(retrieve(mixed_store, SearchRequest("walrus budget board meeting", top_k=10,
-                           access_levels=["PUBLIC", "PRIVATE"])))
+    allowed = run(
+        retrieve(
+            mixed_store,
+            SearchRequest(
+                "walrus budget board meeting", top_k=10, access_levels=["PUBLIC", "PRIVATE"]
+            ),
+        )
+    )
     assert allowed.matches[0].metadata["file_path"] == "content/board.md"
 
 
@@ -120,19 +161,25 @@ def test_mixed_collection_python_check_alone(mixed_store, monkeypatch) -> None:
     with capture_logs() as logs:
         result = run(retrieve(mixed_store, SearchRequest("walrus budget board meeting", top_k=10)))
     assert "content/board.md" not in {m.metadata["file_path"] for m in result.matches}
-    assert any(e["event"] == "result_access_denied" and e["reason"] == "chunk level PRIVATE"
-               for e in logs)
+    assert any(
+        e["event"] == "result_access_denied" and e["reason"] == "chunk level PRIVATE" for e in logs
+    )
 
 
-def test_chunk_claiming_public_inside_a_private_collection(make_store, chroma_backend,
-                                                           monkeypatch) -> None:
+def test_chunk_claiming_public_inside_a_private_collection(
+    make_store, chroma_backend, monkeypatch
+) -> None:
     if chroma_backend != "embedded":
         pytest.skip("embedded is enough")
     store = populate(make_store(access_levels=LEVELS))
     text = "Narwhal migration notes, mislabelled as public."
-    run(store.upsert_file_chunks(PRIV, "content/liar.md",
-                                 [make_chunk(PRIV, "content/liar.md", text,
-                                             access_level="PUBLIC")]))
+    run(
+        store.upsert_file_chunks(
+            PRIV,
+            "content/liar.md",
+            [make_chunk(PRIV, "content/liar.md", text, access_level="PUBLIC")],
+        )
+    )
     # The collection's declared level governs: a PUBLIC caller never queries it.
     assert PRIV not in repos(run(retrieve(store, SearchRequest("narwhal migration", top_k=10))))
     # Even if the collection were queried by mistake, the declared level is checked per result.
@@ -140,14 +187,21 @@ def test_chunk_claiming_public_inside_a_private_collection(make_store, chroma_ba
     with capture_logs() as logs:
         result = run(retrieve(store, SearchRequest("narwhal migration", top_k=10)))
     assert PRIV not in repos(result)
-    assert any(e["event"] == "result_access_denied" and e["reason"] == "collection level PRIVATE"
-               for e in logs)
+    assert any(
+        e["event"] == "result_access_denied" and e["reason"] == "collection level PRIVATE"
+        for e in logs
+    )
     # A caller with PRIVATE only does not get it either: its own claim (PUBLIC) is not theirs.
     monkeypatch.undo()
-    result = run(retrieve(store, SearchRequest("narwhal migration", top_k=10, access_levels=["PRIVATE"])))
+    result = run(
+        retrieve(store, SearchRequest("narwhal migration", top_k=10, access_levels=["PRIVATE"]))
+    )
     assert "content/liar.md" not in {m.metadata["file_path"] for m in result.matches}
-    both = run(retrieve(store, SearchRequest("narwhal migration", top_k=10,
-                        access_levels=["PRIVATE", "PUBLIC"])))
+    both = run(
+        retrieve(
+            store, SearchRequest("narwhal migration", top_k=10, access_levels=["PRIVATE", "PUBLIC"])
+        )
+    )
     assert both.matches[0].metadata["file_path"] == "content/liar.md"
 
 
@@ -156,4 +210,6 @@ def test_level_changed_in_config_hides_the_collection_at_once(make_store, chroma
         pytest.skip("embedded is enough")
     populate(make_store())  # everything indexed as PUBLIC
     now_private = make_store(access_levels={PUB: "PRIVATE"})
-    assert PUB not in repos(run(retrieve(now_private, SearchRequest("zebra crossings handbook", top_k=10))))
+    assert PUB not in repos(
+        run(retrieve(now_private, SearchRequest("zebra crossings handbook", top_k=10)))
+    )

@@ -13,9 +13,17 @@ import pytest
 from flows.analytics_markdown import analytics_markdown, md
 from hetriever.core.config import load_settings
 from hetriever.core.models import RetrievalResult, SearchResult
-from hetriever.search.analytics import (ANALYTICS_FILE, DAY, MAX_QUERY_CHARS, AnalyticsStore,
-                                        OpenRecord, QueryRecord, nearest_similarity, open_store,
-                                        record_quietly)
+from hetriever.search.analytics import (
+    ANALYTICS_FILE,
+    DAY,
+    MAX_QUERY_CHARS,
+    AnalyticsStore,
+    OpenRecord,
+    QueryRecord,
+    nearest_similarity,
+    open_store,
+    record_quietly,
+)
 from hetriever.search.analytics_report import analytics_report, build_report
 from hetriever.serve import stats_page
 from hetriever.serve.analytics_feed import AnalyticsFeed, OpenRefused
@@ -25,13 +33,20 @@ HOSTILE = "<script>alert(1)</script> [/name] **x** | y"
 
 
 def _match(score=0.8, dense=0.8, source="hybrid", url="/docs/a/"):
-    return SearchResult(doc_id="d", content="text", metadata={"url": url}, score=score,
-                        source=source, dense_score=dense)
+    return SearchResult(
+        doc_id="d",
+        content="text",
+        metadata={"url": url},
+        score=score,
+        source=source,
+        dense_score=dense,
+    )
 
 
 def _result(query, matches=()):
-    return RetrievalResult(query=query, matches=list(matches), total_results=len(matches),
-                           search_time_ms=12.5)
+    return RetrievalResult(
+        query=query, matches=list(matches), total_results=len(matches), search_time_ms=12.5
+    )
 
 
 def _record(query, matches=(), *, source="http", cold=False, at=None, **kw):
@@ -43,8 +58,12 @@ def _record(query, matches=(), *, source="http", cold=False, at=None, **kw):
 
 @pytest.fixture
 def settings(tmp_path):
-    return load_settings(state_dir=tmp_path / "state", chroma_path=tmp_path / "chroma",
-                         analytics=True, analytics_retention_days=30)
+    return load_settings(
+        state_dir=tmp_path / "state",
+        chroma_path=tmp_path / "chroma",
+        analytics=True,
+        analytics_retention_days=30,
+    )
 
 
 def store_of(settings):
@@ -54,38 +73,53 @@ def store_of(settings):
 def test_a_search_and_an_open_are_recorded_and_reported(settings):
     store = store_of(settings)
     found = _record("where function", [_match(), _match(url="/docs/b/")])
-    store.record([found, _record("quokka", []),
-                  _record("quokka", [], repositories=["team-notes"]),
-                  _record("vague words", [_match(dense=0.6)]),
-                  _record("where function", [_match()], source="mcp")])
+    store.record(
+        [
+            found,
+            _record("quokka", []),
+            _record("quokka", [], repositories=["team-notes"]),
+            _record("vague words", [_match(dense=0.6)]),
+            _record("where function", [_match()], source="mcp"),
+        ]
+    )
     store.record([], [OpenRecord(found.id, 2, "/docs/b/", time.time())])
     store.close()
     report = analytics_report(settings)
     assert report.queries == 5 and report.opened == 1
     (nothing,) = report.no_result
     assert (nothing["query"], nothing["count"], nothing["scope"]) == (
-        "quokka", 2, ["all", "team-notes"])  # one search of all, one of team-notes
+        "quokka",
+        2,
+        ["all", "team-notes"],
+    )  # one search of all, one of team-notes
     assert [(q["query"], q["similarity"]) for q in report.weak] == [("vague words", 0.6)]
-    assert report.opens == [{"query": "where function", "rank": 2, "url": "/docs/b/",
-                             "count": 1}]
+    assert report.opens == [{"query": "where function", "rank": 2, "url": "/docs/b/", "count": 1}]
     # a query whose HTTP results were never opened; one opened once is not listed, nor is
     # one that found nothing
     assert [q["query"] for q in report.unopened] == ["vague words"]
     assert report.top_queries[:2] == [
         {"query": "quokka", "count": 2, "no_result": 2, "weak": 0},
-        {"query": "where function", "count": 2, "no_result": 0, "weak": 0}]
+        {"query": "where function", "count": 2, "no_result": 0, "weak": 0},
+    ]
     assert report.per_day[0]["queries"] == 5 and report.per_day[0]["no_result"] == 2
     assert [(r["source"], r["temperature"], r["count"]) for r in report.latency] == [
-        ("http", "warm", 4), ("mcp", "warm", 1)]
+        ("http", "warm", 4),
+        ("mcp", "warm", 1),
+    ]
 
 
 def test_an_open_of_a_rank_not_shown_or_an_unknown_query_is_not_kept(settings):
     store = store_of(settings)
     one = _record("one result", [_match()])
-    store.record([one], [OpenRecord(one.id, 1, "/docs/a/", time.time()),
-                         OpenRecord(one.id, 1, "/docs/a/", time.time()),  # again: one kept
-                         OpenRecord(one.id, 2, "/docs/x/", time.time()),  # beyond the results
-                         OpenRecord("no-such-id", 1, "/docs/a/", time.time())])
+    store.record(
+        [one],
+        [
+            OpenRecord(one.id, 1, "/docs/a/", time.time()),
+            OpenRecord(one.id, 1, "/docs/a/", time.time()),  # again: one kept
+            OpenRecord(one.id, 2, "/docs/x/", time.time()),  # beyond the results
+            OpenRecord("no-such-id", 1, "/docs/a/", time.time()),
+        ],
+    )
     assert store.opens() == [("one result", 1, "/docs/a/")]
     store.close()
 
@@ -138,8 +172,7 @@ def test_reading_with_analytics_off_creates_nothing(tmp_path):
     assert report.queries == 0 and not report.enabled
     assert not (tmp_path / "state").exists()
     feed = AnalyticsFeed(settings, "http")
-    assert feed.search(_result("q", [_match()]), {"results": [{"url": "/a/"}]}, 0.01,
-                       None) is None
+    assert feed.search(_result("q", [_match()]), {"results": [{"url": "/a/"}]}, 0.01, None) is None
     feed.flush()
     feed.close()
     assert not (tmp_path / "state").exists()
@@ -153,8 +186,12 @@ def test_a_locked_or_unwritable_file_costs_the_row_not_the_caller(settings):
     assert not record_quietly(settings, _record("while locked"))
     assert time.perf_counter() - started < 5  # waited for the lock briefly, then gave up
     feed = AnalyticsFeed(settings, "http")
-    assert feed.search(_result("served while locked", [_match()]),
-                       {"results": [{"url": "/docs/a/", "link": "/docs/a/"}]}, 0.01, None)
+    assert feed.search(
+        _result("served while locked", [_match()]),
+        {"results": [{"url": "/docs/a/", "link": "/docs/a/"}]},
+        0.01,
+        None,
+    )
     feed.flush()  # returns: the writer logged the failure
     holder.rollback()
     holder.close()
@@ -171,8 +208,9 @@ def full_disk(tmp_path):
 
 
 def test_a_full_disk_costs_the_row_not_the_caller(tmp_path, full_disk):
-    settings = load_settings(state_dir=full_disk / "state", chroma_path=tmp_path / "chroma",
-                             analytics=True)
+    settings = load_settings(
+        state_dir=full_disk / "state", chroma_path=tmp_path / "chroma", analytics=True
+    )
     assert not record_quietly(settings, _record("nowhere to write"))
     feed = AnalyticsFeed(settings, "http")
     assert feed.search(_result("q", [_match()]), {"results": [{"url": "/a/"}]}, 0.01, None)
@@ -184,19 +222,26 @@ def test_a_full_disk_costs_the_row_not_the_caller(tmp_path, full_disk):
 
 def test_the_feed_accepts_only_opens_of_results_it_showed(settings):
     feed = AnalyticsFeed(settings, "http")
-    shown = {"results": [{"url": "/docs/a/", "link": "https://example.org/docs/a/"},
-                         {"url": "/docs/b/", "link": "https://example.org/docs/b/"}]}
-    query_id = feed.search(_result("where", [_match(), _match(url="/docs/b/")]), shown, 0.02,
-                           ["sample-docs"])
+    shown = {
+        "results": [
+            {"url": "/docs/a/", "link": "https://example.org/docs/a/"},
+            {"url": "/docs/b/", "link": "https://example.org/docs/b/"},
+        ]
+    }
+    query_id = feed.search(
+        _result("where", [_match(), _match(url="/docs/b/")]), shown, 0.02, ["sample-docs"]
+    )
     assert isinstance(query_id, str) and len(query_id) >= 16
     with pytest.raises(OpenRefused) as unknown:
         feed.open("not-an-issued-id", 1, "/docs/a/")
     assert unknown.value.unknown
-    for rank, url, why in ((3, "/docs/a/", "rank must be from 1 to 2"),
-                           (0, "/docs/a/", "rank must be from 1 to 2"),
-                           (True, "/docs/a/", "rank must be an integer"),
-                           (1, "/docs/b/", "not that of result 1"),
-                           (1, "x" * 5000, "url must be")):
+    for rank, url, why in (
+        (3, "/docs/a/", "rank must be from 1 to 2"),
+        (0, "/docs/a/", "rank must be from 1 to 2"),
+        (True, "/docs/a/", "rank must be an integer"),
+        (1, "/docs/b/", "not that of result 1"),
+        (1, "x" * 5000, "url must be"),
+    ):
         with pytest.raises(OpenRefused, match=why):
             feed.open(query_id, rank, url)
     assert feed.open(query_id, 2, "https://example.org/docs/b/")  # the link is accepted too
@@ -238,16 +283,28 @@ def _report(settings, rows):
 
 
 def test_stats_page_is_svg_charts_with_every_query_escaped(settings):
-    report = _report(settings, [_record(HOSTILE), _record(HOSTILE), _record("found", [_match()]),
-                                _record("cli one", source="cli", cold=True)])
+    report = _report(
+        settings,
+        [
+            _record(HOSTILE),
+            _record(HOSTILE),
+            _record("found", [_match()]),
+            _record("cli one", source="cli", cold=True),
+        ],
+    )
     page = stats_page.render(report)
     parsed = _Text()
     parsed.feed(page)
     assert "script" not in parsed.tags  # the query is text, not an element
     assert "<script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
-    assert any(HOSTILE in t or HOSTILE[:stats_page.LABEL_CHARS - 1] in t for t in parsed.text)
-    assert {"chart-per-day", "chart-top-queries", "chart-no-result", "chart-latency-warm",
-            "chart-latency-cold"} <= parsed.ids
+    assert any(HOSTILE in t or HOSTILE[: stats_page.LABEL_CHARS - 1] in t for t in parsed.text)
+    assert {
+        "chart-per-day",
+        "chart-top-queries",
+        "chart-no-result",
+        "chart-latency-warm",
+        "chart-latency-cold",
+    } <= parsed.ids
     assert page.count('<svg class="chart"') == 5
     assert 'class="bar no-result" data-value="3"' in page  # the day's three empty searches
     assert "style-src 'unsafe-inline'" in stats_page.HEADERS["Content-Security-Policy"]

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from hetriever.search.request import SearchRequest
 from hetriever.search.hybrid import hybrid_search
+from hetriever.search.request import SearchRequest
 from hetriever.store.knowledge_store import Store
 from tests.support.chroma_fixtures import make_chunk, store_settings
 from tests.support.helpers import run
@@ -21,8 +21,12 @@ DOCS = [
     (A, "content/install/linux.md", f"{INSTALL} on Linux with the snap package."),
     (A, "content/install/macos.md", f"{INSTALL} on macOS with Homebrew."),
     (A, "content/guides/upgrade.md", f"{INSTALL} again to upgrade it to a new release."),
-    (A, "content/fr/install/windows.md", f"{INSTALL} sur Windows avec le programme.",
-     {"section": "install", "lang": "fr"}),
+    (
+        A,
+        "content/fr/install/windows.md",
+        f"{INSTALL} sur Windows avec le programme.",
+        {"section": "install", "lang": "fr"},
+    ),
     (B, "content/install/kubernetes.md", f"{INSTALL} on Kubernetes with the Helm chart."),
     (SECRET, "content/install/vault.md", f"{INSTALL} inside the private vault cluster."),
 ]
@@ -30,12 +34,16 @@ DOCS = [
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory, minilm_embedder: Any) -> Iterator[Any]:
-    settings = store_settings(tmp_path_factory.mktemp("facets"),
-                              access_levels={SECRET: "PRIVATE"})
+    settings = store_settings(tmp_path_factory.mktemp("facets"), access_levels={SECRET: "PRIVATE"})
     store = Store(settings, embedder=minilm_embedder)
     for repo, path, text, *extra in DOCS:
-        chunk = make_chunk(repo, path, text, **(extra[0] if extra else {}),
-                           access_level="PRIVATE" if repo == SECRET else "PUBLIC")
+        chunk = make_chunk(
+            repo,
+            path,
+            text,
+            **(extra[0] if extra else {}),
+            access_level="PRIVATE" if repo == SECRET else "PUBLIC",
+        )
         run(store.upsert_file_chunks(repo, path, [chunk]))
     yield store
     store.close_sync()
@@ -56,19 +64,31 @@ def test_facets_count_candidate_pages_beyond_the_top_k(store) -> None:
 
 
 def test_facets_narrow_with_the_search_parameters(store) -> None:
-    by_repo = hybrid_search(store, SearchRequest("install the kestrel tool", 3, repositories=[B], lang="all"))
+    by_repo = hybrid_search(
+        store, SearchRequest("install the kestrel tool", 3, repositories=[B], lang="all")
+    )
     assert counts(by_repo, "repository") == {B: 1}
-    by_section = hybrid_search(store, SearchRequest("install the kestrel tool", 3, {"section": "guides"},
-                               lang="all"))
+    by_section = hybrid_search(
+        store, SearchRequest("install the kestrel tool", 3, {"section": "guides"}, lang="all")
+    )
     assert counts(by_section, "section") == {"guides": 1}
     assert [m.metadata["file_path"] for m in by_section.matches] == ["content/guides/upgrade.md"]
 
 
 def test_facets_never_count_what_the_caller_may_not_see(store) -> None:
-    public = hybrid_search(store, SearchRequest("install kestrel private vault cluster", 5, lang="all"))
+    public = hybrid_search(
+        store, SearchRequest("install kestrel private vault cluster", 5, lang="all")
+    )
     assert SECRET not in counts(public, "repository")
-    private = hybrid_search(store, SearchRequest("install kestrel private vault cluster", 5, lang="all",
-                            access_levels=["PUBLIC", "PRIVATE"]))
+    private = hybrid_search(
+        store,
+        SearchRequest(
+            "install kestrel private vault cluster",
+            5,
+            lang="all",
+            access_levels=["PUBLIC", "PRIVATE"],
+        ),
+    )
     assert counts(private, "repository")[SECRET] == 1
 
 

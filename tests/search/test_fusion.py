@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-import pytest
 
 from hetriever.search.fusion import (
     best_per_page,
@@ -51,7 +50,9 @@ def test_chunks_without_a_page_are_passed_over():
     pages = fuse_pages({"dense": dense, "bm25": []}, {"A#1": "A"}, 60)
     assert [(p.page, p.fused) for p in pages] == [("A", 1 / 61)]
     assert page_ranking(["x", "A#1", "A#2", "B#1"], {"A#1": "A", "A#2": "A", "B#1": "B"}) == [
-        "A", "B"]
+        "A",
+        "B",
+    ]
 
 
 def test_equal_scores_are_ordered_by_id():
@@ -59,16 +60,18 @@ def test_equal_scores_are_ordered_by_id():
     assert [p.page for p in pages] == ["a", "b"]
 
 
-chunk_ids = st.lists(st.sampled_from([f"{p}#{i}" for p in "ABCDE" for i in range(4)]),
-                     unique=True, max_size=12)
+chunk_ids = st.lists(
+    st.sampled_from([f"{p}#{i}" for p in "ABCDE" for i in range(4)]), unique=True, max_size=12
+)
 
 
 @given(dense=chunk_ids, bm25=chunk_ids, k=st.integers(1, 100))
 def test_page_fusion_is_rrf_over_page_rankings(dense, bm25, k):
     page_of = {c: c.split("#")[0] for c in dense + bm25}
     pages = fuse_pages({"dense": dense, "bm25": bm25}, page_of, k)
-    expected = rrf_fuse({"dense": page_ranking(dense, page_of),
-                         "bm25": page_ranking(bm25, page_of)}, k)
+    expected = rrf_fuse(
+        {"dense": page_ranking(dense, page_of), "bm25": page_ranking(bm25, page_of)}, k
+    )
     assert [p.page for p in pages] == ordered(expected)
     assert sorted(c for p in pages for c in p.chunks) == sorted(set(dense + bm25))
     # A page's first chunk is its best: no other of its chunks has a higher chunk-level score.
@@ -95,8 +98,9 @@ def test_score_fusion_keeps_how_far_ahead_a_retriever_is():
     rankings = {"dense": ordered(dense), "bm25": ordered(bm25)}
     by_rank = fuse_pages(rankings, page_of, 5)
     assert by_rank[0].page == "U"
-    by_score = fuse_pages(rankings, page_of, 5, {"dense": 0.6, "bm25": 0.4},
-                          scores={"dense": dense, "bm25": bm25})
+    by_score = fuse_pages(
+        rankings, page_of, 5, {"dense": 0.6, "bm25": 0.4}, scores={"dense": dense, "bm25": bm25}
+    )
     assert by_score[0].page == "T"
     assert set(by_score[0].chunks) == {"T#1", "T#2"}
 
@@ -109,28 +113,42 @@ def test_a_page_one_retriever_missed_takes_that_retrievers_lowest_score():
 
 
 def test_a_page_scores_its_best_chunk():
-    assert best_per_page({"A#1": 0.2, "A#2": 0.9, "B#1": 0.5, "x": 1.0},
-                         {"A#1": "A", "A#2": "A", "B#1": "B"}) == {"A": 0.9, "B": 0.5}
+    assert best_per_page(
+        {"A#1": 0.2, "A#2": 0.9, "B#1": 0.5, "x": 1.0}, {"A#1": "A", "A#2": "A", "B#1": "B"}
+    ) == {"A": 0.9, "B": 0.5}
 
 
-scores_of = st.dictionaries(st.sampled_from([f"{p}#{i}" for p in "ABCDE" for i in range(4)]),
-                            st.floats(-5, 50, allow_nan=False).map(lambda x: round(x, 3)),
-                            max_size=12)
+scores_of = st.dictionaries(
+    st.sampled_from([f"{p}#{i}" for p in "ABCDE" for i in range(4)]),
+    st.floats(-5, 50, allow_nan=False).map(lambda x: round(x, 3)),
+    max_size=12,
+)
 
 
 @given(dense=scores_of, bm25=scores_of, w=st.floats(0.05, 0.95))
 def test_score_page_fusion_is_weighted_z_of_best_chunks(dense, bm25, w):
     page_of = {c: c.split("#")[0] for c in [*dense, *bm25]}
     weights = {"dense": w, "bm25": 1 - w}
-    pages = fuse_pages({"dense": ordered(dense), "bm25": ordered(bm25)}, page_of, 5, weights,
-                       scores={"dense": dense, "bm25": bm25})
-    expected = score_fuse({"dense": best_per_page(dense, page_of),
-                           "bm25": best_per_page(bm25, page_of)}, weights)
+    pages = fuse_pages(
+        {"dense": ordered(dense), "bm25": ordered(bm25)},
+        page_of,
+        5,
+        weights,
+        scores={"dense": dense, "bm25": bm25},
+    )
+    expected = score_fuse(
+        {"dense": best_per_page(dense, page_of), "bm25": best_per_page(bm25, page_of)}, weights
+    )
     assert [p.page for p in pages] == ordered(expected)
     assert sorted(c for p in pages for c in p.chunks) == sorted({*dense, *bm25})
     # One retriever alone: its own order of pages.
-    alone = fuse_pages({"dense": ordered(dense), "bm25": []}, page_of, 5, weights,
-                       scores={"dense": dense, "bm25": {}})
+    alone = fuse_pages(
+        {"dense": ordered(dense), "bm25": []},
+        page_of,
+        5,
+        weights,
+        scores={"dense": dense, "bm25": {}},
+    )
     best = best_per_page(dense, page_of)
     assert [best[p.page] for p in alone] == sorted(best.values(), reverse=True)
 
@@ -153,10 +171,16 @@ def test_a_short_english_query_leans_on_the_words_and_a_question_on_meaning():
 
     s = Settings()
     title = "Configure the collector"  # 2 distinct terms: a look-up by name
-    question = ("How do I configure the collector so that it exports traces to two backends "
-                "and drops the health check spans?")
-    assert dense_weight_for(s, "", title) == dense_weight_for(s, "en", title) == \
-        s.dense_weight_short < s.dense_weight
+    question = (
+        "How do I configure the collector so that it exports traces to two backends "
+        "and drops the health check spans?"
+    )
+    assert (
+        dense_weight_for(s, "", title)
+        == dense_weight_for(s, "en", title)
+        == s.dense_weight_short
+        < s.dense_weight
+    )
     assert dense_weight_for(s, "", question) == s.dense_weight
     # other languages keep their own weight whatever the query's length
     assert dense_weight_for(s, "ja", title) == s.dense_weight_cjk

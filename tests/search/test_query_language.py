@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from hetriever.search.query_language import WORD_RATIO, by_words
+from hetriever.search.query_language import query_language as _query_language
 from hetriever.store.bm25.bm25_index import BM25Index
-
-from hetriever.search.query_language import WORD_RATIO, by_words, query_language as _query_language
 
 
 def query_language(text, languages, counts=({}, [])):
@@ -17,21 +17,24 @@ def query_language(text, languages, counts=({}, [])):
 OTEL = ("en", "bn", "es", "fr", "ja", "ko", "pl", "pt", "ro", "uk", "zh")
 
 
-@pytest.mark.parametrize("query,language", [
-    ("コレクターの設定", "ja"),                 # kana and kanji
-    ("トレース", "ja"),                         # katakana alone
-    ("ｺﾚｸﾀｰ", "ja"),                            # halfwidth katakana
-    ("OTel コレクター config", "ja"),           # Latin words beside kana
-    ("收集器配置", "zh"),                       # Chinese characters, no kana: Chinese
-    ("컬렉터 설정", "ko"),
-    ("налаштування колектора", "uk"),
-    ("কালেক্টর কনফিগারেশন", "bn"),
-    ("configure the collector", ""),            # Latin: the default (es, fr... look alike)
-    ("configuración del colector", ""),
-    ("ＡＢＣ", ""),                             # fullwidth Latin is Latin
-    ("1234 ?!", ""),                            # no letters
-    ("컬렉터 налаштування", ""),                # two scripts: no say
-])
+@pytest.mark.parametrize(
+    "query,language",
+    [
+        ("コレクターの設定", "ja"),  # kana and kanji
+        ("トレース", "ja"),  # katakana alone
+        ("ｺﾚｸﾀｰ", "ja"),  # halfwidth katakana
+        ("OTel コレクター config", "ja"),  # Latin words beside kana
+        ("收集器配置", "zh"),  # Chinese characters, no kana: Chinese
+        ("컬렉터 설정", "ko"),
+        ("налаштування колектора", "uk"),
+        ("কালেক্টর কনফিগারেশন", "bn"),
+        ("configure the collector", ""),  # Latin: the default (es, fr... look alike)
+        ("configuración del colector", ""),
+        ("ＡＢＣ", ""),  # fullwidth Latin is Latin
+        ("1234 ?!", ""),  # no letters
+        ("컬렉터 налаштування", ""),  # two scripts: no say
+    ],
+)
 def test_the_script_names_one_of_the_sites_languages(query, language):
     assert query_language(query, OTEL) == language
 
@@ -62,8 +65,14 @@ def test_the_sites_own_code_is_returned_and_two_of_one_script_need_the_words():
     assert query_language("插桩", zh_ja, (sizes, [{"en": 0, "zh": 35, "ja": 0}])) == "zh"
     assert query_language("收集器", ("en", "zh-cn", "zh-tw")) == "zh-cn"  # the first Chinese
     # the script's languages only: Latin-only Spanish counts do not place kana
-    assert query_language("トレース", ("en", "es", "ja"),
-                          ({"en": 10, "es": 10, "ja": 10}, [{"en": 0, "es": 5, "ja": 0}])) == "ja"
+    assert (
+        query_language(
+            "トレース",
+            ("en", "es", "ja"),
+            ({"en": 10, "es": 10, "ja": 10}, [{"en": 0, "es": 5, "ja": 0}]),
+        )
+        == "ja"
+    )
 
 
 def test_latin_letters_are_placed_by_their_words_alone():
@@ -79,22 +88,28 @@ SIZES = {"en": 8000, "es": 2000, "pt": 1500, "fr": 1000}
 
 
 def test_words_only_another_language_holds_speak_for_it():
-    words = [{"en": 0, "es": 40, "pt": 0, "fr": 0},      # configuración
-             {"en": 3, "es": 1500, "pt": 900, "fr": 0},  # de: in a few English pages too
-             {"en": 0, "es": 30, "pt": 0, "fr": 0}]      # colector
+    words = [
+        {"en": 0, "es": 40, "pt": 0, "fr": 0},  # configuración
+        {"en": 3, "es": 1500, "pt": 900, "fr": 0},  # de: in a few English pages too
+        {"en": 0, "es": 30, "pt": 0, "fr": 0},
+    ]  # colector
     assert by_words(SIZES, words, "en") == "es"
 
 
 def test_an_english_query_keeps_the_default():
-    words = [{"en": 900, "es": 60, "pt": 40, "fr": 70},   # collector: translations keep it
-             {"en": 700, "es": 80, "pt": 50, "fr": 90}]   # configuration
+    words = [
+        {"en": 900, "es": 60, "pt": 40, "fr": 70},  # collector: translations keep it
+        {"en": 700, "es": 80, "pt": 50, "fr": 90},
+    ]  # configuration
     assert by_words(SIZES, words, "en") == ""
 
 
 def test_fewer_than_half_of_the_words_or_a_tie_say_nothing():
-    one_of_three = [{"en": 0, "es": 40, "pt": 0, "fr": 0},
-                    {"en": 900, "es": 60, "pt": 0, "fr": 0},
-                    {"en": 700, "es": 80, "pt": 0, "fr": 0}]
+    one_of_three = [
+        {"en": 0, "es": 40, "pt": 0, "fr": 0},
+        {"en": 900, "es": 60, "pt": 0, "fr": 0},
+        {"en": 700, "es": 80, "pt": 0, "fr": 0},
+    ]
     assert by_words(SIZES, one_of_three, "en") == ""
     tie = [{"en": 0, "es": 40, "pt": 30, "fr": 0}]  # configurar: Spanish and Portuguese
     assert by_words(SIZES, tie, "en") == ""
@@ -110,16 +125,25 @@ def test_a_word_the_default_holds_needs_a_share_many_times_larger():
 
 def test_a_bm25_index_counts_each_query_words_docs_per_language(tmp_path):
     with BM25Index(tmp_path / "bm25.sqlite") as index:
-        index.upsert(["en1", "en2", "es1", "fr1"],
-                     ["Configure the collector", "The collector pipeline",
-                      "Configuración del colector", "Configuration du collecteur"],
-                     [{"lang": "en"}, {"lang": "en"}, {"lang": "es"}, {"lang": "fr"}])
+        index.upsert(
+            ["en1", "en2", "es1", "fr1"],
+            [
+                "Configure the collector",
+                "The collector pipeline",
+                "Configuración del colector",
+                "Configuration du collecteur",
+            ],
+            [{"lang": "en"}, {"lang": "en"}, {"lang": "es"}, {"lang": "fr"}],
+        )
         index.delete(["en2"])  # a deleted doc counts nowhere
-        sizes, per_word = index.language_counts("configuración del collector",
-                                                ("en", "es", "fr", "ja"))
+        sizes, per_word = index.language_counts(
+            "configuración del collector", ("en", "es", "fr", "ja")
+        )
     assert sizes == {"en": 1, "es": 1, "fr": 1, "ja": 0}
     # the words the index holds, in the query's order: configuración, del, collector
-    assert per_word == [{"en": 0, "es": 1, "fr": 0, "ja": 0},
-                        {"en": 0, "es": 1, "fr": 0, "ja": 0},
-                        {"en": 1, "es": 0, "fr": 0, "ja": 0}]
+    assert per_word == [
+        {"en": 0, "es": 1, "fr": 0, "ja": 0},
+        {"en": 0, "es": 1, "fr": 0, "ja": 0},
+        {"en": 1, "es": 0, "fr": 0, "ja": 0},
+    ]
     assert by_words(sizes, per_word, "en") == "es"

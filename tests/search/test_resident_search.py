@@ -60,14 +60,16 @@ def index(tmp_path_factory, minilm_model_dir):
             write_files(repo, {"content/docs/platypus.md": PLATYPUS})
         commit_all(repo, "docs")
     run_dir = Path(tempfile.mkdtemp(prefix="hr-"))  # a socket's path must stay short
-    env = {**os.environ,
-           "HETRIEVER_DOCS_ROOT": str(root / "docs"),
-           "HETRIEVER_CHROMA_PATH": str(root / "chroma"),
-           "HETRIEVER_MODEL_DIR": str(minilm_model_dir),
-           "HETRIEVER_ACCESS_LEVELS": "team-docs=TEAM",
-           "HETRIEVER_LOG_LEVEL": "WARNING",
-           "HETRIEVER_SEARCH_RESIDENT_IDLE": "120",
-           "XDG_RUNTIME_DIR": str(run_dir)}
+    env = {
+        **os.environ,
+        "HETRIEVER_DOCS_ROOT": str(root / "docs"),
+        "HETRIEVER_CHROMA_PATH": str(root / "chroma"),
+        "HETRIEVER_MODEL_DIR": str(minilm_model_dir),
+        "HETRIEVER_ACCESS_LEVELS": "team-docs=TEAM",
+        "HETRIEVER_LOG_LEVEL": "WARNING",
+        "HETRIEVER_SEARCH_RESIDENT_IDLE": "120",
+        "XDG_RUNTIME_DIR": str(run_dir),
+    }
     in_process = {**env, "HETRIEVER_SEARCH_RESIDENT_IDLE": "0"}
     assert cli(in_process, "ingest").returncode == 0
     yield root, env, in_process
@@ -76,8 +78,14 @@ def index(tmp_path_factory, minilm_model_dir):
 
 
 def cli(env, *args):
-    return subprocess.run([str(HETRIEVER), *args], env=env, cwd=env["HETRIEVER_DOCS_ROOT"],
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [str(HETRIEVER), *args],
+        env=env,
+        cwd=env["HETRIEVER_DOCS_ROOT"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def search(env, args):
@@ -181,14 +189,25 @@ def test_resident_answers_only_its_own_caller_and_index(index):
     while path.exists() and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not path.exists()
-    assert route(env) == {"route": "in-process",
-                          "why": "no resident search process runs; the next search starts one"}
+    assert route(env) == {
+        "route": "in-process",
+        "why": "no resident search process runs; the next search starts one",
+    }
 
 
 def _socket(env) -> Path:
     """The socket a CLI run with `env` from the docs root asks."""
-    code = ("from hetriever.commands import resident; "
-            "print(resident.socket_path(resident.inputs_key(None, None)))")
-    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=env["HETRIEVER_DOCS_ROOT"],
-                         capture_output=True, text=True, timeout=60, check=True)
+    code = (
+        "from hetriever.commands import resident; "
+        "print(resident.socket_path(resident.inputs_key(None, None)))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        cwd=env["HETRIEVER_DOCS_ROOT"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     return Path(out.stdout.strip())

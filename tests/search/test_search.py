@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import math
-
 import asyncio
+import math
 from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
@@ -12,20 +11,20 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from hetriever.search.request import SearchRequest
-from hetriever.search import dense as dense_module
-from hetriever.store.chunk_records import ChunkCollection
-from hetriever.embed.embedder import MiniLMEmbedder
 from hetriever.core.errors import (
     BackendConnectionError,
     EmbeddingError,
     InvalidFilterError,
     InvalidLimitError,
 )
-from hetriever.store.filters import matches, validate_filter
-from hetriever.search.hybrid import MAX_QUERY_CHARS, retrieve
+from hetriever.embed.embedder import MiniLMEmbedder
+from hetriever.search import dense as dense_module
 from hetriever.search.dense import similarity
 from hetriever.search.fusion import rrf_fuse
+from hetriever.search.hybrid import MAX_QUERY_CHARS, retrieve
+from hetriever.search.request import SearchRequest
+from hetriever.store.chunk_records import ChunkCollection
+from hetriever.store.filters import matches, validate_filter
 from hetriever.store.knowledge_store import Store
 from tests.support.chroma_fixtures import (
     make_chunk,
@@ -39,31 +38,61 @@ A, B = "alpha-docs", "beta-docs"
 
 # (repository, file, text, extra metadata): small, with distinctive words per document.
 DOCS = [
-    (A, "content/functions/where.md",
-     "The where function filters a collection of pages by a parameter value, like a SQL "
-     "WHERE clause.", {"tags": ["functions", "filtering"]}),
-    (A, "content/functions/first.md",
-     "The first function returns the first N items of a slice or a map.",
-     {"tags": ["functions"]}),
-    (A, "content/install/linux.md",
-     "Install Hugo on Linux with the snap package or download the extended binary.",
-     {"tags": ["install", "linux"]}),
-    (A, "content/install/macos.md",
-     "Install Hugo on macOS with Homebrew: brew install hugo.", {"tags": ["install"]}),
-    (A, "content/templates/partials.md",
-     "Partials are small reusable template fragments called with the partial function.",
-     {"tags": ["templates"]}),
-    (A, "content/hosting/netlify.md",
-     "Deploy your site to Netlify by connecting the git repository and a build command.", {}),
-    (B, "content/collector/receivers.md",
-     "The OpenTelemetry Collector receives traces, metrics and logs through receivers.",
-     {"tags": ["collector"]}),
-    (B, "content/collector/exporters.md",
-     "Exporters send telemetry from the Collector to backends such as Jaeger or Prometheus.",
-     {"tags": ["collector"]}),
-    (B, "content/install/kubernetes.md",
-     "Install the Collector on Kubernetes with the Helm chart or the operator.",
-     {"tags": ["install"]}),
+    (
+        A,
+        "content/functions/where.md",
+        "The where function filters a collection of pages by a parameter value, like a SQL "
+        "WHERE clause.",
+        {"tags": ["functions", "filtering"]},
+    ),
+    (
+        A,
+        "content/functions/first.md",
+        "The first function returns the first N items of a slice or a map.",
+        {"tags": ["functions"]},
+    ),
+    (
+        A,
+        "content/install/linux.md",
+        "Install Hugo on Linux with the snap package or download the extended binary.",
+        {"tags": ["install", "linux"]},
+    ),
+    (
+        A,
+        "content/install/macos.md",
+        "Install Hugo on macOS with Homebrew: brew install hugo.",
+        {"tags": ["install"]},
+    ),
+    (
+        A,
+        "content/templates/partials.md",
+        "Partials are small reusable template fragments called with the partial function.",
+        {"tags": ["templates"]},
+    ),
+    (
+        A,
+        "content/hosting/netlify.md",
+        "Deploy your site to Netlify by connecting the git repository and a build command.",
+        {},
+    ),
+    (
+        B,
+        "content/collector/receivers.md",
+        "The OpenTelemetry Collector receives traces, metrics and logs through receivers.",
+        {"tags": ["collector"]},
+    ),
+    (
+        B,
+        "content/collector/exporters.md",
+        "Exporters send telemetry from the Collector to backends such as Jaeger or Prometheus.",
+        {"tags": ["collector"]},
+    ),
+    (
+        B,
+        "content/install/kubernetes.md",
+        "Install the Collector on Kubernetes with the Helm chart or the operator.",
+        {"tags": ["install"]},
+    ),
 ]
 
 
@@ -88,18 +117,22 @@ def populate(store: Any) -> Any:
     return store
 
 
-@pytest.fixture(scope="module",
-                params=["embedded", pytest.param("server", marks=pytest.mark.server)])
-def stores(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
-           minilm_embedder, minilm_model_dir) -> Iterator[tuple[Any, Any]]:
+@pytest.fixture(
+    scope="module", params=["embedded", pytest.param("server", marks=pytest.mark.server)]
+)
+def stores(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    minilm_embedder,
+    minilm_model_dir,
+) -> Iterator[tuple[Any, Any]]:
     """(store, broken_store) over one populated index, shared by the read-only tests of a
     module; broken_store's embedder fails. Tests that tamper with data use `make_store`."""
     server = request.getfixturevalue("chroma_server") if request.param == "server" else None
     settings = store_settings(tmp_path_factory.mktemp("search"), server)
     client = server_database_client(server, "search-tests") if server else None
     store = populate(Store(settings, embedder=minilm_embedder, client=client))
-    broken = Store(settings, embedder=BrokenEmbedder(minilm_model_dir, threads=1),
-                                  client=client)
+    broken = Store(settings, embedder=BrokenEmbedder(minilm_model_dir, threads=1), client=client)
     yield store, broken
     broken.close_sync()
     store.close_sync()
@@ -137,7 +170,9 @@ def test_rrf_fuse_and_similarity() -> None:
 
 def test_distinctive_query_ranks_its_document_first(store) -> None:
     where_id = chunks_of(A)[0].id
-    result = run(retrieve(store, SearchRequest("filter pages by parameter value like a SQL where clause")))
+    result = run(
+        retrieve(store, SearchRequest("filter pages by parameter value like a SQL where clause"))
+    )
     assert result.mode == "hybrid" and result.matches
     top = result.matches[0]
     assert top.doc_id == where_id and top.source == "hybrid"
@@ -155,9 +190,12 @@ def test_distinctive_query_ranks_its_document_first(store) -> None:
     for m in result.matches:
         assert 0.0 <= m.score <= 1.0
         assert m.content and m.metadata["content_hash"]
-        assert m.source == {(True, True): "hybrid", (True, False): "dense",
-                            (False, True): "bm25"}[(m.dense_score is not None,
-                                                     m.bm25_score is not None)]
+        assert (
+            m.source
+            == {(True, True): "hybrid", (True, False): "dense", (False, True): "bm25"}[
+                (m.dense_score is not None, m.bm25_score is not None)
+            ]
+        )
         for s in (m.dense_score, m.bm25_score):
             assert s is None or 0.0 <= s <= 1.0
     # The same search with its defaults finds the same chunk first.
@@ -166,9 +204,12 @@ def test_distinctive_query_ranks_its_document_first(store) -> None:
 
 
 def test_rrf_fusion_when_settings_ask_for_it(store) -> None:
-    rrf = Store(store.settings.replace(fusion="rrf"), embedder=store.embedder,
-                client=store.chroma.client)
-    result = run(retrieve(rrf, SearchRequest("filter pages by parameter value like a SQL where clause")))
+    rrf = Store(
+        store.settings.replace(fusion="rrf"), embedder=store.embedder, client=store.chroma.client
+    )
+    result = run(
+        retrieve(rrf, SearchRequest("filter pages by parameter value like a SQL where clause"))
+    )
     top = result.matches[0]
     assert top.doc_id == chunks_of(A)[0].id
     assert top.score == pytest.approx(1.0)  # rank 1 in both lists: the maximum
@@ -176,15 +217,20 @@ def test_rrf_fusion_when_settings_ask_for_it(store) -> None:
 
 
 def test_dense_only_when_hybrid_is_off(store) -> None:
-    result = run(retrieve(store, SearchRequest("How do I install on a Mac?", top_k=3, hybrid=False)))
+    result = run(
+        retrieve(store, SearchRequest("How do I install on a Mac?", top_k=3, hybrid=False))
+    )
     assert result.mode == "dense" and len(result.matches) == 3
     assert result.retriever_counts["bm25"] == 0
     for m in result.matches:
         assert m.source == "dense" and m.bm25_score is None and m.rrf_score is None
         assert m.score == m.dense_score
     assert result.matches[0].metadata["file_path"] == "content/install/macos.md"
-    off = Store(store.settings.replace(use_hybrid_search=False),
-                embedder=store.embedder, client=store.chroma.client)
+    off = Store(
+        store.settings.replace(use_hybrid_search=False),
+        embedder=store.embedder,
+        client=store.chroma.client,
+    )
     assert off.views.search_mode() == "dense" and store.views.search_mode() == "hybrid"
     assert run(retrieve(off, SearchRequest("install hugo"))).mode == "dense"
 
@@ -203,11 +249,18 @@ def test_bm25_only_when_embedding_fails(broken_store) -> None:
 
 
 def test_similarity_threshold_applies_to_the_final_score(store) -> None:
-    strict = Store(store.settings.replace(similarity_threshold=0.75),
-                   embedder=store.embedder, client=store.chroma.client)
-    result = run(retrieve(strict, SearchRequest("install hugo on linux snap", top_k=10, hybrid=False)))
+    strict = Store(
+        store.settings.replace(similarity_threshold=0.75),
+        embedder=store.embedder,
+        client=store.chroma.client,
+    )
+    result = run(
+        retrieve(strict, SearchRequest("install hugo on linux snap", top_k=10, hybrid=False))
+    )
     assert result.matches and all(m.score >= 0.75 for m in result.matches)
-    loose = run(retrieve(store, SearchRequest("install hugo on linux snap", top_k=10, hybrid=False)))
+    loose = run(
+        retrieve(store, SearchRequest("install hugo on linux snap", top_k=10, hybrid=False))
+    )
     assert len(loose.matches) > len(result.matches)
 
 
@@ -236,8 +289,9 @@ def test_filters_apply_to_both_retrievers_identically(store, broken_store, where
     assert {m.doc_id for m in bm25.matches} <= expected
     hybrid = run(retrieve(store, SearchRequest(words, top_k=10, filters=where)))
     assert {m.doc_id for m in hybrid.matches} == expected
-    assert {m.doc_id for m in bm25.matches} == {m.doc_id for m in hybrid.matches
-                                               if m.bm25_score is not None}
+    assert {m.doc_id for m in bm25.matches} == {
+        m.doc_id for m in hybrid.matches if m.bm25_score is not None
+    }
 
 
 def test_invalid_filter(store) -> None:
@@ -274,22 +328,37 @@ def test_very_long_query_is_truncated_not_rejected(store) -> None:
 # --- namespaces and integrity ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize("where", [
-    None,
-    {"repository": B},
-    {"repository": {"$in": [A, B]}},
-    {"$or": [{"repository": B}, {"section": "collector"}, {"section": "install"}]},
-    {"repository": {"$ne": A}},
-])
+@pytest.mark.parametrize(
+    "where",
+    [
+        None,
+        {"repository": B},
+        {"repository": {"$in": [A, B]}},
+        {"$or": [{"repository": B}, {"section": "collector"}, {"section": "install"}]},
+        {"repository": {"$ne": A}},
+    ],
+)
 def test_namespace_scope_cannot_be_widened_by_filters(store, where) -> None:
     for hybrid in (True, False):
-        result = run(retrieve(store, SearchRequest("OpenTelemetry Collector receivers exporters Kubernetes",
-                              top_k=20, filters=where, repositories=[A], hybrid=hybrid)))
+        result = run(
+            retrieve(
+                store,
+                SearchRequest(
+                    "OpenTelemetry Collector receivers exporters Kubernetes",
+                    top_k=20,
+                    filters=where,
+                    repositories=[A],
+                    hybrid=hybrid,
+                ),
+            )
+        )
         assert all(m.metadata["repository"] == A for m in result.matches)
         assert not {m.doc_id for m in result.matches} & {c.id for c in chunks_of(B)}
     unscoped = run(retrieve(store, SearchRequest("OpenTelemetry Collector receivers", top_k=20)))
     assert {m.metadata["repository"] for m in unscoped.matches} == {A, B}
-    assert run(retrieve(store, SearchRequest("Collector", repositories=["gamma-docs"]))).matches == []
+    assert (
+        run(retrieve(store, SearchRequest("Collector", repositories=["gamma-docs"]))).matches == []
+    )
     assert run(retrieve(store, SearchRequest("Collector", repositories=[]))).matches == []
 
 
@@ -309,13 +378,19 @@ def test_out_of_scope_metadata_is_dropped(make_store) -> None:
 def test_hash_mismatch_results_are_dropped(make_store) -> None:
     store = populate(make_store())
     target = chunks_of(A)[4]  # partials
-    col = ChunkCollection(store.chroma.client.get_collection(store.physical_name(A),
-                                                      embedding_function=None))
+    col = ChunkCollection(
+        store.chroma.client.get_collection(store.physical_name(A), embedding_function=None)
+    )
     got = col.get(ids=[target.id], include=["embeddings"])
-    col.update(ids=[target.id], embeddings=got["embeddings"],
-               documents=["Partials are reusable template fragments. (tampered)"])
+    col.update(
+        ids=[target.id],
+        embeddings=got["embeddings"],
+        documents=["Partials are reusable template fragments. (tampered)"],
+    )
     with capture_logs() as logs:
-        result = run(retrieve(store, SearchRequest("reusable template fragments partial", top_k=10)))
+        result = run(
+            retrieve(store, SearchRequest("reusable template fragments partial", top_k=10))
+        )
     assert target.id not in {m.doc_id for m in result.matches}
     assert any(e["event"] == "result_hash_mismatch" and e["doc_id"] == target.id for e in logs)
     assert result.matches  # the rest still comes back
@@ -324,8 +399,7 @@ def test_hash_mismatch_results_are_dropped(make_store) -> None:
 @pytest.mark.server
 def test_server_going_down_degrades_to_bm25(tmp_path, minilm_embedder) -> None:
     with running_chroma_server(tmp_path / "server") as server:
-        store = populate(Store(store_settings(tmp_path, server),
-                                              embedder=minilm_embedder))
+        store = populate(Store(store_settings(tmp_path, server), embedder=minilm_embedder))
         assert run(store.health_check()) is True
         stop_chroma_server(server)
         assert run(store.health_check()) is False
@@ -371,17 +445,23 @@ def sectioned(tmp_path):
     the rest spread over `s0`..`s9`; `hidden` marks every other `rare` chunk."""
     import numpy as np
 
-    from hetriever.store.bm25.bm25_index import BM25Index
     from hetriever.search.dense import _dense_rows
+    from hetriever.store.bm25.bm25_index import BM25Index
 
     store = Store(store_settings(tmp_path))
-    col = store.chroma.client.create_collection("sectioned", configuration={"hnsw": {"space": "l2"}},
-                                         embedding_function=None)
+    col = store.chroma.client.create_collection(
+        "sectioned", configuration={"hnsw": {"space": "l2"}}, embedding_function=None
+    )
     rng = np.random.default_rng(7)
     vectors = rng.standard_normal((1000, 8)).astype(np.float32)
     ids = [f"c{i}" for i in range(1000)]
-    metas = [{"section": "rare" if i % 100 == 0 else "big" if i % 10 < 3 else f"s{i % 10}",
-              "hidden": i % 200 == 0} for i in range(1000)]
+    metas = [
+        {
+            "section": "rare" if i % 100 == 0 else "big" if i % 10 < 3 else f"s{i % 10}",
+            "hidden": i % 200 == 0,
+        }
+        for i in range(1000)
+    ]
     texts = [f"chunk {i}" for i in range(1000)]
     col.add(ids=ids, embeddings=vectors, documents=texts, metadatas=metas)
     bm25 = BM25Index(tmp_path / "sectioned.bm25.sqlite")
@@ -402,8 +482,7 @@ def sectioned(tmp_path):
     store.close_sync()
 
 
-def test_a_filter_too_broad_to_list_is_answered_from_unfiltered_neighbours(sectioned,
-                                                                          monkeypatch):
+def test_a_filter_too_broad_to_list_is_answered_from_unfiltered_neighbours(sectioned, monkeypatch):
     # `big` is 290 of the 1,000 chunks; were that more than the index lists, an unfiltered
     # look answers, and only a miss goes to Chroma's `where`.
     monkeypatch.setattr(dense_module, "ID_FILTER_MAX", 289)
@@ -418,18 +497,25 @@ def test_a_filter_too_broad_to_list_is_answered_from_unfiltered_neighbours(secti
     assert unfiltered >= 25  # 50 neighbours keep ~15 of 29%: anything more is rare here
 
 
-@pytest.mark.parametrize("where", [
-    {"section": "rare"},
-    {"section": {"$in": ["rare", "absent"]}},
-    # An equality narrows, the `$ne` is checked per chunk: still only the matching ids.
-    {"$and": [{"section": "rare"}, {"hidden": {"$ne": True}}]},
-])
-@pytest.mark.parametrize("exact_max, way", [
-    (dense_module.EXACT_IDS_MAX, ["get", ("records", 5)]),
-    (0, ["ids"]),
-])
-def test_a_rare_filter_searches_just_the_matching_ids(sectioned, where, exact_max, way,
-                                                      monkeypatch):
+@pytest.mark.parametrize(
+    "where",
+    [
+        {"section": "rare"},
+        {"section": {"$in": ["rare", "absent"]}},
+        # An equality narrows, the `$ne` is checked per chunk: still only the matching ids.
+        {"$and": [{"section": "rare"}, {"hidden": {"$ne": True}}]},
+    ],
+)
+@pytest.mark.parametrize(
+    "exact_max, way",
+    [
+        (dense_module.EXACT_IDS_MAX, ["get", ("records", 5)]),
+        (0, ["ids"]),
+    ],
+)
+def test_a_rare_filter_searches_just_the_matching_ids(
+    sectioned, where, exact_max, way, monkeypatch
+):
     # 10 (or 5) of 1,000 chunks. A short list is ranked here from its vectors, and only the 5
     # nearest chunks' text and metadata are read; a longer one by Chroma's kNN over the ids.
     monkeypatch.setattr(dense_module, "EXACT_IDS_MAX", exact_max)
@@ -512,8 +598,10 @@ def test_a_short_id_list_behind_chroma_ranks_what_chroma_holds(sectioned):
 def test_metadata_changed_in_chroma_first_is_not_answered_from_the_id_list(sectioned):
     # Chroma has moved a chunk out of `rare` that BM25 still files under it.
     where = validate_filter({"section": "rare"})
-    sectioned.col.update(ids=[f"c{i}" for i in range(0, 1000, 100)],
-                         metadatas=[{"section": "s0", "hidden": False}] * 10)
+    sectioned.col.update(
+        ids=[f"c{i}" for i in range(0, 1000, 100)],
+        metadatas=[{"section": "s0", "hidden": False}] * 10,
+    )
     sectioned.col.update(ids=["c1"], metadatas=[{"section": "rare", "hidden": False}])
     vector = sectioned.rng.standard_normal(8).astype("float32")
     got, asked = sectioned.dense(vector, 5, where)
@@ -526,13 +614,14 @@ def paged_store(request, tmp_path, minilm_embedder) -> Iterator[Any]:
     """A real repository of 20 pages x 6 chunks, written through the store."""
     server = request.getfixturevalue("chroma_server") if request.param == "server" else None
     client = server_database_client(server, "paged-tests") if server else None
-    store = Store(store_settings(tmp_path, server), embedder=minilm_embedder,
-                                 client=client)
+    store = Store(store_settings(tmp_path, server), embedder=minilm_embedder, client=client)
     topics = ["templates", "taxonomies", "menus", "images", "shortcodes", "modules"]
     for page in range(20):
         path = f"content/guide/page-{page}.md"
-        chunks = [make_chunk(A, path, f"Page {page} on {topic}: how Hugo handles {topic}.", j)
-                  for j, topic in enumerate(topics)]
+        chunks = [
+            make_chunk(A, path, f"Page {page} on {topic}: how Hugo handles {topic}.", j)
+            for j, topic in enumerate(topics)
+        ]
         run(store.upsert_file_chunks(A, path, chunks))
     yield store
     store.close_sync()
@@ -551,8 +640,14 @@ def test_a_rare_filter_through_the_store_matches_chromas_own_where(paged_store, 
     monkeypatch.setattr(BM25Index, "few_ids_where", spy)
     path = "content/guide/page-7.md"  # 6 of 120 chunks: too few among 50 neighbours
     for query in ("image processing", "menus", "how taxonomies work"):
-        got = run(retrieve(paged_store, SearchRequest(query, top_k=3, filters={"file_path": path},
-                                                      hybrid=False, group_by="chunk"))).matches
+        got = run(
+            retrieve(
+                paged_store,
+                SearchRequest(
+                    query, top_k=3, filters={"file_path": path}, hybrid=False, group_by="chunk"
+                ),
+            )
+        ).matches
         col = paged_store.collection(A)
         vector = paged_store.embedder.embed([query])[0]
         expected = col.query(query_embeddings=[vector], n_results=3, where={"file_path": path})
@@ -572,7 +667,8 @@ def test_vector_distances_are_chromas(tmp_path, space):
     vectors = rng.standard_normal((40, 16)).astype(np.float32)
     query = rng.standard_normal(16).astype(np.float32)
     col = chromadb.PersistentClient(path=str(tmp_path)).create_collection(
-        "spaces", embedding_function=None, configuration={"hnsw": {"space": space}})
+        "spaces", embedding_function=None, configuration={"hnsw": {"space": space}}
+    )
     col.add(ids=[f"v{i:02d}" for i in range(40)], embeddings=vectors)
     got = col.query(query_embeddings=[query], n_results=40, include=["distances"])
     chroma = dict(zip(got["ids"][0], got["distances"][0]))
@@ -585,8 +681,11 @@ def test_the_phrase_weight_setting_reaches_the_bm25_index(tmp_path):
     from tests.support.chroma_fixtures import store_settings
     from tests.support.fakes import HashEmbedder, MemoryClient
 
-    store = Store(store_settings(tmp_path, bm25_phrase_weight=0.0),
-                                 embedder=HashEmbedder(), client=MemoryClient())
+    store = Store(
+        store_settings(tmp_path, bm25_phrase_weight=0.0),
+        embedder=HashEmbedder(),
+        client=MemoryClient(),
+    )
     try:
         assert store.views.bm25_physical("docs_v1").phrase_weight == 0.0
     finally:

@@ -12,30 +12,33 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from hetriever.search.request import SearchRequest
 from hetriever.discover.repositories import Repository
 from hetriever.index.indexing import index_repository
 from hetriever.search.hybrid import hybrid_search
-from hetriever.store.knowledge_store import Store
+from hetriever.search.request import SearchRequest
 from hetriever.store.bm25.bm25_index import CorpusStats
+from hetriever.store.knowledge_store import Store
 from tests.support.chroma_fixtures import server_database_client, store_settings
 from tests.support.helpers import commit_all, corpus_version, init_repo
 
 PAGES = {
-    "hugo-docs": ["content/en/content-management/menus.md",
-                  "content/en/content-management/multilingual.md",
-                  "content/en/content-management/urls.md",
-                  "content/en/methods/menu/ByWeight.md",
-                  "content/en/templates/menu.md"],
-    "opentelemetry-io": ["content/en/docs/contributing/pull-requests.md",
-                         "content/en/docs/concepts/resources/index.md",
-                         "content/en/docs/concepts/signals/metrics.md",
-                         "content/en/docs/concepts/instrumentation/zero-code/index.md"],
+    "hugo-docs": [
+        "content/en/content-management/menus.md",
+        "content/en/content-management/multilingual.md",
+        "content/en/content-management/urls.md",
+        "content/en/methods/menu/ByWeight.md",
+        "content/en/templates/menu.md",
+    ],
+    "opentelemetry-io": [
+        "content/en/docs/contributing/pull-requests.md",
+        "content/en/docs/concepts/resources/index.md",
+        "content/en/docs/concepts/signals/metrics.md",
+        "content/en/docs/concepts/instrumentation/zero-code/index.md",
+    ],
 }
 QUESTIONS = {  # question -> the site it is about
     "how do I make a menu ordered by weight": "hugo-docs",
@@ -45,14 +48,14 @@ QUESTIONS = {  # question -> the site it is about
 }
 
 
-@pytest.fixture(scope="module",
-                params=["embedded", pytest.param("server", marks=pytest.mark.server)])
+@pytest.fixture(
+    scope="module", params=["embedded", pytest.param("server", marks=pytest.mark.server)]
+)
 def store(request, tmp_path_factory, minilm_embedder):
     tmp = tmp_path_factory.mktemp("sites")
     server = request.getfixturevalue("chroma_server") if request.param == "server" else None
     client = server_database_client(server, "sites-together") if server else None
-    store = Store(store_settings(tmp, server), embedder=minilm_embedder,
-                                 client=client)
+    store = Store(store_settings(tmp, server), embedder=minilm_embedder, client=client)
     for name, pages in PAGES.items():
         source = corpus_version(name, "v2")  # skips where the corpora are absent
         repo = init_repo(tmp / name)
@@ -60,8 +63,9 @@ def store(request, tmp_path_factory, minilm_embedder):
             (repo / page).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(source / page, repo / page)
         commit_all(repo, name)
-        result = asyncio.run(index_repository(Repository(name=name, path=repo), store,
-                                              store.settings))
+        result = asyncio.run(
+            index_repository(Repository(name=name, path=repo), store, store.settings)
+        )
         assert result.completed and not result.failed
     yield store
     store.close_sync()
@@ -91,10 +95,15 @@ def test_the_facets_name_the_sites_routing_set_aside(store):
     counts = {f["value"]: f["count"] for f in got.facets["repository"]}
     assert set(counts) == {"hugo-docs", "opentelemetry-io"}, counts
     assert all(n >= 1 for n in counts.values())
-    alone = hybrid_search(store, SearchRequest("how do I make a menu ordered by weight", 5,
-                          repositories=["opentelemetry-io"]))
+    alone = hybrid_search(
+        store,
+        SearchRequest(
+            "how do I make a menu ordered by weight", 5, repositories=["opentelemetry-io"]
+        ),
+    )
     assert alone.matches and {r.metadata["repository"] for r in alone.matches} == {
-        "opentelemetry-io"}
+        "opentelemetry-io"
+    }
 
 
 def test_every_site_is_searched_when_the_routing_margin_is_one(store):
@@ -116,8 +125,9 @@ def test_idf_over_several_sites_is_one_scale(store):
     assert both.documents == n_hugo + n_otel
     assert both.frequencies["menu"] == df_hugo.get("menu", 0) + df_otel.get("menu", 0)
     # One scale: the same term has the same idf in both sites' scores.
-    assert both.idf("menu") == pytest.approx(CorpusStats(n_hugo + n_otel, {
-        "menu": df_hugo["menu"] + df_otel.get("menu", 0)}).idf("menu"))
+    assert both.idf("menu") == pytest.approx(
+        CorpusStats(n_hugo + n_otel, {"menu": df_hugo["menu"] + df_otel.get("menu", 0)}).idf("menu")
+    )
     alone = dict(otel.search(query, 5))
     shared = dict(otel.search(query, 5, corpus=both))
     assert alone and shared and set(shared) <= set(otel.ids())
@@ -154,7 +164,7 @@ def test_routing_keeps_the_sites_within_the_margin():
 def test_the_other_site_fills_up_a_search_its_own_site_cannot(store):
     got = hybrid_search(store, SearchRequest("how do I make a menu ordered by weight", 20))
     sites = [m.metadata["repository"] for m in got.matches]
-    assert sites[:len(PAGES["hugo-docs"])] == ["hugo-docs"] * len(PAGES["hugo-docs"])
+    assert sites[: len(PAGES["hugo-docs"])] == ["hugo-docs"] * len(PAGES["hugo-docs"])
     assert "opentelemetry-io" in sites  # after every Hugo page, not instead of none
     pages = [(m.metadata["repository"], m.metadata["file_path"]) for m in got.matches]
     assert len(pages) == len(set(pages))
@@ -165,8 +175,13 @@ def test_a_near_site_with_far_more_of_the_words_takes_the_lead():
 
     scores = {"hugo-docs": 0.70, "opentelemetry-io": 0.74}
     # dense's lead is within the gap, and the leader has under half the rival's best BM25
-    assert max(keyword_veto(scores, {"hugo-docs": 45.0, "opentelemetry-io": 10.0}).items(),
-               key=lambda kv: kv[1])[0] == "hugo-docs"
+    assert (
+        max(
+            keyword_veto(scores, {"hugo-docs": 45.0, "opentelemetry-io": 10.0}).items(),
+            key=lambda kv: kv[1],
+        )[0]
+        == "hugo-docs"
+    )
     # the same words: dense decides
     assert keyword_veto(scores, {"hugo-docs": 20.0, "opentelemetry-io": 18.0}) == scores
     # too far behind by dense: no veto, whatever the words

@@ -45,14 +45,17 @@ def eventually(check, timeout=20.0):
 def test_with_analytics_off_nothing_is_written(served_docs):
     analytics_file(served_docs).unlink(missing_ok=True)
     with running(served_docs, "serve") as api:
-        answer = httpx.get(api.url + "/search", params={"q": "where function"},
-                           timeout=TIMEOUT).json()
+        answer = httpx.get(
+            api.url + "/search", params={"q": "where function"}, timeout=TIMEOUT
+        ).json()
         assert answer["results"] and "query_id" not in answer
-        opened = httpx.post(api.url + "/analytics/open", timeout=TIMEOUT,
-                            json={"query_id": "x", "rank": 1, "url": "/docs/"})
+        opened = httpx.post(
+            api.url + "/analytics/open",
+            timeout=TIMEOUT,
+            json={"query_id": "x", "rank": 1, "url": "/docs/"},
+        )
         assert opened.status_code == 404 and "off" in opened.json()["error"]
-        page = httpx.get(api.url + "/stats", headers={"X-API-Key": PRIVATE_KEY},
-                         timeout=TIMEOUT)
+        page = httpx.get(api.url + "/stats", headers={"X-API-Key": PRIVATE_KEY}, timeout=TIMEOUT)
         assert page.status_code == 200 and 'id="analytics-off"' in page.text
     assert served_docs.cli("search", "where function").returncode == 0
     off = report(served_docs, on=False)
@@ -68,31 +71,37 @@ def api(served_docs):
 
 
 def test_a_search_that_finds_nothing_is_listed_and_an_open_is_recorded(served_docs, api):
-    empty = httpx.get(api.url + "/search", params={"q": HOSTILE, "filter": NOTHING},
-                      timeout=TIMEOUT).json()
+    empty = httpx.get(
+        api.url + "/search", params={"q": HOSTILE, "filter": NOTHING}, timeout=TIMEOUT
+    ).json()
     assert empty["results"] == [] and isinstance(empty["query_id"], str)
-    found = httpx.post(api.url + "/search", json={"q": "where function comparison"},
-                       timeout=TIMEOUT).json()
+    found = httpx.post(
+        api.url + "/search", json={"q": "where function comparison"}, timeout=TIMEOUT
+    ).json()
     top = found["results"][0]
     # as the page's sendBeacon sends it: a string body, so text/plain
-    beacon = httpx.post(api.url + "/analytics/open", timeout=TIMEOUT,
-                        content=json.dumps({"query_id": found["query_id"], "rank": 1,
-                                            "url": top["url"]}),
-                        headers={"Content-Type": "text/plain;charset=UTF-8"})
+    beacon = httpx.post(
+        api.url + "/analytics/open",
+        timeout=TIMEOUT,
+        content=json.dumps({"query_id": found["query_id"], "rank": 1, "url": top["url"]}),
+        headers={"Content-Type": "text/plain;charset=UTF-8"},
+    )
     assert beacon.status_code == 204, beacon.text
 
     listed = eventually(lambda: (r := report(served_docs, "--days", "1"))["opens"] and r)
     assert [(q["query"], q["scope"]) for q in listed["no_result"]] == [(HOSTILE, ["all"])]
-    assert listed["opens"] == [{"query": "where function comparison", "rank": 1,
-                                "url": top["url"], "count": 1}]
+    assert listed["opens"] == [
+        {"query": "where function comparison", "rank": 1, "url": top["url"], "count": 1}
+    ]
     assert listed["opened"] == 1 and listed["retention_days"] == 7
     assert {(r["source"], r["temperature"]) for r in listed["latency"]} == {("http", "warm")}
 
     text = served_docs.cli("analytics", **ON).stdout  # tables print the query as written
     assert HOSTILE in text and "found nothing" in text and "results readers opened" in text
 
-    page = httpx.get(api.url + "/stats", headers={"Authorization": f"Bearer {PRIVATE_KEY}"},
-                     timeout=TIMEOUT)
+    page = httpx.get(
+        api.url + "/stats", headers={"Authorization": f"Bearer {PRIVATE_KEY}"}, timeout=TIMEOUT
+    )
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     html = page.text
     assert '<svg class="chart" id="chart-per-day"' in html
@@ -103,7 +112,8 @@ def test_a_search_that_finds_nothing_is_listed_and_an_open_is_recorded(served_do
 
 
 def test_stats_charts_render_in_a_browser_and_the_hostile_query_stays_text(
-        served_docs, api, tmp_path):
+    served_docs, api, tmp_path
+):
     """/stats in a real headless Chromium: every chart is drawn with visible bars, the hostile
     query is shown as its own text, and nothing on the page runs a script."""
     from tests.support.browser_fixtures import chromium
@@ -113,8 +123,9 @@ def test_stats_charts_render_in_a_browser_and_the_hostile_query_stays_text(
     driver = chromium(tmp_path / "profile")
     try:
         driver.execute_cdp_cmd("Network.enable", {})
-        driver.execute_cdp_cmd("Network.setExtraHTTPHeaders",
-                               {"headers": {"X-API-Key": PRIVATE_KEY}})
+        driver.execute_cdp_cmd(
+            "Network.setExtraHTTPHeaders", {"headers": {"X-API-Key": PRIVATE_KEY}}
+        )
         driver.get(api.url + "/stats")
         charts = driver.execute_script("""
             return Array.from(document.querySelectorAll('svg.chart')).map(svg => {
@@ -125,10 +136,13 @@ def test_stats_charts_render_in_a_browser_and_the_hostile_query_stays_text(
               return [svg.id, box.width, box.height, bars.length];
             });""")
         drawn = {name: (w, h, bars) for name, w, h, bars in charts}
-        assert {"chart-per-day", "chart-top-queries", "chart-no-result",
-                "chart-latency-warm"} <= set(drawn), drawn
-        for name in ("chart-per-day", "chart-top-queries", "chart-no-result",
-                     "chart-latency-warm"):
+        assert {
+            "chart-per-day",
+            "chart-top-queries",
+            "chart-no-result",
+            "chart-latency-warm",
+        } <= set(drawn), drawn
+        for name in ("chart-per-day", "chart-top-queries", "chart-no-result", "chart-latency-warm"):
             width, height, bars = drawn[name]
             assert width > 50 and height > 20 and bars >= 1, (name, drawn[name])
         shown = driver.execute_script("return document.body.innerText")
@@ -144,14 +158,16 @@ def test_stats_charts_render_in_a_browser_and_the_hostile_query_stays_text(
 
 
 def test_opens_are_validated_and_capped(api):
-    found = httpx.get(api.url + "/search", params={"q": "where", "k": 2},
-                      timeout=TIMEOUT).json()
+    found = httpx.get(api.url + "/search", params={"q": "where", "k": 2}, timeout=TIMEOUT).json()
     query_id, url = found["query_id"], found["results"][0]["url"]
 
     def send(body, kind="application/json"):
-        return httpx.post(api.url + "/analytics/open", timeout=TIMEOUT,
-                          content=body if isinstance(body, (bytes, str)) else json.dumps(body),
-                          headers={"Content-Type": kind})
+        return httpx.post(
+            api.url + "/analytics/open",
+            timeout=TIMEOUT,
+            content=body if isinstance(body, (bytes, str)) else json.dumps(body),
+            headers={"Content-Type": kind},
+        )
 
     assert send({"query_id": query_id, "rank": 1, "url": url}).status_code == 204
     assert send({"query_id": query_id, "rank": 1, "url": url}).status_code == 204  # idempotent
@@ -160,8 +176,7 @@ def test_opens_are_validated_and_capped(api):
     assert send({"query_id": query_id, "rank": 1, "url": "/elsewhere/"}).status_code == 400
     assert send({"query_id": query_id, "rank": 1}).status_code == 400
     assert send("not json", "text/plain").status_code == 400
-    assert send({"query_id": query_id, "rank": 1, "url": url}, "application/xml"
-                ).status_code == 415
+    assert send({"query_id": query_id, "rank": 1, "url": url}, "application/xml").status_code == 415
     too_big = send({"query_id": query_id, "rank": 1, "url": url, "pad": "x" * 4000})
     assert too_big.status_code == 413
 
@@ -174,8 +189,7 @@ def test_a_locked_analytics_file_fails_no_search(served_docs, api):
     holder.execute("BEGIN EXCLUSIVE")  # another process holds the file
     try:
         for _ in range(3):
-            answer = httpx.get(api.url + "/search", params={"q": "while locked"},
-                               timeout=TIMEOUT)
+            answer = httpx.get(api.url + "/search", params={"q": "while locked"}, timeout=TIMEOUT)
             assert answer.status_code == 200 and answer.json()["query_id"]
         cli = served_docs.cli("search", "while locked", **ON)
         assert cli.returncode == 0 and "results" in cli.stdout
@@ -192,8 +206,12 @@ def test_stats_needs_a_private_key_when_keys_are_configured(api):
     bad = httpx.get(api.url + "/stats", headers={"X-API-Key": "htr_wrong"}, timeout=TIMEOUT)
     assert bad.status_code == 401
     private = {"X-API-Key": PRIVATE_KEY}
-    assert httpx.get(api.url + "/stats", params={"days": "0"}, headers=private,
-                     timeout=TIMEOUT).status_code == 400
+    assert (
+        httpx.get(
+            api.url + "/stats", params={"days": "0"}, headers=private, timeout=TIMEOUT
+        ).status_code
+        == 400
+    )
     week = httpx.get(api.url + "/stats", params={"days": "7"}, headers=private, timeout=TIMEOUT)
     assert week.status_code == 200 and "over the last 7 days" in week.text
 
@@ -203,8 +221,12 @@ def test_an_mcp_search_is_recorded(served_docs, api):
     from mcp.client import Client
     from mcp.client.stdio import StdioServerParameters
 
-    server = StdioServerParameters(command=str(HETRIEVER), args=["mcp"],
-                                   env={**served_docs.env, **ON}, cwd=str(served_docs.root))
+    server = StdioServerParameters(
+        command=str(HETRIEVER),
+        args=["mcp"],
+        env={**served_docs.env, **ON},
+        cwd=str(served_docs.root),
+    )
 
     async def go():
         with anyio.fail_after(240):

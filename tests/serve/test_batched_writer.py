@@ -41,7 +41,8 @@ def _written(path: Path) -> list[tuple[int, int]]:
 def test_rows_are_written_in_batches_and_flush_waits_for_them(tmp_path):
     path, fail = tmp_path / "rows.sqlite3", threading.Event()
     writer: BatchedWriter[int, _Rows] = BatchedWriter(
-        "rows", lambda: _Rows(path, fail), lambda sink, rows: sink.write(rows))
+        "rows", lambda: _Rows(path, fail), lambda sink, rows: sink.write(rows)
+    )
     for n in range(3 * FLUSH_EVERY):
         writer.put(n)
     writer.flush()
@@ -59,7 +60,8 @@ def test_a_failed_write_costs_its_rows_and_the_file_is_opened_afresh(tmp_path):
     path, fail = tmp_path / "rows.sqlite3", threading.Event()
     _Rows.opened = 0
     writer: BatchedWriter[int, _Rows] = BatchedWriter(
-        "rows", lambda: _Rows(path, fail), lambda sink, rows: sink.write(rows))
+        "rows", lambda: _Rows(path, fail), lambda sink, rows: sink.write(rows)
+    )
     writer.put(1)
     writer.flush()
     fail.set()

@@ -8,19 +8,26 @@ import json
 import pytest
 
 from hetriever.core.config import load_settings
-from hetriever.store.replica import COPIED
 from hetriever.serve.service import DocsService
+from hetriever.store.replica import COPIED
 from tests.support.chroma_fixtures import running_chroma_server
-from tests.support.helpers import build_sample_parent, commit_all, update_submodule
 from tests.support.cli_runs import cli_env, run_cli
+from tests.support.helpers import build_sample_parent, commit_all, update_submodule
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 
 
 def _follower(tmp_path, server, model_dir) -> DocsService:
-    settings = load_settings(env={}, config_file=None, chroma_host=server.host,
-                             chroma_port=server.port, state_dir=tmp_path / "searcher" / "state",
-                             model_dir=model_dir, follow=True, follow_interval=0)
+    settings = load_settings(
+        env={},
+        config_file=None,
+        chroma_host=server.host,
+        chroma_port=server.port,
+        state_dir=tmp_path / "searcher" / "state",
+        model_dir=model_dir,
+        follow=True,
+        follow_interval=0,
+    )
     return DocsService(settings)
 
 
@@ -49,7 +56,8 @@ def test_a_followers_repositories_show_its_chunks_and_last_copy(tmp_path, minilm
 
             # A page added: the next copy counts it, and its time moves on.
             (source / "content/docs/added.md").write_text(
-                "---\ntitle: Added later\n---\n\nA page the follower copies later.\n")
+                "---\ntitle: Added later\n---\n\nA page the follower copies later.\n"
+            )
             update_submodule(parent, "sample-docs", commit_all(source, "added"))
             assert run_cli(parent, ingest, "ingest").returncode == 0
             (row,) = service.repositories()

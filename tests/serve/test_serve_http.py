@@ -52,8 +52,9 @@ def test_page_grouping_gives_one_result_per_page_and_chunk_grouping_does_not(api
     pages = search(api, q="where function usage examples operators", k=10)["results"]
     paths = [r["page_id"] for r in pages]
     assert len(paths) == len(set(paths))
-    chunks = search(api, q="where function usage examples operators", k=10,
-                    group="chunk")["results"]
+    chunks = search(api, q="where function usage examples operators", k=10, group="chunk")[
+        "results"
+    ]
     chunk_paths = [r["page_id"] for r in chunks]
     assert len(chunk_paths) > len(set(chunk_paths))  # where.md has several chunks
     assert [r["chunk_id"] for r in chunks] != [r["chunk_id"] for r in pages]
@@ -81,8 +82,9 @@ def test_filters_repository_and_language(api):
 
 
 def test_post_search_takes_a_json_body(api):
-    resp = httpx.post(api.url + "/search", json={"q": "install sample", "k": 2,
-                                                 "group": "chunk"}, timeout=TIMEOUT)
+    resp = httpx.post(
+        api.url + "/search", json={"q": "install sample", "k": 2, "group": "chunk"}, timeout=TIMEOUT
+    )
     assert resp.status_code == 200, resp.text
     assert resp.json()["group"] == "chunk" and len(resp.json()["results"]) <= 2
 
@@ -126,8 +128,9 @@ def test_access_levels_follow_the_key(api):
     assert hidden.status_code == absent.status_code == 404
     assert get(api, "/pages/team-notes/content/oncall.md", TEAM_KEY).status_code == 200
     # a repository named but not searchable is said to be so, hidden and missing alike
-    hidden, missing = (search(api, q="kestrel", repository=name)
-                       for name in ("team-notes", "no-such-docs"))
+    hidden, missing = (
+        search(api, q="kestrel", repository=name) for name in ("team-notes", "no-such-docs")
+    )
     assert hidden["results"] == missing["results"] == []
     assert hidden["unknown_repositories"] == ["team-notes"]
     assert missing["unknown_repositories"] == ["no-such-docs"]
@@ -135,14 +138,18 @@ def test_access_levels_follow_the_key(api):
     assert "unknown_repositories" not in both
 
 
-@pytest.mark.parametrize("headers", [
-    {"Authorization": "Bearer not-a-key"},
-    {"Authorization": "Basic dXNlcjpwYXNz"},
-    {"X-API-Key": "not-a-key"},
-    {"Authorization": "Bearer " + "x" * 5000},
-])
-@pytest.mark.parametrize("path", ["/search?q=kestrel", "/repositories",
-                                  "/pages/team-notes/content/oncall.md"])
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"Authorization": "Bearer not-a-key"},
+        {"Authorization": "Basic dXNlcjpwYXNz"},
+        {"X-API-Key": "not-a-key"},
+        {"Authorization": "Bearer " + "x" * 5000},
+    ],
+)
+@pytest.mark.parametrize(
+    "path", ["/search?q=kestrel", "/repositories", "/pages/team-notes/content/oncall.md"]
+)
 def test_bad_keys_get_401_and_learn_nothing(api, headers, path):
     resp = httpx.get(api.url + path, headers=headers, timeout=TIMEOUT)
     assert resp.status_code == 401
@@ -150,19 +157,22 @@ def test_bad_keys_get_401_and_learn_nothing(api, headers, path):
     assert resp.headers["www-authenticate"] == "Bearer"
 
 
-@pytest.mark.parametrize("params,message", [
-    ({"q": ""}, "empty"),
-    ({"k": "3"}, "empty"),
-    ({"q": "x" * 1001}, "above the limit"),
-    ({"q": "where", "k": "0"}, "k must be"),
-    ({"q": "where", "k": "51"}, "k must be"),
-    ({"q": "where", "k": "lots"}, "k:"),
-    ({"q": "where", "group": "site"}, "group must be"),
-    ({"q": "where", "filter": "{not json"}, "not valid JSON"),
-    ({"q": "where", "filter": '{"a": {"$regex": "."}}'}, "$regex"),
-    ({"q": "where", "filter": "[1, 2]"}, "JSON object"),
-    ({"q": "where", "repository": "B!"}, "repository"),  # no valid name in it
-])
+@pytest.mark.parametrize(
+    "params,message",
+    [
+        ({"q": ""}, "empty"),
+        ({"k": "3"}, "empty"),
+        ({"q": "x" * 1001}, "above the limit"),
+        ({"q": "where", "k": "0"}, "k must be"),
+        ({"q": "where", "k": "51"}, "k must be"),
+        ({"q": "where", "k": "lots"}, "k:"),
+        ({"q": "where", "group": "site"}, "group must be"),
+        ({"q": "where", "filter": "{not json"}, "not valid JSON"),
+        ({"q": "where", "filter": '{"a": {"$regex": "."}}'}, "$regex"),
+        ({"q": "where", "filter": "[1, 2]"}, "JSON object"),
+        ({"q": "where", "repository": "B!"}, "repository"),  # no valid name in it
+    ],
+)
 def test_bad_input_gets_a_400_with_a_clear_message(api, params, message):
     resp = get(api, "/search", **params)
     assert resp.status_code == 400, resp.text
@@ -170,8 +180,12 @@ def test_bad_input_gets_a_400_with_a_clear_message(api, params, message):
 
 
 def test_bad_bodies_get_4xx_never_500(api):
-    big = httpx.post(api.url + "/search", content=b"{" + b" " * 20_000 + b"}",
-                     headers={"Content-Type": "application/json"}, timeout=TIMEOUT)
+    big = httpx.post(
+        api.url + "/search",
+        content=b"{" + b" " * 20_000 + b"}",
+        headers={"Content-Type": "application/json"},
+        timeout=TIMEOUT,
+    )
     assert big.status_code == 413
 
     def chunked():
@@ -180,8 +194,14 @@ def test_bad_bodies_get_4xx_never_500(api):
 
     streamed = httpx.post(api.url + "/search", content=chunked(), timeout=TIMEOUT)
     assert streamed.status_code == 413
-    for body in (b"not json", b"[1]", b'{"q": "x", "top": 3}', b'{"q": 5}',
-                 b'{"q": "x", "repository": [1]}', b'{"q": "x", "k": "many"}'):
+    for body in (
+        b"not json",
+        b"[1]",
+        b'{"q": "x", "top": 3}',
+        b'{"q": 5}',
+        b'{"q": "x", "repository": [1]}',
+        b'{"q": "x", "k": "many"}',
+    ):
         resp = httpx.post(api.url + "/search", content=body, timeout=TIMEOUT)
         assert resp.status_code == 400, (body, resp.text)
         assert resp.json()["error"]
@@ -190,10 +210,11 @@ def test_bad_bodies_get_4xx_never_500(api):
 def test_malformed_text_and_json_get_a_400_and_every_error_one_shape(api):
     deep = "[" * 3000 + "]" * 3000  # a small body that overflows the JSON decoder's recursion
     for body, message in (
-            (b'{"q": "\\ud83d cut in half"}', "surrogate"),  # a client cut an emoji in two
-            (b'{"q": "where", "filter": {"section": "\\udc00"}}', "surrogate"),
-            (('{"q": "where", "filter": ' + deep + "}").encode(), "nested too deeply"),
-            (b'{"q": "\xff"}', "not valid JSON")):
+        (b'{"q": "\\ud83d cut in half"}', "surrogate"),  # a client cut an emoji in two
+        (b'{"q": "where", "filter": {"section": "\\udc00"}}', "surrogate"),
+        (('{"q": "where", "filter": ' + deep + "}").encode(), "nested too deeply"),
+        (b'{"q": "\xff"}', "not valid JSON"),
+    ):
         resp = httpx.post(api.url + "/search", content=body, timeout=TIMEOUT)
         assert resp.status_code == 400, (body[:40], resp.text)
         assert message in resp.json()["error"]
@@ -208,11 +229,11 @@ def test_malformed_text_and_json_get_a_400_and_every_error_one_shape(api):
 def test_default_k_and_grouping_follow_the_settings(served_docs):
     # A default_top_k above what a server answers gets the server's limit, not an error for
     # every search that gives no k; group_by applies when a request names no group.
-    with running(served_docs, "serve", HETRIEVER_DEFAULT_TOP_K="80",
-                 HETRIEVER_GROUP_BY="chunk") as served:
+    with running(
+        served_docs, "serve", HETRIEVER_DEFAULT_TOP_K="80", HETRIEVER_GROUP_BY="chunk"
+    ) as served:
         answer = search(served, q="where function")
-        posted = httpx.post(served.url + "/search", json={"q": "where function"},
-                            timeout=TIMEOUT)
+        posted = httpx.post(served.url + "/search", json={"q": "where function"}, timeout=TIMEOUT)
         log = served.log.read_text()
     assert (answer["k"], answer["group"]) == (50, "chunk")
     assert posted.status_code == 200 and posted.json()["group"] == "chunk"
@@ -220,8 +241,12 @@ def test_default_k_and_grouping_follow_the_settings(served_docs):
 
 
 def test_a_server_with_no_index_says_so_at_start(served_docs, tmp_path):
-    with running(served_docs, "serve", HETRIEVER_CHROMA_PATH=str(tmp_path / "typo" / "chroma"),
-                 HETRIEVER_STATE_DIR=str(tmp_path / "typo" / "state")) as served:
+    with running(
+        served_docs,
+        "serve",
+        HETRIEVER_CHROMA_PATH=str(tmp_path / "typo" / "chroma"),
+        HETRIEVER_STATE_DIR=str(tmp_path / "typo" / "state"),
+    ) as served:
         assert search(served, q="where")["results"] == []
         log = served.log.read_text()
     assert "nothing_indexed" in log and "hetriever ingest" in log
@@ -254,9 +279,13 @@ def test_health_readiness_openapi_and_metrics(api, served_docs):
 def test_a_reindex_is_served_without_a_restart(api, served_docs):
     before = get(api, "/repositories").json()["repositories"][0]["indexed_commit"]
     assert search(api, q="quokka habitat survey")["results"][0]["title"] != "Quokka survey"
-    write_files(served_docs.sample, {"content/docs/quokka.md":
-                                     "---\ntitle: Quokka survey\n---\n\nThe quokka habitat "
-                                     "survey runs every spring on the island.\n"})
+    write_files(
+        served_docs.sample,
+        {
+            "content/docs/quokka.md": "---\ntitle: Quokka survey\n---\n\nThe quokka habitat "
+            "survey runs every spring on the island.\n"
+        },
+    )
     commit = commit_all(served_docs.sample, "add quokka page")
     out = served_docs.cli("ingest", "--json")  # another process writes the index
     assert out.returncode == 0, out.stderr
@@ -275,15 +304,25 @@ def test_a_reindex_is_served_without_a_restart(api, served_docs):
 
 def test_a_first_ingest_that_did_not_complete_is_not_served(api, served_docs):
     late = init_repo(served_docs.root / "docs" / "late-docs")
-    write_files(late, {f"content/{name}.md": f"---\ntitle: Wombat {name}\n---\n\nThe wombat "
-                                             f"burrow guide, part {name}.\n"
-                       for name in ("a", "b", "c")})
+    write_files(
+        late,
+        {
+            f"content/{name}.md": f"---\ntitle: Wombat {name}\n---\n\nThe wombat "
+            f"burrow guide, part {name}.\n"
+            for name in ("a", "b", "c")
+        },
+    )
     commit_all(late, "late docs")
     # one file per write, and the process dies (as if killed) before the second is written
-    crashed = served_docs.cli("ingest", "-r", "late-docs", "--json",
-                              HETRIEVER_WRITE_WINDOW="1",
-                              HETRIEVER_FAULTS="write_file:*/b.md:1:crash",
-                              HETRIEVER_FAULTS_STATE=str(served_docs.root / "faults"))
+    crashed = served_docs.cli(
+        "ingest",
+        "-r",
+        "late-docs",
+        "--json",
+        HETRIEVER_WRITE_WINDOW="1",
+        HETRIEVER_FAULTS="write_file:*/b.md:1:crash",
+        HETRIEVER_FAULTS_STATE=str(served_docs.root / "faults"),
+    )
     assert crashed.returncode != 0
     direct = served_docs.cli("search", "wombat burrow guide", "-r", "late-docs", "--json")
     assert json.loads(direct.stdout)["matches"]  # its first file is in Chroma ...
@@ -292,8 +331,9 @@ def test_a_first_ingest_that_did_not_complete_is_not_served(api, served_docs):
     assert "first ingest has not completed" in json.loads(direct.stdout)["warnings"][0]
     assert "late-docs" not in repositories_of(search(api, q="wombat burrow guide", k=10))
     assert search(api, q="wombat burrow guide", repository="late-docs")["results"] == []
-    assert "late-docs" not in {r["repository"] for r in
-                               get(api, "/repositories").json()["repositories"]}
+    assert "late-docs" not in {
+        r["repository"] for r in get(api, "/repositories").json()["repositories"]
+    }
     assert get(api, "/pages/late-docs/content/a.md").status_code == 404
     # the next complete run is served at once, without a restart
     assert served_docs.cli("ingest", "-r", "late-docs", "--json").returncode == 0

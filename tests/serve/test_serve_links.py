@@ -14,10 +14,10 @@ import httpx
 import pytest
 from mcp.client import Client
 
-from hetriever.search.request import SearchRequest
 from hetriever.discover.repositories import discover_repositories
 from hetriever.index.indexing import index_repository
 from hetriever.search.hybrid import hybrid_search
+from hetriever.search.request import SearchRequest
 from hetriever.serve.http_api import create_app
 from hetriever.serve.keys import KeyRing
 from hetriever.serve.mcp_server import create_mcp
@@ -38,10 +38,12 @@ SITES = {
     # published under a sub-path, baseURL written without its trailing slash
     "subpath-docs": {
         "hugo.toml": 'baseURL = "https://example.org/docs"\ntitle = "Sub-path docs"\n',
-        "content/functions/where.md": page("where", "The where function keeps the kestrel "
-                                                    "pages whose key compares true."),
-        "content/about.md": page("About the heron", "The heron team writes these docs.",
-                                 "url: /about/\n"),
+        "content/functions/where.md": page(
+            "where", "The where function keeps the kestrel pages whose key compares true."
+        ),
+        "content/about.md": page(
+            "About the heron", "The heron team writes these docs.", "url: /about/\n"
+        ),
     },
     # baseURL without a host: only site-relative paths are known
     "rooted-docs": {
@@ -51,27 +53,29 @@ SITES = {
     # each language at its own host (Hugo's multihost), French by file name
     "hosted-docs": {
         "hugo.toml": 'defaultContentLanguage = "en"\n[languages.en]\nweight = 1\n'
-                     'baseURL = "https://en.example.net/"\n[languages.fr]\nweight = 2\n'
-                     'baseURL = "https://fr.example.net/"\n',
+        'baseURL = "https://en.example.net/"\n[languages.fr]\nweight = 2\n'
+        'baseURL = "https://fr.example.net/"\n',
         "content/tern.md": page("Tern migration", "The tern migration route crosses the sea."),
-        "content/tern.fr.md": page("Migration de la sterne", "La migration de la sterne "
-                                                               "traverse la mer."),
+        "content/tern.fr.md": page(
+            "Migration de la sterne", "La migration de la sterne traverse la mer."
+        ),
     },
     # multihost with a content directory per language: the default language's file sorts first
     "puffin-docs": {
         "hugo.toml": 'defaultContentLanguage = "en"\n[languages.en]\nweight = 1\n'
-                     'contentDir = "content/en"\nbaseURL = "https://example.org/"\n'
-                     '[languages.fr]\nweight = 2\ncontentDir = "content/fr"\n'
-                     'baseURL = "https://fr.example.org/"\n',
+        'contentDir = "content/en"\nbaseURL = "https://example.org/"\n'
+        '[languages.fr]\nweight = 2\ncontentDir = "content/fr"\n'
+        'baseURL = "https://fr.example.org/"\n',
         "content/en/docs/puffin.md": page("Puffin burrows", "Puffins dig burrows on cliffs."),
-        "content/fr/docs/puffin.md": page("Terriers de macareux", "Les macareux creusent des "
-                                                                  "terriers dans les falaises."),
+        "content/fr/docs/puffin.md": page(
+            "Terriers de macareux", "Les macareux creusent des terriers dans les falaises."
+        ),
     },
     # one host, French under /fr/
     "gannet-docs": {
         "hugo.toml": 'baseURL = "https://gannet.example/"\ndefaultContentLanguage = "en"\n'
-                     '[languages.en]\nweight = 1\ncontentDir = "content/en"\n'
-                     '[languages.fr]\nweight = 2\ncontentDir = "content/fr"\n',
+        '[languages.en]\nweight = 1\ncontentDir = "content/en"\n'
+        '[languages.fr]\nweight = 2\ncontentDir = "content/fr"\n',
         "content/en/docs/gannet.md": page("Gannet dives", "Gannets dive for fish."),
         "content/fr/docs/gannet.md": page("Plongeons du fou", "Les fous plongent pour pêcher."),
     },
@@ -114,8 +118,10 @@ def test_a_base_url_without_a_host_keeps_site_relative_links(service):
     guide = top(service, "ptarmigan guide molting")
     assert guide["url"] == guide["link"] == "/guide/"
     # unless the settings say where the site is published (no re-index needed)
-    told = DocsService(service.settings.replace(
-        site_urls={"rooted-docs": "https://ptarmigan.example/"}), store=service.store)
+    told = DocsService(
+        service.settings.replace(site_urls={"rooted-docs": "https://ptarmigan.example/"}),
+        store=service.store,
+    )
     guide = top(told, "ptarmigan guide molting")
     assert (guide["url"], guide["link"]) == ("/guide/", "https://ptarmigan.example/guide/")
     assert told.page(guide["link"])["link"] == guide["link"]
@@ -124,9 +130,14 @@ def test_a_base_url_without_a_host_keeps_site_relative_links(service):
 def test_each_language_links_to_its_own_host(service):
     english = top(service, "tern migration route crosses the sea", lang="en")
     assert (english["url"], english["link"]) == ("/tern/", "https://en.example.net/tern/")
-    assert english["translations"] == [{"lang": "fr", "url": "/tern/",
-                                        "title": "Migration de la sterne",
-                                        "link": "https://fr.example.net/tern/"}]
+    assert english["translations"] == [
+        {
+            "lang": "fr",
+            "url": "/tern/",
+            "title": "Migration de la sterne",
+            "link": "https://fr.example.net/tern/",
+        }
+    ]
     french = top(service, "migration de la sterne traverse la mer", lang="fr")
     assert french["link"] == "https://fr.example.net/tern/"
     # both pages are at /tern/: each link opens its own page, a bare path the first
@@ -138,13 +149,16 @@ def test_each_language_links_to_its_own_host(service):
 def test_a_pasted_link_names_the_page_published_at_its_host(service, tmp_path):
     # A multihost site has every language's page at one path: the link's host tells them apart,
     # with every language searched ("all") or none named, through the core and the service.
-    pasted = [("https://fr.example.org/docs/puffin/", "fr"),
-              ("https://example.org/docs/puffin/#burrows", "en"),
-              ("fr.example.org/docs/puffin/", "fr"),
-              ("https://en.example.net/tern/", "en"), ("https://fr.example.net/tern/", "fr"),
-              # one host: the path holds the language
-              ("https://gannet.example/fr/docs/gannet/", "fr"),
-              ("https://gannet.example/docs/gannet/", "en")]
+    pasted = [
+        ("https://fr.example.org/docs/puffin/", "fr"),
+        ("https://example.org/docs/puffin/#burrows", "en"),
+        ("fr.example.org/docs/puffin/", "fr"),
+        ("https://en.example.net/tern/", "en"),
+        ("https://fr.example.net/tern/", "fr"),
+        # one host: the path holds the language
+        ("https://gannet.example/fr/docs/gannet/", "fr"),
+        ("https://gannet.example/docs/gannet/", "en"),
+    ]
     for link, lang in pasted:
         for asked in ("all", None):
             first = hybrid_search(service.store, SearchRequest(link, 3, lang=asked)).matches[0]
@@ -163,10 +177,15 @@ def test_a_pasted_link_names_the_page_published_at_its_host(service, tmp_path):
             shown = top(service, link, lang=asked)
             assert (shown["source"], shown["lang"]) == ("exact", asked), (link, asked)
     # and the HTTP API, which passes the language as given
-    answers = http_get(service, tmp_path, [
-        ("/search", {"q": link, **lang})
-        for link in ("https://fr.example.org/docs/puffin/", "https://fr.example.net/tern/")
-        for lang in ({"lang": "all"}, {})])
+    answers = http_get(
+        service,
+        tmp_path,
+        [
+            ("/search", {"q": link, **lang})
+            for link in ("https://fr.example.org/docs/puffin/", "https://fr.example.net/tern/")
+            for lang in ({"lang": "all"}, {})
+        ],
+    )
     for answer in answers:
         first = answer.json()["results"][0]
         assert (first["source"], first["lang"]) == ("exact", "fr"), answer.json()
@@ -191,10 +210,15 @@ def http_get(service, tmp_path, requests: list[tuple[str, dict]]) -> list[httpx.
 
 
 def test_the_http_api_answers_url_and_link(service, tmp_path):
-    found, opened, openapi = http_get(service, tmp_path, [
-        ("/search", {"q": "where function kestrel"}),
-        ("/pages/subpath-docs/content/functions/where.md", {}),
-        ("/openapi.json", {})])
+    found, opened, openapi = http_get(
+        service,
+        tmp_path,
+        [
+            ("/search", {"q": "where function kestrel"}),
+            ("/pages/subpath-docs/content/functions/where.md", {}),
+            ("/openapi.json", {}),
+        ],
+    )
     first = found.json()["results"][0]
     assert first["url"] == "/docs/functions/where/"
     assert first["link"] == "https://example.org/docs/functions/where/"
@@ -209,8 +233,9 @@ def test_mcp_answers_show_the_full_link(service):
     async def go():
         with anyio.fail_after(TIMEOUT):
             async with Client(server) as client:
-                found = await client.call_tool("search_docs", {"query": "where function kestrel",
-                                                               "k": 2})
+                found = await client.call_tool(
+                    "search_docs", {"query": "where function kestrel", "k": 2}
+                )
                 link = found.content[0].text.split("URL: ", 1)[1].split()[0]
                 opened = await client.call_tool("get_page", {"url_or_id": link})
                 return found.content[0].text, link, opened.content[0].text
@@ -220,13 +245,19 @@ def test_mcp_answers_show_the_full_link(service):
     assert "URL: https://example.org/docs/functions/where/" in opened.split("\n", 2)[1]
 
 
-def test_a_site_configuration_change_is_a_full_pass_so_every_link_follows(tmp_path,
-                                                                          minilm_embedder):
+def test_a_site_configuration_change_is_a_full_pass_so_every_link_follows(
+    tmp_path, minilm_embedder
+):
     # Only hugo.toml changes: the diff names no page, yet every page's URL moves with it.
     repo = init_repo(tmp_path / "docs" / "moving-docs")
-    write_files(repo, {"hugo.toml": 'baseURL = "https://docs.example.org/docs/"\n',
-                       "content/guide/install.md": page("Install the wombat", "Unpack it."),
-                       "content/guide/feed.md": page("Feed the wombat", "Carrots daily.")})
+    write_files(
+        repo,
+        {
+            "hugo.toml": 'baseURL = "https://docs.example.org/docs/"\n',
+            "content/guide/install.md": page("Install the wombat", "Unpack it."),
+            "content/guide/feed.md": page("Feed the wombat", "Carrots daily."),
+        },
+    )
     commit_all(repo, "v1")
     store = Store(store_settings(tmp_path), embedder=minilm_embedder)
     docs = DocsService(store.settings, store=store)
@@ -251,8 +282,14 @@ def test_an_address_that_is_not_http_or_site_relative_is_no_link():
     from hetriever.search.published import full_link
 
     bases = {"en": "https://docs.example.org/"}
-    for hostile in ("javascript:alert(1)", "JavaScript://x%0Aalert(1)", " javascript:x",
-                    "data:text/html,<script>x</script>", "//evil.example/x", "vbscript:x"):
+    for hostile in (
+        "javascript:alert(1)",
+        "JavaScript://x%0Aalert(1)",
+        " javascript:x",
+        "data:text/html,<script>x</script>",
+        "//evil.example/x",
+        "vbscript:x",
+    ):
         assert full_link(hostile, "en", bases) == "", hostile
     assert full_link("/docs/a/", "en", bases) == "https://docs.example.org/docs/a/"
     assert full_link("https://other.example/b/", "en", bases) == "https://other.example/b/"

@@ -9,10 +9,10 @@ import threading
 import anyio
 import pytest
 
-from hetriever.search import published
 from hetriever.core.config import load_settings
 from hetriever.core.errors import ConfigurationError
 from hetriever.core.models import SearchResult
+from hetriever.search import published
 from hetriever.serve import pages
 from hetriever.serve.keys import InvalidKeyError, KeyRing, hash_key, key_from_headers, new_key
 from hetriever.serve.mcp_server import clip
@@ -34,13 +34,16 @@ def test_keys_grant_their_levels_plus_public_and_nothing_without_a_match():
     assert keys.name("k2") == "both"
 
 
-@pytest.mark.parametrize("line,message", [
-    (f"root {hash_key('k')} SYSTEM", "cannot grant SYSTEM"),
-    (f"team {hash_key('k')} TEAM,ADMIN", "cannot grant ADMIN"),
-    ("team k1 TEAM", "sha256"),
-    (f"team {hash_key('k')}", "expected"),
-    (f"team {hash_key('k')} ,", "no level"),
-])
+@pytest.mark.parametrize(
+    "line,message",
+    [
+        (f"root {hash_key('k')} SYSTEM", "cannot grant SYSTEM"),
+        (f"team {hash_key('k')} TEAM,ADMIN", "cannot grant ADMIN"),
+        ("team k1 TEAM", "sha256"),
+        (f"team {hash_key('k')}", "expected"),
+        (f"team {hash_key('k')} ,", "no level"),
+    ],
+)
 def test_bad_key_lines_stop_the_start_with_one_line(line, message):
     with pytest.raises(ConfigurationError, match=message):
         ring(line)
@@ -49,8 +52,12 @@ def test_bad_key_lines_stop_the_start_with_one_line(line, message):
 def test_keys_from_env_and_file(tmp_path):
     path = tmp_path / "keys"
     path.write_text(f"a {hash_key('from-file')} TEAM\n")
-    keys = KeyRing.from_env({"HETRIEVER_API_KEYS": f"b {hash_key('from-env')} PRIVATE",
-                             "HETRIEVER_API_KEYS_FILE": str(path)})
+    keys = KeyRing.from_env(
+        {
+            "HETRIEVER_API_KEYS": f"b {hash_key('from-env')} PRIVATE",
+            "HETRIEVER_API_KEYS_FILE": str(path),
+        }
+    )
     assert keys.levels("from-file") == {"PUBLIC", "TEAM"}
     assert keys.levels("from-env") == {"PUBLIC", "PRIVATE"}
     with pytest.raises(ConfigurationError, match="cannot read"):
@@ -75,8 +82,13 @@ def test_key_headers():
 
 
 def match(repo: str, path: str, doc_id: str, score: float) -> SearchResult:
-    return SearchResult(doc_id=doc_id, content="x", score=score, source="hybrid",
-                        metadata={"repository": repo, "file_path": path})
+    return SearchResult(
+        doc_id=doc_id,
+        content="x",
+        score=score,
+        source="hybrid",
+        metadata={"repository": repo, "file_path": path},
+    )
 
 
 def test_a_page_result_shows_its_next_passages():
@@ -94,16 +106,20 @@ def test_passage_drops_only_the_title_line_the_chunker_added():
     assert pages.passage("T\n\nBody.", {"title": "T"}) == "Body."
     # a page record: its title line, then what the page says about itself
     assert pages.passage("T\nWhat it is for.", {"title": "T", "page_record": True}) == (
-        "What it is for.")
+        "What it is for."
+    )
 
 
-@pytest.mark.parametrize("meta,lang", [
-    ({"file_path": "content/fr/docs/a.md"}, "fr"),
-    ({"file_path": "content/zh-cn/a.md"}, "zh-cn"),
-    ({"file_path": "content/docs/a.md"}, "en"),
-    ({"file_path": "content/a.md"}, "en"),
-    ({"file_path": "content/docs/a.md", "lang": "DE"}, "de"),
-])
+@pytest.mark.parametrize(
+    "meta,lang",
+    [
+        ({"file_path": "content/fr/docs/a.md"}, "fr"),
+        ({"file_path": "content/zh-cn/a.md"}, "zh-cn"),
+        ({"file_path": "content/docs/a.md"}, "en"),
+        ({"file_path": "content/a.md"}, "en"),
+        ({"file_path": "content/docs/a.md", "lang": "DE"}, "de"),
+    ],
+)
 def test_language_of_a_page(meta, lang):
     assert published.language(meta) == lang
 
@@ -117,8 +133,14 @@ def test_page_ids_split_on_the_first_slash():
 def test_a_page_over_the_largest_budget_does_not_ask_for_a_larger_one():
     from hetriever.serve.mcp_server import MAX_TOKEN_BUDGET, format_page
 
-    page = {"title": "Long", "url": "/long/", "link": "/long/", "repository": "r-docs",
-            "page_id": "r-docs/l.md", "chunks": [{"heading": "", "text": "word " * 50_000}]}
+    page = {
+        "title": "Long",
+        "url": "/long/",
+        "link": "/long/",
+        "repository": "r-docs",
+        "page_id": "r-docs/l.md",
+        "chunks": [{"heading": "", "text": "word " * 50_000}],
+    }
     assert "larger max_tokens" in format_page(page, 1000)
     last = format_page(page, MAX_TOKEN_BUDGET)
     assert "larger max_tokens" not in last and "search_docs" in last
@@ -133,8 +155,11 @@ def test_clip_respects_the_budget_and_says_so():
 
 def test_the_concurrency_cap_queues_then_refuses():
     # The cap is the service's own logic; no store is touched by `call`.
-    service = DocsService(load_settings(env={}, config_file=None), store=object(),
-                          limits=Limits(max_concurrency=1, max_waiting=1))
+    service = DocsService(
+        load_settings(env={}, config_file=None),
+        store=object(),
+        limits=Limits(max_concurrency=1, max_waiting=1),
+    )
     release = threading.Event()
     outcomes: list[str] = []
 
@@ -173,8 +198,11 @@ def test_readiness_is_not_queued_behind_searches(tmp_path):
     class Answering:
         chroma = Chroma()
 
-    service = DocsService(load_settings(env={}, config_file=None), store=Answering(),
-                          limits=Limits(max_concurrency=1, max_waiting=0))
+    service = DocsService(
+        load_settings(env={}, config_file=None),
+        store=Answering(),
+        limits=Limits(max_concurrency=1, max_waiting=0),
+    )
     telemetry = Telemetry(tmp_path, "http")
     app = create_app(service, telemetry=telemetry)
     release = threading.Event()
@@ -204,9 +232,12 @@ def test_a_default_k_above_the_servers_limit_is_the_limit():
     settings = load_settings(env={"HETRIEVER_DEFAULT_TOP_K": "80"}, config_file=None)
     service = DocsService(settings, store=object())
     assert service.check_query("where", None) == ("where", 50)
-    small = DocsService(load_settings(env={"HETRIEVER_MAX_TOP_K": "3",
-                                           "HETRIEVER_DEFAULT_TOP_K": "2"}, config_file=None),
-                        store=object())
+    small = DocsService(
+        load_settings(
+            env={"HETRIEVER_MAX_TOP_K": "3", "HETRIEVER_DEFAULT_TOP_K": "2"}, config_file=None
+        ),
+        store=object(),
+    )
     assert small.check_query("where", None) == ("where", 2)
     with pytest.raises(RequestError, match="k must be an integer from 1 to 3"):
         small.check_query("where", 4)
@@ -217,11 +248,12 @@ def test_a_default_k_above_the_servers_limit_is_the_limit():
 def test_mcp_start_up_writes_nothing_to_the_stdio_wire():
     # A stray write while the model and index load, from Python or from a native library
     # (straight to fd 1), lands on stderr; stdout is the wire again afterwards.
-    script = ("import os\nfrom hetriever.serve.run import _stdout_to_stderr\n"
-              "with _stdout_to_stderr():\n    print('stray print')\n"
-              "    os.write(1, b'native write\\n')\nprint('protocol')\n")
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                         timeout=60)
+    script = (
+        "import os\nfrom hetriever.serve.run import _stdout_to_stderr\n"
+        "with _stdout_to_stderr():\n    print('stray print')\n"
+        "    os.write(1, b'native write\\n')\nprint('protocol')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout == "protocol\n"
     assert "stray print" in out.stderr and "native write" in out.stderr

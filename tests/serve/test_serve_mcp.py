@@ -4,8 +4,8 @@ subprocess, as a coding assistant starts it) and over streamable HTTP, against a
 from __future__ import annotations
 
 import json
-import re
 import logging
+import re
 import selectors
 import signal
 import subprocess
@@ -27,8 +27,9 @@ SESSION_TIMEOUT = 240  # seconds for a whole session, model load included
 
 
 def stdio(workspace, **env: str) -> StdioServerParameters:
-    return StdioServerParameters(command=str(HETRIEVER), args=["mcp"],
-                                 env={**workspace.env, **env}, cwd=str(workspace.root))
+    return StdioServerParameters(
+        command=str(HETRIEVER), args=["mcp"], env={**workspace.env, **env}, cwd=str(workspace.root)
+    )
 
 
 def text_of(result: Any) -> str:
@@ -40,6 +41,7 @@ def in_session(server: Any, steps) -> Any:
         with anyio.fail_after(SESSION_TIMEOUT):
             async with Client(server) as client:
                 return await steps(client)
+
     return anyio.run(go)
 
 
@@ -52,11 +54,15 @@ def test_stdio_tools_search_page_and_repositories(served_docs):
         for tool in tools.values():
             for name, prop in tool.input_schema.get("properties", {}).items():
                 assert prop.get("description"), (tool.name, name)
-        (k,) = [v for v in tools["search_docs"].input_schema["properties"]["k"]["anyOf"]
-                if v.get("type") == "integer"]
+        (k,) = [
+            v
+            for v in tools["search_docs"].input_schema["properties"]["k"]["anyOf"]
+            if v.get("type") == "integer"
+        ]
         assert (k["minimum"], k["maximum"]) == (1, 50)
-        found = await client.call_tool("search_docs", {"query": "where function comparison",
-                                                       "k": 3})
+        found = await client.call_tool(
+            "search_docs", {"query": "where function comparison", "k": 3}
+        )
         page = None
         if not found.is_error:
             first_id = text_of(found).split("page id: ", 1)[1].split()[0]
@@ -65,18 +71,22 @@ def test_stdio_tools_search_page_and_repositories(served_docs):
         repos = await client.call_tool("list_repositories", {})
         hidden = await client.call_tool("search_docs", {"query": "kestrel rotation payroll"})
         # an agent pastes a link it was given: the page first, at the section it points to
-        link = await client.call_tool("search_docs", {
-            "query": "https://docs.example.org/docs/templates/where/#operators", "k": 2})
+        link = await client.call_tool(
+            "search_docs",
+            {"query": "https://docs.example.org/docs/templates/where/#operators", "k": 2},
+        )
         french = await client.call_tool("search_docs", {"query": "la fonction where"})
         return found, page, by_url, repos, hidden, link, french
 
     found, page, by_url, repos, hidden, link, french = in_session(stdio(served_docs), steps)
     # told no language, French words keep to the French page, and the answer says so
-    assert "(in fr, the query's language" in text_of(french) and "/fr/" in text_of(french), \
-        text_of(french)
+    assert "(in fr, the query's language" in text_of(french) and "/fr/" in text_of(french), text_of(
+        french
+    )
     first_link = text_of(link).split("[2]")[0]
-    assert "[1] where > Operators" in first_link and "contained in a slice" in first_link, \
-        text_of(link)
+    assert "[1] where > Operators" in first_link and "contained in a slice" in first_link, text_of(
+        link
+    )
     text = text_of(found)
     assert not found.is_error, text
     assert text.startswith("3 result(s)") or "result(s) for" in text
@@ -89,15 +99,19 @@ def test_stdio_tools_search_page_and_repositories(served_docs):
     assert "team-notes" not in text_of(hidden) and "private-ops" not in text_of(hidden)
     # the session's searches are in the metrics store, as the MCP server's
     summary = json.loads(served_docs.cli("metrics", "--source", "mcp", "--json").stdout)
-    assert summary["count"] >= 2 and set(summary["by_mode"]) <= {"mcp:hybrid", "mcp:dense",
-                                                                 "mcp:bm25"}
+    assert summary["count"] >= 2 and set(summary["by_mode"]) <= {
+        "mcp:hybrid",
+        "mcp:dense",
+        "mcp:bm25",
+    }
 
 
 def test_stdio_key_grants_its_levels(served_docs):
     async def steps(client):
-        return (await client.call_tool("search_docs", {"query": "kestrel on-call rotation",
-                                                       "k": 10}),
-                await client.call_tool("list_repositories", {}))
+        return (
+            await client.call_tool("search_docs", {"query": "kestrel on-call rotation", "k": 10}),
+            await client.call_tool("list_repositories", {}),
+        )
 
     found, repos = in_session(stdio(served_docs, HETRIEVER_API_KEY=TEAM_KEY), steps)
     assert "repository: team-notes" in text_of(found)
@@ -107,19 +121,25 @@ def test_stdio_key_grants_its_levels(served_docs):
 
 def test_stdio_bad_input_is_a_tool_error_and_budgets_hold(served_docs):
     async def steps(client):
-        return [await client.call_tool(name, args) for name, args in (
-            ("search_docs", {"query": ""}),
-            ("search_docs", {"query": "where", "k": 500}),
-            ("search_docs", {"query": "where", "max_tokens": 5}),
-            ("get_page", {"url_or_id": "team-notes/content/oncall.md"}),  # hidden = absent
-            ("get_page", {"url_or_id": "sample-docs/content/docs/templates/where.md",
-                          "max_tokens": 100}),
-            ("search_docs", {"query": "where function usage", "k": 10, "max_tokens": 300}),
-            ("search_docs", {"query": "where", "repository": "no-such-docs"}),
-        )]
+        return [
+            await client.call_tool(name, args)
+            for name, args in (
+                ("search_docs", {"query": ""}),
+                ("search_docs", {"query": "where", "k": 500}),
+                ("search_docs", {"query": "where", "max_tokens": 5}),
+                ("get_page", {"url_or_id": "team-notes/content/oncall.md"}),  # hidden = absent
+                (
+                    "get_page",
+                    {"url_or_id": "sample-docs/content/docs/templates/where.md", "max_tokens": 100},
+                ),
+                ("search_docs", {"query": "where function usage", "k": 10, "max_tokens": 300}),
+                ("search_docs", {"query": "where", "repository": "no-such-docs"}),
+            )
+        ]
 
     empty, too_many, tiny, hidden, short_page, short_search, unknown = in_session(
-        stdio(served_docs), steps)
+        stdio(served_docs), steps
+    )
     assert not unknown.is_error and "No repository named 'no-such-docs'" in text_of(unknown)
     assert empty.is_error and "query is empty" in text_of(empty)
     assert too_many.is_error and "50" in text_of(too_many)  # the schema's bound
@@ -131,7 +151,8 @@ def test_stdio_bad_input_is_a_tool_error_and_budgets_hold(served_docs):
 
 
 def test_stdio_sdk_log_lines_follow_the_log_level_and_stdout_is_protocol_only(
-        served_docs, tmp_path, caplog):
+    served_docs, tmp_path, caplog
+):
     async def steps(client):
         # the SDK logs a tool call that fails at INFO
         return await client.call_tool("search_docs", {"query": ""})
@@ -139,8 +160,9 @@ def test_stdio_sdk_log_lines_follow_the_log_level_and_stdout_is_protocol_only(
     def stderr_of(level: str) -> str:
         path = tmp_path / f"stderr-{level}.txt"
         with path.open("w") as errlog:
-            failed = in_session(stdio_client(stdio(served_docs, HETRIEVER_LOG_LEVEL=level),
-                                             errlog=errlog), steps)
+            failed = in_session(
+                stdio_client(stdio(served_docs, HETRIEVER_LOG_LEVEL=level), errlog=errlog), steps
+            )
         assert failed.is_error
         return path.read_text()
 
@@ -160,21 +182,40 @@ def test_stdio_bad_key_fails_at_start_with_one_line(served_docs):
 
 
 def test_stdio_key_without_a_key_file_says_what_is_missing(served_docs):
-    out = served_docs.cli("mcp", HETRIEVER_API_KEY=TEAM_KEY, HETRIEVER_API_KEYS_FILE="",
-                          HETRIEVER_API_KEYS="")
+    out = served_docs.cli(
+        "mcp", HETRIEVER_API_KEY=TEAM_KEY, HETRIEVER_API_KEYS_FILE="", HETRIEVER_API_KEYS=""
+    )
     assert out.returncode == 2 and "Traceback" not in out.stderr
     last = out.stderr.strip().splitlines()[-1]
     assert "no key file grants it" in last and "HETRIEVER_API_KEYS_FILE" in last
 
 
 def test_stdio_server_stops_on_ctrl_c_while_the_client_keeps_stdin_open(served_docs):
-    proc = subprocess.Popen([str(HETRIEVER), "mcp"], env=served_docs.env, cwd=served_docs.root,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [str(HETRIEVER), "mcp"],
+        env=served_docs.env,
+        cwd=served_docs.root,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
-        proc.stdin.write(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {},
-            "clientInfo": {"name": "test", "version": "1"}}}) + "\n")
+        proc.stdin.write(
+            json.dumps(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 1,
+                    "method": "initialize",
+                    "params": {
+                        "protocolVersion": "2025-06-18",
+                        "capabilities": {},
+                        "clientInfo": {"name": "test", "version": "1"},
+                    },
+                }
+            )
+            + "\n"
+        )
         proc.stdin.flush()
         with selectors.DefaultSelector() as waiting:  # select() fails on fds >= 1024
             waiting.register(proc.stdout, selectors.EVENT_READ)
@@ -200,9 +241,14 @@ class RawSession:
     the SDK's client refuses to serialise)."""
 
     def __init__(self, workspace, **env: str) -> None:
-        self.proc = subprocess.Popen([str(HETRIEVER), "mcp"], env={**workspace.env, **env},
-                                     cwd=workspace.root, stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.proc = subprocess.Popen(
+            [str(HETRIEVER), "mcp"],
+            env={**workspace.env, **env},
+            cwd=workspace.root,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         self.waiting = selectors.DefaultSelector()  # select() fails on fds >= 1024
         self.waiting.register(self.proc.stdout, selectors.EVENT_READ)
 
@@ -234,37 +280,62 @@ def test_stdio_every_line_gets_an_answer_and_the_session_survives(served_docs):
     session = RawSession(served_docs)
 
     def call(request_id: int, arguments: dict) -> dict:
-        return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call",
-                "params": {"name": "search_docs", "arguments": arguments}}
+        return {
+            "jsonrpc": "2.0",
+            "id": request_id,
+            "method": "tools/call",
+            "params": {"name": "search_docs", "arguments": arguments},
+        }
 
     try:
-        session.send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {},
-            "clientInfo": {"name": "test", "version": "1"}}})
+        session.send(
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-06-18",
+                    "capabilities": {},
+                    "clientInfo": {"name": "test", "version": "1"},
+                },
+            }
+        )
         assert session.answer()["id"] == 1
         session.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         answers = {}
         for name, line in (
-                ("malformed", b'{"jsonrpc": "2.0", "id": 2, "method": "tools/ca'),
-                ("not json", b"hello?"),
-                ("params not an object", json.dumps({"jsonrpc": "2.0", "id": 4,
-                                                     "method": "tools/call",
-                                                     "params": "where"}).encode()),
-                ("not an envelope", b'{"id": 5, "question": "where"}'),
-                ("lone surrogate", b'{"jsonrpc": "2.0", "id": 6, "method": "tools/call", '
-                                   b'"params": {"name": "search_docs", '
-                                   b'"arguments": {"query": "\\ud83d where"}}}'),
-                ("not UTF-8", json.dumps(call(7, {"query": "where XX"})).encode().replace(
-                    b"XX", b"\xff\xfe")),
-                ("arguments of the wrong type", json.dumps(call(8, {"query": 5})).encode()),
-                ("unknown method", b'{"jsonrpc": "2.0", "id": 9, "method": "no/such"}'),
-                ("still serving", json.dumps(call(10, {"query": "where function"})).encode())):
+            ("malformed", b'{"jsonrpc": "2.0", "id": 2, "method": "tools/ca'),
+            ("not json", b"hello?"),
+            (
+                "params not an object",
+                json.dumps(
+                    {"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": "where"}
+                ).encode(),
+            ),
+            ("not an envelope", b'{"id": 5, "question": "where"}'),
+            (
+                "lone surrogate",
+                b'{"jsonrpc": "2.0", "id": 6, "method": "tools/call", '
+                b'"params": {"name": "search_docs", '
+                b'"arguments": {"query": "\\ud83d where"}}}',
+            ),
+            (
+                "not UTF-8",
+                json.dumps(call(7, {"query": "where XX"})).encode().replace(b"XX", b"\xff\xfe"),
+            ),
+            ("arguments of the wrong type", json.dumps(call(8, {"query": 5})).encode()),
+            ("unknown method", b'{"jsonrpc": "2.0", "id": 9, "method": "no/such"}'),
+            ("still serving", json.dumps(call(10, {"query": "where function"})).encode()),
+        ):
             session.send(line)
             answers[name] = session.answer()
     finally:
         err = session.close()
-    assert answers["malformed"] == {"jsonrpc": "2.0", "id": None, "error": {
-        "code": -32700, "message": answers["malformed"]["error"]["message"]}}
+    assert answers["malformed"] == {
+        "jsonrpc": "2.0",
+        "id": None,
+        "error": {"code": -32700, "message": answers["malformed"]["error"]["message"]},
+    }
     assert answers["not json"]["error"]["code"] == -32700
     assert answers["params not an object"]["id"] == 4
     assert answers["params not an object"]["error"]["code"] == -32602
@@ -276,17 +347,25 @@ def test_stdio_every_line_gets_an_answer_and_the_session_survives(served_docs):
     assert answers["arguments of the wrong type"]["result"]["isError"]
     assert answers["unknown method"]["error"]["code"] == -32601
     # each refusal is a warning line, not a DEBUG one, and nothing raised
-    for event in ("mcp_parse_error", "mcp_invalid_params", "mcp_invalid_request",
-                  "mcp_lone_surrogates", "mcp_invalid_utf8"):
+    for event in (
+        "mcp_parse_error",
+        "mcp_invalid_params",
+        "mcp_invalid_request",
+        "mcp_lone_surrogates",
+        "mcp_invalid_utf8",
+    ):
         assert event in err, (event, err[-3000:])
     assert "Traceback" not in err
 
 
 def test_streamable_http_with_keys(served_docs):
     with running(served_docs, "mcp", "--transport", "http", ready_path="/mcp") as served:
-        bad = httpx.post(served.url + "/mcp", json={"jsonrpc": "2.0", "id": 1,
-                                                    "method": "tools/list"},
-                         headers={"Authorization": "Bearer wrong"}, timeout=30)
+        bad = httpx.post(
+            served.url + "/mcp",
+            json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+            headers={"Authorization": "Bearer wrong"},
+            timeout=30,
+        )
         assert bad.status_code == 401 and bad.json() == {"error": "invalid API key"}
 
         def over_http(key: str | None):
@@ -296,8 +375,12 @@ def test_streamable_http_with_keys(served_docs):
                     async with httpx2.AsyncClient(headers=headers, timeout=60) as http:
                         transport = streamable_http_client(served.url + "/mcp", http_client=http)
                         async with Client(transport) as client:
-                            return text_of(await client.call_tool(
-                                "search_docs", {"query": "kestrel payroll schedule", "k": 10}))
+                            return text_of(
+                                await client.call_tool(
+                                    "search_docs", {"query": "kestrel payroll schedule", "k": 10}
+                                )
+                            )
+
             return anyio.run(go)
 
         assert "private-ops" not in over_http(None)
@@ -306,10 +389,10 @@ def test_streamable_http_with_keys(served_docs):
 
 def test_stdio_search_names_its_facets_and_a_section_narrows(served_docs):
     async def steps(client):
-        wide = await client.call_tool("search_docs", {"query": "release where function",
-                                                      "k": 3})
-        narrow = await client.call_tool("search_docs", {"query": "release where function",
-                                                        "section": "blog", "k": 3})
+        wide = await client.call_tool("search_docs", {"query": "release where function", "k": 3})
+        narrow = await client.call_tool(
+            "search_docs", {"query": "release where function", "section": "blog", "k": 3}
+        )
         return text_of(wide), text_of(narrow)
 
     wide, narrow = in_session(stdio(served_docs), steps)
@@ -333,19 +416,36 @@ def test_stdio_refuses_an_over_long_line_without_holding_it_and_serves_on(served
     session = RawSession(served_docs, HETRIEVER_MCP_MAX_LINE=str(1024 * 1024))
     size = 50 * 1024 * 1024
     try:
-        session.send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {},
-            "clientInfo": {"name": "test", "version": "1"}}})
+        session.send(
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-06-18",
+                    "capabilities": {},
+                    "clientInfo": {"name": "test", "version": "1"},
+                },
+            }
+        )
         assert session.answer()["id"] == 1
         session.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         before = _peak_rss_kib(session.proc.pid)
-        head = b'{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": ' \
-               b'"search_docs", "arguments": {"query": "'
+        head = (
+            b'{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": '
+            b'"search_docs", "arguments": {"query": "'
+        )
         session.send(head + b"x" * (size - len(head) - 4) + b'"}}}')
         refused = session.answer()
         after = _peak_rss_kib(session.proc.pid)
-        session.send({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
-            "name": "search_docs", "arguments": {"query": "where function"}}})
+        session.send(
+            {
+                "jsonrpc": "2.0",
+                "id": 3,
+                "method": "tools/call",
+                "params": {"name": "search_docs", "arguments": {"query": "where function"}},
+            }
+        )
         served = session.answer()
     finally:
         err = session.close()
@@ -367,9 +467,18 @@ def test_stdio_a_request_before_initialize_is_told_to_initialize(served_docs):
         pong = session.answer()
         session.send({"jsonrpc": "2.0", "id": 3, "method": "no/such"})
         unknown = session.answer()
-        session.send({"jsonrpc": "2.0", "id": 4, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {},
-            "clientInfo": {"name": "test", "version": "1"}}})
+        session.send(
+            {
+                "jsonrpc": "2.0",
+                "id": 4,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-06-18",
+                    "capabilities": {},
+                    "clientInfo": {"name": "test", "version": "1"},
+                },
+            }
+        )
         assert session.answer()["id"] == 4
         session.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         session.send({"jsonrpc": "2.0", "id": 5, "method": "tools/list"})
@@ -381,4 +490,6 @@ def test_stdio_a_request_before_initialize_is_told_to_initialize(served_docs):
     assert pong == {"jsonrpc": "2.0", "id": 2, "result": {}}
     assert unknown["error"]["code"] == -32601  # unknown is unknown, initialised or not
     assert listed["id"] == 5 and {t["name"] for t in listed["result"]["tools"]} >= {
-        "search_docs", "list_repositories"}
+        "search_docs",
+        "list_repositories",
+    }

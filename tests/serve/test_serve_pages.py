@@ -21,7 +21,7 @@ from tests.support.helpers import build_sample_parent, commit_all, update_submod
 PAGE = "sample-docs/content/docs/templates/where.md"
 EDITED = {  # the Usage and Operators sections replaced: their chunks get new ids
     "## Usage": "## Usage\n\nCall `where` with a collection, a key, an operator and a value; "
-                "it keeps the pages whose key compares true.\n\n## Examples",
+    "it keeps the pages whose key compares true.\n\n## Examples",
     "| `in`     | contained in a slice |": "| `not in` | not contained in a slice |",
 }
 
@@ -48,8 +48,9 @@ def test_a_page_mid_rewrite_is_one_version(tmp_path, minilm_embedder, monkeypatc
             asyncio.run(index_repository(repo, store, store.settings))
         monkeypatch.delenv("HETRIEVER_FAULTS")
 
-        chroma = store.reads.chunks_where("sample-docs", {"file_path": "content/docs/templates/"
-                                                                       "where.md"})
+        chroma = store.reads.chunks_where(
+            "sample-docs", {"file_path": "content/docs/templates/where.md"}
+        )
         shown = [c["text"] for c in service.page(PAGE)["chunks"]]
         assert asyncio.run(index_repository(repo, store, store.settings)).completed
         new = [c["text"] for c in service.page(PAGE)["chunks"]]

@@ -34,8 +34,10 @@ def stalled(url: str, request: bytes) -> bytes:
     return received
 
 
-BODY_NEVER_SENT = (b"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                   b"Content-Length: 500\r\n\r\n{{\"query\": ")
+BODY_NEVER_SENT = (
+    b"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    b'Content-Length: 500\r\n\r\n{{"query": '
+)
 HEADERS_NEVER_ENDED = b"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Len"
 
 
@@ -58,20 +60,42 @@ def test_serve_drops_a_stalled_body_and_stalled_headers(served_docs):
 def test_the_webhook_drops_a_stalled_body_and_stalled_headers(tmp_path):
     port = free_port()
     log = tmp_path / "webhook.log"
-    env = {**os.environ, "HETRIEVER_WEBHOOK_SECRET": "s3cret-for-tests-0123456789",
-           "HETRIEVER_WEBHOOK_REPOS": "gohugoio/hugoDocs=hugo-docs",
-           "HETRIEVER_STATE_DIR": str(tmp_path / "state"),
-           "PREFECT_API_URL": f"http://127.0.0.1:{free_port()}/api",
-           "HETRIEVER_REQUEST_TIMEOUT": str(TIMEOUT)}
+    env = {
+        **os.environ,
+        "HETRIEVER_WEBHOOK_SECRET": "s3cret-for-tests-0123456789",
+        "HETRIEVER_WEBHOOK_REPOS": "gohugoio/hugoDocs=hugo-docs",
+        "HETRIEVER_STATE_DIR": str(tmp_path / "state"),
+        "PREFECT_API_URL": f"http://127.0.0.1:{free_port()}/api",
+        "HETRIEVER_REQUEST_TIMEOUT": str(TIMEOUT),
+    }
     with log.open("wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "hetriever.cli", "serve-webhook",
-                                 "--host", "127.0.0.1", "--port", str(port)], cwd=REPO_ROOT,
-                                env=env, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "hetriever.cli",
+                "serve-webhook",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+            ],
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_until_answering(proc, url + "/healthz", what="serve-webhook", log=log, timeout=60,
-                             ready=lambda status: status == 200)
+        wait_until_answering(
+            proc,
+            url + "/healthz",
+            what="serve-webhook",
+            log=log,
+            timeout=60,
+            ready=lambda status: status == 200,
+        )
         check_both_deadlines(url, "/webhook")
     finally:
         stop_process(proc)

@@ -29,7 +29,7 @@ pytestmark = pytest.mark.slow  # a real `hetriever serve` process and a real bro
 HOSTILE = {
     "content/docs/security/escaping.md": (
         "---\n"
-        "title: \"Kestrel escaping <img src=x onerror=\\\"window.__pwned='title'\\\">\"\n"
+        'title: "Kestrel escaping <img src=x onerror=\\"window.__pwned=\'title\'\\">"\n'
         "url: \"javascript://%0Awindow.__pwned='url'\"\n"
         "---\n\n"
         "The kestrel escaping page shows markup as text. "
@@ -37,20 +37,27 @@ HOSTILE = {
         "Kestrel inline markup `<img src=x onerror=\"window.__pwned='img'\">` and a "
         "[kestrel link](javascript:window.__pwned='link').\n\n"
         "```html\n<script>window.__pwned = 'fence';</script>\n"
-        "<img src=x onerror=\"window.__pwned='fence-img'\">\n```\n"),
+        "<img src=x onerror=\"window.__pwned='fence-img'\">\n```\n"
+    ),
 }
-SITE_LAYOUT = ("<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
-               "<title>{{ .Title }}</title></head><body><header>"
-               "{{ partial \"hetriever-search.html\" . }}</header>"
-               "<main><h1>{{ .Title }}</h1></main></body></html>\n")
+SITE_LAYOUT = (
+    '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+    "<title>{{ .Title }}</title></head><body><header>"
+    '{{ partial "hetriever-search.html" . }}</header>'
+    "<main><h1>{{ .Title }}</h1></main></body></html>\n"
+)
 
 
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory: pytest.TempPathFactory, minilm_embedder: Any) -> Workspace:
-    return build_workspace(tmp_path_factory.mktemp("web"), minilm_embedder.model_dir,
-                           sample_files=HOSTILE, repositories={"team-notes": TEAM_NOTES},
-                           access_levels="team-notes=TEAM",
-                           keys=f"team {hash_key(TEAM_KEY)} TEAM\n")
+    return build_workspace(
+        tmp_path_factory.mktemp("web"),
+        minilm_embedder.model_dir,
+        sample_files=HOSTILE,
+        repositories={"team-notes": TEAM_NOTES},
+        access_levels="team-notes=TEAM",
+        keys=f"team {hash_key(TEAM_KEY)} TEAM\n",
+    )
 
 
 @pytest.fixture(scope="module")
@@ -60,13 +67,28 @@ def docs_site(workspace: Workspace, tmp_path_factory: pytest.TempPathFactory) ->
     allowed_port, refused_port, api_port = free_port(), free_port(), free_port()
     site = tmp_path_factory.mktemp("hugo-site")
     shutil.copytree(REPO_ROOT / "examples" / "hugo" / "layouts", site / "layouts")
-    write_files(site, {
-        "hugo.toml": f'baseURL = "http://127.0.0.1:{allowed_port}/"\ntitle = "Kestrel docs"\n'
-                     f'[params.hetriever]\nurl = "http://127.0.0.1:{api_port}/"\n',
-        "layouts/index.html": SITE_LAYOUT, "content/_index.md": "---\ntitle: Kestrel docs\n---\n"})
-    built = subprocess.run([str(hugo_binary()), "--source", str(site), "--destination",
-                            str(site / "public"), "--quiet"], capture_output=True, text=True,
-                           timeout=120)
+    write_files(
+        site,
+        {
+            "hugo.toml": f'baseURL = "http://127.0.0.1:{allowed_port}/"\ntitle = "Kestrel docs"\n'
+            f'[params.hetriever]\nurl = "http://127.0.0.1:{api_port}/"\n',
+            "layouts/index.html": SITE_LAYOUT,
+            "content/_index.md": "---\ntitle: Kestrel docs\n---\n",
+        },
+    )
+    built = subprocess.run(
+        [
+            str(hugo_binary()),
+            "--source",
+            str(site),
+            "--destination",
+            str(site / "public"),
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert built.returncode == 0, built.stderr
     return site / "public", allowed_port, refused_port, api_port
 
@@ -74,8 +96,9 @@ def docs_site(workspace: Workspace, tmp_path_factory: pytest.TempPathFactory) ->
 @pytest.fixture(scope="module")
 def api(workspace: Workspace, docs_site: Any) -> Any:
     _, allowed_port, _, api_port = docs_site
-    with running(workspace, "serve", port=api_port,
-                 HETRIEVER_CORS_ORIGINS=f"http://127.0.0.1:{allowed_port}") as served:
+    with running(
+        workspace, "serve", port=api_port, HETRIEVER_CORS_ORIGINS=f"http://127.0.0.1:{allowed_port}"
+    ) as served:
         yield served
 
 
@@ -92,9 +115,9 @@ def wait(driver: Any, condition: Any, what: str) -> Any:
     from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(driver, WAIT, poll_frequency=0.05,
-                         ignored_exceptions=(StaleElementReferenceException,)).until(
-        condition, message=what)
+    return WebDriverWait(
+        driver, WAIT, poll_frequency=0.05, ignored_exceptions=(StaleElementReferenceException,)
+    ).until(condition, message=what)
 
 
 def css(driver: Any, selector: str) -> list[Any]:
@@ -111,12 +134,19 @@ def type_query(driver: Any, text: str) -> None:
 
 def results(driver: Any, query: str | None = None) -> list[Any]:
     """The results shown once the answer to `query` (by default the box's text) is in."""
+
     def shown(d: Any) -> list[Any]:
-        wanted = query if query is not None else css(d, "input[type=search]")[0].get_attribute(
-            "value").strip()
+        wanted = (
+            query
+            if query is not None
+            else css(d, "input[type=search]")[0].get_attribute("value").strip()
+        )
         root = css(d, ".htr[data-state=results]")
-        if not root or root[0].get_attribute("data-query") != wanted or root[0].get_attribute(
-                "aria-busy"):
+        if (
+            not root
+            or root[0].get_attribute("data-query") != wanted
+            or root[0].get_attribute("aria-busy")
+        ):
             return []
         return css(d, ".htr-result")
 
@@ -160,14 +190,28 @@ def test_a_facet_narrows_the_search_and_pressing_it_again_widens_it(browser, api
     open_page(browser, api)
     type_query(browser, "release where function")
     results(browser)
-    blog = wait(browser, lambda d: [b for b in css(d, ".htr-facet[data-facet=section]")
-                                    if b.get_attribute("data-value") == "blog"],
-                "no blog section facet")[0]
+    blog = wait(
+        browser,
+        lambda d: [
+            b
+            for b in css(d, ".htr-facet[data-facet=section]")
+            if b.get_attribute("data-value") == "blog"
+        ],
+        "no blog section facet",
+    )[0]
     before = len(css(browser, ".htr-result"))
     blog.click()
-    wait(browser, lambda d: css(d, ".htr-facet[aria-pressed=true]") and all(
-        "blog" in r.find_element("css selector", ".htr-path").text
-        for r in css(d, ".htr-result")), "the section facet did not narrow the results")
+    wait(
+        browser,
+        lambda d: (
+            css(d, ".htr-facet[aria-pressed=true]")
+            and all(
+                "blog" in r.find_element("css selector", ".htr-path").text
+                for r in css(d, ".htr-result")
+            )
+        ),
+        "the section facet did not narrow the results",
+    )
     narrowed = css(browser, ".htr-result")
     assert 0 < len(narrowed) < before
     css(browser, ".htr-facet[aria-pressed=true]")[0].click()
@@ -177,8 +221,11 @@ def test_a_facet_narrows_the_search_and_pressing_it_again_widens_it(browser, api
 def test_a_hostile_page_is_shown_as_text_and_runs_nothing(browser, api):
     open_page(browser, api)
     type_query(browser, "kestrel escaping inline markup")
-    found = wait(browser, lambda d: [r for r in css(d, ".htr-result") if "Kestrel escaping"
-                                     in r.text], "the hostile page was not found")[0]
+    found = wait(
+        browser,
+        lambda d: [r for r in css(d, ".htr-result") if "Kestrel escaping" in r.text],
+        "the hostile page was not found",
+    )[0]
     assert "<img src=x onerror=" in found.text  # the markup, as text
     assert browser.execute_script("return window.__pwned === undefined")
     assert no_dialog(browser)
@@ -194,8 +241,10 @@ def test_keys_entered_on_the_page_hold_as_over_the_api_and_a_wrong_one_says_so(b
     open_page(browser, api)
     type_query(browser, "kestrel on-call rotation")
     results(browser)
-    repositories = {r.find_element("css selector", ".htr-path").text.split("›")[0].strip()
-                    for r in css(browser, ".htr-result")}
+    repositories = {
+        r.find_element("css selector", ".htr-path").text.split("›")[0].strip()
+        for r in css(browser, ".htr-result")
+    }
     assert "team-notes" not in repositories  # PUBLIC without a key
     css(browser, ".htr-key summary")[0].click()
     key_box = css(browser, ".htr-key-input")[0]
@@ -206,12 +255,20 @@ def test_keys_entered_on_the_page_hold_as_over_the_api_and_a_wrong_one_says_so(b
     key_box.clear()
     key_box.send_keys(TEAM_KEY)
     css(browser, ".htr-key .htr-button")[0].click()
-    wait(browser, lambda d: any("team-notes" in r.text for r in css(d, ".htr-result")),
-         "the TEAM key did not show the team's page")
+    wait(
+        browser,
+        lambda d: any("team-notes" in r.text for r in css(d, ".htr-result")),
+        "the TEAM key did not show the team's page",
+    )
     assert browser.execute_script("return sessionStorage.getItem('hetriever-api-key')") == TEAM_KEY
     css(browser, ".htr-key .htr-button")[1].click()  # forget it
-    wait(browser, lambda d: css(d, ".htr-result") and not any(
-        "team-notes" in r.text for r in css(d, ".htr-result")), "forgetting the key")
+    wait(
+        browser,
+        lambda d: (
+            css(d, ".htr-result") and not any("team-notes" in r.text for r in css(d, ".htr-result"))
+        ),
+        "forgetting the key",
+    )
 
 
 def test_nothing_found_says_what_to_do_and_the_address_keeps_the_search(browser, api):
@@ -255,8 +312,9 @@ window.addEventListener('click', event => event.preventDefault());
 def test_the_keyboard_moves_and_opens_and_an_open_is_reported_with_its_query_id(browser, api):
     from selenium.webdriver.common.keys import Keys
 
-    probe = browser.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument",
-                                    {"source": ANALYTICS_PROBE})
+    probe = browser.execute_cdp_cmd(
+        "Page.addScriptToEvaluateOnNewDocument", {"source": ANALYTICS_PROBE}
+    )
     try:
         open_page(browser, api)
         browser.find_element("css selector", "body").click()
@@ -273,28 +331,35 @@ def test_the_keyboard_moves_and_opens_and_an_open_is_reported_with_its_query_id(
             assert browser.switch_to.active_element.get_attribute("data-rank") == "2"
             browser.switch_to.active_element.send_keys(Keys.ARROW_UP)
         browser.switch_to.active_element.send_keys(Keys.ENTER)
-        opened = wait(browser, lambda d: d.execute_script("return window.__opened"),
-                      "opening a result sent nothing")
+        opened = wait(
+            browser,
+            lambda d: d.execute_script("return window.__opened"),
+            "opening a result sent nothing",
+        )
         sent = json.loads(opened[0]["body"])
         assert opened[0]["via"] == "beacon" and opened[0]["url"] == api.url + "/analytics/open"
         assert sent == {"query_id": "q-123", "rank": 1, "url": first.get_attribute("href")}
     finally:
-        browser.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument",
-                                {"identifier": probe["identifier"]})
+        browser.execute_cdp_cmd(
+            "Page.removeScriptToEvaluateOnNewDocument", {"identifier": probe["identifier"]}
+        )
 
 
 def test_an_answer_without_query_id_reports_nothing(browser, api):
     open_page(browser, api)
-    browser.execute_script("window.__beacons = 0; navigator.sendBeacon = () => "
-                           "{ window.__beacons++; return true; };"
-                           "window.addEventListener('click', e => e.preventDefault());")
+    browser.execute_script(
+        "window.__beacons = 0; navigator.sendBeacon = () => "
+        "{ window.__beacons++; return true; };"
+        "window.addEventListener('click', e => e.preventDefault());"
+    )
     type_query(browser, "where operators")
     results(browser)[0].find_element("css selector", "a.htr-title").click()
     assert browser.execute_script("return window.__beacons") == 0
 
 
 def test_the_widget_searches_from_an_allowed_docs_site_and_is_refused_elsewhere(
-        browser, api, docs_site):
+    browser, api, docs_site
+):
     public, allowed_port, refused_port, _ = docs_site
     with static_site(public, allowed_port) as allowed, static_site(public, refused_port) as other:
         browser.get(allowed + "/")
@@ -314,25 +379,35 @@ def test_the_widget_searches_from_an_allowed_docs_site_and_is_refused_elsewhere(
 def test_only_the_configured_origins_get_cors_headers(api, docs_site):
     _, allowed_port, refused_port, _ = docs_site
     allowed, refused = f"http://127.0.0.1:{allowed_port}", f"http://127.0.0.1:{refused_port}"
-    ok = httpx.get(api.url + "/search", params={"q": "where"}, headers={"Origin": allowed},
-                   timeout=60)
+    ok = httpx.get(
+        api.url + "/search", params={"q": "where"}, headers={"Origin": allowed}, timeout=60
+    )
     assert ok.headers["access-control-allow-origin"] == allowed
-    no = httpx.get(api.url + "/search", params={"q": "where"}, headers={"Origin": refused},
-                   timeout=60)
+    no = httpx.get(
+        api.url + "/search", params={"q": "where"}, headers={"Origin": refused}, timeout=60
+    )
     assert "access-control-allow-origin" not in no.headers
-    preflight = {"Access-Control-Request-Method": "GET",
-                 "Access-Control-Request-Headers": "authorization"}
-    asked = httpx.options(api.url + "/search", headers={"Origin": allowed, **preflight},
-                          timeout=60)
-    assert asked.status_code == 200 and "authorization" in \
-        asked.headers["access-control-allow-headers"].lower()
-    refused_preflight = httpx.options(api.url + "/search",
-                                      headers={"Origin": refused, **preflight}, timeout=60)
+    preflight = {
+        "Access-Control-Request-Method": "GET",
+        "Access-Control-Request-Headers": "authorization",
+    }
+    asked = httpx.options(api.url + "/search", headers={"Origin": allowed, **preflight}, timeout=60)
+    assert (
+        asked.status_code == 200
+        and "authorization" in asked.headers["access-control-allow-headers"].lower()
+    )
+    refused_preflight = httpx.options(
+        api.url + "/search", headers={"Origin": refused, **preflight}, timeout=60
+    )
     assert refused_preflight.status_code == 400
     assert "access-control-allow-origin" not in refused_preflight.headers
     # a wrong key from an allowed page is a 401 the page can read
-    bad = httpx.get(api.url + "/search", params={"q": "where"},
-                    headers={"Origin": allowed, "Authorization": "Bearer nope"}, timeout=60)
+    bad = httpx.get(
+        api.url + "/search",
+        params={"q": "where"},
+        headers={"Origin": allowed, "Authorization": "Bearer nope"},
+        timeout=60,
+    )
     assert bad.status_code == 401 and bad.headers["access-control-allow-origin"] == allowed
 
 
@@ -346,7 +421,8 @@ def test_the_page_and_its_files_come_from_the_server_itself(api):
     for path in ("/widget.js", "/web/search.css", "/web/page.css"):  # no other host named
         text = httpx.get(api.url + path, timeout=60).text
         assert set(re.findall(r"https?://[^\s\"')]+", text)) <= {
-            "https://search.example.org/widget.js"}, path  # the example in a comment
+            "https://search.example.org/widget.js"
+        }, path  # the example in a comment
 
 
 def test_openapi_types_every_answer_and_real_answers_match_their_models(api):
@@ -357,10 +433,16 @@ def test_openapi_types_every_answer_and_real_answers_match_their_models(api):
     assert {"query", "results", "facets", "search_ms", "mode"} <= set(fields)
     hit = spec["components"]["schemas"]["SearchHit"]["properties"]
     assert {"title", "link", "heading_link", "anchor", "passage", "score"} <= set(hit)
-    for path, method in (("/search", "post"), ("/pages/{ref}", "get"), ("/repositories", "get"),
-                         ("/healthz", "get"), ("/readyz", "get")):
-        schema = spec["paths"][path][method]["responses"]["200"]["content"][
-            "application/json"]["schema"]
+    for path, method in (
+        ("/search", "post"),
+        ("/pages/{ref}", "get"),
+        ("/repositories", "get"),
+        ("/healthz", "get"),
+        ("/readyz", "get"),
+    ):
+        schema = spec["paths"][path][method]["responses"]["200"]["content"]["application/json"][
+            "schema"
+        ]
         assert schema.get("$ref", "").startswith("#/components/schemas/"), (path, schema)
     answer = httpx.get(api.url + "/search", params={"q": "where operators"}, timeout=60).json()
     SearchAnswer.model_validate(answer)  # no field missing, none the model does not name
@@ -384,7 +466,8 @@ def test_every_file_the_page_needs_is_package_data():
     import tomllib
 
     patterns = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
-        "package-data"]["hetriever.serve"]
+        "package-data"
+    ]["hetriever.serve"]
     static = REPO_ROOT / "hetriever" / "serve" / "static"
     files = [p.relative_to(static.parent).as_posix() for p in static.iterdir()]
     assert files and all(any(fnmatch.fnmatch(f, p) for p in patterns) for f in files), files
@@ -394,12 +477,14 @@ def test_an_operator_key_is_the_pages_own_until_a_visitor_enters_one(workspace, 
     with running(workspace, "serve", HETRIEVER_PAGE_API_KEY=TEAM_KEY) as served:
         open_page(browser, served)
         assert "Searching with this site's key." in css(browser, ".htr-key-note")[0].get_attribute(
-            "textContent")
+            "textContent"
+        )
         type_query(browser, "kestrel on-call rotation")
         assert any("team-notes" in r.text for r in results(browser))
         # the API itself still answers a caller without a key as PUBLIC
-        public = httpx.get(served.url + "/search", params={"q": "kestrel on-call rotation"},
-                           timeout=60).json()
+        public = httpx.get(
+            served.url + "/search", params={"q": "kestrel on-call rotation"}, timeout=60
+        ).json()
         assert "team-notes" not in {r["repository"] for r in public["results"]}
 
 
@@ -429,15 +514,28 @@ const unnamed = [...document.querySelectorAll('.htr button, .htr a')]
   .filter(b => !(b.getAttribute('aria-label') || b.textContent.trim())).map(b => b.outerHTML);
 return {ratios, unlabelled, unnamed};
 """
-TEXTS = (".htr-label", ".htr-help", ".htr-status", "a.htr-title", ".htr-path", ".htr-passage",
-         ".htr-passage mark", ".htr-url", ".htr-facet-name", ".htr-count", ".htr-facet-group h2",
-         ".htr-key summary")
+TEXTS = (
+    ".htr-label",
+    ".htr-help",
+    ".htr-status",
+    "a.htr-title",
+    ".htr-path",
+    ".htr-passage",
+    ".htr-passage mark",
+    ".htr-url",
+    ".htr-facet-name",
+    ".htr-count",
+    ".htr-facet-group h2",
+    ".htr-key summary",
+)
 
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])
 def test_text_has_contrast_and_every_control_a_label(browser, api, scheme):
-    browser.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": [
-        {"name": "prefers-color-scheme", "value": scheme}]})
+    browser.execute_cdp_cmd(
+        "Emulation.setEmulatedMedia",
+        {"features": [{"name": "prefers-color-scheme", "value": scheme}]},
+    )
     try:
         open_page(browser, api)
         type_query(browser, "where operators")
@@ -460,9 +558,15 @@ def test_tab_goes_box_key_facets_results_in_reading_order(browser, api):
     for _ in range(len(css(browser, ".htr-facet")) + len(shown) + 2):
         browser.switch_to.active_element.send_keys(Keys.TAB)
         active = browser.switch_to.active_element
-        order.append("key" if active.tag_name == "summary" else
-                     "facet" if "htr-facet" in (active.get_attribute("class") or "") else
-                     "result" if "htr-title" in (active.get_attribute("class") or "") else "other")
+        order.append(
+            "key"
+            if active.tag_name == "summary"
+            else "facet"
+            if "htr-facet" in (active.get_attribute("class") or "")
+            else "result"
+            if "htr-title" in (active.get_attribute("class") or "")
+            else "other"
+        )
     kinds = [k for i, k in enumerate(order) if i == 0 or order[i - 1] != k]
     assert kinds[:3] == ["key", "facet", "result"], order
     ranks = [a.get_attribute("data-rank") for a in css(browser, "a.htr-title")]

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from hetriever.core.errors import IndexingError, InvalidFilterError, InvalidLimitError
 from hetriever.store.bm25 import analyzer
 from hetriever.store.bm25 import bm25_index as bm25_module
 from hetriever.store.bm25 import sqlite_file as bm25_file
 from hetriever.store.bm25.bm25_index import BM25Index, tokenize
-from hetriever.core.errors import IndexingError, InvalidFilterError, InvalidLimitError
 from hetriever.store.filters import matches, validate_filter
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -27,8 +27,9 @@ def idf(n: int, df: int) -> float:
     return math.log(1 + (n - df + 0.5) / (df + 0.5))
 
 
-def okapi(tf: float, length: float, avgdl: float, n: int, df: int,
-          k1: float = 1.2, b: float = 0.75) -> float:
+def okapi(
+    tf: float, length: float, avgdl: float, n: int, df: int, k1: float = 1.2, b: float = 0.75
+) -> float:
     return idf(n, df) * tf * (k1 + 1) / (tf + k1 * (1 - b + b * length / avgdl))
 
 
@@ -41,23 +42,31 @@ def index(tmp_path):
 # --- tokenizer ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("Use .Site.Params here", ["use", "site.params", "site", "params"]),
-    ("edit hugo.toml", ["edit", "hugo.toml", "hugo", "toml"]),
-    ("snake_case to kebab-case", ["snake_case", "snake", "case", "kebab-case", "kebab", "case"]),
-    ("Hugo v0.123.0 to 0.124", ["hugo", "v0.123.0", "v0", "123", "0.124", "124"]),
-    ("The QUICK, brown fox!", ["quick", "brown", "fox"]),
-    ("e.g. a x y", []),
-    ("{{ .Title }} -> $.Page", ["title", "page"]),
-    ("café 日本語", ["café", "日本", "本語"]),  # CJK runs: character bigrams
-    ("OpenTelemetryのトレース", ["opentelemetry", "open", "telemetry", "のト", "トレ", "レー",
-                                 "ース"]),
-    ("可观测性 是", ["可观", "观测", "测性", "是"]),  # a lone CJK character is kept
-    ("", []),
-    # Stopwords that name Hugo template functions are terms (analyzer.TEMPLATE_NAMES).
-    ("Use the where function with .Pages", ["use", "where", "function", "with", "pages"]),
-    ("if and or not in", ["if", "and", "or", "not", "in"]),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("Use .Site.Params here", ["use", "site.params", "site", "params"]),
+        ("edit hugo.toml", ["edit", "hugo.toml", "hugo", "toml"]),
+        (
+            "snake_case to kebab-case",
+            ["snake_case", "snake", "case", "kebab-case", "kebab", "case"],
+        ),
+        ("Hugo v0.123.0 to 0.124", ["hugo", "v0.123.0", "v0", "123", "0.124", "124"]),
+        ("The QUICK, brown fox!", ["quick", "brown", "fox"]),
+        ("e.g. a x y", []),
+        ("{{ .Title }} -> $.Page", ["title", "page"]),
+        ("café 日本語", ["café", "日本", "本語"]),  # CJK runs: character bigrams
+        (
+            "OpenTelemetryのトレース",
+            ["opentelemetry", "open", "telemetry", "のト", "トレ", "レー", "ース"],
+        ),
+        ("可观测性 是", ["可观", "观测", "测性", "是"]),  # a lone CJK character is kept
+        ("", []),
+        # Stopwords that name Hugo template functions are terms (analyzer.TEMPLATE_NAMES).
+        ("Use the where function with .Pages", ["use", "where", "function", "with", "pages"]),
+        ("if and or not in", ["if", "and", "or", "not", "in"]),
+    ],
+)
 def test_tokenize(text, expected):
     assert tokenize(text, stem=False) == expected
 
@@ -67,12 +76,11 @@ def test_where_function_finds_the_where_page(index):
     other word ("function") is everywhere in a function reference."""
     pages = {
         "where": "collections.Where\nReturns a slice by filtering the given slice based on a "
-                 "key, operator, and value.",
+        "key, operator, and value.",
         "apply": "collections.Apply\nReturns a slice by applying a function to each element "
-                 "of the given slice. The function is named by a string.",
+        "of the given slice. The function is named by a string.",
         "math": "Math functions\nUse these functions to perform mathematical operations.",
-        "in": "collections.In\nReports whether a value exists within the given slice or "
-              "string.",
+        "in": "collections.In\nReports whether a value exists within the given slice or string.",
     }
     index.upsert(list(pages), list(pages.values()))
     assert index.search("where function", 4)[0][0] == "where"
@@ -81,43 +89,62 @@ def test_where_function_finds_the_where_page(index):
 
 def test_tokenize_stems_by_default():
     assert tokenize("templates taxonomies rendering", stem=False) == [
-        "templates", "taxonomies", "rendering"]
+        "templates",
+        "taxonomies",
+        "rendering",
+    ]
     # Inflections of one word meet at one stem, whatever the word's length.
     assert tokenize("templates taxonomies rendering") == tokenize("Template taxonomy render")
     assert tokenize("adds adding added") == tokenize("add add add") == ["add"] * 3
     assert tokenize("uses using") == tokenize("use use")
     # Whole joined identifiers and numbers are left alone; parts are stemmed.
     assert tokenize("hugo.toml class is .Site.Params v1.2.3s") == [
-        "hugo.toml", "hugo", "toml", "class", "site.params", "site", "param", "v1.2.3s", "v1",
-        "3s"]
+        "hugo.toml",
+        "hugo",
+        "toml",
+        "class",
+        "site.params",
+        "site",
+        "param",
+        "v1.2.3s",
+        "v1",
+        "3s",
+    ]
 
 
-@pytest.mark.parametrize("text, expected", [
-    # camelCase: the identifier, then its humps.
-    ("RelPermalink", ["relpermalink", "rel", "permalink"]),
-    ("IsPage", ["ispage", "page"]),  # "is" is a stopword
-    ("BuildDrafts", ["builddrafts", "build", "drafts"]),
-    # acronyms end before a capitalised word; a plural acronym keeps its acronym
-    ("HTTPServer getURL", ["httpserver", "http", "server", "geturl", "get", "url"]),
-    ("URLs", ["urls", "url"]),  # stemmed: ["url"]
-    # letter/digit boundaries
-    ("FNV32a", ["fnv32a", "fnv", "32"]),
-    ("Base64Encode", ["base64encode", "base", "64", "encode"]),
-    # joined identifiers: the whole, each part, each part's pieces
-    (".Site.BaseURL", ["site.baseurl", "site", "baseurl", "base", "url"]),
-    ("OTEL_EXPORTER_OTLP_ENDPOINT", ["otel_exporter_otlp_endpoint", "otel", "exporter", "otlp",
-                                     "endpoint"]),
-    # lower-case words and non-ASCII words are not split
-    ("permalink café", ["permalink", "café"]),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        # camelCase: the identifier, then its humps.
+        ("RelPermalink", ["relpermalink", "rel", "permalink"]),
+        ("IsPage", ["ispage", "page"]),  # "is" is a stopword
+        ("BuildDrafts", ["builddrafts", "build", "drafts"]),
+        # acronyms end before a capitalised word; a plural acronym keeps its acronym
+        ("HTTPServer getURL", ["httpserver", "http", "server", "geturl", "get", "url"]),
+        ("URLs", ["urls", "url"]),  # stemmed: ["url"]
+        # letter/digit boundaries
+        ("FNV32a", ["fnv32a", "fnv", "32"]),
+        ("Base64Encode", ["base64encode", "base", "64", "encode"]),
+        # joined identifiers: the whole, each part, each part's pieces
+        (".Site.BaseURL", ["site.baseurl", "site", "baseurl", "base", "url"]),
+        (
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            ["otel_exporter_otlp_endpoint", "otel", "exporter", "otlp", "endpoint"],
+        ),
+        # lower-case words and non-ASCII words are not split
+        ("permalink café", ["permalink", "café"]),
+    ],
+)
 def test_tokenize_splits_identifiers(text, expected):
     assert tokenize(text, stem=False) == expected
 
 
 def test_identifier_query_finds_its_pieces(index):
     """A query for the pieces finds the identifier, and the identifier finds its pieces."""
-    index.upsert(["camel", "plain"], ["Use .RelPermalink for the page's relative URL",
-                                      "A permalink is the page's full address"])
+    index.upsert(
+        ["camel", "plain"],
+        ["Use .RelPermalink for the page's relative URL", "A permalink is the page's full address"],
+    )
     assert index.search("RelPermalink", 2)[0][0] == "camel"
     assert {d for d, _ in index.search("rel permalink", 2)} == {"camel", "plain"}
     assert index.search("rel permalink", 2)[0][0] == "camel"
@@ -148,12 +175,16 @@ def test_scores_match_hand_computed_okapi(index):
 
 def test_a_word_pair_in_a_heading_adds_the_idf_of_its_rarer_word(index):
     # Both chunks hold the words "service" and "name"; only the first is titled with the phrase.
-    texts = {"faq": "Any text about a service and its name.",
-             "body": "The service has a name; the name of a service is set.",
-             "other": "Nothing to see."}
-    metas = {"faq": {"title": "FAQ", "heading_context": "How do I set the service name?"},
-             "body": {"title": "Services", "heading_context": "Overview"},
-             "other": {"title": "Other"}}
+    texts = {
+        "faq": "Any text about a service and its name.",
+        "body": "The service has a name; the name of a service is set.",
+        "other": "Nothing to see.",
+    }
+    metas = {
+        "faq": {"title": "FAQ", "heading_context": "How do I set the service name?"},
+        "body": {"title": "Services", "heading_context": "Overview"},
+        "other": {"title": "Other"},
+    }
     index.upsert(list(texts), list(texts.values()), [metas[i] for i in texts])
     words = dict(BM25Index(index.path, phrase_weight=0).search("service name", 10))
     hits = dict(index.search("service name", 10))
@@ -167,11 +198,21 @@ def test_a_word_pair_in_a_heading_adds_the_idf_of_its_rarer_word(index):
 
 
 def test_a_page_record_is_titled_by_its_description(index):
-    index.upsert(["rec", "body"], ["Sampling\nHow to sample traces at the head.",
-                                  "Sampling traces at the head: head sampling."],
-                 [{"title": "Sampling", "page_record": True,
-                   "description": "How to sample traces at the head."},
-                  {"title": "Sampling", "heading_context": "Overview"}])
+    index.upsert(
+        ["rec", "body"],
+        [
+            "Sampling\nHow to sample traces at the head.",
+            "Sampling traces at the head: head sampling.",
+        ],
+        [
+            {
+                "title": "Sampling",
+                "page_record": True,
+                "description": "How to sample traces at the head.",
+            },
+            {"title": "Sampling", "heading_context": "Overview"},
+        ],
+    )
     words = dict(BM25Index(index.path, phrase_weight=0).search("sample traces", 10))
     hits = dict(index.search("sample traces", 10))
     assert hits["rec"] > words["rec"] and hits["body"] == pytest.approx(words["body"])
@@ -181,8 +222,10 @@ def test_asking_for_more_results_never_reorders_the_first(index):
     # 30 chunks share the words; the one titled with the phrase ranks low on words alone.
     ids = [f"c{i:02d}" for i in range(30)]
     texts = ["service name " * (1 + i % 3) + "filler " * i for i in range(30)]
-    metas = [{"title": "T", "heading_context": "Service name" if i == 29 else f"Part {i}"}
-             for i in range(30)]
+    metas = [
+        {"title": "T", "heading_context": "Service name" if i == 29 else f"Part {i}"}
+        for i in range(30)
+    ]
     index.upsert(ids, texts, metas)
     everything = index.search("service name", 30)
     assert everything[0][0] == "c29"
@@ -195,8 +238,10 @@ def test_only_a_fixed_depth_is_rescored_so_a_deep_search_keeps_the_order(index, 
     monkeypatch.setattr("hetriever.store.bm25.phrases.PHRASE_CANDIDATES", 5)
     ids = [f"c{i:02d}" for i in range(12)]
     texts = ["service name " + "filler " * i for i in range(12)]
-    metas = [{"title": "T", "heading_context": "Service name" if i in (2, 9) else f"Part {i}"}
-             for i in range(12)]
+    metas = [
+        {"title": "T", "heading_context": "Service name" if i in (2, 9) else f"Part {i}"}
+        for i in range(12)
+    ]
     index.upsert(ids, texts, metas)
     deep = index.search("service name", 12)
     # c02 is among the 5 best by words and gains; c09 is not, and keeps its place by words
@@ -216,15 +261,22 @@ def test_custom_k1_b(tmp_path):
     with BM25Index(tmp_path / "x.sqlite", k1=2.0, b=0.0) as ix:
         ix.upsert(list(DOCS), list(DOCS.values()))
         assert dict(ix.search("apple", 10))["d1"] == pytest.approx(
-            okapi(2, 3, 3.0, 3, 2, k1=2.0, b=0.0))
+            okapi(2, 3, 3.0, 3, 2, k1=2.0, b=0.0)
+        )
 
 
 def test_saturation_and_length_normalisation(index):
     filler = " ".join(f"w{i}" for i in range(30))
     index.upsert(
         ["tf1", "tf2", "tf8", "long", "other1", "other2"],
-        ["zebra " + filler[:20], "zebra zebra " + filler[:14], "zebra " * 8, "zebra " + filler,
-         "lion tiger", "lion bear"],
+        [
+            "zebra " + filler[:20],
+            "zebra zebra " + filler[:14],
+            "zebra " * 8,
+            "zebra " + filler,
+            "lion tiger",
+            "lion bear",
+        ],
     )
     s = dict(index.search("zebra", 10))
     # More occurrences score higher, with diminishing returns...
@@ -258,10 +310,14 @@ def test_empty_and_unknown_queries(index):
 
 
 def test_identifier_queries_find_docs(index):
-    index.upsert(["cfg", "params", "other"],
-                 ["Put settings in hugo.toml at the project root.",
-                  "Read site parameters with .Site.Params in templates.",
-                  "Something about content and pages."])
+    index.upsert(
+        ["cfg", "params", "other"],
+        [
+            "Put settings in hugo.toml at the project root.",
+            "Read site parameters with .Site.Params in templates.",
+            "Something about content and pages.",
+        ],
+    )
     assert index.search("hugo.toml", 3)[0][0] == "cfg"
     assert index.search("site.params", 3)[0][0] == "params"
     assert index.search("params", 3)[0][0] == "params"
@@ -316,8 +372,15 @@ def test_upsert_rejects_bad_input(index):
 
 
 def test_search_applies_filters(index):
-    metas = [{"repository": "hugo", "section": "functions", "chunk_index": i % 3,
-              "tags": ["go"] if i % 2 else ["yaml"]} for i in range(12)]
+    metas = [
+        {
+            "repository": "hugo",
+            "section": "functions",
+            "chunk_index": i % 3,
+            "tags": ["go"] if i % 2 else ["yaml"],
+        }
+        for i in range(12)
+    ]
     metas += [{"repository": "otel", "section": "docs", "chunk_index": 0} for _ in range(4)]
     ids = [f"d{i}" for i in range(16)]
     index.upsert(ids, [f"collector config item {i}" for i in range(16)], metas)
@@ -330,14 +393,20 @@ def test_search_applies_filters(index):
     assert hits({"repository": "hugo", "chunk_index": {"$gte": 2}}) == {"d2", "d5", "d8", "d11"}
     assert hits({"tags": {"$contains": "go"}}) == {"d1", "d3", "d5", "d7", "d9", "d11"}
     assert hits({"$or": [{"section": "docs"}, {"chunk_index": 1}]}) == {
-        "d1", "d4", "d7", "d10", "d12", "d13", "d14", "d15"}
+        "d1",
+        "d4",
+        "d7",
+        "d10",
+        "d12",
+        "d13",
+        "d14",
+        "d15",
+    }
     assert hits({"repository": "nope"}) == set()
     # Only k results, the best ones, even when the filter is selective.
     assert len(index.search("collector", 2, {"repository": "otel"})) == 2
-    assert index.ids_where({"repository": "otel", "chunk_index": 0}) == {
-        "d12", "d13", "d14", "d15"}
-    assert index.ids_where({"chunk_index": {"$ne": 0}}) == {
-        f"d{i}" for i in range(12) if i % 3}
+    assert index.ids_where({"repository": "otel", "chunk_index": 0}) == {"d12", "d13", "d14", "d15"}
+    assert index.ids_where({"chunk_index": {"$ne": 0}}) == {f"d{i}" for i in range(12) if i % 3}
     with pytest.raises(InvalidFilterError):
         index.search("collector", 3, {"repository": {"$like": "o%"}})
 
@@ -353,13 +422,18 @@ def test_filters_follow_updates_and_deletes(index):
 
 
 def test_few_ids_where_lists_exact_matches_within_the_limit(index):
-    index.upsert([f"d{i}" for i in range(10)], ["text"] * 10,
-                 [{"sec": "a" if i < 3 else "b", "hidden": i == 1, "n": i} for i in range(10)])
+    index.upsert(
+        [f"d{i}" for i in range(10)],
+        ["text"] * 10,
+        [{"sec": "a" if i < 3 else "b", "hidden": i == 1, "n": i} for i in range(10)],
+    )
     assert sorted(index.few_ids_where({"sec": "a"}, 5)) == ["d0", "d1", "d2"]
     assert sorted(index.few_ids_where({"sec": {"$in": ["a", "zz"]}}, 3)) == ["d0", "d1", "d2"]
     # The equality narrows to three; the `$ne` is then checked on each.
-    assert sorted(index.few_ids_where(
-        {"$and": [{"sec": "a"}, {"hidden": {"$ne": True}}]}, 3)) == ["d0", "d2"]
+    assert sorted(index.few_ids_where({"$and": [{"sec": "a"}, {"hidden": {"$ne": True}}]}, 3)) == [
+        "d0",
+        "d2",
+    ]
     assert index.few_ids_where({"sec": "zz"}, 5) == []
     # More candidates than the limit, or no equality to narrow by: no list.
     assert index.few_ids_where({"sec": "b"}, 6) is None
@@ -374,16 +448,19 @@ def test_ids_where_answers_equalities_from_the_index_as_a_scan_would(index):
     index.delete(["d0"])
 
     def scan(where):
-        return {f"d{i}" for i, m in enumerate(metas) if i != 0 and matches(
-            validate_filter(where), m)}
+        return {
+            f"d{i}" for i, m in enumerate(metas) if i != 0 and matches(validate_filter(where), m)
+        }
 
-    for where in ({"file_path": {"$in": ["p0.md", "p1.md", "zz.md"]}},
-                  {"file_path": "p2.md"},
-                  {"n": {"$in": [1.0, 2.0]}},  # 1 == 1.0
-                  {"flag": True},  # a bool is not the number 1
-                  {"n": True},
-                  {"$and": [{"file_path": {"$in": ["p0.md", "p1.md"]}}, {"n": 1}]},
-                  {"$and": [{"file_path": {"$in": ["p0.md", "p1.md"]}}, {"n": {"$ne": 1}}]}):
+    for where in (
+        {"file_path": {"$in": ["p0.md", "p1.md", "zz.md"]}},
+        {"file_path": "p2.md"},
+        {"n": {"$in": [1.0, 2.0]}},  # 1 == 1.0
+        {"flag": True},  # a bool is not the number 1
+        {"n": True},
+        {"$and": [{"file_path": {"$in": ["p0.md", "p1.md"]}}, {"n": 1}]},
+        {"$and": [{"file_path": {"$in": ["p0.md", "p1.md"]}}, {"n": {"$ne": 1}}]},
+    ):
         assert index.ids_where(where) == scan(where), where
     assert index.ids_where({"file_path": {"$in": ["p1.md"]}}) == {"d1", "d9"}
     with index.transaction():  # uncommitted rows are tested by value keys too
@@ -391,18 +468,33 @@ def test_ids_where_answers_equalities_from_the_index_as_a_scan_would(index):
         more = [{"file_path": "p1.md", "n": 1.0, "flag": True}, {"file_path": ["p1.md"], "n": 1}]
         index.upsert(["e0", "e1"], ["text"] * 2, more)
         metas += more
-        for where in ({"file_path": {"$in": ["p1.md", "zz.md"]}}, {"n": 1},
-                      {"$and": [{"file_path": "p1.md"}, {"flag": True}]}, {"flag": 1}):
-            expected = {f"d{i}" for i, m in enumerate(metas[:12]) if i not in (0, 1)
-                        and matches(validate_filter(where), m)}
+        for where in (
+            {"file_path": {"$in": ["p1.md", "zz.md"]}},
+            {"n": 1},
+            {"$and": [{"file_path": "p1.md"}, {"flag": True}]},
+            {"flag": 1},
+        ):
+            expected = {
+                f"d{i}"
+                for i, m in enumerate(metas[:12])
+                if i not in (0, 1) and matches(validate_filter(where), m)
+            }
             expected |= {f"e{i}" for i, m in enumerate(more) if matches(validate_filter(where), m)}
             assert index.ids_where(where) == expected, where
 
 
 def test_file_counts_are_live_chunks_per_file(index):
-    index.upsert(["a", "b", "c", "d", "e"], ["t"] * 5,
-                 [{"file_path": "x.md"}, {"file_path": "x.md"}, {"file_path": "y.md"},
-                  {"file_path": "y.md", "is_deleted": True}, {"other": 1}])
+    index.upsert(
+        ["a", "b", "c", "d", "e"],
+        ["t"] * 5,
+        [
+            {"file_path": "x.md"},
+            {"file_path": "x.md"},
+            {"file_path": "y.md"},
+            {"file_path": "y.md", "is_deleted": True},
+            {"other": 1},
+        ],
+    )
     assert index.file_counts() == {"x.md": 2, "y.md": 1}
     index.delete(["a"])
     index.upsert(["c"], ["t"], [{"file_path": "z.md"}])
@@ -415,9 +507,15 @@ def test_file_counts_are_live_chunks_per_file(index):
 
 def test_file_counts_read_from_the_file_agree_with_the_in_memory_index(tmp_path):
     path = tmp_path / "bm25.sqlite"
-    metas = [{"file_path": "x.md"}, {"file_path": "x.md"}, {"file_path": "y.md"},
-             {"file_path": "y.md", "is_deleted": True}, {"file_path": "z.md", "is_deleted": False},
-             {"other": 1}, {"file_path": 7}]
+    metas = [
+        {"file_path": "x.md"},
+        {"file_path": "x.md"},
+        {"file_path": "y.md"},
+        {"file_path": "y.md", "is_deleted": True},
+        {"file_path": "z.md", "is_deleted": False},
+        {"other": 1},
+        {"file_path": 7},
+    ]
     with BM25Index(path) as writer:
         writer.upsert([f"d{i}" for i in range(len(metas))], ["t"] * len(metas), metas)
         from_file = writer.file_counts()
@@ -434,12 +532,22 @@ def test_file_counts_read_from_the_file_agree_with_the_in_memory_index(tmp_path)
 
 
 def test_ids_of_files_match_ids_where_and_see_the_open_transaction(index):
-    index.upsert(["a1", "a2", "b1", "c1"], ["t"] * 4,
-                 [{"file_path": "a.md"}, {"file_path": "a.md", "is_deleted": True},
-                  {"file_path": "b.md"}, {"file_path": "c.md"}])
+    index.upsert(
+        ["a1", "a2", "b1", "c1"],
+        ["t"] * 4,
+        [
+            {"file_path": "a.md"},
+            {"file_path": "a.md", "is_deleted": True},
+            {"file_path": "b.md"},
+            {"file_path": "c.md"},
+        ],
+    )
     files = ["a.md", "b.md", "missing.md"]
-    assert index.ids_of_files(files) == index.ids_where({"file_path": {"$in": files}}) \
+    assert (
+        index.ids_of_files(files)
+        == index.ids_where({"file_path": {"$in": files}})
         == {"a1", "a2", "b1"}
+    )
     with index.transaction():
         index.delete(["a1"])
         index.upsert(["b2"], ["t"], [{"file_path": "b.md"}])
@@ -459,9 +567,13 @@ def test_the_first_write_adds_the_index_of_documents_by_file(tmp_path):
         assert ix.ids_of_files(["a.md"]) == {"a"}  # a scan until then
         ix.upsert(["b"], ["t"], [{"file_path": "a.md"}])
     with sqlite3.connect(path) as db:
-        plan = " ".join(str(row) for row in db.execute(
-            "EXPLAIN QUERY PLAN SELECT id FROM docs "
-            "WHERE json_extract(metadata, '$.file_path') IN ('a.md')"))
+        plan = " ".join(
+            str(row)
+            for row in db.execute(
+                "EXPLAIN QUERY PLAN SELECT id FROM docs "
+                "WHERE json_extract(metadata, '$.file_path') IN ('a.md')"
+            )
+        )
     assert "docs_file_path" in plan
 
 
@@ -594,9 +706,11 @@ def test_other_process_writes_are_seen(tmp_path):
     with BM25Index(path) as ix:
         ix.upsert(["a"], ["local doc"])
         assert ix.search("remote", 5) == []
-        script = ("import sys\nfrom pathlib import Path\nfrom hetriever.store.bm25.bm25_index import BM25Index\n"
-                  "with BM25Index(Path(sys.argv[1])) as ix:\n"
-                  "    ix.upsert(['r'], ['remote doc'], [{'by': 'other'}])\n")
+        script = (
+            "import sys\nfrom pathlib import Path\nfrom hetriever.store.bm25.bm25_index import BM25Index\n"
+            "with BM25Index(Path(sys.argv[1])) as ix:\n"
+            "    ix.upsert(['r'], ['remote doc'], [{'by': 'other'}])\n"
+        )
         subprocess.run([sys.executable, "-c", script, str(path)], cwd=REPO_ROOT, check=True)
         assert [h[0] for h in ix.search("remote", 5)] == ["r"]
         assert ix.ids_where({"by": "other"}) == {"r"}
@@ -653,10 +767,16 @@ def test_metadata_comes_back_as_written_through_reopen_updates_and_compaction(tm
     """Metadata is held as columns (one list per key); every chunk must still read back its
     own keys only, lists as lists, and a caller's copy must not reach the index."""
     path = tmp_path / "bm25.sqlite"
-    written = {f"d{i}": {"title": f"Page {i % 3}", "chunk_index": i, "has_code": i % 2 == 0,
-                         **({"aliases": [f"/a{i}", "/b"]} if i % 4 == 0 else {}),
-                         **({"weight": 1.5} if i == 7 else {})}
-               for i in range(40)}
+    written = {
+        f"d{i}": {
+            "title": f"Page {i % 3}",
+            "chunk_index": i,
+            "has_code": i % 2 == 0,
+            **({"aliases": [f"/a{i}", "/b"]} if i % 4 == 0 else {}),
+            **({"weight": 1.5} if i == 7 else {}),
+        }
+        for i in range(40)
+    }
     with BM25Index(path) as ix:
         ix.upsert(list(written), ["common words"] * 40, list(written.values()))
         ix.search("common", 1)  # load the in-memory state
@@ -676,11 +796,12 @@ def test_metadata_comes_back_as_written_through_reopen_updates_and_compaction(tm
         assert ix.metadata_of(["d0"])["d0"] == {"title": "Changed", "aliases": ["/c"]}
         assert ix.ids_where({"lang": "de"}) == {"d41"}
         assert ix.ids_where({"aliases": {"$contains": "/b"}}) == {
-            d for d, m in written.items() if "/b" in m.get("aliases", [])}
+            d for d, m in written.items() if "/b" in m.get("aliases", [])
+        }
         # Only some keys (what a result's translations show): those each chunk has.
         assert ix.metadata_of(list(written), keys=("lang", "aliases")) == {
-            d: {k: v for k, v in m.items() if k in ("lang", "aliases")}
-            for d, m in written.items()}
+            d: {k: v for k, v in m.items() if k in ("lang", "aliases")} for d, m in written.items()
+        }
     with BM25Index(path) as fresh:
         assert fresh.metadata_of(list(written)) == written
 
@@ -746,8 +867,10 @@ def test_index_written_before_template_names_were_terms_is_retokenized(tmp_path,
         old.setattr(analyzer, "STOPWORDS", analyzer.ENGLISH_STOPWORDS)
         old.setattr(bm25_module, "TOKENIZER_VERSION", "3")
         with BM25Index(path) as ix:
-            ix.upsert(["where", "apply"], ["collections.Where filters a slice",
-                                           "collections.Apply applies a function"])
+            ix.upsert(
+                ["where", "apply"],
+                ["collections.Where filters a slice", "collections.Apply applies a function"],
+            )
             assert ix.search("where", 3) == []
     with BM25Index(path) as ix:
         assert [h[0] for h in ix.search("where", 3)] == ["where"]

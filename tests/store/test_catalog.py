@@ -9,6 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from hetriever.chunk.sections import heading_anchor
+from hetriever.cli import main
+from hetriever.discover.repositories import discover_repositories
+from hetriever.index.indexing import index_repository
 from hetriever.store.catalog import Catalog
 from hetriever.store.catalog_records import (
     DELETED,
@@ -17,6 +21,7 @@ from hetriever.store.catalog_records import (
     INDEXED,
     SKIPPED,
     address_fragment,
+    address_host,
     address_key,
     drop_shared,
     heading_keys,
@@ -24,11 +29,6 @@ from hetriever.store.catalog_records import (
     split_physical,
     title_keys,
 )
-from hetriever.store.catalog_records import address_host
-from hetriever.cli import main
-from hetriever.discover.repositories import discover_repositories
-from hetriever.index.indexing import index_repository
-from hetriever.chunk.sections import heading_anchor
 from hetriever.store.knowledge_store import Store
 from tests.support.chroma_fixtures import store_settings
 from tests.support.helpers import (
@@ -70,8 +70,9 @@ def test_allocate_switch_and_epoch(tmp_path: Path) -> None:
 def test_file_states_and_levels(tmp_path: Path) -> None:
     cat = Catalog.for_state_dir(tmp_path)
     col = cat.ensure_active("alpha-docs", "fp")
-    cat.set_files(col, "alpha-docs", ["a.md", "b.md"], DISCOVERED, commit="c1",
-                  blobs={"a.md": "blob-a"})
+    cat.set_files(
+        col, "alpha-docs", ["a.md", "b.md"], DISCOVERED, commit="c1", blobs={"a.md": "blob-a"}
+    )
     cat.set_files(col, "alpha-docs", ["a.md"], INDEXED, chunk_counts={"a.md": 3})
     cat.set_files(col, "alpha-docs", ["b.md"], SKIPPED, reason="draft")
     (a, b) = cat.files(col)
@@ -90,27 +91,37 @@ def test_file_states_and_levels(tmp_path: Path) -> None:
 
 
 def test_title_keys_and_lookup(tmp_path: Path) -> None:
-    where = {"title": "collections.Where", "aliases": ["/functions/where"],
-             "file_path": "content/en/functions/collections/Where.md"}
+    where = {
+        "title": "collections.Where",
+        "aliases": ["/functions/where"],
+        "file_path": "content/en/functions/collections/Where.md",
+    }
     keys = title_keys(where)
     assert ("title", "collections.where") in keys and ("function", "where") in keys
     assert ("alias", "/functions/where") in keys
     assert ("url", "/functions/collections/where") in title_keys(
-        {**where, "url": "/functions/collections/where/"})
+        {**where, "url": "/functions/collections/where/"}
+    )
     params = {"title": "Params", "file_path": "content/en/methods/site/Params.md"}
     assert ("function", "site.params") in title_keys(params)
     assert normalise_title("  .Site.Params ") == "site.params"
     assert normalise_title("`Where`") == "where"
     assert normalise_title("What is Hugo?") == normalise_title("what is hugo") == "what is hugo"
     # a description is a key from two search terms on, backticks and the final period aside
-    menu = {"title": "Title", "description": "Returns the `title` property of a menu entry.",
-            "file_path": "content/en/methods/menu-entry/Title.md"}
+    menu = {
+        "title": "Title",
+        "description": "Returns the `title` property of a menu entry.",
+        "file_path": "content/en/methods/menu-entry/Title.md",
+    }
     assert ("description", "returns the title property of a menu entry") in title_keys(menu)
-    assert normalise_title("Returns the title property of a menu entry") == \
-        "returns the title property of a menu entry"
+    assert (
+        normalise_title("Returns the title property of a menu entry")
+        == "returns the title property of a menu entry"
+    )
 
     def described(text: str) -> list:
         return [k for k in title_keys({"title": "A", "description": text}) if k[0] == "description"]
+
     assert described("A recording of an event.") == [("description", "a recording of an event")]
     assert described("The overview") == [] and described("About us") == []  # one term: a label
     assert described("OpenTelemetry の認定資格とコース")  # CJK: character pairs are terms
@@ -127,32 +138,54 @@ def test_title_keys_and_lookup(tmp_path: Path) -> None:
     assert [h.chunk_id for h in cat.pages.lookup_title("where", [col])] == ["id-where"]
     # a description one page has finds it; one several pages share names none of them
     cat.pages.set_page(col, menu["file_path"], "id-title", menu)
-    assert [h.chunk_id for h in cat.pages.lookup_title("returns the title property of a menu entry",
-                                                 [col])] == ["id-title"]
+    assert [
+        h.chunk_id
+        for h in cat.pages.lookup_title("returns the title property of a menu entry", [col])
+    ] == ["id-title"]
     for lang in ("go", "js"):
-        cat.pages.set_page(col, f"content/en/{lang}/start.md", f"id-{lang}",
-                     {"title": lang, "description": "Get started in five minutes"})
+        cat.pages.set_page(
+            col,
+            f"content/en/{lang}/start.md",
+            f"id-{lang}",
+            {"title": lang, "description": "Get started in five minutes"},
+        )
     assert len(cat.pages.lookup_title("Get started in five minutes.", [col])) == 2
     assert drop_shared(cat.pages.lookup_title("Get started in five minutes.", [col])) == []
     # an address finds the page by its URL or its alias, however it is pasted
-    cat.pages.set_page(col, where["file_path"], "id-where",
-                 {**where, "url": "/functions/collections/where/"})
-    for address in ("https://gohugo.io/functions/collections/where/#examples",
-                    "gohugo.io/functions/collections/WHERE", "/functions/where/"):
+    cat.pages.set_page(
+        col, where["file_path"], "id-where", {**where, "url": "/functions/collections/where/"}
+    )
+    for address in (
+        "https://gohugo.io/functions/collections/where/#examples",
+        "gohugo.io/functions/collections/WHERE",
+        "/functions/where/",
+    ):
         assert [(h.chunk_id, h.kind) for h in cat.pages.lookup_title(address, [col])] == [
-            ("id-where", "alias" if "collections" not in address.lower() else "url")]
+            ("id-where", "alias" if "collections" not in address.lower() else "url")
+        ]
     # an address is not a name: the page at /guide/ is not the page titled "Guide"; a page
     # served at an address beats another page's stale alias for it
-    cat.pages.set_page(col, "content/en/guide.md", "id-guide-page", {"title": "A guide", "url": "/guide/"})
-    cat.pages.set_page(col, "content/en/other.md", "id-other",
-                 {"title": "Guide", "url": "/other/", "aliases": ["/guide/"]})
+    cat.pages.set_page(
+        col, "content/en/guide.md", "id-guide-page", {"title": "A guide", "url": "/guide/"}
+    )
+    cat.pages.set_page(
+        col,
+        "content/en/other.md",
+        "id-other",
+        {"title": "Guide", "url": "/other/", "aliases": ["/guide/"]},
+    )
     assert [h.chunk_id for h in cat.pages.lookup_title("Guide", [col])] == ["id-other"]
     assert [h.chunk_id for h in cat.pages.lookup_title("https://gohugo.io/guide/", [col])] == [
-        "id-guide-page", "id-other"]
+        "id-guide-page",
+        "id-other",
+    ]
     # alias paths a catalog wrote before addresses had their leading slash still answer
     with cat.db.transaction() as conn:
-        conn.execute("INSERT INTO titles(collection, key, kind, priority, path, chunk_id) "
-                     "VALUES (?, 'old/place', 'alias', 3, 'content/en/old.md', 'id-old')", (col,))
+        conn.execute(
+            "INSERT INTO titles(collection, key, kind, priority, path, chunk_id) "
+            "VALUES (?, 'old/place', 'alias', 3, 'content/en/old.md', 'id-old')",
+            (col,),
+        )
     assert [h.chunk_id for h in cat.pages.lookup_title("/old/place/", [col])] == ["id-old"]
     assert cat.pages.lookup_title("old/place", [col])[0].chunk_id == "id-old"
     cat.close()
@@ -160,9 +193,14 @@ def test_title_keys_and_lookup(tmp_path: Path) -> None:
 
 def test_address_key() -> None:
     """A URL, a URL without its scheme and a URL path meet in one key; other text has none."""
-    for text in ("https://gohugo.io/functions/where/#ex", "http://localhost:1313/functions/where/",
-                 "gohugo.io/functions/where?x=1", "/functions/where/", "functions/where",
-                 "/functions/where/index.html"):
+    for text in (
+        "https://gohugo.io/functions/where/#ex",
+        "http://localhost:1313/functions/where/",
+        "gohugo.io/functions/where?x=1",
+        "/functions/where/",
+        "functions/where",
+        "/functions/where/index.html",
+    ):
         assert address_key(text) == "/functions/where", text
     assert address_key("https://opentelemetry.io/ja/docs/%E6%A6%82%E8%A6%81/") == "/ja/docs/概要"
     assert address_fragment("https://gohugo.io/functions/where/#Examples") == "examples"
@@ -176,43 +214,66 @@ def test_address_key() -> None:
     assert heading_anchor("Why is my `page` missing?") == "why-is-my-page-missing"
     assert heading_anchor("Front matter & .Params (v0.140)") == "front-matter--params-v0140"
     assert heading_anchor("Über_uns 日本") == "über_uns-日本"
-    for text in ("collections.Where", "what is /functions/where/", "mailto:a@example.org",
-                 "C:/docs/where", "https://gohugo.io/", "/", "", "http://[::1/where/"):
+    for text in (
+        "collections.Where",
+        "what is /functions/where/",
+        "mailto:a@example.org",
+        "C:/docs/where",
+        "https://gohugo.io/",
+        "/",
+        "",
+        "http://[::1/where/",
+    ):
         assert address_key(text) == "", text
 
 
 def test_heading_keys_and_lookup(tmp_path: Path) -> None:
-    sections = [("c0", {"heading_context": ""}),  # the page record: no heading
-                ("c1", {"heading_context": "Install `hugo` on Linux"}),
-                ("c2", {"heading_context": "Install `hugo` on Linux > Install the snap package"}),
-                ("c3", {"heading_context": "Install `hugo` on Linux > Install the snap package"}),
-                ("c4", {"heading_context": "Examples"}),  # one term: a label
-                ("c5", {"heading_context": "Snap channels"}),  # two: a topic's name
-                ("c6", {"heading_context": "How do I build the site?",  # a question: two do
-                        "merged_headings": ["Build for production sites", "Deploy"]})]
+    sections = [
+        ("c0", {"heading_context": ""}),  # the page record: no heading
+        ("c1", {"heading_context": "Install `hugo` on Linux"}),
+        ("c2", {"heading_context": "Install `hugo` on Linux > Install the snap package"}),
+        ("c3", {"heading_context": "Install `hugo` on Linux > Install the snap package"}),
+        ("c4", {"heading_context": "Examples"}),  # one term: a label
+        ("c5", {"heading_context": "Snap channels"}),  # two: a topic's name
+        (
+            "c6",
+            {
+                "heading_context": "How do I build the site?",  # a question: two do
+                "merged_headings": ["Build for production sites", "Deploy"],
+            },
+        ),
+    ]
     # every level of the heading path and the short sections folded into a chunk, under the
     # first chunk that holds them
-    assert heading_keys(sections) == [("install hugo on linux", "c1"),
-                                      ("install the snap package", "c2"),
-                                      ("how do i build the site", "c6"),
-                                      ("build for production sites", "c6")]
+    assert heading_keys(sections) == [
+        ("install hugo on linux", "c1"),
+        ("install the snap package", "c2"),
+        ("how do i build the site", "c6"),
+        ("build for production sites", "c6"),
+    ]
     cat = Catalog.for_state_dir(tmp_path)
     col = cat.ensure_active("docs", "fp")
     page = {"title": "Installation", "file_path": "content/install.md"}
     cat.pages.set_page(col, "content/install.md", "c0", page, sections)
     hits = cat.pages.lookup_title("How do I build the site", [col])
-    assert [(h.kind, h.path, h.chunk_id) for h in hits] == [
-        ("heading", "content/install.md", "c6")]
+    assert [(h.kind, h.path, h.chunk_id) for h in hits] == [("heading", "content/install.md", "c6")]
     # a title beats a heading; a heading two pages share names neither
-    cat.pages.set_page(col, "content/snap.md", "s0", {"title": "Install the snap package"},
-                 [("s1", {"heading_context": "How do I build the site?"})])
-    assert [(h.kind, h.path) for h in cat.pages.lookup_title("install the snap package", [col])] == [
-        ("title", "content/snap.md"), ("heading", "content/install.md")]
+    cat.pages.set_page(
+        col,
+        "content/snap.md",
+        "s0",
+        {"title": "Install the snap package"},
+        [("s1", {"heading_context": "How do I build the site?"})],
+    )
+    assert [
+        (h.kind, h.path) for h in cat.pages.lookup_title("install the snap package", [col])
+    ] == [("title", "content/snap.md"), ("heading", "content/install.md")]
     assert drop_shared(cat.pages.lookup_title("How do I build the site?", [col])) == []
     # without a chunk (skipped, deleted) the file's headings go with its other keys
     cat.pages.set_page(col, "content/snap.md")
     assert [h.path for h in cat.pages.lookup_title("how do i build the site!", [col])] == [
-        "content/install.md"]
+        "content/install.md"
+    ]
     cat.close()
 
 
@@ -220,9 +281,13 @@ def test_replacing_a_files_titles_looks_it_up_by_path_not_by_scanning(tmp_path: 
     # Every stored file replaces its title rows; a scan of them all grows with the index.
     cat = Catalog.for_state_dir(tmp_path)
     with cat.db.transaction() as conn:
-        plan = " ".join(str(row[-1]) for row in conn.execute(
-            "EXPLAIN QUERY PLAN DELETE FROM titles WHERE collection = ? AND path = ?",
-            ("docs_v1", "content/a.md")))
+        plan = " ".join(
+            str(row[-1])
+            for row in conn.execute(
+                "EXPLAIN QUERY PLAN DELETE FROM titles WHERE collection = ? AND path = ?",
+                ("docs_v1", "content/a.md"),
+            )
+        )
     assert "USING INDEX titles_by_path" in plan, plan
     cat.close()
 
@@ -282,8 +347,9 @@ def test_a_failed_file_is_recorded(docs, store, monkeypatch) -> None:
     assert failed.path.endswith("where.md") and "cleaner bug" in failed.reason
 
 
-def test_status_command_reads_the_catalog(docs, tmp_path, minilm_model_dir, monkeypatch,
-                                          capsys) -> None:
+def test_status_command_reads_the_catalog(
+    docs, tmp_path, minilm_model_dir, monkeypatch, capsys
+) -> None:
     parent, _ = docs
     monkeypatch.setenv("HETRIEVER_DOCS_ROOT", str(parent))
     monkeypatch.setenv("HETRIEVER_CHROMA_PATH", str(tmp_path / "cli-chroma"))
@@ -320,6 +386,7 @@ def test_status_command_reads_the_catalog(docs, tmp_path, minilm_model_dir, monk
 
 def test_a_version_1_catalog_gains_the_index_state_column(tmp_path):
     import sqlite3
+
     path = tmp_path / "catalog.sqlite"
     conn = sqlite3.connect(path)
     conn.executescript("""
@@ -335,8 +402,10 @@ def test_a_version_1_catalog_gains_the_index_state_column(tmp_path):
     catalog = Catalog(path)
     assert catalog.index_state("docs_v1") == {}
     catalog.set_index_state("docs_v1", commit_hash="abc", index_status="complete")
-    assert catalog.collection("docs_v1").index_state == {"commit_hash": "abc",
-                                                          "index_status": "complete"}
+    assert catalog.collection("docs_v1").index_state == {
+        "commit_hash": "abc",
+        "index_status": "complete",
+    }
     assert catalog.noted("version") == "2"
     with pytest.raises(ValueError, match="not index state"):
         catalog.set_index_state("docs_v1", embedding_model="x")

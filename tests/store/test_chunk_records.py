@@ -11,19 +11,21 @@ from typing import Any
 import chromadb
 import pytest
 
-from hetriever.search.request import SearchRequest
-from hetriever.store.chunk_records import TEXT_KEY, ChunkCollection
 from hetriever.core.errors import IndexingError
 from hetriever.search.hybrid import hybrid_search
+from hetriever.search.request import SearchRequest
+from hetriever.store.chunk_records import TEXT_KEY, ChunkCollection
 from hetriever.store.knowledge_store import Store
 from tests.support.chroma_fixtures import make_chunk, store_settings
 from tests.support.fakes import HashEmbedder
 
 REPO = "alpha-docs"
 PAGE = "content/functions/where.md"
-TEXTS = ["The where function filters a collection of pages by a parameter value.",
-         "Use where with the eq operator to select pages whose section equals posts.",
-         "Cascade passes front matter values from a section page down to its pages."]
+TEXTS = [
+    "The where function filters a collection of pages by a parameter value.",
+    "Use where with the eq operator to select pages whose section equals posts.",
+    "Cascade passes front matter values from a section page down to its pages.",
+]
 
 
 def run(coro: Any) -> Any:
@@ -45,8 +47,12 @@ def fts_rows(path: Path) -> int:
 
 def test_written_text_is_metadata_and_reads_back_as_documents(raw, tmp_path: Path) -> None:
     col = ChunkCollection(raw)
-    col.upsert(ids=["a", "b"], embeddings=[[1.0, 0.0], [0.0, 1.0]], documents=TEXTS[:2],
-               metadatas=[{"file_path": PAGE}, {"file_path": PAGE}])
+    col.upsert(
+        ids=["a", "b"],
+        embeddings=[[1.0, 0.0], [0.0, 1.0]],
+        documents=TEXTS[:2],
+        metadatas=[{"file_path": PAGE}, {"file_path": PAGE}],
+    )
     stored = raw.get(ids=["a"], include=["documents", "metadatas"])
     assert stored["documents"] == [None]  # nothing for Chroma's full-text index
     assert stored["metadatas"][0][TEXT_KEY] == TEXTS[0]
@@ -69,8 +75,12 @@ def test_written_text_is_metadata_and_reads_back_as_documents(raw, tmp_path: Pat
 
 def test_a_metadata_update_keeps_the_text(raw) -> None:
     col = ChunkCollection(raw)
-    col.add(ids=["a"], embeddings=[[1.0, 0.0]], documents=TEXTS[:1],
-            metadatas=[{"file_path": PAGE, "title": "where"}])
+    col.add(
+        ids=["a"],
+        embeddings=[[1.0, 0.0]],
+        documents=TEXTS[:1],
+        metadatas=[{"file_path": PAGE, "title": "where"}],
+    )
     col.update(ids=["a"], metadatas=[{"title": "Where", "weight": None}])
     got = col.get(ids=["a"])
     assert got["documents"] == TEXTS[:1]
@@ -78,13 +88,15 @@ def test_a_metadata_update_keeps_the_text(raw) -> None:
 
 
 def test_a_record_written_the_older_way_reads_its_document(raw) -> None:
-    raw.add(ids=["old"], embeddings=[[1.0, 0.0]], documents=[TEXTS[0]],
-            metadatas=[{"file_path": PAGE}])
+    raw.add(
+        ids=["old"], embeddings=[[1.0, 0.0]], documents=[TEXTS[0]], metadatas=[{"file_path": PAGE}]
+    )
     col = ChunkCollection(raw)
     assert col.get(ids=["old"])["documents"] == [TEXTS[0]]
     # rewritten: the new text wins over the document Chroma still keeps
-    col.upsert(ids=["old"], embeddings=[[1.0, 0.0]], documents=[TEXTS[1]],
-               metadatas=[{"file_path": PAGE}])
+    col.upsert(
+        ids=["old"], embeddings=[[1.0, 0.0]], documents=[TEXTS[1]], metadatas=[{"file_path": PAGE}]
+    )
     assert col.get(ids=["old"])["documents"] == [TEXTS[1]]
     assert col.query(query_embeddings=[[1.0, 0.0]], n_results=1)["documents"] == [[TEXTS[1]]]
 
@@ -94,7 +106,8 @@ def _store(tmp_path: Path) -> Store:
 
 
 def test_an_index_written_the_older_way_searches_and_updates_without_rewrites(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     """An index from before this layout: chunk texts as Chroma documents, none in metadata."""
     store = _store(tmp_path)
     chunks = [make_chunk(REPO, PAGE, t, index=i) for i, t in enumerate(TEXTS)]
@@ -103,16 +116,24 @@ def test_an_index_written_the_older_way_searches_and_updates_without_rewrites(
     got = col.raw.get(include=["documents", "metadatas", "embeddings"])
     metas = [{k: v for k, v in m.items() if k != TEXT_KEY} for m in got["metadatas"]]
     col.raw.delete(ids=got["ids"])
-    col.raw.add(ids=got["ids"], embeddings=got["embeddings"], metadatas=metas,
-                documents=[m[TEXT_KEY] for m in got["metadatas"]])
+    col.raw.add(
+        ids=got["ids"],
+        embeddings=got["embeddings"],
+        metadatas=metas,
+        documents=[m[TEXT_KEY] for m in got["metadatas"]],
+    )
 
-    found = hybrid_search(store, SearchRequest("section page cascade front matter", top_k=3, exact=False,
-                          group_by="chunk"))
+    found = hybrid_search(
+        store,
+        SearchRequest("section page cascade front matter", top_k=3, exact=False, group_by="chunk"),
+    )
     assert found.matches[0].content == TEXTS[2]
     again = run(store.upsert_file_chunks(REPO, PAGE, chunks))
     assert (again.written, again.reused) == (0, 3)  # the older records are left as they are
-    edited = [*chunks[:2], make_chunk(REPO, PAGE, "Cascade reaches every descendant page.",
-                                      index=2)]
+    edited = [
+        *chunks[:2],
+        make_chunk(REPO, PAGE, "Cascade reaches every descendant page.", index=2),
+    ]
     changed = run(store.upsert_file_chunks(REPO, PAGE, edited))
     assert (changed.written, changed.reused) == (1, 2)
     texts = dict(zip(*(col.get(include=["documents"])[k] for k in ("ids", "documents"))))

@@ -26,8 +26,11 @@ from tests.support.fakes import HashEmbedder, MemoryClient
 from tests.support.helpers import build_sample_parent, commit_all, update_submodule, write_files
 
 RECORDS = [
-    ("a", "the where function filters a collection", {"section": "functions", "weight": 1,
-                                                      "is_deleted": False}),
+    (
+        "a",
+        "the where function filters a collection",
+        {"section": "functions", "weight": 1, "is_deleted": False},
+    ),
     ("b", "install hugo on linux", {"section": "install", "weight": 2, "is_deleted": False}),
     ("c", "where to put templates", {"section": "templates", "weight": 3, "is_deleted": True}),
     ("d", "a page without a weight", {"section": "functions", "is_deleted": False}),
@@ -47,18 +50,26 @@ WHERES: list[dict[str, Any] | None] = [
 
 def fill(client: Any) -> Any:
     col = client.get_or_create_collection(
-        "fakes_v1", configuration={"hnsw": {"space": "cosine"}}, metadata={"repository": "x"},
-        embedding_function=None)
+        "fakes_v1",
+        configuration={"hnsw": {"space": "cosine"}},
+        metadata={"repository": "x"},
+        embedding_function=None,
+    )
     vectors = HashEmbedder().embed([text for _, text, _ in RECORDS])
-    col.upsert(ids=[r[0] for r in RECORDS], embeddings=[list(map(float, v)) for v in vectors],
-               documents=[r[1] for r in RECORDS], metadatas=[r[2] for r in RECORDS])
+    col.upsert(
+        ids=[r[0] for r in RECORDS],
+        embeddings=[list(map(float, v)) for v in vectors],
+        documents=[r[1] for r in RECORDS],
+        metadatas=[r[2] for r in RECORDS],
+    )
     return col
 
 
 @pytest.fixture
 def both(tmp_path: Path):
-    real = chromadb.PersistentClient(path=str(tmp_path / "chroma"),
-                                     settings=ChromaSettings(anonymized_telemetry=False))
+    real = chromadb.PersistentClient(
+        path=str(tmp_path / "chroma"), settings=ChromaSettings(anonymized_telemetry=False)
+    )
     return fill(real), fill(MemoryClient())
 
 
@@ -70,10 +81,13 @@ def as_sets(got: dict) -> dict:
 def test_the_memory_client_gets_what_chroma_gets(both, where) -> None:
     real, fake = both
     include = ["documents", "metadatas"]
-    assert as_sets(fake.get(where=where, include=include)) == \
-        as_sets(real.get(where=where, include=include))
-    assert fake.get(ids=["d", "a", "zz"], where=where, include=include)["ids"] == \
-        real.get(ids=["d", "a", "zz"], where=where, include=include)["ids"]
+    assert as_sets(fake.get(where=where, include=include)) == as_sets(
+        real.get(where=where, include=include)
+    )
+    assert (
+        fake.get(ids=["d", "a", "zz"], where=where, include=include)["ids"]
+        == real.get(ids=["d", "a", "zz"], where=where, include=include)["ids"]
+    )
 
 
 @pytest.mark.parametrize("where", [None, {"section": "functions"}, {"is_deleted": False}])
@@ -81,8 +95,15 @@ def test_the_memory_client_queries_like_chroma(both, where) -> None:
     real, fake = both
     # every record at a different distance, so the order is the nearest-first one
     vector = HashEmbedder().embed(["where the function a page filters on linux"])[0].tolist()
-    got = [c.query(query_embeddings=[vector], n_results=3, where=where,
-                   include=["documents", "metadatas", "distances"]) for c in both]
+    got = [
+        c.query(
+            query_embeddings=[vector],
+            n_results=3,
+            where=where,
+            include=["documents", "metadatas", "distances"],
+        )
+        for c in both
+    ]
     assert got[1]["ids"] == got[0]["ids"]
     assert np.allclose(got[1]["distances"][0], got[0]["distances"][0], atol=1e-5)
     assert got[1]["metadatas"] == got[0]["metadatas"]
@@ -105,8 +126,9 @@ def test_the_memory_client_writes_like_chroma(both) -> None:
 
 def test_the_hash_embedder_keeps_the_embedder_contract() -> None:
     embedder = HashEmbedder()
-    vectors = embedder.embed(["where filters a collection", "where filters a collection",
-                              "install on linux", ""])
+    vectors = embedder.embed(
+        ["where filters a collection", "where filters a collection", "install on linux", ""]
+    )
     assert vectors.shape == (4, embedder.dimensions) and vectors.dtype == np.float32
     assert np.allclose(np.linalg.norm(vectors[:3], axis=1), 1.0)
     assert np.array_equal(vectors[0], vectors[1])  # deterministic
@@ -124,8 +146,7 @@ def run(coro: Any) -> Any:
 
 @pytest.fixture
 def memory_store(tmp_path: Path):
-    store = Store(store_settings(tmp_path), embedder=HashEmbedder(),
-                                 client=MemoryClient())
+    store = Store(store_settings(tmp_path), embedder=HashEmbedder(), client=MemoryClient())
     yield store
     store.close_sync()
 
@@ -138,21 +159,31 @@ def test_index_search_and_an_incremental_run_over_the_fakes(tmp_path, memory_sto
     meta = run(memory_store.get_collection_metadata("sample-docs"))
     assert meta["commit_hash"] == first.new_commit and meta["index_status"] == STATUS_COMPLETE
 
-    hits = run(retrieve(memory_store, SearchRequest("where function returns the given collection",
-                                                    top_k=3))).matches
+    hits = run(
+        retrieve(
+            memory_store, SearchRequest("where function returns the given collection", top_k=3)
+        )
+    ).matches
     assert hits and hits[0].metadata["file_path"].endswith("templates/where.md")
     assert hits[0].source in {"hybrid", "exact"}  # both retrievers (or the title) found it
 
     # an edit, a deletion: only those files change, and search follows
     (source / "content/docs/templates/where.md").unlink()
-    write_files(source, {"content/docs/install/_index.md": "---\ntitle: Install\n---\n\n"
-                         "Install the zebra package with apt.\n"})
+    write_files(
+        source,
+        {
+            "content/docs/install/_index.md": "---\ntitle: Install\n---\n\n"
+            "Install the zebra package with apt.\n"
+        },
+    )
     update_submodule(parent, "sample-docs", commit_all(source, "edit and delete"))
     second = run(index_repository(repo, memory_store, memory_store.settings))
     assert second.mode == "incremental" and second.completed
     assert second.files_indexed == 1 and second.files_deleted == 1
-    paths = [h.metadata["file_path"]
-             for h in run(retrieve(memory_store, SearchRequest("zebra apt", top_k=5))).matches]
+    paths = [
+        h.metadata["file_path"]
+        for h in run(retrieve(memory_store, SearchRequest("zebra apt", top_k=5))).matches
+    ]
     assert paths and paths[0].endswith("install/_index.md")
     later = run(retrieve(memory_store, SearchRequest("where function", top_k=10))).matches
     assert not any(h.metadata["file_path"].endswith("where.md") for h in later)

@@ -10,14 +10,33 @@ from hetriever.store.filters import and_filters, equality_terms, matches, valida
 # Metadata shaped like chunk metadata, with the awkward cases: missing keys, int vs float,
 # bools, list fields of each type, and an item with no metadata at all.
 METADATA: dict[str, dict | None] = {
-    "a": {"repository": "hugo-docs", "section": "functions", "chunk_index": 0, "score": 1.5,
-          "has_code": True, "tags": ["go", "templates"]},
-    "b": {"repository": "hugo-docs", "section": "methods", "chunk_index": 2, "score": 2.0,
-          "has_code": False, "tags": ["go"]},
+    "a": {
+        "repository": "hugo-docs",
+        "section": "functions",
+        "chunk_index": 0,
+        "score": 1.5,
+        "has_code": True,
+        "tags": ["go", "templates"],
+    },
+    "b": {
+        "repository": "hugo-docs",
+        "section": "methods",
+        "chunk_index": 2,
+        "score": 2.0,
+        "has_code": False,
+        "tags": ["go"],
+    },
     "c": {"repository": "hugo-docs", "section": "functions", "chunk_index": 3},
     "d": {"repository": "otel", "title": "Collector"},
-    "e": {"repository": "otel", "section": "docs", "chunk_index": 2.0, "tags": ["x", "templates"],
-          "nums": [1, 2, 3], "floats": [1.5, 2.0], "flags": [True]},
+    "e": {
+        "repository": "otel",
+        "section": "docs",
+        "chunk_index": 2.0,
+        "tags": ["x", "templates"],
+        "nums": [1, 2, 3],
+        "floats": [1.5, 2.0],
+        "flags": [True],
+    },
     "f": {"repository": "otel", "section": "Functions", "chunk_index": True},
     "g": None,
 }
@@ -63,8 +82,12 @@ FILTERS = [
     {"missing": "x"},
     {"repository": "hugo-docs", "section": "functions"},
     {"$or": [{"section": "docs"}, {"chunk_index": 0}]},
-    {"$and": [{"repository": "otel"}, {"$or": [{"tags": {"$contains": "x"}},
-                                               {"title": "Collector"}]}]},
+    {
+        "$and": [
+            {"repository": "otel"},
+            {"$or": [{"tags": {"$contains": "x"}}, {"title": "Collector"}]},
+        ]
+    },
     {"$and": [{"section": "functions"}]},
     {"chunk_index": {"$gt": 0, "$lt": 3}},
 ]
@@ -75,8 +98,12 @@ def collection(tmp_path_factory):
     client = chromadb.PersistentClient(path=str(tmp_path_factory.mktemp("chroma")))
     col = client.create_collection("filters-test", embedding_function=None)
     ids = list(METADATA)
-    col.add(ids=ids, embeddings=[[float(i), 1.0] for i in range(len(ids))],
-            metadatas=[METADATA[i] for i in ids], documents=[f"doc {i}" for i in ids])
+    col.add(
+        ids=ids,
+        embeddings=[[float(i), 1.0] for i in range(len(ids))],
+        metadatas=[METADATA[i] for i in ids],
+        documents=[f"doc {i}" for i in ids],
+    )
     return col
 
 
@@ -105,36 +132,41 @@ def test_normalisation():
     assert validate_filter({"a": 1, "b": "x"}) == {"$and": [{"a": {"$eq": 1}}, {"b": {"$eq": "x"}}]}
     assert validate_filter({"$or": [{"a": 1}]}) == {"a": {"$eq": 1}}
     assert validate_filter({"n": {"$gte": 1, "$lt": 5}}) == {
-        "$and": [{"n": {"$gte": 1}}, {"n": {"$lt": 5}}]}
+        "$and": [{"n": {"$gte": 1}}, {"n": {"$lt": 5}}]
+    }
     nested = validate_filter({"$and": [{"a": 1, "b": 2}, {"$or": [{"c": {"$in": ["x", "y"]}}]}]})
-    assert nested == {"$and": [{"$and": [{"a": {"$eq": 1}}, {"b": {"$eq": 2}}]},
-                               {"c": {"$in": ["x", "y"]}}]}
+    assert nested == {
+        "$and": [{"$and": [{"a": {"$eq": 1}}, {"b": {"$eq": 2}}]}, {"c": {"$in": ["x", "y"]}}]
+    }
     validate_where(nested)
 
 
-@pytest.mark.parametrize("where, fragment", [
-    ({"a": None}, "got NoneType"),
-    ({"a": {"$regex": "x"}}, "unknown operator '$regex'"),
-    ({"$not": [{"a": 1}]}, "unknown operator '$not'"),
-    ({"a": {"$in": []}}, "non-empty list"),
-    ({"a": {"$in": [1, "x"]}}, "mixes types"),
-    ({"a": {"$in": [1, 2.0]}}, "mixes types"),
-    ({"a": {"$in": "x"}}, "non-empty list"),
-    ({"a": {"$gt": "b"}}, "int or float"),
-    ({"a": {"$gt": True}}, "int or float"),
-    ({"a": {"b": 1}}, "unknown operator 'b'"),
-    ({"a": {}}, "empty operator dict"),
-    ({"a": ["x"]}, "got list"),
-    ({"a": {"$eq": {"b": 1}}}, "got dict"),
-    ({"a": float("nan")}, "finite"),
-    ({"": 1}, "non-empty strings"),
-    ({1: 1}, "non-empty strings"),
-    ({"#document": {"$contains": "x"}}, "reserved"),
-    ({"$and": []}, "non-empty list"),
-    ({"$and": {"a": 1}}, "non-empty list"),
-    ({"$and": [{}, {"a": 1}]}, "empty dict"),
-    ("section=functions", "expected a dict"),
-])
+@pytest.mark.parametrize(
+    "where, fragment",
+    [
+        ({"a": None}, "got NoneType"),
+        ({"a": {"$regex": "x"}}, "unknown operator '$regex'"),
+        ({"$not": [{"a": 1}]}, "unknown operator '$not'"),
+        ({"a": {"$in": []}}, "non-empty list"),
+        ({"a": {"$in": [1, "x"]}}, "mixes types"),
+        ({"a": {"$in": [1, 2.0]}}, "mixes types"),
+        ({"a": {"$in": "x"}}, "non-empty list"),
+        ({"a": {"$gt": "b"}}, "int or float"),
+        ({"a": {"$gt": True}}, "int or float"),
+        ({"a": {"b": 1}}, "unknown operator 'b'"),
+        ({"a": {}}, "empty operator dict"),
+        ({"a": ["x"]}, "got list"),
+        ({"a": {"$eq": {"b": 1}}}, "got dict"),
+        ({"a": float("nan")}, "finite"),
+        ({"": 1}, "non-empty strings"),
+        ({1: 1}, "non-empty strings"),
+        ({"#document": {"$contains": "x"}}, "reserved"),
+        ({"$and": []}, "non-empty list"),
+        ({"$and": {"a": 1}}, "non-empty list"),
+        ({"$and": [{}, {"a": 1}]}, "empty dict"),
+        ("section=functions", "expected a dict"),
+    ],
+)
 def test_invalid_filters_are_rejected_with_a_helpful_message(where, fragment):
     with pytest.raises(InvalidFilterError) as info:
         validate_filter(where)

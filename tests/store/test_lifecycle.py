@@ -5,18 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from hetriever.search.request import SearchRequest
-from hetriever.store.catalog_records import DELETED
-from hetriever.discover.repositories import discover_repositories
 from hetriever.core.errors import IndexingError, RepositoryNotFoundError
+from hetriever.discover.repositories import discover_repositories
 from hetriever.index.indexing import index_repository
 from hetriever.index.lifecycle import forget, migrate_repository, purge
 from hetriever.search.hybrid import hybrid_search
+from hetriever.search.request import SearchRequest
+from hetriever.store.catalog_records import DELETED
 from hetriever.store.knowledge_store import Store
 from tests.support.chroma_fixtures import store_settings
 from tests.support.helpers import commit_all, init_repo, write_files
@@ -24,11 +24,11 @@ from tests.support.helpers import commit_all, init_repo, write_files
 REPO = "life-docs"
 PAGES = {
     "content/docs/otters.md": "---\ntitle: Otters\n---\n\nOtters hold hands while they sleep "
-                              "so they do not drift apart on the river.\n",
+    "so they do not drift apart on the river.\n",
     "content/docs/herons.md": "---\ntitle: Herons\n---\n\nHerons stand still in shallow water "
-                              "and strike at fish with their long beaks.\n",
+    "and strike at fish with their long beaks.\n",
     "content/docs/beavers.md": "---\ntitle: Beavers\n---\n\nBeavers build dams of branches and "
-                               "mud, turning streams into quiet ponds.\n",
+    "mud, turning streams into quiet ponds.\n",
 }
 
 
@@ -83,17 +83,19 @@ def test_soft_delete_hides_keeps_and_purge_removes(docs, tmp_path, minilm_embedd
             assert records[otter_id]["is_deleted"] is True and records[otter_id]["deleted_at"]
             assert store.bm25(REPO).get(otter_id)[1]["is_deleted"] is True
         for hybrid in (True, False):
-            assert "content/docs/otters.md" not in files_found(store, "otters sleep holding "
-                                                                      "hands", hybrid=hybrid)
-        assert hybrid_search(store, SearchRequest("otters", top_k=5)).matches  # the others still answer
-        assert store.catalog.files(store.physical_name(REPO), DELETED)[0].path.endswith(
-            "otters.md")
+            assert "content/docs/otters.md" not in files_found(
+                store, "otters sleep holding hands", hybrid=hybrid
+            )
+        assert hybrid_search(
+            store, SearchRequest("otters", top_k=5)
+        ).matches  # the others still answer
+        assert store.catalog.files(store.physical_name(REPO), DELETED)[0].path.endswith("otters.md")
         meta = run(store.get_collection_metadata(REPO))
         assert meta["total_documents"] == 2 and meta["total_chunks"] == 4
 
         # a purge inside the retention keeps it; one after it removes it everywhere
         assert run(purge(store)).total_chunks == 0
-        later = datetime.now(timezone.utc) + timedelta(days=31)
+        later = datetime.now(UTC) + timedelta(days=31)
         report = run(purge(store, now=later))
         assert report.chunks == {REPO: 2} and report.files == {REPO: 1}
         for otter_id in otter_ids:
@@ -146,14 +148,24 @@ def test_forget_a_file_and_a_repository(docs, tmp_path, minilm_embedder) -> None
 def test_migrate_builds_beside_switches_atomically_and_drops(tmp_path, minilm_embedder) -> None:
     repo_dir = init_repo(tmp_path / "repos" / REPO)
     # Long pages, so that a smaller chunk budget really changes the chunks (and their ids).
-    body = " ".join(f"Sentence {i} about otters, herons and beavers living by the river."
-                    for i in range(40))
-    write_files(repo_dir, {f"content/docs/page-{n}.md": f"---\ntitle: Page {n}\n---\n\n{body} "
-                           f"Page {n} is unique.\n" for n in range(12)})
+    body = " ".join(
+        f"Sentence {i} about otters, herons and beavers living by the river." for i in range(40)
+    )
+    write_files(
+        repo_dir,
+        {
+            f"content/docs/page-{n}.md": f"---\ntitle: Page {n}\n---\n\n{body} "
+            f"Page {n} is unique.\n"
+            for n in range(12)
+        },
+    )
     commit_all(repo_dir, "pages")
     old_store = open_store(tmp_path, minilm_embedder)
-    new_store = Store(store_settings(tmp_path, chunk_tokens=64, min_chunk_tokens=8),
-                                     embedder=minilm_embedder, client=old_store.chroma.client)
+    new_store = Store(
+        store_settings(tmp_path, chunk_tokens=64, min_chunk_tokens=8),
+        embedder=minilm_embedder,
+        client=old_store.chroma.client,
+    )
     try:
         run(index_repository(repo_of(repo_dir), old_store, old_store.settings))
         old_name = old_store.physical_name(REPO)
@@ -166,7 +178,9 @@ def test_migrate_builds_beside_switches_atomically_and_drops(tmp_path, minilm_em
         def searcher() -> None:
             while not stop.is_set():
                 try:
-                    found = hybrid_search(old_store, SearchRequest("otters herons beavers river", top_k=5))
+                    found = hybrid_search(
+                        old_store, SearchRequest("otters herons beavers river", top_k=5)
+                    )
                     results.append({m.doc_id for m in found.matches})
                 except Exception as exc:  # noqa: BLE001 - any error is a finding
                     errors.append(f"{type(exc).__name__}: {exc}")

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from chromadb.api.models.Collection import Collection
 
-from hetriever.store.bm25.bm25_index import BM25Index
 from hetriever.discover.repositories import discover_repositories
 from hetriever.index.indexing import STATUS_INDEXING, index_repository
+from hetriever.store.bm25.bm25_index import BM25Index
 from hetriever.store.knowledge_store import Store
 from tests.support.chroma_fixtures import store_settings
 from tests.support.flow_support import fresh_full_pass, stored
@@ -45,14 +45,16 @@ class WriteSpy:
         def counted(obj: Any, *args: Any, **kwargs: Any) -> Any:
             self.calls.append(name)
             return real(obj, *args, **kwargs)
+
         return counted
 
 
 @pytest.fixture
 def indexed(tmp_path: Path, minilm_embedder):
     parent, source = build_sample_parent(tmp_path)
-    store = Store(store_settings(tmp_path, run_lock_timeout=1.0),
-                                 embedder=minilm_embedder, lock_timeout=2.0)
+    store = Store(
+        store_settings(tmp_path, run_lock_timeout=1.0), embedder=minilm_embedder, lock_timeout=2.0
+    )
     first = run(index_repository(repo_of(parent), store, store.settings))
     assert first.completed and first.chunks_written > 0
     yield parent, source, store, first
@@ -65,8 +67,10 @@ def repo_of(parent: Path):
 
 
 def spy_on_writes(monkeypatch: pytest.MonkeyPatch) -> tuple[WriteSpy, WriteSpy]:
-    return (WriteSpy(monkeypatch, Collection, CHROMA_WRITES),
-            WriteSpy(monkeypatch, BM25Index, BM25_WRITES))
+    return (
+        WriteSpy(monkeypatch, Collection, CHROMA_WRITES),
+        WriteSpy(monkeypatch, BM25Index, BM25_WRITES),
+    )
 
 
 def test_a_full_rerun_over_unchanged_content_writes_nothing(indexed, monkeypatch):
@@ -110,8 +114,11 @@ def test_a_crash_between_the_chroma_and_bm25_writes_is_healed_by_the_next_run(in
     lost = sorted(expected)[:3]
     ghost_path = next(iter(expected.values()))[0]  # a file Chroma holds, with an extra BM25 row
     index.delete(lost)
-    index.upsert(["ghost-chunk"], ["a chunk whose Chroma delete was the last write"],
-                 [{"file_path": ghost_path, "repository": "sample-docs"}])
+    index.upsert(
+        ["ghost-chunk"],
+        ["a chunk whose Chroma delete was the last write"],
+        [{"file_path": ghost_path, "repository": "sample-docs"}],
+    )
     run(store.update_collection_metadata("sample-docs", index_status=STATUS_INDEXING))
 
     healed = run(index_repository(repo, store, store.settings))

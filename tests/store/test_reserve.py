@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from hetriever.commands import reserve
 from hetriever.cli import main
+from hetriever.commands import reserve
 from tests.support.chroma_fixtures import store_settings
 
 
@@ -35,13 +35,15 @@ def test_a_read_that_finds_the_disk_full_runs_again_after_releasing_the_reserve(
     assert "is full" in warning and "released" in warning
     # No reserve left: the error stands, once.
     with pytest.raises(OSError):
-        reserve.reading(settings, lambda: (_ for _ in ()).throw(
-            OSError(errno.ENOSPC, "No space left on device")), warned.append)
+        reserve.reading(
+            settings,
+            lambda: (_ for _ in ()).throw(OSError(errno.ENOSPC, "No space left on device")),
+            warned.append,
+        )
     assert len(warned) == 1
     # Other errors are not the disk's.
     with pytest.raises(ValueError):
-        reserve.reading(settings, lambda: (_ for _ in ()).throw(ValueError("bug")),
-                        warned.append)
+        reserve.reading(settings, lambda: (_ for _ in ()).throw(ValueError("bug")), warned.append)
 
 
 def test_keep_leaves_no_partial_reserve_when_the_disk_is_full(tmp_path, monkeypatch):
@@ -87,8 +89,11 @@ def test_json_commands_say_an_error_once_as_json(tmp_path, monkeypatch, capsys):
         out, err = capsys.readouterr()
         assert code == 1 and err == ""
         assert json.loads(out) == {
-            "ok": False, "error": f"no space left on the device of {tmp_path}/state",
-            "hint": "free some space, then re-run", "exit_code": 1}
+            "ok": False,
+            "error": f"no space left on the device of {tmp_path}/state",
+            "hint": "free some space, then re-run",
+            "exit_code": 1,
+        }
         code = main(["status"])
         out, err = capsys.readouterr()
         assert code == 1 and out == "" and err.count("no space left") == 1
@@ -131,12 +136,18 @@ def test_a_read_lent_the_reserve_takes_it_back_at_exit(tmp_path):
         "        raise sqlite3.OperationalError('database or disk is full')\n"
         "    return 'answer'\n"
         "print(reserve.reading(settings, read, lambda w: None))\n"
-        "print((settings.resolved_state_dir / reserve.RESERVE_NAME).exists())\n")
+        "print((settings.resolved_state_dir / reserve.RESERVE_NAME).exists())\n"
+    )
     settings = store_settings(tmp_path)
     settings.resolved_state_dir.mkdir(parents=True)
     reserve.keep(settings)
-    done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True,
-                          text=True, timeout=120, cwd=os.getcwd())
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=os.getcwd(),
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["answer", "False"]  # lent while the command ran
     kept = settings.resolved_state_dir / reserve.RESERVE_NAME

@@ -50,10 +50,10 @@ V1 = [
 ]
 
 
-def chroma_ids(store: Store, collection: str,
-               file_path: str | None = None) -> set[str]:
-    col = store.chroma.client.get_collection(store.physical_name(collection),
-                                      embedding_function=None)
+def chroma_ids(store: Store, collection: str, file_path: str | None = None) -> set[str]:
+    col = store.chroma.client.get_collection(
+        store.physical_name(collection), embedding_function=None
+    )
     got = col.get(where={"file_path": file_path} if file_path else None, include=[])
     return set(got["ids"])
 
@@ -67,8 +67,13 @@ def test_store_satisfies_protocol(make_store) -> None:
 
 def test_upsert_file_chunks_writes_both_indexes_in_batches(make_store, minilm_embedder) -> None:
     store = make_store(batch_size=2)  # 5 chunks -> 3 Chroma writes
-    chunks = where_chunks(V1 + ["Where also takes a nested key like Params.color.",
-                                "The default operator of where is equality."])
+    chunks = where_chunks(
+        V1
+        + [
+            "Where also takes a nested key like Params.color.",
+            "The default operator of where is equality.",
+        ]
+    )
     before = minilm_embedder.texts_embedded
     result = run(store.upsert_file_chunks(REPO, WHERE, chunks))
     assert (result.written, result.reused, result.deleted) == (5, 0, 0)
@@ -114,8 +119,9 @@ def test_invalid_metadata_and_foreign_repository_are_rejected(make_store) -> Non
     assert run(store.count(REPO)) == 0
 
 
-def test_reindex_embeds_only_changed_chunks_and_removes_vanished(make_store,
-                                                                 minilm_embedder) -> None:
+def test_reindex_embeds_only_changed_chunks_and_removes_vanished(
+    make_store, minilm_embedder
+) -> None:
     store = make_store(batch_size=2)
     v1 = where_chunks(V1, tags=["functions", "filtering"])
     run(store.upsert_file_chunks(REPO, WHERE, v1))
@@ -189,8 +195,13 @@ def test_delete_files_removes_several_files_and_their_stray_bm25_rows(make_store
 def test_delete_collection_returns_count_and_removes_bm25(make_store) -> None:
     store = make_store()
     run(store.upsert_file_chunks(REPO, WHERE, where_chunks(V1)))
-    run(store.upsert_file_chunks("beta-docs", "content/a.md",
-                                 [make_chunk("beta-docs", "content/a.md", "Collector receivers.")]))
+    run(
+        store.upsert_file_chunks(
+            "beta-docs",
+            "content/a.md",
+            [make_chunk("beta-docs", "content/a.md", "Collector receivers.")],
+        )
+    )
     bm25_file = store.views.bm25_path(REPO)
     assert bm25_file.exists()
     assert run(store.delete_collection(REPO)) == 3
@@ -220,10 +231,16 @@ def test_collection_metadata_merges(make_store) -> None:
 def test_index_state_is_recorded_in_the_catalog_only(make_store) -> None:
     store = make_store()
     physical = run(store.ensure_collection(REPO)).physical
-    run(store.update_collection_metadata(REPO, commit_hash="abc123", index_status="complete",
-                                         total_chunks=3, hnsw_note="kept"))
-    assert store.catalog.index_state(physical) == {"commit_hash": "abc123",
-                                                   "index_status": "complete", "total_chunks": 3}
+    run(
+        store.update_collection_metadata(
+            REPO, commit_hash="abc123", index_status="complete", total_chunks=3, hnsw_note="kept"
+        )
+    )
+    assert store.catalog.index_state(physical) == {
+        "commit_hash": "abc123",
+        "index_status": "complete",
+        "total_chunks": 3,
+    }
     chroma_meta = store.chroma.client.get_collection(physical).metadata
     assert "commit_hash" not in chroma_meta and "index_status" not in chroma_meta
     assert chroma_meta["hnsw_note"] == "kept"  # other keys stay Chroma's
@@ -242,8 +259,10 @@ def test_an_older_index_keeps_its_commit_and_moves_it_to_the_catalog(make_store)
     meta = run(reopened.get_collection_metadata(REPO))
     assert (meta["commit_hash"], meta["index_status"]) == ("old123", "complete")
     run(reopened.update_collection_metadata(REPO, index_status="indexing"))
-    assert reopened.catalog.index_state(physical) == {"commit_hash": "old123",
-                                                      "index_status": "indexing"}
+    assert reopened.catalog.index_state(physical) == {
+        "commit_hash": "old123",
+        "index_status": "indexing",
+    }
     assert "commit_hash" not in reopened.chroma.client.get_collection(physical).metadata
 
 
@@ -311,15 +330,18 @@ def test_rewriting_a_file_heals_a_stale_bm25_row_of_an_unchanged_chunk(make_stor
     assert index.get(chunks[0].id) == good
 
 
-def test_list_metadata_of_a_dropped_collection_never_reaches_another(make_store,
-                                                                     chroma_backend) -> None:
+def test_list_metadata_of_a_dropped_collection_never_reaches_another(
+    make_store, chroma_backend
+) -> None:
     # Embedded Chroma 1.5 keeps list values by row id and leaves them when a collection is
     # dropped; the next records written reuse those ids.
     if chroma_backend == "server":
         pytest.skip("a `chroma run` server's file is its operator's (docs/reliability.md)")
     store = make_store()
-    tagged = [make_chunk("beta-docs", f"content/p{i}.md", f"Private page {i}.",
-                         aliases=[f"/secret-{i}/"]) for i in range(3)]
+    tagged = [
+        make_chunk("beta-docs", f"content/p{i}.md", f"Private page {i}.", aliases=[f"/secret-{i}/"])
+        for i in range(3)
+    ]
     run(store.upsert_files("beta-docs", {c.metadata["file_path"]: [c] for c in tagged}))
     run(store.delete_collection("beta-docs"))
     run(store.upsert_file_chunks(REPO, WHERE, where_chunks(V1)))
@@ -328,8 +350,9 @@ def test_list_metadata_of_a_dropped_collection_never_reaches_another(make_store,
     assert len(metas) == 3 and not any("aliases" in dict(m or {}) for m in metas), metas
 
 
-def test_write_retries_transient_errors(make_store, tmp_path: Path,
-                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_write_retries_transient_errors(
+    make_store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     store = make_store()
     monkeypatch.setenv("HETRIEVER_FAULTS_STATE", str(tmp_path / "faults"))
     monkeypatch.setenv("HETRIEVER_FAULTS", "chroma_upsert:*:2")
@@ -394,16 +417,25 @@ def test_embedding_does_not_hold_the_bm25_write_lock(make_store, minilm_embedder
     run(store.upsert_file_chunks(REPO, WHERE, where_chunks(["first version of the page"])))
     probe = BM25LockProbe(minilm_embedder, store.views.bm25_path(REPO))
     probing = make_store(embedder=probe)
-    run(probing.upsert_files(REPO, {WHERE: where_chunks(["second version of the page"]),
-                                    "content/other.md": [make_chunk(REPO, "content/other.md",
-                                                                    "another page")]}))
+    run(
+        probing.upsert_files(
+            REPO,
+            {
+                WHERE: where_chunks(["second version of the page"]),
+                "content/other.md": [make_chunk(REPO, "content/other.md", "another page")],
+            },
+        )
+    )
     assert probe.locked_while_embedding == [False]
-    assert sorted(t for _, t in stored(probing, REPO).values()) == \
-        ["another page", "second version of the page"]
+    assert sorted(t for _, t in stored(probing, REPO).values()) == [
+        "another page",
+        "second version of the page",
+    ]
 
 
-@pytest.mark.parametrize("name", ["ab", "Alpha-docs", "-alpha", "alpha_docs", "a" * 64,
-                                  "alpha..docs", "192.168.0.1"])
+@pytest.mark.parametrize(
+    "name", ["ab", "Alpha-docs", "-alpha", "alpha_docs", "a" * 64, "alpha..docs", "192.168.0.1"]
+)
 def test_invalid_collection_names(make_store, name: str) -> None:
     store = make_store()
     with pytest.raises(InvalidCollectionNameError):
@@ -427,8 +459,9 @@ def test_writer_lock_held_by_another_process(make_store) -> None:
     store = make_store(lock_timeout=0.3)
     lock = store.settings.resolved_state_dir / "locks" / f"{REPO}.lock"
     lock.parent.mkdir(parents=True, exist_ok=True)
-    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(lock)],
-                              stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(lock)], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert holder.stdout.readline().strip() == "locked"
         with pytest.raises(WriterLockedError, match="another process"):
@@ -456,8 +489,9 @@ def test_unwritable_path_is_a_connection_error(tmp_path: Path, minilm_embedder) 
         Store(settings, embedder=minilm_embedder)
 
 
-def test_get_knowledge_store_reads_environment(tmp_path: Path,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_get_knowledge_store_reads_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HETRIEVER_CHROMA_PATH", str(tmp_path / "env-chroma"))
     monkeypatch.setenv("USE_HYBRID_SEARCH", "no")
@@ -500,7 +534,8 @@ def test_an_existing_collection_gets_the_configured_search_ef(make_store, chroma
     assert ef(old) == 10
     # ... as is the sync threshold of a collection made with Chroma's default
     old.chroma.client.get_collection(physical, embedding_function=None).modify(
-        configuration={"hnsw": {"sync_threshold": 1000}})
+        configuration={"hnsw": {"sync_threshold": 1000}}
+    )
     new = make_store(hnsw_search_ef=300)
     assert run(new.count(REPO)) == 3
     assert ef(new) == 300
@@ -524,19 +559,33 @@ def test_dense_neighbours_are_the_same_in_every_process(tmp_path, minilm_embedde
     # Chroma replays the vectors it has not yet written to its HNSW graph into the graph each
     # time a process loads the collection, in another order each time; past its default sync
     # threshold (1,000) three processes gave three answers (HNSW_SYNC_THRESHOLD).
-    store = Store(store_settings(tmp_path, hnsw_search_ef=50),
-                                 embedder=minilm_embedder)
+    store = Store(store_settings(tmp_path, hnsw_search_ef=50), embedder=minilm_embedder)
     col = store.collection(REPO, create=True)
     vectors = np.random.default_rng(0).standard_normal((1500, 384)).astype(np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     for start in range(0, len(vectors), 1024):  # write windows, as an ingest writes them
-        col.add(ids=[f"c{i}" for i in range(start, min(len(vectors), start + 1024))],
-                embeddings=vectors[start:start + 1024])
+        col.add(
+            ids=[f"c{i}" for i in range(start, min(len(vectors), start + 1024))],
+            embeddings=vectors[start : start + 1024],
+        )
     physical = store.physical_name(REPO)
     store.close_sync()
     np.save(tmp_path / "queries.npy", vectors[:50])
-    answers = {subprocess.run([sys.executable, "-c", _NEAREST, str(tmp_path / "chroma"),
-                               physical, str(tmp_path / "queries.npy")],
-                              capture_output=True, text=True, check=True, timeout=120).stdout
-               for _ in range(3)}
+    answers = {
+        subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                _NEAREST,
+                str(tmp_path / "chroma"),
+                physical,
+                str(tmp_path / "queries.npy"),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=120,
+        ).stdout
+        for _ in range(3)
+    }
     assert len(answers) == 1 and len(json.loads(answers.pop())[0]) == 20

@@ -47,18 +47,28 @@ def _put_in_chroma(views: Any, chunks: list[Any]) -> Any:
     """Chunks written to Chroma alone (as a crash between the two writes leaves them)."""
     col = views.collection(REPO, create=True)
     vectors = HashEmbedder().embed([c.text for c in chunks])
-    col.upsert(ids=[c.id for c in chunks], embeddings=vectors,
-               documents=[c.text for c in chunks], metadatas=[dict(c.metadata) for c in chunks])
+    col.upsert(
+        ids=[c.id for c in chunks],
+        embeddings=vectors,
+        documents=[c.text for c in chunks],
+        metadatas=[dict(c.metadata) for c in chunks],
+    )
     return col
 
 
 def test_the_chroma_handle_pages_records_and_reopens(settings: Settings) -> None:
     chroma = ChromaAccess(settings, lock_timeout=2.0)
-    col = chroma.call("create_collection", lambda: chroma.client.get_or_create_collection(
-        "plain_v1", embedding_function=None))
+    col = chroma.call(
+        "create_collection",
+        lambda: chroma.client.get_or_create_collection("plain_v1", embedding_function=None),
+    )
     ids = [f"id-{i:03d}" for i in range(7)]
-    col.add(ids=ids, embeddings=np.eye(7, 8, dtype=np.float32), documents=ids,
-            metadatas=[{"n": i} for i in range(7)])
+    col.add(
+        ids=ids,
+        embeddings=np.eye(7, 8, dtype=np.float32),
+        documents=ids,
+        metadatas=[{"n": i} for i in range(7)],
+    )
     small = ChromaAccess(settings.replace(read_batch_size=3), lock_timeout=2.0)
     pages = list(small.record_pages(small.open_collection("plain_v1"), ["metadatas"]))
     assert [len(p["ids"]) for p in pages] == [3, 3, 1]
@@ -78,8 +88,9 @@ def test_views_name_a_generation_and_hold_its_indexes(views: Any, settings: Sett
     col = views.collection(REPO, create=True)
     assert views.physical_name(REPO) == f"{REPO}_v1" == col.name
     assert views.repository_names() == [REPO]
-    assert views.bm25_file(f"{REPO}_v1") == settings.resolved_state_dir / "bm25" / \
-        f"{REPO}_v1.sqlite"
+    assert (
+        views.bm25_file(f"{REPO}_v1") == settings.resolved_state_dir / "bm25" / f"{REPO}_v1.sqlite"
+    )
     info = views.info(REPO)
     assert info is not None and info.physical == f"{REPO}_v1" and info.count == 0
     assert info.metadata["embedding_model"] == "hash-bow-384"
@@ -87,8 +98,9 @@ def test_views_name_a_generation_and_hold_its_indexes(views: Any, settings: Sett
     assert views.chroma.collections and views._bm25
     views.release(REPO)
     assert not views.chroma.collections and not views._bm25
-    pinned = RepositoryViews(views.chroma, embedder=HashEmbedder(), catalog=views.catalog,
-                             pins={REPO: f"{REPO}_v9"})
+    pinned = RepositoryViews(
+        views.chroma, embedder=HashEmbedder(), catalog=views.catalog, pins={REPO: f"{REPO}_v9"}
+    )
     assert pinned.physical_name(REPO) == f"{REPO}_v9"
 
 
@@ -100,8 +112,9 @@ def test_views_call_the_listing_hook_before_they_list(views: Any) -> None:
 
 
 def test_reads_see_what_chroma_holds(views: Any) -> None:
-    chunks = _chunks("Menus are defined in the site configuration.",
-                     "Taxonomies group related content.")
+    chunks = _chunks(
+        "Menus are defined in the site configuration.", "Taxonomies group related content."
+    )
     _put_in_chroma(views, chunks + _chunks("A second file.", path="content/b.md"))
     reads = StoreReads(views)
     assert reads.count(REPO) == 3
@@ -161,11 +174,14 @@ def test_an_embedded_replica_publishes_nothing_and_follows_nothing(views: Any) -
 
 @pytest.mark.server
 def test_a_replica_copies_what_another_publishes(tmp_path: Path, chroma_server: Any) -> None:
-    ingest = RepositoryViews(ChromaAccess(store_settings(tmp_path / "ingest", chroma_server),
-                                          lock_timeout=2.0), embedder=HashEmbedder())
+    ingest = RepositoryViews(
+        ChromaAccess(store_settings(tmp_path / "ingest", chroma_server), lock_timeout=2.0),
+        embedder=HashEmbedder(),
+    )
     reader_settings = store_settings(tmp_path / "reader", chroma_server, follow=True)
-    reader = RepositoryViews(ChromaAccess(reader_settings, lock_timeout=2.0),
-                             embedder=HashEmbedder())
+    reader = RepositoryViews(
+        ChromaAccess(reader_settings, lock_timeout=2.0), embedder=HashEmbedder()
+    )
     try:
         chunks = _chunks("Render hooks change how Markdown renders.", "Links and images.")
         StoreWrites(ingest).upsert_files(REPO, {"content/guide/a.md": chunks})

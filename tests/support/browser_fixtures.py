@@ -22,18 +22,28 @@ CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 WAIT = 20.0  # seconds any one wait for the page may take
 # Chromium as root, in a container, with no network to phone home to.
-CHROMIUM_FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                  "--no-first-run", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync",
-                  "--disable-dev-shm-usage", "--window-size=1200,900")
+CHROMIUM_FLAGS = (
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--window-size=1200,900",
+)
 
 
 def chromium(profile: Path) -> Any:
     """A Chromium session, or a skip naming what is missing."""
     missing = [str(p) for p in (CHROMIUM, CHROMEDRIVER) if not p.exists()]
     if missing:
-        pytest.skip(f"no browser for the page tests: {', '.join(missing)} missing "
-                    "(apt-get install chromium chromium-driver)")
+        pytest.skip(
+            f"no browser for the page tests: {', '.join(missing)} missing "
+            "(apt-get install chromium chromium-driver)"
+        )
     webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is a dev dependency")
     from selenium.webdriver.chrome.service import Service
 
@@ -58,8 +68,9 @@ def static_site(folder: Path, port: int) -> Iterator[str]:
     """`folder` over HTTP on 127.0.0.1:`port` until the block ends; yields its origin."""
     handler = functools.partial(_Quiet, directory=str(folder))
     server = ThreadingHTTPServer(("127.0.0.1", port), handler)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1},
-                              daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True
+    )
     thread.start()
     try:
         yield f"http://127.0.0.1:{port}"

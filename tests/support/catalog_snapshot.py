@@ -54,41 +54,59 @@ def catalog_rows(path: Path, collection: str) -> dict[str, Any]:
     """Every table of the catalog at `path` as seen for the served `collection`."""
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
-        tables = [r[0] for r in conn.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
+        tables = [
+            r[0]
+            for r in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name"
+            )
+        ]
         out: dict[str, Any] = {}
         for table in tables:
             if table in SKIPPED_TABLES:
                 continue
-            columns = [r[1] for r in conn.execute(f"PRAGMA table_info({table})")
-                       if r[1] not in EXCLUDED_COLUMNS.get(table, set())]
+            columns = [
+                r[1]
+                for r in conn.execute(f"PRAGMA table_info({table})")
+                if r[1] not in EXCLUDED_COLUMNS.get(table, set())
+            ]
             key = {"collections": "name"}.get(table, "collection")
             where = f" WHERE {key} = ?" if key in columns else ""
-            rows = conn.execute(f"SELECT {', '.join(columns)} FROM {table}{where}",
-                                (collection,) if where else ()).fetchall()
+            rows = conn.execute(
+                f"SELECT {', '.join(columns)} FROM {table}{where}", (collection,) if where else ()
+            ).fetchall()
             rows = [tuple(SERVED if v == collection else v for v in r) for r in rows]
             if table == "meta":
-                rows = [r for r in rows if r[0] not in EXCLUDED_META_KEYS
-                        and not r[0].startswith(EXCLUDED_META_PREFIXES)]
+                rows = [
+                    r
+                    for r in rows
+                    if r[0] not in EXCLUDED_META_KEYS
+                    and not r[0].startswith(EXCLUDED_META_PREFIXES)
+                ]
             if "index_state" in columns:
                 at = columns.index("index_state")
-                rows = [(*r[:at], _index_state(r[at]), *r[at + 1:]) for r in rows]
+                rows = [(*r[:at], _index_state(r[at]), *r[at + 1 :]) for r in rows]
             out[table] = sorted(rows, key=repr)
-        runs = conn.execute("SELECT repository, ?, new_commit, outcome, error, id FROM runs "
-                            "WHERE collection = ? ORDER BY id", (SERVED, collection)).fetchall()
+        runs = conn.execute(
+            "SELECT repository, ?, new_commit, outcome, error, id FROM runs "
+            "WHERE collection = ? ORDER BY id",
+            (SERVED, collection),
+        ).fetchall()
         last: dict[str, tuple] = {}
         for row in runs:
             last[row[0]] = row[:5]
-        out["runs"] = {"running": [r[:2] for r in runs if r[3] == "running"],
-                       "last": sorted(last.values())}
+        out["runs"] = {
+            "running": [r[:2] for r in runs if r[3] == "running"],
+            "last": sorted(last.values()),
+        }
         return out
     finally:
         conn.close()
 
 
 def _index_state(raw: str) -> tuple:
-    return tuple(sorted((k, v) for k, v in json.loads(raw or "{}").items()
-                        if k not in EXCLUDED_INDEX_STATE))
+    return tuple(
+        sorted((k, v) for k, v in json.loads(raw or "{}").items() if k not in EXCLUDED_INDEX_STATE)
+    )
 
 
 def collection_metadata(meta: dict[str, Any] | None) -> dict[str, Any]:

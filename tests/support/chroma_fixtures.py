@@ -60,16 +60,24 @@ def minilm_embedder(minilm_model_dir: Path) -> Any:
     return MiniLMEmbedder(minilm_model_dir, batch_size=32, threads=1)
 
 
-def wait_until_answering(proc: subprocess.Popen, url: str, *, what: str, log: Path,
-                         timeout: float, ready: Callable[[int], bool],
-                         interval: float = 0.2) -> None:
+def wait_until_answering(
+    proc: subprocess.Popen,
+    url: str,
+    *,
+    what: str,
+    log: Path,
+    timeout: float,
+    ready: Callable[[int], bool],
+    interval: float = 0.2,
+) -> None:
     """Poll `url` until its status is `ready`; fail the test if the process exits first (with
     the tail of its log) or nothing answers within `timeout` seconds."""
     deadline = time.monotonic() + timeout
     while True:
         if proc.poll() is not None:
-            pytest.fail(f"{what} exited with {proc.returncode}:\n"
-                        f"{log.read_text(errors='replace')[-3000:]}")
+            pytest.fail(
+                f"{what} exited with {proc.returncode}:\n{log.read_text(errors='replace')[-3000:]}"
+            )
         try:
             if ready(httpx.get(url, timeout=2.0).status_code):
                 return
@@ -90,14 +98,23 @@ def running_chroma_server(path: Path) -> Iterator[ChromaServer]:
     port = free_port()
     log_path = path.parent / f"{path.name}.log"
     with log_path.open("wb") as log_file:
-        proc = subprocess.Popen([str(exe), "run", "--path", str(path), "--host", "127.0.0.1",
-                                 "--port", str(port)], stdout=log_file, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [str(exe), "run", "--path", str(path), "--host", "127.0.0.1", "--port", str(port)],
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
     server = ChromaServer("127.0.0.1", port, path, proc)
     try:
-        wait_until_answering(proc, f"{server.url}/api/v2/heartbeat", what="chroma run",
-                             log=log_path, timeout=SERVER_START_TIMEOUT,
-                             ready=lambda status: status == 200, interval=0.1)
+        wait_until_answering(
+            proc,
+            f"{server.url}/api/v2/heartbeat",
+            what="chroma run",
+            log=log_path,
+            timeout=SERVER_START_TIMEOUT,
+            ready=lambda status: status == 200,
+            interval=0.1,
+        )
         yield server
     finally:
         stop_chroma_server(server)
@@ -116,8 +133,9 @@ def chroma_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChromaSe
         yield server
 
 
-def store_settings(tmp_path: Path, server: ChromaServer | None = None,
-                   **overrides: Any) -> Settings:
+def store_settings(
+    tmp_path: Path, server: ChromaServer | None = None, **overrides: Any
+) -> Settings:
     """Settings for a store whose data (embedded) and state (BM25, locks) live in tmp_path."""
     base: dict[str, Any] = {"chroma_path": tmp_path / "chroma", "state_dir": tmp_path / "state"}
     if server is not None:
@@ -134,11 +152,11 @@ def chroma_or_memory_store(request: pytest.FixtureRequest, tmp_path: Path) -> It
 
     settings = store_settings(tmp_path, run_lock_timeout=1.0)
     if request.param == "chroma":
-        store = Store(settings, embedder=request.getfixturevalue("minilm_embedder"),
-                                     lock_timeout=2.0)
+        store = Store(
+            settings, embedder=request.getfixturevalue("minilm_embedder"), lock_timeout=2.0
+        )
     else:
-        store = Store(settings, embedder=HashEmbedder(), client=MemoryClient(),
-                                     lock_timeout=2.0)
+        store = Store(settings, embedder=HashEmbedder(), client=MemoryClient(), lock_timeout=2.0)
     yield store
     store.close_sync()
 
@@ -150,8 +168,9 @@ def chroma_backend(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def make_store(request: pytest.FixtureRequest, chroma_backend: str, tmp_path: Path,
-               minilm_embedder: Any) -> Iterator[Callable[..., Any]]:
+def make_store(
+    request: pytest.FixtureRequest, chroma_backend: str, tmp_path: Path, minilm_embedder: Any
+) -> Iterator[Callable[..., Any]]:
     """Factory: `make_store(embedder=None, **setting_overrides) -> Store`."""
     from hetriever.store.knowledge_store import Store
 
@@ -162,8 +181,9 @@ def make_store(request: pytest.FixtureRequest, chroma_backend: str, tmp_path: Pa
 
     def make(embedder: Any = None, lock_timeout: float = 2.0, **overrides: Any) -> Any:
         settings = store_settings(tmp_path, server, **overrides)
-        store = Store(settings, embedder=embedder or minilm_embedder,
-                                     lock_timeout=lock_timeout, client=memory)
+        store = Store(
+            settings, embedder=embedder or minilm_embedder, lock_timeout=lock_timeout, client=memory
+        )
         made.append(store)
         return store
 
@@ -178,8 +198,9 @@ def make_store(request: pytest.FixtureRequest, chroma_backend: str, tmp_path: Pa
 # --- small fixture documents ---------------------------------------------------------
 
 
-def make_chunk(repository: str, file_path: str, text: str, index: int = 0,
-               occurrence: int = 0, **extra: Any) -> Any:
+def make_chunk(
+    repository: str, file_path: str, text: str, index: int = 0, occurrence: int = 0, **extra: Any
+) -> Any:
     """A Chunk with every required metadata key, its id and content_hash derived as the
     chunker derives them."""
     import hashlib
@@ -200,8 +221,7 @@ def make_chunk(repository: str, file_path: str, text: str, index: int = 0,
         "content_hash": hashlib.sha256(text.encode("utf-8")).hexdigest(),
     }
     metadata.update(extra)
-    return Chunk(id=chunk_id(repository, file_path, text, occurrence), text=text,
-                 metadata=metadata)
+    return Chunk(id=chunk_id(repository, file_path, text, occurrence), text=text, metadata=metadata)
 
 
 def server_database_client(server: ChromaServer, database: str) -> Any:
@@ -210,9 +230,18 @@ def server_database_client(server: ChromaServer, database: str) -> Any:
     import chromadb
     from chromadb.config import Settings as ChromaSettings
 
-    admin = chromadb.AdminClient(ChromaSettings(
-        anonymized_telemetry=False, chroma_api_impl="chromadb.api.fastapi.FastAPI",
-        chroma_server_host=server.host, chroma_server_http_port=server.port))
+    admin = chromadb.AdminClient(
+        ChromaSettings(
+            anonymized_telemetry=False,
+            chroma_api_impl="chromadb.api.fastapi.FastAPI",
+            chroma_server_host=server.host,
+            chroma_server_http_port=server.port,
+        )
+    )
     admin.create_database(database)
-    return chromadb.HttpClient(host=server.host, port=server.port, database=database,
-                               settings=ChromaSettings(anonymized_telemetry=False))
+    return chromadb.HttpClient(
+        host=server.host,
+        port=server.port,
+        database=database,
+        settings=ChromaSettings(anonymized_telemetry=False),
+    )

@@ -26,8 +26,10 @@ REPO_NAME = "load-docs"
 PAGES = 300  # one chunk each: two write windows of WINDOW chunks, a few seconds of embedding
 WINDOW = 256  # HETRIEVER_WRITE_WINDOW in every run here, so a crash can fall between windows
 RUN_TIMEOUT = 180.0  # no CLI run here may hang the suite
-WORDS = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike "
-         "november oscar papa quebec romeo sierra tango uniform victor whiskey xray").split()
+WORDS = (
+    "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike "
+    "november oscar papa quebec romeo sierra tango uniform victor whiskey xray"
+).split()
 
 
 def page_text(i: int, version: int) -> str:
@@ -58,14 +60,16 @@ def the_repo(docs_root: Path, name: str = REPO_NAME):
 def cli_env(tmp_path: Path, model_dir: Path, **extra: str) -> dict[str, str]:
     """The environment of a CLI subprocess whose data lives in tmp_path (like store_settings)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("HETRIEVER_")}
-    env.update(HETRIEVER_CHROMA_PATH=str(tmp_path / "chroma"),
-               HETRIEVER_STATE_DIR=str(tmp_path / "state"),
-               HETRIEVER_MODEL_DIR=str(model_dir),
-               HETRIEVER_FAULTS_STATE=str(tmp_path / "faults"),
-               HETRIEVER_WRITE_WINDOW=str(WINDOW),
-               HETRIEVER_LOG_FORMAT="json",
-               # searches in their own process, as these tests measure them (no resident one)
-               HETRIEVER_SEARCH_RESIDENT_IDLE="0")
+    env.update(
+        HETRIEVER_CHROMA_PATH=str(tmp_path / "chroma"),
+        HETRIEVER_STATE_DIR=str(tmp_path / "state"),
+        HETRIEVER_MODEL_DIR=str(model_dir),
+        HETRIEVER_FAULTS_STATE=str(tmp_path / "faults"),
+        HETRIEVER_WRITE_WINDOW=str(WINDOW),
+        HETRIEVER_LOG_FORMAT="json",
+        # searches in their own process, as these tests measure them (no resident one)
+        HETRIEVER_SEARCH_RESIDENT_IDLE="0",
+    )
     env.update(extra)
     return env
 
@@ -74,10 +78,17 @@ def cli_command(docs_root: Path, *args: str) -> list[str]:
     return [sys.executable, "-m", "hetriever.cli", "--docs-root", str(docs_root), *args]
 
 
-def run_cli(docs_root: Path, env: dict[str, str], *args: str,
-            cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(cli_command(docs_root, *args), env=env, cwd=cwd or docs_root.parent,
-                          capture_output=True, text=True, timeout=RUN_TIMEOUT)
+def run_cli(
+    docs_root: Path, env: dict[str, str], *args: str, cwd: Path | None = None
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        cli_command(docs_root, *args),
+        env=env,
+        cwd=cwd or docs_root.parent,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT,
+    )
 
 
 def ingest_ok(docs_root: Path, env: dict[str, str]) -> list[dict]:
@@ -113,11 +124,12 @@ class LogWatcher:
             except queue.Empty:
                 continue
             if line is None:
-                raise AssertionError(f"process ended before {event!r}:\n"
-                                     + "".join(self.lines)[-3000:])
+                raise AssertionError(
+                    f"process ended before {event!r}:\n" + "".join(self.lines)[-3000:]
+                )
             self.lines.append(line)
             try:
-                record = json.loads(line[line.find("{"):]) if "{" in line else {}
+                record = json.loads(line[line.find("{") :]) if "{" in line else {}
             except json.JSONDecodeError:
                 continue
             if record.get("event") == event:
@@ -136,8 +148,7 @@ class LogWatcher:
         return "".join(self.lines)
 
 
-def signal_when(proc: subprocess.Popen, event: str, sig: int,
-                timeout: float = RUN_TIMEOUT) -> str:
+def signal_when(proc: subprocess.Popen, event: str, sig: int, timeout: float = RUN_TIMEOUT) -> str:
     """Send `sig` to `proc` once it logs `event` and wait for it to end (killed if it has not
     within `timeout`); returns its log."""
     watcher = LogWatcher(proc)
@@ -156,8 +167,7 @@ def open_store(tmp_path: Path, embedder: Any, **overrides: Any) -> Store:
     return Store(store_settings(tmp_path, **overrides), embedder=embedder)
 
 
-def assert_equals_fresh_pass(store: Store, docs_root: Path,
-                             model_dir: Path) -> dict:
+def assert_equals_fresh_pass(store: Store, docs_root: Path, model_dir: Path) -> dict:
     repo = the_repo(docs_root)
     from hetriever.discover.changes import head_commit
 

@@ -45,7 +45,8 @@ class HashEmbedder:
     def _bucket(self, word: str) -> tuple[int, float]:
         digest = hashlib.sha1(word.encode("utf-8")).digest()
         return int.from_bytes(digest[:4], "little") % self._dimensions, (
-            1.0 if digest[4] & 1 else -1.0)
+            1.0 if digest[4] & 1 else -1.0
+        )
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         texts = list(texts)
@@ -88,20 +89,42 @@ class MemoryCollection:
 
     # -- writes --------------------------------------------------------------------
 
-    def upsert(self, ids: Sequence[str], embeddings: Any = None, documents: Any = None,
-               metadatas: Any = None) -> None:
+    def upsert(
+        self,
+        ids: Sequence[str],
+        embeddings: Any = None,
+        documents: Any = None,
+        metadatas: Any = None,
+    ) -> None:
         self._write(ids, embeddings, documents, metadatas, require_existing=False)
 
-    def add(self, ids: Sequence[str], embeddings: Any = None, documents: Any = None,
-            metadatas: Any = None) -> None:
+    def add(
+        self,
+        ids: Sequence[str],
+        embeddings: Any = None,
+        documents: Any = None,
+        metadatas: Any = None,
+    ) -> None:
         self._write(ids, embeddings, documents, metadatas, require_existing=False)
 
-    def update(self, ids: Sequence[str], embeddings: Any = None, documents: Any = None,
-               metadatas: Any = None) -> None:
+    def update(
+        self,
+        ids: Sequence[str],
+        embeddings: Any = None,
+        documents: Any = None,
+        metadatas: Any = None,
+    ) -> None:
         self._write(ids, embeddings, documents, metadatas, require_existing=True)
 
-    def _write(self, ids: Sequence[str], embeddings: Any, documents: Any, metadatas: Any, *,
-               require_existing: bool) -> None:
+    def _write(
+        self,
+        ids: Sequence[str],
+        embeddings: Any,
+        documents: Any,
+        metadatas: Any,
+        *,
+        require_existing: bool,
+    ) -> None:
         with self._lock:
             for i, doc_id in enumerate(ids):
                 old = self._rows.get(doc_id)
@@ -126,8 +149,12 @@ class MemoryCollection:
             for doc_id in self._select(ids, where):
                 self._rows.pop(doc_id, None)
 
-    def modify(self, name: str | None = None, metadata: dict | None = None,
-               configuration: dict | None = None) -> None:
+    def modify(
+        self,
+        name: str | None = None,
+        metadata: dict | None = None,
+        configuration: dict | None = None,
+    ) -> None:
         if metadata is not None:
             self.metadata = dict(metadata)
 
@@ -146,11 +173,16 @@ class MemoryCollection:
             explicit = _normal(where)
             return [i for i in chosen if matches(explicit, self._rows[i][2])]
 
-    def get(self, ids: Sequence[str] | None = None, where: dict | None = None,
-            limit: int | None = None, offset: int | None = None,
-            include: Sequence[str] = ("documents", "metadatas")) -> dict[str, Any]:
+    def get(
+        self,
+        ids: Sequence[str] | None = None,
+        where: dict | None = None,
+        limit: int | None = None,
+        offset: int | None = None,
+        include: Sequence[str] = ("documents", "metadatas"),
+    ) -> dict[str, Any]:
         with self._lock:
-            chosen = self._select(ids, where)[offset or 0:]
+            chosen = self._select(ids, where)[offset or 0 :]
             if limit is not None:
                 chosen = chosen[:limit]
             return self._shape(chosen, include)
@@ -165,9 +197,14 @@ class MemoryCollection:
             "include": list(include),
         }
 
-    def query(self, query_embeddings: Any, n_results: int = 10, where: dict | None = None,
-              ids: Sequence[str] | None = None,
-              include: Sequence[str] = ("documents", "metadatas", "distances")) -> dict[str, Any]:
+    def query(
+        self,
+        query_embeddings: Any,
+        n_results: int = 10,
+        where: dict | None = None,
+        ids: Sequence[str] | None = None,
+        include: Sequence[str] = ("documents", "metadatas", "distances"),
+    ) -> dict[str, Any]:
         with self._lock:
             if ids is not None and any(i not in self._rows for i in ids):
                 raise NotFoundError("an id of the query is not in the collection")
@@ -176,8 +213,11 @@ class MemoryCollection:
             for vector in query_embeddings:
                 if chosen:
                     matrix = np.asarray([self._rows[i][0] for i in chosen], dtype=np.float32)
-                    dist = vector_distances(matrix, np.asarray(vector, dtype=np.float32),
-                                            self.configuration["hnsw"]["space"])
+                    dist = vector_distances(
+                        matrix,
+                        np.asarray(vector, dtype=np.float32),
+                        self.configuration["hnsw"]["space"],
+                    )
                     order = list(np.argsort(dist, kind="stable")[:n_results])
                 else:
                     dist, order = np.zeros(0), []
@@ -213,9 +253,13 @@ class MemoryClient:
         except KeyError:
             raise NotFoundError(f"Collection [{name}] does not exist") from None
 
-    def get_or_create_collection(self, name: str, configuration: dict | None = None,
-                                 metadata: dict | None = None,
-                                 embedding_function: Any = None) -> MemoryCollection:
+    def get_or_create_collection(
+        self,
+        name: str,
+        configuration: dict | None = None,
+        metadata: dict | None = None,
+        embedding_function: Any = None,
+    ) -> MemoryCollection:
         with self._lock:
             if name not in self._collections:
                 self._collections[name] = MemoryCollection(name, metadata, configuration)

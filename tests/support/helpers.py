@@ -33,8 +33,9 @@ GIT_ENV = {
 
 def git(cwd: Path, *args: str) -> str:
     env = {**os.environ, **GIT_ENV}
-    out = subprocess.run(["git", *args], cwd=cwd, env=env, check=True,
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        ["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True
+    )
     return out.stdout.strip()
 
 

@@ -28,8 +28,8 @@ import pytest
 from hetriever.core.config import Settings
 from hetriever.discover.changes import head_commit, list_content_files, site_at
 from hetriever.discover.git_objects import read_content_files
-from hetriever.index.process import IncludeResolver, safe_process_text
 from hetriever.discover.repositories import Repository
+from hetriever.index.process import IncludeResolver, safe_process_text
 
 MARK = "HETRIEVER-PAGE|"
 _SHORTCODE = re.compile(r"\{\{[<%]\s*(?!/\*)/?\s*([\w./-]+)")
@@ -53,7 +53,8 @@ def _stub_theme(site: Path, theme_root: Path) -> None:
     layouts = theme_root / "oracle" / "layouts"
     (layouts / "_shortcodes").mkdir(parents=True, exist_ok=True)
     (layouts / "all.html").write_text(
-        "{{ with .File }}" + MARK + "{{ .Filename }}|{{ $.RelPermalink }}{{ end }}")
+        "{{ with .File }}" + MARK + "{{ .Filename }}|{{ $.RelPermalink }}{{ end }}"
+    )
     names, paired = set(), set()
     for path in site.rglob("*.md"):
         text = path.read_text(encoding="utf-8", errors="replace")
@@ -70,9 +71,21 @@ def _stub_theme(site: Path, theme_root: Path) -> None:
 def _run(args: list[str], site: Path, themes: Path) -> str:
     # The theme through the environment: `hugo list` takes no --theme flag.
     env = {**os.environ, "HUGO_THEME": "oracle", "HUGO_THEMESDIR": str(themes)}
-    done = subprocess.run([str(hugo_binary()), *args, "--source", str(site),
-                           "--noBuildLock", "--ignoreVendorPaths", "**"],
-                          capture_output=True, text=True, timeout=300, env=env)
+    done = subprocess.run(
+        [
+            str(hugo_binary()),
+            *args,
+            "--source",
+            str(site),
+            "--noBuildLock",
+            "--ignoreVendorPaths",
+            "**",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     if done.returncode != 0:
         output = (done.stderr + done.stdout)[-3000:]
         raise AssertionError(f"hugo {' '.join(args)} failed:\n{output}")
@@ -85,13 +98,16 @@ def hugo_pages(site: Path, work: Path, clock: str = "") -> dict[str, str]:
     themes, out = work / "themes", work / "public"
     shutil.rmtree(out, ignore_errors=True)
     _stub_theme(site, themes)
-    _run(["--logLevel", "error", "--destination", str(out), *(["--clock", clock] if clock else [])],
-         site, themes)
+    _run(
+        ["--logLevel", "error", "--destination", str(out), *(["--clock", clock] if clock else [])],
+        site,
+        themes,
+    )
     pages: dict[str, str] = {}
     for html in out.rglob("*.html"):
         text = html.read_text(encoding="utf-8", errors="replace")
         if text.startswith(MARK):
-            filename, _, url = text[len(MARK):].strip().partition("|")
+            filename, _, url = text[len(MARK) :].strip().partition("|")
             pages[str(Path(filename).resolve().relative_to(site.resolve()))] = url
     return pages
 
@@ -114,23 +130,31 @@ class HetrieverPages:
     def aliased_over(self) -> dict[str, str]:
         """Pages whose URL another page claims as an alias ({page: that page}): Hugo writes
         aliases after pages, so the redirect replaces the page at that URL."""
-        claimed = {("/" + a.strip("/") + "/").replace("//", "/"): path
-                   for path, aliases in self.aliases.items() for a in aliases
-                   if a.startswith("/")}
-        return {path: claimed[url] for path, url in self.pages.items()
-                if url in claimed and claimed[url] != path}
+        claimed = {
+            ("/" + a.strip("/") + "/").replace("//", "/"): path
+            for path, aliases in self.aliases.items()
+            for a in aliases
+            if a.startswith("/")
+        }
+        return {
+            path: claimed[url]
+            for path, url in self.pages.items()
+            if url in claimed and claimed[url] != path
+        }
 
 
-def hetriever_pages(repo_dir: Path, settings: Settings, *, name: str = "site",
-                    now: dt.datetime | None = None) -> HetrieverPages:
+def hetriever_pages(
+    repo_dir: Path, settings: Settings, *, name: str = "site", now: dt.datetime | None = None
+) -> HetrieverPages:
     """What a full ingest of the repository's HEAD indexes: each file's URL, or why not."""
     repo = Repository(name=name, path=repo_dir)
     commit = head_commit(repo)
     repo = dataclasses.replace(repo, site=site_at(repo, commit))
     resolver = IncludeResolver(repo, commit, settings, now=now)
     found = HetrieverPages({}, {}, {}, {})
-    for path, text in read_content_files(repo, list_content_files(repo, commit), commit,
-                                         max_bytes=settings.max_file_bytes):
+    for path, text in read_content_files(
+        repo, list_content_files(repo, commit), commit, max_bytes=settings.max_file_bytes
+    ):
         if isinstance(text, Exception):
             found.skipped[path] = str(text)
             continue
@@ -141,7 +165,6 @@ def hetriever_pages(repo_dir: Path, settings: Settings, *, name: str = "site",
             found.pages[path] = str(outcome.chunks[0].metadata["url"])
             found.texts[path] = "\n".join(c.text for c in outcome.chunks)
             aliases = outcome.chunks[0].metadata.get("aliases")
-            found.aliases[path] = [str(a) for a in aliases] if isinstance(aliases, list) \
-                else []
+            found.aliases[path] = [str(a) for a in aliases] if isinstance(aliases, list) else []
     resolver.close()
     return found

@@ -68,8 +68,8 @@ def ingest_deployment(prefect_work_pool: str) -> str:
     os.chdir(REPO_ROOT)  # the entrypoint is recorded relative to the working directory
     try:
         deployment = RunnerDeployment.from_entrypoint(
-            "flows/ingest.py:ingest", name=INGEST_TEST_DEPLOYMENT,
-            work_pool_name=prefect_work_pool)
+            "flows/ingest.py:ingest", name=INGEST_TEST_DEPLOYMENT, work_pool_name=prefect_work_pool
+        )
         deployment.apply()
     finally:
         os.chdir(cwd)

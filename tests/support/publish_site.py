@@ -39,8 +39,10 @@ FILES = {
     "content/opts/local.md": page("Local", "build:\n  list: local\n"),
     # a glossary: terms never rendered, shown on their section's page
     "content/glossary/_index.md": page(
-        "Glossary", "build:\n  render: always\ncascade:\n  build:\n    render: never\n"
-        "    list: local\n", "{{% glossary %}}"),
+        "Glossary",
+        "build:\n  render: always\ncascade:\n  build:\n    render: never\n    list: local\n",
+        "{{% glossary %}}",
+    ),
     "content/glossary/bundle.md": page("bundle", body="A directory of files."),
     "content/glossary/kind.md": page("kind", body="What sort of page it is."),
     "content/glossary/own.md": page("own", "build:\n  list: always\n", body="Rendered."),
@@ -52,13 +54,16 @@ FILES = {
     "content/a/b/_index.md": page("B", "cascade:\n  build:\n    render: always\n"),
     "content/a/b/p.md": page("B page"),
     "content/a/b/c/p.md": page("C page"),
-    "content/t/_index.md": page("T", "cascade:\n"
-                                "  - build:\n      render: never\n"
-                                "    target:\n      path: '{/t/x/**,/t/z}'\n      kind: page\n"
-                                "  - headless: true\n    _target:\n      kind: section\n"
-                                "      path: /t/y\n"
-                                "  - draft: true\n    target:\n      sites:\n        matrix:\n"
-                                "          languages: [fr]\n"),
+    "content/t/_index.md": page(
+        "T",
+        "cascade:\n"
+        "  - build:\n      render: never\n"
+        "    target:\n      path: '{/t/x/**,/t/z}'\n      kind: page\n"
+        "  - headless: true\n    _target:\n      kind: section\n"
+        "      path: /t/y\n"
+        "  - draft: true\n    target:\n      sites:\n        matrix:\n"
+        "          languages: [fr]\n",
+    ),
     "content/t/p.md": page("T page"),
     "content/t/p.fr.md": page("Page T"),
     "content/t/u.fr.md": page("Page U"),

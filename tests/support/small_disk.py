@@ -16,9 +16,13 @@ import pytest
 def small_tmpfs(mount: Path, size: str) -> Iterator[Path]:
     """A tmpfs of `size` (as mount's `size=` reads it: "1m", "12m") at `mount`, unmounted after."""
     mount.mkdir(parents=True, exist_ok=True)
-    if os.geteuid() != 0 or subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)],
-            capture_output=True).returncode != 0:
+    if (
+        os.geteuid() != 0
+        or subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)], capture_output=True
+        ).returncode
+        != 0
+    ):
         pytest.skip("needs root to mount a small tmpfs")
     try:
         yield mount

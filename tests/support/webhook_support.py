@@ -30,8 +30,14 @@ def closed_port() -> int:
 
 
 def webhook_config(state_dir: Path, api_url: str, **changes) -> WebhookConfig:
-    base = dict(secret=SECRET, prefect_api_url=api_url, repos=parse_repo_routes(REPOS),
-                state_dir=state_dir, max_body=64 * 1024, prefect_timeout=20.0)
+    base = dict(
+        secret=SECRET,
+        prefect_api_url=api_url,
+        repos=parse_repo_routes(REPOS),
+        state_dir=state_dir,
+        max_body=64 * 1024,
+        prefect_timeout=20.0,
+    )
     return WebhookConfig(**{**base, **changes})
 
 
@@ -41,8 +47,7 @@ def running(config: WebhookConfig) -> Iterator[str]:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(config), log_level="warning",
-                                           lifespan="on"))
+    server = uvicorn.Server(uvicorn.Config(create_app(config), log_level="warning", lifespan="on"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     while not server.started:
@@ -57,8 +62,12 @@ def running(config: WebhookConfig) -> Iterator[str]:
         sock.close()
 
 
-def push_payload(full_name: str = "gohugoio/hugoDocs", branch: str = "master",
-                 default_branch: str = "master", after: str = SHA) -> dict:
+def push_payload(
+    full_name: str = "gohugoio/hugoDocs",
+    branch: str = "master",
+    default_branch: str = "master",
+    after: str = SHA,
+) -> dict:
     return {
         "ref": f"refs/heads/{branch}",
         "before": "f" * 40,
@@ -73,12 +82,24 @@ def push_payload(full_name: str = "gohugoio/hugoDocs", branch: str = "master",
     }
 
 
-def send(base: str, payload: object = None, *, event: str = "push", delivery: str | None = None,
-         secret: str | None = SECRET, raw: bytes | None = None, signature: str | None = None,
-         content_type: str = "application/json", headers: dict | None = None) -> httpx.Response:
+def send(
+    base: str,
+    payload: object = None,
+    *,
+    event: str = "push",
+    delivery: str | None = None,
+    secret: str | None = SECRET,
+    raw: bytes | None = None,
+    signature: str | None = None,
+    content_type: str = "application/json",
+    headers: dict | None = None,
+) -> httpx.Response:
     body = raw if raw is not None else json.dumps(payload).encode()
-    hdrs = {"Content-Type": content_type, "X-GitHub-Event": event,
-            "X-GitHub-Delivery": delivery or str(uuid.uuid4())}
+    hdrs = {
+        "Content-Type": content_type,
+        "X-GitHub-Event": event,
+        "X-GitHub-Delivery": delivery or str(uuid.uuid4()),
+    }
     if signature is not None:
         hdrs["X-Hub-Signature-256"] = signature
     elif secret is not None:

@@ -17,17 +17,8 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-import uvicorn
 
 from hetriever.core.errors import ConfigurationError
-from webhooks.deliveries import DeliveryStore
-from webhooks.service import (
-    RepoRoute,
-    WebhookConfig,
-    normalise_github_repo,
-    parse_repo_routes,
-    signature_for,
-)
 from tests.support.helpers import REPO_ROOT
 from tests.support.webhook_support import (
     REPOS,
@@ -39,6 +30,14 @@ from tests.support.webhook_support import (
     running,
     send,
     webhook_config,
+)
+from webhooks.deliveries import DeliveryStore
+from webhooks.service import (
+    RepoRoute,
+    WebhookConfig,
+    normalise_github_repo,
+    parse_repo_routes,
+    signature_for,
 )
 
 # --- without Prefect ---------------------------------------------------------------------
@@ -69,8 +68,9 @@ def test_forged_signature_is_401(offline_app):
     other = signature_for(SECRET, body + b" ")
     assert send(offline_app, raw=body, signature=other).status_code == 401
     assert send(offline_app, raw=body, signature="sha256=nothex").status_code == 401
-    assert send(offline_app, raw=body, signature=other.replace("sha256=", "sha1=")
-                ).status_code == 401
+    assert (
+        send(offline_app, raw=body, signature=other.replace("sha256=", "sha1=")).status_code == 401
+    )
 
 
 def test_wrong_secret_is_401(offline_app):
@@ -93,10 +93,17 @@ def test_oversized_by_streamed_size_is_413(offline_app):
         for _ in range(80):
             yield b" " * 1024
 
-    resp = httpx.post(f"{offline_app}/webhook", content=chunks(), timeout=30,
-                      headers={"Content-Type": "application/json", "X-GitHub-Event": "push",
-                               "X-GitHub-Delivery": str(uuid.uuid4()),
-                               "X-Hub-Signature-256": "sha256=" + "0" * 64})
+    resp = httpx.post(
+        f"{offline_app}/webhook",
+        content=chunks(),
+        timeout=30,
+        headers={
+            "Content-Type": "application/json",
+            "X-GitHub-Event": "push",
+            "X-GitHub-Delivery": str(uuid.uuid4()),
+            "X-Hub-Signature-256": "sha256=" + "0" * 64,
+        },
+    )
     assert resp.status_code == 413
     assert "over the 65536-byte limit" in resp.json()["error"]
 
@@ -138,11 +145,17 @@ def test_unknown_repository_is_ignored(offline_app):
 def test_other_branch_is_ignored(offline_app):
     resp = send(offline_app, push_payload(branch="feature/x"))
     assert resp.status_code == 202
-    assert resp.json() == {"status": "ignored",
-                           "reason": "push to branch 'feature/x', not 'master'"}
+    assert resp.json() == {
+        "status": "ignored",
+        "reason": "push to branch 'feature/x', not 'master'",
+    }
     # A configured branch wins over the default branch.
-    resp = send(offline_app, push_payload(full_name="open-telemetry/opentelemetry.io",
-                                          branch="main", default_branch="main"))
+    resp = send(
+        offline_app,
+        push_payload(
+            full_name="open-telemetry/opentelemetry.io", branch="main", default_branch="main"
+        ),
+    )
     assert resp.status_code == 202 and "not 'release'" in resp.json()["reason"]
 
 
@@ -157,27 +170,40 @@ def test_tags_and_branch_deletions_are_ignored(offline_app):
 
 
 def test_config_from_env(tmp_path):
-    env = {"HETRIEVER_WEBHOOK_SECRET": SECRET, "HETRIEVER_WEBHOOK_REPOS": REPOS,
-           "HETRIEVER_WEBHOOK_MAX_BODY": "2048", "HETRIEVER_STATE_DIR": str(tmp_path),
-           "PREFECT_API_URL": "http://127.0.0.1:4200/api"}
+    env = {
+        "HETRIEVER_WEBHOOK_SECRET": SECRET,
+        "HETRIEVER_WEBHOOK_REPOS": REPOS,
+        "HETRIEVER_WEBHOOK_MAX_BODY": "2048",
+        "HETRIEVER_STATE_DIR": str(tmp_path),
+        "PREFECT_API_URL": "http://127.0.0.1:4200/api",
+    }
     config = WebhookConfig.from_env(env)
-    assert config.repos == {"gohugoio/hugodocs": RepoRoute("hugo-docs"),
-                            "open-telemetry/opentelemetry.io":
-                                RepoRoute("opentelemetry-io", branch="release")}
+    assert config.repos == {
+        "gohugoio/hugodocs": RepoRoute("hugo-docs"),
+        "open-telemetry/opentelemetry.io": RepoRoute("opentelemetry-io", branch="release"),
+    }
     assert (config.max_body, config.deployment, config.state_dir) == (
-        2048, "ingest/scheduled", tmp_path)
+        2048,
+        "ingest/scheduled",
+        tmp_path,
+    )
     assert SECRET not in repr(config)
     assert config.catalog_timeout == 1.0
-    assert WebhookConfig.from_env({**env, "HETRIEVER_WEBHOOK_CATALOG_TIMEOUT": "2.5"}
-                                  ).catalog_timeout == 2.5
+    assert (
+        WebhookConfig.from_env({**env, "HETRIEVER_WEBHOOK_CATALOG_TIMEOUT": "2.5"}).catalog_timeout
+        == 2.5
+    )
     with pytest.raises(ConfigurationError, match="CATALOG_TIMEOUT"):  # past GitHub's 10 s
         WebhookConfig.from_env({**env, "HETRIEVER_WEBHOOK_CATALOG_TIMEOUT": "30"})
 
 
 def test_config_reads_the_secret_from_a_file(tmp_path):
     (tmp_path / "secret").write_text(SECRET + "\n")
-    env = {"HETRIEVER_WEBHOOK_SECRET_FILE": str(tmp_path / "secret"),
-           "PREFECT_API_URL": "http://127.0.0.1:4200/api", "HETRIEVER_STATE_DIR": str(tmp_path)}
+    env = {
+        "HETRIEVER_WEBHOOK_SECRET_FILE": str(tmp_path / "secret"),
+        "PREFECT_API_URL": "http://127.0.0.1:4200/api",
+        "HETRIEVER_STATE_DIR": str(tmp_path),
+    }
     assert WebhookConfig.from_env(env).secret == SECRET
     with pytest.raises(ConfigurationError, match="cannot be read"):
         WebhookConfig.from_env({**env, "HETRIEVER_WEBHOOK_SECRET_FILE": str(tmp_path / "no")})
@@ -190,24 +216,31 @@ def test_config_needs_a_long_secret(secret):
         WebhookConfig.from_env(env)
 
 
-@pytest.mark.parametrize("raw", ["hugo-docs", "gohugoio/hugoDocs=ab", "justname=abc",
-                                 "gohugoio/hugoDocs=..."])
+@pytest.mark.parametrize(
+    "raw", ["hugo-docs", "gohugoio/hugoDocs=ab", "justname=abc", "gohugoio/hugoDocs=..."]
+)
 def test_config_rejects_bad_repo_maps(raw):
     with pytest.raises(ConfigurationError, match="owner/name=docs-repo-name"):
         parse_repo_routes(raw)
 
 
 def test_a_route_may_name_the_submodule_directory():
-    routes = parse_repo_routes("open-telemetry/opentelemetry.io=opentelemetry.io@main,"
-                               "gohugoio/hugoDocs=hugoDocs")
+    routes = parse_repo_routes(
+        "open-telemetry/opentelemetry.io=opentelemetry.io@main,gohugoio/hugoDocs=hugoDocs"
+    )
     assert routes["open-telemetry/opentelemetry.io"].docs_name == "opentelemetry-io"
     assert routes["open-telemetry/opentelemetry.io"].branch == "main"
     assert routes["gohugoio/hugodocs"].docs_name == "hugodocs"
 
 
 def test_github_repo_names_normalise():
-    for form in ("Owner/Name", "https://github.com/Owner/Name.git", "git@github.com:owner/name",
-                 "ssh://git@github.com/owner/Name.git", "https://github.com/owner/name/"):
+    for form in (
+        "Owner/Name",
+        "https://github.com/Owner/Name.git",
+        "git@github.com:owner/name",
+        "ssh://git@github.com/owner/Name.git",
+        "https://github.com/owner/name/",
+    ):
         assert normalise_github_repo(form) == "owner/name"
 
 
@@ -246,8 +279,10 @@ def test_delivery_store_knows_a_body_under_another_id(tmp_path):
 
     old = tmp_path / "old.sqlite3"
     with sqlite3.connect(old) as conn:
-        conn.execute("CREATE TABLE webhook_deliveries (delivery_id TEXT PRIMARY KEY, "
-                     "received_at REAL NOT NULL, repository TEXT NOT NULL, flow_run_id TEXT)")
+        conn.execute(
+            "CREATE TABLE webhook_deliveries (delivery_id TEXT PRIMARY KEY, "
+            "received_at REAL NOT NULL, repository TEXT NOT NULL, flow_run_id TEXT)"
+        )
         conn.execute("INSERT INTO webhook_deliveries VALUES ('x', 1e10, 'hugo-docs', 'run-x')")
     reopened = DeliveryStore(old)
     assert not reopened.claim("x", "hugo-docs", "digest-x")
@@ -260,7 +295,9 @@ def test_delivery_store_knows_a_body_under_another_id(tmp_path):
 
 @pytest.mark.prefect
 def test_good_push_starts_an_ingest_run_once(prefect_harness, ingest_deployment, tmp_path):
-    config = webhook_config(tmp_path / "state", prefect_harness.api_url, deployment=ingest_deployment)
+    config = webhook_config(
+        tmp_path / "state", prefect_harness.api_url, deployment=ingest_deployment
+    )
     delivery = str(uuid.uuid4())
     with running(config) as base:
         resp = send(base, push_payload(), delivery=delivery)
@@ -302,8 +339,11 @@ def _assert_one_run_for(deployment: str, flow_run_id: str) -> None:
     with get_client(sync_client=True) as client:
         dep = client.read_deployment_by_name(deployment)
         ours = client.read_flow_run(uuid.UUID(flow_run_id)).idempotency_key
-        runs = [r for r in client.read_flow_runs(limit=200)
-                if r.deployment_id == dep.id and r.idempotency_key == ours]
+        runs = [
+            r
+            for r in client.read_flow_runs(limit=200)
+            if r.deployment_id == dep.id and r.idempotency_key == ours
+        ]
     assert [str(r.id) for r in runs] == [flow_run_id]
 
 
@@ -321,9 +361,22 @@ def test_missing_deployment_is_503_and_not_recorded(prefect_harness, tmp_path):
 
 def _start_service(port: int, env: dict[str, str]) -> subprocess.Popen:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "hetriever.cli", "serve-webhook", "--host", "127.0.0.1",
-         "--port", str(port)],
-        cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        [
+            sys.executable,
+            "-m",
+            "hetriever.cli",
+            "serve-webhook",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -341,10 +394,15 @@ def _start_service(port: int, env: dict[str, str]) -> subprocess.Popen:
 def test_prefect_down_is_503_and_redelivery_works(prefect_harness, ingest_deployment, tmp_path):
     state = tmp_path / "state"
     port = closed_port()
-    env = {**os.environ, "HETRIEVER_WEBHOOK_SECRET": SECRET, "HETRIEVER_WEBHOOK_REPOS": REPOS,
-           "HETRIEVER_WEBHOOK_DEPLOYMENT": ingest_deployment, "HETRIEVER_STATE_DIR": str(state),
-           "PREFECT_API_URL": f"http://127.0.0.1:{closed_port()}/api",
-           "HETRIEVER_LOG_FORMAT": "json"}
+    env = {
+        **os.environ,
+        "HETRIEVER_WEBHOOK_SECRET": SECRET,
+        "HETRIEVER_WEBHOOK_REPOS": REPOS,
+        "HETRIEVER_WEBHOOK_DEPLOYMENT": ingest_deployment,
+        "HETRIEVER_STATE_DIR": str(state),
+        "PREFECT_API_URL": f"http://127.0.0.1:{closed_port()}/api",
+        "HETRIEVER_LOG_FORMAT": "json",
+    }
     proc = _start_service(port, env)
     delivery = str(uuid.uuid4())
     after = "89abcdef" * 5
@@ -353,8 +411,12 @@ def test_prefect_down_is_503_and_redelivery_works(prefect_harness, ingest_deploy
         assert resp.status_code == 503
         assert "unreachable" in resp.json()["error"]
         # Still 503, not "duplicate": the failed delivery was not recorded.
-        assert send(f"http://127.0.0.1:{port}", push_payload(after=after),
-                    delivery=delivery).status_code == 503
+        assert (
+            send(
+                f"http://127.0.0.1:{port}", push_payload(after=after), delivery=delivery
+            ).status_code
+            == 503
+        )
     finally:
         proc.terminate()
         output, _ = proc.communicate(timeout=20)
@@ -362,7 +424,9 @@ def test_prefect_down_is_503_and_redelivery_works(prefect_harness, ingest_deploy
     assert delivery in output  # the outcome was logged, by delivery id
 
     # GitHub's redelivery, once Prefect is back, starts the run.
-    with running(webhook_config(state, prefect_harness.api_url, deployment=ingest_deployment)) as base:
+    with running(
+        webhook_config(state, prefect_harness.api_url, deployment=ingest_deployment)
+    ) as base:
         resp = send(base, push_payload(after=after), delivery=delivery)
     assert resp.status_code == 202, resp.text
     assert read_flow_run(resp.json()["flow_run_id"]).parameters["ref"] == "refs/heads/master"
@@ -380,18 +444,28 @@ conn.execute("COMMIT")
 
 @pytest.mark.prefect
 def test_a_push_while_another_process_writes_the_catalog_is_queued_and_started_after(
-        prefect_harness, ingest_deployment, tmp_path):
+    prefect_harness, ingest_deployment, tmp_path
+):
     from hetriever.store.catalog import Catalog
 
     state = tmp_path / "state"
     Catalog.for_state_dir(state).close()  # the catalog an ingest made
     port = closed_port()
-    env = {**os.environ, "HETRIEVER_WEBHOOK_SECRET": SECRET, "HETRIEVER_WEBHOOK_REPOS": REPOS,
-           "HETRIEVER_WEBHOOK_DEPLOYMENT": ingest_deployment, "HETRIEVER_STATE_DIR": str(state),
-           "PREFECT_API_URL": prefect_harness.api_url, "HETRIEVER_LOG_FORMAT": "json"}
-    holder = subprocess.Popen([sys.executable, "-c", HOLD_THE_CATALOG,
-                               str(state / "catalog.sqlite")], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
+    env = {
+        **os.environ,
+        "HETRIEVER_WEBHOOK_SECRET": SECRET,
+        "HETRIEVER_WEBHOOK_REPOS": REPOS,
+        "HETRIEVER_WEBHOOK_DEPLOYMENT": ingest_deployment,
+        "HETRIEVER_STATE_DIR": str(state),
+        "PREFECT_API_URL": prefect_harness.api_url,
+        "HETRIEVER_LOG_FORMAT": "json",
+    }
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_THE_CATALOG, str(state / "catalog.sqlite")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     proc = None
     try:
         assert holder.stdout.readline().strip() == "locked"
@@ -436,11 +510,15 @@ def test_a_queued_push_waits_while_prefect_is_down_and_keeps_no_claim(tmp_path):
 
     state = tmp_path / "state"
     Catalog.for_state_dir(state).close()
-    holder = subprocess.Popen([sys.executable, "-c", HOLD_THE_CATALOG,
-                               str(state / "catalog.sqlite")], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
-    config = webhook_config(state, f"http://127.0.0.1:{closed_port()}/api", prefect_timeout=2.0,
-                     queue_interval=0.2)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_THE_CATALOG, str(state / "catalog.sqlite")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    config = webhook_config(
+        state, f"http://127.0.0.1:{closed_port()}/api", prefect_timeout=2.0, queue_interval=0.2
+    )
     delivery = str(uuid.uuid4())
     try:
         assert holder.stdout.readline().strip() == "locked"

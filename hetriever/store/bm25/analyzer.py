@@ -26,7 +26,8 @@ _JOINERS = re.compile(r"[._-]")
 # "URLs" -> URL, s (an acronym ends before a capitalised word of two or more letters).
 _PIECES = re.compile(r"[A-Z]+(?=[A-Z][a-z]{2,})|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
 
-ENGLISH_STOPWORDS = frozenset("""
+ENGLISH_STOPWORDS = frozenset(
+    """
 a about above after again against all am an and any are as at be because been before being
 below between both but by can could did do does doing don down during each either etc few for
 from further had has have having he her here hers herself him himself his how i if in into is
@@ -35,7 +36,8 @@ or other our ours ourselves out over own same shall she should so some such than
 theirs them themselves then there these they this those through to too under until up very was
 we were what when where which while who whom why will with would you your yours yourself
 yourselves e.g i.e also via
-""".split())
+""".split()
+)
 # English stopwords that name Hugo template functions and methods: collections.Where (`where`),
 # collections.In, collections.After, time.Now, the go-template `and`, `or`, `not`, `if`,
 # `with`, time.Time's `.Before`/`.After`. People search for a function by its name ("where
@@ -58,8 +60,10 @@ TOKENIZER_VERSION = "4"  # 3: CJK runs as character bigrams; 4: TEMPLATE_NAMES k
 # match. CJK runs become overlapping character bigrams (a lone character stays a unigram),
 # the usual analyzer when no dictionary segmenter is at hand (Lucene's CJKBigramFilter);
 # measured on ja/zh title queries in bench/README.md.
-_CJK = re.compile(r"[\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
-                  r"\uac00-\ud7af\uff66-\uff9f]+")
+_CJK = re.compile(
+    r"[\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+    r"\uac00-\ud7af\uff66-\uff9f]+"
+)
 
 _stemmer = Stemmer.Stemmer("english")
 _STEMS: dict[str, str] = {}
@@ -94,7 +98,7 @@ def _words(text: str) -> Iterator[str]:
         at = 0
         for run in _CJK.finditer(word):
             if run.start() > at:
-                yield from _WORD.findall(word[at:run.start()])
+                yield from _WORD.findall(word[at : run.start()])
             yield run.group()
             at = run.end()
         if at < len(word):
@@ -126,7 +130,7 @@ def tokenize(text: str, *, stem: bool | None = None) -> list[str]:
             if len(word) == 1:
                 append(word)
             else:
-                out.extend(word[i:i + 2] for i in range(len(word) - 1))
+                out.extend(word[i : i + 2] for i in range(len(word) - 1))
             continue
         if "." in word or "_" in word or "-" in word:
             lower = word.lower()

@@ -24,16 +24,27 @@ import json
 import math
 import sqlite3
 import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
+from hetriever.core.errors import (
+    DerivedIndexError,
+    IndexingError,
+    InvalidLimitError,
+    KnowledgeStoreError,
+)
+from hetriever.core.logs import get_logger
+from hetriever.core.sqlite_files import connect, in_batches, read_meta
 from hetriever.store.bm25.analyzer import (  # noqa: F401  (STEM_DEFAULT, STOPWORDS re-exported)
     STEM_DEFAULT,
     STOPWORDS,
     TOKENIZER_VERSION,
     tokenize,
 )
+from hetriever.store.bm25.memory import _State, equality_matcher
+from hetriever.store.bm25.phrases import PHRASE_CANDIDATES, PHRASE_WEIGHT, with_phrases
 from hetriever.store.bm25.sqlite_file import (  # noqa: F401  (SCHEMA_VERSION re-exported)
     FILE_INDEX,
     FILE_PATH,
@@ -46,17 +57,7 @@ from hetriever.store.bm25.sqlite_file import (  # noqa: F401  (SCHEMA_VERSION re
     log_commit,
     set_tokenizer,
 )
-from hetriever.store.bm25.memory import _State, equality_matcher
-from hetriever.core.errors import (
-    DerivedIndexError,
-    IndexingError,
-    InvalidLimitError,
-    KnowledgeStoreError,
-)
 from hetriever.store.filters import matches, only_equalities, validate_filter
-from hetriever.core.logs import get_logger
-from hetriever.store.bm25.phrases import PHRASE_CANDIDATES, PHRASE_WEIGHT, with_phrases
-from hetriever.core.sqlite_files import connect, in_batches, read_meta
 
 log = get_logger(__name__)
 
@@ -89,7 +90,6 @@ class CorpusStats:
         return math.log(1.0 + (self.documents - df + 0.5) / (df + 0.5))
 
 
-
 class BM25Index:
     """One collection's BM25 index, persisted in the SQLite file at `path`.
 
@@ -98,11 +98,14 @@ class BM25Index:
     `ids_where()` and `delete_where()` see its uncommitted writes; `search()` committed state.
     """
 
-    def __init__(self, path: Path, *, k1: float = 1.2, b: float = 0.75,
-                 phrase_weight: float = PHRASE_WEIGHT):
+    def __init__(
+        self, path: Path, *, k1: float = 1.2, b: float = 0.75, phrase_weight: float = PHRASE_WEIGHT
+    ):
         if k1 < 0 or not 0.0 <= b <= 1.0 or phrase_weight < 0:
-            raise KnowledgeStoreError(f"invalid BM25 parameters {k1=}, {b=}, {phrase_weight=}",
-                                      hint="use k1 >= 0, 0 <= b <= 1 and phrase_weight >= 0")
+            raise KnowledgeStoreError(
+                f"invalid BM25 parameters {k1=}, {b=}, {phrase_weight=}",
+                hint="use k1 >= 0, 0 <= b <= 1 and phrase_weight >= 0",
+            )
         self.path = Path(path)
         self.k1 = float(k1)
         self.b = float(b)
@@ -129,19 +132,23 @@ class BM25Index:
                     conn.close()
             self._closed = True
             if isinstance(exc, sqlite3.OperationalError) and "unable to open" in str(exc):
-                raise KnowledgeStoreError(f"cannot open BM25 index {self.path}: {exc}",
-                                          hint="check the state directory is writable") from None
-            raise DerivedIndexError(f"the BM25 index file {self.path} is damaged ({exc})",
-                                    hint="searches run dense-only; the next `hetriever ingest` "
-                                         "rebuilds it from Chroma") from None
+                raise KnowledgeStoreError(
+                    f"cannot open BM25 index {self.path}: {exc}",
+                    hint="check the state directory is writable",
+                ) from None
+            raise DerivedIndexError(
+                f"the BM25 index file {self.path} is damaged ({exc})",
+                hint="searches run dense-only; the next `hetriever ingest` rebuilds it from Chroma",
+            ) from None
 
     # -- connection and schema --
 
     def _init_schema(self) -> None:
         with self._lock:
             # Already set up: a plain read, so opening never waits for a writer's transaction.
-            stored = (existing_tokenizer(self._rconn)
-                      or create_schema(self._wconn, self._tokenizer_id()))
+            stored = existing_tokenizer(self._rconn) or create_schema(
+                self._wconn, self._tokenizer_id()
+            )
         if stored != self._tokenizer_id():
             self._retokenize(stored)
 
@@ -162,8 +169,9 @@ class BM25Index:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise KnowledgeStoreError(f"BM25 index {self.path} is closed",
-                                      hint="open a new BM25Index")
+            raise KnowledgeStoreError(
+                f"BM25 index {self.path} is closed", hint="open a new BM25Index"
+            )
 
     def _sync_vocab(self, conn: sqlite3.Connection) -> None:
         # Term ids are dense and append-only, except that a retokenize renumbers them all
@@ -172,8 +180,9 @@ class BM25Index:
         if self._vocab is None or epoch != self._vocab_epoch:
             self._vocab = {}
             self._vocab_epoch = epoch
-        rows = conn.execute("SELECT id, term FROM terms WHERE id >= ? ORDER BY id",
-                            (len(self._vocab),)).fetchall()
+        rows = conn.execute(
+            "SELECT id, term FROM terms WHERE id >= ? ORDER BY id", (len(self._vocab),)
+        ).fetchall()
         for term_id, term in rows:
             self._vocab[term] = term_id
 
@@ -219,15 +228,21 @@ class BM25Index:
 
     # -- writes --
 
-    def upsert(self, ids: Sequence[str], texts: Sequence[str],
-               metadatas: Sequence[Mapping[str, Any] | None] | None = None) -> None:
+    def upsert(
+        self,
+        ids: Sequence[str],
+        texts: Sequence[str],
+        metadatas: Sequence[Mapping[str, Any] | None] | None = None,
+    ) -> None:
         """Insert or replace documents (an existing id's text and metadata are replaced)."""
         ids = list(ids)
         texts = list(texts)
         metas = [dict(m or {}) for m in (metadatas if metadatas is not None else [None] * len(ids))]
         if not len(ids) == len(texts) == len(metas):
-            raise IndexingError(f"upsert got {len(ids)} ids, {len(texts)} texts and "
-                                f"{len(metas)} metadatas", hint="pass one of each per document")
+            raise IndexingError(
+                f"upsert got {len(ids)} ids, {len(texts)} texts and {len(metas)} metadatas",
+                hint="pass one of each per document",
+            )
         if len(set(ids)) != len(ids):
             raise IndexingError("upsert got duplicate ids", hint="pass each id once per call")
         for doc_id, text in zip(ids, texts):
@@ -259,8 +274,10 @@ class BM25Index:
         with self.transaction():
             for part in in_batches(ids):
                 marks = ",".join("?" * len(part))
-                found = [r[0] for r in self._wconn.execute(
-                    f"SELECT id FROM docs WHERE id IN ({marks})", part)]
+                found = [
+                    r[0]
+                    for r in self._wconn.execute(f"SELECT id FROM docs WHERE id IN ({marks})", part)
+                ]
                 if found:
                     self._wconn.execute(f"DELETE FROM docs WHERE id IN ({marks})", part)
                 removed += len(found)
@@ -273,8 +290,10 @@ class BM25Index:
         """Delete every document matching `where` (e.g. {"file_path": p}); returns their ids."""
         normalised = validate_filter(where)
         if normalised is None:
-            raise IndexingError("delete_where needs a filter",
-                                hint="to empty the index, use drop() or delete(ids())")
+            raise IndexingError(
+                "delete_where needs a filter",
+                hint="to empty the index, use drop() or delete(ids())",
+            )
         with self.transaction():
             doomed = sorted(self.ids_where(normalised))
             self.delete(doomed)
@@ -294,8 +313,10 @@ class BM25Index:
             present: set[str] = set()
             for part in in_batches(list(ids)):
                 marks = ",".join("?" * len(part))
-                present.update(r[0] for r in self._wconn.execute(
-                    f"SELECT id FROM docs WHERE id IN ({marks})", part))
+                present.update(
+                    r[0]
+                    for r in self._wconn.execute(f"SELECT id FROM docs WHERE id IN ({marks})", part)
+                )
         return [doc_id for doc_id in ids if doc_id not in present]
 
     def count(self) -> int:
@@ -314,12 +335,14 @@ class BM25Index:
             for part in in_batches(list(ids)):
                 marks = ",".join("?" * len(part))
                 for doc_id, text, meta in self._wconn.execute(
-                        f"SELECT id, text, metadata FROM docs WHERE id IN ({marks})", part):
+                    f"SELECT id, text, metadata FROM docs WHERE id IN ({marks})", part
+                ):
                     out[doc_id] = (text, json.loads(meta))
         return out
 
-    def metadata_of(self, doc_ids: Iterable[str],
-                    keys: Sequence[str] | None = None) -> dict[str, dict]:
+    def metadata_of(
+        self, doc_ids: Iterable[str], keys: Sequence[str] | None = None
+    ) -> dict[str, dict]:
         """The committed metadata of those of `doc_ids` this index holds, from memory: all of
         it, or only `keys` (those a chunk has)."""
         with self._lock:
@@ -328,8 +351,11 @@ class BM25Index:
             for doc_id in doc_ids:
                 slot = state.id_to_slot.get(doc_id)
                 if slot is not None and state.alive[slot]:
-                    out[doc_id] = (state.metas.dict_of(slot) if keys is None
-                                   else state.metas.fields_of(slot, keys))
+                    out[doc_id] = (
+                        state.metas.dict_of(slot)
+                        if keys is None
+                        else state.metas.fields_of(slot, keys)
+                    )
             return out
 
     def ids_where(self, where: Mapping | None) -> set[str]:
@@ -339,11 +365,17 @@ class BM25Index:
             if self._pending:  # this object's own uncommitted writes
                 # A filter of $eq/$in only (a file's or a window's chunks) is tested by value
                 # keys, not by comparing each row with every value of a `$in` in turn.
-                test = (equality_matcher(normalised) if only_equalities(normalised)
-                        else lambda meta: matches(normalised, meta))
+                test = (
+                    equality_matcher(normalised)
+                    if only_equalities(normalised)
+                    else lambda meta: matches(normalised, meta)
+                )
                 found -= self._pending.keys()
-                found |= {doc_id for doc_id, meta in self._pending.items()
-                          if meta is not None and test(meta)}
+                found |= {
+                    doc_id
+                    for doc_id, meta in self._pending.items()
+                    if meta is not None and test(meta)
+                }
             return found
 
     def ids_of_files(self, paths: Iterable[str]) -> set[str]:
@@ -357,9 +389,13 @@ class BM25Index:
         with self._lock:
             self._check_open()
             for part in in_batches(paths):
-                found.update(r[0] for r in self._wconn.execute(
-                    f"SELECT id FROM docs WHERE {FILE_PATH} IN ({','.join('?' * len(part))})",
-                    part))
+                found.update(
+                    r[0]
+                    for r in self._wconn.execute(
+                        f"SELECT id FROM docs WHERE {FILE_PATH} IN ({','.join('?' * len(part))})",
+                        part,
+                    )
+                )
         return found
 
     def file_counts(self) -> dict[str, int]:
@@ -371,10 +407,14 @@ class BM25Index:
             if self._state is not None:
                 return self._current().file_counts()
             self._check_open()
-            return {path: count for path, count in self._rconn.execute(
-                f"SELECT {FILE_PATH}, COUNT(*) FROM docs "
-                "WHERE json_type(metadata, '$.file_path') = 'text' "
-                "AND json_type(metadata, '$.is_deleted') IS NOT 'true' GROUP BY 1")}
+            return {
+                path: count
+                for path, count in self._rconn.execute(
+                    f"SELECT {FILE_PATH}, COUNT(*) FROM docs "
+                    "WHERE json_type(metadata, '$.file_path') = 'text' "
+                    "AND json_type(metadata, '$.is_deleted') IS NOT 'true' GROUP BY 1"
+                )
+            }
 
     def few_ids_where(self, where: Mapping, limit: int) -> list[str] | None:
         """Committed ids matching `where` when its equality constraints narrow them to at most
@@ -396,8 +436,9 @@ class BM25Index:
             self._check_open()
             return int(read_meta(self._rconn, "generation"))
 
-    def search(self, query: str, k: int, where: Mapping | None = None, *,
-               corpus: CorpusStats | None = None) -> list[tuple[str, float]]:
+    def search(
+        self, query: str, k: int, where: Mapping | None = None, *, corpus: CorpusStats | None = None
+    ) -> list[tuple[str, float]]:
         """Top `k` (id, raw BM25 score) among documents matching `where`; only scores > 0.
 
         `corpus`: document counts over several indexes (`CorpusStats.of`), whose idf then
@@ -419,17 +460,25 @@ class BM25Index:
                     return corpus.idf(term)
                 return state.term_idf(vocab.get(term), n_terms)
 
-            idfs = None if corpus is None else {vocab[t]: corpus.idf(t) for t in terms
-                                                if t in vocab}
+            idfs = (
+                None if corpus is None else {vocab[t]: corpus.idf(t) for t in terms if t in vocab}
+            )
             phrases = bool(self.phrase_weight) and len(terms) > 1
-            top, scores = state.search(term_ids, n_terms, self.k1, self.b,
-                                       max(k, PHRASE_CANDIDATES) if phrases else k, normalised,
-                                       idfs)
+            top, scores = state.search(
+                term_ids,
+                n_terms,
+                self.k1,
+                self.b,
+                max(k, PHRASE_CANDIDATES) if phrases else k,
+                normalised,
+                idfs,
+            )
             top.sort(key=lambda s: (-scores[s], state.doc_ids[s]))
             hits = [(state.doc_ids[s], float(scores[s])) for s in top]
             if phrases and hits:
-                hits = with_phrases(hits, terms, [state.metas[s] for s in top], self.phrase_weight,
-                                    idf)
+                hits = with_phrases(
+                    hits, terms, [state.metas[s] for s in top], self.phrase_weight, idf
+                )
         hits.sort(key=lambda h: (-h[1], h[0]))
         return hits[:k]
 
@@ -439,19 +488,25 @@ class BM25Index:
             state = self._current()
             vocab = self._vocab or {}
             n_terms = len(vocab)
-            return state.n_live, {t: len(state.live_postings(vocab[t], n_terms)[0])
-                                  for t in set(tokenize(query)) if t in vocab}
+            return state.n_live, {
+                t: len(state.live_postings(vocab[t], n_terms)[0])
+                for t in set(tokenize(query))
+                if t in vocab
+            }
 
-    def language_counts(self, query: str, languages: Sequence[str]
-                        ) -> tuple[dict[str, int], list[dict[str, int]]]:
+    def language_counts(
+        self, query: str, languages: Sequence[str]
+    ) -> tuple[dict[str, int], list[dict[str, int]]]:
         """For telling a query's language by its words (`hetriever.search.query_language.by_words`):
         each language's live docs, and for each query term the index holds, its docs in each."""
         with self._lock:
             state = self._current()
             vocab = self._vocab or {}
             masks = {lang: state.allowed_mask({"lang": {"$eq": lang}}) for lang in languages}
-            alive = {lang: (m & state.alive) if m is not None else state.alive
-                     for lang, m in masks.items()}
+            alive = {
+                lang: (m & state.alive) if m is not None else state.alive
+                for lang, m in masks.items()
+            }
             sizes = {lang: int(m.sum()) for lang, m in alive.items()}
             per_term = []
             for term in dict.fromkeys(tokenize(query)):
@@ -479,30 +534,45 @@ class BM25Index:
                 return
             epoch_changed = read_meta(conn, "vocab_epoch") != self._vocab_epoch
             self._sync_vocab(conn)
-            if (state is None or epoch_changed
-                    or state.generation < int(read_meta(conn, "log_floor"))):
+            if (
+                state is None
+                or epoch_changed
+                or state.generation < int(read_meta(conn, "log_floor"))
+            ):
                 self._state = self._load(conn, gen)
                 return
-            changed = [r[0] for r in conn.execute(
-                "SELECT DISTINCT doc_id FROM changelog WHERE gen > ?", (state.generation,))]
+            changed = [
+                r[0]
+                for r in conn.execute(
+                    "SELECT DISTINCT doc_id FROM changelog WHERE gen > ?", (state.generation,)
+                )
+            ]
             if len(changed) > max(2000, state.n_live // 3):
                 self._state = self._load(conn, gen)
                 return
             for part in in_batches(changed):
-                state.replay(part, conn.execute(
-                    "SELECT id, length, metadata, term_ids, tfs FROM docs WHERE id IN "
-                    f"({','.join('?' * len(part))})", part))
+                state.replay(
+                    part,
+                    conn.execute(
+                        "SELECT id, length, metadata, term_ids, tfs FROM docs WHERE id IN "
+                        f"({','.join('?' * len(part))})",
+                        part,
+                    ),
+                )
             state.generation = gen
             state.changed(len(self._vocab or {}))
         finally:
             conn.execute("COMMIT")
 
     def _load(self, conn: sqlite3.Connection, gen: int) -> _State:
-        state = _State.from_rows(gen, conn.execute(
-            "SELECT id, length, metadata, term_ids, tfs FROM docs ORDER BY rowid"),
-            len(self._vocab or {}))
-        log.debug("bm25_loaded", path=str(self.path), docs=len(state.doc_ids),
-                  postings=len(state.main))
+        state = _State.from_rows(
+            gen,
+            conn.execute("SELECT id, length, metadata, term_ids, tfs FROM docs ORDER BY rowid"),
+            len(self._vocab or {}),
+        )
+        log.debug(
+            "bm25_loaded", path=str(self.path), docs=len(state.doc_ids), postings=len(state.main)
+        )
         return state
 
     # -- lifecycle --
@@ -510,9 +580,13 @@ class BM25Index:
     def stats(self) -> dict[str, Any]:
         with self._lock:
             state = self._current()
-            return {"docs": state.n_live, "terms": len(self._vocab or {}),
-                    "generation": state.generation, "postings": len(state.main)
-                    + state.delta_postings, "tombstones": state.dead}
+            return {
+                "docs": state.n_live,
+                "terms": len(self._vocab or {}),
+                "generation": state.generation,
+                "postings": len(state.main) + state.delta_postings,
+                "tombstones": state.dead,
+            }
 
     def close(self) -> None:
         with self._lock:

@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
+from hetriever.core.malloc import release_free_memory
 from hetriever.store.bm25.metadata import ChunkMetadata
 from hetriever.store.filters import equality_terms, matches, only_equalities
-from hetriever.core.malloc import release_free_memory
 
 _EMPTY_I = np.zeros(0, dtype=np.int32)
 _EMPTY_F = np.zeros(0, dtype=np.float32)
@@ -27,8 +27,14 @@ SORT_BLOCK = 1 << 18  # postings ordered at a time: bounds the sort's int64 orde
 class _Segment:
     """Postings in CSR form: term id t -> docs[offsets[t]:offsets[t+1]] with their tfs."""
 
-    def __init__(self, term_ids: np.ndarray, docs: np.ndarray | None, tfs: np.ndarray,
-                 n_terms: int, doc_ends: np.ndarray | None = None):
+    def __init__(
+        self,
+        term_ids: np.ndarray,
+        docs: np.ndarray | None,
+        tfs: np.ndarray,
+        n_terms: int,
+        doc_ends: np.ndarray | None = None,
+    ):
         """Postings (term, doc, tf) ordered by term, stably: within a term they keep their
         input order. The docs are given, or found from `doc_ends` (postings stored doc by doc,
         each doc's end offset), which spares a loading index an array as long as the postings.
@@ -43,7 +49,7 @@ class _Segment:
         cursor = self.offsets[:-1].copy()  # where each term's next postings go
         small = len(counts) <= 65536
         for start in range(0, n, SORT_BLOCK):
-            block = term_ids[start:start + SORT_BLOCK]
+            block = term_ids[start : start + SORT_BLOCK]
             # numpy radix-sorts 16-bit keys: ~2x faster
             order = np.argsort(block.astype(np.uint16) if small else block, kind="stable")
             terms = block[order]
@@ -51,11 +57,11 @@ class _Segment:
             first = np.cumsum(in_block) - in_block  # each term's first place in the sorted block
             dest = cursor[terms] + (np.arange(len(block)) - first[terms])
             if docs is not None:
-                self.docs[dest] = docs[start:start + SORT_BLOCK][order]
+                self.docs[dest] = docs[start : start + SORT_BLOCK][order]
             else:
                 assert doc_ends is not None
                 self.docs[dest] = np.searchsorted(doc_ends, start + order, side="right")
-            self.tfs[dest] = tfs[start:start + SORT_BLOCK][order]
+            self.tfs[dest] = tfs[start : start + SORT_BLOCK][order]
             cursor += in_block
 
     def __len__(self) -> int:
@@ -86,8 +92,10 @@ def _value_key(value: Any) -> tuple | None:
 def equality_matcher(where: dict | None) -> Callable[[Mapping], bool]:
     """For a filter of `$eq`/`$in` only (`only_equalities`): a test by sets of value keys that
     answers as `matches` does, instead of comparing a value with each listed one in turn."""
-    terms = [(key, {k for v in values if (k := _value_key(v)) is not None})
-             for key, values in equality_terms(where) or []]
+    terms = [
+        (key, {k for v in values if (k := _value_key(v)) is not None})
+        for key, values in equality_terms(where) or []
+    ]
     return lambda meta: all(_value_key(meta.get(key)) in keys for key, keys in terms)
 
 
@@ -108,9 +116,18 @@ class _State:
     """The committed index of one generation, in memory. Doc slots are append-only until
     compaction; a replaced or deleted doc's slot is tombstoned."""
 
-    def __init__(self, generation: int, doc_ids: list[str], lengths: np.ndarray,
-                 metas: ChunkMetadata, term_ids: np.ndarray, docs: np.ndarray | None,
-                 tfs: np.ndarray, n_terms: int, doc_ends: np.ndarray | None = None):
+    def __init__(
+        self,
+        generation: int,
+        doc_ids: list[str],
+        lengths: np.ndarray,
+        metas: ChunkMetadata,
+        term_ids: np.ndarray,
+        docs: np.ndarray | None,
+        tfs: np.ndarray,
+        n_terms: int,
+        doc_ends: np.ndarray | None = None,
+    ):
         self.generation = generation
         self.doc_ids = doc_ids
         self.metas = metas
@@ -151,8 +168,17 @@ class _State:
         doc_ends = np.cumsum(np.asarray(per_doc, dtype=np.int64))
         del per_doc
         release_free_memory()  # the rows' decoding temporaries, before the postings are ordered
-        return cls(generation, doc_ids, np.asarray(lengths, dtype=np.float64), metas, term_ids,
-                   None, tfs, n_terms, doc_ends)
+        return cls(
+            generation,
+            doc_ids,
+            np.asarray(lengths, dtype=np.float64),
+            metas,
+            term_ids,
+            None,
+            tfs,
+            n_terms,
+            doc_ends,
+        )
 
     def replay(self, doc_ids: Sequence[str], rows: Iterable[tuple]) -> None:
         """Catch up with writes to `doc_ids`: their stored rows now (an id with no row was
@@ -163,8 +189,13 @@ class _State:
             if row is None:
                 self.remove(doc_id)
             else:
-                self.add(doc_id, row[1], json.loads(row[2]), np.frombuffer(row[3], dtype="<i4"),
-                         np.frombuffer(row[4], dtype="<u2").astype(np.float32))
+                self.add(
+                    doc_id,
+                    row[1],
+                    json.loads(row[2]),
+                    np.frombuffer(row[3], dtype="<i4"),
+                    np.frombuffer(row[4], dtype="<u2").astype(np.float32),
+                )
 
     @property
     def n_live(self) -> int:
@@ -223,8 +254,9 @@ class _State:
         self._norm = None
         self._masks = {}
         self._ids = {}
-        if (self.dead > max(1000, len(self.doc_ids) // 4)
-                or self.delta_postings > max(50_000, len(self.main) // 4)):
+        if self.dead > max(1000, len(self.doc_ids) // 4) or self.delta_postings > max(
+            50_000, len(self.main) // 4
+        ):
             self.compact(n_terms)
 
     def compact(self, n_terms: int) -> None:
@@ -247,6 +279,7 @@ class _State:
 
     def allowed_mask(self, where: dict) -> np.ndarray | None:
         """`slots_for(where)` as a boolean array over slots, cached until the next change."""
+
         def compute() -> np.ndarray | None:
             slots = self.slots_for(where)
             if slots is None:
@@ -254,11 +287,13 @@ class _State:
             mask = np.zeros(len(self.doc_ids), dtype=bool)
             mask[np.fromiter(slots, dtype=np.int64, count=len(slots))] = True
             return mask
+
         return _cached(self._masks, json.dumps(where, sort_keys=True), compute)
 
     def few_ids(self, where: dict, limit: int) -> list[str] | None:
         """Ids of the live docs matching `where`, or None when its equality constraints leave
         more than `limit` candidates (or give none). Cached until the next change."""
+
         def compute() -> list[str] | None:
             mask = self.allowed_mask(where)
             if mask is None:
@@ -267,6 +302,7 @@ class _State:
             if len(allowed) > limit:
                 return None
             return [self.doc_ids[s] for s in self._checked(where, [int(s) for s in allowed])]
+
         return _cached(self._ids, (json.dumps(where, sort_keys=True), limit), compute)
 
     def ids_matching(self, where: dict | None) -> set[str]:
@@ -274,8 +310,9 @@ class _State:
         filter has equalities, then checked row by row only for what the index leaves open."""
         narrowed = self.slots_for(where)
         if narrowed is None:
-            slots = [int(s) for s in np.flatnonzero(self.alive)
-                     if matches(where, self.metas[int(s)])]
+            slots = [
+                int(s) for s in np.flatnonzero(self.alive) if matches(where, self.metas[int(s)])
+            ]
         else:
             slots = self._checked(where, [s for s in narrowed if self.alive[s]])
         return {self.doc_ids[s] for s in slots}
@@ -322,8 +359,14 @@ class _State:
 
     # -- scoring --
 
-    def scores(self, term_ids: list[int], n_terms: int, k1: float, b: float,
-               idfs: Mapping[int, float] | None = None) -> np.ndarray:
+    def scores(
+        self,
+        term_ids: list[int],
+        n_terms: int,
+        k1: float,
+        b: float,
+        idfs: Mapping[int, float] | None = None,
+    ) -> np.ndarray:
         """Okapi BM25 of every slot for the query's term ids (0 where no term matches);
         `idfs` (term id -> idf) replaces this index's own idf, e.g. one over several sites."""
         scores = np.zeros(len(self.doc_ids), dtype=np.float64)
@@ -360,9 +403,16 @@ class _State:
             return 0.0
         return self.idf_of(len(self.live_postings(term, n_terms)[0]))
 
-    def search(self, term_ids: list[int], n_terms: int, k1: float, b: float, k: int,
-               where: dict | None, idfs: Mapping[int, float] | None = None
-               ) -> tuple[list[int], np.ndarray]:
+    def search(
+        self,
+        term_ids: list[int],
+        n_terms: int,
+        k1: float,
+        b: float,
+        k: int,
+        where: dict | None,
+        idfs: Mapping[int, float] | None = None,
+    ) -> tuple[list[int], np.ndarray]:
         """The best `k` slots matching `where` (a normalised filter) with a score > 0, and
         every slot's score."""
         scores = self.scores(term_ids, n_terms, k1, b, idfs)
@@ -375,8 +425,9 @@ class _State:
                     where = None
         return self.top(scores, candidates, k, where), scores
 
-    def top(self, scores: np.ndarray, candidates: np.ndarray, k: int,
-            where: dict | None) -> list[int]:
+    def top(
+        self, scores: np.ndarray, candidates: np.ndarray, k: int, where: dict | None
+    ) -> list[int]:
         """Best-first slots: partial sort, then run the filter only as far as needed."""
         if not len(candidates):
             return []

@@ -75,8 +75,11 @@ class ChunkMetadata:
 
     def dict_of(self, slot: int) -> dict:
         """A copy of one chunk's metadata, in one pass over the columns."""
-        return {key: _given(value) for key, column in self._columns.items()
-                if (value := column[slot]) is not _ABSENT}
+        return {
+            key: _given(value)
+            for key, column in self._columns.items()
+            if (value := column[slot]) is not _ABSENT
+        }
 
     def fields_of(self, slot: int, keys: Sequence[str]) -> dict:
         """`keys` of one chunk's metadata (those it has)."""

@@ -54,8 +54,9 @@ def heading_pairs(meta: Mapping) -> frozenset[Pair]:
     return pairs
 
 
-def phrase_bonus(query_terms: Sequence[str], metas: Sequence[Mapping],
-                 idf: Callable[[str], float]) -> list[float]:
+def phrase_bonus(
+    query_terms: Sequence[str], metas: Sequence[Mapping], idf: Callable[[str], float]
+) -> list[float]:
     """Per candidate: the sum over the query's word pairs found in its headings of the idf of
     the pair's rarer word (0.0 where none is found)."""
     wanted = word_pairs(query_terms)
@@ -65,13 +66,18 @@ def phrase_bonus(query_terms: Sequence[str], metas: Sequence[Mapping],
     return [sum(weight[pair] for pair in wanted & heading_pairs(meta)) for meta in metas]
 
 
-def with_phrases(hits: Sequence[tuple[str, float]], query_terms: Sequence[str],
-                 metas: Sequence[Mapping], weight: float,
-                 idf: Callable[[str], float]) -> list[tuple[str, float]]:
+def with_phrases(
+    hits: Sequence[tuple[str, float]],
+    query_terms: Sequence[str],
+    metas: Sequence[Mapping],
+    weight: float,
+    idf: Callable[[str], float],
+) -> list[tuple[str, float]]:
     """(id, raw BM25) hits, best first, with `weight` x `phrase_bonus` added to the first
     PHRASE_CANDIDATES (metas in hit order). The bonus only adds, so those stay ahead of the
     rest, and however many hits a search asks for, the first ones rank the same."""
     head = min(len(hits), PHRASE_CANDIDATES)
     bonus = phrase_bonus(query_terms, metas[:head], idf)
-    return [(doc_id, raw + weight * extra)
-            for (doc_id, raw), extra in zip(hits[:head], bonus)] + list(hits[head:])
+    return [
+        (doc_id, raw + weight * extra) for (doc_id, raw), extra in zip(hits[:head], bonus)
+    ] + list(hits[head:])

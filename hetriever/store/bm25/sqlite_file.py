@@ -12,9 +12,9 @@ from collections import Counter
 
 import numpy as np
 
-from hetriever.store.bm25.analyzer import tokenize
 from hetriever.core.errors import IndexingError
 from hetriever.core.sqlite_files import read_meta
+from hetriever.store.bm25.analyzer import tokenize
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -48,11 +48,14 @@ def create_schema(conn: sqlite3.Connection, tokenizer: str) -> str:
         for statement in _SCHEMA.split(";"):
             if statement.strip():
                 conn.execute(statement)
-        defaults = {"generation": "0", "log_floor": "0", "vocab_epoch": "0",
-                    "schema": SCHEMA_VERSION,
-                    "tokenizer": tokenizer}
-        conn.executemany("INSERT OR IGNORE INTO meta(key, value) VALUES (?, ?)",
-                         defaults.items())
+        defaults = {
+            "generation": "0",
+            "log_floor": "0",
+            "vocab_epoch": "0",
+            "schema": SCHEMA_VERSION,
+            "tokenizer": tokenizer,
+        }
+        conn.executemany("INSERT OR IGNORE INTO meta(key, value) VALUES (?, ?)", defaults.items())
         stored = read_meta(conn, "tokenizer")
         conn.execute("COMMIT")
     except BaseException:
@@ -69,8 +72,9 @@ def existing_tokenizer(conn: sqlite3.Connection) -> str:
         return ""
 
 
-def doc_row(doc_id: str, text: str, meta: dict, vocab: dict[str, int],
-            new_terms: list[tuple[int, str]]) -> tuple[str, int, str, bytes, bytes, str]:
+def doc_row(
+    doc_id: str, text: str, meta: dict, vocab: dict[str, int], new_terms: list[tuple[int, str]]
+) -> tuple[str, int, str, bytes, bytes, str]:
     """The `docs` row of one document. A term `vocab` lacks gets the next id there and is
     appended to `new_terms`, for `insert_docs` to store."""
     tokens = tokenize(text)
@@ -85,23 +89,29 @@ def doc_row(doc_id: str, text: str, meta: dict, vocab: dict[str, int],
         term_ids[i] = term_id
         tfs[i] = min(tf, 65535)
     try:
-        meta_json = json.dumps(meta, sort_keys=True, separators=(",", ":"),
-                               allow_nan=False)
+        meta_json = json.dumps(meta, sort_keys=True, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as exc:
-        raise IndexingError(f"metadata of {doc_id!r} is not storable: {exc}",
-                            hint="use str/int/float/bool values or lists of them") from None
+        raise IndexingError(
+            f"metadata of {doc_id!r} is not storable: {exc}",
+            hint="use str/int/float/bool values or lists of them",
+        ) from None
     return (doc_id, len(tokens), meta_json, term_ids.tobytes(), tfs.tobytes(), text)
 
 
-def insert_docs(conn: sqlite3.Connection, rows: list[tuple[str, int, str, bytes, bytes, str]],
-                new_terms: list[tuple[int, str]]) -> None:
+def insert_docs(
+    conn: sqlite3.Connection,
+    rows: list[tuple[str, int, str, bytes, bytes, str]],
+    new_terms: list[tuple[int, str]],
+) -> None:
     """Store the rows of `doc_row` and the terms they added (an existing id is replaced)."""
     conn.executemany("INSERT INTO terms(id, term) VALUES (?, ?)", new_terms)
     conn.executemany(
         "INSERT INTO docs(id, length, metadata, term_ids, tfs, text) VALUES (?, ?, ?, ?, ?, ?)"
         " ON CONFLICT(id) DO UPDATE SET length = excluded.length,"
         " metadata = excluded.metadata, term_ids = excluded.term_ids, tfs = excluded.tfs,"
-        " text = excluded.text", rows)
+        " text = excluded.text",
+        rows,
+    )
 
 
 def log_commit(conn: sqlite3.Connection, ids: set[str], *, reload_all: bool) -> None:
@@ -113,14 +123,17 @@ def log_commit(conn: sqlite3.Connection, ids: set[str], *, reload_all: bool) -> 
         conn.execute("DELETE FROM changelog")
         floor = gen
     else:
-        conn.executemany("INSERT INTO changelog(gen, doc_id) VALUES (?, ?)",
-                         ((gen, doc_id) for doc_id in ids))
+        conn.executemany(
+            "INSERT INTO changelog(gen, doc_id) VALUES (?, ?)", ((gen, doc_id) for doc_id in ids)
+        )
         cutoff = gen - _LOG_KEEP_GENERATIONS
         if cutoff > floor:
             conn.execute("DELETE FROM changelog WHERE gen <= ?", (cutoff,))
             floor = cutoff
-    conn.executemany("UPDATE meta SET value = ? WHERE key = ?",
-                     ((str(gen), "generation"), (str(floor), "log_floor")))
+    conn.executemany(
+        "UPDATE meta SET value = ? WHERE key = ?",
+        ((str(gen), "generation"), (str(floor), "log_floor")),
+    )
 
 
 def clear_postings(conn: sqlite3.Connection) -> tuple[list[str], list[str], list[dict], str]:
@@ -130,8 +143,7 @@ def clear_postings(conn: sqlite3.Connection) -> tuple[list[str], list[str], list
     conn.execute("DELETE FROM docs")
     conn.execute("DELETE FROM terms")
     epoch = str(int(read_meta(conn, "vocab_epoch") or 0) + 1)
-    conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('vocab_epoch', ?)",
-                 (epoch,))
+    conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('vocab_epoch', ?)", (epoch,))
     return [r[0] for r in rows], [r[1] for r in rows], [json.loads(r[2]) for r in rows], epoch
 
 
