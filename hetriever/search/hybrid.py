@@ -507,38 +507,30 @@ def hybrid_search(store: RetrievalStore, request: SearchRequest) -> RetrievalRes
     namespaces, exact = request.repositories, request.exact
     if wanted and user_filter is not None and "lang" in json.dumps(user_filter):
         wanted = "all"  # the caller's own filter on `lang` decides
+
+    def once(detect: bool = True) -> RetrievalResult:
+        return _search_once(
+            store,
+            text,
+            k,
+            user_filter,
+            levels,
+            namespaces,
+            use_hybrid,
+            exact,
+            group,
+            started,
+            wanted,
+            detect=detect,
+        )
+
     for attempt in range(1, EPOCH_RETRIES + 2):
         epoch = store.catalog.alias_epoch()
         try:
-            result = _search_once(
-                store,
-                text,
-                k,
-                user_filter,
-                levels,
-                namespaces,
-                use_hybrid,
-                exact,
-                group,
-                started,
-                wanted,
-            )
+            result = once()
             if not wanted and not result.matches and result.query_language:
                 # The language the query is written in has nothing for it: the default's.
-                result = _search_once(
-                    store,
-                    text,
-                    k,
-                    user_filter,
-                    levels,
-                    namespaces,
-                    use_hybrid,
-                    exact,
-                    group,
-                    started,
-                    wanted,
-                    detect=False,
-                )
+                result = once(detect=False)
         except HetrieverError:
             if store.catalog.alias_epoch() == epoch or attempt > EPOCH_RETRIES:
                 raise
