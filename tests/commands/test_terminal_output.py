@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-import select
+import selectors
 import subprocess
 import sys
 import time
@@ -164,9 +164,13 @@ def _run_in_pty(argv: list[str], env: dict, timeout: float = 240) -> str:
     )
     os.close(follower)
     chunks, deadline = [], time.monotonic() + timeout
+    # A selector (epoll), not select(): a worker that has run many tests holds descriptors
+    # above select()'s limit of 1024.
+    watch = selectors.DefaultSelector()
+    watch.register(leader, selectors.EVENT_READ)
     try:
         while time.monotonic() < deadline:
-            ready, _, _ = select.select([leader], [], [], 1.0)
+            ready = watch.select(timeout=1.0)
             if ready:
                 try:
                     data = os.read(leader, 65536)
@@ -183,6 +187,7 @@ def _run_in_pty(argv: list[str], env: dict, timeout: float = 240) -> str:
         if proc.poll() is None:
             proc.kill()
         proc.wait(timeout=30)
+        watch.close()
         os.close(leader)
     assert proc.returncode == 0, b"".join(chunks).decode(errors="replace")
     return b"".join(chunks).decode(errors="replace")
