@@ -48,14 +48,25 @@ class Probe:
         return timed
 
 
-STORE_OTHER = (
-    "delete_file_sync",
-    "list_files_sync",
-    "info_sync",
-    "ensure_collection_sync",
-    "update_collection_metadata_sync",
-    "count_sync",
-)
+def store_parts() -> list[tuple[Any, str, str]]:
+    """The store peers' methods timed: the write (embedding + Chroma/BM25) and the rest."""
+    from hetriever.store.reads import StoreReads
+    from hetriever.store.views import RepositoryViews
+    from hetriever.store.writes import StoreWrites
+
+    other = [
+        (StoreWrites, "delete_file"),
+        (StoreWrites, "delete_files"),
+        (StoreWrites, "ensure_collection"),
+        (StoreWrites, "update_collection_metadata"),
+        (StoreReads, "list_files"),
+        (StoreReads, "count"),
+        (RepositoryViews, "info"),
+    ]
+    return [
+        (StoreWrites, "upsert_files", "store_write"),
+        *[(owner, name, "store_other") for owner, name in other],
+    ]
 
 
 @contextmanager
@@ -64,15 +75,12 @@ def instrumented(probe: Probe) -> Iterator[None]:
     import hetriever.index.indexing as indexing
     import hetriever.index.process as process
     import tasks.process
-    from hetriever.store.knowledge_store import Store
-
     patches: list[tuple[Any, str, str]] = [
         (tasks.process, "process_file", "task_body"),
         (process, "safe_process_text", "parse_clean_chunk"),
         (process, "read_content_file", "git_read_single"),
         (indexing, "plan", "plan"),
-        (Store, "upsert_files_sync", "store_write"),
-        *[(Store, name, "store_other") for name in STORE_OTHER],
+        *store_parts(),
     ]
     originals = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
     try:

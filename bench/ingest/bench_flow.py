@@ -3,6 +3,7 @@
     python -m bench.ingest.bench_flow [--corpus hugo-docs] [--runner threads] [--runner threads:4] [--json]
     python -m bench.ingest.bench_flow --incremental-only --repeat 2   # lanes alternating, twice each
     python -m bench.ingest.bench_flow --full-only --server-not-niced  # the server at the flow's priority
+    python -m bench.ingest.bench_flow --full-only --repeat 5  # five pairs, the median ratio
 
 For each corpus (v1 and v2 of ../shared/corpora/<corpus>, committed into a throw-away source
 repo and added as a submodule of a throw-away parent repo), every scenario gets fresh Chroma
@@ -22,7 +23,7 @@ done before anything is timed (HETRIEVER_MODEL_DIR points at a prepared model).
 
 Time shares come from wrapping the real functions for the duration of the run: the per-file
 task body (`tasks.process.process_file`), parse/clean/chunk (`safe_process_text`), single-file
-git reads, `plan`, and the store's sync methods (`upsert_files_sync` = embedding + Chroma/BM25
+git reads, `plan`, and the store peers' methods (`StoreWrites.upsert_files` = embedding + Chroma/BM25
 writes; the rest = metadata, listings, deletes). Embedding time is IndexResult.embedding_seconds.
 "Prefect overhead" is reported two ways: flow wall time minus the in-process wall time for the
 same scenario (the honest one), and the residual of the flow's wall time after the measured parts
@@ -385,13 +386,14 @@ def bench_corpus(
         point_env_at(Path(tempfile.mkdtemp(prefix="fan-", dir=scratch)), parent, model_dir)
         return runs, fan_out(corpus, runners, probe, say, FLOW_LANES_ONLY)
 
-    if full_only:  # full v2 only, the lanes back to back in fresh directories
+    if full_only:  # full v2 only, the lanes back to back in fresh directories, `repeat` pairs
         site.checkout(v2)
-        for lane in lanes:
-            workdir = Path(tempfile.mkdtemp(prefix="full-", dir=scratch))
-            point_env_at(workdir, parent, model_dir)
-            runs.append(one(lane, "full v2"))
-            shutil.rmtree(workdir, ignore_errors=True)
+        for _ in range(repeat):
+            for lane in lanes:
+                workdir = Path(tempfile.mkdtemp(prefix="full-", dir=scratch))
+                point_env_at(workdir, parent, model_dir)
+                runs.append(one(lane, "full v2"))
+                shutil.rmtree(workdir, ignore_errors=True)
         return runs, []
 
     # Incremental: v1 is indexed once (in-process, untimed) and its directories copied for
@@ -425,6 +427,22 @@ def bench_corpus(
 
 
 # --- report ---------------------------------------------------------------------------
+
+
+def pair_ratios(runs: list[Run]) -> dict[str, dict[str, Any]]:
+    """Flow wall / in-process wall for each in-process run and the flow run after it."""
+    import statistics
+
+    out: dict[str, dict[str, Any]] = {}
+    for before, after in zip(runs, runs[1:]):
+        if before.lane == "in-process" and after.lane != "in-process":
+            if before.scenario == after.scenario and before.wall_s > 0:
+                out.setdefault(after.scenario, {"ratios": []})["ratios"].append(
+                    round(after.wall_s / before.wall_s, 3)
+                )
+    for entry in out.values():
+        entry["median"] = statistics.median(entry["ratios"])
+    return out
 
 
 def shares(flow: Run, baseline: Run | None) -> dict[str, float]:
@@ -606,7 +624,8 @@ def main(argv: list[str] | None = None) -> int:
         "--repeat",
         type=int,
         default=1,
-        help="incremental runs per lane, the lanes alternating (default 1)",
+        help="incremental (or, with --full-only, full) runs per lane, the lanes alternating "
+        "(default 1)",
     )
     parser.add_argument(
         "--server-not-niced",
@@ -691,6 +710,13 @@ def main(argv: list[str] | None = None) -> int:
         clear_store_cache()
         shutil.rmtree(scratch, ignore_errors=True)
     out = report(runs, fanouts, skipped)
+    out["pair_ratios"] = pair_ratios(runs)
+    for scenario, ratios in out["pair_ratios"].items():
+        say(
+            f"{scenario}: flow / in-process per pair "
+            + ", ".join(f"{r:.3f}" for r in ratios["ratios"])
+            + f"; median {ratios['median']:.3f}"
+        )
     if args.json:
         print(json.dumps(out, indent=2))
     else:
