@@ -28,6 +28,7 @@ from hetriever.core.names import (
     require_known,
 )
 from hetriever.core.redact import redact_url
+from hetriever.core.versions import VersionOf
 from hetriever.discover.git_runner import is_work_tree_top, run_git
 from hetriever.discover.site import Site
 
@@ -54,6 +55,10 @@ class Repository(_Serialisable):
     # The site configuration at the commit being indexed (languages, content roots, URL
     # prefixes); None until a run reads it, and for callers that parse without one.
     site: Site | None = None
+    # A followed ref of another repository (the `versions` setting), read at `commit` from
+    # the base's checkout; None for a checkout's own tree (hetriever.discover.versions).
+    version: VersionOf | None = None
+    commit: str = ""  # a version's commit, resolved before it is indexed; "" = HEAD
 
 
 def validate_repository_name(name: str, path: str | Path) -> str:
@@ -156,18 +161,20 @@ def select_repositories(repos: list[Repository], names: list[str] | None) -> lis
         return repos
     wanted = as_given(names) or []
     require_known(wanted, [r.name for r in repos])
-    return [r for r in repos if r.name in wanted]
+    # A repository's name brings its versions along; a version's name, that version alone.
+    return [r for r in repos if r.name in wanted or (r.version and r.version.base in wanted)]
 
 
 def configured_repositories(settings: Settings, names: list[str] | None = None) -> list[Repository]:
-    """The repositories under the settings' docs root (with their content dir and URLs), only
-    the named ones if any are named; no repositories or an unknown name is a clear error."""
-    return select_repositories(
-        discover_repositories(
-            settings.docs_root, content_dir=settings.content_dir, urls=settings.repository_urls
-        ),
-        names,
+    """The repositories under the settings' docs root (with their content dir and URLs) and
+    the versions the settings follow of them, only the named ones if any are named; no
+    repositories or an unknown name is a clear error."""
+    from hetriever.discover.versions import with_versions
+
+    found = discover_repositories(
+        settings.docs_root, content_dir=settings.content_dir, urls=settings.repository_urls
     )
+    return select_repositories(with_versions(found, settings.versions), names)
 
 
 def _from_gitmodules(parent: Path) -> list[tuple[str, Path, str, str, str]]:

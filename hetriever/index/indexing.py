@@ -141,8 +141,10 @@ async def begin_run(
     catalog.upsert_repository(
         repo.name,
         url=repo.url,
-        access_level=declared_level(settings, repo.name),
+        access_level=declared_level(settings, repo.name, base=_base_of(repo)),
         settings={
+            # what makes it a version (hetriever.core.versions): base, label, ref
+            **(repo.version.to_settings() if repo.version else {}),
             "embedding_model": settings.embedding_model,
             "chunk_tokens": settings.chunk_tokens,
             "content_dir": repo.content_dir,
@@ -179,6 +181,10 @@ async def begin_run(
             reason=skipped.reason,
             commit=change_set.new_commit,
         )
+
+
+def _base_of(repo: Repository) -> str | None:
+    return repo.version.base if repo.version else None
 
 
 @contextmanager
