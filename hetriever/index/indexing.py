@@ -488,6 +488,7 @@ async def index_holding_lock(
         files_failed=len(result.failed),
         chunks_written=result.chunks_written,
         chunks_reused=result.chunks_reused,
+        chunks_borrowed=result.chunks_borrowed,
         chunks_deleted=result.chunks_deleted,
         seconds=round(result.total_seconds, 2),
     )
