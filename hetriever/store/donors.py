@@ -23,23 +23,36 @@ from hetriever.store.views import RepositoryViews
 log = get_logger(__name__)
 
 
+# Donors a write consults. Each collection opened costs its segments' memory for the rest of
+# the run (~15 MB for hugo-docs' 3,500 chunks, embedded Chroma): one keeps a version's run
+# within one repository's peak (bench/README.md, "bench_versions").
+MAX_DONORS = 1
+
+
 def donors(views: RepositoryViews, repository: str) -> list[tuple[str, str]]:
-    """(repository, physical collection) of each donor of `repository`, base first."""
+    """(repository, physical collection) of the donors of `repository`: for a version, its
+    base first (the checkout), then the other versions, the last indexed first; for a base,
+    its versions so. At most MAX_DONORS, each built with this store's fingerprint."""
     if repository in views.pins:
         return []
     catalog = views.catalog
     record = catalog.repository(repository)
     own = version_from_settings(record.settings if record else None)
     base = own.base if own else repository
-    names = [base] + [
-        r.name
-        for r in catalog.repositories()
-        if (v := version_from_settings(r.settings)) is not None and v.base == base
-    ]
+    versions = sorted(
+        (
+            r
+            for r in catalog.repositories()
+            if (v := version_from_settings(r.settings)) is not None and v.base == base
+        ),
+        key=lambda r: r.last_run_at or "",
+        reverse=True,
+    )
+    names = [base, *(r.name for r in versions)]
     fingerprint = views.fingerprint()
-    out = []
+    out: list[tuple[str, str]] = []
     for name in names:
-        if name == repository:
+        if name == repository or len(out) == MAX_DONORS:
             continue
         physical = catalog.active(name)
         held = catalog.collection(physical) if physical else None
