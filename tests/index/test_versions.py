@@ -17,6 +17,7 @@ from hetriever.core.versions import VersionOf, version_from_settings
 from hetriever.discover.repositories import configured_repositories
 from hetriever.index.ingest import ingest_repositories
 from hetriever.index.status import repository_status
+from hetriever.search.hybrid import plan_collections
 from hetriever.store.chunk_records import ChunkCollection
 from hetriever.store.knowledge_store import Store
 from tests.support.catalog_snapshot import catalog_rows
@@ -219,3 +220,35 @@ def test_a_crash_while_adding_a_version_leaves_the_others_and_the_rerun_equals_a
     assert outcomes[NAME]["mode"] == outcomes[V1]["mode"] == "noop"
     assert outcomes[V2]["mode"] == "full"  # the unfinished run reconciled with a full pass
     assert snapshot(crashed, minilm_embedder) == want
+
+
+def test_a_version_has_its_repositorys_access_level_unless_named_itself(
+    docs, tmp_path: Path, minilm_embedder
+):
+    root, _ = docs
+    settings = settings_for(root, tmp_path, {NAME: {"refs": ["v1.0.0", "v2.0.0"]}}).replace(
+        access_levels={NAME: "TEAM", V2: "PRIVATE"}
+    )
+    store = open_store(settings, minilm_embedder)
+    try:
+        assert all(o.ok for o in ingest(store, settings).values())
+        for name, level in ((NAME, "TEAM"), (V1, "TEAM"), (V2, "PRIVATE")):
+            record = store.catalog.repository(name)
+            assert record is not None and record.access_level == level
+            col = ChunkCollection(store.chroma.client.get_collection(store.physical_name(name)))
+            levels = {m["access_level"] for m in col.get(include=["metadatas"])["metadatas"]}
+            assert levels == {level}
+    finally:
+        store.close_sync()
+    # the repository made PRIVATE in the configuration: its versions are hidden at once too
+    private = settings.replace(access_levels={NAME: "PRIVATE"})
+    searcher = open_store(private, minilm_embedder)
+    try:
+        plans = plan_collections(searcher, [NAME, V1, V2])
+        assert {name: plan.declared for name, plan in plans.items()} == {
+            NAME: "PRIVATE",
+            V1: "PRIVATE",
+            V2: "PRIVATE",
+        }
+    finally:
+        searcher.close_sync()
