@@ -140,7 +140,11 @@ class StoreWrites:
     def _vectors(self, collection: str, texts: list[str], write: _PreparedWrite) -> Any:
         """Vectors of `texts`: another version's where it holds the same text (donors.py),
         the embedder's for the rest."""
-        borrowed = borrow(self.views, collection, texts)
+        try:
+            borrowed = borrow(self.views, collection, texts)
+        except Exception as exc:  # a saving only: a donor that cannot be read lends nothing
+            log.warning("vectors_not_borrowed", collection=collection, error=str(exc))
+            borrowed = {}
         if not borrowed:
             return self._embed(texts, write.result)
         rest = [i for i in range(len(texts)) if i not in borrowed]
