@@ -35,6 +35,7 @@ ORDER = [
     "cluster",
     "follow",
     "small_change",
+    "versions",
     "facets",
 ]
 

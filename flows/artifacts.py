@@ -97,7 +97,12 @@ def counts_section(result: IndexResult, waiting: dict | None = None) -> list[str
         ("files indexed", result.files_indexed),
         ("files skipped", result.files_skipped),
         ("files failed", len(result.failed)),
-        ("chunks embedded and written", result.chunks_written),
+        ("chunks embedded and written", result.chunks_written - result.chunks_borrowed),
+        *(
+            [("chunks written with another version's vectors", result.chunks_borrowed)]
+            if result.chunks_borrowed
+            else []
+        ),
         ("chunks reused (unchanged)", result.chunks_reused),
         ("chunks deleted", result.chunks_deleted),
         ("embedding seconds", round(result.embedding_seconds, 2)),

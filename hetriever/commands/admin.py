@@ -57,7 +57,9 @@ def status_rows(settings, repos, *, fetch: bool = False) -> list[dict[str, Any]]
                     "error": redact_text(repo.problem),
                     "collection": "",
                     "bm25_problem": "",
-                    "access_level": declared_level(settings, repo.name),
+                    "access_level": declared_level(
+                        settings, repo.name, base=repo.version.base if repo.version else None
+                    ),
                     "files": 0,
                     "chunks": 0,
                     "skipped": 0,
@@ -79,7 +81,12 @@ def status_rows(settings, repos, *, fetch: bool = False) -> list[dict[str, Any]]
         counts = store.catalog.file_counts(physical) if store and physical else {}
         failures = store.catalog.files(physical, FAILED) if store and physical else []
         skips = store.catalog.files(physical, SKIPPED) if store and physical else []
-        level = declared_level(settings, repo.name, record.access_level if record else None)
+        level = declared_level(
+            settings,
+            repo.name,
+            record.access_level if record else None,
+            base=repo.version.base if repo.version else None,
+        )
         shown = repository_status(
             store.catalog if store else None,
             repo.name,
@@ -120,6 +127,7 @@ def status_rows(settings, repos, *, fetch: bool = False) -> list[dict[str, Any]]
                 "last_updated": meta.get("last_updated", ""),
                 "needs_migration": bool(store and physical) and needs_migration(store, repo.name),
                 **shown.upstream.to_dict(),
+                **shown.version_fields(),
             }
         )
     return rows

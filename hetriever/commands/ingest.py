@@ -148,7 +148,9 @@ def print_ingest(outcomes: list[dict], where: str = "") -> None:
                     str(o["files_indexed"]),
                     str(len(o["skipped"])),
                     str(o["files_deleted"]),
-                    str(o["chunks_written"]),
+                    str(o["chunks_written"])
+                    # of them, with vectors another version held (embedded once across them)
+                    + (f" ({o['chunks_borrowed']} borrowed)" if o.get("chunks_borrowed") else ""),
                     str(o["chunks_reused"]),
                     str(o["chunks_deleted"]),
                     f"{o['total_seconds']:.1f}",

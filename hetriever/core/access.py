@@ -54,12 +54,15 @@ def caller_levels(levels: Iterable[str] | str | None) -> frozenset[str]:
     return frozenset(out)
 
 
-def declared_level(settings: Settings, repository: str, recorded: str | None = None) -> str:
-    """A repository's level: configuration first, then the catalog's record, then PUBLIC.
-    The one rule: indexing stamps it on chunks, search plans by it, status and /repositories
-    show it."""
-    if repository in settings.access_levels:
-        return settings.access_levels[repository].upper()
+def declared_level(
+    settings: Settings, repository: str, recorded: str | None = None, *, base: str | None = None
+) -> str:
+    """A repository's level: configuration first (a version's own, else its `base`'s), then
+    the catalog's record, then PUBLIC. The one rule: indexing stamps it on chunks, search
+    plans by it, status and /repositories show it."""
+    for name in (repository, base):
+        if name and name in settings.access_levels:
+            return settings.access_levels[name].upper()
     return (recorded or DEFAULT_LEVEL).upper()
 
 

@@ -26,10 +26,17 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+)
 
 from hetriever.core.config_sources import FileSource, MappingEnvSource, reading
 from hetriever.core.errors import ConfigurationError
+from hetriever.core.version_settings import VersionSpec
 
 ENV_PREFIX = "HETRIEVER_"
 TRUE_WORDS = {"1", "true", "yes", "on"}
@@ -198,6 +205,15 @@ class Settings(_Layered):
         default={},
         description=(
             "`name=LEVEL,...`: a repository's access level, PUBLIC, TEAM, PRIVATE or SYSTEM"
+        ),
+    )
+    versions: dict[str, VersionSpec] = Field(
+        default={},
+        description=(
+            "refs a repository follows beside its checkout, each indexed and searchable as "
+            "`<name>--<ref>` (docs/versions.md): JSON in the environment, "
+            '`{"hugo-docs": {"refs": ["release-1.30"], "tags": "v*", "last": 3}}`, a table in '
+            "the file"
         ),
     )
 
@@ -584,9 +600,9 @@ class Settings(_Layered):
     def _parse_pairs(cls, raw: Any) -> Any:
         return _pairs(raw)
 
-    @field_validator("repository_urls", "access_levels", "site_urls")
+    @field_validator("repository_urls", "access_levels", "site_urls", "versions")
     @classmethod
-    def _repository_names(cls, pairs: dict[str, str]) -> dict[str, str]:
+    def _repository_names(cls, pairs: dict[str, Any]) -> dict[str, Any]:
         # Keyed by repository; a submodule directory's name (`opentelemetry.io`) names its own.
         if not pairs:
             return pairs
@@ -644,6 +660,9 @@ def setting_names() -> list[str]:
     return sorted(Settings.model_fields)
 
 
+_JSON_SETTINGS = {"versions"}
+
+
 def _configuration_error(exc: ValidationError, prefix: tuple[str, ...] = ()) -> ConfigurationError:
     """pydantic's first complaint, as one line naming the setting and where it is set."""
     error = exc.errors()[0]
@@ -656,7 +675,8 @@ def _configuration_error(exc: ValidationError, prefix: tuple[str, ...] = ()) -> 
     dotted = ".".join(loc) or name
     raw = error.get("input")
     shown = "" if isinstance(raw, (dict, SecretStr)) or "secret" in loc else f" {raw!r}"
-    env = ENV_PREFIX + "_".join(loc).upper()
+    # A JSON setting is one variable, whatever part of it is wrong.
+    env = ENV_PREFIX + (name if name in _JSON_SETTINGS else "_".join(loc)).upper()
     return ConfigurationError(
         f"setting {dotted!r} has an invalid value{shown}: {error.get('msg', 'invalid')}",
         hint=f"set {env} or `{dotted}` in the config file to a valid value",
@@ -709,6 +729,12 @@ def load_settings(
             return validate(Settings(**given))
     except ValidationError as exc:
         raise _configuration_error(exc) from None
+    except SettingsError as exc:  # a JSON setting that is no JSON
+        raise ConfigurationError(
+            str(exc).split(" from source ")[0].replace("error parsing", "cannot parse"),
+            hint="write it as JSON, e.g. "
+            'HETRIEVER_VERSIONS=\'{"hugo-docs": {"tags": "v*", "last": 3}}\'',
+        ) from None
 
 
 ACCESS_LEVELS = ("PUBLIC", "TEAM", "PRIVATE", "SYSTEM")

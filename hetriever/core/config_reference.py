@@ -63,6 +63,8 @@ def _type_name(annotation: Any) -> str:
         inner = [a for a in get_args(annotation) if a is not type(None)]
         return " or ".join(_type_name(a) for a in inner) + " (optional)"
     if get_origin(annotation) is dict:
+        if get_args(annotation)[1:] != (str,):  # `versions`: a spec per repository
+            return "JSON object (a table in the file)"
         return "`name=value` pairs"
     if get_origin(annotation) is list:
         return "comma-separated list"

@@ -233,6 +233,8 @@ class IndexResult(_Serialisable):
     skipped: list[SkippedFile] = field(default_factory=list)
     chunks_written: int = 0  # new or changed chunks embedded and written
     chunks_reused: int = 0  # unchanged chunks kept without re-embedding
+    # of chunks_written, those whose vectors another version held (embedded once across them)
+    chunks_borrowed: int = 0
     chunks_deleted: int = 0
     embedding_seconds: float = 0.0
     total_seconds: float = 0.0

@@ -51,8 +51,13 @@ def _resolve_commit(repo: Repository, rev: str) -> str | None:
 
 
 def head_commit(repo: Repository) -> str:
-    """The full sha checked out in the repository's working tree (detached HEAD is fine)."""
+    """The full sha checked out in the repository's working tree (detached HEAD is fine);
+    for a version, the commit its ref names (resolved before the run, else now)."""
     check_usable(repo)
+    if repo.version is not None:
+        from hetriever.discover.versions import ref_commit
+
+        return repo.commit or ref_commit(repo)
     if not is_work_tree_top(Path(repo.path)):
         raise SourceError(
             f"{repo.path} is not a git repository",
@@ -180,7 +185,8 @@ def compute_change_set(
             why="history rewritten or repository replaced",
         )
 
-    dirty = is_dirty(repo)
+    # A version is read at its ref: the working tree's edits are the base's, not its own.
+    dirty = is_dirty(repo) if repo.version is None else False
     if dirty:
         log.warning(
             "uncommitted_changes_ignored",

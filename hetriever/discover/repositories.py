@@ -2,7 +2,9 @@
 repository itself, or the git repositories in a directory; their names checked.
 
 A submodule that cannot be used (a path leading out, not checked out) is kept with its problem
-(`Repository.problem`), so it fails alone and the others are indexed.
+(`Repository.problem`), so it fails alone and the others are indexed. The versions the
+settings follow of a repository (`with_versions`, docs/versions.md) are repositories too,
+over the same checkout and read at their ref's commit (`hetriever.discover.versions`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from hetriever.core.names import (
     require_known,
 )
 from hetriever.core.redact import redact_url
+from hetriever.core.version_settings import VersionSpec
+from hetriever.core.versions import VersionOf
 from hetriever.discover.git_runner import is_work_tree_top, run_git
 from hetriever.discover.site import Site
 
@@ -54,6 +58,10 @@ class Repository(_Serialisable):
     # The site configuration at the commit being indexed (languages, content roots, URL
     # prefixes); None until a run reads it, and for callers that parse without one.
     site: Site | None = None
+    # A followed ref of another repository (the `versions` setting), read at `commit` from
+    # the base's checkout; None for a checkout's own tree (hetriever.discover.versions).
+    version: VersionOf | None = None
+    commit: str = ""  # a version's commit, resolved before it is indexed; "" = HEAD
 
 
 def validate_repository_name(name: str, path: str | Path) -> str:
@@ -156,18 +164,74 @@ def select_repositories(repos: list[Repository], names: list[str] | None) -> lis
         return repos
     wanted = as_given(names) or []
     require_known(wanted, [r.name for r in repos])
-    return [r for r in repos if r.name in wanted]
+    # A repository's name brings its versions along; a version's name, that version alone.
+    return [r for r in repos if r.name in wanted or (r.version and r.version.base in wanted)]
 
 
 def configured_repositories(settings: Settings, names: list[str] | None = None) -> list[Repository]:
-    """The repositories under the settings' docs root (with their content dir and URLs), only
-    the named ones if any are named; no repositories or an unknown name is a clear error."""
-    return select_repositories(
-        discover_repositories(
-            settings.docs_root, content_dir=settings.content_dir, urls=settings.repository_urls
-        ),
-        names,
+    """The repositories under the settings' docs root (with their content dir and URLs) and
+    the versions the settings follow of them, only the named ones if any are named; no
+    repositories or an unknown name is a clear error."""
+    found = discover_repositories(
+        settings.docs_root, content_dir=settings.content_dir, urls=settings.repository_urls
     )
+    return select_repositories(with_versions(found, settings.versions), names)
+
+
+def followed_labels(repo: Repository, spec: VersionSpec) -> list[str]:
+    """The refs `spec` names for `repo`: its `refs`, then the last `last` tags matching
+    `tags` (newest first by git's version-aware sort), each once."""
+    labels = list(spec.refs)
+    if spec.tags:
+        done = run_git(repo, "tag", "--list", "--sort=-v:refname", "--", spec.tags)
+        if not done.ok:
+            raise SourceError(f"{repo.name}: cannot list its tags: {done.said}")
+        tags = [t for t in done.text.splitlines() if t.strip()][: spec.last]
+        if not tags:
+            log.warning("versions_no_tags", repository=repo.name, tags=spec.tags)
+        labels += [t for t in tags if t not in labels]
+    return labels
+
+
+def with_versions(repos: list[Repository], specs: dict[str, VersionSpec]) -> list[Repository]:
+    """`repos` and, after each, the versions the settings follow for it, sorted by name.
+
+    A version whose name a discovered repository (or another version) has is kept with
+    that problem, so it fails alone; a repository that cannot be read gets no versions (it
+    fails itself)."""
+    taken = {r.name for r in repos}
+    for name in sorted(set(specs) - taken):
+        log.warning(
+            "versions_repository_unknown",
+            repository=name,
+            reason="the versions setting names a repository the docs root does not have",
+        )
+    out = list(repos)
+    for base in repos:
+        spec = specs.get(base.name)
+        if spec is None or base.problem:
+            continue
+        for label in followed_labels(base, spec):
+            version = VersionOf(base.name, label, label)
+            problem = ""
+            if version.name in taken:
+                problem = (
+                    f"version {label!r} of {base.name} would be named {version.name!r}, "
+                    "which another repository (or version) already has"
+                )
+                log.error("version_name_taken", repository=version.name, error=problem)
+            taken.add(version.name)
+            out.append(
+                Repository(
+                    name=version.name,
+                    path=base.path,
+                    url=base.url,
+                    content_dir=base.content_dir,
+                    problem=problem,
+                    version=version,
+                )
+            )
+    return sorted(out, key=lambda r: r.name)
 
 
 def _from_gitmodules(parent: Path) -> list[tuple[str, Path, str, str, str]]:

@@ -68,6 +68,8 @@ def _rev(repo: Repository, rev: str) -> str:
 def upstream(repo: Repository, indexed: str, *, fetch_first: bool = False) -> Upstream:
     """The followed remote branch's head and how many of its commits `indexed` lacks; what
     cannot be read is said in `error`, never raised (a report must not fail a run)."""
+    if repo.version is not None:  # a version follows its ref, not the base's branch
+        return Upstream()
     try:
         return _upstream(repo, indexed, fetch_first)
     except (OSError, subprocess.SubprocessError, ValueError, SourceError) as exc:

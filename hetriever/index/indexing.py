@@ -141,8 +141,10 @@ async def begin_run(
     catalog.upsert_repository(
         repo.name,
         url=repo.url,
-        access_level=declared_level(settings, repo.name),
+        access_level=declared_level(settings, repo.name, base=_base_of(repo)),
         settings={
+            # what makes it a version (hetriever.core.versions): base, label, ref
+            **(repo.version.to_settings() if repo.version else {}),
             "embedding_model": settings.embedding_model,
             "chunk_tokens": settings.chunk_tokens,
             "content_dir": repo.content_dir,
@@ -179,6 +181,10 @@ async def begin_run(
             reason=skipped.reason,
             commit=change_set.new_commit,
         )
+
+
+def _base_of(repo: Repository) -> str | None:
+    return repo.version.base if repo.version else None
 
 
 @contextmanager
@@ -482,6 +488,7 @@ async def index_holding_lock(
         files_failed=len(result.failed),
         chunks_written=result.chunks_written,
         chunks_reused=result.chunks_reused,
+        chunks_borrowed=result.chunks_borrowed,
         chunks_deleted=result.chunks_deleted,
         seconds=round(result.total_seconds, 2),
     )

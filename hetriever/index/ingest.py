@@ -34,6 +34,7 @@ from hetriever.discover.fetch import (
 )
 from hetriever.discover.repositories import Repository, check_usable
 from hetriever.discover.upstream import Upstream, upstream
+from hetriever.discover.versions import resolve_version
 from hetriever.index.file_retry import failed_files_error
 from hetriever.index.indexing import FileMapper, index_repository, last_indexed, map_in_process
 from hetriever.index.progress import ProgressSnapshot
@@ -236,7 +237,12 @@ async def ingest_repositories(
             continue
         try:
             check_usable(repo)  # git would run in its placeholder path, and say less
-            refused = await fetch_step(repo, store, settings, ref) if fetch else None
+            if repo.version is not None:
+                # Never fetched or checked out: its ref is resolved after the base's fetch
+                # (a base sorts before its versions), so a moved branch is indexed anew.
+                repo, refused = await asyncio.to_thread(resolve_version, repo), None
+            else:
+                refused = await fetch_step(repo, store, settings, ref) if fetch else None
         except Exception as exc:
             outcome = failed(repo.name, exc, None)
         else:

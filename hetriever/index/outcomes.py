@@ -102,6 +102,7 @@ async def _write_outcomes(
     result.files_indexed += sum(1 for o in outcomes if o.chunks)
     result.chunks_written += write.written
     result.chunks_reused += write.reused
+    result.chunks_borrowed += write.borrowed
     result.chunks_deleted += write.deleted
     result.embedding_seconds += write.embedding_seconds
 

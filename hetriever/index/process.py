@@ -344,7 +344,7 @@ def process_text(
             lines=lines,
             window=window,
         )
-    access = declared_level(settings, repo.name)
+    access = declared_level(settings, repo.name, base=repo.version.base if repo.version else None)
     if settings.page_record == "prefix" and page_summary_lines(page):
         blocks = [Block("paragraph", "\n".join(page_summary_lines(page))), *blocks]
     chunks = chunk_page(

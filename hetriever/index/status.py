@@ -17,6 +17,7 @@ from typing import Any
 
 from hetriever.core.errors import HetrieverError
 from hetriever.core.redact import public_url
+from hetriever.core.versions import version_from_settings
 from hetriever.discover.changes import head_commit
 from hetriever.discover.repositories import Repository
 from hetriever.discover.upstream import Upstream, upstream
@@ -36,6 +37,13 @@ class RepositoryStatus:
     last_run_at: str = ""
     last_run_outcome: str = ""
     url: str = ""  # the remote as recorded (may hold credentials)
+    # a version's label, ref and base (hetriever.core.versions); "" for a checkout's own tree
+    version: str = ""
+    ref: str = ""
+    version_of: str = ""
+
+    def version_fields(self) -> dict[str, str]:
+        return {"version": self.version, "ref": self.ref, "version_of": self.version_of}
 
     @property
     def up_to_date(self) -> bool | None:
@@ -59,6 +67,7 @@ class RepositoryStatus:
             "chunks": self.chunks,
             "last_run_at": self.last_run_at,
             "last_run_outcome": self.last_run_outcome,
+            **self.version_fields(),
         }
 
 
@@ -93,6 +102,9 @@ def repository_status(
         record.last_commit if record and record.last_commit else str(meta.get("commit_hash", ""))
     )
     head, error = checked_out(repo)
+    version = (repo.version if repo else None) or version_from_settings(
+        record.settings if record else None
+    )
     waiting = upstream(repo, indexed, fetch_first=fetch) if head and repo else Upstream()
     return RepositoryStatus(
         repository=name,
@@ -106,4 +118,7 @@ def repository_status(
         last_run_at=record.last_run_at if record else "",
         last_run_outcome=record.last_run_outcome if record else "",
         url=record.url if record else "",
+        version=version.label if version else "",
+        ref=version.ref if version else "",
+        version_of=version.base if version else "",
     )

@@ -65,6 +65,7 @@ from hetriever.core.errors import (
 )
 from hetriever.core.logs import get_logger
 from hetriever.core.models import RetrievalResult, SearchResult
+from hetriever.core.versions import version_from_settings
 from hetriever.parse.links import LinkPrior, shown
 from hetriever.search.candidates import _fill_documents, _Hit, _trusted, bounded_passage, page_key
 from hetriever.search.dense import _dense
@@ -179,12 +180,23 @@ def plan_collections(store: RetrievalStore, names: list[str]) -> dict[str, Colle
         plans[name] = CollectionPlan(
             repository=name,
             collection=physical,
-            declared=declared_level(store.settings, name, record.access_level if record else None),
+            declared=declared_level(
+                store.settings,
+                name,
+                record.access_level if record else None,
+                base=_version_base(record),
+            ),
             chunk_levels=set(collection.levels) if collection else set(),
             has_deleted=catalog.has_deleted(physical),
             languages=tuple(str(lang) for lang in languages),
         )
     return plans
+
+
+def _version_base(record: Any) -> str | None:
+    """The repository a version's record names as its base (its level is the base's)."""
+    version = version_from_settings(record.settings) if record else None
+    return version.base if version else None
 
 
 def _bm25(

@@ -139,6 +139,9 @@ class Repository(_Answer):
     chunks: int
     last_run_at: str
     last_run_outcome: str
+    version: str = Field("", description="a version's label (`v0.140.0`); '' for a checkout")
+    ref: str = Field("", description="the git ref a version follows; '' for a checkout")
+    version_of: str = Field("", description="the repository it is a version of; '' for one")
 
 
 class RepositoriesAnswer(_Answer):

@@ -21,6 +21,7 @@ T = TypeVar("T")
 class FileWriteResult:
     written: int = 0  # new or changed chunks, embedded and written
     reused: int = 0  # unchanged chunks kept without re-embedding
+    borrowed: int = 0  # of `written`, vectors copied from another version (store/donors.py)
     deleted: int = 0  # the file's old chunks that are gone from the new version
     embedding_seconds: float = 0.0
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import numpy as np
 from chromadb.api.types import validate_metadata
 
 from hetriever.core import faults
@@ -23,6 +24,7 @@ from hetriever.core.models import Chunk, Metadata
 from hetriever.core.names import content_hash, validate_collection_name
 from hetriever.store.catalog_records import INDEX_STATE_KEYS
 from hetriever.store.chunk_records import TEXT_KEY
+from hetriever.store.donors import borrow
 from hetriever.store.embedded_chroma import clear_orphan_arrays
 from hetriever.store.store_types import CollectionInfo, FileWriteResult, _PreparedWrite
 from hetriever.store.views import RepositoryViews
@@ -132,8 +134,27 @@ class StoreWrites:
             held = self.views.bm25(collection).rows([ids[i] for i in unchanged])
             write.bm25_only = [i for i in unchanged if held.get(ids[i]) != (texts[i], metadatas[i])]
         if write.to_embed:
-            write.vectors = self._embed([texts[i] for i in write.to_embed], write.result)
+            write.vectors = self._vectors(collection, [texts[i] for i in write.to_embed], write)
         return write
+
+    def _vectors(self, collection: str, texts: list[str], write: _PreparedWrite) -> Any:
+        """Vectors of `texts`: another version's where it holds the same text (donors.py),
+        the embedder's for the rest."""
+        try:
+            borrowed = borrow(self.views, collection, texts)
+        except Exception as exc:  # a saving only: a donor that cannot be read lends nothing
+            log.warning("vectors_not_borrowed", collection=collection, error=str(exc))
+            borrowed = {}
+        if not borrowed:
+            return self._embed(texts, write.result)
+        rest = [i for i in range(len(texts)) if i not in borrowed]
+        vectors = np.zeros((len(texts), int(self.views.embedder.dimensions)), dtype=np.float32)
+        if rest:
+            vectors[rest] = self._embed([texts[i] for i in rest], write.result)
+        for i, vector in borrowed.items():
+            vectors[i] = vector
+        write.result.borrowed += len(borrowed)
+        return vectors
 
     def _apply_write(self, collection: str, col: Any, write: _PreparedWrite) -> FileWriteResult:
         """Chroma first, then BM25, batch by batch (see `upsert_files` on crash order)."""
@@ -267,6 +288,7 @@ class StoreWrites:
             files=len(files),
             written=result.written,
             reused=result.reused,
+            borrowed=result.borrowed,
             deleted=result.deleted,
         )
         return result

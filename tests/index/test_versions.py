@@ -1,0 +1,254 @@
+"""Followed versions indexed: each tag at its own commit in a collection of its own, the
+checked-out tree as it was without them, each chunk's text embedded once across versions,
+a version's failure or a crash while adding one leaving the rest as they were. Real git,
+real embedded Chroma, real MiniLM."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from hetriever.core.config import load_settings
+from hetriever.core.versions import VersionOf, version_from_settings
+from hetriever.discover.repositories import configured_repositories
+from hetriever.index.ingest import ingest_repositories
+from hetriever.index.status import repository_status
+from hetriever.search.hybrid import plan_collections
+from hetriever.store.chunk_records import ChunkCollection
+from hetriever.store.knowledge_store import Store
+from tests.support.catalog_snapshot import catalog_rows
+from tests.support.cli_runs import cli_env, run_cli
+from tests.support.flow_support import stored
+from tests.support.helpers import git, run
+from tests.support.versions_support import NAME, V1, V2, CountingEmbedder, versioned_docs
+
+TAGS = {NAME: {"tags": "v*", "last": 2}}
+
+
+def settings_for(docs: Path, where: Path, versions: dict) -> Any:
+    return load_settings(
+        env={},
+        config_file=None,
+        docs_root=docs,
+        chroma_path=where / "chroma",
+        state_dir=where / "state",
+        run_lock_timeout=1.0,
+        versions=versions,
+    )
+
+
+def open_store(settings: Any, embedder: Any) -> Store:
+    return Store(settings, embedder=embedder, lock_timeout=2.0)
+
+
+def texts_by_path(store: Store, name: str) -> dict[str, str]:
+    """file -> its chunks' texts joined (in id order), as the collection holds them."""
+    out: dict[str, list[str]] = {}
+    for doc_id, (path, text) in sorted(stored(store, name).items()):
+        out.setdefault(path, []).append(text)
+    return {path: " ".join(texts) for path, texts in out.items()}
+
+
+def vectors_by_text(store: Store, name: str) -> dict[str, Any]:
+    col = ChunkCollection(store.chroma.client.get_collection(store.physical_name(name)))
+    got = col.get(include=["embeddings", "documents"])
+    return dict(zip(got["documents"], got["embeddings"]))
+
+
+def ingest(store: Store, settings: Any, names: list[str] | None = None) -> dict[str, Any]:
+    repos = configured_repositories(settings, names)
+    return {o.repository: o for o in run(ingest_repositories(repos, store, settings))}
+
+
+@pytest.fixture
+def docs(tmp_path: Path):
+    return versioned_docs(tmp_path)
+
+
+def test_each_tag_is_indexed_at_its_commit_and_the_checkout_is_as_without_versions(
+    docs, tmp_path: Path, minilm_embedder
+):
+    root, commits = docs
+    settings = settings_for(root, tmp_path / "with", TAGS)
+    store = open_store(settings, minilm_embedder)
+    try:
+        outcomes = ingest(store, settings)
+        assert sorted(outcomes) == [NAME, V1, V2]
+        assert all(o.ok and o.mode == "full" for o in outcomes.values()), outcomes
+        v1, v2 = texts_by_path(store, V1), texts_by_path(store, V2)
+        assert "version one" in v1["content/guide.md"]
+        assert "version two" in v2["content/guide.md"]
+        # removed in v2.0.0: only the earlier version holds it; added in it: only the later
+        assert "content/legacy.md" in v1 and "content/legacy.md" not in v2
+        assert "content/new.md" in v2 and "content/new.md" not in v1
+        for name, tag in ((V1, "v1.0.0"), (V2, "v2.0.0")):
+            record = store.catalog.repository(name)
+            assert record is not None and record.last_commit == commits[tag]
+            assert version_from_settings(record.settings) == VersionOf(NAME, tag, tag)
+            shown = repository_status(store.catalog, name, store.physical_name(name), "PUBLIC")
+            assert (shown.version, shown.ref, shown.version_of) == (tag, tag, NAME)
+            assert shown.served()["version_of"] == NAME
+        base = store.catalog.repository(NAME)
+        assert base is not None and base.last_commit == commits["main"]
+        assert version_from_settings(base.settings) is None
+        with_versions = stored(store, NAME)
+    finally:
+        store.close_sync()
+
+    plain = settings_for(root, tmp_path / "without", {})
+    alone = open_store(plain, minilm_embedder)
+    try:
+        assert sorted(ingest(alone, plain)) == [NAME]
+        assert stored(alone, NAME) == with_versions
+    finally:
+        alone.close_sync()
+
+
+def test_a_later_version_embeds_only_the_chunks_no_other_version_holds(
+    docs, tmp_path: Path, minilm_embedder
+):
+    root, _ = docs
+    settings = settings_for(root, tmp_path, TAGS)
+    embedder = CountingEmbedder(minilm_embedder)
+    store = open_store(settings, embedder)
+    try:
+        embedded: dict[str, list[str]] = {}
+        results = {}
+        for repo in configured_repositories(settings):  # one at a time, counted apart
+            before = len(embedder.texts)
+            (outcome,) = run(ingest_repositories([repo], store, settings))
+            results[repo.name], embedded[repo.name] = outcome.result, embedder.texts[before:]
+        chunks = {name: stored(store, name) for name in (NAME, V1, V2)}
+        earlier = {t for name in (NAME, V1) for _, t in chunks[name].values()}
+        new_in_v2 = {t for _, t in chunks[V2].values()} - earlier
+        assert new_in_v2 and sorted(embedded[V2]) == sorted(new_in_v2)
+        # exactly the changed page's new chunks: the unchanged and the base's pages borrowed
+        assert {p for p, t in chunks[V2].values() if t in new_in_v2} == {"content/guide.md"}
+        v2 = results[V2]
+        assert v2.chunks_written == len(chunks[V2])
+        assert v2.chunks_borrowed == v2.chunks_written - len(embedded[V2]) > 0
+        assert results[NAME].chunks_borrowed == 0  # the first one has no donor
+        # the borrowed vectors are the donor's own: the same text, the same vector
+        donor, got = (vectors_by_text(store, name) for name in (NAME, V2))
+        about = {t for p, t in chunks[V2].values() if p == "content/about.md"}
+        assert about and all(np.array_equal(got[t], donor[t]) for t in about)
+    finally:
+        store.close_sync()
+
+
+def test_a_ref_that_names_no_commit_fails_alone_and_a_moved_branch_is_indexed_by_its_diff(
+    docs, tmp_path: Path, minilm_embedder
+):
+    root, commits = docs
+    git(root / NAME, "branch", "release", commits["v1.0.0"])
+    settings = settings_for(root, tmp_path, {NAME: {"refs": ["release", "nowhere"]}})
+    store = open_store(settings, minilm_embedder)
+    try:
+        outcomes = ingest(store, settings)
+        missing = outcomes[f"{NAME}--nowhere"]
+        assert (
+            not missing.ok and "'nowhere'" in missing.error and "names no commit" in missing.error
+        )
+        assert outcomes[NAME].ok and outcomes[f"{NAME}--release"].ok
+        assert store.physical_name(f"{NAME}--nowhere") is None  # nothing made for it
+
+        git(root / NAME, "branch", "-f", "release", commits["v2.0.0"])
+        again = ingest(store, settings)[f"{NAME}--release"].result
+        assert again is not None and again.mode == "incremental"
+        assert (again.files_added, again.files_modified, again.files_deleted) == (1, 1, 1)
+        assert again.new_commit == commits["v2.0.0"]
+        release = texts_by_path(store, f"{NAME}--release")
+        assert "content/legacy.md" not in release and "version two" in release["content/guide.md"]
+        assert ingest(store, settings)[NAME].mode == "noop"  # the checkout never moved
+    finally:
+        store.close_sync()
+
+
+def snapshot(where: Path, embedder: Any, names=(NAME, V1, V2)) -> dict[str, Any]:
+    """What each repository's collection and catalog rows hold, as a search reads them, and
+    whether its index is complete."""
+    settings = settings_for(where, where, {})
+    store = open_store(settings, embedder)
+    try:
+        out = {}
+        for name in names:
+            physical = store.physical_name(name)
+            assert physical is not None
+            rows = catalog_rows(store.catalog.path, physical)
+            # the repositories table is every repository's: its own row only
+            rows["repositories"] = [r for r in rows["repositories"] if r[0] == name]
+            out[name] = {
+                "chunks": stored(store, name),
+                "catalog": rows,
+                "complete": store.catalog.complete(name),
+            }
+        out["recorded"] = {r.name: r.last_commit for r in store.catalog.repositories()}
+        return out
+    finally:
+        store.close_sync()
+
+
+@pytest.mark.slow
+def test_a_crash_while_adding_a_version_leaves_the_others_and_the_rerun_equals_a_clean_build(
+    docs, tmp_path: Path, minilm_embedder, minilm_model_dir
+):
+    root, _ = docs
+
+    def cli(where: Path, **extra: str):
+        env = cli_env(where, minilm_model_dir, HETRIEVER_VERSIONS=json.dumps(TAGS), **extra)
+        return run_cli(root, env, "ingest", "--json")
+
+    clean = tmp_path / "clean"
+    assert cli(clean).returncode == 0
+    want = snapshot(clean, minilm_embedder)
+
+    crashed = tmp_path / "crashed"
+    # killed in the middle of v2.0.0's first write window, after the base and v1.0.0
+    done = cli(crashed, HETRIEVER_FAULTS=f"window_chroma_written:{V2}:1:crash")
+    assert done.returncode != 0
+    mid = snapshot(crashed, minilm_embedder, (NAME, V1))
+    assert mid[NAME] == want[NAME] and mid[V1] == want[V1]  # searchable, untouched
+    assert not mid["recorded"][V2]  # nothing recorded as complete that was not
+
+    again = cli(crashed)
+    assert again.returncode == 0, again.stderr[-2000:]
+    outcomes = {o["repository"]: o for o in json.loads(again.stdout)}
+    assert outcomes[NAME]["mode"] == outcomes[V1]["mode"] == "noop"
+    assert outcomes[V2]["mode"] == "full"  # the unfinished run reconciled with a full pass
+    assert snapshot(crashed, minilm_embedder) == want
+
+
+def test_a_version_has_its_repositorys_access_level_unless_named_itself(
+    docs, tmp_path: Path, minilm_embedder
+):
+    root, _ = docs
+    settings = settings_for(root, tmp_path, {NAME: {"refs": ["v1.0.0", "v2.0.0"]}}).replace(
+        access_levels={NAME: "TEAM", V2: "PRIVATE"}
+    )
+    store = open_store(settings, minilm_embedder)
+    try:
+        assert all(o.ok for o in ingest(store, settings).values())
+        for name, level in ((NAME, "TEAM"), (V1, "TEAM"), (V2, "PRIVATE")):
+            record = store.catalog.repository(name)
+            assert record is not None and record.access_level == level
+            col = ChunkCollection(store.chroma.client.get_collection(store.physical_name(name)))
+            levels = {m["access_level"] for m in col.get(include=["metadatas"])["metadatas"]}
+            assert levels == {level}
+    finally:
+        store.close_sync()
+    # the repository made PRIVATE in the configuration: its versions are hidden at once too
+    private = settings.replace(access_levels={NAME: "PRIVATE"})
+    searcher = open_store(private, minilm_embedder)
+    try:
+        plans = plan_collections(searcher, [NAME, V1, V2])
+        assert {name: plan.declared for name, plan in plans.items()} == {
+            NAME: "PRIVATE",
+            V1: "PRIVATE",
+            V2: "PRIVATE",
+        }
+    finally:
+        searcher.close_sync()
