@@ -16,6 +16,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
+from hetriever.core.versions import version_from_settings
+
 DEFAULT_LANGUAGE = "en"  # Hugo's default content language
 _LANGUAGE = re.compile(r"^[a-z]{2,3}(-[a-z0-9]{2,8})?$")
 
@@ -62,11 +64,16 @@ def recorded_base_urls(
 ) -> dict[str, str]:
     """Where a repository's site is published, as its last ingest recorded it (an index
     built before that was recorded has none: its results keep site-relative URLs), the
-    site-wide one replaced by the repository's entry in `site_urls` (the setting)."""
+    site-wide one replaced by the repository's entry in `site_urls` (the setting). A version
+    without an entry of its own is published where its repository is; one published at its
+    own address has its own entry (`hugo-docs--v0-139-0`)."""
     record = catalog.repository(repository)
     recorded = record.settings.get("base_urls") if record else None
     found = {str(k): str(v) for k, v in recorded.items()} if isinstance(recorded, dict) else {}
     published = site_urls.get(repository, "")
+    version = version_from_settings(record.settings) if record else None
+    if not published and version is not None:
+        published = site_urls.get(version.base, "")
     return {**found, "": published} if published else found
 
 
