@@ -24,6 +24,7 @@ from hetriever.core.logs import get_logger
 from hetriever.core.models import IndexResult
 from hetriever.core.redact import redact_text
 from hetriever.core.storage import StorageError
+from hetriever.core.versions import version_from_settings
 from hetriever.discover.fetch import (
     accept_moved_back,
     check_out,
@@ -32,7 +33,7 @@ from hetriever.discover.fetch import (
     moves_back,
     on_followed_branch,
 )
-from hetriever.discover.repositories import Repository, check_usable
+from hetriever.discover.repositories import Repository, check_usable, with_versions
 from hetriever.discover.upstream import Upstream, upstream
 from hetriever.discover.versions import resolve_version
 from hetriever.index.file_retry import failed_files_error
@@ -231,7 +232,9 @@ async def ingest_repositories(
     step = index_step or in_process
     outcomes: list[RepositoryOutcome] = []
     full: StorageError | None = None
-    for repo in repos:
+    pending = list(repos)
+    while pending:
+        repo = pending.pop(0)
         if full is not None:  # the disk that stopped the run holds every repository's index
             outcomes.append(not_attempted(repo.name, full))
             continue
@@ -243,6 +246,8 @@ async def ingest_repositories(
                 repo, refused = await asyncio.to_thread(resolve_version, repo), None
             else:
                 refused = await fetch_step(repo, store, settings, ref) if fetch else None
+                if fetch and refused is None:  # a tag the fetch brought in is followed now
+                    pending += fetched_versions(repo, settings, repos, store)
         except Exception as exc:
             outcome = failed(repo.name, exc, None)
         else:
@@ -253,6 +258,30 @@ async def ingest_repositories(
         outcomes.append(outcome)
         full = outcome.storage
     return outcomes
+
+
+def fetched_versions(
+    base: Repository, settings: Settings, selected: list[Repository], store: IndexingStore
+) -> list[Repository]:
+    """The versions of `base` its settings follow that appear only after its fetch (a tag
+    matching `tags` that the fetch brought in): found with the repositories, before the
+    fetch, they would wait for the next run. A run that indexes `base` indexes its versions
+    (`select_repositories`); a name that another repository's index holds is left alone."""
+    spec = settings.versions.get(base.name)
+    if spec is None:
+        return []
+    known = {r.name for r in selected}
+    fresh = []
+    for repo in with_versions([base], {base.name: spec}):
+        if repo.version is None or repo.name in known:
+            continue
+        record = store.catalog.repository(repo.name)
+        owner = version_from_settings(record.settings) if record else None
+        if record is not None and (owner is None or owner.base != base.name):
+            log.error("version_name_taken", repository=repo.name, base=base.name)
+            continue
+        fresh.append(repo)
+    return fresh
 
 
 def summary_of(outcomes: list[RepositoryOutcome]) -> dict[str, Any]:

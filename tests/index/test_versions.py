@@ -23,8 +23,8 @@ from hetriever.store.knowledge_store import Store
 from tests.support.catalog_snapshot import catalog_rows
 from tests.support.cli_runs import cli_env, run_cli
 from tests.support.flow_support import stored
-from tests.support.helpers import git, run
-from tests.support.versions_support import NAME, V1, V2, CountingEmbedder, versioned_docs
+from tests.support.helpers import commit_all, git, run, write_files
+from tests.support.versions_support import NAME, V1, V2, CountingEmbedder, page, versioned_docs
 
 TAGS = {NAME: {"tags": "v*", "last": 2}}
 
@@ -252,3 +252,29 @@ def test_a_version_has_its_repositorys_access_level_unless_named_itself(
         }
     finally:
         searcher.close_sync()
+
+
+def test_a_tag_the_runs_fetch_brings_in_is_indexed_in_that_run(tmp_path: Path, minilm_embedder):
+    upstream, commits = versioned_docs(tmp_path / "upstream")
+    root = tmp_path / "docs"
+    git(tmp_path, "clone", "-q", str(upstream / NAME), str(root / NAME))
+    settings = settings_for(root, tmp_path / "index", {NAME: {"tags": "v*", "last": 3}})
+    repos = configured_repositories(settings)  # found before the fetch: v1 and v2 alone
+    assert [r.name for r in repos] == [NAME, V1, V2]
+    origin = upstream / NAME
+    write_files(origin, {"content/v3.md": page("Three", "What version three brought.")})
+    v3_commit = commit_all(origin, "v3.0.0")
+    git(origin, "tag", "v3.0.0")
+    store = open_store(settings, minilm_embedder)
+    try:
+        outcomes = {
+            o.repository: o for o in run(ingest_repositories(repos, store, settings, fetch=True))
+        }
+        v3 = f"{NAME}--v3-0-0"
+        assert sorted(outcomes) == [NAME, V1, V2, v3]
+        assert all(o.ok for o in outcomes.values()), {n: o.error for n, o in outcomes.items()}
+        assert store.catalog.repository(v3).last_commit == v3_commit
+        assert "content/v3.md" in texts_by_path(store, v3)
+        assert "content/v3.md" not in texts_by_path(store, V2)
+    finally:
+        store.close_sync()
