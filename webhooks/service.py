@@ -47,6 +47,7 @@ from hetriever.core.errors import ConfigurationError
 from hetriever.core.logs import get_logger
 from hetriever.core.names import repository_name
 from hetriever.core.redact import redact_text
+from hetriever.core.version_settings import VersionSpec
 from hetriever.store.catalog_schema import CATALOG_FILE
 from webhooks.deliveries import CatalogBusy, DeliveryStore
 from webhooks.queue import DeliveryQueue, QueuedDelivery, queued_now
@@ -104,6 +105,8 @@ class WebhookConfig:
     request_timeout: float = 20.0  # headers, then the body (hetriever.serve.slow_clients)
     catalog_timeout: float = DEFAULT_CATALOG_TIMEOUT  # for the catalog's write lock
     queue_interval: float = QUEUE_INTERVAL
+    # The versions setting: a push of a followed tag or branch starts its repository's run.
+    versions: dict[str, VersionSpec] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not 0 < self.catalog_timeout <= 5:
@@ -165,6 +168,7 @@ class WebhookConfig:
             prefect_timeout=hook.prefect_timeout,
             request_timeout=settings.request_timeout,
             catalog_timeout=hook.catalog_timeout,
+            versions=dict(settings.versions),
         )
 
 
@@ -263,17 +267,28 @@ def _route_push(config: WebhookConfig, payload: dict[str, Any]) -> tuple[str, st
     if route is None:
         raise _ignored(f"repository {full_name} is not a configured documentation repository")
     ref = payload.get("ref")
-    if not isinstance(ref, str) or not ref.startswith("refs/heads/"):
+    spec = config.versions.get(route.docs_name)
+    if isinstance(ref, str) and ref.startswith("refs/tags/") and spec is not None:
+        # A followed version's tag: a run of the repository, whose fetch brings the tag in
+        # and whose versions are listed again after it (branch "": the followed one).
+        tag = ref.removeprefix("refs/tags/")
+        if not spec.follows_tag(tag):
+            raise _ignored(f"tag {tag!r} is not a followed version of {route.docs_name}")
+        branch = ""
+    elif not isinstance(ref, str) or not ref.startswith("refs/heads/"):
         raise _ignored(f"ref {ref!r} is not a branch")
-    branch = ref.removeprefix("refs/heads/")
-    wanted = route.branch or repo.get("default_branch")
-    if not wanted:
-        raise _error(400, "push payload has no repository.default_branch")
-    if branch != wanted:
-        raise _ignored(f"push to branch {branch!r}, not {wanted!r}")
+    else:
+        branch = ref.removeprefix("refs/heads/")
+        wanted = route.branch or repo.get("default_branch")
+        if not wanted:
+            raise _error(400, "push payload has no repository.default_branch")
+        if branch != wanted and spec is not None and branch in spec.refs:
+            branch = ""  # a followed version's branch: its versions resolve after the fetch
+        elif branch != wanted:
+            raise _ignored(f"push to branch {branch!r}, not {wanted!r}")
     after = payload.get("after")
     if payload.get("deleted") or after == _ZERO_SHA:
-        raise _ignored(f"branch {branch!r} was deleted")
+        raise _ignored(f"{ref} was deleted")
     if not isinstance(after, str) or not re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", after):
         raise _error(400, "push payload has no valid 'after' commit sha")
     return route.docs_name, branch, after
@@ -287,7 +302,9 @@ async def start_ingest(
     config: WebhookConfig, repository: str, branch: str, delivery_id: str
 ) -> str:
     """Schedule one ingest run of `repository` at the head of `branch` as the run fetches it
-    (not the pushed commit: see the module's docstring); return the flow run id."""
+    (not the pushed commit: see the module's docstring), or for a followed version's push
+    (`branch` ""), at the branch scheduled runs follow, with its versions; return the flow
+    run id."""
     from prefect.client.orchestration import get_client
     from prefect.deployments import arun_deployment
     from prefect.exceptions import ObjectNotFound, PrefectHTTPStatusError
@@ -303,7 +320,8 @@ async def start_ingest(
                         parameters={
                             "repositories": [repository],
                             "fetch": True,
-                            "ref": f"refs/heads/{branch}",
+                            # "": the branch scheduled runs follow (a version's push)
+                            "ref": f"refs/heads/{branch}" if branch else None,
                         },
                         timeout=0,
                         # Prefect dedupes too: a retry after a lost response reuses the run.
@@ -425,6 +443,7 @@ def create_app(config: WebhookConfig) -> Starlette:
             "status": "started",
             "repository": repository,
             "branch": branch,
+            "ref": payload.get("ref"),
             "commit": commit,
             "flow_run_id": flow_run_id,
         }

@@ -8,6 +8,7 @@ matching a glob (`tags` with `last`), or both. Written as JSON in `HETRIEVER_VER
 
 from __future__ import annotations
 
+import fnmatch
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -62,3 +63,8 @@ class VersionSpec(BaseModel):
         if not glob and not self.refs:
             raise ValueError("names no version: give refs, or tags with last")
         return self
+
+    def follows_tag(self, tag: str) -> bool:
+        """Whether a tag of this name is followed: named in `refs`, or matching `tags` (one
+        of the last N once listed)."""
+        return tag in self.refs or bool(self.tags and fnmatch.fnmatchcase(tag, self.tags))
