@@ -84,6 +84,14 @@ from hetriever.search.results import (
     is_question,
 )
 from hetriever.search.routing import routed
+from hetriever.search.version_scope import (
+    GROUPED_DEPTH,
+    VersionScope,
+    group_versions,
+    label_results,
+    version_scope,
+    wanted_version,
+)
 from hetriever.store.bm25.bm25_index import CorpusStats
 from hetriever.store.catalog_records import (
     UNIQUE_KINDS,
@@ -149,11 +157,24 @@ def resolve_top_k(top_k: Any, default: int, maximum: int) -> int:
     return top_k
 
 
-def _scope(store: RetrievalStore, namespaces: Sequence[str] | None) -> list[str]:
-    """Repositories in scope: the named ones (validated) that have a searchable collection."""
+def _scope(
+    store: RetrievalStore, namespaces: Sequence[str] | None, version: str | None = None
+) -> VersionScope:
+    """Repositories in scope: the named ones (validated) that have a searchable collection,
+    each in the version asked for (`version_scope`)."""
+    existing = store.repository_names()  # the catalog: answers while Chroma is down
+    return version_scope(
+        store.catalog,
+        _named(existing, namespaces),
+        existing,
+        named=namespaces is not None,
+        version=version,
+    )
+
+
+def _named(existing: list[str], namespaces: Sequence[str] | None) -> list[str]:
     from hetriever.core.names import validate_collection_name
 
-    existing = store.repository_names()  # the catalog: answers while Chroma is down
     if namespaces is None:
         return existing
     if isinstance(namespaces, str):
@@ -505,6 +526,7 @@ def hybrid_search(store: RetrievalStore, request: SearchRequest) -> RetrievalRes
             f"lang must be a language code such as 'en' or 'pt-br', or 'all', got {lang!r}"
         )
     namespaces, exact = request.repositories, request.exact
+    version = wanted_version(request.version)
     if wanted and user_filter is not None and "lang" in json.dumps(user_filter):
         wanted = "all"  # the caller's own filter on `lang` decides
 
@@ -522,6 +544,7 @@ def hybrid_search(store: RetrievalStore, request: SearchRequest) -> RetrievalRes
             started,
             wanted,
             detect=detect,
+            version=version,
         )
 
     for attempt in range(1, EPOCH_RETRIES + 2):
@@ -556,6 +579,7 @@ def _search_once(
     started: float,
     wanted_lang: str = "",
     detect: bool = True,
+    version: str | None = None,
 ) -> RetrievalResult:
     settings = store.settings
 
@@ -572,7 +596,11 @@ def _search_once(
             query_language=",".join(told),
         )
 
-    names = _scope(store, namespaces)
+    scope = _scope(store, namespaces, version)
+    names, shown_k = scope.names, k
+    grouped = scope.grouped and group_by == "page"
+    if grouped:  # a page in several versions is one result: enough of them to group
+        k = min(k * scope.widest, max(k, GROUPED_DEPTH))
     plans = plan_collections(store, names) if text.strip() else {}
     hidden = [name for name, p in plans.items() if not p.visible(levels)]
     if hidden:
@@ -614,7 +642,9 @@ def _search_once(
             ids_only=use_hybrid and group_by == "page",
             each=len(names) > 1,
         )
-        if len(names) > 1:  # several sites: those the query is about (hetriever.search.routing)
+        # Several sites: those the query is about (hetriever.search.routing); the versions
+        # of a site are one site, so a search of every version reads them all.
+        if len(names) > 1 and not scope.grouped:
             routed_from = names
             names, dense_ids, plans, aside = _route(
                 store, text, names, hits, dense_ids, vector, n, plans, wheres
@@ -684,6 +714,10 @@ def _search_once(
             wanted_lang,
         )
     _add_translations(store, plans, results)
+    label_results(results, scope)
+    if grouped:
+        collections = {name: p.collection for name, p in all_plans.items()}
+        results = group_versions(store.catalog, collections, results, scope)[:shown_k]
     counts = {
         "dense": len(rankings["dense"]),
         "bm25": len(rankings["bm25"]),
