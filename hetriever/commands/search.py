@@ -163,7 +163,17 @@ def search_arguments(args: argparse.Namespace) -> dict[str, Any]:
     return {name: getattr(args, name) for name in SEARCH_ARGUMENTS}
 
 
-SEARCH_ARGUMENTS = ("query", "repository", "top_k", "filter", "mode", "group", "lang", "access")
+SEARCH_ARGUMENTS = (
+    "query",
+    "repository",
+    "top_k",
+    "filter",
+    "mode",
+    "group",
+    "lang",
+    "access",
+    "version",
+)
 
 
 def search_here(
@@ -211,6 +221,7 @@ def search_here(
         access_levels=access or None,
         group_by=args.group,
         lang=args.lang,
+        version=getattr(args, "version", None),
     )
     result = reserve.reading(
         settings, lambda: run_search(settings, request, cold=cold), warnings.append

@@ -65,6 +65,7 @@ from hetriever.core.errors import (
 )
 from hetriever.core.logs import get_logger
 from hetriever.core.models import RetrievalResult, SearchResult
+from hetriever.core.versions import version_from_settings
 from hetriever.parse.links import LinkPrior, shown
 from hetriever.search.candidates import _fill_documents, _Hit, _trusted, bounded_passage, page_key
 from hetriever.search.dense import _dense
@@ -197,6 +198,8 @@ def plan_collections(store: RetrievalStore, names: list[str]) -> dict[str, Colle
         record = catalog.repository(name)
         collection = catalog.collection(physical)
         languages = (record.settings.get("languages") if record else None) or []
+        version = version_from_settings(record.settings if record else None)
+        base = catalog.repository(version.base) if version else None
         plans[name] = CollectionPlan(
             repository=name,
             collection=physical,
@@ -204,6 +207,11 @@ def plan_collections(store: RetrievalStore, names: list[str]) -> dict[str, Colle
             chunk_levels=set(collection.levels) if collection else set(),
             has_deleted=catalog.has_deleted(physical),
             languages=tuple(str(lang) for lang in languages),
+            base_level=declared_level(
+                store.settings, version.base, base.access_level if base else None
+            )
+            if version
+            else "",
         )
     return plans
 
