@@ -1,9 +1,9 @@
 """Searching a version of the docs, every version, or (by default) the checked-out tree
 alone; and the diff of two versions' published pages. Real git, real Chroma, the real model.
 
-One git repository: `v1.0.0` tagged, then a second commit that rewrites the install page,
-deletes the gopher page, renames a page, adds one and adds a draft. The tree is indexed as
-`docs-site`, the tag as its version (`tests.support.versions`), beside an unrelated site.
+One git repository (`tests.support.versions.two_versions`): `v1.0.0` tagged, then a commit
+that rewrites the install page, deletes the gopher page, renames a page, adds one and adds a
+draft. The tree is indexed as `docs-site`, the tag as its version, beside an unrelated site.
 """
 
 from __future__ import annotations
@@ -18,40 +18,11 @@ from hetriever.search.version_diff import version_diff
 from hetriever.store.knowledge_store import Store
 from tests.support.chroma_fixtures import store_settings
 from tests.support.helpers import commit_all, git, init_repo, write_files
-from tests.support.versions import index_tree, index_version
+from tests.support.versions import BASE, LABEL, index_tree, index_version, page, two_versions
 
-BASE, OTHER, V1 = "docs-site", "other-site", "v1.0.0"
+OTHER, V1 = "other-site", LABEL
 V1_NAME = version_name(BASE, V1)
 QUERIES = ("install the package", "gopher exporter", "configure the site", "theme colours")
-
-
-def page(title: str, body: str, *extra: str) -> str:
-    return "---\n" + "\n".join([f"title: {title}", *extra]) + "\n---\n\n" + body + "\n"
-
-
-OLD = {
-    "content/_index.md": page("Docs", "The documentation of the site."),
-    "content/docs/install.md": page(
-        "Install", "Install the quokka package with the quokka manager, then run quokka init."
-    ),
-    "content/docs/gopher.md": page(
-        "Gopher exporter", "The gopher exporter sends telemetry over the gopher protocol."
-    ),
-    "content/docs/old-name.md": page(
-        "Configuration",
-        "Configure the site in its configuration file: the title, the base URL, the "
-        "languages and the menus all live there, one table each.",
-    ),
-    "content/docs/themes.md": page("Themes", "Themes set the colours and the fonts of a site."),
-}
-EDITS = {
-    "content/docs/install.md": page(
-        "Install", "Install the wombat package with the wombat installer, then run wombat setup."
-    ),
-    "content/docs/new-name.md": OLD["content/docs/old-name.md"],
-    "content/docs/added.md": page("Added page", "A page that only the newer docs have."),
-    "content/docs/draft.md": page("Draft page", "Not published yet.", "draft: true"),
-}
 OTHER_PAGES = {
     "content/_index.md": page("Other", "Another site's documentation."),
     "content/guide.md": page("Guide", "Install the collector and configure its receivers."),
@@ -62,13 +33,8 @@ OTHER_PAGES = {
 def docs(tmp_path_factory, minilm_embedder):
     tmp = tmp_path_factory.mktemp("versions")
     root = tmp / "docs"
-    source = init_repo(root / BASE)
-    write_files(source, OLD)
-    old_commit = commit_all(source, "v1")
-    git(source, "tag", V1)
-    git(source, "rm", "-q", "content/docs/gopher.md", "content/docs/old-name.md")
-    write_files(source, EDITS)
-    new_commit = commit_all(source, "v2")
+    source = root / BASE
+    old_commit, new_commit = two_versions(source)
     other = init_repo(root / OTHER)
     write_files(other, OTHER_PAGES)
     commit_all(other, "other")
@@ -210,3 +176,21 @@ def test_a_diff_of_a_version_not_indexed_names_the_known_ones(docs):
         version_diff(store, BASE, "v0.1", "current")
     with pytest.raises(UnknownVersionError, match=f"is a version of {BASE}"):
         version_diff(store, V1_NAME, "current", "current")
+
+
+def test_a_version_is_hidden_where_its_repository_is(docs):
+    store = docs[0]
+    assert store.catalog.repository(V1_NAME).access_level == "PUBLIC"
+    store.catalog.upsert_repository(BASE, access_level="TEAM")
+    try:
+        assert _pages(store, "install the package", version=V1) == []
+        found = _pages(store, "install the package", version="all")
+        assert found and {m.metadata["repository"] for m in found} == {OTHER}
+        team = _pages(store, "install the package", version=V1, access_levels=["TEAM"])
+        assert team == []  # the version's own level, PUBLIC, is not the caller's
+        both = _pages(store, "install the package", version=V1, access_levels="PUBLIC,TEAM")
+        assert both[0].metadata["repository"] == V1_NAME
+        with pytest.raises(UnknownVersionError):
+            version_diff(store, BASE, V1, "current")
+    finally:
+        store.catalog.upsert_repository(BASE, access_level="PUBLIC")
