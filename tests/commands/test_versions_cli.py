@@ -4,6 +4,12 @@ index holding a repository's tree and its version `v1.0.0` (`tests.support.versi
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import signal
+import tempfile
+import time
+from pathlib import Path
 
 import pytest
 
@@ -66,3 +72,38 @@ def test_diff(workspace):
     assert not any("draft" in line for line in lines)
     wrong = workspace.cli("diff", BASE, "v0.0.1", "current")
     assert wrong.returncode == 2 and LABEL in wrong.stderr
+
+
+def _route(workspace, extra) -> dict:
+    out = workspace.cli("status", "--json", **extra)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)[0]["search_route"]
+
+
+def _warm_searches(workspace) -> int:
+    out = json.loads(workspace.cli("metrics", "--json", "--source", "cli").stdout)
+    return sum(row["count"] for row in out.get("by_source", []) if row["temperature"] == "warm")
+
+
+def test_the_resident_search_process_answers_a_version_as_in_process(workspace):
+    run_dir = Path(tempfile.mkdtemp(prefix="hv-"))  # a socket's path must stay short
+    extra = {"HETRIEVER_SEARCH_RESIDENT_IDLE": "120", "XDG_RUNTIME_DIR": str(run_dir)}
+    args = ("search", "install the package", "-k", "3", "--json", "--version", LABEL)
+    want = json.loads(workspace.cli(*args).stdout)
+    pid = None
+    try:
+        assert workspace.cli(*args, **extra).returncode == 0  # in-process; starts the resident
+        deadline = time.monotonic() + 180
+        while (found := _route(workspace, extra))["route"] != "resident":
+            assert time.monotonic() < deadline, "the resident search process did not start"
+            time.sleep(1)
+        pid = found["pid"]
+        warm = _warm_searches(workspace)
+        got = json.loads(workspace.cli(*args, **extra).stdout)
+        assert _warm_searches(workspace) == warm + 1  # the resident answered it
+        assert [m["doc_id"] for m in got["matches"]] == [m["doc_id"] for m in want["matches"]]
+        assert {m["version"] for m in got["matches"]} == {LABEL}
+    finally:
+        if pid is not None:
+            os.kill(pid, signal.SIGTERM)
+        shutil.rmtree(run_dir, ignore_errors=True)
