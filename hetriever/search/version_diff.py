@@ -96,6 +96,9 @@ def version_diff(
     (labels, or `current`), as the caller's `levels` may see them. `repo`: the git checkout
     holding both commits (the configured repository of that name by default)."""
     allowed = caller_levels(levels)
+    own = plan_collections(store, [repository]).get(repository)
+    if own is None or not own.visible(allowed):  # its versions' labels are not for this caller
+        raise UnknownVersionError(f"no repository {repository!r} is indexed")
     names = [version_repository(store, repository, label) for label in (old, new)]
     plans = plan_collections(store, names)
     if any(n not in plans or not plans[n].visible(allowed) for n in names):

@@ -92,8 +92,10 @@ def version_scope(
     have = set(existing)
     children: dict[str, list[str]] = {}
     for name, of in sorted(known.items()):
-        if of.base in bases and name in have and catalog.complete(name):
-            children.setdefault(of.base, []).append(name)
+        # a version whose first ingest never completed is not read (as `serve` reads none)
+        if of.base in bases and name in have and (version == ALL or is_label(of, version)):
+            if catalog.complete(name):
+                children.setdefault(of.base, []).append(name)
     if version == ALL:
         picked = [n for base in bases for n in [base, *children.get(base, [])]]
         labels.update({n: known[n].label for n in picked if n in known})
@@ -109,12 +111,12 @@ def version_scope(
     if bases and not found and not direct:
         raise UnknownVersionError(
             f"no repository searched has a version {version!r}",
-            hint=_known(children, known, bases),
+            hint=_known(known, have, bases),
         )
     if missing and named:
         raise UnknownVersionError(
             f"repository {missing[0]} has no version {version!r}",
-            hint=_known(children, known, missing[:1]),
+            hint=_known(known, have, missing[:1]),
         )
     if missing:
         log.info("search_version_missing", version=version, repositories=missing)
@@ -128,8 +130,8 @@ def _scope(
     return VersionScope(names, {n: labels.get(n, "") for n in names}, bases, grouped)
 
 
-def _known(children: dict[str, list[str]], known: dict[str, VersionOf], bases: list[str]) -> str:
-    labels = sorted({known[n].label for b in bases for n in children.get(b, [])})
+def _known(known: dict[str, VersionOf], have: set[str], bases: list[str]) -> str:
+    labels = sorted({v.label for n, v in known.items() if v.base in bases and n in have})
     if not labels:
         return "no version of it is indexed; search without a version for the checked-out tree"
     return f"indexed versions: {', '.join(labels)} (or 'current', or 'all')"

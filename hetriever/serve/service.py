@@ -406,7 +406,8 @@ class DocsService:
 
         check_repository_name(repository)
         check_text([old, new], "the versions")
-        if repository not in self.served_names():
+        levels = levels or caller_levels(None)
+        if repository not in self._visible_plans(levels):  # hidden reads as absent
             raise NotFound(f"no repository {repository!r}")
         try:
             diff = version_diff(self.store, repository, old, new, levels=levels)
