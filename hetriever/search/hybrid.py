@@ -38,6 +38,11 @@ search names one, and shows the section its fragment names (a heading's anchor),
 pages at one path (a multihost site's languages) the one published at its host, else the
 site's default language's, as a page look-up by link (`hetriever.search.published.preference`).
 
+The repositories in scope are read in the version the request names
+(`hetriever.search.version_scope`): by default each one's checked-out tree, never its indexed
+versions; `all` searches a repository and its versions as one site (no routing between them)
+and shows each page once.
+
 Searches read the catalog's alias pointers; if a migration switches one while a search runs
 (the catalog's alias epoch changed), the search runs again, so it never mixes two generations.
 
