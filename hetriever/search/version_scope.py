@@ -30,7 +30,7 @@ GROUPED_DEPTH = 100  # a search of every version asks for at most this many resu
 def versions_of(catalog: Any) -> dict[str, VersionOf]:
     """repository -> the version it is, for every repository that is one (one read)."""
     found: dict[str, VersionOf] = {}
-    for name, settings in catalog.settings_map().items():
+    for name, settings in catalog.version_settings().items():
         version = version_from_settings(settings)
         if version is not None:
             found[name] = version

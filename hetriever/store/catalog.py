@@ -133,11 +133,20 @@ class Catalog:
         names = [r["name"] for r in self.db.rows("SELECT name FROM repositories ORDER BY name")]
         return [rec for rec in (self.repository(n) for n in names) if rec is not None]
 
-    def settings_map(self) -> dict[str, dict[str, Any]]:
-        """name -> its settings, every repository in one read (a search's versions)."""
+    def version_settings(self) -> dict[str, dict[str, Any]]:
+        """name -> its `version_of`, `version` and `ref` settings, for every repository whose
+        settings have a `version_of` (`hetriever.core.versions`): one read, the JSON picked
+        apart by SQLite."""
+        rows = self.db.rows(
+            "SELECT name, json_extract(settings, '$.version_of') AS version_of,"
+            " json_extract(settings, '$.version') AS version,"
+            " json_extract(settings, '$.ref') AS ref FROM repositories"
+            " WHERE json_valid(settings) AND json_extract(settings, '$.version_of') IS NOT NULL"
+            " ORDER BY name"
+        )
         return {
-            r["name"]: json.loads(r["settings"] or "{}")
-            for r in self.db.rows("SELECT name, settings FROM repositories ORDER BY name")
+            r["name"]: {"version_of": r["version_of"], "version": r["version"], "ref": r["ref"]}
+            for r in rows
         }
 
     def file_blobs(self, collection: str, paths: Iterable[str]) -> dict[str, str]:
