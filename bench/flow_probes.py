@@ -75,6 +75,7 @@ def instrumented(probe: Probe) -> Iterator[None]:
     import hetriever.index.indexing as indexing
     import hetriever.index.process as process
     import tasks.process
+
     patches: list[tuple[Any, str, str]] = [
         (tasks.process, "process_file", "task_body"),
         (process, "safe_process_text", "parse_clean_chunk"),

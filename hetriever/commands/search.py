@@ -184,7 +184,7 @@ def search_here(
     default index is."""
     from hetriever.commands import reserve
     from hetriever.core.names import as_given, validate_collection_name
-    from hetriever.search.hybrid import resolve_top_k
+    from hetriever.search.planning import resolve_top_k
     from hetriever.search.request import SearchRequest
     from hetriever.store.filters import validate_filter
 

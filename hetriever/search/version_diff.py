@@ -22,7 +22,7 @@ from hetriever.core.models import ChangeKind, _Serialisable
 from hetriever.core.versions import CURRENT
 from hetriever.discover.changes import _diff, _resolve_commit
 from hetriever.discover.repositories import Repository, configured_repositories
-from hetriever.search.hybrid import plan_collections
+from hetriever.search.planning import plan_collections
 from hetriever.search.version_scope import is_label, versions_of, wanted_version
 from hetriever.store.catalog_records import INDEXED
 from hetriever.store.filters import and_filters

@@ -29,7 +29,8 @@ from hetriever.core.names import is_valid_repository_name, repository_name
 from hetriever.core.redact import hide_paths, server_places
 from hetriever.core.versions import ALL, version_from_settings
 from hetriever.search import published
-from hetriever.search.hybrid import hybrid_search, plan_collections
+from hetriever.search.hybrid import hybrid_search
+from hetriever.search.planning import plan_collections
 from hetriever.search.request import SearchRequest
 from hetriever.search.version_scope import version_scope, versions_of, wanted_version
 from hetriever.serve import pages
