@@ -173,6 +173,8 @@ class Repository(_Answer):
     chunks: int
     last_run_at: str
     last_run_outcome: str
+    version: str = Field("", description="a version's label; '' for a checked-out tree")
+    version_of: str = Field("", description="the repository it is a version of; '' for a tree")
 
 
 class RepositoriesAnswer(_Answer):

@@ -496,15 +496,21 @@ class DocsService:
 
     def repositories(self, *, levels: frozenset[str] | None = None) -> list[dict[str, Any]]:
         """Visible repositories: indexed commit, checked-out commit and what waits upstream
-        (as of the last fetch; when the docs root is here), files and chunks."""
+        (as of the last fetch; when the docs root is here), files and chunks; a version says
+        its label and its base repository (a version is visible only where its base is)."""
         from hetriever.index.status import repository_status
 
         levels = levels or caller_levels(None)
         here = self._checkouts()
+        known = versions_of(self.store.catalog)  # a version is listed as what it is a version of
         return [
-            repository_status(
-                self.store.catalog, name, plan.collection, plan.declared, repo=here.get(name)
-            ).served()
+            {
+                **repository_status(
+                    self.store.catalog, name, plan.collection, plan.declared, repo=here.get(name)
+                ).served(),
+                "version": known[name].label if name in known else "",
+                "version_of": known[name].base if name in known else "",
+            }
             for name, plan in sorted(self._visible_plans(levels).items())
         ]
 
