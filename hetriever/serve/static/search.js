@@ -245,17 +245,21 @@
   Search.prototype.loadVersions = function () {
     var self = this;
     var key = this.key();
+    var asked = this.versionsAsked = (this.versionsAsked || 0) + 1;  // a later key's list wins
     this.versionsShown = true;
     fetch(this.api + "/repositories", {
       headers: key ? { Authorization: "Bearer " + key } : {}, credentials: "omit",
     }).then(function (response) {
       return response.ok ? response.json() : {};
     }).then(function (body) {
+      if (asked !== self.versionsAsked) return;
       var rows = Array.isArray(body.repositories) ? body.repositories : [];
       var labels = Array.from(new Set(rows.map(function (r) { return String(r.version || ""); })
-        .filter(Boolean))).sort().reverse();
+        .filter(Boolean))).sort(function (a, b) {  // v0.10.0 before v0.9.0
+        return b.localeCompare(a, undefined, { numeric: true });
+      });
       self.showVersions(labels);
-    }, function () { self.showVersions([]); });
+    }, function () { if (asked === self.versionsAsked) self.showVersions([]); });
   };
 
   Search.prototype.showVersions = function (labels) {
