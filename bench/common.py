@@ -42,7 +42,6 @@ from hetriever.discover.changes import list_content_files, site_at  # noqa: E402
 from hetriever.discover.git_objects import read_content_files  # noqa: E402
 from hetriever.discover.repositories import Repository  # noqa: E402
 from hetriever.index.process import IncludeResolver, safe_process_text  # noqa: E402
-from hetriever.search import hybrid as search  # noqa: E402
 
 CORPORA = Path(os.environ.get("HETRIEVER_CORPORA", REPO_ROOT.parent / "shared" / "corpora"))
 SAMPLE_DOCS = REPO_ROOT / "examples" / "sample-docs"
@@ -274,18 +273,21 @@ def bm25_only(
     runs its private steps in the same order. Returns its hits (`doc_id`, `metadata`, ...).
     """
     from hetriever.core.access import caller_levels
-    from hetriever.store.filters import and_filters
+    from hetriever.search.candidates import _fill_documents, _trusted
+    from hetriever.search.gathering import CANDIDATE_FACTOR, _bm25
+    from hetriever.search.planning import _scope, plan_collections
+    from hetriever.store.filters import and_filters, validate_filter
 
     levels = caller_levels(None)  # hybrid_search's default caller: PUBLIC only
-    plans = search.plan_collections(store, search._scope(store, namespaces))
+    plans = plan_collections(store, _scope(store, namespaces).names)
     plans = {name: p for name, p in plans.items() if p.visible(levels)}
-    user_filter = search.validate_filter(filters)
+    user_filter = validate_filter(filters)
     wheres = {name: and_filters(p.where(levels), user_filter) for name, p in plans.items()}
     hits: dict[str, Any] = {}
-    ranked = search._bm25(store, list(plans), query, top_k * search.CANDIDATE_FACTOR, wheres, hits)
+    ranked = _bm25(store, list(plans), query, top_k * CANDIDATE_FACTOR, wheres, hits)
     candidates = [hits[d] for d in ranked]
-    search._fill_documents(store, candidates)
-    return [h for h in candidates if search._trusted(h, plans, levels)][:top_k]
+    _fill_documents(store, candidates)
+    return [h for h in candidates if _trusted(h, plans, levels)][:top_k]
 
 
 def page_of(meta: dict[str, Any]) -> str:

@@ -42,10 +42,12 @@ async def query(
     access_levels: list[str] | None = None,
     group_by: str | None = None,
     lang: str | None = None,
+    version: str | None = None,
 ) -> dict:
     """One search. `access_levels`: what the caller may see (default PUBLIC only);
     `group_by`: "page" (one result per page, the default) or "chunk"; `lang`: a language
-    code or "all" (default: each multilingual site's default language)."""
+    code or "all" (default: each multilingual site's default language); `version`: a
+    version label, or "all" (default: each repository's checked-out tree)."""
     logger = get_run_logger()
     settings = load_settings()
     with prefect_run_logging(settings.log_level, settings.log_format):
@@ -66,6 +68,7 @@ async def query(
             access_levels=access_levels,
             group_by=group_by,
             lang=lang,
+            version=version,
         )
 
         async def search():

@@ -86,7 +86,13 @@ def results_markdown(result: Any, links: list[str]) -> str:
         where = markdown_text(meta.get("repository", "")) + (
             "" if target else f" {markdown_text(link)}"
         )
-        lines += ["", f"{where} · {scores(match)}", ""]
+        version = f" · version {markdown_text(match.version)}" if match.version else ""
+        lines += ["", f"{where} · {scores(match)}{version}", ""]
+        if match.versions:
+            held = ", ".join(
+                v["version"] + (" (differs)" if v["differs"] else "") for v in match.versions
+            )
+            lines += [f"In versions: {markdown_text(held)}", ""]
         if meta.get("heading_context"):
             lines += [f"Section: {markdown_text(meta['heading_context'])}", ""]
         lines += [f"> {markdown_text(passage(match))}", ""]

@@ -1,5 +1,5 @@
 """`hetriever` command line: ingest, search, follow, status, metrics, analytics, purge, forget,
-migrate, serve, mcp, serve-webhook, demo, prepare-model.
+migrate, diff, serve, mcp, serve-webhook, demo, prepare-model.
 
 One parser tree; each subcommand's work lives in `hetriever.commands`. User mistakes (bad
 settings, bad names, bad filters) print one clear line and exit 2, operational failures exit 1,
@@ -51,6 +51,7 @@ cmd_serve, cmd_mcp = _command("serving", "cmd_serve"), _command("serving", "cmd_
 cmd_prepare_model = _command("serving", "cmd_prepare_model")
 cmd_serve_webhook = _command("serving", "cmd_serve_webhook")
 cmd_analytics = _command("analytics", "cmd_analytics")
+cmd_diff = _command("diff", "cmd_diff")
 
 
 def _days(raw: str) -> float:
@@ -158,8 +159,28 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         help="access levels the caller may see, e.g. PUBLIC,TEAM (repeatable; default PUBLIC only)",
     )
+    p.add_argument(
+        "--version",
+        help="search this indexed version of each repository (e.g. v0.139.0), 'all' for "
+        "every version (a page once, with the versions holding it); default: the "
+        "checked-out tree",
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_search)
+
+    p = sub.add_parser(
+        "diff", help="pages added, removed, changed and renamed between two indexed versions"
+    )
+    p.add_argument("repository")
+    p.add_argument("old", metavar="FROM", help="a version label, or 'current' (the tree)")
+    p.add_argument("new", metavar="TO", help="a version label, or 'current' (the tree)")
+    p.add_argument(
+        "--access",
+        action="append",
+        help="access levels the caller may see, e.g. PUBLIC,TEAM (repeatable; default PUBLIC only)",
+    )
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_diff)
 
     p = sub.add_parser(
         "follow",

@@ -45,6 +45,7 @@ from bench.judged import acceptable, judged_answers, success  # noqa: E402
 from bench.quality.bench_quality import CORPORA, K, held_out, question_items  # noqa: E402
 from hetriever.core.logs import configure_logging  # noqa: E402
 from hetriever.search import hybrid as search  # noqa: E402
+from hetriever.search.gathering import candidate_depth  # noqa: E402
 from hetriever.search.request import SearchRequest  # noqa: E402
 
 SAMPLE_COPIES = 10
@@ -181,12 +182,12 @@ def route_grid(store: Any, items: list[dict]) -> list[dict]:
     """How often routing (margin 0) keeps a site other than the question's, by the nearest
     chunks it averages and the centroid's weight: tuning part / held-out third."""
     from hetriever.search.candidates import _Hit
-    from hetriever.search.hybrid import _best_keyword_scores
+    from hetriever.search.gathering import _best_keyword_scores
     from hetriever.search.routing import centroid, keyword_veto, relevance
 
     names = store.repository_names()
     centroids = {name: centroid(store, name) for name in names}
-    n = search.candidate_depth(K, "page")
+    n = candidate_depth(K, "page")
     seen = []
     for item in items:
         vector = store.embedder.embed([item["question"]])[0]

@@ -41,6 +41,7 @@ from hetriever.core.config import Settings  # noqa: E402
 from hetriever.core.logs import configure_logging  # noqa: E402
 from hetriever.parse.links import LinkPrior, outbound_keys, page_keys  # noqa: E402
 from hetriever.search import hybrid as search  # noqa: E402
+from hetriever.search.gathering import candidate_depth  # noqa: E402
 from hetriever.search.request import SearchRequest
 from hetriever.search.results import is_question  # noqa: E402
 from hetriever.store.bm25.analyzer import tokenize  # noqa: E402
@@ -156,7 +157,7 @@ class Corpus:
         return bq.offline_pages(
             dense,
             bm25,
-            search.candidate_depth(bq.K, "page"),
+            candidate_depth(bq.K, "page"),
             fusion=s.fusion,
             k=s.rrf_k,
             dense_weight=weight,

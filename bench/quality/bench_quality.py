@@ -80,6 +80,7 @@ from hetriever.parse.links import LinkPrior  # noqa: E402
 from hetriever.parse.page import _load, split_front_matter  # noqa: E402
 from hetriever.search import hybrid as search  # noqa: E402
 from hetriever.search.candidates import _Hit  # noqa: E402
+from hetriever.search.gathering import candidate_depth  # noqa: E402
 from hetriever.search.request import SearchRequest
 from hetriever.search.results import _fuse_pages, _page_of, is_question  # noqa: E402
 
@@ -357,7 +358,7 @@ def evaluate(
             },
         }
     s = store.settings
-    depth = search.candidate_depth(K, "page")
+    depth = candidate_depth(K, "page")
     lists = list(zip(dense_lists, bm25_lists))
     weights = [search.dense_weight_for(s, "", q) for q, _ in queries]  # by the query's length
     # The links prior, for the questions among the queries (as hybrid_search applies it).

@@ -30,6 +30,7 @@ from bench.quality.bench_quality import CORPORA, QUERIES, K, index_corpus, quest
 from hetriever.core.config import Settings  # noqa: E402
 from hetriever.core.logs import configure_logging  # noqa: E402
 from hetriever.search import hybrid as search  # noqa: E402
+from hetriever.search.gathering import candidate_depth  # noqa: E402
 from hetriever.search.request import SearchRequest  # noqa: E402
 
 POOL = QUERIES / "pools" / "pool.jsonl"
@@ -60,7 +61,7 @@ def retrievers(top: int) -> dict[str, Callable[[Any, str, list[str]], Pages]]:
         return _distinct([(m.metadata, m.content) for m in got.matches], top)
 
     def bm25(store: Any, q: str, ns: list[str]) -> Pages:
-        hits = bm25_only(store, q, search.candidate_depth(K, "page"), namespaces=ns)
+        hits = bm25_only(store, q, candidate_depth(K, "page"), namespaces=ns)
         return _distinct([(h.metadata or {}, h.content or "") for h in hits], top)
 
     return {"default": default, "dense": dense, "bm25": bm25}

@@ -14,6 +14,8 @@ from bench.common import CorpusChunks, bm25_only, load_corpus_chunks
 from bench.quality.bench_quality import DEEP, K, build_queries, index_corpus, offline_pages
 from hetriever.parse.links import LinkPrior
 from hetriever.search import hybrid as search
+from hetriever.search.candidates import _fill_documents
+from hetriever.search.gathering import candidate_depth
 from hetriever.search.results import is_question
 
 LOOKUP_SETS = ("title", "description", "heading", "section", "url", "function")
@@ -32,7 +34,7 @@ class Lists:
     def dense_vector(self, vector: Any) -> list[Hit]:
         hits: dict = {}
         ids = search._dense(self.store, [self.name], vector, DEEP, {self.name: None}, hits)
-        search._fill_documents(self.store, [hits[d] for d in ids])
+        _fill_documents(self.store, [hits[d] for d in ids])
         return [
             (d, hits[d].metadata or {}, hits[d].dense_score or 0.0, hits[d].content or "")
             for d in ids
@@ -114,6 +116,6 @@ def open_corpus(name: str, embedder: Any) -> CorpusRetrieval | None:
         store,
         Lists(store, name),
         prior,
-        search.candidate_depth(K, "page"),
+        candidate_depth(K, "page"),
         build_queries(corpus),
     )

@@ -60,8 +60,8 @@ def passage_of(match: Any, limit: int = PASSAGE_CHARS) -> str:
 
 def print_search_results(result: Any, links: Sequence[str], console: Any, index: str = "") -> None:
     """A search's results for a person: per match its title and heading path, repository and
-    link (`links`, one per match), the rounded score, the passage, the other passages'
-    headings and the translations; then where the index is (`index`)."""
+    link (`links`, one per match), the rounded score and the version, the passage, the other
+    passages' headings, the versions holding the page and the translations; then where the index is (`index`)."""
     language = (
         f", in {result.query_language}: the query's language (--lang to choose)"
         if getattr(result, "query_language", "")
@@ -83,13 +83,20 @@ def print_search_results(result: Any, links: Sequence[str], console: Any, index:
         console.print(
             joined((f"{i}. {headed}", "bold cyan"), "  ", (where, "dim")), highlight=False
         )
+        version = f", version {one_line(match.version)}" if match.version else ""
         console.print(
-            plain(f"   score {score_text(match.score)} ({match.source})"), highlight=False
+            plain(f"   score {score_text(match.score)} ({match.source}){version}"),
+            highlight=False,
         )
         console.print(plain(f"   {passage_of(match)}"), highlight=False)
         also = [one_line(p["heading_context"]) for p in match.passages if p.get("heading_context")]
         if also:
             console.print(plain(f"   also: {'; '.join(also)}", "dim"), highlight=False)
+        if match.versions:
+            held = ", ".join(
+                v["version"] + (" (differs)" if v["differs"] else "") for v in match.versions
+            )
+            console.print(plain(f"   in versions: {one_line(held)}", "dim"), highlight=False)
         if match.translations:
             other = ", ".join(f"{t['lang']} {t['url']}" for t in match.translations)
             console.print(

@@ -163,7 +163,17 @@ def search_arguments(args: argparse.Namespace) -> dict[str, Any]:
     return {name: getattr(args, name) for name in SEARCH_ARGUMENTS}
 
 
-SEARCH_ARGUMENTS = ("query", "repository", "top_k", "filter", "mode", "group", "lang", "access")
+SEARCH_ARGUMENTS = (
+    "query",
+    "repository",
+    "top_k",
+    "filter",
+    "mode",
+    "group",
+    "lang",
+    "access",
+    "version",
+)
 
 
 def search_here(
@@ -174,7 +184,7 @@ def search_here(
     default index is."""
     from hetriever.commands import reserve
     from hetriever.core.names import as_given, validate_collection_name
-    from hetriever.search.hybrid import resolve_top_k
+    from hetriever.search.planning import resolve_top_k
     from hetriever.search.request import SearchRequest
     from hetriever.store.filters import validate_filter
 
@@ -211,6 +221,7 @@ def search_here(
         access_levels=access or None,
         group_by=args.group,
         lang=args.lang,
+        version=getattr(args, "version", None),
     )
     result = reserve.reading(
         settings, lambda: run_search(settings, request, cold=cold), warnings.append

@@ -82,6 +82,9 @@ class CollectionPlan:
     # search told no language keeps to it instead of the default. "" when the query does not
     # name one of `languages`.
     query_language: str = ""
+    # A version's (`hetriever.core.versions`): the level of the repository it is a version
+    # of. A caller must be allowed both, so indexing a version never widens who reads it.
+    base_level: str = ""
 
     @property
     def search_language(self) -> str:
@@ -97,7 +100,7 @@ class CollectionPlan:
         return {"lang": {"$eq": wanted or self.search_language}}
 
     def visible(self, allowed: frozenset[str]) -> bool:
-        return self.declared in allowed
+        return self.declared in allowed and (not self.base_level or self.base_level in allowed)
 
     @property
     def mixed(self) -> bool:
@@ -121,6 +124,8 @@ def denial(
     """Why a result must not be returned to this caller, or None when it may."""
     if plan.declared not in allowed:
         return f"collection level {plan.declared}"
+    if plan.base_level and plan.base_level not in allowed:
+        return f"level {plan.base_level} of the repository it is a version of"
     level = metadata.get("access_level")
     if level is not None and str(level).upper() not in allowed:
         return f"chunk level {level}"

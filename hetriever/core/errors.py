@@ -34,6 +34,10 @@ class InvalidLimitError(UserError):
     """A result limit, language or grouping is out of range."""
 
 
+class UnknownVersionError(InvalidFilterError):
+    """A search or a diff names a version of a repository that is not indexed."""
+
+
 # --- sources (discover) -------------------------------------------------------------
 
 

@@ -192,6 +192,13 @@ class SearchResult(_Serialisable):
     # The page in the site's other languages, as {"lang", "url", "title"} (multilingual sites;
     # empty otherwise).
     translations: list[dict[str, Any]] = field(default_factory=list)
+    # The version of its repository the result is from (`hetriever.core.versions`): its
+    # label (`v0.139.0`), "" for the checked-out tree.
+    version: str = ""
+    # A search of every version: the versions holding this page, as {"version",
+    # "repository", "differs"} ("current" for the checked-out tree; `differs`: its source
+    # is not this result's); empty otherwise.
+    versions: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass

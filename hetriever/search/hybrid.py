@@ -1,8 +1,10 @@
 """Hybrid retrieval: dense kNN (Chroma) + BM25, fused over pages (or chunks).
 
-This module plans a search (scope, access, language, filters) and runs both retrievers; dense
-retrieval is `hetriever.search.dense`, a candidate and the checks it passes `hetriever.search.candidates`,
-and turning fused rankings into results `hetriever.search.results`.
+This module answers a search: it plans it (`hetriever.search.planning`: scope, access,
+language; filters), runs both retrievers (dense is `hetriever.search.dense`; BM25 and routing
+over several sites `hetriever.search.gathering`) and fuses them; a candidate and the checks it
+passes are `hetriever.search.candidates`, turning fused rankings into results
+`hetriever.search.results`.
 
 For each collection in scope, both retrievers fetch `candidate_depth()` candidates under the same
 normalised filter (for BM25 AND-ed with the collection's own `repository`; dense queries leave
@@ -27,16 +29,14 @@ hash to its `content_hash`, and the caller must be allowed to see it (`hetriever
 collection's level and the chunk's own level, not soft-deleted); anything else is dropped and
 logged. Collections the caller may not see are never queried.
 
-Exact-match fast path: a query equal (trimmed, case-insensitive) to a page's title, linkTitle,
-function name, URL or alias (a pasted address, with or without its host:
-catalog_records.address_key), description (catalog_records.title_keys) or section heading
-(catalog_records.heading_keys), or a function's name with the word for it ("where function",
-`_NAMED_FUNCTION`), returns that page first (source "exact", score 1.0): its first
-chunk, or the chunk where the heading's section starts; looked up in the catalog; the fused
-results follow, without duplicates. A URL finds its page in the URL's language unless the
-search names one, and shows the section its fragment names (a heading's anchor), if any; of
-pages at one path (a multihost site's languages) the one published at its host, else the
-site's default language's, as a page look-up by link (`hetriever.search.published.preference`).
+Exact-match fast path (`hetriever.search.exact`): a query that names a page outright (its
+title, function name, URL, alias, description or a section heading) returns that page first
+(source "exact", score 1.0); the fused results follow, without duplicates.
+
+The repositories in scope are read in the version the request names
+(`hetriever.search.version_scope`): by default each one's checked-out tree, never its indexed
+versions; `all` searches a repository and its versions as one site (no routing between them)
+and shows each page once.
 
 Searches read the catalog's alias pointers; if a migration switches one while a search runs
 (the catalog's alias epoch changed), the search runs again, so it never mixes two generations.
@@ -51,12 +51,9 @@ import asyncio
 import json
 import re
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import replace
-from typing import Any
+from collections.abc import Sequence
 
-from hetriever.chunk.sections import ANCHORS_KEY, anchored_sections
-from hetriever.core.access import CollectionPlan, caller_levels, declared_level
+from hetriever.core.access import caller_levels
 from hetriever.core.errors import (
     BackendConnectionError,
     HetrieverError,
@@ -65,13 +62,13 @@ from hetriever.core.errors import (
 )
 from hetriever.core.logs import get_logger
 from hetriever.core.models import RetrievalResult, SearchResult
-from hetriever.core.versions import version_from_settings
-from hetriever.parse.links import LinkPrior, shown
-from hetriever.search.candidates import _fill_documents, _Hit, _trusted, bounded_passage, page_key
+from hetriever.parse.links import LinkPrior
+from hetriever.search.candidates import _Hit, page_key
 from hetriever.search.dense import _dense
+from hetriever.search.exact import _exact
 from hetriever.search.facets import page_facets
-from hetriever.search.published import preference, recorded_base_urls
-from hetriever.search.query_language import query_language
+from hetriever.search.gathering import _bm25, _labelled, _route, candidate_depth
+from hetriever.search.planning import _for_query, _scope, plan_collections, resolve_top_k
 from hetriever.search.request import SearchRequest
 from hetriever.search.results import (
     _add_translations,
@@ -84,218 +81,20 @@ from hetriever.search.results import (
     dense_weight_for,
     is_question,
 )
-from hetriever.search.routing import routed
-from hetriever.store.bm25.bm25_index import CorpusStats
-from hetriever.store.catalog_records import (
-    UNIQUE_KINDS,
-    TitleHit,
-    address_fragment,
-    address_host,
-    drop_shared,
+from hetriever.search.version_scope import (
+    GROUPED_DEPTH,
+    group_versions,
+    label_results,
+    wanted_version,
 )
-from hetriever.store.filters import and_filters, matches, validate_filter
+from hetriever.store.filters import and_filters, validate_filter
 from hetriever.store.store_types import RetrievalStore
 
 log = get_logger(__name__)
 
 _LANG_CODE = re.compile(r"^(all|[a-z]{2,3}(-[a-z0-9]{2,8})*)$")
 MAX_QUERY_CHARS = 10_000  # longer queries are truncated for embedding (not an error)
-CANDIDATE_FACTOR = 2  # chunk results: each retriever fetches this many times top_k chunks
-# Page results: each retriever fetches PAGE_CANDIDATE_FACTOR x top_k chunks, at least
-# PAGE_MIN_CANDIDATES, so that enough distinct pages reach the fusion. With score fusion,
-# page MRR@10 rose from 20 to 40-75 chunks per retriever and was flat past that (sweep in
-# bench/README.md); only the chunks that place or show a top page are fetched, so a deeper
-# list costs little.
-PAGE_CANDIDATE_FACTOR = 5
-PAGE_MIN_CANDIDATES = 50
-
-
-def candidate_depth(top_k: int, group_by: str) -> int:
-    """Chunks each retriever returns for a search of `top_k` results."""
-    if group_by == "page":
-        return max(top_k * PAGE_CANDIDATE_FACTOR, PAGE_MIN_CANDIDATES)
-    return top_k * CANDIDATE_FACTOR
-
-
-ADDRESS_KINDS = ("url", "alias")  # exact-match kinds a pasted address finds
-# "where function", "function where", "range func", ".Site.Params method": a template
-# function or method named by one identifier and the word for what it is. The name alone is
-# an exact key; with the word, BM25 and dense see a common word ("function" is on every
-# function page) beside a name that may be one too ("range", "in", "with").
-_NAMED_FUNCTION = re.compile(
-    r"^\s*(?:(?P<before>[.$]?[A-Za-z][\w.]*)\s+(?:function|func|method)"
-    r"|(?:function|func|method)\s+(?P<after>[.$]?[A-Za-z][\w.]*))\s*$",
-    re.IGNORECASE,
-)
-# What such a name matches: a function's name (`where` for `collections.Where`, a method's
-# `.Site.Params`) or an alias's last segment (`/functions/range`), not any page's title
-# ("markup function" is not the Markup configuration page); a namespaced name
-# (`collections.Where`) also matches titles (`_exact`).
-NAME_KINDS = ("function", "alias")
 EPOCH_RETRIES = 3  # a search re-runs at most this often when an alias switches under it
-
-
-def resolve_top_k(top_k: Any, default: int, maximum: int) -> int:
-    if top_k is None:
-        return default
-    if isinstance(top_k, bool) or not isinstance(top_k, int):
-        raise InvalidLimitError(f"top_k must be an integer, got {top_k!r}")
-    if top_k < 1:
-        return default
-    if top_k > maximum:
-        raise InvalidLimitError(
-            f"top_k {top_k} is above the maximum of {maximum}",
-            hint=f"ask for at most {maximum} results",
-        )
-    return top_k
-
-
-def _scope(store: RetrievalStore, namespaces: Sequence[str] | None) -> list[str]:
-    """Repositories in scope: the named ones (validated) that have a searchable collection."""
-    from hetriever.core.names import validate_collection_name
-
-    existing = store.repository_names()  # the catalog: answers while Chroma is down
-    if namespaces is None:
-        return existing
-    if isinstance(namespaces, str):
-        namespaces = [namespaces]
-    wanted = list(dict.fromkeys(validate_collection_name(n) for n in namespaces))
-    missing = [n for n in wanted if n not in existing]
-    if missing:
-        log.info("search_namespace_missing", namespaces=missing)
-    return [n for n in wanted if n in existing]
-
-
-def plan_collections(store: RetrievalStore, names: list[str]) -> dict[str, CollectionPlan]:
-    """How each repository's collection is searched: its level, mixed levels, deletions."""
-    catalog = store.catalog
-    plans: dict[str, CollectionPlan] = {}
-    for name in names:
-        physical = store.physical_name(name)
-        if physical is None:
-            continue
-        record = catalog.repository(name)
-        collection = catalog.collection(physical)
-        languages = (record.settings.get("languages") if record else None) or []
-        plans[name] = CollectionPlan(
-            repository=name,
-            collection=physical,
-            declared=declared_level(
-                store.settings,
-                name,
-                record.access_level if record else None,
-                base=_version_base(record),
-            ),
-            chunk_levels=set(collection.levels) if collection else set(),
-            has_deleted=catalog.has_deleted(physical),
-            languages=tuple(str(lang) for lang in languages),
-        )
-    return plans
-
-
-def _version_base(record: Any) -> str | None:
-    """The repository a version's record names as its base (its level is the base's)."""
-    version = version_from_settings(record.settings) if record else None
-    return version.base if version else None
-
-
-def _bm25(
-    store: RetrievalStore,
-    names: list[str],
-    query: str,
-    n: int,
-    wheres: Mapping[str, dict | None],
-    hits: dict[str, _Hit],
-) -> list[str]:
-    found: list[tuple[float, str]] = []
-    # Several sites: idf over all of them, so that their raw scores share one scale.
-    corpus = (
-        CorpusStats.of([store.search_bm25(name) for name in names], query)
-        if len(names) > 1
-        else None
-    )
-    for name in names:
-        where = wheres[name]
-        index = store.search_bm25(name)
-        got = (
-            index.search(query, n, where)
-            if corpus is None
-            else index.search(query, n, where, corpus=corpus)
-        )
-        for doc_id, raw in got:
-            hit = hits.setdefault(doc_id, _Hit(doc_id, name))
-            hit.bm25_raw = float(raw)
-            found.append((hit.bm25_raw, doc_id))
-    found.sort(key=lambda t: (-t[0], t[1]))
-    return [doc_id for _, doc_id in found[:n]]
-
-
-def _route(
-    store: RetrievalStore,
-    text: str,
-    names: list[str],
-    hits: dict[str, _Hit],
-    dense_ids: list[str],
-    vector: Any,
-    n: int,
-    plans: dict[str, CollectionPlan],
-    wheres: Mapping[str, dict | None],
-) -> tuple[list[str], list[str], dict[str, CollectionPlan], dict[str, _Hit]]:
-    """The collections a search over several keeps (`routing.routed`), their dense
-    candidates cut to `n`, and their plans; the other collections' hits are set aside (taken
-    out of `hits` and returned: they rank nothing, and only the facets count them)."""
-    margin = store.settings.route_margin
-    keywords = _best_keyword_scores(store, text, names, wheres) if margin < 1 else {}
-    kept = routed(store, names, hits, dense_ids, vector, margin, keywords)
-    aside: dict[str, _Hit] = {}
-    if len(kept) < len(names):
-        log.debug("search_routed", kept=kept, left_out=[m for m in names if m not in kept])
-        for doc_id in [d for d, hit in hits.items() if hit.collection not in kept]:
-            aside[doc_id] = hits.pop(doc_id)
-    return (
-        kept,
-        [d for d in dense_ids if d in hits][:n],
-        {name: p for name, p in plans.items() if name in kept},
-        aside,
-    )
-
-
-def _labelled(store: RetrievalStore, aside: dict[str, _Hit]) -> dict[str, _Hit]:
-    """The hits routing set aside, each with its page from BM25's copy of its metadata (no
-    Chroma read), so the facets say how many candidate pages the other sites had; a hit BM25
-    cannot tell is left out of the count."""
-    by_collection: dict[str, list[str]] = {}
-    for doc_id, hit in aside.items():
-        if hit.metadata is None and hit.label is None:
-            by_collection.setdefault(hit.collection, []).append(doc_id)
-    for name, ids in by_collection.items():
-        try:
-            known = store.search_bm25(name).metadata_of(ids)
-        except Exception as exc:  # facets are an extra: the count just leaves them out
-            log.debug("facet_labels_failed", collection=name, error=str(exc))
-            known = {}
-        for doc_id in ids:
-            aside[doc_id].label = known.get(doc_id)
-    return aside
-
-
-def _best_keyword_scores(
-    store: RetrievalStore, text: str, names: list[str], wheres: Mapping[str, dict | None]
-) -> dict[str, float]:
-    """Each site's best raw BM25 score for `text`, idf over all of them ({} if BM25 fails:
-    routing then goes by dense alone)."""
-    try:
-        indexes = {name: store.search_bm25(name) for name in names}
-        corpus = CorpusStats.of(indexes.values(), text)
-        return {
-            name: max(
-                (s for _, s in index.search(text, 1, wheres[name], corpus=corpus)), default=0.0
-            )
-            for name, index in indexes.items()
-        }
-    except Exception as exc:  # routing's keyword evidence is an extra
-        log.warning("route_keywords_failed", error=f"{type(exc).__name__}: {exc}")
-        return {}
 
 
 def _filling(
@@ -337,163 +136,6 @@ def _filling(
     ][:k]
 
 
-def _exact(
-    store: RetrievalStore,
-    query: str,
-    plans: Mapping[str, CollectionPlan],
-    levels: frozenset[str],
-    user_filter: dict | None,
-    wanted_lang: str = "",
-) -> SearchResult | None:
-    """The page whose title / linkTitle / function name / URL / alias / description / section
-    heading equals the query, if any. A description or heading names a page only when no
-    other page the search may return has it (a translation that kept an English heading
-    does not hide the English page from an English search)."""
-    by_physical = {p.collection: name for name, p in plans.items()}
-    try:
-        candidates = store.catalog.pages.lookup_title(query, list(by_physical))
-        form = _NAMED_FUNCTION.match(query) if not candidates else None
-        if form:  # "where function": the page named `where`, if a name is what it is
-            name = form.group("before") or form.group("after")
-            candidates = [
-                c
-                for c in store.catalog.pages.lookup_title(name, list(by_physical), NAME_KINDS)
-                if not c.key.startswith("/")
-            ]
-            if not candidates and "." in name.strip("."):  # `collections.Where`
-                candidates = store.catalog.pages.lookup_title(name, list(by_physical), ("title",))
-    except Exception as exc:  # the fast path is an extra; it never fails a search
-        log.warning("exact_lookup_failed", error=f"{type(exc).__name__}: {exc}")
-        return None
-
-    def in_scope(group: list[TitleHit]) -> list[tuple[TitleHit, _Hit]]:
-        hits = [(c, _Hit(c.chunk_id, by_physical[c.collection])) for c in group]
-        _fill_documents(store, [hit for _, hit in hits])  # one read per collection
-        return [
-            (c, hit)
-            for c, hit in hits
-            if hit.metadata is not None
-            and matches(user_filter, hit.metadata)
-            and matches(
-                plans[hit.collection].language_clause(_language(c, wanted_lang)), hit.metadata
-            )
-            and _trusted(hit, plans, levels)
-        ]
-
-    for candidate in candidates:  # a name: the first the caller may see (one read, usually)
-        if candidate.kind not in UNIQUE_KINDS and candidate.kind not in ADDRESS_KINDS:
-            for _, hit in in_scope([candidate]):
-                return _exact_result(hit)
-    addressed = in_scope([c for c in candidates if c.kind in ADDRESS_KINDS])
-    if addressed:  # a pasted address: of the pages at its path, the one it names
-        hit = _addressed(store, query, [hit for _, hit in addressed], plans)
-        return _exact_result(_section(store, hit, address_fragment(query), plans, levels))
-    kept = in_scope([c for c in candidates if c.kind in UNIQUE_KINDS])
-    named = drop_shared([c for c, _ in kept])
-    return next((_exact_result(hit) for c, hit in kept if c in named), None)
-
-
-def _addressed(
-    store: RetrievalStore, query: str, pages: list[_Hit], plans: Mapping[str, CollectionPlan]
-) -> _Hit:
-    """The page a pasted address names among those at its path (a multihost site publishes
-    each language's at the same path, two sites may share one): as a page look-up by link
-    (`hetriever.serve.service`), the one published at the address's host, else its site's
-    default language's, else the first (`published.preference`)."""
-    if len(pages) < 2:
-        return pages[0]
-    host = address_host(query)
-    sites = {
-        name: recorded_base_urls(store.catalog, name, store.settings.site_urls)
-        for name in {page.collection for page in pages}
-    }
-    return min(
-        pages,
-        key=lambda page: preference(
-            page.metadata or {},
-            host,
-            sites[page.collection],
-            plans[page.collection].languages,
-            store.settings.content_dir,
-        ),
-    )
-
-
-def _section(
-    store: RetrievalStore,
-    page: _Hit,
-    anchor: str,
-    plans: Mapping[str, CollectionPlan],
-    levels: frozenset[str],
-) -> _Hit:
-    """The first chunk of `page` under the heading whose anchor a pasted URL's fragment
-    names (`/content-management/menus/#define-in-front-matter`), else `page` itself."""
-    if not anchor or page.metadata is None:
-        return page
-    try:
-        index = store.search_bm25(page.collection)
-        chunks = index.metadata_of(
-            index.ids_where({"file_path": page.metadata["file_path"]}),
-            keys=("heading_context", "merged_headings", "chunk_index", ANCHORS_KEY),
-        )
-    except Exception as exc:  # the section is an extra: the page is still the answer
-        log.warning("exact_section_failed", error=f"{type(exc).__name__}: {exc}")
-        return page
-    doc_id = _anchored(
-        anchored_sections(sorted(chunks.items(), key=lambda c: (c[1].get("chunk_index", 0), c[0]))),
-        anchor,
-    )
-    if doc_id is None:
-        return page
-    section = _Hit(doc_id, page.collection)
-    _fill_documents(store, [section])
-    return section if section.metadata is not None and _trusted(section, plans, levels) else page
-
-
-def _anchored(starts: Mapping[str, list[str]], anchor: str) -> str | None:
-    """The chunk an anchor names: its heading's first section, or for `<anchor>-<n>` (Hugo
-    numbers a repeated heading's anchors) its (n+1)th."""
-    if anchor in starts:
-        return starts[anchor][0]
-    base, _, number = anchor.rpartition("-")
-    if base and number.isdigit() and int(number) < len(starts.get(base, ())):
-        return starts[base][int(number)]
-    return None
-
-
-def _for_query(store: RetrievalStore, plan: CollectionPlan, text: str) -> CollectionPlan:
-    """`plan` with the language `text` is written in (a multilingual site's): by its script,
-    else by its words, counted in the site's BM25 index."""
-    if len(plan.languages) < 2:
-        return plan
-    try:
-        found = query_language(
-            text,
-            plan.languages,
-            lambda: store.search_bm25(plan.repository).language_counts(text, plan.languages),
-        )
-    except Exception as exc:  # a guess at the language must never fail a search
-        log.debug("query_language_failed", repository=plan.repository, error=str(exc))
-        return plan
-    return replace(plan, query_language=found)
-
-
-def _language(hit: TitleHit, wanted: str) -> str:
-    """The language an exact hit must be in: the search's, except that a pasted URL names its
-    page in whatever language the URL is (`/ja/docs/`) unless the caller asked for one."""
-    return "all" if hit.kind == "url" and not wanted else wanted
-
-
-def _exact_result(hit: _Hit) -> SearchResult:
-    return SearchResult(
-        doc_id=hit.doc_id,
-        content=bounded_passage(hit.content or ""),
-        metadata=shown(hit.metadata or {}),
-        score=1.0,
-        source="exact",
-    )
-
-
 def hybrid_search(store: RetrievalStore, request: SearchRequest) -> RetrievalResult:
     """Answer one search against `store` (a Store). See the module docstring.
 
@@ -517,6 +159,7 @@ def hybrid_search(store: RetrievalStore, request: SearchRequest) -> RetrievalRes
             f"lang must be a language code such as 'en' or 'pt-br', or 'all', got {lang!r}"
         )
     namespaces, exact = request.repositories, request.exact
+    version = wanted_version(request.version)
     if wanted and user_filter is not None and "lang" in json.dumps(user_filter):
         wanted = "all"  # the caller's own filter on `lang` decides
 
@@ -534,6 +177,7 @@ def hybrid_search(store: RetrievalStore, request: SearchRequest) -> RetrievalRes
             started,
             wanted,
             detect=detect,
+            version=version,
         )
 
     for attempt in range(1, EPOCH_RETRIES + 2):
@@ -568,6 +212,7 @@ def _search_once(
     started: float,
     wanted_lang: str = "",
     detect: bool = True,
+    version: str | None = None,
 ) -> RetrievalResult:
     settings = store.settings
 
@@ -584,7 +229,11 @@ def _search_once(
             query_language=",".join(told),
         )
 
-    names = _scope(store, namespaces)
+    scope = _scope(store, namespaces, version)
+    names, shown_k = scope.names, k
+    grouped = scope.grouped and group_by == "page"
+    if grouped:  # a page in several versions is one result: enough of them to group
+        k = min(k * scope.widest, max(k, GROUPED_DEPTH))
     plans = plan_collections(store, names) if text.strip() else {}
     hidden = [name for name, p in plans.items() if not p.visible(levels)]
     if hidden:
@@ -626,7 +275,9 @@ def _search_once(
             ids_only=use_hybrid and group_by == "page",
             each=len(names) > 1,
         )
-        if len(names) > 1:  # several sites: those the query is about (hetriever.search.routing)
+        # Several sites: those the query is about (hetriever.search.routing); the versions
+        # of a site are one site, so a search of every version reads them all.
+        if len(names) > 1 and not scope.grouped:
             routed_from = names
             names, dense_ids, plans, aside = _route(
                 store, text, names, hits, dense_ids, vector, n, plans, wheres
@@ -696,6 +347,10 @@ def _search_once(
             wanted_lang,
         )
     _add_translations(store, plans, results)
+    label_results(results, scope)
+    if grouped:
+        collections = {name: p.collection for name, p in all_plans.items()}
+        results = group_versions(store.catalog, collections, results, scope)[:shown_k]
     counts = {
         "dense": len(rankings["dense"]),
         "bm25": len(rankings["bm25"]),

@@ -3,7 +3,8 @@ HTTP API and the MCP server each parse their own input into one `SearchRequest`,
 `hetriever.search.hybrid` answers it.
 
 The request holds what the caller said; None means "not said", and the settings decide
-(`default_top_k`, `use_hybrid_search`, `group_by`, `search_language`). Checking is the
+(`default_top_k`, `use_hybrid_search`, `group_by`, `search_language`; `version`: the
+checked-out tree). Checking is the
 answerer's: hybrid search checks the request against the settings (a bad filter, k, group or
 language is an InvalidFilterError or InvalidLimitError), the service checks it against what
 it serves (its limits, the repositories it serves) first.
@@ -33,3 +34,7 @@ class SearchRequest:
     # A language code, "all", or "" for the query's own language where it names a
     # multilingual site's (`hetriever.search.query_language`), else that site's default.
     lang: str | None = None
+    # Which version of each repository (`hetriever.core.versions`): None or "current" its
+    # checked-out tree, a label (`v0.139.0`) that version, "all" every one, a page's
+    # versions one result (`hetriever.search.version_scope`).
+    version: str | None = None

@@ -1,6 +1,6 @@
 """`hetriever serve`: the search API over HTTP (FastAPI under uvicorn).
 
-GET /search, POST /search, GET /pages/{id}, GET /repositories, /healthz, /readyz, /metrics,
+GET /search, POST /search, GET /pages/{id}, GET /diff, GET /repositories, /healthz, /readyz, /metrics,
 the search analytics (`POST /analytics/open`, the `/stats` page) and the OpenAPI docs at /docs. One ASGI middleware (plain ASGI, not BaseHTTPMiddleware, which
 costs a task and a copy per request) does what every request needs first: refuse a body over
 the limit (413), turn the API key into access levels or answer 401 (the same answer for every
@@ -36,6 +36,7 @@ from hetriever.serve import docs_page, stats_page, web
 from hetriever.serve.analytics_feed import AnalyticsFeed, OpenRefused
 from hetriever.serve.keys import InvalidKeyError, KeyRing, key_from_headers
 from hetriever.serve.schemas import (
+    DiffAnswer,
     ErrorAnswer,
     PageAnswer,
     RepositoriesAnswer,
@@ -56,7 +57,7 @@ OPEN_PATHS = (
     *docs_page.PATHS,
     *web.PATHS,
 )
-LABELLED = ("/search", "/repositories", "/stats", "/analytics/open")  # endpoints in /metrics
+LABELLED = ("/search", "/diff", "/repositories", "/stats", "/analytics/open")  # in /metrics
 # /stats shows every caller's queries: with keys configured, only a key granting this sees it.
 STATS_LEVEL = "PRIVATE"
 MAX_OPEN_BODY = 1024  # bytes of a POST /analytics/open body
@@ -121,6 +122,10 @@ SEARCH_BODY = {
                     },
                     "lang": {"type": "string", "description": "content language, e.g. en, or all"},
                     "group": {"type": "string", "enum": ["page", "chunk"]},
+                    "version": {
+                        "type": "string",
+                        "description": "a version label (e.g. v0.139.0), current or all",
+                    },
                 },
             }
         }
@@ -283,6 +288,7 @@ def create_app(
         filters: Any,
         lang: str | None,
         group: str | None,
+        version: str | None = None,
     ) -> JSONResponse:
         started = time.perf_counter()
         answer = await service.call(
@@ -295,6 +301,7 @@ def create_app(
                 lang=lang,
                 group_by=group,
                 access_levels=request.state.levels,
+                version=version,
             ),
         )
         result = answer.pop("_result")
@@ -325,13 +332,19 @@ def create_app(
             None,
             description="page (one result per page) or chunk; the group_by setting when not given",
         ),
+        version: str | None = Query(
+            None,
+            description="a version label (e.g. v0.139.0): that version of each repository; "
+            "all: every version, a page once with the versions holding it; default: the "
+            "checked-out tree",
+        ),
     ) -> JSONResponse:
         filters = _json(filter, "filter") if filter else None
-        return await run_search(request, q, k, repository, filters, lang, group or None)
+        return await run_search(request, q, k, repository, filters, lang, group or None, version)
 
     @app.post(
         "/search",
-        summary="Search with a JSON body: {q, k, repository, filter, lang, group}",
+        summary="Search with a JSON body: {q, k, repository, filter, lang, group, version}",
         description=SEARCH_FIELDS,
         responses=ERROR_RESPONSES,
         response_model=SearchAnswer,
@@ -341,7 +354,7 @@ def create_app(
         body = _json(await request.body() or b"null", "the body")
         if not isinstance(body, dict):
             raise RequestError('the body must be a JSON object, e.g. {"q": "where"}')
-        unknown = sorted(set(body) - {"q", "k", "repository", "filter", "lang", "group"})
+        unknown = sorted(set(body) - {"q", "k", "repository", "filter", "lang", "group", "version"})
         if unknown:
             raise RequestError(f"unknown field(s): {', '.join(unknown)}")
         repos = body.get("repository")
@@ -351,7 +364,7 @@ def create_app(
             isinstance(repos, list) and all(isinstance(r, str) for r in repos)
         ):
             raise RequestError("repository must be a name or a list of names")
-        for field in ("q", "lang", "group"):
+        for field in ("q", "lang", "group", "version"):
             if body.get(field) is not None and not isinstance(body[field], str):
                 raise RequestError(f"{field} must be a string")
         return await run_search(
@@ -362,6 +375,7 @@ def create_app(
             body.get("filter"),
             body.get("lang"),
             body.get("group") or None,
+            body.get("version"),
         )
 
     @app.get(
@@ -374,8 +388,37 @@ def create_app(
             404: {"description": "No such page for this caller", "model": ErrorAnswer},
         },
     )
-    async def page(request: Request, ref: str) -> JSONResponse:
-        return JSONResponse(await service.call(service.page, ref, levels=request.state.levels))
+    async def page(
+        request: Request,
+        ref: str,
+        version: str | None = Query(
+            None, description="a URL's page in this version (a label); default: the tree's"
+        ),
+    ) -> JSONResponse:
+        return JSONResponse(
+            await service.call(service.page, ref, levels=request.state.levels, version=version)
+        )
+
+    @app.get(
+        "/diff",
+        summary="Pages added, removed, changed and renamed between two indexed versions",
+        description="`from` and `to` are version labels, or `current` (the checked-out "
+        "tree); only pages the site publishes count (drafts never do).",
+        response_model=DiffAnswer,
+        responses={
+            **ERROR_RESPONSES,
+            404: {"description": "No such repository for this caller", "model": ErrorAnswer},
+        },
+    )
+    async def diff(
+        request: Request,
+        repository: str = Query(..., description="the repository"),
+        old: str = Query(..., alias="from", description="a version label, or current"),
+        new: str = Query(..., alias="to", description="a version label, or current"),
+    ) -> JSONResponse:
+        return JSONResponse(
+            await service.call(service.diff, repository, old, new, levels=request.state.levels)
+        )
 
     @app.get(
         "/repositories",

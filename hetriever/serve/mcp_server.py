@@ -77,9 +77,14 @@ def format_results(answer: dict[str, Any], budget_tokens: int) -> str:
     lines = [f"{len(results)} result(s) for {answer['query']!r}{language}:"]
     for i, r in enumerate(results, start=1):
         title = r["title"] + (f" > {r['heading']}" if r["heading"] else "")
+        version = f"  version: {r['version']}" if r.get("version") else ""
+        held = ", ".join(
+            v["version"] + (" (differs)" if v["differs"] else "") for v in r.get("versions", [])
+        )
         lines.append(
             f"\n[{i}] {title}\nURL: {r['link']}\nrepository: {r['repository']}  "
-            f"page id: {r['page_id']}  score: {r['score']:.3f}\n"
+            f"page id: {r['page_id']}  score: {r['score']:.3f}{version}\n"
+            + (f"in versions: {held}\n" if held else "")
             + clip(r["passage"].strip(), share)
         )
     narrow = facets_line(answer.get("facets") or {})
@@ -102,9 +107,10 @@ def facets_line(facets: dict[str, list[dict[str, Any]]]) -> str:
 
 
 def format_page(page: dict[str, Any], budget_tokens: int) -> str:
+    version = f"  version: {page['version']}" if page.get("version") else ""
     head = (
         f"{page['title']}\nURL: {page['link']}\nrepository: {page['repository']}  "
-        f"page id: {page['page_id']}\n"
+        f"page id: {page['page_id']}{version}\n"
     )
     body = []
     for chunk in page["chunks"]:
@@ -239,6 +245,14 @@ def create_mcp(
                 description='only this Hugo section (the first folder under content, e.g. "docs")'
             ),
         ] = None,
+        version: Annotated[
+            str | None,
+            Field(
+                description='a version of the docs, e.g. "v0.139.0"; "all" for every indexed '
+                "version (each page once, with the versions holding it); default: the "
+                "current docs"
+            ),
+        ] = None,
         max_tokens: Annotated[int | None, MAX_TOKENS_FIELD] = None,
     ) -> str:
         """Search the documentation. Returns the best pages, each with its title, URL, page id
@@ -256,6 +270,7 @@ def create_mcp(
                 lang=lang,
                 group_by="page",
                 access_levels=levels(ctx),
+                version=version,
             ),
         )
         result = answer.pop("_result")
@@ -277,11 +292,16 @@ def create_mcp(
             ),
         ],
         ctx: Context,
+        version: Annotated[
+            str | None,
+            Field(description="a URL's page in this version of the docs (e.g. v0.139.0)"),
+        ] = None,
         max_tokens: Annotated[int | None, MAX_TOKENS_FIELD] = None,
     ) -> str:
         """The whole page, its sections in order."""
         budget = _budget(max_tokens)
-        return format_page(await call(service.page, url_or_id, levels=levels(ctx)), budget)
+        page = await call(service.page, url_or_id, levels=levels(ctx), version=version)
+        return format_page(page, budget)
 
     @server.tool()
     async def list_repositories(ctx: Context) -> str:

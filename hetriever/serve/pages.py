@@ -93,6 +93,8 @@ def match_view(
             for t in match.translations
         ],
         "passage": passage(match.content, meta),
+        "version": match.version,
+        **({"versions": match.versions} if match.versions else {}),
         "score": round(float(match.score), 6),
         "source": match.source,
         "dense_score": None if match.dense_score is None else round(match.dense_score, 6),

@@ -29,6 +29,12 @@ class MorePassage(_Answer):
     passage: str
 
 
+class VersionHeld(_Answer):
+    version: str = Field(description="a version label, or `current` for the checked-out tree")
+    repository: str
+    differs: bool = Field(description="its source differs from the shown result's")
+
+
 class SearchHit(_Answer):
     page_id: str = Field(description="`<repository>/<file_path>`, for GET /pages/{id}")
     chunk_id: str
@@ -55,6 +61,12 @@ class SearchHit(_Answer):
     dense_score: float | None
     bm25_score: float | None
     more: list[MorePassage] = Field(description="a page result's next best passages")
+    version: str = Field(
+        "", description="the version the result is from (a label); '' for the checked-out tree"
+    )
+    versions: list[VersionHeld] = Field(
+        [], description="with `version=all`: the versions holding the page"
+    )
 
 
 class FacetValue(_Answer):
@@ -111,8 +123,30 @@ class PageAnswer(_Answer):
     link: str
     repository: str
     file_path: str
+    version: str = Field("", description="the version's label; '' for the checked-out tree")
     lang: str
     chunks: list[PageChunk]
+
+
+class PageChangeAnswer(_Answer):
+    kind: Literal["A", "M", "D", "R"] = Field(
+        description="added, modified, deleted or renamed (from `old_path`)"
+    )
+    path: str = Field(description="the file in the newer version (a deleted page's older one)")
+    old_path: str
+    url: str = Field(description="the page's site-relative path where it is published")
+    title: str
+    old_url: str = Field(description="a renamed page's path in the older version")
+
+
+class DiffAnswer(_Answer):
+    repository: str
+    from_version: str
+    to_version: str
+    from_commit: str
+    to_commit: str
+    changes: list[PageChangeAnswer]
+    counts: dict[str, int]
 
 
 class Repository(_Answer):

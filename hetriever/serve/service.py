@@ -27,9 +27,12 @@ from hetriever.core.errors import HetrieverError, InvalidFilterError, InvalidLim
 from hetriever.core.logs import get_logger
 from hetriever.core.names import is_valid_repository_name, repository_name
 from hetriever.core.redact import hide_paths, server_places
+from hetriever.core.versions import ALL, version_from_settings
 from hetriever.search import published
-from hetriever.search.hybrid import hybrid_search, plan_collections
+from hetriever.search.hybrid import hybrid_search
+from hetriever.search.planning import plan_collections
 from hetriever.search.request import SearchRequest
+from hetriever.search.version_scope import version_scope, versions_of, wanted_version
 from hetriever.serve import pages
 from hetriever.store.catalog_records import address_host
 from hetriever.store.knowledge_store import Store
@@ -224,19 +227,20 @@ class DocsService:
             raise RequestError(
                 "filters must be a JSON object", hint='e.g. {"section": "functions"}'
             )
-        check_text([filters, repositories, lang], "the request")
+        check_text([filters, repositories, lang, request.version], "the request")
         for name in repositories or []:
             check_repository_name(name)
         served = self.served_names()
-        names = list(repositories) if repositories else served
+        versioned = request.version is not None and bool(str(request.version).strip())
+        visible = self._visible_plans(levels, served) if repositories or versioned else {}
+        universe = list(visible) if versioned else served
+        names = list(repositories) if repositories else self._having(universe, request.version)
         names = [n for n in names if n in served]
+        if versioned:  # what a version's error names (its labels) is the caller's only
+            names = [n for n in names if n in visible]
         # Named repositories this caller cannot search: missing and hidden ones alike, so the
         # answer says nothing about which exists.
-        unknown = (
-            sorted(set(repositories) - set(self._visible_plans(levels, served)))
-            if repositories
-            else []
-        )
+        unknown = sorted(set(repositories) - set(visible)) if repositories else []
         wanted_lang = lang.strip().lower() if lang and lang.strip() else None
         try:
             # The language is a store-side filter (hetriever.search): None keeps each
@@ -254,7 +258,7 @@ class DocsService:
                 ),
             )
         except (InvalidFilterError, InvalidLimitError) as exc:
-            raise RequestError(str(exc)) from None
+            raise RequestError(self.public_message(exc)) from None
         matches = result.matches[:k]
         content_dir = self.settings.content_dir
         sites = published.base_urls_of(self.store.catalog, matches, self.settings.site_urls)
@@ -277,13 +281,16 @@ class DocsService:
 
     # -- pages ---------------------------------------------------------------------
 
-    def page(self, ref: str, *, levels: frozenset[str] | None = None) -> dict[str, Any]:
-        """A page's chunks in order, by page id, chunk id or URL."""
+    def page(
+        self, ref: str, *, levels: frozenset[str] | None = None, version: str | None = None
+    ) -> dict[str, Any]:
+        """A page's chunks in order, by page id, chunk id or URL; a URL names the page of the
+        checked-out tree, or of `version` (a label) where given."""
         levels = levels or caller_levels(None)
         ref = (ref or "").strip()
         if not ref or len(ref) > 2048:
             raise RequestError("give a page id (<repository>/<file_path>), a chunk id or a URL")
-        check_text(ref, "the page reference")
+        check_text([ref, version], "the page reference")
         visible = self._visible_plans(levels)
         found: list[Any] = []
         if pages.is_chunk_id(ref):
@@ -292,7 +299,7 @@ class DocsService:
             if doc is not None and name in visible:
                 found = self._file_chunks(name, str(doc.metadata["file_path"]))
         elif "://" in ref or ref.startswith("/"):
-            at = self._page_at(ref, visible)
+            at = self._page_at(ref, self._of_version(visible, version))
             if at is not None:
                 found = self._file_chunks(*at)
         else:
@@ -316,6 +323,7 @@ class DocsService:
             "url": url,
             "link": published.full_link(url, lang, self._base_urls(name)),
             "repository": name,
+            "version": self._label(name),
             "file_path": meta.get("file_path", ""),
             "lang": lang,
             "chunks": [
@@ -351,6 +359,62 @@ class DocsService:
                 break
             time.sleep(PAGE_READ_PAUSE * (attempt + 1))
         return self.store.reads.chunks_where(name, {"file_path": path})
+
+    def _trees(self, names: list[str]) -> list[str]:
+        """`names` less the versions (`hetriever.core.versions`): each repository's tree."""
+        known = versions_of(self.store.catalog)
+        return [n for n in names if n not in known]
+
+    def _having(self, served: list[str], version: Any) -> list[str]:
+        """The repositories a search naming none reads in `version`: each tree (the search
+        picks its versions, `hetriever.search.version_scope`), those with a version of a
+        label only (a missing one is no mistake here, as it is where one is named)."""
+        trees = self._trees(served)
+        try:
+            wanted = wanted_version(version)
+            if wanted is None or wanted == ALL:
+                return trees
+            scope = version_scope(self.store.catalog, trees, served, named=False, version=wanted)
+        except InvalidFilterError as exc:
+            raise RequestError(self.public_message(exc)) from None
+        return list(dict.fromkeys(scope.bases[n] for n in scope.names))
+
+    def _label(self, name: str) -> str:
+        record = self.store.catalog.repository(name)
+        version = version_from_settings(record.settings if record else None)
+        return version.label if version else ""
+
+    def _of_version(self, visible: dict[str, Any], version: str | None) -> dict[str, Any]:
+        """The visible repositories a URL is looked up in: the trees, or the versions
+        `version` names (through the search's own scope, so a missing one says so)."""
+        wanted = wanted_version(version)
+        trees = self._trees(list(visible))
+        if wanted is None:
+            return {n: visible[n] for n in trees}
+        try:
+            scope = version_scope(
+                self.store.catalog, trees, list(visible), named=False, version=wanted
+            )
+        except InvalidFilterError as exc:
+            raise RequestError(self.public_message(exc)) from None
+        return {n: visible[n] for n in scope.names if n in visible}
+
+    def diff(
+        self, repository: str, old: str, new: str, *, levels: frozenset[str] | None = None
+    ) -> dict[str, Any]:
+        """The published pages that differ between two indexed versions of `repository`."""
+        from hetriever.search.version_diff import version_diff
+
+        check_repository_name(repository)
+        check_text([old, new], "the versions")
+        levels = levels or caller_levels(None)
+        if repository not in self._visible_plans(levels):  # hidden reads as absent
+            raise NotFound(f"no repository {repository!r}")
+        try:
+            diff = version_diff(self.store, repository, old, new, levels=levels)
+        except InvalidFilterError as exc:
+            raise RequestError(self.public_message(exc)) from None
+        return {**diff.to_dict(), "counts": diff.counts}
 
     def _base_urls(self, name: str) -> dict[str, str]:
         return published.recorded_base_urls(self.store.catalog, name, self.settings.site_urls)
@@ -432,7 +496,8 @@ class DocsService:
 
     def repositories(self, *, levels: frozenset[str] | None = None) -> list[dict[str, Any]]:
         """Visible repositories: indexed commit, checked-out commit and what waits upstream
-        (as of the last fetch; when the docs root is here), files and chunks."""
+        (as of the last fetch; when the docs root is here), files and chunks; a version says
+        its label and its base repository (a version is visible only where its base is)."""
         from hetriever.index.status import repository_status
 
         levels = levels or caller_levels(None)

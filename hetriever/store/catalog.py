@@ -33,6 +33,7 @@ from typing import Any
 from hetriever.core.clock import now_iso
 from hetriever.core.logs import get_logger
 from hetriever.core.redact import redact_url
+from hetriever.core.sqlite_files import in_batches
 from hetriever.store.catalog_pages import PageKeys
 from hetriever.store.catalog_records import (
     ACTIVE,
@@ -131,6 +132,35 @@ class Catalog:
     def repositories(self) -> list[RepositoryRecord]:
         names = [r["name"] for r in self.db.rows("SELECT name FROM repositories ORDER BY name")]
         return [rec for rec in (self.repository(n) for n in names) if rec is not None]
+
+    def version_settings(self) -> dict[str, dict[str, Any]]:
+        """name -> its `version_of`, `version` and `ref` settings, for every repository whose
+        settings have a `version_of` (`hetriever.core.versions`): one read, the JSON picked
+        apart by SQLite."""
+        rows = self.db.rows(
+            "SELECT name, json_extract(settings, '$.version_of') AS version_of,"
+            " json_extract(settings, '$.version') AS version,"
+            " json_extract(settings, '$.ref') AS ref FROM repositories"
+            " WHERE json_valid(settings) AND json_extract(settings, '$.version_of') IS NOT NULL"
+            " ORDER BY name"
+        )
+        return {
+            r["name"]: {"version_of": r["version_of"], "version": r["version"], "ref": r["ref"]}
+            for r in rows
+        }
+
+    def file_blobs(self, collection: str, paths: Iterable[str]) -> dict[str, str]:
+        """path -> blob of those of `paths` the collection holds indexed."""
+        out: dict[str, str] = {}
+        for part in in_batches(list(paths)):
+            marks = ",".join("?" * len(part))
+            for r in self.db.rows(
+                f"SELECT path, blob FROM files WHERE collection = ? AND state = ?"
+                f" AND path IN ({marks})",
+                (collection, INDEXED, *part),
+            ):
+                out[r["path"]] = r["blob"]
+        return out
 
     def active(self, repository: str) -> str | None:
         rows = self.db.rows(

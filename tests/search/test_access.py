@@ -10,7 +10,8 @@ from structlog.testing import capture_logs
 
 import hetriever.core.access as access
 from hetriever.core.errors import InvalidFilterError
-from hetriever.search.hybrid import plan_collections, retrieve
+from hetriever.search.hybrid import retrieve
+from hetriever.search.planning import plan_collections
 from hetriever.search.request import SearchRequest
 from tests.support.chroma_fixtures import make_chunk
 

@@ -105,7 +105,7 @@
     this.api = options.api.replace(/\/+$/, "");
     this.operatorKey = options.key || "";
     this.widget = !!options.widget;
-    this.state = { q: "", repository: null, section: null, lang: null };
+    this.state = { q: "", repository: null, section: null, lang: null, version: null };
     this.timer = this.inflight = this.lastAnswer = null;
     this.build();
   }
@@ -125,9 +125,19 @@
       "aria-controls": id + "-results", enterkeyhint: "search",
     });
     this.status = el("p", { class: "htr-status", role: "status", "aria-live": "polite" });
+    // Versions: "current" (the checked-out docs) and each indexed version the caller may
+    // see; shown only where there is one (`showVersions`, the page's own mode).
+    this.versionPick = el("select", { id: id + "-version", class: "htr-version-pick" });
+    this.versionRow = el("p", { class: "htr-version-row", hidden: "" }, [
+      el("label", { for: id + "-version", text: "Version" }), this.versionPick]);
+    this.versionPick.addEventListener("change", function () {
+      self.state.version = self.versionPick.value || null;
+      self.schedule(0);
+    });
     var form = el("form", { class: "htr-form", role: "search" }, [
       el("label", { for: id + "-q", class: "htr-label", text: "Search the documentation" }),
       el("div", { class: "htr-box" }, [this.input]),
+      this.versionRow,
       el("p", { id: id + "-help", class: "htr-help",
         text: "Press / to search, ↑ ↓ to move through the results, Enter to open one." }),
     ]);
@@ -218,6 +228,7 @@
     } catch (e) { /* storage off: the key lasts as long as the page */ }
     if (!key) this.keyInput.value = "";
     this.showKeyNote();
+    if (this.versionsShown) this.loadVersions();  // another key may see other versions
     this.schedule(0);
   };
 
@@ -227,6 +238,39 @@
     this.keyNote.textContent = own ? "Searching with your key."
       : this.operatorKey ? "Searching with this site's key."
         : "No key: public pages only.";
+  };
+
+  /* The versions the caller's key may see, from `/repositories` (each version's `version`
+   * label); a label several repositories have is one choice. */
+  Search.prototype.loadVersions = function () {
+    var self = this;
+    var key = this.key();
+    var asked = this.versionsAsked = (this.versionsAsked || 0) + 1;  // a later key's list wins
+    this.versionsShown = true;
+    fetch(this.api + "/repositories", {
+      headers: key ? { Authorization: "Bearer " + key } : {}, credentials: "omit",
+    }).then(function (response) {
+      return response.ok ? response.json() : {};
+    }).then(function (body) {
+      if (asked !== self.versionsAsked) return;
+      var rows = Array.isArray(body.repositories) ? body.repositories : [];
+      var labels = Array.from(new Set(rows.map(function (r) { return String(r.version || ""); })
+        .filter(Boolean))).sort(function (a, b) {  // v0.10.0 before v0.9.0
+        return b.localeCompare(a, undefined, { numeric: true });
+      });
+      self.showVersions(labels);
+    }, function () { if (asked === self.versionsAsked) self.showVersions([]); });
+  };
+
+  Search.prototype.showVersions = function (labels) {
+    var chosen = this.state.version;
+    if (chosen && labels.indexOf(chosen) < 0) labels = [chosen].concat(labels);  // the address's
+    this.versionPick.replaceChildren(el("option", { value: "", text: "current" }));
+    labels.forEach(function (label) {
+      this.versionPick.appendChild(el("option", { value: label, text: label }));
+    }, this);
+    this.versionPick.value = chosen || "";
+    this.versionRow.hidden = !labels.length;
   };
 
   Search.prototype.schedule = function (delay) {
@@ -240,6 +284,7 @@
       group: "page" });
     if (this.state.repository) params.append("repository", this.state.repository);
     if (this.state.lang) params.set("lang", this.state.lang);
+    if (this.state.version) params.set("version", this.state.version);
     if (this.state.section) params.set("filter", JSON.stringify({ section: this.state.section }));
     return params;
   };
@@ -355,6 +400,8 @@
     if (result.section) path.push(String(result.section));
     String(result.heading || "").split(" > ").forEach(function (h) { if (h.trim()) path.push(h); });
     var crumbs = el("p", { class: "htr-path" });
+    if (result.version) crumbs.appendChild(el("span", { class: "htr-version",
+      text: String(result.version) }));
     path.forEach(function (part, i) {
       if (i) crumbs.appendChild(el("span", { class: "htr-sep", "aria-hidden": "true", text: "›" }));
       crumbs.appendChild(el("span", { text: part }));
@@ -456,7 +503,7 @@
   /* The page's address keeps the search (`/?q=where&section=docs`): a search can be linked. */
   function keepInAddress(search) {
     var given = new URLSearchParams(location.search);
-    ["repository", "section", "lang"].forEach(function (name) {
+    ["repository", "section", "lang", "version"].forEach(function (name) {
       if (given.get(name)) search.state[name] = given.get(name);
     });
     if (given.get("q")) {
@@ -478,6 +525,7 @@
   function mountPage(host, options) {
     var search = new Search(host, { api: options.api, key: options.key, widget: false });
     keepInAddress(search);
+    search.loadVersions();
     onSlash(function () { search.input.focus(); search.input.select(); });
     search.input.focus();
     return search;
