@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from hetriever.core import faults
 from hetriever.core.config import load_settings
 from hetriever.core.versions import VersionOf, version_from_settings
 from hetriever.discover.repositories import configured_repositories
@@ -192,33 +193,47 @@ def snapshot(where: Path, embedder: Any, names=(NAME, V1, V2)) -> dict[str, Any]
         store.close_sync()
 
 
+def versions_cli(root: Path, where: Path, model_dir: Path, **extra: str):
+    env = cli_env(where, model_dir, HETRIEVER_VERSIONS=json.dumps(TAGS), **extra)
+    return run_cli(root, env, "ingest", "--json")
+
+
+@pytest.fixture(scope="module")
+def clean_versions(tmp_path_factory, minilm_embedder, minilm_model_dir):
+    """One docs root with its versions, and what a clean build of it holds."""
+    base = tmp_path_factory.mktemp("versions-clean")
+    root, _ = versioned_docs(base)
+    assert versions_cli(root, base / "clean", minilm_model_dir).returncode == 0
+    return root, snapshot(base / "clean", minilm_embedder)
+
+
+# The write steps a version's first build meets (CRASH_POINTS, docs/reliability.md): a first
+# build removes and replaces nothing.
+FIRST_BUILD_POINTS = [p for p in faults.CRASH_POINTS if not p.startswith(("removed_", "replaced_"))]
+
+
 @pytest.mark.slow
+@pytest.mark.parametrize("point", FIRST_BUILD_POINTS)
 def test_a_crash_while_adding_a_version_leaves_the_others_and_the_rerun_equals_a_clean_build(
-    docs, tmp_path: Path, minilm_embedder, minilm_model_dir
+    clean_versions, tmp_path: Path, minilm_embedder, minilm_model_dir, point
 ):
-    root, _ = docs
-
-    def cli(where: Path, **extra: str):
-        env = cli_env(where, minilm_model_dir, HETRIEVER_VERSIONS=json.dumps(TAGS), **extra)
-        return run_cli(root, env, "ingest", "--json")
-
-    clean = tmp_path / "clean"
-    assert cli(clean).returncode == 0
-    want = snapshot(clean, minilm_embedder)
-
+    root, want = clean_versions
     crashed = tmp_path / "crashed"
-    # killed in the middle of v2.0.0's first write window, after the base and v1.0.0
-    done = cli(crashed, HETRIEVER_FAULTS=f"window_chroma_written:{V2}:1:crash")
-    assert done.returncode != 0
+    # killed at this write step of v2.0.0's first build, after the base and v1.0.0
+    done = versions_cli(root, crashed, minilm_model_dir, HETRIEVER_FAULTS=f"{point}:{V2}:1:crash")
+    assert done.returncode != 0, done.stdout[-1000:]
     mid = snapshot(crashed, minilm_embedder, (NAME, V1))
     assert mid[NAME] == want[NAME] and mid[V1] == want[V1]  # searchable, untouched
-    assert not mid["recorded"][V2]  # nothing recorded as complete that was not
+    # nothing recorded as complete that was not (after commit_recorded, the collection's
+    # commit is; the run is settled by the next one)
+    assert not mid["recorded"][V2]
 
-    again = cli(crashed)
+    again = versions_cli(root, crashed, minilm_model_dir)
     assert again.returncode == 0, again.stderr[-2000:]
     outcomes = {o["repository"]: o for o in json.loads(again.stdout)}
     assert outcomes[NAME]["mode"] == outcomes[V1]["mode"] == "noop"
-    assert outcomes[V2]["mode"] == "full"  # the unfinished run reconciled with a full pass
+    # the unfinished run reconciled with a full pass; a recorded one settled
+    assert outcomes[V2]["mode"] == ("noop" if point == "commit_recorded" else "full")
     assert snapshot(crashed, minilm_embedder) == want
 
 
