@@ -60,7 +60,7 @@ class FileChange(_Serialisable):
     old_path: str | None = None  # for renames, the old path
 
 
-IndexMode = Literal["full", "incremental", "noop"]
+IndexMode = Literal["full", "incremental", "noop", "dropped"]  # dropped: a version whose ref is gone
 
 
 @dataclass

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hetriever.core.config import Settings
-from hetriever.core.errors import HetrieverError
+from hetriever.core.errors import HetrieverError, SourceError
 from hetriever.core.logs import get_logger
 from hetriever.core.models import IndexResult
 from hetriever.core.redact import redact_text
@@ -40,6 +40,7 @@ from hetriever.index.file_retry import failed_files_error
 from hetriever.index.indexing import FileMapper, index_repository, last_indexed, map_in_process
 from hetriever.index.progress import ProgressSnapshot
 from hetriever.index.release import release_repository
+from hetriever.index.vanished import drop_vanished_version, vanished_versions, was_indexed
 from hetriever.store.store_types import IndexingStore
 
 log = get_logger(__name__)
@@ -243,11 +244,19 @@ async def ingest_repositories(
             if repo.version is not None:
                 # Never fetched or checked out: its ref is resolved after the base's fetch
                 # (a base sorts before its versions), so a moved branch is indexed anew.
-                repo, refused = await asyncio.to_thread(resolve_version, repo), None
+                try:
+                    repo, refused = await asyncio.to_thread(resolve_version, repo), None
+                except SourceError as exc:
+                    if not was_indexed(store, repo):  # never named a commit: a failure
+                        raise
+                    gone = await drop_vanished_version(repo, store, settings, str(exc))
+                    refused = RepositoryOutcome(repo.name, True, gone)
             else:
                 refused = await fetch_step(repo, store, settings, ref) if fetch else None
                 if fetch and refused is None:  # a tag the fetch brought in is followed now
                     pending += fetched_versions(repo, settings, repos, store)
+                # versions no longer listed (a tag deleted) whose ref is gone: dropped
+                pending += vanished_versions(repo, store, [*repos, *pending])
         except Exception as exc:
             outcome = failed(repo.name, exc, None)
         else:

@@ -293,3 +293,41 @@ def test_a_tag_the_runs_fetch_brings_in_is_indexed_in_that_run(tmp_path: Path, m
         assert "content/v3.md" not in texts_by_path(store, V2)
     finally:
         store.close_sync()
+
+
+def test_a_version_whose_tag_is_deleted_is_dropped_by_the_rules_deletes_follow(
+    docs, tmp_path: Path, minilm_embedder
+):
+    root, _ = docs
+    settings = settings_for(root, tmp_path, TAGS)
+    store = open_store(settings, minilm_embedder)
+    try:
+        assert all(o.ok for o in ingest(store, settings).values())
+        kept = stored(store, V1)
+        git(root / NAME, "tag", "-d", "v1.0.0")  # `tags` no longer finds it; its ref is gone
+
+        # the mass-delete guard holds: a whole version is not wiped unless allowed
+        refused = ingest(store, settings)
+        assert not refused[V1].ok and "would delete" in refused[V1].error
+        assert refused[NAME].ok and refused[V2].ok
+        assert stored(store, V1) == kept
+
+        # with a retention: hidden from every search now, erased by `purge` later
+        keeping = settings.replace(allow_mass_delete=True, retention_days=30)
+        dropped = ingest(store, keeping)
+        assert dropped[V1].ok and dropped[V1].mode == "dropped"
+        assert store.reads.file_chunk_counts(V1) == {}  # no live chunk left
+        assert set(store.reads.file_chunk_counts(V1, include_deleted=True)) == {
+            path for path, _ in kept.values()
+        }
+        stamps = {f.deleted_at for f in store.catalog.files(store.physical_name(V1))}
+        again = ingest(store, keeping)  # a later run does not stamp them again
+        assert again[V1].ok and again[V1].result.files_deleted == 0
+        assert {f.deleted_at for f in store.catalog.files(store.physical_name(V1))} == stamps
+
+        # without one: erased at once, the version's index and catalog rows gone
+        ingest(store, settings.replace(allow_mass_delete=True))
+        assert store.physical_name(V1) is None and store.catalog.repository(V1) is None
+        assert stored(store, V2) and stored(store, NAME)
+    finally:
+        store.close_sync()
