@@ -60,7 +60,9 @@ class FileChange(_Serialisable):
     old_path: str | None = None  # for renames, the old path
 
 
-IndexMode = Literal["full", "incremental", "noop", "dropped"]  # dropped: a version whose ref is gone
+IndexMode = Literal[
+    "full", "incremental", "noop", "dropped"
+]  # dropped: a version whose ref is gone
 
 
 @dataclass
