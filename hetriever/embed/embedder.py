@@ -222,6 +222,19 @@ class MiniLMEmbedder(_Counters):
                 self.dimensions = int(session.get_outputs()[0].shape[-1])
             return session
 
+    def _threads_for(self, one_at_a_time: bool) -> int:
+        """The session a call runs on: one core per batch for many texts, every core for one
+        text, unless only the one-core session is loaded. An ingest's window with a single new
+        chunk (common when most are borrowed from another version, store/donors.py) would
+        otherwise load a second copy of the model for the rest of the process: opentelemetry-io
+        v2 peaked 72 MB higher for it, to save milliseconds on one text."""
+        if not one_at_a_time:
+            return 1
+        with self._sessions_lock:
+            if self.threads not in self._sessions and 1 in self._sessions:
+                return 1
+        return self.threads
+
     def _load(self, threads: int) -> Any:
         try:
             import onnxruntime as ort
@@ -331,7 +344,7 @@ class MiniLMEmbedder(_Counters):
             order[start:end]
             for start, end in batch_bounds(lengths[order], self.batch_size, max(1, per_batch))
         ]
-        session = self._session(self.threads if one_at_a_time else 1)
+        session = self._session(self._threads_for(one_at_a_time))
         inputs = [self._inputs(pieces, lengths, idx) for idx in batches]
         sums: Iterator[np.ndarray]
         if one_at_a_time:  # a query: every core on its one batch
