@@ -72,7 +72,10 @@ def run_deployment(api: str, name: str) -> dict:
         run = create_run(client, name)
         deadline = time.monotonic() + RUN_TIMEOUT
         while time.monotonic() < deadline:
-            run = client.get(f"/flow_runs/{run['id']}").raise_for_status().json()
+            try:
+                run = client.get(f"/flow_runs/{run['id']}").raise_for_status().json()
+            except httpx.TimeoutException:  # the niced server behind a busy machine's work:
+                continue  # asked again, as Prefect's own client retries, until the deadline
             if run["state"]["type"] in {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}:
                 return run
             time.sleep(2)
