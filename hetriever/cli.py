@@ -87,6 +87,15 @@ class _Subcommands:
         return self._actions.add_parser(name, parents=[self._common], **kwargs)
 
 
+def _access_option(p: argparse.ArgumentParser) -> None:
+    """`--access`, as every command that answers for a caller takes it."""
+    p.add_argument(
+        "--access",
+        action="append",
+        help="access levels the caller may see, e.g. PUBLIC,TEAM (repeatable; default PUBLIC only)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hetriever",
@@ -154,11 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
         "each multilingual site's default language, or the one "
         "the query is written in (by its script or words)",
     )
-    p.add_argument(
-        "--access",
-        action="append",
-        help="access levels the caller may see, e.g. PUBLIC,TEAM (repeatable; default PUBLIC only)",
-    )
+    _access_option(p)
     p.add_argument(
         "--version",
         help="search this indexed version of each repository (e.g. v0.139.0), 'all' for "
@@ -174,11 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("repository")
     p.add_argument("old", metavar="FROM", help="a version label, or 'current' (the tree)")
     p.add_argument("new", metavar="TO", help="a version label, or 'current' (the tree)")
-    p.add_argument(
-        "--access",
-        action="append",
-        help="access levels the caller may see, e.g. PUBLIC,TEAM (repeatable; default PUBLIC only)",
-    )
+    _access_option(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_diff)
 

@@ -221,17 +221,20 @@ def with_versions(repos: list[Repository], specs: dict[str, VersionSpec]) -> lis
                 )
                 log.error("version_name_taken", repository=version.name, error=problem)
             taken.add(version.name)
-            out.append(
-                Repository(
-                    name=version.name,
-                    path=base.path,
-                    url=base.url,
-                    content_dir=base.content_dir,
-                    problem=problem,
-                    version=version,
-                )
-            )
+            out.append(version_repository(base, version, problem))
     return sorted(out, key=lambda r: r.name)
+
+
+def version_repository(base: Repository, version: VersionOf, problem: str = "") -> Repository:
+    """`version` of `base` as a repository: read from the base's checkout, named after it."""
+    return Repository(
+        name=version.name,
+        path=base.path,
+        url=base.url,
+        content_dir=base.content_dir,
+        problem=problem,
+        version=version,
+    )
 
 
 def _from_gitmodules(parent: Path) -> list[tuple[str, Path, str, str, str]]:

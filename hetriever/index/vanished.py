@@ -16,7 +16,7 @@ from hetriever.core.errors import SourceError
 from hetriever.core.logs import get_logger
 from hetriever.core.models import IndexResult
 from hetriever.core.versions import version_from_settings
-from hetriever.discover.repositories import Repository
+from hetriever.discover.repositories import Repository, version_repository
 from hetriever.discover.versions import ref_commit
 from hetriever.index.indexing import check_mass_delete, remove_paths, run_lock
 from hetriever.index.lifecycle import forget_repository_sync
@@ -37,13 +37,7 @@ def vanished_versions(
         version = version_from_settings(record.settings)
         if version is None or version.base != base.name or record.name in known:
             continue
-        repo = Repository(
-            name=record.name,
-            path=base.path,
-            url=base.url,
-            content_dir=base.content_dir,
-            version=version,
-        )
+        repo = version_repository(base, version)
         try:
             ref_commit(repo)
         except SourceError:
