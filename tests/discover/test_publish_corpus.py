@@ -123,10 +123,12 @@ def test_hugo_docs_v2(tmp_path: Path):
     # Pages with nothing to search (no title, no text) are the one rule of hetriever's own.
     empty = {p for p, reason in ours.skipped.items() if reason == "empty body"}
     # The one difference: a page's alias (time.AsTime's `/functions/time`) is the URL of
-    # a section page, and Hugo writes the alias's redirect over that page.
+    # a section page. Hugo renders in parallel, so which of the two files ends at that URL
+    # (the section page or the alias's redirect) changes from build to build: the page is
+    # left out of both sides.
     over = ours.aliased_over()
     assert over == {"content/en/functions/time/_index.md": "content/en/functions/time/AsTime.md"}
-    assert {p: u for p, u in hugo.items() if p not in empty} == {
+    assert {p: u for p, u in hugo.items() if p not in empty and p not in over} == {
         p: u for p, u in ours.pages.items() if p not in over
     }, explain(hugo, ours.pages)
     reasons = Counter(r.split(":")[0].split(" (")[0] for r in ours.skipped.values())

@@ -129,7 +129,7 @@ class HetrieverPages:
 
     def aliased_over(self) -> dict[str, str]:
         """Pages whose URL another page claims as an alias ({page: that page}): Hugo writes
-        aliases after pages, so the redirect replaces the page at that URL."""
+        both files to that URL, in an order that varies between builds."""
         claimed = {
             ("/" + a.strip("/") + "/").replace("//", "/"): path
             for path, aliases in self.aliases.items()
