@@ -287,6 +287,8 @@ def cmd_forget(args: argparse.Namespace) -> int:
         from hetriever.commands.output import plain
 
         what = f"{report.repository}:{report.file}" if report.file else report.repository
+        if report.versions:
+            what += f" and its versions {', '.join(report.versions)}"
         make_console().print(
             plain(
                 f"forgot {what}: {report.chunks} chunks, {report.bm25_rows} BM25 rows from "

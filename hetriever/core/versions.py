@@ -68,3 +68,12 @@ def version_from_settings(settings: dict[str, Any] | None) -> VersionOf | None:
     if not settings["version_of"] or not settings["version"]:
         return None
     return VersionOf(settings["version_of"], settings["version"], settings["ref"])
+
+
+def versions_of_base(version_settings: dict[str, dict[str, Any]], base: str) -> list[str]:
+    """The names of `base`'s versions, from the catalog's `version_settings()`, sorted."""
+    return sorted(
+        name
+        for name, settings in version_settings.items()
+        if (version := version_from_settings(settings)) is not None and version.base == base
+    )

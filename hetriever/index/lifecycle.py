@@ -3,7 +3,8 @@
 - `purge()`: chunks soft-deleted (`retention_days > 0`) more than N days ago are removed from
   Chroma and BM25, and their files from the catalog.
 - `forget_repository()` / `forget_file()`: right to erasure, at once: every generation's chunks
-  in Chroma and BM25, and the catalog's rows (files, titles, runs, the repository itself).
+  in Chroma and BM25, and the catalog's rows (files, titles, runs, the repository itself),
+  of the repository and of every version of it.
 - `migrate_repository()`: when the chunking or the embedding model changed (the store's
   `fingerprint()` differs from the active collection's), a full index is built into a new
   physical collection beside the old one; only once it is complete does the catalog's alias
@@ -25,6 +26,7 @@ from hetriever.core.config import Settings
 from hetriever.core.errors import IndexingError, RepositoryNotFoundError, UserError
 from hetriever.core.logs import get_logger
 from hetriever.core.models import IndexResult, _Serialisable
+from hetriever.core.versions import versions_of_base
 from hetriever.discover.repositories import Repository, check_usable
 from hetriever.store.catalog_records import DELETED
 from hetriever.store.generations import drop_abandoned_builds
@@ -51,6 +53,16 @@ class ForgetReport(_Serialisable):
     bm25_rows: int = 0
     collections: list[str] = field(default_factory=list)
     catalog_rows: dict[str, int] = field(default_factory=dict)
+    versions: list[str] = field(default_factory=list)  # the base's versions, forgotten too
+
+    def add(self, other: ForgetReport) -> None:
+        """Count a version's erasure into its base's report."""
+        self.versions.append(other.repository)
+        self.chunks += other.chunks
+        self.bm25_rows += other.bm25_rows
+        self.collections += other.collections
+        for table, rows in other.catalog_rows.items():
+            self.catalog_rows[table] = self.catalog_rows.get(table, 0) + rows
 
 
 @dataclass
@@ -109,8 +121,22 @@ async def purge(
     return await asyncio.to_thread(purge_sync, store, older_than_days, now=now)
 
 
+def _versions(store, name: str) -> list[str]:
+    return versions_of_base(store.catalog.version_settings(), name)
+
+
 def forget_repository_sync(store, name: str) -> ForgetReport:
-    """Erase a repository: every physical collection (Chroma + BM25) and its catalog rows."""
+    """Erase a repository: every physical collection (Chroma + BM25) and its catalog rows,
+    and so every version of it (`hetriever.core.versions`): erasing hugo-docs leaves no
+    page of hugo-docs behind, whatever version it was indexed at."""
+    versions = _versions(store, name)
+    report = _forget_one(store, name, missing_ok=bool(versions))
+    for version in versions:
+        report.add(_forget_one(store, version, missing_ok=True))
+    return report
+
+
+def _forget_one(store, name: str, *, missing_ok: bool) -> ForgetReport:
     from hetriever.store.catalog_records import split_physical
 
     report = ForgetReport(repository=name, file=None)
@@ -118,6 +144,8 @@ def forget_repository_sync(store, name: str) -> ForgetReport:
     # Collections the catalog lost track of (e.g. a crash mid-migration) go too.
     known |= {c for c in store.chroma.collection_names() if (split_physical(c) or ("",))[0] == name}
     if not known and store.catalog.repository(name) is None:
+        if missing_ok:
+            return report
         raise RepositoryNotFoundError(
             f"repository {name!r} is not indexed",
             hint="`hetriever status` lists the indexed repositories",
@@ -141,10 +169,21 @@ def forget_repository_sync(store, name: str) -> ForgetReport:
 
 
 def forget_file_sync(store, name: str, path: str) -> ForgetReport:
-    """Erase one file of a repository from every generation, soft-deleted chunks included."""
+    """Erase one file of a repository from every generation, soft-deleted chunks included,
+    and from every version of the repository."""
+    versions = _versions(store, name)
+    report = _forget_file_one(store, name, path, missing_ok=bool(versions))
+    for version in versions:
+        report.add(_forget_file_one(store, version, path, missing_ok=True))
+    return report
+
+
+def _forget_file_one(store, name: str, path: str, *, missing_ok: bool) -> ForgetReport:
     report = ForgetReport(repository=name, file=path)
     collections = store.catalog.collections(name)
     if not collections:
+        if missing_ok:
+            return report
         raise RepositoryNotFoundError(
             f"repository {name!r} is not indexed",
             hint="`hetriever status` lists the indexed repositories",

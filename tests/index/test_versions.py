@@ -331,3 +331,31 @@ def test_a_version_whose_tag_is_deleted_is_dropped_by_the_rules_deletes_follow(
         assert stored(store, V2) and stored(store, NAME)
     finally:
         store.close_sync()
+
+
+def test_forgetting_a_repository_erases_its_versions_and_a_file_from_each(
+    docs, tmp_path: Path, minilm_embedder
+):
+    from hetriever.index.lifecycle import forget_file_sync, forget_repository_sync
+
+    root, _ = docs
+    settings = settings_for(root, tmp_path, TAGS)
+    store = open_store(settings, minilm_embedder)
+    try:
+        assert all(o.ok for o in ingest(store, settings).values())
+        about = "content/about.md"  # the same text at every version
+        assert all(about in store.reads.file_chunk_counts(n) for n in (NAME, V1, V2))
+
+        one = forget_file_sync(store, NAME, about)
+        assert one.versions == [V1, V2] and one.chunks > 0
+        assert not any(about in store.reads.file_chunk_counts(n) for n in (NAME, V1, V2))
+        assert "content/guide.md" in store.reads.file_chunk_counts(V1)
+
+        whole = forget_repository_sync(store, NAME)
+        assert whole.versions == [V1, V2]
+        for name in (NAME, V1, V2):
+            assert store.physical_name(name) is None and store.catalog.repository(name) is None
+        assert store.chroma.collection_names() == []
+    finally:
+        store.close_sync()
+
