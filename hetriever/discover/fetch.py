@@ -70,10 +70,12 @@ def update_checkout(repo: Repository, ref: str | None, *, timeout: float = FETCH
 
 
 def fetch_remote(repo: Repository, *, timeout: float = FETCH_TIMEOUT) -> float:
-    """`git fetch origin`, and the followed branch by name; origin/HEAD set where a clone
+    """`git fetch --prune origin`, and the followed branch by name; origin/HEAD set where a clone
     lacks it. Returns the deadline (monotonic time) the steps after it share."""
     deadline = time.monotonic() + timeout
-    _git(repo, "fetch", "--quiet", "origin", deadline=deadline)
+    # --prune: a branch deleted upstream leaves origin/<branch> too, so a version that
+    # follows it is dropped (remote-tracking refs only; tags and local branches stay)
+    _git(repo, "fetch", "--quiet", "--prune", "origin", deadline=deadline)
     if repo.branch:
         _fetch_branch(repo, deadline=deadline)
     elif not _resolves(repo, "origin/HEAD"):

@@ -513,7 +513,7 @@ def test_a_fetch_that_cannot_reach_the_remote_fails_that_repository_clearly(samp
     state, summary = run_ingest(fetch=True)
     assert state.is_failed()
     (repo,) = summary["repositories"]
-    assert not repo["ok"] and "git fetch --quiet origin failed" in repo["error"]
+    assert not repo["ok"] and "git fetch --quiet --prune origin failed" in repo["error"]
     assert "remote `origin`" in repo["error"]  # the hint travels with the error
 
 

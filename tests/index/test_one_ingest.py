@@ -146,7 +146,7 @@ def test_the_same_failing_repositories_get_the_same_outcomes_in_both_engines(
     assert [o["repository"] for o in local] == [MOVED, NO_REMOTE, FULL, AFTER]
     moved, no_remote, full, after = local
     assert moved["ok"] and moved["mode"] == "refused" and moved["commits"] == (True, True)
-    assert not no_remote["ok"] and "git fetch --quiet origin failed" in no_remote["error"]
+    assert not no_remote["ok"] and "git fetch --quiet --prune origin failed" in no_remote["error"]
     assert not full["ok"] and full["error"].startswith("no space left on the device"), full
     assert not after["ok"] and after["error"] == "not attempted: " + full["error"], after
     assert flow == local

@@ -359,3 +359,30 @@ def test_forgetting_a_repository_erases_its_versions_and_a_file_from_each(
     finally:
         store.close_sync()
 
+
+def test_a_release_branch_deleted_upstream_is_dropped_by_the_next_fetching_run(
+    tmp_path: Path, minilm_embedder
+):
+    upstream, _ = versioned_docs(tmp_path / "upstream")
+    origin = upstream / NAME
+    git(origin, "branch", "release-1", "v1.0.0")
+    root = tmp_path / "docs"
+    git(tmp_path, "clone", "-q", str(origin), str(root / NAME))  # origin/release-1 only
+    settings = settings_for(root, tmp_path / "index", {NAME: {"refs": ["release-1"]}})
+    settings = settings.replace(allow_mass_delete=True)
+    branch = f"{NAME}--release-1"
+    store = open_store(settings, minilm_embedder)
+    try:
+        first = {o.repository: o for o in ingest_fetching(store, settings)}
+        assert first[branch].ok and "content/legacy.md" in texts_by_path(store, branch)
+        git(origin, "branch", "-D", "release-1")
+        # the fetch prunes origin/release-1, so the version's ref names no commit any more
+        second = {o.repository: o for o in ingest_fetching(store, settings)}
+        assert second[branch].ok and second[branch].mode == "dropped", second[branch].error
+        assert store.physical_name(branch) is None and second[NAME].ok
+    finally:
+        store.close_sync()
+
+
+def ingest_fetching(store: Store, settings: Any) -> list[Any]:
+    return run(ingest_repositories(configured_repositories(settings), store, settings, fetch=True))
