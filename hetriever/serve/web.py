@@ -2,8 +2,9 @@
 browser (CORS).
 
 `/` is a page with a search box over `/search` (results as one types, facets, keyboard
-first: `hetriever/serve/static/search.js`); `/widget.js` is the same script, which on a docs
-site puts a "Search docs" button opening that search in a dialog. Every file is the
+first); `/widget.js` is its script, which on a docs site puts a "Search docs" button opening
+that search in a dialog: `hetriever/serve/static/text.js`, `search.js` and `mount.js`, joined
+inside one function so that nothing of them leaks into the docs site's page. Every file is the
 package's own (`hetriever/serve/static/`): no CDN, nothing fetched from another host, so the
 page works offline. The page sends the visitor's key (entered on the page, kept in the
 tab's session storage) or the `page_api_key` setting, exactly as any API client does.
@@ -40,6 +41,16 @@ def asset(name: str) -> str:
     return files("hetriever.serve").joinpath("static", name).read_text(encoding="utf-8")
 
 
+SCRIPT_PARTS = ("text.js", "search.js", "mount.js")
+
+
+@cache
+def widget_script() -> str:
+    """The search box's script: its parts in order, as one strict-mode function."""
+    parts = "\n".join(asset(name) for name in SCRIPT_PARTS)
+    return f'(function () {{\n"use strict";\n\n{parts}}})();\n'
+
+
 def add_web(app: FastAPI, *, page_api_key: str = "") -> None:
     """`/`, `/widget.js` and the stylesheets on `app`."""
     page = asset("index.html").replace("{api_key}", html.escape(page_api_key, quote=True))
@@ -59,7 +70,7 @@ def add_web(app: FastAPI, *, page_api_key: str = "") -> None:
     @app.get("/widget.js", include_in_schema=False)
     async def widget() -> Response:
         return Response(
-            asset("search.js"),
+            widget_script(),
             media_type="text/javascript; charset=utf-8",
             headers={**CACHE, "X-Content-Type-Options": "nosniff"},
         )

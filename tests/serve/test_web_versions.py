@@ -139,3 +139,40 @@ def test_the_picker_lists_only_the_versions_the_key_may_see(browser, workspace, 
             (LABEL, LABEL),
         ]
         first_result_with(browser, "wombat")
+
+
+WIDGET_PAGE = """<!doctype html><html lang="en"><head><meta charset="utf-8">
+<title>Docs of v1</title></head><body>
+<div data-hetriever-search="{api}" data-version="{label}"></div>
+<script src="{api}/widget.js" defer></script></body></html>"""
+
+
+def test_a_docs_site_built_for_a_version_searches_it_in_the_widget(browser, workspace, tmp_path):
+    """The widget on a docs site that names its version (`data-version`, the Hugo partial's
+    `params.hetriever.version`) searches that version, and its picker offers the others."""
+    from selenium.webdriver.support.ui import Select
+
+    from tests.support.browser_fixtures import static_site
+    from tests.support.chroma_fixtures import free_port
+
+    site_port = free_port()
+    with running(
+        workspace, "serve", HETRIEVER_CORS_ORIGINS=f"http://127.0.0.1:{site_port}"
+    ) as served:
+        (tmp_path / "index.html").write_text(
+            WIDGET_PAGE.format(api=served.url, label=LABEL), encoding="utf-8"
+        )
+        with static_site(tmp_path, site_port) as site:
+            browser.get(site + "/")
+            wait(browser, lambda d: css(d, ".htr-open"), "no widget button")[0].click()
+            wait(browser, lambda d: css(d, "dialog[open] input[type=search]"), "no dialog")
+            browser.switch_to.active_element.send_keys(QUERY)
+            older = first_result_with(browser, "quokka")
+            assert older.find_element("css selector", ".htr-version").text == LABEL
+            assert wait(browser, choices, "no version picker") == [
+                ("", "current"),
+                (LABEL, LABEL),
+            ]
+            assert css(browser, ".htr-version-pick")[0].get_attribute("value") == LABEL
+            Select(css(browser, ".htr-version-pick")[0]).select_by_value("")
+            first_result_with(browser, "wombat")
