@@ -25,6 +25,7 @@ pytest_plugins = [
     "tests.support.prefect_fixtures",
     "tests.support.chroma_fixtures",
     "tests.support.serve_fixtures",
+    "tests.support.versions",
 ]
 
 

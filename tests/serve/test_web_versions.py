@@ -13,22 +13,11 @@ from hetriever.core.versions import version_name
 from hetriever.serve.keys import hash_key
 from tests.support.browser_fixtures import WAIT, chromium
 from tests.support.serve_fixtures import TEAM_KEY, running
-from tests.support.versions import BASE, LABEL, versioned_workspace
+from tests.support.versions import BASE, LABEL
 
 pytestmark = pytest.mark.slow  # a real `hetriever serve` process and a real browser
 
 QUERY = "install the package"
-
-
-@pytest.fixture(scope="module")
-def workspace(tmp_path_factory, minilm_embedder):
-    return versioned_workspace(tmp_path_factory.mktemp("web-versions"), minilm_embedder)
-
-
-@pytest.fixture(scope="module")
-def api(workspace):
-    with running(workspace, "serve") as served:
-        yield served
 
 
 @pytest.fixture(scope="module")
@@ -82,10 +71,10 @@ def first_result_with(browser: Any, word: str) -> Any:
     return wait(browser, shown, f"no first result with {word!r}")
 
 
-def test_picking_an_older_version_searches_it_and_the_address_keeps_it(browser, api):
+def test_picking_an_older_version_searches_it_and_the_address_keeps_it(browser, versioned_api):
     from selenium.webdriver.support.ui import Select
 
-    open_page(browser, api.url + "/")
+    open_page(browser, versioned_api.url + "/")
     assert wait(browser, choices, "no version picker") == [("", "current"), (LABEL, LABEL)]
     box = css(browser, "input[type=search]")[0]
     box.send_keys(QUERY)
@@ -107,13 +96,13 @@ def test_picking_an_older_version_searches_it_and_the_address_keeps_it(browser, 
     assert "version=" not in browser.current_url
 
 
-def test_the_picker_lists_only_the_versions_the_key_may_see(browser, workspace, tmp_path):
+def test_the_picker_lists_only_the_versions_the_key_may_see(browser, versioned, tmp_path):
     """The repository TEAM-only: without a key its version is neither listed nor offered;
     with the team's key, entered on the page, it is."""
     keys = tmp_path / "api-keys"
     keys.write_text(f"team {hash_key(TEAM_KEY)} TEAM\n", encoding="utf-8")
     with running(
-        workspace,
+        versioned,
         "serve",
         HETRIEVER_ACCESS_LEVELS=f"{BASE}=TEAM",
         HETRIEVER_API_KEYS_FILE=str(keys),
@@ -147,7 +136,7 @@ WIDGET_PAGE = """<!doctype html><html lang="en"><head><meta charset="utf-8">
 <script src="{api}/widget.js" defer></script></body></html>"""
 
 
-def test_a_docs_site_built_for_a_version_searches_it_in_the_widget(browser, workspace, tmp_path):
+def test_a_docs_site_built_for_a_version_searches_it_in_the_widget(browser, versioned, tmp_path):
     """The widget on a docs site that names its version (`data-version`, the Hugo partial's
     `params.hetriever.version`) searches that version, and its picker offers the others."""
     from selenium.webdriver.support.ui import Select
@@ -157,7 +146,7 @@ def test_a_docs_site_built_for_a_version_searches_it_in_the_widget(browser, work
 
     site_port = free_port()
     with running(
-        workspace, "serve", HETRIEVER_CORS_ORIGINS=f"http://127.0.0.1:{site_port}"
+        versioned, "serve", HETRIEVER_CORS_ORIGINS=f"http://127.0.0.1:{site_port}"
     ) as served:
         (tmp_path / "index.html").write_text(
             WIDGET_PAGE.format(api=served.url, label=LABEL), encoding="utf-8"

@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from hetriever.core.versions import VersionOf, version_name
 from hetriever.discover.repositories import Repository
 from hetriever.index.indexing import index_repository
 from tests.support.helpers import commit_all, git, init_repo, write_files
-from tests.support.serve_fixtures import Workspace
+from tests.support.serve_fixtures import Served, Workspace, running
 
 
 def index_tree(store: Any, path: Path, name: str) -> Repository:
@@ -112,3 +115,16 @@ def versioned_workspace(root: Path, embedder: Any) -> Workspace:
     for name in ("HETRIEVER_API_KEYS", "HETRIEVER_API_KEY", "HETRIEVER_API_KEYS_FILE"):
         env.pop(name, None)
     return Workspace(root, env, source)
+
+
+@pytest.fixture(scope="session")
+def versioned(tmp_path_factory: pytest.TempPathFactory, minilm_embedder: Any) -> Workspace:
+    """`versioned_workspace`, built once for the tests that only read it."""
+    return versioned_workspace(tmp_path_factory.mktemp("versioned"), minilm_embedder)
+
+
+@pytest.fixture(scope="session")
+def versioned_api(versioned: Workspace) -> Iterator[Served]:
+    """A real `hetriever serve` over `versioned`."""
+    with running(versioned, "serve") as served:
+        yield served
