@@ -33,9 +33,9 @@ def vanished_versions(
     whose ref is still there (a tag past the last N) stays indexed as it was."""
     known = {r.name for r in listed}
     out = []
-    for record in store.catalog.repositories():
-        version = version_from_settings(record.settings)
-        if version is None or version.base != base.name or record.name in known:
+    for name, settings in store.catalog.version_settings().items():  # versions alone
+        version = version_from_settings(settings)
+        if version is None or version.base != base.name or name in known:
             continue
         repo = version_repository(base, version)
         try:
