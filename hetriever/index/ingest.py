@@ -37,9 +37,10 @@ from hetriever.discover.repositories import Repository, check_usable, with_versi
 from hetriever.discover.upstream import Upstream, upstream
 from hetriever.discover.versions import resolve_version
 from hetriever.index.file_retry import failed_files_error
-from hetriever.index.indexing import FileMapper, index_repository, last_indexed, map_in_process
+from hetriever.index.indexing import FileMapper, index_repository, map_in_process
 from hetriever.index.progress import ProgressSnapshot
 from hetriever.index.release import release_repository
+from hetriever.index.run_record import last_indexed
 from hetriever.index.vanished import drop_vanished_version, vanished_versions, was_indexed
 from hetriever.store.store_types import IndexingStore
 

@@ -22,7 +22,8 @@ from typing import Any
 import pytest
 
 from hetriever.core import faults
-from hetriever.index.indexing import STATUS_COMPLETE, STATUS_INDEXING, index_repository
+from hetriever.index.indexing import index_repository
+from hetriever.index.run_record import STATUS_COMPLETE, STATUS_INDEXING
 from hetriever.search.hybrid import retrieve
 from hetriever.search.request import SearchRequest
 from hetriever.store.catalog_records import BUILDING, INDEXED

@@ -19,7 +19,8 @@ import pytest
 
 import tests.support.chroma_fixtures as chroma_fixtures
 from hetriever.core.errors import EmbeddingError
-from hetriever.index.indexing import STATUS_INDEXING, index_repository
+from hetriever.index.indexing import index_repository
+from hetriever.index.run_record import STATUS_INDEXING
 from tests.support.chroma_fixtures import running_chroma_server, stop_chroma_server
 from tests.support.cli_runs import (
     PAGES,

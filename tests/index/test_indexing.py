@@ -9,8 +9,9 @@ import pytest
 
 from hetriever.core.errors import SourceError
 from hetriever.core.faults import InjectedFault
-from hetriever.index.indexing import STATUS_COMPLETE, STATUS_INDEXING, index_repository
+from hetriever.index.indexing import index_repository
 from hetriever.index.process import is_snippet_path
+from hetriever.index.run_record import STATUS_COMPLETE, STATUS_INDEXING
 from tests.support.chroma_fixtures import chroma_or_memory_store
 from tests.support.flow_support import fresh_full_pass, stored
 from tests.support.helpers import (

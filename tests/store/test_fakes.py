@@ -17,7 +17,8 @@ from chromadb.config import Settings as ChromaSettings
 from chromadb.errors import NotFoundError
 
 from hetriever.discover.repositories import discover_repositories
-from hetriever.index.indexing import STATUS_COMPLETE, index_repository
+from hetriever.index.indexing import index_repository
+from hetriever.index.run_record import STATUS_COMPLETE
 from hetriever.search.hybrid import retrieve
 from hetriever.search.request import SearchRequest
 from hetriever.store.knowledge_store import Store

@@ -14,7 +14,8 @@ import pytest
 from chromadb.api.models.Collection import Collection
 
 from hetriever.discover.repositories import discover_repositories
-from hetriever.index.indexing import STATUS_INDEXING, index_repository
+from hetriever.index.indexing import index_repository
+from hetriever.index.run_record import STATUS_INDEXING
 from hetriever.store.bm25.bm25_index import BM25Index
 from hetriever.store.knowledge_store import Store
 from tests.support.chroma_fixtures import store_settings

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from hetriever.discover.repositories import discover_repositories
-from hetriever.index.indexing import STATUS_COMPLETE
+from hetriever.index.run_record import STATUS_COMPLETE
 from hetriever.store.knowledge_store import Store
 from tests.support.chroma_fixtures import store_settings
 from tests.support.flow_support import fresh_full_pass, stored
