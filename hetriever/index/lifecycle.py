@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -121,19 +122,21 @@ async def purge(
     return await asyncio.to_thread(purge_sync, store, older_than_days, now=now)
 
 
-def _versions(store, name: str) -> list[str]:
-    return versions_of_base(store.catalog.version_settings(), name)
+def _with_versions(store, name: str, erase: Callable[[str, bool], ForgetReport]) -> ForgetReport:
+    """`erase(name, missing_ok)` for `name`, then for each of its versions, in one report;
+    a base that is not indexed itself is no error while a version of it is."""
+    versions = versions_of_base(store.catalog.version_settings(), name)
+    report = erase(name, bool(versions))
+    for version in versions:
+        report.add(erase(version, True))
+    return report
 
 
 def forget_repository_sync(store, name: str) -> ForgetReport:
     """Erase a repository: every physical collection (Chroma + BM25) and its catalog rows,
     and so every version of it (`hetriever.core.versions`): erasing hugo-docs leaves no
     page of hugo-docs behind, whatever version it was indexed at."""
-    versions = _versions(store, name)
-    report = _forget_one(store, name, missing_ok=bool(versions))
-    for version in versions:
-        report.add(_forget_one(store, version, missing_ok=True))
-    return report
+    return _with_versions(store, name, lambda n, ok: _forget_one(store, n, missing_ok=ok))
 
 
 def _forget_one(store, name: str, *, missing_ok: bool) -> ForgetReport:
@@ -171,11 +174,9 @@ def _forget_one(store, name: str, *, missing_ok: bool) -> ForgetReport:
 def forget_file_sync(store, name: str, path: str) -> ForgetReport:
     """Erase one file of a repository from every generation, soft-deleted chunks included,
     and from every version of the repository."""
-    versions = _versions(store, name)
-    report = _forget_file_one(store, name, path, missing_ok=bool(versions))
-    for version in versions:
-        report.add(_forget_file_one(store, version, path, missing_ok=True))
-    return report
+    return _with_versions(
+        store, name, lambda n, ok: _forget_file_one(store, n, path, missing_ok=ok)
+    )
 
 
 def _forget_file_one(store, name: str, path: str, *, missing_ok: bool) -> ForgetReport:
