@@ -60,14 +60,29 @@ def vectors_by_text(store: Store, name: str) -> dict[str, Any]:
     return dict(zip(got["documents"], got["embeddings"]))
 
 
-def ingest(store: Store, settings: Any, names: list[str] | None = None) -> dict[str, Any]:
+def ingest(
+    store: Store, settings: Any, names: list[str] | None = None, *, fetch: bool = False
+) -> dict[str, Any]:
     repos = configured_repositories(settings, names)
-    return {o.repository: o for o in run(ingest_repositories(repos, store, settings))}
+    return {o.repository: o for o in run(ingest_repositories(repos, store, settings, fetch=fetch))}
 
 
 @pytest.fixture
 def docs(tmp_path: Path):
     return versioned_docs(tmp_path)
+
+
+@pytest.fixture
+def indexed(docs, tmp_path: Path, minilm_embedder):
+    """(docs root, settings following the last two tags, a store with all of them indexed)."""
+    root, _ = docs
+    settings = settings_for(root, tmp_path, TAGS)
+    store = open_store(settings, minilm_embedder)
+    try:
+        assert all(o.ok for o in ingest(store, settings).values())
+        yield root, settings, store
+    finally:
+        store.close_sync()
 
 
 def test_each_tag_is_indexed_at_its_commit_and_the_checkout_is_as_without_versions(
@@ -295,69 +310,53 @@ def test_a_tag_the_runs_fetch_brings_in_is_indexed_in_that_run(tmp_path: Path, m
         store.close_sync()
 
 
-def test_a_version_whose_tag_is_deleted_is_dropped_by_the_rules_deletes_follow(
-    docs, tmp_path: Path, minilm_embedder
-):
-    root, _ = docs
-    settings = settings_for(root, tmp_path, TAGS)
-    store = open_store(settings, minilm_embedder)
-    try:
-        assert all(o.ok for o in ingest(store, settings).values())
-        kept = stored(store, V1)
-        git(root / NAME, "tag", "-d", "v1.0.0")  # `tags` no longer finds it; its ref is gone
+def test_a_version_whose_tag_is_deleted_is_dropped_by_the_rules_deletes_follow(indexed):
+    root, settings, store = indexed
+    kept = stored(store, V1)
+    git(root / NAME, "tag", "-d", "v1.0.0")  # `tags` no longer finds it; its ref is gone
 
-        # the mass-delete guard holds: a whole version is not wiped unless allowed
-        refused = ingest(store, settings)
-        assert not refused[V1].ok and "would delete" in refused[V1].error
-        assert refused[NAME].ok and refused[V2].ok
-        assert stored(store, V1) == kept
+    # the mass-delete guard holds: a whole version is not wiped unless allowed
+    refused = ingest(store, settings)
+    assert not refused[V1].ok and "would delete" in refused[V1].error
+    assert refused[NAME].ok and refused[V2].ok
+    assert stored(store, V1) == kept
 
-        # with a retention: hidden from every search now, erased by `purge` later
-        keeping = settings.replace(allow_mass_delete=True, retention_days=30)
-        dropped = ingest(store, keeping)
-        assert dropped[V1].ok and dropped[V1].mode == "dropped"
-        assert store.reads.file_chunk_counts(V1) == {}  # no live chunk left
-        assert set(store.reads.file_chunk_counts(V1, include_deleted=True)) == {
-            path for path, _ in kept.values()
-        }
-        stamps = {f.deleted_at for f in store.catalog.files(store.physical_name(V1))}
-        again = ingest(store, keeping)  # a later run does not stamp them again
-        assert again[V1].ok and again[V1].result.files_deleted == 0
-        assert {f.deleted_at for f in store.catalog.files(store.physical_name(V1))} == stamps
+    # with a retention: hidden from every search now, erased by `purge` later
+    keeping = settings.replace(allow_mass_delete=True, retention_days=30)
+    dropped = ingest(store, keeping)
+    assert dropped[V1].ok and dropped[V1].mode == "dropped"
+    assert store.reads.file_chunk_counts(V1) == {}  # no live chunk left
+    assert set(store.reads.file_chunk_counts(V1, include_deleted=True)) == {
+        path for path, _ in kept.values()
+    }
+    stamps = {f.deleted_at for f in store.catalog.files(store.physical_name(V1))}
+    again = ingest(store, keeping)  # a later run does not stamp them again
+    assert again[V1].ok and again[V1].result.files_deleted == 0
+    assert {f.deleted_at for f in store.catalog.files(store.physical_name(V1))} == stamps
 
-        # without one: erased at once, the version's index and catalog rows gone
-        ingest(store, settings.replace(allow_mass_delete=True))
-        assert store.physical_name(V1) is None and store.catalog.repository(V1) is None
-        assert stored(store, V2) and stored(store, NAME)
-    finally:
-        store.close_sync()
+    # without one: erased at once, the version's index and catalog rows gone
+    ingest(store, settings.replace(allow_mass_delete=True))
+    assert store.physical_name(V1) is None and store.catalog.repository(V1) is None
+    assert stored(store, V2) and stored(store, NAME)
 
 
-def test_forgetting_a_repository_erases_its_versions_and_a_file_from_each(
-    docs, tmp_path: Path, minilm_embedder
-):
+def test_forgetting_a_repository_erases_its_versions_and_a_file_from_each(indexed):
     from hetriever.index.lifecycle import forget_file_sync, forget_repository_sync
 
-    root, _ = docs
-    settings = settings_for(root, tmp_path, TAGS)
-    store = open_store(settings, minilm_embedder)
-    try:
-        assert all(o.ok for o in ingest(store, settings).values())
-        about = "content/about.md"  # the same text at every version
-        assert all(about in store.reads.file_chunk_counts(n) for n in (NAME, V1, V2))
+    _, _, store = indexed
+    about = "content/about.md"  # the same text at every version
+    assert all(about in store.reads.file_chunk_counts(n) for n in (NAME, V1, V2))
 
-        one = forget_file_sync(store, NAME, about)
-        assert one.versions == [V1, V2] and one.chunks > 0
-        assert not any(about in store.reads.file_chunk_counts(n) for n in (NAME, V1, V2))
-        assert "content/guide.md" in store.reads.file_chunk_counts(V1)
+    one = forget_file_sync(store, NAME, about)
+    assert one.versions == [V1, V2] and one.chunks > 0
+    assert not any(about in store.reads.file_chunk_counts(n) for n in (NAME, V1, V2))
+    assert "content/guide.md" in store.reads.file_chunk_counts(V1)
 
-        whole = forget_repository_sync(store, NAME)
-        assert whole.versions == [V1, V2]
-        for name in (NAME, V1, V2):
-            assert store.physical_name(name) is None and store.catalog.repository(name) is None
-        assert store.chroma.collection_names() == []
-    finally:
-        store.close_sync()
+    whole = forget_repository_sync(store, NAME)
+    assert whole.versions == [V1, V2]
+    for name in (NAME, V1, V2):
+        assert store.physical_name(name) is None and store.catalog.repository(name) is None
+    assert store.chroma.collection_names() == []
 
 
 def test_a_release_branch_deleted_upstream_is_dropped_by_the_next_fetching_run(
@@ -373,16 +372,12 @@ def test_a_release_branch_deleted_upstream_is_dropped_by_the_next_fetching_run(
     branch = f"{NAME}--release-1"
     store = open_store(settings, minilm_embedder)
     try:
-        first = {o.repository: o for o in ingest_fetching(store, settings)}
+        first = ingest(store, settings, fetch=True)
         assert first[branch].ok and "content/legacy.md" in texts_by_path(store, branch)
         git(origin, "branch", "-D", "release-1")
         # the fetch prunes origin/release-1, so the version's ref names no commit any more
-        second = {o.repository: o for o in ingest_fetching(store, settings)}
+        second = ingest(store, settings, fetch=True)
         assert second[branch].ok and second[branch].mode == "dropped", second[branch].error
         assert store.physical_name(branch) is None and second[NAME].ok
     finally:
         store.close_sync()
-
-
-def ingest_fetching(store: Store, settings: Any) -> list[Any]:
-    return run(ingest_repositories(configured_repositories(settings), store, settings, fetch=True))
