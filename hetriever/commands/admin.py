@@ -274,10 +274,11 @@ def cmd_purge(args: argparse.Namespace) -> int:
 
 def cmd_forget(args: argparse.Namespace) -> int:
     from hetriever.core.names import repository_name
-    from hetriever.index.lifecycle import forget
+    from hetriever.index.lifecycle import check_forget_file, forget
     from hetriever.store.knowledge_store import get_knowledge_store
 
     settings = cli_settings(args)
+    check_forget_file(args.file)  # the argument's mistake first, index or none
     require_index(settings)
     name = repository_name(args.repository)  # `opentelemetry.io` for opentelemetry-io
     report = asyncio.run(forget(get_knowledge_store(settings), name, args.file))

@@ -204,14 +204,19 @@ def _forget_file_one(store, name: str, path: str, *, missing_ok: bool) -> Forget
     return report
 
 
-async def forget(store, repository: str, file: str | None = None) -> ForgetReport:
-    """Erase `repository`, or only its `file` when one is given."""
-    if file is not None and not file.strip():  # not "no file": that erases everything
+def check_forget_file(file: str | None) -> None:
+    """An empty file is a mistake, not "no file": that would erase everything."""
+    if file is not None and not file.strip():
         raise UserError(
             "the file to forget is empty",
             hint="give a repository-relative path, or leave out --file to "
             "forget the whole repository",
         )
+
+
+async def forget(store, repository: str, file: str | None = None) -> ForgetReport:
+    """Erase `repository`, or only its `file` when one is given."""
+    check_forget_file(file)
     if file is not None:
         return await asyncio.to_thread(forget_file_sync, store, repository, file)
     return await asyncio.to_thread(forget_repository_sync, store, repository)
