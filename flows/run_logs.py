@@ -26,9 +26,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import structlog
-
-from hetriever.core.logs import configure_logging, watch_safe
+from hetriever.core.logs import configure_logging, logging_restored, watch_safe
 
 __all__ = ["prefect_run_logging", "ParentProgress", "watch_safe"]
 from hetriever.index.progress import LOG_EVERY
@@ -45,26 +43,25 @@ class DropRoutineTaskLines(logging.Filter):
 
 @contextmanager
 def prefect_run_logging(level: str = "INFO", fmt: str = "console") -> Iterator[None]:
-    previous = structlog.get_config()
     target = logging.getLogger("hetriever")
     # Prefect attaches its API handler to `prefect.extra` for exactly this: extra loggers.
     added = [h for h in logging.getLogger("prefect.extra").handlers if h not in target.handlers]
     old_level = target.level
     task_runs = logging.getLogger("prefect.task_runs")
     quiet = DropRoutineTaskLines()
-    configure_logging(level, fmt, sink="stdlib")
-    for handler in added:
-        target.addHandler(handler)
-    target.setLevel(level.upper())
-    task_runs.addFilter(quiet)
-    try:
-        yield
-    finally:
-        task_runs.removeFilter(quiet)
+    with logging_restored():
+        configure_logging(level, fmt, sink="stdlib")
         for handler in added:
-            target.removeHandler(handler)
-        target.setLevel(old_level)
-        structlog.configure(**previous)
+            target.addHandler(handler)
+        target.setLevel(level.upper())
+        task_runs.addFilter(quiet)
+        try:
+            yield
+        finally:
+            task_runs.removeFilter(quiet)
+            for handler in added:
+                target.removeHandler(handler)
+            target.setLevel(old_level)
 
 
 class ParentProgress:

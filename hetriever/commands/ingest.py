@@ -71,22 +71,19 @@ def logs_through(progress, show: bool):
     bar and the lines stay."""
     import sys
 
-    import structlog
+    from hetriever.core.logs import logging_restored
 
     if not show:
         yield
         return
-    config = structlog.get_config()
-    previous = {"logger_factory": config["logger_factory"], "processors": config["processors"]}
-    live = progress.console.is_terminal
-    structlog.configure(
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
-        processors=[_drop_progress, *previous["processors"]] if live else previous["processors"],
-    )
-    try:
+    with logging_restored() as structlog:
+        processors = structlog.get_config()["processors"]
+        live = progress.console.is_terminal
+        structlog.configure(
+            logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+            processors=[_drop_progress, *processors] if live else processors,
+        )
         yield
-    finally:
-        structlog.configure(**previous)
 
 
 async def ingest_local(settings, repos, force_full: bool, show_progress: bool) -> list[dict]:
