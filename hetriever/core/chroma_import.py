@@ -12,6 +12,15 @@
   default), pulling in grpc, protobuf and psutil: ~0.15 s of CPU. While chromadb is imported
   the four names it takes from them are stand-ins that import the real ones when called, so
   tracing still works when turned on; other importers get the real modules.
+- The embedding-function registry: `chromadb.api.collection_configuration` imports it for two
+  names, and the registry imports every provider's client module (httpx, rich, jsonschema):
+  ~0.14 s. The two names are stand-ins that import the registry when first used (a collection
+  whose configuration names an embedding function); hetriever embeds itself and never does.
+- Optional modules of chromadb's dependencies that nothing here uses, imported where
+  installed: httpx's command-line client (`httpx._main`: click, rich, pygments; ~0.12 s) and
+  Tornado, which tenacity imports for retrying Tornado coroutines (Dask brings it; ~0.05 s).
+  While their importer is first imported they are missing, as they would be where not
+  installed; a later import of either gets the real module.
 """
 
 from __future__ import annotations
@@ -20,7 +29,7 @@ import contextlib
 import importlib
 import sys
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 # What `chromadb.telemetry.opentelemetry` imports from OpenTelemetry's SDK and exporter.
@@ -91,14 +100,79 @@ def _tracing_deferred() -> Iterator[None]:
                 del sys.modules[module]
 
 
+_REGISTRY = "chromadb.utils.embedding_functions"
+
+
+class _Registry(Mapping[str, Any]):
+    """`known_embedding_functions`, read from the real registry, imported when first read."""
+
+    def _known(self) -> Mapping[str, Any]:
+        known: Mapping[str, Any] = importlib.import_module(_REGISTRY).known_embedding_functions
+        return known
+
+    def __getitem__(self, name: str) -> Any:
+        return self._known()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._known())
+
+    def __len__(self) -> int:
+        return len(self._known())
+
+
+@contextlib.contextmanager
+def _registry_deferred() -> Iterator[None]:
+    """A stand-in for the embedding-function registry while chromadb is imported."""
+    if _REGISTRY in sys.modules:
+        yield
+        return
+    stand_in = types.ModuleType(_REGISTRY, "imported when an embedding function is looked up")
+    setattr(stand_in, "known_embedding_functions", _Registry())
+    setattr(
+        stand_in,
+        "register_embedding_function",
+        _deferred(_REGISTRY, "register_embedding_function"),
+    )
+    sys.modules[_REGISTRY] = stand_in
+    try:
+        yield
+    finally:
+        if sys.modules.get(_REGISTRY) is stand_in:
+            del sys.modules[_REGISTRY]
+
+
+# An optional module, and the module whose first import would import it if installed.
+_UNUSED_OPTIONAL = {"httpx._main": "httpx", "tornado": "tenacity"}
+
+
+@contextlib.contextmanager
+def _optional_missing() -> Iterator[None]:
+    """Each unused optional module fails to import (a None entry in sys.modules) while its
+    importer is first imported."""
+    hidden = [
+        module
+        for module, importer in _UNUSED_OPTIONAL.items()
+        if module not in sys.modules and importer not in sys.modules
+    ]
+    for module in hidden:
+        sys.modules[module] = None  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        for module in hidden:
+            if module in sys.modules and sys.modules[module] is None:
+                del sys.modules[module]
+
+
 @contextlib.contextmanager
 def override_checks_skipped() -> Iterator[None]:
-    """While chromadb is first imported: methods only marked as overrides, tracing deferred,
-    and the embedded client's API imported alike once chromadb is."""
+    """While chromadb is first imported: methods only marked as overrides, tracing and the
+    embedding-function registry deferred, unused optional modules missing, and the embedded client's
+    API imported alike once chromadb is."""
     if "chromadb" in sys.modules:
         yield
         return
-    with _marks_only("chromadb"), _tracing_deferred():
+    with _marks_only("chromadb"), _tracing_deferred(), _registry_deferred(), _optional_missing():
         yield
         if "chromadb" in sys.modules:
             with contextlib.suppress(ImportError):  # a client of a Chroma server goes without

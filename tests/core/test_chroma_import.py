@@ -1,6 +1,7 @@
 """chromadb imported through hetriever skips work a search never needs (override signature
-checks, OpenTelemetry's SDK and gRPC exporter) and still works: Chroma's tracing, turned on,
-gets the real SDK, and other importers get the real modules. Each case runs in a fresh
+checks, OpenTelemetry's SDK and gRPC exporter, the embedding-function registry, Tornado) and
+still works: Chroma's tracing, turned on, gets the real SDK, a collection that names an
+embedding function gets it from the real registry, and other importers get the real modules. Each case runs in a fresh
 interpreter, where chromadb is imported for the first time."""
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ def test_a_search_process_imports_chromadb_without_tracing_sdk_or_signature_chec
         import hetriever.core.names
         import chromadb.api.rust as rust
         heavy = ["grpc", "google.protobuf", "psutil", "opentelemetry.sdk.trace",
-                 "opentelemetry.exporter.otlp.proto.grpc.trace_exporter"]
+                 "opentelemetry.exporter.otlp.proto.grpc.trace_exporter",
+                 "chromadb.utils.embedding_functions", "httpx._main", "rich", "tornado"]
         print(json.dumps({"loaded": [m for m in heavy if m in sys.modules],
                           "marked": getattr(rust.RustBindingsAPI.heartbeat, "__override__",
                                             False),
@@ -81,3 +83,40 @@ def test_other_importers_get_the_real_tracing_modules():
                           "grpc": "grpc" in sys.modules}))
     """)
     assert found == {"real": True, "grpc": False}
+
+
+def test_a_collection_that_names_an_embedding_function_gets_it_from_the_real_registry(tmp_path):
+    found = _run(f"""
+        import json, sys
+        import hetriever.core.names
+        import chromadb
+        from chromadb.api.collection_configuration import known_embedding_functions
+
+        before = "chromadb.utils.embedding_functions" in sys.modules
+        from chromadb.utils.embedding_functions import DefaultEmbeddingFunction
+        client = chromadb.PersistentClient(path={str(tmp_path)!r})
+        client.create_collection("named", embedding_function=DefaultEmbeddingFunction())
+        opened = chromadb.PersistentClient(path={str(tmp_path)!r}).get_collection("named")
+        print(json.dumps({{"before": before,
+                          "default": known_embedding_functions["default"].__name__,
+                          "opened": type(opened._embedding_function).__name__}}))
+    """)
+    assert found == {
+        "before": False,
+        "default": "DefaultEmbeddingFunction",
+        "opened": "DefaultEmbeddingFunction",
+    }
+
+
+def test_unused_optional_modules_are_left_out_and_a_later_import_gets_them():
+    found = _run("""
+        import json, sys
+        import hetriever.core.names
+        import httpx, tenacity
+        without = [tenacity.tornado is None, "httpx._main" not in sys.modules]
+        import tornado
+        import httpx._main
+        print(json.dumps({"without": without, "tornado": hasattr(tornado, "version"),
+                          "httpx_cli": callable(httpx._main.main)}))
+    """)
+    assert found == {"without": [True, True], "tornado": True, "httpx_cli": True}

@@ -163,6 +163,31 @@ def test_resident_answers_as_in_process_and_sees_a_new_ingest(index):
     assert fresh == search(in_process, ["zebrafinch song", "-k", "1"])
 
 
+def test_a_search_in_its_own_process_imports_only_what_a_search_needs(index):
+    _root, _env, in_process = index
+    # What a search never uses: the logging library while nothing is logged, Chroma's
+    # embedding-function registry, httpx's command-line client, Tornado (tenacity's option).
+    unused = ["structlog", "rich", "chromadb.utils.embedding_functions", "httpx._main", "tornado"]
+    code = (
+        "import json, sys\n"
+        "from hetriever.cli import main\n"
+        "code = main(['-q', 'search', '--json', 'range over pages', '-k', '3'])\n"
+        f"print(json.dumps({{'code': code, 'loaded': [m for m in {unused!r} if m in sys.modules]}}), "
+        "file=sys.stderr)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=in_process,
+        cwd=in_process["HETRIEVER_DOCS_ROOT"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["matches"]  # a real search, answered
+    assert json.loads(out.stderr.strip().splitlines()[-1]) == {"code": 0, "loaded": []}
+
+
 def test_resident_answers_only_its_own_caller_and_index(index):
     root, env, in_process = index
     search(env, ["where"])
