@@ -17,6 +17,7 @@ os.environ["HETRIEVER_SEARCH_RESIDENT_IDLE"] = "0"
 os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="hetriever-run-")
 
 from deployments.server_settings import apply_server_settings
+from hetriever.core.logs import configured_structlog
 from tests.support.helpers import corpus_version
 
 apply_server_settings()  # the harness's server records task runs as hetriever's servers do
@@ -27,6 +28,13 @@ pytest_plugins = [
     "tests.support.serve_fixtures",
     "tests.support.versions",
 ]
+
+
+@pytest.fixture(autouse=True)
+def _logging_configured():
+    """hetriever's logging configuration applied before a test starts: applied at its first
+    line instead, it would replace what the test's `capture_logs` set up to capture."""
+    configured_structlog()
 
 
 @pytest.fixture

@@ -90,6 +90,12 @@ def _apply(structlog: Any, level: str, fmt: str, sink: str) -> None:
     )
 
 
+def configured_structlog() -> Any:
+    """structlog with hetriever's configuration applied now: for code that configures it further
+    (a test's `structlog.testing.capture_logs`), which a configuration applied later would undo."""
+    return _structlog()
+
+
 @contextmanager
 def logging_restored() -> Iterator[Any]:
     """structlog, configured as asked, for a block that changes its configuration: what was
