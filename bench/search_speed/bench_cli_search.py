@@ -150,6 +150,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--baseline", help="a git revision whose CLI is measured beside")
+    parser.add_argument(
+        "--baseline-path",
+        default="",
+        help="a folder of packages the baseline needs and this install no longer has "
+        "(e.g. `pip install --target DIR gitpython` for revisions before f664577)",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if not (CORPORA / "hugo-docs" / "v2").is_dir():
@@ -174,7 +180,13 @@ def main() -> int:
         # In its own process too: a revision with a resident search process would start one.
         ways["baseline"] = (
             [sys.executable, "-c", BASELINE_RUNNER, "-q"],
-            {**env, "HETRIEVER_SEARCH_RESIDENT_IDLE": "0", "PYTHONPATH": str(baseline_dir)},
+            {
+                **env,
+                "HETRIEVER_SEARCH_RESIDENT_IDLE": "0",
+                "PYTHONPATH": os.pathsep.join(
+                    p for p in (str(baseline_dir), args.baseline_path) if p
+                ),
+            },
         )
 
     # Bytecode written first, as an installed package has it: where PYTHONDONTWRITEBYTECODE is
