@@ -6,8 +6,8 @@ writes an ONNX graph of the BERT encoder with the `onnx` helper API, laid out th
 files), so both produce the same vectors. A build is atomic (a temporary directory renamed into
 place under a lock) and idempotent (a manifest records the weights' hash and the build version).
 
-`prepare_int8()` derives from that graph a dynamically quantized copy (int8 weights of every
-MatMul, activations quantized per call) under `<dir>/onnx-int8/`.
+`prepare_int8()` derives from that graph an int8 copy (`hetriever.embed.quantize`: weights per
+output channel, activations per token) under `<dir>/onnx-int8/`.
 """
 
 from __future__ import annotations
@@ -41,7 +41,8 @@ PREPARE_HINT = f"run `hetriever prepare-model` (and, if that fails, {INSTALL_HIN
 
 ONNX_SUBDIR = "onnx"  # Chroma's ONNXMiniLM_L6_V2.EXTRACTED_FOLDER_NAME
 INT8_SUBDIR = "onnx-int8"  # beside it, so builders that know only fp32 leave it alone
-INT8_BUILD_VERSION = 2  # 2: weights in DATA_FILE, as for fp32
+# 2: weights in DATA_FILE, as for fp32; 3: activations quantized per token, not per batch.
+INT8_BUILD_VERSION = 3
 PRECISIONS = ("fp32", "int8")
 MANIFEST_NAME = "hetriever-manifest.json"
 OPSET = 17  # first opset with LayerNormalization; every onnxruntime since 1.14 runs it
@@ -511,8 +512,9 @@ def _int8_ok(int8_dir: Path, fp32_model: Path) -> bool:
 
 
 def prepare_int8(target_dir: Path, *, source_dir: Path | None = None, force: bool = False) -> Path:
-    """Make `<target_dir>/onnx-int8/model.onnx`, the fp32 graph dynamically quantized to int8
-    (weights of every MatMul; activations quantized per call); return its path.
+    """Make `<target_dir>/onnx-int8/model.onnx`, the fp32 graph with its weight MatMuls in
+    int8 (per output channel; activations per token: `hetriever.embed.quantize`); return its
+    path.
 
     Built from `<target_dir>/onnx/model.onnx` (prepared first if needed), atomically and
     idempotently like `prepare_model`; a no-op while the fp32 model it came from is unchanged.
@@ -528,21 +530,10 @@ def prepare_int8(target_dir: Path, *, source_dir: Path | None = None, force: boo
         started = time.perf_counter()
         build_dir = Path(tempfile.mkdtemp(prefix=".onnx-int8-build-", dir=target_dir))
         try:
-            from onnxruntime.quantization import QuantType, quantize_dynamic
+            from hetriever.embed.quantize import quantize_per_token
 
             stat = fp32_model.stat()
-            # MatMul only: the embedding tables stay fp32 (they cost no compute, and
-            # quantizing them moves every vector for no speed). Per-channel scales: one
-            # scale per weight matrix left a cosine to fp32 of only ~0.95 on corpus chunks,
-            # per output channel ~0.994.
-            quantize_dynamic(
-                str(fp32_model),
-                str(build_dir / MODEL_FILE),
-                weight_type=QuantType.QInt8,
-                op_types_to_quantize=["MatMul"],
-                per_channel=True,
-                use_external_data_format=True,
-            )
+            quantize_per_token(fp32_model, build_dir / MODEL_FILE, data_file=DATA_FILE)
             manifest: dict[str, Any] = {
                 "build_version": INT8_BUILD_VERSION,
                 "fp32_bytes": stat.st_size,

@@ -104,6 +104,31 @@ def test_int8_model_is_built_once_beside_the_fp32_one(model_dir, int8):
     assert path.stat().st_mtime_ns != stamp
 
 
+@pytest.mark.slow
+def test_int8_runs_every_weight_matmul_in_integers(model_dir, int8):
+    import onnx
+
+    graph = onnx.load(str(model_dir / INT8_SUBDIR / MODEL_FILE), load_external_data=False).graph
+    weights = {i.name for i in graph.initializer}
+    float_by_weight = [
+        node.name
+        for node in graph.node
+        if node.op_type == "MatMul" and any(name in weights for name in node.input)
+    ]
+    assert float_by_weight == []
+    # query, key, value, attention output, intermediate and output of each of six layers
+    assert sum(node.op_type == "MatMulInteger" for node in graph.node) == 36
+
+
+def test_an_int8_vector_depends_on_the_text_not_on_its_batch(int8):
+    # Activations are quantized per token: embedding a text alone, or beside others of every
+    # length, gives the same vector (a per-batch scale moved it by up to 0.02).
+    together = int8.embed(TEXTS)
+    for i, text in enumerate(TEXTS):
+        np.testing.assert_allclose(int8.embed([text])[0], together[i], atol=1e-6)
+    np.testing.assert_allclose(int8.embed(TEXTS[::-1])[::-1], together, atol=1e-6)
+
+
 def test_precision_setting_is_validated():
     assert (
         load_settings(env={"HETRIEVER_EMBEDDING_PRECISION": "int8"}).embedding_precision == "int8"
