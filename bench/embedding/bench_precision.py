@@ -1,12 +1,15 @@
-"""fp32 vs int8 all-MiniLM-L6-v2: texts/s on real chunks, and how close the vectors are.
+"""fp32 vs int8 all-MiniLM-L6-v2: texts/s on real chunks, how close the vectors are, and
+whether a text's vector depends on the batch it is embedded in.
 
     python -m bench.embedding.bench_precision [--chunks 600] [--repeat 3] [--json]
     HETRIEVER_BENCH_CANDIDATES=1 python -m bench.embedding.bench_precision --chunks 200
 
 With HETRIEVER_BENCH_CANDIDATES=1 the other builds this CPU could run are measured beside
 them (built into a temporary directory, never the product's): fp16 (every float tensor in
-half precision, inputs and outputs kept; onnxruntime.transformers.float16) and int8 with
-unsigned weights (u8u8: dynamic quantization with QUInt8 weights), and bf16 is tried (a
+half precision, inputs and outputs kept; onnxruntime.transformers.float16), int8 with
+unsigned weights (u8u8: dynamic quantization with QUInt8 weights), the int8 build before
+per-token activations (int8-per-batch: onnxruntime's dynamic quantization, signed weights per
+channel, one activation scale per batch), and bf16 is tried (a
 bfloat16 MatMul session: onnxruntime's CPU provider has no such kernel).
 
 The chunks are a seeded sample of hugo-docs v2's real chunks (bench/common.py runs the corpus
@@ -53,8 +56,18 @@ def candidate_embedders(fp32_model: Path) -> dict:
         per_channel=True,
         use_external_data_format=True,
     )
+    # The int8 build before per-token activations: onnxruntime's dynamic quantization, one
+    # activation scale per batch.
+    quantize_dynamic(
+        str(fp32_model),
+        str(where / "int8-per-batch.onnx"),
+        weight_type=QuantType.QInt8,
+        op_types_to_quantize=["MatMul"],
+        per_channel=True,
+        use_external_data_format=True,
+    )
     out = {}
-    for name in ("fp16", "u8u8"):
+    for name in ("fp16", "u8u8", "int8-per-batch"):
         embedder = settings_embedder(precision="fp32")
         embedder._model_path = where / f"{name}.onnx"
         out[name] = embedder
@@ -124,6 +137,15 @@ def main() -> int:
     report["cosine_to_fp32_min"] = {
         p: round(float((vectors["fp32"] * v).sum(axis=1).min()), 4) for p, v in vectors.items()
     }
+    # A vector must not depend on the batch it was embedded in: each text alone against the
+    # same text among the first 40 of the sample.
+    sample = texts[:40]
+    report["batch_dependence_max"] = {
+        p: float(
+            np.abs(np.vstack([e.embed([t]) for t in sample]) - vectors[p][: len(sample)]).max()
+        )
+        for p, e in embedders.items()
+    }
     if os.environ.get("HETRIEVER_BENCH_CANDIDATES"):
         report["bf16"] = bf16_verdict()
     if args.json:
@@ -136,7 +158,8 @@ def main() -> int:
         for p, rate in report["texts_per_s"].items():
             print(
                 f"  {p}: {rate:7.1f} chunks/s ({report['speedup_over_fp32'][p]:.2f}x fp32; "
-                f"cosine to fp32 min {report['cosine_to_fp32_min'][p]})"
+                f"cosine to fp32 min {report['cosine_to_fp32_min'][p]}; alone vs in a batch "
+                f"max {report['batch_dependence_max'][p]:.1e})"
             )
         if "bf16" in report:
             print(f"  bf16: {report['bf16']}")
