@@ -37,7 +37,7 @@ from hetriever.embed.embedder import default_threads  # noqa: E402
 
 
 def candidate_embedders(fp32_model: Path) -> dict:
-    """fp16 and u8u8 builds of the model, in a temporary directory, each in an embedder made
+    """fp16, u8u8 and int8-per-batch builds of the model, in a temporary directory, each in an embedder made
     as the product's (only its model file differs)."""
     import tempfile
 
@@ -48,26 +48,20 @@ def candidate_embedders(fp32_model: Path) -> dict:
     where = Path(tempfile.mkdtemp(prefix="bench-precision-"))
     half = float16.convert_float_to_float16(onnx.load(str(fp32_model)), keep_io_types=True)
     onnx.save(half, str(where / "fp16.onnx"), save_as_external_data=True, location="fp16.onnx.data")
-    quantize_dynamic(
-        str(fp32_model),
-        str(where / "u8u8.onnx"),
-        weight_type=QuantType.QUInt8,
-        op_types_to_quantize=["MatMul"],
-        per_channel=True,
-        use_external_data_format=True,
-    )
-    # The int8 build before per-token activations: onnxruntime's dynamic quantization, one
-    # activation scale per batch.
-    quantize_dynamic(
-        str(fp32_model),
-        str(where / "int8-per-batch.onnx"),
-        weight_type=QuantType.QInt8,
-        op_types_to_quantize=["MatMul"],
-        per_channel=True,
-        use_external_data_format=True,
-    )
+    # onnxruntime's dynamic quantization (one activation scale per batch), per-channel weights:
+    # unsigned, and signed as the int8 build was before per-token activations.
+    dynamic = {"u8u8": QuantType.QUInt8, "int8-per-batch": QuantType.QInt8}
+    for name, weight_type in dynamic.items():
+        quantize_dynamic(
+            str(fp32_model),
+            str(where / f"{name}.onnx"),
+            weight_type=weight_type,
+            op_types_to_quantize=["MatMul"],
+            per_channel=True,
+            use_external_data_format=True,
+        )
     out = {}
-    for name in ("fp16", "u8u8", "int8-per-batch"):
+    for name in ("fp16", *dynamic):
         embedder = settings_embedder(precision="fp32")
         embedder._model_path = where / f"{name}.onnx"
         out[name] = embedder

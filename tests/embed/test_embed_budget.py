@@ -122,7 +122,7 @@ def test_int8_runs_every_weight_matmul_in_integers(model_dir, int8):
 
 def test_an_int8_vector_depends_on_the_text_not_on_its_batch(int8):
     # Activations are quantized per token: embedding a text alone, or beside others of every
-    # length, gives the same vector (a per-batch scale moved it by up to 0.02).
+    # length, gives the same vector (a per-batch scale moved it by up to 0.028).
     together = int8.embed(TEXTS)
     for i, text in enumerate(TEXTS):
         np.testing.assert_allclose(int8.embed([text])[0], together[i], atol=1e-6)
