@@ -163,12 +163,18 @@ def _bare_name(model_name: str) -> str:
 
 
 _cache: dict[tuple[str, str], TokenCounter] = {}
+# The same counters by the spelling they were asked for (an absolute model_dir, or none): a
+# lookup is then one dict read. Resolving the path is a few system calls, each of which lets
+# go of the GIL, and with the flow's other threads busy every per-file task waited its turn
+# to get it back (bench_flow --fan-out-only: the largest share of a task body).
+_by_spelling: dict[tuple[str, str], TokenCounter] = {}
 _cache_lock = threading.Lock()
 
 
 def clear_token_counters() -> None:
     with _cache_lock:
         _cache.clear()
+        _by_spelling.clear()
 
 
 caches.register("token counters", clear_token_counters)
@@ -183,12 +189,18 @@ def load_token_counter(
     without one, MiniLM's tokenizer stands in (logged): a rough but usually conservative
     estimate, since MiniLM's vocabulary is small.
     """
+    spelling = (model_name, str(model_dir) if model_dir else "")
+    counter = _by_spelling.get(spelling)
+    if counter is not None:
+        return counter
     key = (model_name, str(Path(model_dir).resolve()) if model_dir else "")
     with _cache_lock:
         counter = _cache.get(key)
         if counter is None:
             counter = _load(model_name, model_dir)
             _cache[key] = counter
+        if not model_dir or Path(model_dir).is_absolute():  # a relative one moves with the cwd
+            _by_spelling[spelling] = counter
         return counter
 
 

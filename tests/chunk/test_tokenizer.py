@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import structlog.testing
@@ -83,6 +84,26 @@ def test_other_model_reads_its_own_tokenizer_and_window(tmp_path):
     counter = load_token_counter("sentence-transformers:acme/small-model", tmp_path)
     assert counter.max_tokens == 126
     assert counter.count("tokenization") == 2
+
+
+def test_spellings_of_one_model_dir_share_one_counter(tmp_path, monkeypatch):
+    real = tmp_path / "model"
+    real.mkdir()
+    shutil.copy(minilm_source_dir() / "tokenizer.json", real / "tokenizer.json")
+    (tmp_path / "link").symlink_to(real)
+    first = load_token_counter("sentence-transformers:acme/shared", real)
+    assert load_token_counter("sentence-transformers:acme/shared", tmp_path / "link") is first
+    assert load_token_counter("sentence-transformers:acme/shared", real) is first
+    # a relative spelling means the directory below the working directory of each call
+    other = tmp_path / "elsewhere" / "model"
+    other.mkdir(parents=True)
+    shutil.copy(real / "tokenizer.json", other / "tokenizer.json")
+    (other / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 64}))
+    monkeypatch.chdir(tmp_path)
+    assert load_token_counter("sentence-transformers:acme/shared", Path("model")) is first
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    moved = load_token_counter("sentence-transformers:acme/shared", Path("model"))
+    assert moved is not first and moved.max_tokens == 62
 
 
 def test_unknown_model_falls_back_to_minilm(tmp_path):
