@@ -4,7 +4,8 @@
   Chroma and BM25, and their files from the catalog.
 - `forget_repository()` / `forget_file()`: right to erasure, at once: every generation's chunks
   in Chroma and BM25, and the catalog's rows (files, titles, runs, the repository itself),
-  of the repository and of every version of it.
+  of the repository and of every version of it, and the vectors of the texts no collection of
+  the repository's family holds any longer (`store/donors.prune_ledger`).
 - `migrate_repository()`: when the chunking or the embedding model changed (the store's
   `fingerprint()` differs from the active collection's), a full index is built into a new
   physical collection beside the old one; only once it is complete does the catalog's alias
@@ -30,6 +31,7 @@ from hetriever.core.models import IndexResult, _Serialisable
 from hetriever.core.versions import versions_of_base
 from hetriever.discover.repositories import Repository, check_usable
 from hetriever.store.catalog_records import DELETED
+from hetriever.store.donors import family_of, prune_ledger
 from hetriever.store.generations import drop_abandoned_builds
 
 log = get_logger(__name__)
@@ -113,6 +115,9 @@ def purge_sync(
         if removed:
             store.replica.publish(name, sorted({path for _, path in expired}))
             log.info("purged", repository=name, chunks=removed, files=report.files[name])
+    # Texts edited or deleted away since the last purge leave the ledger too.
+    for family in sorted({family_of(store.views, name) for name in store.repository_names()}):
+        prune_ledger(store.views, family)
     return report
 
 
@@ -124,11 +129,14 @@ async def purge(
 
 def _with_versions(store, name: str, erase: Callable[[str, bool], ForgetReport]) -> ForgetReport:
     """`erase(name, missing_ok)` for `name`, then for each of its versions, in one report;
-    a base that is not indexed itself is no error while a version of it is."""
+    a base that is not indexed itself is no error while a version of it is. Then the family's
+    vector ledger keeps only what its collections still hold."""
+    family = family_of(store.views, name)  # before its catalog record is gone
     versions = versions_of_base(store.catalog.version_settings(), name)
     report = erase(name, bool(versions))
     for version in versions:
         report.add(erase(version, True))
+    prune_ledger(store.views, family)
     return report
 
 

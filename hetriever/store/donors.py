@@ -2,11 +2,13 @@
 already holds takes that version's vector instead of being embedded again.
 
 The donors of a repository are its base and the base's other versions (the catalog's
-records whose settings name the base, `hetriever.core.versions`), each read through its
-active collection, and only when that collection was built with the same fingerprint (model,
-precision, chunking): a vector depends on the text and the model alone. A row is taken only
-when its stored text is the text being written. A migration's pinned generation borrows
-nothing: a rebuild embeds every chunk itself.
+records whose settings name the base, `hetriever.core.versions`), and only those whose active
+collection was built with the same fingerprint (model, precision, chunking): a vector depends
+on the text and the model alone. Their vectors are read from the family's ledger
+(`store/vector_ledger.py`), and through a donor's collection only when the ledger does not
+cover it (built before there was one); there a row is taken only when its stored text is
+the text being written. A migration's pinned generation borrows nothing: a rebuild embeds
+every chunk itself.
 """
 
 from __future__ import annotations
@@ -18,15 +20,73 @@ import numpy as np
 from hetriever.core.logs import get_logger
 from hetriever.core.names import content_hash
 from hetriever.core.versions import version_from_settings
+from hetriever.store.vector_ledger import VectorLedger, ledger_path
 from hetriever.store.views import RepositoryViews
 
 log = get_logger(__name__)
 
 
-# Donors a write consults. Each collection opened costs its segments' memory for the rest of
-# the run (~15 MB for hugo-docs' 3,500 chunks, embedded Chroma): one keeps a version's run
-# within one repository's peak (bench/README.md, "bench_versions").
+# Donors a write consults through Chroma when the ledger does not cover them. Each collection
+# opened costs its segments' memory for the rest of the run (~15 MB for hugo-docs' 3,500
+# chunks, embedded Chroma).
 MAX_DONORS = 1
+
+
+def family_of(views: RepositoryViews, repository: str) -> str:
+    """The base whose versions `repository` belongs with (itself for a base)."""
+    record = views.catalog.repository(repository)
+    own = version_from_settings(record.settings if record else None)
+    return own.base if own else repository
+
+
+def ledger_for(views: RepositoryViews, repository: str) -> VectorLedger:
+    """The ledger of `repository`'s family, under this store's fingerprint."""
+    path = ledger_path(views.settings.resolved_state_dir, family_of(views, repository))
+    return VectorLedger(path, views.fingerprint())
+
+
+def prune_ledger(views: RepositoryViews, family: str) -> int:
+    """Prune `family`'s ledger to the texts its collections (every generation of the base
+    and of each version) hold, and remove it once none is left; the rows removed."""
+    catalog = views.catalog
+    members = {family} | {
+        r.name
+        for r in catalog.repositories()
+        if (v := version_from_settings(r.settings)) is not None and v.base == family
+    }
+    keep: set[str] = set()
+    held = 0
+    for name in sorted(members):
+        for record in catalog.collections(name):
+            col = views.physical_collection(record.name, name)
+            if col is None:
+                continue
+            held += 1
+            keep.update(_hashes_held(views, col))
+    ledger = VectorLedger(ledger_path(views.settings.resolved_state_dir, family), "")
+    if not held:  # the family is gone: so is what it embedded
+        ledger.drop()
+        return 0
+    removed = ledger.prune(keep)
+    if removed:
+        log.info("vector_ledger_pruned", repository=family, vectors=removed)
+    return removed
+
+
+def _hashes_held(views: RepositoryViews, col: Any) -> set[str]:
+    """The content hashes of every chunk of `col`, soft-deleted ones too, a page at a time."""
+    out: set[str] = set()
+    step = views.chroma.max_batch_size()
+    offset = 0
+    while True:
+        got = views.chroma.call(
+            "get", lambda: col.get(include=["metadatas"], limit=step, offset=offset)
+        )
+        metas = got["metadatas"] or []
+        out.update(str((m or {}).get("content_hash", "")) for m in metas)
+        if len(metas) < step:
+            return out
+        offset += step
 
 
 def donors(views: RepositoryViews, repository: str) -> list[tuple[str, str]]:
@@ -36,9 +96,7 @@ def donors(views: RepositoryViews, repository: str) -> list[tuple[str, str]]:
     if repository in views.pins:
         return []
     catalog = views.catalog
-    record = catalog.repository(repository)
-    own = version_from_settings(record.settings if record else None)
-    base = own.base if own else repository
+    base = family_of(views, repository)
     versions = sorted(
         (
             r
@@ -61,16 +119,24 @@ def donors(views: RepositoryViews, repository: str) -> list[tuple[str, str]]:
     return out
 
 
-def borrow(views: RepositoryViews, repository: str, texts: list[str]) -> dict[int, Any]:
+def borrow(
+    views: RepositoryViews, repository: str, texts: list[str], ledger: VectorLedger
+) -> dict[int, Any]:
     """Position in `texts` -> a donor's vector of that very text, for those a donor holds."""
-    found: dict[str, Any] = {}  # content hash -> vector
+    lenders = donors(views, repository)
+    if not lenders:
+        return {}
     wanted = {content_hash(t): t for t in texts}
+    # content hash -> vector; the ledger holds the family's every vector of this fingerprint
+    found: dict[str, Any] = ledger.lookup(list(wanted), int(views.embedder.dimensions))
     chroma = views.chroma
     step = chroma.max_batch_size()
-    for name, physical in donors(views, repository):
+    for name, physical in lenders:
         missing = [h for h in wanted if h not in found]
         if not missing:
             break
+        if ledger.covered(physical):  # what it holds, the ledger had
+            continue
         col = views.physical_collection(physical, name)
         if col is None:
             continue

@@ -24,7 +24,7 @@ from hetriever.core.models import Chunk, Metadata
 from hetriever.core.names import content_hash, validate_collection_name
 from hetriever.store.catalog_records import INDEX_STATE_KEYS
 from hetriever.store.chunk_records import TEXT_KEY
-from hetriever.store.donors import borrow
+from hetriever.store.donors import borrow, ledger_for
 from hetriever.store.embedded_chroma import clear_orphan_arrays
 from hetriever.store.store_types import CollectionInfo, FileWriteResult, _PreparedWrite
 from hetriever.store.views import RepositoryViews
@@ -134,26 +134,36 @@ class StoreWrites:
             held = self.views.bm25(collection).rows([ids[i] for i in unchanged])
             write.bm25_only = [i for i in unchanged if held.get(ids[i]) != (texts[i], metadatas[i])]
         if write.to_embed:
-            write.vectors = self._vectors(collection, [texts[i] for i in write.to_embed], write)
+            write.vectors = self._vectors(
+                collection, col, [texts[i] for i in write.to_embed], write
+            )
         return write
 
-    def _vectors(self, collection: str, texts: list[str], write: _PreparedWrite) -> Any:
+    def _vectors(self, collection: str, col: Any, texts: list[str], write: _PreparedWrite) -> Any:
         """Vectors of `texts`: another version's where it holds the same text (donors.py),
-        the embedder's for the rest."""
+        the embedder's for the rest; every one recorded in the family's ledger before Chroma
+        gets it, so a collection the ledger covers stays covered (vector_ledger.py)."""
+        ledger = ledger_for(self.views, collection)
+        physical = self.views.physical_name(collection)
+        if physical is not None and ledger.covered(physical) is None:
+            ledger.note_first_write(physical, empty=self.chroma.call("count", col.count) == 0)
         try:
-            borrowed = borrow(self.views, collection, texts)
+            borrowed = borrow(self.views, collection, texts, ledger)
         except Exception as exc:  # a saving only: a donor that cannot be read lends nothing
             log.warning("vectors_not_borrowed", collection=collection, error=str(exc))
             borrowed = {}
         if not borrowed:
-            return self._embed(texts, write.result)
-        rest = [i for i in range(len(texts)) if i not in borrowed]
-        vectors = np.zeros((len(texts), int(self.views.embedder.dimensions)), dtype=np.float32)
-        if rest:
-            vectors[rest] = self._embed([texts[i] for i in rest], write.result)
-        for i, vector in borrowed.items():
-            vectors[i] = vector
-        write.result.borrowed += len(borrowed)
+            vectors = self._embed(texts, write.result)
+        else:
+            rest = [i for i in range(len(texts)) if i not in borrowed]
+            dims = int(self.views.embedder.dimensions)
+            vectors = np.zeros((len(texts), dims), dtype=np.float32)
+            if rest:
+                vectors[rest] = self._embed([texts[i] for i in rest], write.result)
+            for i, vector in borrowed.items():
+                vectors[i] = vector
+            write.result.borrowed += len(borrowed)
+        ledger.record([content_hash(t) for t in texts], vectors)
         return vectors
 
     def _apply_write(self, collection: str, col: Any, write: _PreparedWrite) -> FileWriteResult:

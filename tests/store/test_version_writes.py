@@ -11,6 +11,7 @@ import numpy as np
 
 from hetriever.core.versions import VersionOf
 from hetriever.store.chunk_records import ChunkCollection
+from hetriever.store.donors import ledger_for
 from hetriever.store.knowledge_store import Store
 from tests.support.chroma_fixtures import make_chunk, store_settings
 from tests.support.versions_support import CountingEmbedder
@@ -70,5 +71,104 @@ def test_only_a_versions_own_donors_of_the_same_fingerprint_lend(tmp_path: Path,
         store.catalog.upsert_repository(VERSION, settings=VersionOf(BASE, "v1", "v1").to_settings())
         embedder.texts.clear()
         assert write(store, VERSION, [SHARED]).borrowed == 0 and embedder.texts == [SHARED]
+    finally:
+        store.close_sync()
+
+
+def ledger_file(tmp_path: Path) -> Path:
+    return tmp_path / "state" / "vectors" / f"{BASE}.sqlite"
+
+
+def test_a_version_borrows_from_the_ledger_without_opening_its_bases_collection(
+    tmp_path: Path, minilm_embedder
+):
+    store, embedder = open_store(tmp_path, minilm_embedder)
+    try:
+        write(store, BASE, [SHARED])
+        assert ledger_file(tmp_path).is_file()
+        store.release(BASE)  # as a run over several repositories does between them
+        store.catalog.upsert_repository(VERSION, settings=VersionOf(BASE, "v1", "v1").to_settings())
+        embedder.texts.clear()
+        result = write(store, VERSION, [SHARED, OWN])
+        assert embedder.texts == [OWN] and (result.written, result.borrowed) == (2, 1)
+        # the base's vector index stays unloaded: the vector came from the ledger
+        assert store.physical_name(BASE) not in store.chroma.collections
+        assert np.array_equal(vectors(store, VERSION)[SHARED], vectors(store, BASE)[SHARED])
+    finally:
+        store.close_sync()
+
+
+def test_a_base_indexed_before_the_ledger_still_lends_through_its_collection(
+    tmp_path: Path, minilm_embedder
+):
+    store, embedder = open_store(tmp_path, minilm_embedder)
+    try:
+        write(store, BASE, [SHARED])
+        ledger_file(tmp_path).unlink()  # as an index built before there was a ledger
+        store.catalog.upsert_repository(VERSION, settings=VersionOf(BASE, "v1", "v1").to_settings())
+        embedder.texts.clear()
+        assert write(store, VERSION, [SHARED, OWN]).borrowed == 1 and embedder.texts == [OWN]
+        # met by the ledger only now, holding a chunk already: never counted as covered
+        write(store, BASE, [SHARED, "The base alone documents the new render hooks API."])
+        assert ledger_for(store.views, BASE).covered(store.physical_name(BASE)) is False
+    finally:
+        store.close_sync()
+
+
+def test_a_damaged_ledger_is_set_aside_and_the_write_goes_on(tmp_path: Path, minilm_embedder):
+    store, embedder = open_store(tmp_path, minilm_embedder)
+    try:
+        write(store, BASE, [SHARED])
+        ledger_file(tmp_path).write_bytes(b"not a database at all" * 100)
+        for suffix in ("-wal", "-shm"):
+            Path(f"{ledger_file(tmp_path)}{suffix}").unlink(missing_ok=True)
+        store.catalog.upsert_repository(VERSION, settings=VersionOf(BASE, "v1", "v1").to_settings())
+        embedder.texts.clear()
+        result = write(store, VERSION, [SHARED, OWN])
+        # the empty ledger covers nothing: the base lends through its collection
+        assert (result.written, result.borrowed) == (2, 1) and embedder.texts == [OWN]
+        assert list(ledger_file(tmp_path).parent.glob(f"{BASE}.sqlite.damaged-*"))
+    finally:
+        store.close_sync()
+
+
+def ledger_hashes(tmp_path: Path) -> set[str]:
+    import sqlite3
+
+    if not ledger_file(tmp_path).exists():
+        return set()
+    conn = sqlite3.connect(ledger_file(tmp_path))
+    try:
+        return {h for (h,) in conn.execute("SELECT hash FROM vectors")}
+    finally:
+        conn.close()
+
+
+def test_forgetting_a_file_leaves_no_vector_of_any_of_its_texts_in_the_ledger(
+    tmp_path: Path, minilm_embedder
+):
+    from hetriever.core.names import content_hash
+    from hetriever.index.lifecycle import forget_file_sync, forget_repository_sync, purge_sync
+
+    store, _ = open_store(tmp_path, minilm_embedder)
+    try:
+        older = "An older wording of the page, edited away since."
+        write(store, BASE, [older])
+        write(store, BASE, [SHARED])  # the page now: the older text is in no collection
+        store.catalog.upsert_repository(VERSION, settings=VersionOf(BASE, "v1", "v1").to_settings())
+        write(store, VERSION, [SHARED, OWN])
+        assert {content_hash(t) for t in (older, SHARED, OWN)} <= ledger_hashes(tmp_path)
+
+        purge_sync(store)  # housekeeping: texts no collection holds leave the ledger
+        assert ledger_hashes(tmp_path) == {content_hash(SHARED), content_hash(OWN)}
+
+        write(store, BASE, [older])  # held again, then forgotten with the file
+        forget_file_sync(store, BASE, "content/page.md")  # the base and its version
+        assert ledger_hashes(tmp_path) == set()
+
+        write(store, BASE, [SHARED])
+        write(store, VERSION, [OWN])
+        forget_repository_sync(store, BASE)  # the family is gone: so is its ledger
+        assert not ledger_file(tmp_path).exists()
     finally:
         store.close_sync()
