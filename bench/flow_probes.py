@@ -165,7 +165,7 @@ def cpu_line(cpu: dict) -> str:
 # Innermost first, the first frame whose file matches names the part; frames of neutral
 # libraries (pydantic, asyncio, the standard library) pass the sample on to their caller.
 PARTS = (
-    ("task body", ("/hetriever/", "/tasks/process.py:process_file_task")),
+    ("task body", ("/hetriever/", "/tasks/process.py:process_files_task")),
     (
         "results and transactions",
         (

@@ -2,7 +2,7 @@
 
 The flow discovers the repositories (a task), and hands the ingest a per-repository step that
 runs `index_one` as its own subflow (`index-<name>`), whose per-file step submits one Prefect
-task run per file (`tasks.process.map_with_tasks`) and which publishes the repository's
+task run per file, or per group of files in a large run (`tasks.process.map_with_tasks`), and which publishes the repository's
 artifacts. Fetching, the refusal of a commit that moves back, the error policy and the
 outcomes are the ingest's, as in the CLI's in-process run; the parent flow ends Failed or
 Completed honestly with a summary.
@@ -104,7 +104,7 @@ async def index_repository_flow(
     parent_run_id: str | None = None,
     parent_run_name: str = "",
 ) -> RepositoryOutcome | State:
-    """One repository: `index_one` with a task run per file, then its artifacts; its
+    """One repository: `index_one` with its files as task runs, then its artifacts; its
     progress also goes to the log of the parent run `parent_run_id` (what --watch shows)."""
     watch = ParentProgress(parent_run_id, parent_run_name) if parent_run_id else None
     shared = store = get_knowledge_store(settings)

@@ -569,8 +569,8 @@ def print_table(out: dict[str, Any]) -> None:
         if "shares_s" not in d:
             continue
         print(
-            f"  {d['tasks']} process-file task runs; per-task overhead vs in-process "
-            f"{d['per_task_overhead_ms']} ms"
+            f"  {d['tasks']} files processed in task runs; overhead vs in-process "
+            f"{d['per_task_overhead_ms']} ms per file"
         )
         print(
             "  (in-task parts are summed over concurrent task threads, waits for the CPU and "

@@ -175,12 +175,14 @@ def check_mass_delete(
 
 @dataclass
 class FileWork:
-    """What every file of one run is processed with; `process` is the per-file step."""
+    """What every file of one run is processed with; `process` is the per-file step.
+    `files`: how many the run processes (0 when not known)."""
 
     repo: Repository
     commit: str
     settings: Settings
     resolver: IncludeResolver
+    files: int = 0
 
     def process(self, path: str, text: str | SkipFile | None) -> FileOutcome:
         return process_file(
@@ -422,6 +424,7 @@ async def _run(
         change_set.new_commit,
         settings,
         IncludeResolver(repo, change_set.new_commit, settings, now=now),
+        files=len(paths),
     )
     tracker = RunProgress(repo.name, len(paths), progress, on_progress)
     writer = OutcomeWriter(store, repo, result, settings.write_window, tracker)

@@ -174,6 +174,47 @@ def test_every_file_is_a_task_run_recorded_on_the_server_retries_included(
     assert {r.run_count for r in runs if r is not retried} == {1}
 
 
+def test_a_large_run_goes_in_groups_of_files_a_groups_retry_its_own(
+    sample_parent, monkeypatch, env
+):
+    import tasks.process
+    from hetriever.discover.changes import head_commit, list_content_files
+
+    parent, _ = sample_parent
+    repo = repo_of(parent, "sample-docs")
+    files = list_content_files(repo, head_commit(repo))
+    monkeypatch.setattr(tasks.process, "MAX_TASK_RUNS", 3)  # 9 files: three groups of three
+    monkeypatch.setenv("HETRIEVER_FAULTS", "process_file:*/where.md:1")
+    state, summary = run_ingest()
+    assert state.is_completed(), state.message
+    (row,) = summary["repositories"]
+    assert row["files_indexed"] + len(row["skipped"]) == len(files) == 9
+
+    runs = recorded_file_task_runs(state, expected=3)
+    assert len(runs) == 3 and all(r.state.is_completed() for r in runs)
+    assert all(
+        r.name.startswith("process-content/") and r.name.endswith(" (+2 more)") for r in runs
+    )
+    # the group holding where.md failed once and was retried whole; the others ran once
+    assert sorted(r.run_count for r in runs) == [1, 1, 2]
+    paths = {p for p, _ in stored(open_store(), "sample-docs").values()}
+    assert "content/docs/templates/where.md" in paths and len(paths) == 7
+
+
+def test_a_file_that_always_fails_in_a_group_is_reported_alone(sample_parent, monkeypatch):
+    import tasks.process
+
+    monkeypatch.setattr(tasks.process, "MAX_TASK_RUNS", 3)
+    monkeypatch.setenv("HETRIEVER_FAULTS", "process_file:*/where.md:always")
+    state, summary = run_ingest()
+    assert state.is_failed()
+    (repo,) = summary["repositories"]
+    assert [s["path"] for s in repo["failed"]] == ["content/docs/templates/where.md"]
+    assert repo["failed"][0]["reason"].startswith("failed after retries")
+    paths = {p for p, _ in stored(open_store(), "sample-docs").values()}
+    assert "content/docs/templates/where.md" not in paths and len(paths) == 6
+
+
 def test_a_file_that_always_fails_is_reported_and_the_rest_indexed(sample_parent, monkeypatch):
     parent, _ = sample_parent
     monkeypatch.setenv("HETRIEVER_FAULTS", "process_file:*/where.md:always")
