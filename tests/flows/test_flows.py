@@ -264,10 +264,16 @@ def test_unknown_repository_is_a_clear_failure(sample_parent):
     assert "unknown repositories: nope-docs" in str(result)
 
 
-def test_dask_task_runner_with_a_local_cluster(sample_parent):
+@pytest.mark.parametrize("max_task_runs", [100, 3], ids=["a-task-run-per-file", "groups"])
+def test_dask_task_runner_with_a_local_cluster(sample_parent, monkeypatch, max_task_runs):
+    import tasks.process
+
+    monkeypatch.setattr(tasks.process, "MAX_TASK_RUNS", max_task_runs)
     state, summary = run_ingest(task_runner="dask")
     assert state.is_completed(), state.message
     assert summary["repositories"][0]["files_indexed"] == 7
+    paths = {p for p, _ in stored(open_store(), "sample-docs").values()}
+    assert len(paths) == 7
 
 
 def test_query_flow_records_metrics(sample_parent):
