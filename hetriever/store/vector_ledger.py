@@ -12,10 +12,11 @@ as right as any. A collection is *covered* when every vector it holds went throu
 that was empty at its first write with the ledger in place. A donor that is not covered (built
 before the ledger, or whose ledger was lost) is still read through Chroma (`store/donors.py`).
 Rows are not deleted by a write: between purges the file holds each text the family embedded,
-~1.6 KB a chunk for MiniLM. `purge` and `forget` (right to erasure) prune it to the texts the
-family's collections still hold (`donors.prune_ledger`): nothing forgotten lingers as a vector,
-not even an older text of a forgotten file. A pruned row another collection still needed, or a
-lost file, only costs a later version run the borrowing of that text.
+~2.2 KB a chunk for MiniLM (a rowid table: without a rowid, SQLite gave each 1.5 KB vector a
+page of its own, 4.7 KB a chunk). `purge` and `forget` (right to erasure) prune it to the texts
+the family's collections still hold (`donors.prune_ledger`): nothing forgotten lingers as a
+vector, not even an older text of a forgotten file. A pruned row another collection still
+needed, or a lost file, only costs a later version run the borrowing of that text.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ CREATE TABLE IF NOT EXISTS vectors (
     hash TEXT NOT NULL,
     vector BLOB NOT NULL,
     PRIMARY KEY (fingerprint, hash)
-) WITHOUT ROWID;
+);
 CREATE TABLE IF NOT EXISTS collections (
     physical TEXT PRIMARY KEY,
     covered INTEGER NOT NULL
