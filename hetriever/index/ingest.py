@@ -39,7 +39,7 @@ from hetriever.discover.versions import resolve_version
 from hetriever.index.file_retry import failed_files_error
 from hetriever.index.indexing import FileMapper, index_repository, map_in_process
 from hetriever.index.progress import ProgressSnapshot
-from hetriever.index.release import release_repository
+from hetriever.index.release import release_repository, tidy_vectors
 from hetriever.index.run_record import last_indexed
 from hetriever.index.vanished import drop_vanished_version, vanished_versions, was_indexed
 from hetriever.store.store_types import IndexingStore
@@ -152,6 +152,8 @@ async def index_one(
         let_go()
         return failed(repo.name, exc, store)
     let_go()
+    if result.completed and result.mode != "noop":
+        tidy_vectors(store, repo.name)
     # What waits upstream once this run is done (as of the last fetch): against the commit
     # the index holds now, the new one only if it was recorded
     record = None if result.completed else store.catalog.repository(repo.name)

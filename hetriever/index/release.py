@@ -34,3 +34,17 @@ def release_repository(store: Any, name: str) -> tuple[float, float]:
     rss, peak = resident_mb()
     log.info("repository_released", repository=name, rss_mb=rss, peak_rss_mb=peak)
     return rss, peak
+
+
+def tidy_vectors(store: Any, name: str) -> None:
+    """After a run that changed repository `name`: prune its family's vector ledger if it has
+    grown (`store/donors.prune_ledger_if_grown`), and let go of what the prune read. Best
+    effort: a ledger left unpruned only takes room."""
+    try:
+        pruned = store.tidy_vectors(name)
+    except Exception as exc:
+        log.warning("vector_ledger_not_pruned", repository=name, error=str(exc))
+        return
+    if pruned:
+        gc.collect()
+        release_free_memory()

@@ -49,11 +49,7 @@ def prune_ledger(views: RepositoryViews, family: str) -> int:
     """Prune `family`'s ledger to the texts its collections (every generation of the base
     and of each version) hold, and remove it once none is left; the rows removed."""
     catalog = views.catalog
-    members = {family} | {
-        r.name
-        for r in catalog.repositories()
-        if (v := version_from_settings(r.settings)) is not None and v.base == family
-    }
+    members = family_members(views, family)
     keep: set[str] = set()
     held = 0
     for name in sorted(members):
@@ -63,6 +59,7 @@ def prune_ledger(views: RepositoryViews, family: str) -> int:
                 continue
             held += 1
             keep.update(_hashes_held(views, col))
+        views.release(name)  # read once: its vector index is not kept loaded for it
     ledger = VectorLedger(ledger_path(views.settings.resolved_state_dir, family), "")
     if not held:  # the family is gone: so is what it embedded
         ledger.drop()
@@ -87,6 +84,40 @@ def _hashes_held(views: RepositoryViews, col: Any) -> set[str]:
         if len(metas) < step:
             return out
         offset += step
+
+
+# A run prunes its family's ledger once it holds more than this many times the chunks of the
+# family's collections, plus PRUNE_SLACK: texts edited away pile up between purges, and a
+# prune reads every collection of the family, so it is not done for a little.
+PRUNE_PAST = 2
+PRUNE_SLACK = 1000
+
+
+def family_members(views: RepositoryViews, family: str) -> set[str]:
+    return {family} | {
+        r.name
+        for r in views.catalog.repositories()
+        if (v := version_from_settings(r.settings)) is not None and v.base == family
+    }
+
+
+def prune_ledger_if_grown(views: RepositoryViews, repository: str) -> int:
+    """`prune_ledger` for `repository`'s family when its ledger has grown past PRUNE_PAST
+    times the chunks the family's collections hold (the catalog's counts); the rows removed."""
+    family = family_of(views, repository)
+    rows = VectorLedger(ledger_path(views.settings.resolved_state_dir, family), "").count()
+    if not rows:
+        return 0
+    catalog = views.catalog
+    held = sum(
+        f.chunk_count
+        for name in family_members(views, family)
+        for record in catalog.collections(name)
+        for f in catalog.files(record.name)
+    )
+    if rows <= PRUNE_PAST * held + PRUNE_SLACK:
+        return 0
+    return prune_ledger(views, family)
 
 
 def donors(views: RepositoryViews, repository: str) -> list[tuple[str, str]]:

@@ -36,6 +36,7 @@ from hetriever.core.models import Chunk, Document, Metadata
 from hetriever.store.bm25.bm25_index import BM25Index
 from hetriever.store.catalog import Catalog
 from hetriever.store.chroma_access import ChromaAccess
+from hetriever.store.donors import prune_ledger_if_grown
 from hetriever.store.reads import StoreReads
 from hetriever.store.repair import StoreRepair
 from hetriever.store.replica import Replica
@@ -139,6 +140,10 @@ class Store:
 
     def release(self, name: str) -> None:
         self.views.release(name)
+
+    def tidy_vectors(self, name: str) -> int:
+        """Prune the vector ledger of `name`'s family if it has grown (`store/donors.py`)."""
+        return prune_ledger_if_grown(self.views, name)
 
     # -- the async KnowledgeStore API ---------------------------------------------------
 

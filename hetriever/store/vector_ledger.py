@@ -11,11 +11,12 @@ token), so a row is never stale, and one ahead of Chroma (a crash between the tw
 as right as any. A collection is *covered* when every vector it holds went through here: one
 that was empty at its first write with the ledger in place. A donor that is not covered (built
 before the ledger, or whose ledger was lost) is still read through Chroma (`store/donors.py`).
-Rows are not deleted by a write: between purges the file holds each text the family embedded,
-~2.2 KB a chunk for MiniLM (a rowid table: without a rowid, SQLite gave each 1.5 KB vector a
-page of its own, 4.7 KB a chunk). `purge` and `forget` (right to erasure) prune it to the texts
-the family's collections still hold (`donors.prune_ledger`): nothing forgotten lingers as a
-vector, not even an older text of a forgotten file. A pruned row another collection still
+A write deletes no row: the file holds each text the family embedded, ~2.2 KB a chunk for
+MiniLM (a rowid table: without a rowid, SQLite gave each 1.5 KB vector a page of its own, 4.7 KB
+a chunk). `purge`, `forget` (right to erasure), and a run that finds the ledger grown past twice
+what the family holds prune it to the texts the family's collections still hold
+(`donors.prune_ledger`): nothing forgotten lingers as a vector, not even an older text of a
+forgotten file. A pruned row another collection still
 needed, or a lost file, only costs a later version run the borrowing of that text.
 """
 
@@ -137,6 +138,14 @@ class VectorLedger:
                 "INSERT OR IGNORE INTO collections (physical, covered) VALUES (?, ?)",
                 (physical, int(empty)),
             )
+        )
+
+    def count(self) -> int:
+        """Rows held, of every fingerprint."""
+        if not self.path.exists():
+            return 0
+        return int(
+            self._use(lambda conn: conn.execute("SELECT COUNT(*) FROM vectors").fetchone()[0])
         )
 
     def prune(self, keep: set[str]) -> int:

@@ -381,3 +381,47 @@ def test_a_release_branch_deleted_upstream_is_dropped_by_the_next_fetching_run(
         assert store.physical_name(branch) is None and second[NAME].ok
     finally:
         store.close_sync()
+
+
+def test_a_run_prunes_its_familys_ledger_to_what_its_collections_hold_once_grown(
+    indexed, monkeypatch
+):
+    import sqlite3
+
+    import hetriever.store.donors as donors
+
+    root, settings, store = indexed
+    ledger = settings.resolved_state_dir / "vectors" / f"{NAME}.sqlite"
+
+    def held_in_ledger() -> set[str]:
+        conn = sqlite3.connect(ledger)
+        try:
+            return {h for (h,) in conn.execute("SELECT hash FROM vectors")}
+        finally:
+            conn.close()
+
+    def held_in_collections() -> set[str]:
+        out = set()
+        for name in (NAME, V1, V2):
+            col = ChunkCollection(store.chroma.client.get_collection(store.physical_name(name)))
+            out |= {m["content_hash"] for m in col.get(include=["metadatas"])["metadatas"]}
+        return out
+
+    repo = root / NAME
+    write_files(
+        repo, {"content/guide.md": page("Guide", "An edit of the guide, soon edited away.")}
+    )
+    commit_all(repo, "an edit")
+    assert ingest(store, settings, [NAME])[NAME].ok
+    write_files(repo, {"content/guide.md": page("Guide", "The guide as it reads in the end.")})
+    commit_all(repo, "another")
+    assert ingest(store, settings, [NAME])[NAME].ok
+    # below twice what the family holds (plus slack): the edited-away text stays
+    assert held_in_ledger() > held_in_collections()
+
+    monkeypatch.setattr(donors, "PRUNE_SLACK", 0)
+    monkeypatch.setattr(donors, "PRUNE_PAST", 0)  # any ledger counts as grown
+    write_files(repo, {"content/about.md": page("About", "About this site, once more.")})
+    commit_all(repo, "about")
+    assert ingest(store, settings, [NAME])[NAME].ok
+    assert held_in_ledger() == held_in_collections()
