@@ -2,8 +2,8 @@
 
 The flow discovers the repositories (a task), and hands the ingest a per-repository step that
 runs `index_one` as its own subflow (`index-<name>`), whose per-file step submits one Prefect
-task run per file, or per group of files in a large run (`tasks.process.map_with_tasks`), and which publishes the repository's
-artifacts. Fetching, the refusal of a commit that moves back, the error policy and the
+task run per file, or per group of files in a large run (`tasks.process.map_with_tasks`), and
+which publishes the repository's artifacts. Fetching, the refusal of a commit that moves back, the error policy and the
 outcomes are the ingest's, as in the CLI's in-process run; the parent flow ends Failed or
 Completed honestly with a summary.
 """

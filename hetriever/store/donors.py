@@ -19,7 +19,7 @@ import numpy as np
 
 from hetriever.core.logs import get_logger
 from hetriever.core.names import content_hash
-from hetriever.core.versions import version_from_settings
+from hetriever.core.versions import version_from_settings, versions_of_base
 from hetriever.store.vector_ledger import VectorLedger, ledger_path
 from hetriever.store.views import RepositoryViews
 
@@ -39,10 +39,19 @@ def family_of(views: RepositoryViews, repository: str) -> str:
     return own.base if own else repository
 
 
+def family_ledger(views: RepositoryViews, family: str, fingerprint: str = "") -> VectorLedger:
+    """`family`'s ledger, read and written under `fingerprint` (none: for its upkeep)."""
+    return VectorLedger(ledger_path(views.settings.resolved_state_dir, family), fingerprint)
+
+
 def ledger_for(views: RepositoryViews, repository: str) -> VectorLedger:
     """The ledger of `repository`'s family, under this store's fingerprint."""
-    path = ledger_path(views.settings.resolved_state_dir, family_of(views, repository))
-    return VectorLedger(path, views.fingerprint())
+    return family_ledger(views, family_of(views, repository), views.fingerprint())
+
+
+def family_members(views: RepositoryViews, family: str) -> set[str]:
+    """`family` and the names of its versions."""
+    return {family, *versions_of_base(views.catalog.version_settings(), family)}
 
 
 def prune_ledger(views: RepositoryViews, family: str) -> int:
@@ -60,7 +69,7 @@ def prune_ledger(views: RepositoryViews, family: str) -> int:
             held += 1
             keep.update(_hashes_held(views, col))
         views.release(name)  # read once: its vector index is not kept loaded for it
-    ledger = VectorLedger(ledger_path(views.settings.resolved_state_dir, family), "")
+    ledger = family_ledger(views, family)
     if not held:  # the family is gone: so is what it embedded
         ledger.drop()
         return 0
@@ -93,19 +102,11 @@ PRUNE_PAST = 2
 PRUNE_SLACK = 1000
 
 
-def family_members(views: RepositoryViews, family: str) -> set[str]:
-    return {family} | {
-        r.name
-        for r in views.catalog.repositories()
-        if (v := version_from_settings(r.settings)) is not None and v.base == family
-    }
-
-
 def prune_ledger_if_grown(views: RepositoryViews, repository: str) -> int:
     """`prune_ledger` for `repository`'s family when its ledger has grown past PRUNE_PAST
     times the chunks the family's collections hold (the catalog's counts); the rows removed."""
     family = family_of(views, repository)
-    rows = VectorLedger(ledger_path(views.settings.resolved_state_dir, family), "").count()
+    rows = family_ledger(views, family).count()
     if not rows:
         return 0
     catalog = views.catalog

@@ -25,7 +25,15 @@ from tests.support.catalog_snapshot import catalog_rows
 from tests.support.cli_runs import cli_env, run_cli
 from tests.support.flow_support import stored
 from tests.support.helpers import commit_all, git, run, write_files
-from tests.support.versions_support import NAME, V1, V2, CountingEmbedder, page, versioned_docs
+from tests.support.versions_support import (
+    NAME,
+    V1,
+    V2,
+    CountingEmbedder,
+    ledger_hashes,
+    page,
+    versioned_docs,
+)
 
 TAGS = {NAME: {"tags": "v*", "last": 2}}
 
@@ -386,19 +394,12 @@ def test_a_release_branch_deleted_upstream_is_dropped_by_the_next_fetching_run(
 def test_a_run_prunes_its_familys_ledger_to_what_its_collections_hold_once_grown(
     indexed, monkeypatch
 ):
-    import sqlite3
-
     import hetriever.store.donors as donors
 
     root, settings, store = indexed
-    ledger = settings.resolved_state_dir / "vectors" / f"{NAME}.sqlite"
 
     def held_in_ledger() -> set[str]:
-        conn = sqlite3.connect(ledger)
-        try:
-            return {h for (h,) in conn.execute("SELECT hash FROM vectors")}
-        finally:
-            conn.close()
+        return ledger_hashes(settings.resolved_state_dir, NAME)
 
     def held_in_collections() -> set[str]:
         out = set()

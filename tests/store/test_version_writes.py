@@ -13,6 +13,7 @@ from hetriever.core.versions import VersionOf
 from hetriever.store.chunk_records import ChunkCollection
 from hetriever.store.donors import ledger_for
 from hetriever.store.knowledge_store import Store
+from tests.support import versions_support
 from tests.support.chroma_fixtures import make_chunk, store_settings
 from tests.support.versions_support import CountingEmbedder
 
@@ -32,6 +33,11 @@ def vectors(store: Store, repository: str) -> dict[str, Any]:
     return dict(zip(got["documents"], got["embeddings"]))
 
 
+def follow_version(store: Store) -> None:
+    """Record VERSION as a version of BASE, as a run following it does."""
+    store.catalog.upsert_repository(VERSION, settings=VersionOf(BASE, "v1", "v1").to_settings())
+
+
 def open_store(tmp_path: Path, minilm_embedder: Any) -> tuple[Store, CountingEmbedder]:
     embedder = CountingEmbedder(minilm_embedder)
     return Store(store_settings(tmp_path), embedder=embedder, lock_timeout=2.0), embedder
@@ -43,7 +49,7 @@ def test_a_version_borrows_the_bases_vector_of_the_same_text_and_embeds_the_rest
     store, embedder = open_store(tmp_path, minilm_embedder)
     try:
         write(store, BASE, [SHARED])
-        store.catalog.upsert_repository(VERSION, settings=VersionOf(BASE, "v1", "v1").to_settings())
+        follow_version(store)
         embedder.texts.clear()
         result = write(store, VERSION, [SHARED, OWN])
         assert embedder.texts == [OWN]
@@ -68,7 +74,7 @@ def test_only_a_versions_own_donors_of_the_same_fingerprint_lend(tmp_path: Path,
                 "UPDATE collections SET fingerprint = 's1:another-model:254:24' WHERE name = ?",
                 (store.physical_name(BASE),),
             )
-        store.catalog.upsert_repository(VERSION, settings=VersionOf(BASE, "v1", "v1").to_settings())
+        follow_version(store)
         embedder.texts.clear()
         assert write(store, VERSION, [SHARED]).borrowed == 0 and embedder.texts == [SHARED]
     finally:
@@ -87,7 +93,7 @@ def test_a_version_borrows_from_the_ledger_without_opening_its_bases_collection(
         write(store, BASE, [SHARED])
         assert ledger_file(tmp_path).is_file()
         store.release(BASE)  # as a run over several repositories does between them
-        store.catalog.upsert_repository(VERSION, settings=VersionOf(BASE, "v1", "v1").to_settings())
+        follow_version(store)
         embedder.texts.clear()
         result = write(store, VERSION, [SHARED, OWN])
         assert embedder.texts == [OWN] and (result.written, result.borrowed) == (2, 1)
@@ -105,7 +111,7 @@ def test_a_base_indexed_before_the_ledger_still_lends_through_its_collection(
     try:
         write(store, BASE, [SHARED])
         ledger_file(tmp_path).unlink()  # as an index built before there was a ledger
-        store.catalog.upsert_repository(VERSION, settings=VersionOf(BASE, "v1", "v1").to_settings())
+        follow_version(store)
         embedder.texts.clear()
         assert write(store, VERSION, [SHARED, OWN]).borrowed == 1 and embedder.texts == [OWN]
         # met by the ledger only now, holding a chunk already: never counted as covered
@@ -122,7 +128,7 @@ def test_a_damaged_ledger_is_set_aside_and_the_write_goes_on(tmp_path: Path, min
         ledger_file(tmp_path).write_bytes(b"not a database at all" * 100)
         for suffix in ("-wal", "-shm"):
             Path(f"{ledger_file(tmp_path)}{suffix}").unlink(missing_ok=True)
-        store.catalog.upsert_repository(VERSION, settings=VersionOf(BASE, "v1", "v1").to_settings())
+        follow_version(store)
         embedder.texts.clear()
         result = write(store, VERSION, [SHARED, OWN])
         # the empty ledger covers nothing: the base lends through its collection
@@ -133,15 +139,7 @@ def test_a_damaged_ledger_is_set_aside_and_the_write_goes_on(tmp_path: Path, min
 
 
 def ledger_hashes(tmp_path: Path) -> set[str]:
-    import sqlite3
-
-    if not ledger_file(tmp_path).exists():
-        return set()
-    conn = sqlite3.connect(ledger_file(tmp_path))
-    try:
-        return {h for (h,) in conn.execute("SELECT hash FROM vectors")}
-    finally:
-        conn.close()
+    return versions_support.ledger_hashes(tmp_path / "state", BASE)
 
 
 def test_forgetting_a_file_leaves_no_vector_of_any_of_its_texts_in_the_ledger(
@@ -155,7 +153,7 @@ def test_forgetting_a_file_leaves_no_vector_of_any_of_its_texts_in_the_ledger(
         older = "An older wording of the page, edited away since."
         write(store, BASE, [older])
         write(store, BASE, [SHARED])  # the page now: the older text is in no collection
-        store.catalog.upsert_repository(VERSION, settings=VersionOf(BASE, "v1", "v1").to_settings())
+        follow_version(store)
         write(store, VERSION, [SHARED, OWN])
         assert {content_hash(t) for t in (older, SHARED, OWN)} <= ledger_hashes(tmp_path)
 

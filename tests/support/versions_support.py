@@ -61,3 +61,17 @@ class CountingEmbedder:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
+
+
+def ledger_hashes(state_dir: Path, family: str) -> set[str]:
+    """The content hashes the vector ledger of `family` holds, read from its file."""
+    import sqlite3
+
+    path = state_dir / "vectors" / f"{family}.sqlite"
+    if not path.exists():
+        return set()
+    conn = sqlite3.connect(path)
+    try:
+        return {h for (h,) in conn.execute("SELECT hash FROM vectors")}
+    finally:
+        conn.close()
